@@ -1,0 +1,80 @@
+"""numlab: see, bit for bit, why fused and eager kernels differ, and check claims about it.
+
+The public names are loaded lazily so that ``import numlab`` stays fast and a
+module only pulls in the layers below it (DESIGN.md section 2).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from .formats import (
+    BF16,
+    FORMATS,
+    FP8_E4M3,
+    FP8_E5M2,
+    FP16,
+    FP32,
+    FP64,
+    TF32,
+    Format,
+    decode,
+    encode,
+    get_format,
+    next_down,
+    next_up,
+    ulp,
+)
+from .rounding import MODES, round_to
+
+__version__ = "0.1.0"
+
+# name -> module that defines it (imported on first use)
+_LAZY = {
+    "primitives": "numlab.primitives",
+    "kernels": "numlab.kernels",
+    "ops": "numlab.ops",
+    "graph": "numlab.graph",
+    "zoo": "numlab.zoo",
+    "fusion": "numlab.fusion",
+    "execute": "numlab.execute",
+    "metrics": "numlab.metrics",
+    "bounds": "numlab.bounds",
+    "claims": "numlab.claims",
+    "compare": "numlab.compare",
+    "races": "numlab.races",
+    "plots": "numlab.plots",
+    "widgets": "numlab.widgets",
+    "torch": "numlab.torch",
+}
+# attribute name -> (module, attribute)
+_LAZY_ATTRS = {
+    "run": ("numlab.execute", "run"),
+    "trace": ("numlab.graph", "trace"),
+    "KernelSpec": ("numlab.kernels", "KernelSpec"),
+    "Hardware": ("numlab.kernels", "Hardware"),
+    "FusionOptions": ("numlab.fusion", "FusionOptions"),
+}
+
+__all__ = [
+    "Format", "FP64", "FP32", "TF32", "FP16", "BF16", "FP8_E4M3", "FP8_E5M2", "FORMATS",
+    "get_format", "ulp", "next_up", "next_down", "encode", "decode", "MODES", "round_to",
+    *_LAZY, *_LAZY_ATTRS,
+]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        mod = importlib.import_module(_LAZY[name])
+        globals()[name] = mod
+        return mod
+    if name in _LAZY_ATTRS:
+        modname, attr = _LAZY_ATTRS[name]
+        val = getattr(importlib.import_module(modname), attr)
+        globals()[name] = val
+        return val
+    raise AttributeError(f"module 'numlab' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | set(_LAZY_ATTRS))
