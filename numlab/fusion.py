@@ -1,0 +1,638 @@
+"""Fusion planner: group the nodes of a graph into kernels ("blocks").
+
+A compiler that fuses operators decides, per operator *kind*, whether the
+operator may join a neighbouring kernel.  numlab models two such compilers:
+
+* **Ascend autofusion** (``AUTOFUSE_FLAGS``).  Elementwise fusion (including
+  broadcast) is on and, in the real tool, cannot be switched off; reduce,
+  concat, slice, gather and transpose fusion are off by default and are
+  enabled with ``--autofuse_enable_pass=...`` (source: the graph-autofusion
+  precision note, seed document 000, section 6.2, table "融合类型 / 默认状态").
+* **PyTorch Inductor** (``FusionOptions.inductor()``): pointwise operators,
+  reductions and views are fused; matmul is left to a library call
+  (Inductor's default ``max_autotune=False`` path calls aten.mm/cuBLAS).
+
+Rules of the planner (:func:`plan`)
+
+1. If ``decompose`` is on, composite operators (softmax, log_softmax,
+   layer_norm, rms_norm) are first replaced by their primitive decompositions
+   (``numlab.ops``), as Inductor's decompositions do before fusion.  The
+   composite's output keeps the composite's node name, so dumps still line up
+   by name with eager.  With ``decompose`` off a composite stays one library
+   kernel (a singleton block), exactly as eager runs it.
+2. Nodes are visited in topological order.  A node whose kind is enabled joins
+   the block of one of its producers whose kind set is fusible (only along
+   producer -> consumer edges), and blocks of several fusible producers are
+   merged, *only if the block graph stays acyclic* (checked on the quotient
+   graph after every tentative move, reverting a move that would create a
+   cycle).  A node whose kind is not enabled is a singleton block.
+3. Each block gets a live-buffer count: the largest number of tensors held at
+   once in the on-chip buffer when the members run in topological order (the
+   block's inputs still to be read, members' values still to be used or still
+   to be written out, and the value being computed).  A single operator with
+   k distinct inputs holds k + 1.  The tile (elements per buffer) is
+   ``numlab.kernels.tile_elements(hardware, live_buffers, elem_bytes)`` with
+   ``elem_bytes = 4``: numlab's kernels compute in fp32 inside the buffer
+   (DESIGN.md section 1, source 3).  A fused block holds more live buffers
+   than a one-operator kernel, so it gets smaller tiles; :meth:`Plan.op_tile`
+   gives the tile the same operator would get as its own (eager) kernel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+__all__ = [
+    "KINDS",
+    "AUTOFUSE_DEFAULT",
+    "FusionOptions",
+    "Block",
+    "Plan",
+    "plan",
+    "parse_autofuse_flags",
+    "op_kind",
+]
+
+KINDS = (
+    "elementwise",
+    "broadcast",
+    "reshape",
+    "reduce",
+    "concat",
+    "slice",
+    "gather",
+    "transpose",
+    "matmul",
+)
+"""Fusion kinds that can be switched.  ``reshape`` (a view, no data moved)
+is numlab's own switch; ``concat`` also covers ``split``; ``matmul`` models
+matmul-epilogue (template) fusion and is off in both presets.  Composite
+operators that are not decomposed are never fused (they are library kernels)."""
+
+AUTOFUSE_DEFAULT = frozenset({"elementwise", "broadcast", "reshape"})
+"""Kinds fused by Ascend autofusion with no flags (seed 000, section 6.2)."""
+
+INDUCTOR_DEFAULT = frozenset(
+    {"elementwise", "broadcast", "reshape", "reduce", "concat", "slice", "gather", "transpose"}
+)
+"""Kinds fused by the Inductor-like preset: pointwise, reductions and views;
+matmul left to a library call."""
+
+# Names accepted in AUTOFUSE_FLAGS pass lists -> numlab kinds.
+_PASS_ALIASES = {
+    "elemwise": "elementwise",
+    "elementwise": "elementwise",
+    "pointwise": "elementwise",
+    "broadcast": "broadcast",
+    "reshape": "reshape",
+    "reduce": "reduce",
+    "reduction": "reduce",
+    "concat": "concat",
+    "split": "concat",
+    "slice": "slice",
+    "gather": "gather",
+    "transpose": "transpose",
+    "matmul": "matmul",
+    "mm": "matmul",
+}
+
+_FLAG_KEYS = ("enable_autofuse", "autofuse_enable_pass", "autofuse_disable_pass")
+
+# data-movement op name -> fusion kind
+_MOVE_KIND = {
+    "reshape": "reshape",
+    "broadcast_to": "broadcast",
+    "transpose": "transpose",
+    "slice": "slice",
+    "concat": "concat",
+    "split": "concat",
+    "gather": "gather",
+}
+
+
+def _as_kinds(kinds, arg: str) -> frozenset:
+    if isinstance(kinds, str):
+        kinds = [kinds]
+    try:
+        items = list(kinds)
+    except TypeError:
+        raise TypeError(
+            f"{arg} must be a collection of fusion kinds, got {type(kinds).__name__}"
+        ) from None
+    out = set()
+    for k in items:
+        if not isinstance(k, str):
+            raise TypeError(f"{arg} holds {k!r} ({type(k).__name__}); kinds are strings: {list(KINDS)}")
+        key = _PASS_ALIASES.get(k.strip().lower())
+        if key is None:
+            raise ValueError(
+                f"{arg}: {k!r} is not a fusion kind; valid kinds: {list(KINDS)} "
+                f"(aliases: {sorted(set(_PASS_ALIASES) - set(KINDS))})"
+            )
+        out.add(key)
+    return frozenset(out)
+
+
+@dataclass(frozen=True)
+class FusionOptions:
+    """Which operator kinds a compiler fuses, and whether it decomposes composites.
+
+    Parameters
+    ----------
+    enabled : frozenset of str
+        Fusion kinds that may join a block (see :data:`KINDS`).  Default
+        :data:`AUTOFUSE_DEFAULT` = elementwise, broadcast, reshape (Ascend
+        autofusion's defaults; reduce, concat, slice, gather, transpose off).
+    decompose : bool
+        Replace composite operators by their primitive decompositions before
+        fusing (default True, as compilers do).  With False a composite runs as
+        the same single kernel eager uses.
+    enable_autofuse : bool
+        Master switch (``--enable_autofuse``).  False: every node is its own
+        block (still compiled by the code generator's KernelSpec).
+    name : str
+        Label shown in the plan and in reports.
+
+    Examples
+    --------
+    >>> FusionOptions.autofuse("--enable_autofuse=true;--autofuse_enable_pass=concat,reduce")
+    ... # doctest: +ELLIPSIS
+    FusionOptions(enabled=frozenset({...}), decompose=True, enable_autofuse=True, name='autofuse')
+    """
+
+    enabled: frozenset = AUTOFUSE_DEFAULT
+    decompose: bool = True
+    enable_autofuse: bool = True
+    name: str = "autofuse"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "enabled", _as_kinds(self.enabled, "enabled"))
+        for f in ("decompose", "enable_autofuse"):
+            v = getattr(self, f)
+            if not isinstance(v, bool):
+                raise TypeError(f"FusionOptions.{f} must be a bool, got {v!r}")
+        if not isinstance(self.name, str):
+            raise TypeError(f"FusionOptions.name must be a str, got {self.name!r}")
+
+    # ---- presets -------------------------------------------------------
+    @classmethod
+    def autofuse(cls, flags: str | None = None) -> FusionOptions:
+        """Ascend autofusion, optionally configured by an ``AUTOFUSE_FLAGS`` string.
+
+        ``flags`` is parsed by :func:`parse_autofuse_flags`, e.g.
+        ``"--enable_autofuse=true;--autofuse_enable_pass=concat,reduce"`` or
+        ``"--autofuse_disable_pass=broadcast"``.  ``None`` or ``""`` gives the
+        defaults (elementwise + broadcast + reshape).
+        """
+        return parse_autofuse_flags(flags or "")
+
+    @classmethod
+    def from_env(cls, environ=None) -> FusionOptions:
+        """:meth:`autofuse` configured from the ``AUTOFUSE_FLAGS`` environment
+        variable (of ``environ``, default ``os.environ``)."""
+        import os
+
+        env = os.environ if environ is None else environ
+        return parse_autofuse_flags(env.get("AUTOFUSE_FLAGS", ""))
+
+    @classmethod
+    def inductor(cls, decompose: bool = True) -> FusionOptions:
+        """Inductor-like: pointwise, reductions and views fused; matmul left
+        to a library call; composites decomposed."""
+        return cls(enabled=INDUCTOR_DEFAULT, decompose=decompose, name="inductor")
+
+    @classmethod
+    def off(cls, decompose: bool = False) -> FusionOptions:
+        """No fusion: every operator its own (code-generated) kernel."""
+        return cls(enabled=frozenset(), decompose=decompose, enable_autofuse=False, name="off")
+
+    def enable(self, *kinds: str) -> FusionOptions:
+        """A copy with ``kinds`` added to :attr:`enabled`."""
+        return dataclasses.replace(self, enabled=self.enabled | _as_kinds(kinds, "enable"))
+
+    def disable(self, *kinds: str) -> FusionOptions:
+        """A copy with ``kinds`` removed from :attr:`enabled`."""
+        return dataclasses.replace(self, enabled=self.enabled - _as_kinds(kinds, "disable"))
+
+    def fuses(self, kind: str) -> bool:
+        """Whether operators of ``kind`` may join a block."""
+        return self.enable_autofuse and kind in self.enabled
+
+    def canonical(self) -> dict:
+        """A JSON-able canonical form (sorted), used by compile fingerprints."""
+        return {
+            "enabled": sorted(self.enabled),
+            "decompose": self.decompose,
+            "enable_autofuse": self.enable_autofuse,
+            "name": self.name,
+        }
+
+    def describe(self) -> str:
+        """One line: ``autofuse[elementwise,broadcast,reshape] decompose=on``."""
+        kinds = ",".join(k for k in KINDS if k in self.enabled) if self.enable_autofuse else "off"
+        return f"{self.name}[{kinds}] decompose={'on' if self.decompose else 'off'}"
+
+
+def _parse_bool(value: str, key: str) -> bool:
+    v = value.strip().lower()
+    if v in ("true", "1", "on", "yes"):
+        return True
+    if v in ("false", "0", "off", "no"):
+        return False
+    raise ValueError(f"--{key}={value!r} is not a boolean; use true or false")
+
+
+def parse_autofuse_flags(flags: str) -> FusionOptions:
+    """Parse an ``AUTOFUSE_FLAGS`` string into :class:`FusionOptions`.
+
+    Grammar: items separated by ``;`` (or whitespace), each ``--key=value``
+    (leading dashes optional).  Keys:
+
+    ``enable_autofuse``        ``true``/``false`` (master switch; default true)
+    ``autofuse_enable_pass``   comma list of kinds to add to the defaults
+    ``autofuse_disable_pass``  comma list of kinds to remove (numlab's form;
+                               the real tool cannot switch elementwise off,
+                               numlab allows it for experiments)
+
+    Pass names: ``elemwise`` (or ``elementwise``), ``broadcast``, ``reshape``,
+    ``reduce``, ``concat`` (also ``split``), ``slice``, ``gather``,
+    ``transpose``, ``matmul``.  Items apply left to right.
+
+    Raises
+    ------
+    ValueError
+        Naming the bad item and the valid keys or pass names.
+    """
+    if not isinstance(flags, str):
+        raise TypeError(f"flags must be a str like '--autofuse_enable_pass=reduce', got {type(flags).__name__}")
+    enabled = set(AUTOFUSE_DEFAULT)
+    on = True
+    items = [s for part in flags.split(";") for s in part.split()]
+    for item in items:
+        body = item.lstrip("-")
+        if "=" not in body:
+            raise ValueError(
+                f"AUTOFUSE_FLAGS item {item!r} is not --key=value; valid keys: {list(_FLAG_KEYS)}"
+            )
+        key, value = body.split("=", 1)
+        key = key.strip().lower()
+        if key == "enable_autofuse":
+            on = _parse_bool(value, key)
+        elif key in ("autofuse_enable_pass", "autofuse_disable_pass"):
+            names = [v for v in value.split(",") if v.strip()]
+            if not names:
+                raise ValueError(f"--{key}= lists no pass; valid passes: {sorted(_PASS_ALIASES)}")
+            kinds = _as_kinds(names, f"--{key}")
+            if key == "autofuse_enable_pass":
+                enabled |= kinds
+            else:
+                enabled -= kinds
+        else:
+            raise ValueError(
+                f"AUTOFUSE_FLAGS key {key!r} (in {item!r}) is unknown; valid keys: {list(_FLAG_KEYS)}"
+            )
+    return FusionOptions(enabled=frozenset(enabled), decompose=True, enable_autofuse=on, name="autofuse")
+
+
+# ---------------------------------------------------------------------------
+# plan
+# ---------------------------------------------------------------------------
+def op_kind(op: str) -> str:
+    """Fusion kind of an operator: its catalogue category mapped to a kind
+    (elementwise -> "elementwise", reduction -> "reduce", matmul -> "matmul",
+    composite -> "composite", data movement -> per op: reshape, broadcast,
+    transpose, slice, concat (concat and split), gather)."""
+    from . import ops
+
+    info = ops.CATALOGUE.get(op)
+    if info is None:
+        raise ValueError(f"op {op!r} is not in numlab.ops.CATALOGUE; known ops: {sorted(ops.CATALOGUE)}")
+    cat = info.category
+    if cat == "elementwise":
+        return "elementwise"
+    if cat == "reduction":
+        return "reduce"
+    if cat == "matmul":
+        return "matmul"
+    if cat == "composite":
+        return "composite"
+    if cat == "data_movement":
+        return _MOVE_KIND.get(op, op)
+    if cat in ("input", "constant", "source"):
+        return "constant"
+    raise ValueError(f"op {op!r} has category {cat!r}, which the planner does not know")
+
+
+@dataclass(frozen=True)
+class Block:
+    """One kernel of a plan.
+
+    Attributes
+    ----------
+    name : str
+        ``"b0"``, ``"b1"``, ... in topological order.
+    members : list of str
+        Node names in topological order.
+    kind : str
+        ``"+"``-joined sorted kinds of the members (``"elementwise+reduce"``).
+    tile : int
+        Elements per on-chip buffer (``tile_elements(hw, live_buffers, 4)``).
+    live_buffers : int
+        Tensors held at once (see module docstring, rule 3).
+    inputs : list of str
+        Values the block reads from memory (in S): graph inputs or other
+        blocks' outputs.
+    outputs : list of str
+        Members whose value leaves the block (used by another block or a
+        graph output); rounded to S there.
+    fused : bool
+        True when the block was formed by fusion (more than one member).
+    """
+
+    name: str
+    members: list
+    kind: str
+    tile: int
+    live_buffers: int
+    inputs: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+
+    @property
+    def fused(self) -> bool:
+        return len(self.members) > 1
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The result of :func:`plan`.
+
+    Attributes
+    ----------
+    graph : Graph
+        The graph that is executed (after decomposition when enabled).
+    source : Graph
+        The graph that was planned, as given.
+    options : FusionOptions
+    hardware : numlab.kernels.Hardware
+    blocks : list of Block
+        In topological order; every node of ``graph`` is in exactly one.
+    decomposed : dict
+        Node of ``graph`` -> name of the composite node of ``source`` it came
+        from (empty when nothing was decomposed).
+    """
+
+    graph: object
+    source: object
+    options: FusionOptions
+    hardware: object
+    blocks: list
+    decomposed: dict = field(default_factory=dict)
+    _index: dict = field(default_factory=dict, repr=False, compare=False)
+    _op_tiles: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def block_of(self, node_name: str) -> Block | None:
+        """The block holding ``node_name``, or None for graph inputs and
+        names not in the executed graph."""
+        i = self._index.get(node_name)
+        return None if i is None else self.blocks[i]
+
+    def op_tile(self, node_name: str) -> int:
+        """The tile the node would get as its own single-operator kernel
+        (live buffers = distinct inputs + 1)."""
+        if node_name not in self._op_tiles:
+            raise ValueError(
+                f"node {node_name!r} is not in the planned graph; nodes: "
+                f"{[n.name for n in self.graph.nodes]}"
+            )
+        return self._op_tiles[node_name]
+
+    @property
+    def n_fused(self) -> int:
+        """Number of blocks with more than one member."""
+        return sum(b.fused for b in self.blocks)
+
+    def __str__(self) -> str:
+        hw = self.hardware
+        ub = getattr(hw, "ub_bytes", None)
+        hw_s = f"ub={ub // 1024}KiB" if isinstance(ub, int) else str(hw)
+        n_nodes = len(self.graph.nodes)
+        lines = [
+            f"Plan: {len(self.blocks)} blocks ({self.n_fused} fused) for {n_nodes} nodes; "
+            f"{self.options.describe()}; hardware {hw_s}"
+        ]
+        if self.decomposed:
+            comps = sorted(set(self.decomposed.values()))
+            lines.append(f"  decomposed composites: {', '.join(comps)}")
+        w = max((len(b.kind) for b in self.blocks), default=4)
+        for b in self.blocks:
+            lines.append(
+                f"  {b.name:>4}  {b.kind:<{w}}  tile={b.tile:<6d} live={b.live_buffers:<2d} "
+                f"[{', '.join(b.members)}]"
+            )
+            lines.append(
+                f"        reads {', '.join(b.inputs) or '-'}; writes {', '.join(b.outputs) or '-'}"
+            )
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        """JSON-able summary (blocks with members, kind, tile, live buffers)."""
+        return {
+            "options": self.options.canonical(),
+            "blocks": [
+                {
+                    "name": b.name,
+                    "members": list(b.members),
+                    "kind": b.kind,
+                    "tile": b.tile,
+                    "live_buffers": b.live_buffers,
+                    "inputs": list(b.inputs),
+                    "outputs": list(b.outputs),
+                }
+                for b in self.blocks
+            ],
+            "decomposed": dict(self.decomposed),
+        }
+
+
+def _acyclic(nodes, assign: dict) -> bool:
+    """Whether the quotient graph of ``assign`` (node -> block id) is acyclic."""
+    succ: dict = {}
+    indeg: dict = {}
+    for b in set(assign.values()):
+        succ[b] = set()
+        indeg[b] = 0
+    for n in nodes:
+        bn = assign[n.name]
+        for p in n.inputs:
+            bp = assign.get(p)
+            if bp is None or bp == bn or bn in succ[bp]:
+                continue
+            succ[bp].add(bn)
+            indeg[bn] += 1
+    stack = [b for b, d in indeg.items() if d == 0]
+    seen = 0
+    while stack:
+        b = stack.pop()
+        seen += 1
+        for c in succ[b]:
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                stack.append(c)
+    return seen == len(indeg)
+
+
+def live_buffers(graph, members, outputs) -> int:
+    """Live-buffer count of a block (module docstring, rule 3)."""
+    mem = list(members)
+    pos = {m: i for i, m in enumerate(mem)}
+    outs = set(outputs)
+    last_use: dict = {}
+    for i, m in enumerate(mem):
+        for p in graph.node(m).inputs:
+            last_use[p] = max(last_use.get(p, -1), i)
+    best = 0
+    for i, _m in enumerate(mem):
+        live = 1  # the value being computed
+        for v, lu in last_use.items():
+            if lu < i:
+                continue
+            if v in pos:
+                if pos[v] < i:
+                    live += 1
+            else:
+                live += 1  # block input still to be read
+        # outputs produced earlier and not otherwise counted stay until copied out
+        for v in outs:
+            if v in pos and pos[v] < i and last_use.get(v, -1) < i:
+                live += 1
+        best = max(best, live)
+    return best
+
+
+def _tile(hardware, nbuf: int) -> int:
+    from . import kernels
+
+    return int(kernels.tile_elements(hardware, nbuf, 4))
+
+
+def plan(graph, options: FusionOptions | None = None, hardware=None) -> Plan:
+    """Group the nodes of ``graph`` into blocks.
+
+    Parameters
+    ----------
+    graph : numlab.graph.Graph
+    options : FusionOptions, optional
+        Default ``FusionOptions()`` (Ascend autofusion defaults).
+    hardware : numlab.kernels.Hardware, optional
+        Default ``numlab.kernels.Hardware()``.
+
+    Returns
+    -------
+    Plan
+        See the module docstring for the rules.
+    """
+    from . import kernels
+
+    if options is None:
+        options = FusionOptions()
+    if not isinstance(options, FusionOptions):
+        raise TypeError(
+            f"options must be a FusionOptions (e.g. FusionOptions.inductor()), got {type(options).__name__}"
+        )
+    if hardware is None:
+        hardware = kernels.Hardware()
+    if not isinstance(hardware, kernels.Hardware):
+        raise TypeError(f"hardware must be a numlab.kernels.Hardware, got {type(hardware).__name__}")
+    source = graph
+    decomposed: dict = {}
+    if options.decompose:
+        graph, decomposed = _decompose(graph)
+
+    nodes = list(graph.nodes)
+    kinds = {n.name: op_kind(n.op) for n in nodes}
+    assign: dict = {}
+    fusible_block: dict = {}
+    next_id = 0
+    for n in nodes:
+        k = kinds[n.name]
+        if not options.fuses(k):
+            assign[n.name] = next_id
+            fusible_block[next_id] = False
+            next_id += 1
+            continue
+        cands = []
+        for p in n.inputs:
+            b = assign.get(p)
+            if b is not None and fusible_block.get(b) and b not in cands:
+                cands.append(b)
+        target = None
+        for b in cands:
+            assign[n.name] = b
+            if _acyclic(nodes[: len(assign)], assign):
+                target = b
+                break
+            del assign[n.name]
+        if target is None:
+            assign[n.name] = next_id
+            fusible_block[next_id] = True
+            next_id += 1
+            continue
+        for c in cands:
+            if c == target:
+                continue
+            trial = {m: (target if b == c else b) for m, b in assign.items()}
+            if _acyclic(nodes[: len(trial)], trial):
+                assign = trial
+                fusible_block.pop(c, None)
+
+    # materialise blocks in topological order of their first member
+    order: list = []
+    members: dict = {}
+    for n in nodes:
+        b = assign[n.name]
+        if b not in members:
+            members[b] = []
+            order.append(b)
+        members[b].append(n.name)
+    graph_outputs = set(graph.outputs)
+    blocks = []
+    index = {}
+    for i, b in enumerate(order):
+        mem = members[b]
+        mset = set(mem)
+        ins: list = []
+        outs: list = []
+        for m in mem:
+            for p in graph.node(m).inputs:
+                if p not in mset and p not in ins:
+                    ins.append(p)
+            if m in graph_outputs or any(c.name not in mset for c in graph.consumers(m)):
+                outs.append(m)
+        nbuf = live_buffers(graph, mem, outs)
+        kind = "+".join(sorted({kinds[m] for m in mem}))
+        blocks.append(
+            Block(name=f"b{i}", members=mem, kind=kind, tile=_tile(hardware, nbuf),
+                  live_buffers=nbuf, inputs=ins, outputs=outs)
+        )
+        for m in mem:
+            index[m] = i
+    op_tiles = {}
+    for n in nodes:
+        nbuf = len(dict.fromkeys(n.inputs)) + 1
+        op_tiles[n.name] = _tile(hardware, nbuf)
+    return Plan(graph=graph, source=source, options=options, hardware=hardware, blocks=blocks,
+                decomposed=decomposed, _index=index, _op_tiles=op_tiles)
+
+
+def _decompose(graph):
+    """Replace composite nodes by their decompositions (numlab.ops)."""
+    from . import ops
+
+    fn = getattr(ops, "decompose_graph", None) or getattr(ops, "decompose", None)
+    if fn is None:  # pragma: no cover - depends on numlab.ops
+        raise RuntimeError("numlab.ops provides no decompose_graph(graph)")
+    out = fn(graph)
+    if isinstance(out, tuple):
+        return out
+    return out, {}
