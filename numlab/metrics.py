@@ -1,0 +1,716 @@
+"""Error metrics between a reference and a computed tensor.
+
+Every function takes ``(ref, x)``: ``ref`` the reference (usually the fp64
+reference run, or the "golden"/"bench" dump of msit/msprobe) and ``x`` the
+tensor under test.  Inputs may be float16/32/64, bfloat16 or fp8 arrays
+(ml_dtypes) or nested lists; they are widened **exactly** to float64 before
+any arithmetic, and the shapes must be equal (no broadcasting).
+
+NaN and infinity policy (the same everywhere, never a silent drop)
+-------------------------------------------------------------------
+An element pair is
+
+* **finite** when both values are finite: its errors are the usual ones;
+* a **non-finite match** when both are NaN, or both are the same infinity:
+  its absolute, relative and ULP errors are 0 (the values agree), and it is
+  counted in ``nonfinite_match``;
+* a **non-finite mismatch** otherwise (NaN against a number, an infinity
+  against a finite value, +inf against -inf): its absolute, relative and ULP
+  errors are ``inf``, and it is counted in ``nonfinite_mismatch``.
+
+So the elementwise statistics (max, mean, percentiles, ULP shares) always run
+over *all* elements, and one mismatched NaN makes ``max`` and ``mean`` inf.
+Aggregate metrics (cosine similarity, KL divergence, Euclidean distances,
+RMSE) take ``nonfinite=``:
+
+* ``"propagate"`` (default): any NaN/inf in either tensor gives NaN;
+* ``"zero_matching"``: msprobe's rule (``handle_inf_nan`` in msprobe's
+  ``npy_compare.py``): when the NaN masks and the inf masks of both tensors
+  are identical, those positions are set to 0 in both and the metric is
+  computed; when they differ the metric is NaN.
+
+Percentiles are nearest-rank (``numpy.percentile(method="inverted_cdf")``):
+``P_q`` is the smallest error ``e`` such that at least ``q`` percent of the
+elements have error ``<= e``.  It is always one of the observed errors, so
+it is exact, needs no interpolation and is well defined with infinities.
+
+Sources of the tool-specific formulas
+-------------------------------------
+* msit (``ait``/``msit`` ``compare``, ``cmp_algorithm.py``): cosine
+  similarity; max/mean relative error ``|x/ref - 1|`` where
+  ``|ref| > eps(float64)``, else 0; max/mean absolute error with the same
+  mask; KL divergence ``KL(softmax(ref) || softmax(x))`` along the last axis
+  summed over rows and clamped at 0 (``F.kl_div(F.log_softmax(my),
+  F.softmax(golden), reduction="sum")``); relative Euclidean distance
+  ``sqrt(sum((x - ref)**2) / sum(ref**2))``, 0 when ``||ref|| <= eps``.
+* msprobe (``msprobe/core/compare/npy_compare.py``): relative error
+  ``|(x - ref) / ref|`` after adding ``eps(float64)`` to both where
+  ``ref == 0``; the one-thousandth / five-thousandths ratios are the shares of
+  elements with relative error strictly below 0.001 / 0.005; "accuracy
+  reached" is ``No`` when ``cos < 0.99 and max_abs_err > 0.001`` or when
+  ``cos < 0.9 or max_abs_err > 1``, else ``Yes``
+  (``CompareConst.COS_THRESHOLD = 0.99``, ``MAX_ABS_ERR_THRESHOLD = 0.001``,
+  ``COS_MAX_THRESHOLD = 0.9``, ``MAX_ABS_ERR_MAX_THRESHOLD = 1``).
+* PyTorch Inductor's acceptance rule: :func:`inductor_check`, a transcription
+  of ``torch._dynamo.utils.same`` and ``rmse`` in torch 2.13.0
+  (``torch/_dynamo/utils.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from .formats import Format, get_format
+from .rounding import round_to
+
+__all__ = [
+    "NONFINITE_MODES",
+    "as_f64",
+    "nonfinite_masks",
+    "abs_error",
+    "rel_error",
+    "ulp_error",
+    "ordinal",
+    "ulp_distance",
+    "ulp_shares",
+    "bitwise_equal",
+    "bitwise_equal_share",
+    "percentile",
+    "cosine_similarity",
+    "kl_divergence",
+    "relative_euclidean",
+    "euclidean",
+    "rmse",
+    "msprobe_relative_error",
+    "error_ratio",
+    "msprobe_accuracy_reached",
+    "msit_relative_error",
+    "msit_absolute_error",
+    "InductorResult",
+    "inductor_multiplier",
+    "inductor_check",
+    "error_stats",
+]
+
+NONFINITE_MODES = ("propagate", "zero_matching")
+_EPS64 = float(np.finfo(np.float64).eps)
+_EXTRA_FLOATS = (
+    np.dtype(ml_dtypes.bfloat16),
+    np.dtype(ml_dtypes.float8_e4m3fn),
+    np.dtype(ml_dtypes.float8_e5m2),
+)
+
+
+# --------------------------------------------------------------------------
+# input handling
+# --------------------------------------------------------------------------
+def as_f64(a, name: str = "x") -> np.ndarray:
+    """Widen ``a`` exactly to a float64 array.
+
+    Accepts float16/32/64, bfloat16, fp8 and integer arrays (integers must be
+    exactly representable, i.e. ``|a| <= 2**53``) and Python numbers/lists.
+    Raises TypeError naming ``name`` for bool, complex and object input.
+    """
+    arr = np.asarray(a)
+    dt = arr.dtype
+    if dt.kind == "f" or dt in _EXTRA_FLOATS:
+        return arr.astype(np.float64)
+    if dt.kind in "iu":
+        out = arr.astype(np.float64)
+        if out.size and np.abs(out).max() > 2.0**53:
+            raise ValueError(f"{name} holds integers above 2**53 that float64 cannot hold exactly")
+        return out
+    raise TypeError(
+        f"{name} must be a real floating-point (or integer) array, got dtype {dt}; "
+        "valid: float16, bfloat16, float32, float64, fp8, integers"
+    )
+
+
+def _pair(ref, x) -> tuple[np.ndarray, np.ndarray]:
+    r = as_f64(ref, "ref")
+    y = as_f64(x, "x")
+    if r.shape != y.shape:
+        raise ValueError(f"ref and x must have the same shape, got ref {r.shape} and x {y.shape}")
+    return r, y
+
+
+def _check_nonfinite(nonfinite: str) -> None:
+    if nonfinite not in NONFINITE_MODES:
+        raise ValueError(f"nonfinite={nonfinite!r} is not valid; choose one of {NONFINITE_MODES}")
+
+
+def nonfinite_masks(ref, x) -> dict:
+    """Boolean masks of the non-finite policy (see module docstring).
+
+    Returns a dict with ``finite`` (both finite), ``match`` (both NaN or the
+    same infinity) and ``mismatch`` (every other pair with a NaN or an inf);
+    the three partition the elements.
+    """
+    r, y = _pair(ref, x)
+    return _masks(r, y)
+
+
+def _masks(r: np.ndarray, y: np.ndarray) -> dict:
+    fr, fy = np.isfinite(r), np.isfinite(y)
+    finite = fr & fy
+    nr, ny = np.isnan(r), np.isnan(y)
+    match = (nr & ny) | (np.isinf(r) & (r == y))
+    mismatch = ~finite & ~match
+    return {"finite": finite, "match": match, "mismatch": mismatch}
+
+
+def _elementwise(r: np.ndarray, y: np.ndarray, finite_err: np.ndarray) -> np.ndarray:
+    """Apply the policy: finite pairs keep ``finite_err``; matches 0; mismatches inf."""
+    m = _masks(r, y)
+    out = np.where(m["finite"], finite_err, np.where(m["match"], 0.0, np.inf))
+    return out
+
+
+# --------------------------------------------------------------------------
+# elementwise errors
+# --------------------------------------------------------------------------
+def abs_error(ref, x) -> np.ndarray:
+    """``|x - ref|`` elementwise in float64 (exact up to one float64 rounding),
+    with the module's NaN/inf policy."""
+    r, y = _pair(ref, x)
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = np.abs(y - r)
+    return _elementwise(r, y, d)
+
+
+def rel_error(ref, x, *, tiny: float = 0.0) -> np.ndarray:
+    """``|x - ref| / max(|ref|, tiny)`` elementwise.
+
+    With the default ``tiny=0`` an exact zero reference gives 0 when ``x`` is
+    also 0 and ``inf`` otherwise (the relative error is unbounded there).
+    NaN/inf pairs follow the module's policy.
+    """
+    if not (tiny >= 0):
+        raise ValueError(f"tiny must be >= 0, got {tiny!r}")
+    r, y = _pair(ref, x)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        d = np.abs(y - r)
+        den = np.maximum(np.abs(r), tiny)
+        rel = np.where(d == 0, 0.0, d / den)
+    return _elementwise(r, y, rel)
+
+
+def ulp_error(ref, x, fmt) -> np.ndarray:
+    """``|x - ref| / ulp_fmt(ref)``: the error in units in the last place of
+    ``fmt`` at the reference (Goldberg's ulp, :func:`numlab.formats.ulp`;
+    ``ref`` need not be representable in ``fmt``).  A real number, so a
+    correctly rounded result has ``ulp_error <= 0.5``.  References beyond
+    ``fmt.max`` use the ulp of ``fmt.max``."""
+    fmt = get_format(fmt)
+    r, y = _pair(ref, x)
+    with np.errstate(invalid="ignore", over="ignore"):
+        rr = np.clip(np.where(np.isfinite(r), r, 0.0), -fmt.max, fmt.max)
+        _, E = np.frexp(np.abs(rr))
+        e = np.where(rr == 0, fmt.emin, np.maximum(E.astype(np.int64) - 1, fmt.emin))
+        q = np.ldexp(1.0, (e - fmt.p + 1).astype(np.int32))
+        if not fmt.subnormals:
+            q = np.where(np.abs(rr) < fmt.smallest_normal, fmt.smallest_normal, q)
+        err = np.abs(y - r) / q
+    return _elementwise(r, y, err)
+
+
+def ordinal(v, fmt) -> np.ndarray:
+    """Signed ordinal of values of ``fmt``: consecutive numbers of ``fmt`` get
+    consecutive integers, ``+0`` and ``-0`` both map to 0, ``ordinal(-v) =
+    -ordinal(v)`` and ``+inf`` is ``ordinal(max) + 1``.
+
+    This is the sign-magnitude-to-two's-complement mapping that
+    ``numpy.testing`` uses for ``nulp_diff`` (``_integer_repr``), written
+    arithmetically so it also works for formats without a storage dtype:
+    ``|v| = k * 2**(e - p + 1)`` with ``e = max(floor(log2|v|), emin)`` gives
+    ``ordinal = (e - emin) * 2**(p - 1) + k``.  ``v`` must hold values of
+    ``fmt`` (round first); NaN raises ValueError.  Returns int64.
+    """
+    fmt = get_format(fmt)
+    a = as_f64(v, "v")
+    if np.isnan(a).any():
+        raise ValueError("ordinal: v contains NaN, which has no position in the order")
+    mag = np.abs(a)
+    fin = np.isfinite(mag)
+    m = np.where(fin, mag, fmt.max)
+    _, E = np.frexp(m)
+    e = np.where(m == 0, fmt.emin, np.maximum(E.astype(np.int64) - 1, fmt.emin))
+    k = np.ldexp(m, -(e - fmt.p + 1).astype(np.int32))
+    if np.any(k != np.floor(k)):
+        raise ValueError(f"ordinal: v holds values that are not numbers of {fmt.name}; round first")
+    ordv = ((e - fmt.emin) << (fmt.p - 1)) + k.astype(np.int64)
+    ordv = np.where(fin, ordv, ordv + 1)
+    return np.where(np.signbit(a), -ordv, ordv)
+
+
+def ulp_distance(a, b, fmt, *, mode: str = "rne") -> np.ndarray:
+    """Number of ``fmt`` numbers between ``a`` and ``b`` (0: same value).
+
+    Both are first rounded to ``fmt`` with ``mode`` (a no-op for values that
+    are already numbers of ``fmt``; so for ``a`` an fp64 reference this is the
+    distance from the correctly rounded result), then the distance is
+    ``|ordinal(a) - ordinal(b)|`` (sign-magnitude ordering, as
+    ``numpy.testing.assert_array_max_ulp`` / ``nulp_diff``; ``+0`` and ``-0``
+    are 0 apart, crossing zero counts the numbers on both sides).  An infinity
+    is one step beyond ``max``.  Both NaN gives 0, one NaN gives ``inf``.
+    Returns float64 (integers, exact below 2**53).
+    """
+    fmt = get_format(fmt)
+    r, y = _pair(a, b)
+    ra = round_to(r, fmt, mode)
+    rb = round_to(y, fmt, mode)
+    na, nb = np.isnan(ra), np.isnan(rb)
+    oa = ordinal(np.where(na, 0.0, ra), fmt)
+    ob = ordinal(np.where(nb, 0.0, rb), fmt)
+    d = np.abs(oa - ob).astype(np.float64)
+    d = np.where(na & nb, 0.0, np.where(na | nb, np.inf, d))
+    return d
+
+
+def ulp_shares(dist: np.ndarray) -> dict:
+    """Shares of elements at 0, 1 and >= 2 ULP (as in the autofusion test plan C1)."""
+    d = np.asarray(dist)
+    n = d.size
+    if n == 0:
+        return {"ulp0": math.nan, "ulp1": math.nan, "ulp_ge2": math.nan}
+    return {
+        "ulp0": float(np.count_nonzero(d == 0)) / n,
+        "ulp1": float(np.count_nonzero(d == 1)) / n,
+        "ulp_ge2": float(np.count_nonzero(d >= 2)) / n,
+    }
+
+
+def bitwise_equal(a, b) -> np.ndarray:
+    """Elementwise bit equality.
+
+    Same dtype: the raw storage bits are compared (so ``+0 != -0`` and NaN
+    payloads matter).  Different dtypes: both are widened exactly to float64
+    and the float64 bits compared, except that any two NaNs count as equal
+    (widening may not keep payloads).
+    """
+    x, y = np.asarray(a), np.asarray(b)
+    if x.shape != y.shape:
+        raise ValueError(f"a and b must have the same shape, got {x.shape} and {y.shape}")
+    if x.dtype == y.dtype and x.dtype.itemsize in (1, 2, 4, 8) and (
+        x.dtype.kind == "f" or x.dtype in _EXTRA_FLOATS
+    ):
+        ut = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[x.dtype.itemsize]
+        return np.ascontiguousarray(x).view(ut) == np.ascontiguousarray(y).view(ut)
+    fx, fy = as_f64(x, "a"), as_f64(y, "b")
+    eq = fx.view(np.uint64) == fy.view(np.uint64)
+    return eq | (np.isnan(fx) & np.isnan(fy))
+
+
+def bitwise_equal_share(a, b) -> float:
+    """Share of elements that are :func:`bitwise_equal` (NaN for empty input)."""
+    eq = bitwise_equal(a, b)
+    return float(eq.mean()) if eq.size else math.nan
+
+
+def percentile(err, q: float) -> float:
+    """Nearest-rank percentile (``method="inverted_cdf"``), NaN for empty input.
+
+    ``err`` must not contain NaN (the error functions never produce one)."""
+    e = np.asarray(err, dtype=np.float64).ravel()
+    if e.size == 0:
+        return math.nan
+    if np.isnan(e).any():
+        raise ValueError("percentile: err contains NaN; errors follow the NaN/inf policy and are never NaN")
+    return float(np.percentile(e, q, method="inverted_cdf"))
+
+
+# --------------------------------------------------------------------------
+# aggregate metrics
+# --------------------------------------------------------------------------
+def _aggregate_inputs(ref, x, nonfinite: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """Return finite float64 copies following ``nonfinite``, or None for NaN."""
+    _check_nonfinite(nonfinite)
+    r, y = _pair(ref, x)
+    fr, fy = np.isfinite(r), np.isfinite(y)
+    if fr.all() and fy.all():
+        return r, y
+    if nonfinite == "propagate":
+        return None
+    same = np.array_equal(np.isnan(r), np.isnan(y)) and np.array_equal(
+        np.isposinf(r), np.isposinf(y)) and np.array_equal(np.isneginf(r), np.isneginf(y))
+    if not same:
+        return None
+    return np.where(fr, r, 0.0), np.where(fy, y, 0.0)
+
+
+def _scaled_norm(v: np.ndarray) -> float:
+    """Euclidean norm without overflow/underflow: ``s * ||v / s||``, ``s = max|v|``."""
+    if v.size == 0:
+        return 0.0
+    s = float(np.max(np.abs(v)))
+    if s == 0.0 or not math.isfinite(s):
+        return s
+    w = v / s
+    return s * math.sqrt(float(np.dot(w.ravel(), w.ravel())))
+
+
+def cosine_similarity(ref, x, *, nonfinite: str = "propagate") -> float:
+    """``sum(ref * x) / (||ref|| * ||x||)`` over all elements, in float64.
+
+    Both vectors are scaled by their max-abs first, so no overflow or
+    underflow.  Both all-zero gives 1.0 (as msprobe); one all-zero gives NaN.
+    """
+    p = _aggregate_inputs(ref, x, nonfinite)
+    if p is None:
+        return math.nan
+    r, y = (v.ravel() for v in p)
+    nr, ny = _scaled_norm(r), _scaled_norm(y)
+    if nr == 0 and ny == 0:
+        return 1.0
+    if nr == 0 or ny == 0:
+        return math.nan
+    sr, sy = np.max(np.abs(r)), np.max(np.abs(y))
+    dot = float(np.dot(r / sr, y / sy))
+    c = dot / ((nr / sr) * (ny / sy))
+    return float(min(1.0, max(-1.0, c)))
+
+
+def _log_softmax(v: np.ndarray, axis: int) -> np.ndarray:
+    m = np.max(v, axis=axis, keepdims=True)
+    z = v - m
+    return z - np.log(np.sum(np.exp(z), axis=axis, keepdims=True))
+
+
+def kl_divergence(ref, x, *, axis: int = -1, nonfinite: str = "propagate") -> float:
+    """msit's KL divergence: ``sum_rows KL(softmax(ref) || softmax(x))``.
+
+    ``sum p * (log p - log q)`` with ``p = softmax(ref)``, ``q = softmax(x)``
+    along ``axis`` (stable log-softmax in float64), summed over all other
+    positions, clamped at 0 (msit returns ``max(result, 0)``).  0-d input is
+    treated as a single-element row (KL 0).
+    """
+    p = _aggregate_inputs(ref, x, nonfinite)
+    if p is None:
+        return math.nan
+    r, y = p
+    if r.size == 0:
+        return math.nan
+    if r.ndim == 0:
+        r, y = r.reshape(1), y.reshape(1)
+    lp, lq = _log_softmax(r, axis), _log_softmax(y, axis)
+    val = float(np.sum(np.exp(lp) * (lp - lq)))
+    return max(val, 0.0)
+
+
+def euclidean(ref, x, *, nonfinite: str = "propagate") -> float:
+    """``||x - ref||_2`` over all elements (float64, scaled to avoid overflow)."""
+    p = _aggregate_inputs(ref, x, nonfinite)
+    if p is None:
+        return math.nan
+    r, y = p
+    return _scaled_norm((y - r).ravel())
+
+
+def relative_euclidean(ref, x, *, nonfinite: str = "propagate") -> float:
+    """``||x - ref||_2 / ||ref||_2``; 0 when both are zero, inf when only
+    ``ref`` is zero.  (msit returns 0 whenever ``||ref|| <= eps(float64)``;
+    otherwise the two agree.)"""
+    p = _aggregate_inputs(ref, x, nonfinite)
+    if p is None:
+        return math.nan
+    r, y = p
+    num = _scaled_norm((y - r).ravel())
+    den = _scaled_norm(r.ravel())
+    if den == 0:
+        return 0.0 if num == 0 else math.inf
+    return num / den
+
+
+def rmse(ref, x, *, nonfinite: str = "propagate") -> float:
+    """Root mean squared error ``sqrt(mean((x - ref)**2))`` (NaN for empty)."""
+    p = _aggregate_inputs(ref, x, nonfinite)
+    if p is None:
+        return math.nan
+    r, y = p
+    if r.size == 0:
+        return math.nan
+    return _scaled_norm((y - r).ravel()) / math.sqrt(r.size)
+
+
+# --------------------------------------------------------------------------
+# msprobe / msit columns
+# --------------------------------------------------------------------------
+def msprobe_relative_error(ref, x) -> np.ndarray:
+    """msprobe's elementwise relative error (``get_relative_err``).
+
+    Where ``ref == 0`` both ``ref`` and ``x`` get ``eps(float64)`` added, then
+    ``|(x - ref) / ref|``.  Non-finite values follow msprobe's
+    ``handle_inf_nan``: when the NaN and inf masks of both are identical the
+    non-finite positions are set to 0 in both (relative error 0); otherwise
+    the whole result is NaN.
+    """
+    p = _aggregate_inputs(ref, x, "zero_matching")
+    r0, y0 = _pair(ref, x)
+    if p is None:
+        return np.full(r0.shape, np.nan)
+    r, y = p[0].copy(), p[1].copy()
+    z = r == 0
+    r[z] += _EPS64
+    y[z] += _EPS64
+    with np.errstate(over="ignore"):
+        return np.abs((y - r) / r)
+
+
+def error_ratio(ref, x, rtol: float = 1e-3) -> float:
+    """msprobe's error ratio: the share of elements with
+    :func:`msprobe_relative_error` strictly below ``rtol`` (0.001: the
+    "one-thousandth" column, 0.005: "five-thousandths").  NaN when the
+    non-finite masks differ or the input is empty."""
+    if not (rtol > 0):
+        raise ValueError(f"rtol must be > 0, got {rtol!r}")
+    rel = msprobe_relative_error(ref, x)
+    if rel.size == 0 or np.isnan(rel).any():
+        return math.nan
+    return float(np.count_nonzero(rel < rtol)) / rel.size
+
+
+def msprobe_accuracy_reached(cos: float, max_abs_err: float) -> bool:
+    """msprobe's "Accuracy Reached or Not" (``check_accuracy``): False when
+    ``cos < 0.99 and max_abs_err > 0.001`` or ``cos < 0.9 or
+    max_abs_err > 1``; a NaN input (msprobe's "N/A") is False; else True."""
+    if math.isnan(cos) or math.isnan(max_abs_err):
+        return False
+    if cos < 0.99 and max_abs_err > 0.001:
+        return False
+    if cos < 0.9 or max_abs_err > 1:
+        return False
+    return True
+
+
+def msit_relative_error(ref, x) -> tuple[float, float]:
+    """msit's (max, mean) relative error: ``|x / ref - 1|`` where
+    ``|ref| > eps(float64)``, 0 elsewhere; the mean is over *all* elements.
+    Non-finite values propagate (NaN/inf results)."""
+    r, y = _pair(ref, x)
+    if r.size == 0:
+        return math.nan, math.nan
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        e = np.where(np.abs(r) > _EPS64, np.abs(y / np.where(r == 0, 1.0, r) - 1.0), 0.0)
+    return float(np.max(e)), float(np.mean(e))
+
+
+def msit_absolute_error(ref, x) -> tuple[float, float]:
+    """msit's (max, mean) absolute error: ``|x - ref|`` where
+    ``|ref| > eps(float64)``, 0 elsewhere (msit masks by the golden value
+    here too).  Non-finite values propagate."""
+    r, y = _pair(ref, x)
+    if r.size == 0:
+        return math.nan, math.nan
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.where(np.abs(r) > _EPS64, np.abs(y - r), 0.0)
+    return float(np.max(e)), float(np.mean(e))
+
+
+# --------------------------------------------------------------------------
+# PyTorch Inductor's acceptance rule
+# --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class InductorResult:
+    """Outcome of :func:`inductor_check`.
+
+    ``passed``; ``reason`` (which branch decided: "dtype", "allclose",
+    "cosine", "nan_corner", "rmse", "nan_both", "no_fp64"); ``res_error`` =
+    rmse(fp64, compiled); ``ref_error`` = rmse(fp64, eager); ``multiplier``;
+    ``threshold`` = multiplier * ref_error + tol / 10; ``cosine``.
+    """
+
+    passed: bool
+    reason: str
+    res_error: float = math.nan
+    ref_error: float = math.nan
+    multiplier: float = math.nan
+    threshold: float = math.nan
+    cosine: float = math.nan
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+
+def inductor_multiplier(
+    numel: int,
+    low_precision: bool,
+    *,
+    ndim4_1x1: bool = False,
+    tol: float = 1e-4,
+    use_larger_multiplier_for_smaller_tensor: bool = False,
+    force_max_multiplier: bool = False,
+) -> float:
+    """The multiplier of ``get_multiplier`` in ``torch._dynamo.utils.same``
+    (torch 2.13.0): 10 when forced; else 3 for fp16/bf16 results, 2 otherwise;
+    with ``use_larger_multiplier_for_smaller_tensor`` 10 for ``numel <= 10``
+    and 8 for ``numel <= 500``; else 3 when ``numel < 1000``, for a 4-d
+    ``[..., 1, 1]`` tensor, or when ``tol >= 2e-2``."""
+    if force_max_multiplier:
+        return 10.0
+    m = 3.0 if low_precision else 2.0
+    if use_larger_multiplier_for_smaller_tensor and numel <= 10:
+        m = 10.0
+    elif use_larger_multiplier_for_smaller_tensor and numel <= 500:
+        m = 8.0
+    elif numel < 1000 or ndim4_1x1 or tol >= 2 * 1e-2:
+        m = 3.0
+    return m
+
+
+def _allclose(a: np.ndarray, b: np.ndarray, tol: float, equal_nan: bool) -> bool:
+    # torch.allclose(a, b, rtol, atol): |a - b| <= atol + rtol * |b|, infinities equal when same
+    with np.errstate(invalid="ignore", over="ignore"):
+        return bool(np.allclose(a, b, rtol=tol, atol=tol, equal_nan=equal_nan))
+
+
+def inductor_check(
+    fp64_ref,
+    eager,
+    compiled,
+    *,
+    tol: float = 1e-4,
+    cos_similarity: bool = False,
+    equal_nan: bool = False,
+    low_precision: bool | None = None,
+    use_larger_multiplier_for_smaller_tensor: bool = False,
+    force_max_multiplier: bool = False,
+) -> InductorResult:
+    """PyTorch Inductor's accuracy check of a compiled result.
+
+    Transcribes the tensor branch of ``same(ref, res, fp64_ref, ...)`` in
+    ``torch/_dynamo/utils.py`` of torch 2.13.0, with ``ref = eager`` and
+    ``res = compiled``:
+
+    1. dtypes of eager and compiled must match (``exact_dtype=True``);
+    2. cosine mode: pass when ``allclose(eager, compiled, tol, tol,
+       equal_nan=True)`` on float32 copies, else when the cosine similarity
+       (torch's ``cosine_similarity(dim=0, eps=1e-6)``) is ``>= 0.99``;
+    3. otherwise pass when ``allclose(eager, compiled, atol=tol, rtol=tol)``;
+    4. else, with an fp64 reference: pass when the reference and compiled
+       have no NaN, eager does, and ``allclose(fp64_ref.to(dtype), compiled,
+       0.04, 0.04)`` ("nan_corner"); otherwise pass when
+       ``rmse(fp64, compiled) <= multiplier * rmse(fp64, eager) + tol / 10``
+       (:func:`inductor_multiplier`), or both rmse are NaN with
+       ``equal_nan``.
+
+    ``rmse`` here is torch's plain ``sqrt(mean((ref - res)**2))`` in float64.
+    ``low_precision`` (fp16/bf16 result; default: from ``compiled.dtype``)
+    lets float32 containers holding fp16 values use the fp16 multiplier.
+    Arithmetic is float64 numpy, so allclose decisions within one rounding of
+    the tolerance may differ from torch's in-dtype arithmetic.
+    """
+    e_arr, c_arr = np.asarray(eager), np.asarray(compiled)
+    if e_arr.dtype != c_arr.dtype:
+        return InductorResult(False, "dtype")
+    ref64 = as_f64(fp64_ref, "fp64_ref")
+    e, c = as_f64(e_arr, "eager"), as_f64(c_arr, "compiled")
+    if not (ref64.shape == e.shape == c.shape):
+        raise ValueError(
+            f"fp64_ref, eager and compiled must have the same shape, got {ref64.shape}, {e.shape}, {c.shape}"
+        )
+    if low_precision is None:
+        low_precision = c_arr.dtype in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+    if cos_similarity:
+        e32 = e.ravel().astype(np.float32).astype(np.float64)
+        c32 = c.ravel().astype(np.float32).astype(np.float64)
+        if _allclose(e32, c32, tol, True):
+            return InductorResult(True, "allclose")
+        with np.errstate(invalid="ignore", over="ignore"):
+            num = float(np.dot(e32, c32))
+            den = max(float(np.linalg.norm(e32)), 1e-6) * max(float(np.linalg.norm(c32)), 1e-6)
+        score = num / den
+        return InductorResult(bool(score >= 0.99), "cosine", cosine=score)
+    if _allclose(e, c, tol, equal_nan):
+        return InductorResult(True, "allclose")
+    if np.asarray(fp64_ref).dtype != np.float64:
+        return InductorResult(False, "no_fp64")
+    if (not np.isnan(ref64).any() and not np.isnan(c).any() and np.isnan(e).any()):
+        ref_in = ref64.astype(c_arr.dtype).astype(np.float64) if c_arr.dtype.kind == "f" or c_arr.dtype in _EXTRA_FLOATS else ref64
+        if _allclose(ref_in, c, 4e-2, equal_nan):
+            return InductorResult(True, "nan_corner")
+
+    def _rmse(a, b):
+        with np.errstate(invalid="ignore", over="ignore"):
+            return float(np.sqrt(np.mean(np.square(a - b))))
+
+    ref_error = _rmse(ref64, e)
+    res_error = _rmse(ref64, c)
+    ndim4 = e.ndim == 4 and e.shape[-1] == e.shape[-2] == 1
+    mult = inductor_multiplier(
+        ref64.size, low_precision, ndim4_1x1=ndim4, tol=tol,
+        use_larger_multiplier_for_smaller_tensor=use_larger_multiplier_for_smaller_tensor,
+        force_max_multiplier=force_max_multiplier,
+    )
+    thr = mult * ref_error + tol / 10.0
+    passed = res_error <= thr
+    reason = "rmse"
+    if not passed and equal_nan and math.isnan(ref_error) and math.isnan(res_error):
+        passed, reason = True, "nan_both"
+    return InductorResult(bool(passed), reason, res_error, ref_error, mult, thr)
+
+
+# --------------------------------------------------------------------------
+# the bundle
+# --------------------------------------------------------------------------
+def error_stats(ref, x, fmt: Format | str | None = None, *, tiny: float = 0.0) -> dict:
+    """All metrics of ``x`` against ``ref`` in one dict.
+
+    Keys
+    ----
+    ``n``; counts ``nan_ref``, ``nan_x``, ``inf_ref``, ``inf_x``,
+    ``nonfinite_match``, ``nonfinite_mismatch``, ``n_finite``;
+    ``abs_max``, ``abs_mean``, ``abs_p50``, ``abs_p99`` and the same for
+    ``rel_`` (:func:`abs_error`, :func:`rel_error` with ``tiny``, nearest-rank
+    percentiles, over all elements following the NaN/inf policy);
+    ``bitwise_equal`` (share, :func:`bitwise_equal`); ``cosine``,
+    ``kl_divergence``, ``relative_euclidean``, ``euclidean``, ``rmse``
+    (``nonfinite="propagate"``); ``err_ratio_0.001`` and ``err_ratio_0.005``
+    (msprobe's one-thousandth / five-thousandths ratios); and when ``fmt`` is
+    given ``ulp_max``, ``ulp_mean``, ``ulp_p50``, ``ulp_p99`` (:func:`ulp_distance`
+    to ``ref`` rounded to ``fmt``), ``ulp0``, ``ulp1``, ``ulp_ge2`` (shares),
+    ``ulp_err_max`` (:func:`ulp_error`, fractional).
+    Empty input gives NaN statistics and zero counts.
+    """
+    r, y = _pair(ref, x)
+    m = _masks(r, y)
+    n = r.size
+    out: dict = {
+        "n": n,
+        "nan_ref": int(np.count_nonzero(np.isnan(r))),
+        "nan_x": int(np.count_nonzero(np.isnan(y))),
+        "inf_ref": int(np.count_nonzero(np.isinf(r))),
+        "inf_x": int(np.count_nonzero(np.isinf(y))),
+        "nonfinite_match": int(np.count_nonzero(m["match"])),
+        "nonfinite_mismatch": int(np.count_nonzero(m["mismatch"])),
+        "n_finite": int(np.count_nonzero(m["finite"])),
+    }
+    ae = abs_error(r, y)
+    re_ = rel_error(r, y, tiny=tiny)
+    for name, e in (("abs", ae), ("rel", re_)):
+        out[f"{name}_max"] = float(e.max()) if n else math.nan
+        out[f"{name}_mean"] = float(e.mean()) if n else math.nan
+        out[f"{name}_p50"] = percentile(e, 50)
+        out[f"{name}_p99"] = percentile(e, 99)
+    out["bitwise_equal"] = bitwise_equal_share(r, y)
+    out["cosine"] = cosine_similarity(r, y)
+    out["kl_divergence"] = kl_divergence(r, y) if n else math.nan
+    out["relative_euclidean"] = relative_euclidean(r, y)
+    out["euclidean"] = euclidean(r, y)
+    out["rmse"] = rmse(r, y)
+    out["err_ratio_0.001"] = error_ratio(r, y, 1e-3) if n else math.nan
+    out["err_ratio_0.005"] = error_ratio(r, y, 5e-3) if n else math.nan
+    if fmt is not None:
+        f = get_format(fmt)
+        d = ulp_distance(r, y, f)
+        out["ulp_max"] = float(d.max()) if n else math.nan
+        out["ulp_mean"] = float(d.mean()) if n else math.nan
+        out["ulp_p50"] = percentile(d, 50)
+        out["ulp_p99"] = percentile(d, 99)
+        out.update(ulp_shares(d))
+        ue = ulp_error(r, y, f)
+        out["ulp_err_max"] = float(ue.max()) if n else math.nan
+    return out

@@ -1,0 +1,346 @@
+"""Tests of numlab.metrics against independent computations (fractions, scalar
+Python loops, numpy.testing's nulp_diff, torch)."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from numpy.testing._private.utils import nulp_diff
+
+from numlab import metrics as M
+from numlab.formats import BF16, FP16, FP32, TF32, next_up
+
+
+def _all_fp16():
+    return np.arange(2**16, dtype=np.uint16).view(np.float16)
+
+
+# ---------------------------------------------------------------- ordinal / ulp
+def test_ordinal_fp16_exhaustive_consecutive():
+    v = _all_fp16()
+    v = v[~np.isnan(v)]
+    v = v[~((v == 0) & np.signbit(v))]  # keep one zero
+    o = M.ordinal(v, FP16)
+    order = np.argsort(v.astype(np.float64), kind="stable")
+    assert np.array_equal(np.diff(o[order]), np.ones(v.size - 1, dtype=np.int64))
+    assert M.ordinal(np.float16(0), FP16) == 0 == M.ordinal(-np.float16(0), FP16)
+    assert M.ordinal(np.float16(np.inf), FP16) == M.ordinal(np.float16(65504), FP16) + 1
+
+
+def test_ulp_distance_fp16_matches_numpy_nulp_diff_on_all_code_pairs():
+    rng = np.random.default_rng(0)
+    v = _all_fp16()
+    fin = v[np.isfinite(v)]
+    a = rng.choice(fin, 200_000)
+    b = rng.choice(fin, 200_000)
+    # second half: near neighbours, stepping codes by -3..3 within the same sign
+    codes = a[100_000:].view(np.uint16).astype(np.int64)
+    step = rng.integers(-3, 4, 100_000)
+    mag = np.clip((codes & 0x7FFF) + step, 0, 0x7BFF)
+    b[100_000:] = ((codes & 0x8000) | mag).astype(np.uint16).view(np.float16)
+    # near zero: cross the sign
+    a[-1000:] = rng.choice(fin[np.abs(fin) < 1e-6], 1000)
+    b[-1000:] = -a[-1000:]
+    ours = M.ulp_distance(a, b, FP16)
+    # numpy's nulp_diff subtracts in int16 and wraps for distances >= 2**15,
+    # so it is the reference for the near pairs; sign-magnitude codes for all
+    near = slice(100_000, None)
+    assert np.array_equal(ours[near], nulp_diff(a[near], b[near]).ravel().astype(np.float64))
+    ca, cb = a.view(np.uint16).astype(np.int64), b.view(np.uint16).astype(np.int64)
+    sa = np.where(ca & 0x8000, -(ca & 0x7FFF), ca)
+    sb = np.where(cb & 0x8000, -(cb & 0x7FFF), cb)
+    assert np.array_equal(ours, np.abs(sa - sb).astype(np.float64))
+    assert ours.max() > 40_000 and np.array_equal(ours[-1000:] == 0, a[-1000:] == 0)
+
+
+def test_ulp_distance_bf16_and_fp32_vs_sign_magnitude_codes():
+    rng = np.random.default_rng(1)
+    for dt, fmt, ut, bits in ((ml_dtypes.bfloat16, BF16, np.uint16, 16), (np.float32, FP32, np.uint32, 32)):
+        codes = rng.integers(0, 2**bits, 50_000, dtype=np.uint64).astype(ut)
+        v = codes.view(dt)
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(v.astype(np.float64))
+        v, codes = v[ok], codes[ok].astype(np.int64)
+        a, ca = v[: v.size // 2 * 2 : 2], codes[: v.size // 2 * 2 : 2]
+        b, cb = v[1 : v.size // 2 * 2 : 2], codes[1 : v.size // 2 * 2 : 2]
+        sign = np.int64(1) << (bits - 1)
+
+        def signed(c, sign=sign):
+            return np.where(c & sign, -(c & (sign - 1)), c & (sign - 1))
+
+        expect = np.abs(signed(ca) - signed(cb)).astype(np.float64)
+        assert np.array_equal(M.ulp_distance(a, b, fmt), expect)
+
+
+def test_ordinal_tf32_next_up_is_plus_one():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(10_000) * 10.0 ** rng.integers(-30, 30, 10_000)
+    from numlab.rounding import round_to
+
+    v = round_to(x, TF32)
+    o = M.ordinal(v, TF32)
+    assert np.array_equal(M.ordinal(next_up(v, TF32), TF32), o + 1)
+    tiny = TF32.smallest_subnormal
+    assert M.ordinal(tiny, TF32) == 1 and M.ordinal(-tiny, TF32) == -1
+
+
+def test_ordinal_rejects_nan_and_unrepresentable():
+    with pytest.raises(ValueError, match="NaN"):
+        M.ordinal(np.array([np.nan]), FP16)
+    with pytest.raises(ValueError, match="round first"):
+        M.ordinal(np.array([1.0 + 2**-20]), FP16)
+
+
+def test_ulp_distance_nan_policy_and_rounding_of_reference():
+    a = np.array([np.nan, np.nan, 1.0, np.inf, 65504.0, 1.0 + 2**-12])
+    b = np.array([np.nan, 1.0, 1.0, np.inf, np.inf, 1.0])
+    d = M.ulp_distance(a, b, FP16)
+    # 1 + 2**-12 is a tie between 1 and 1 + 2**-10; RNE picks 1 (even)
+    assert d.tolist() == [0.0, np.inf, 0.0, 0.0, 1.0, 0.0]
+    # crossing zero: -tiny to +tiny is 2 steps
+    t = FP16.smallest_subnormal
+    assert M.ulp_distance(np.array([-t]), np.array([t]), FP16)[0] == 2
+
+
+def test_ulp_error_fraction_reference():
+    rng = np.random.default_rng(3)
+    ref = rng.standard_normal(200) * 100
+    x = ref.astype(np.float16).astype(np.float64)
+    ue = M.ulp_error(ref, x, FP16)
+    for r, xx, got in zip(ref, x, ue, strict=True):
+        e = math.frexp(abs(r))[1] - 1
+        q = Fraction(2) ** (max(e, -14) - 10)
+        assert Fraction(got) == pytest.approx(abs(Fraction(xx) - Fraction(r)) / q, rel=1e-15)
+        assert got <= 0.5
+
+
+# ---------------------------------------------------------------- elementwise errors + policy
+def test_abs_rel_error_policy():
+    ref = np.array([1.0, 0.0, 0.0, np.nan, np.nan, np.inf, np.inf, -np.inf, 2.0, 4.0])
+    x = np.array([1.5, 0.0, 1e-300, np.nan, 3.0, np.inf, -np.inf, 5.0, np.inf, 3.0])
+    ae = M.abs_error(ref, x)
+    re_ = M.rel_error(ref, x)
+    assert ae.tolist() == [0.5, 0, 1e-300, 0, np.inf, 0, np.inf, np.inf, np.inf, 1.0]
+    assert re_.tolist() == [0.5, 0, np.inf, 0, np.inf, 0, np.inf, np.inf, np.inf, 0.25]
+    m = M.nonfinite_masks(ref, x)
+    assert m["match"].sum() == 2 and m["mismatch"].sum() == 4 and m["finite"].sum() == 4
+    assert np.all(m["match"] ^ m["mismatch"] ^ m["finite"])
+
+
+def test_rel_error_tiny_floor():
+    assert M.rel_error([0.0, 1e-9], [1e-6, 2e-9], tiny=1e-3).tolist() == pytest.approx([1e-3, 1e-6])
+
+
+def test_percentile_nearest_rank_vs_loop():
+    rng = np.random.default_rng(4)
+    for n in (1, 2, 7, 100, 1001):
+        e = rng.exponential(size=n)
+        e[rng.random(n) < 0.05] = np.inf
+        s = sorted(e.tolist())
+        for q in (50, 99, 100, 0.1):
+            k = max(math.ceil(q / 100 * n), 1) - 1
+            assert M.percentile(e, q) == s[k]
+    assert math.isnan(M.percentile([], 50))
+
+
+def test_bad_input_errors():
+    with pytest.raises(ValueError, match="same shape"):
+        M.abs_error(np.zeros(3), np.zeros(4))
+    with pytest.raises(TypeError, match="x must be"):
+        M.abs_error(np.zeros(2), np.array([True, False]))
+    with pytest.raises(ValueError, match="nonfinite"):
+        M.rmse([1.0], [1.0], nonfinite="drop")
+    with pytest.raises(ValueError, match="rtol"):
+        M.error_ratio([1.0], [1.0], rtol=0)
+
+
+# ---------------------------------------------------------------- bitwise
+def test_bitwise_equal_same_and_mixed_dtypes():
+    a = np.array([0.0, -0.0, 1.0, np.nan], dtype=np.float16)
+    b = np.array([-0.0, -0.0, 1.0, np.nan], dtype=np.float16)
+    assert M.bitwise_equal(a, b).tolist() == [False, True, True, True]
+    c = np.array([0.0, -0.0, 1.0 + 2**-20, np.nan], dtype=np.float64)
+    assert M.bitwise_equal(a, c).tolist() == [True, True, False, True]
+    assert M.bitwise_equal_share(a, b) == 0.75
+
+
+# ---------------------------------------------------------------- aggregates
+@given(st.lists(st.floats(-1e6, 1e6), min_size=2, max_size=40), st.integers(0, 2**31))
+def test_cosine_euclid_rmse_vs_fsum(vals, seed):
+    rng = np.random.default_rng(seed)
+    ref = np.array(vals)
+    x = ref + rng.standard_normal(ref.size)
+    dot = math.fsum(float(a) * float(b) for a, b in zip(ref, x, strict=True))
+    nr = math.sqrt(math.fsum(float(a) ** 2 for a in ref))
+    nx = math.sqrt(math.fsum(float(a) ** 2 for a in x))
+    d2 = math.fsum((float(b) - float(a)) ** 2 for a, b in zip(ref, x, strict=True))
+    if nr > 0:
+        assert M.cosine_similarity(ref, x) == pytest.approx(dot / (nr * nx), rel=1e-9, abs=1e-12)
+        assert M.relative_euclidean(ref, x) == pytest.approx(math.sqrt(d2) / nr, rel=1e-12)
+    assert M.euclidean(ref, x) == pytest.approx(math.sqrt(d2), rel=1e-12)
+    assert M.rmse(ref, x) == pytest.approx(math.sqrt(d2 / ref.size), rel=1e-12)
+
+
+def test_aggregates_no_overflow_and_zero_cases():
+    big = np.array([1e300, 1e300])
+    assert M.cosine_similarity(big, big) == pytest.approx(1.0, abs=1e-15)
+    assert M.euclidean(big, -big) == pytest.approx(2e300 * math.sqrt(2))
+    assert M.cosine_similarity(np.zeros(3), np.zeros(3)) == 1.0
+    assert math.isnan(M.cosine_similarity(np.zeros(3), np.ones(3)))
+    assert M.relative_euclidean(np.zeros(3), np.zeros(3)) == 0.0
+    assert M.relative_euclidean(np.zeros(3), np.ones(3)) == math.inf
+
+
+def test_aggregate_nonfinite_modes():
+    ref = np.array([1.0, np.nan, np.inf, 2.0])
+    x = np.array([1.0, np.nan, np.inf, 3.0])
+    assert math.isnan(M.rmse(ref, x))
+    assert M.rmse(ref, x, nonfinite="zero_matching") == pytest.approx(0.5)
+    x2 = np.array([1.0, 0.0, np.inf, 3.0])
+    assert math.isnan(M.rmse(ref, x2, nonfinite="zero_matching"))
+    x3 = np.array([1.0, np.nan, -np.inf, 3.0])
+    assert math.isnan(M.cosine_similarity(ref, x3, nonfinite="zero_matching"))
+
+
+def test_kl_divergence_vs_torch(torch):
+    rng = np.random.default_rng(5)
+    g = rng.standard_normal((3, 17))
+    m = g + 0.1 * rng.standard_normal((3, 17))
+    F = torch.nn.functional
+    t = F.kl_div(F.log_softmax(torch.tensor(m), dim=-1), F.softmax(torch.tensor(g), dim=-1), reduction="sum").item()
+    assert M.kl_divergence(g, m) == pytest.approx(max(t, 0), rel=1e-10)
+    assert M.kl_divergence(g, g) == 0.0
+
+
+def test_kl_divergence_vs_loop():
+    g = [0.5, -1.0, 2.0]
+    m = [0.4, -0.9, 2.5]
+    zg = math.fsum(math.exp(v) for v in g)
+    zm = math.fsum(math.exp(v) for v in m)
+    kl = math.fsum(math.exp(a) / zg * ((a - math.log(zg)) - (b - math.log(zm))) for a, b in zip(g, m, strict=True))
+    assert M.kl_divergence(g, m) == pytest.approx(kl, rel=1e-12)
+
+
+# ---------------------------------------------------------------- msprobe / msit
+def _msprobe_rel_loop(ref, x):
+    eps = Fraction(np.finfo(np.float64).eps)
+    out = []
+    for r, v in zip(ref, x, strict=True):
+        r, v = Fraction(float(r)), Fraction(float(v))
+        if r == 0:
+            r, v = r + eps, v + eps
+        out.append(abs((v - r) / r))
+    return out
+
+
+def test_error_ratio_vs_fraction_loop():
+    rng = np.random.default_rng(6)
+    ref = rng.standard_normal(500).astype(np.float16).astype(np.float64)
+    ref[:20] = 0.0
+    x = ref * (1 + rng.uniform(-0.008, 0.008, 500))
+    x[:10] = 0.0
+    rel = _msprobe_rel_loop(ref, x)
+    for rtol in (1e-3, 5e-3):
+        expect = sum(1 for e in rel if e < Fraction(rtol)) / 500
+        assert M.error_ratio(ref, x, rtol) == expect
+    assert 0.05 < M.error_ratio(ref, x, 1e-3) < M.error_ratio(ref, x, 5e-3) < 1
+
+
+def test_error_ratio_nonfinite():
+    assert M.error_ratio([1.0, np.nan], [1.0, np.nan]) == 1.0
+    assert math.isnan(M.error_ratio([1.0, np.nan], [1.0, 2.0]))
+
+
+@pytest.mark.parametrize(
+    "cos,mae,expect",
+    [(0.999, 0.5, True), (0.98, 0.0005, True), (0.98, 0.002, False), (0.89, 0.0, False),
+     (1.0, 1.5, False), (math.nan, 0.0, False), (0.95, 0.001, True)],
+)
+def test_msprobe_accuracy_reached(cos, mae, expect):
+    assert M.msprobe_accuracy_reached(cos, mae) is expect
+
+
+def test_msit_errors_vs_loop():
+    ref = [0.0, 1.0, -2.0, 4.0]
+    x = [0.5, 1.1, -2.0, 3.0]
+    rel = [0.0, abs(1.1 / 1.0 - 1), 0.0, 0.25]
+    ab = [0.0, abs(1.1 - 1.0), 0.0, 1.0]
+    assert M.msit_relative_error(ref, x) == pytest.approx((max(rel), sum(rel) / 4))
+    assert M.msit_absolute_error(ref, x) == pytest.approx((max(ab), sum(ab) / 4))
+
+
+# ---------------------------------------------------------------- inductor rule
+def test_inductor_multiplier_table():
+    assert M.inductor_multiplier(10**6, True) == 3.0
+    assert M.inductor_multiplier(10**6, False) == 2.0
+    assert M.inductor_multiplier(999, False) == 3.0
+    assert M.inductor_multiplier(10, False, use_larger_multiplier_for_smaller_tensor=True) == 10.0
+    assert M.inductor_multiplier(500, False, use_larger_multiplier_for_smaller_tensor=True) == 8.0
+    assert M.inductor_multiplier(10**6, False, tol=0.02) == 3.0
+    assert M.inductor_multiplier(10**6, False, ndim4_1x1=True) == 3.0
+    assert M.inductor_multiplier(5, False, force_max_multiplier=True) == 10.0
+
+
+def test_inductor_check_agrees_with_torch_same(torch):
+    from torch._dynamo.utils import same
+
+    rng = np.random.default_rng(7)
+    n_pass = n_fail = 0
+    for trial in range(60):
+        n = int(rng.choice([8, 300, 2000]))
+        dt = [np.float16, np.float32][trial % 2]
+        ref64 = rng.standard_normal(n)
+        eager = (ref64 + rng.standard_normal(n) * 1e-3).astype(dt)
+        scale = float(rng.choice([0.5, 1.5, 2.5, 4.0]))
+        comp = (ref64 + rng.standard_normal(n) * 1e-3 * scale).astype(dt)
+        kw = {"use_larger_multiplier_for_smaller_tensor": bool(trial % 3 == 0)}
+        ours = M.inductor_check(ref64, eager, comp, **kw)
+        theirs = same(torch.tensor(eager), torch.tensor(comp), fp64_ref=torch.tensor(ref64),
+                      log_error=lambda *a, **k: None, **kw)
+        assert ours.passed == bool(theirs), (trial, ours)
+        n_pass += ours.passed
+        n_fail += not ours.passed
+    assert n_pass > 5 and n_fail > 5  # both branches exercised
+    # cosine mode
+    a = rng.standard_normal(100).astype(np.float32)
+    for noise, expect in ((0.05, True), (1.0, False)):
+        b = (a + noise * rng.standard_normal(100)).astype(np.float32)
+        theirs = same(torch.tensor(a), torch.tensor(b), cos_similarity=True, log_error=lambda *a, **k: None)
+        assert M.inductor_check(a.astype(np.float64), a, b, cos_similarity=True).passed == bool(theirs) == expect
+
+
+def test_inductor_check_dtype_mismatch_and_allclose():
+    a = np.ones(4, np.float16)
+    assert M.inductor_check(np.ones(4), a, a.astype(np.float32)).reason == "dtype"
+    r = M.inductor_check(np.ones(4), a, a)
+    assert r.passed and r.reason == "allclose"
+
+
+# ---------------------------------------------------------------- bundle
+def test_error_stats_bundle():
+    rng = np.random.default_rng(8)
+    ref = rng.standard_normal((64, 64))
+    x = ref.astype(np.float16)
+    s = M.error_stats(ref, x, FP16)
+    xf = x.astype(np.float64)
+    e = np.abs(xf - ref)
+    assert s["n"] == 4096 and s["n_finite"] == 4096 and s["nonfinite_mismatch"] == 0
+    assert s["abs_max"] == e.max() and s["abs_mean"] == pytest.approx(e.mean())
+    assert s["abs_p50"] == sorted(e.ravel())[2047]
+    assert s["ulp_max"] == 0.0 and s["ulp0"] == 1.0  # x is ref correctly rounded
+    assert s["ulp_err_max"] <= 0.5
+    assert s["rel_max"] <= FP16.u * (1 + 1e-12) or (np.abs(ref) < FP16.smallest_normal).any()
+    assert s["err_ratio_0.001"] == pytest.approx(np.mean(e / np.abs(ref) < 1e-3))
+    x2 = x.copy()
+    x2[0, 0] = np.nan
+    s2 = M.error_stats(ref, x2, FP16)
+    assert s2["nan_x"] == 1 and s2["nonfinite_mismatch"] == 1
+    assert s2["abs_max"] == math.inf and s2["ulp_max"] == math.inf and math.isnan(s2["rmse"])
+    s0 = M.error_stats(np.zeros(0), np.zeros(0), "fp16")
+    assert s0["n"] == 0 and math.isnan(s0["abs_max"])
