@@ -1,0 +1,76 @@
+"""``numlab race``: batch-run a multi-core race scenario, detect, bisect, fix.
+
+Examples::
+
+    numlab race fused_linear_online_max_sum --runs 200
+    numlab race fused_linear_online_max_sum --runs 200 --fix
+    numlab race split_softmax --runs 50 --spread 0.3 --seed 1
+    numlab race --list
+"""
+
+from __future__ import annotations
+
+from . import races
+
+
+def race_report(scenario: str, *, runs: int = 200, fix: bool = False, seed: int = 0, spread: float = 0.4,
+                bisect_cases: int = 12, bisect_runs: int = 4, do_bisect: bool = True) -> tuple[str, races.BatchResult]:
+    """The text ``numlab race`` prints, and the batch result behind it.
+
+    ``runs`` cases (drawn with ``seed``) are run back to back on one memory,
+    each under its own schedule seed; outputs are judged against the fp64
+    reference with the scenario's tolerance.
+    """
+    sc = races.get_scenario(scenario)
+    if not isinstance(runs, int) or runs < 1:
+        raise ValueError(f"--runs must be an integer >= 1, got {runs!r}")
+    if not spread >= 0:
+        raise ValueError(f"--spread must be >= 0, got {spread!r}")
+    kernel = sc.build(fix=fix, spread=spread)
+    cases = sc.cases(runs, seed)
+    res = races.batch_run(kernel, cases, sc.reference, seed=seed, tol=sc.tol)
+    lines = [f"scenario {sc.name}" + (" (with the fix: " + sc.fix_barrier + ")" if fix else " (as shipped, no fix)"),
+             sc.description, "", kernel.describe(), "",
+             f"batch run: {runs} cases, seed {seed}, latency spread {spread:g}; tolerance "
+             f"|x - ref| <= {sc.tol.atol:g} + {sc.tol.rtol:g} |ref| against fp64",
+             res.summary()]
+    failing = [o for o, n in res.failures_by_output().items() if n]
+    lines.append("failing outputs: " + (", ".join(failing) if failing else "none"))
+    lines.append("")
+    findings = races.detect_races(kernel)
+    lines.append(f"static race detector: {len(findings)} finding(s)")
+    lines += [f"  {f}" for f in findings]
+    if do_bisect:
+        lines.append("")
+        bc = cases[: max(2, min(bisect_cases, runs))] if runs >= 2 else sc.cases(2, seed)
+        lines.append(str(races.bisect(kernel, bc, runs=bisect_runs, seed=seed)))
+    return "\n".join(lines), res
+
+
+def _main(args) -> int:
+    if args.list:
+        for name, sc in races.SCENARIOS.items():
+            print(f"{name}: {sc.description}")
+        return 0
+    if args.scenario is None:
+        raise ValueError(f"race: give a SCENARIO (choices: {sorted(races.SCENARIOS)}) or --list")
+    text, _ = race_report(args.scenario, runs=args.runs, fix=args.fix, seed=args.seed, spread=args.spread,
+                          do_bisect=not args.no_bisect)
+    print(text)
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("race", help="multi-core race scenarios: run, detect, fix",
+                       description="Batch-run a multi-core race scenario on the simulator: failure rate, "
+                                   "failing outputs, static race findings and the field-style bisection.")
+    p.add_argument("scenario", nargs="?", default=None, metavar="SCENARIO",
+                   help=f"one of {sorted(races.SCENARIOS)}")
+    p.add_argument("--runs", type=int, default=200, help="cases in the batch (default 200)")
+    p.add_argument("--fix", action="store_true", help="insert the barrier the field report added")
+    p.add_argument("--seed", type=int, default=0, help="seed for cases and schedules (default 0)")
+    p.add_argument("--spread", type=float, default=0.4,
+                   help="latency spread: sigma of log(stage duration) (default 0.4)")
+    p.add_argument("--no-bisect", action="store_true", help="skip the bisection")
+    p.add_argument("--list", action="store_true", help="list the scenarios")
+    p.set_defaults(func=_main)
