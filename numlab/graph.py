@@ -1,0 +1,664 @@
+"""The graph IR: nodes in topological order, a tracing builder, decomposition.
+
+A :class:`Graph` has named inputs with shapes, a list of :class:`Node` in
+topological order (each reads graph inputs or earlier nodes) and named
+outputs.  Every node is one operator of :data:`numlab.ops.CATALOGUE` with
+canonical attributes and an inferred shape; the constructor validates all of
+it, so ``Graph(inputs, nodes, outputs)`` is also the importer's entry point
+(``Graph.from_nodes`` is the same with shapes and attributes filled in).
+
+:func:`trace` builds a graph by running an ordinary Python function on
+symbolic :class:`Tensor` objects::
+
+    g = trace(lambda x, w: nl.ops.gelu(x @ w) * 0.5, x=(4, 8), w=(8, 16))
+
+Node names are deterministic: ``<op>_<k>`` with ``k`` counting that op
+(``matmul_0``, ``gelu_0``, ``mul_scalar_0``); return a dict to name the
+outputs, or call :meth:`Tensor.named`.  :func:`decompose` rewrites the
+composite operators (softmax, log_softmax, layer_norm, rms_norm) into their
+primitive subgraphs; the primitives are named ``<composite>.<op>_<k>`` and
+carry ``attrs["origin"] = <composite node name>``, the last one keeps the
+composite's own name.  :func:`evaluate` runs the float64 references.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import ops as _ops
+from .ops import CATALOGUE, META_ATTRS, get_op
+
+__all__ = ["Node", "Graph", "Tensor", "trace", "decompose", "evaluate"]
+
+
+@dataclass(frozen=True)
+class Node:
+    """One operator application: ``name = op(*inputs; **attrs)`` of ``shape``."""
+
+    name: str
+    op: str
+    inputs: tuple[str, ...]
+    attrs: dict = field(default_factory=dict)
+    shape: tuple[int, ...] | None = None
+
+    @property
+    def op_attrs(self) -> dict:
+        """The attributes without the meta ones (``origin``)."""
+        return {k: v for k, v in self.attrs.items() if k not in META_ATTRS}
+
+    @property
+    def category(self) -> str:
+        return get_op(self.op).category
+
+    @property
+    def origin(self) -> str | None:
+        """The composite node this primitive was decomposed from, if any."""
+        return self.attrs.get("origin")
+
+    def __str__(self) -> str:
+        attrs = ", ".join(f"{k}={_fmt_attr(v)}" for k, v in self.attrs.items())
+        shape = "[" + ", ".join(map(str, self.shape or ())) + "]"
+        return f"{self.name}: {shape} = {self.op}({', '.join(self.inputs)}{'; ' + attrs if attrs else ''})"
+
+
+def _fmt_attr(v):
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, list):
+        s = repr(v)
+        return s if len(s) <= 40 else s[:37] + "..."
+    return repr(v)
+
+
+def _check_name(name, what):
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{what} must be a non-empty str, got {name!r}")
+    return name
+
+
+def _check_shape(shape, what):
+    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)) or not all(
+        isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        raise TypeError(f"{what} must be a tuple of non-negative ints, got {shape!r}")
+    return tuple(int(d) for d in shape)
+
+
+class Graph:
+    """A validated graph.
+
+    Parameters
+    ----------
+    inputs : dict[str, tuple[int, ...]]
+        Input name -> shape, in the order callers list them.
+    nodes : list[Node]
+        In topological order.  Attributes are normalised and shapes inferred
+        (a given ``shape`` must equal the inferred one).
+    outputs : list[str]
+        Names of nodes that are outputs (not graph inputs).
+    name : str
+        A label for printing.
+    roles : dict[str, str], optional
+        Input name -> role hint for input generators (``"data"``,
+        ``"weight"``, ``"gamma"``, ``"beta"``, ``"index"``, ``"mask"``);
+        missing roles are inferred from the consumers (see :meth:`role`).
+
+    Raises
+    ------
+    ValueError, TypeError
+        Naming the node and the offending input, attribute or shape.
+    """
+
+    ROLES = ("data", "weight", "gamma", "beta", "index", "mask")
+
+    def __init__(self, inputs, nodes, outputs, *, name: str = "graph", roles=None):
+        if not isinstance(inputs, dict):
+            raise TypeError(f"inputs must be a dict name -> shape, got {type(inputs).__name__}")
+        self.name = str(name)
+        self.inputs = {_check_name(k, "input name"): _check_shape(v, f"shape of input {k!r}") for k, v in inputs.items()}
+        shapes = dict(self.inputs)
+        self.nodes: list[Node] = []
+        for node in nodes:
+            if not isinstance(node, Node):
+                raise TypeError(f"nodes must be Node objects, got {type(node).__name__}")
+            _check_name(node.name, "node name")
+            if node.name in shapes:
+                raise ValueError(f"node name {node.name!r} is used twice (already an input or an earlier node)")
+            info = get_op(node.op) if node.op in CATALOGUE else None
+            if info is None:
+                raise ValueError(f"node {node.name!r}: unknown op {node.op!r}; valid ops: {sorted(CATALOGUE)}")
+            ins = tuple(node.inputs)
+            for i in ins:
+                if i not in shapes:
+                    raise ValueError(
+                        f"node {node.name!r} ({node.op}): input {i!r} is neither a graph input nor an "
+                        f"earlier node (nodes must be in topological order); known: {sorted(shapes)}"
+                    )
+            attrs, shape = info.check([shapes[i] for i in ins], node.attrs, node=node.name)
+            if node.shape is not None and tuple(node.shape) != shape:
+                raise ValueError(
+                    f"node {node.name!r} ({node.op}): declared shape {tuple(node.shape)} but the inputs "
+                    f"{[shapes[i] for i in ins]} give {shape}"
+                )
+            shapes[node.name] = shape
+            self.nodes.append(Node(node.name, node.op, ins, attrs, shape))
+        if isinstance(outputs, str):
+            outputs = [outputs]
+        self.outputs = [_check_name(o, "output name") for o in outputs]
+        if not self.outputs:
+            raise ValueError("a graph needs at least one output")
+        for o in self.outputs:
+            if o in self.inputs:
+                raise ValueError(f"output {o!r} is a graph input; outputs must be nodes")
+            if o not in shapes:
+                raise ValueError(f"output {o!r} is not a node; nodes: {[n.name for n in self.nodes]}")
+        if len(set(self.outputs)) != len(self.outputs):
+            raise ValueError(f"outputs {self.outputs} list a node twice")
+        self._shapes = shapes
+        self._by_name = {n.name: n for n in self.nodes}
+        self.roles = {}
+        for k, r in (roles or {}).items():
+            if k not in self.inputs:
+                raise ValueError(f"roles: {k!r} is not an input; inputs: {list(self.inputs)}")
+            if r not in self.ROLES:
+                raise ValueError(f"roles[{k!r}]={r!r} is not valid; choose one of {self.ROLES}")
+            self.roles[k] = r
+
+    # -- construction helpers ------------------------------------------------
+    @classmethod
+    def from_nodes(cls, inputs, nodes, outputs, **kw) -> "Graph":
+        """Build from nodes given as :class:`Node` or tuples/dicts
+        ``(name, op, inputs, attrs[, shape])``; shapes may be omitted and
+        attributes non-canonical (``axis=-1``)."""
+        out = []
+        for n in nodes:
+            if isinstance(n, Node):
+                out.append(n)
+            elif isinstance(n, dict):
+                out.append(Node(n["name"], n["op"], tuple(n.get("inputs", ())), dict(n.get("attrs", {})), n.get("shape")))
+            elif isinstance(n, (tuple, list)) and 3 <= len(n) <= 5:
+                out.append(Node(n[0], n[1], tuple(n[2]), dict(n[3]) if len(n) > 3 else {}, n[4] if len(n) > 4 else None))
+            else:
+                raise TypeError(f"cannot make a Node from {n!r}; give Node, dict or (name, op, inputs, attrs[, shape])")
+        return cls(inputs, out, outputs, **kw)
+
+    def with_roles(self, **roles) -> "Graph":
+        return Graph(self.inputs, self.nodes, self.outputs, name=self.name, roles={**self.roles, **roles})
+
+    # -- queries ---------------------------------------------------------------
+    def node(self, name: str) -> Node:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise ValueError(f"no node {name!r} in graph {self.name!r}; nodes: {list(self._by_name)}") from None
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """Shape of an input or a node."""
+        try:
+            return self._shapes[name]
+        except KeyError:
+            raise ValueError(f"{name!r} is neither an input nor a node of graph {self.name!r}") from None
+
+    def consumers(self, name: str) -> list[Node]:
+        """Nodes that read ``name`` (an input or a node), in order."""
+        self.shape(name)
+        return [n for n in self.nodes if name in n.inputs]
+
+    def role(self, name: str) -> str:
+        """Role of an input: the explicit one, else inferred from consumers
+        (second input of matmul with rank 2 -> weight, norm weight -> gamma,
+        layer_norm shift -> beta, 1-D addend of a larger tensor -> beta,
+        gather's index input -> index, where's condition -> mask, else data)."""
+        if name in self.roles:
+            return self.roles[name]
+        if name not in self.inputs:
+            raise ValueError(f"{name!r} is not an input; inputs: {list(self.inputs)}")
+        for n in self.consumers(name):
+            pos = n.inputs.index(name)
+            if n.op == "gather" and pos == 1:
+                return "index"
+            if n.op == "where" and pos == 0:
+                return "mask"
+            if n.op in ("layer_norm", "rms_norm") and pos == 1:
+                return "gamma"
+            if n.op == "layer_norm" and pos == 2:
+                return "beta"
+            if n.op == "matmul" and pos == 1 and len(self.inputs[name]) == 2:
+                return "weight"
+            if n.op == "add" and len(self.inputs[name]) == 1 and len(n.shape) > 1:
+                return "beta"
+        return "data"
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __iter__(self):
+        return iter(self.nodes)
+
+    def __contains__(self, name) -> bool:
+        return name in self._shapes
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Graph) and self.canonical() == other.canonical()
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"<Graph {self.name!r}: {len(self.inputs)} inputs, {len(self.nodes)} nodes, outputs {self.outputs}>"
+
+    def __str__(self) -> str:
+        ins = ", ".join(f"{k}: [{', '.join(map(str, s))}]" for k, s in self.inputs.items())
+        lines = [f"graph {self.name}({ins}) -> {', '.join(self.outputs)}"]
+        for n in self.nodes:
+            mark = "  *" if n.name in self.outputs else "   "
+            lines.append(f"{mark} {n}")
+        return "\n".join(lines)
+
+    # -- canonical form --------------------------------------------------------
+    def to_dict(self) -> dict:
+        """JSON-able canonical form: floats as ``float.hex`` strings, so it is
+        exact and identical across processes (for fingerprints)."""
+        return {
+            "name": self.name,
+            "inputs": [[k, list(s)] for k, s in self.inputs.items()],
+            "nodes": [
+                {"name": n.name, "op": n.op, "inputs": list(n.inputs),
+                 "attrs": {k: _canon(n.attrs[k]) for k in sorted(n.attrs)}, "shape": list(n.shape)}
+                for n in self.nodes
+            ],
+            "outputs": list(self.outputs),
+        }
+
+    def canonical(self) -> str:
+        """``json.dumps(to_dict(), sort_keys=True)`` with fixed separators."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    # -- convenience -----------------------------------------------------------
+    def decompose(self, only=None) -> "Graph":
+        return decompose(self, only=only)
+
+    def evaluate(self, inputs, *, all_values: bool = False) -> dict:
+        return evaluate(self, inputs, all_values=all_values)
+
+    def check_inputs(self, inputs) -> dict:
+        """Validate an input dict: every input present, no extra, shapes equal,
+        real numeric arrays.  Returns ``{name: ndarray}`` (dtype unchanged)."""
+        if not isinstance(inputs, dict):
+            raise TypeError(f"inputs must be a dict name -> array, got {type(inputs).__name__}")
+        missing = [k for k in self.inputs if k not in inputs]
+        extra = [k for k in inputs if k not in self.inputs]
+        if missing or extra:
+            raise ValueError(
+                f"graph {self.name!r}: missing inputs {missing}, extra inputs {extra}; "
+                f"expected {list(self.inputs)}"
+            )
+        out = {}
+        for k, shape in self.inputs.items():
+            a = np.asarray(inputs[k])
+            if a.dtype.kind not in "fiub" and a.dtype.name not in ("bfloat16",) and not a.dtype.name.startswith("float8"):
+                raise TypeError(f"input {k!r} has dtype {a.dtype}; expected a real floating or integer array")
+            if a.shape != shape:
+                raise ValueError(f"input {k!r} has shape {a.shape}; graph {self.name!r} expects {shape}")
+            out[k] = a
+        return out
+
+
+def _canon(v):
+    if isinstance(v, float):
+        return {"float": v.hex()}
+    if isinstance(v, (tuple, list)):
+        return [_canon(x) for x in v]
+    return v
+
+
+# ---------------------------------------------------------------------------
+# tracing
+# ---------------------------------------------------------------------------
+class Tensor:
+    """A symbolic tensor while tracing: a name and a shape.
+
+    Supports ``+ - * / @``, unary ``-``, ``abs``, ``x ** 2`` (as ``x * x``),
+    Python numbers on either side (scalar ops, the float kept exactly),
+    ``.sum/.mean/.max/.min/.var(axis, keepdims)``, ``.reshape``, ``.T``,
+    ``.mT``, ``.transpose``, ``.broadcast_to``, ``.astype`` (cast), basic
+    slicing ``x[..., :4]``, ``x[0]`` and :meth:`named`.
+    """
+
+    __array_ufunc__ = None  # numpy scalars defer to our reflected operators
+    __slots__ = ("name", "shape", "_tracer")
+
+    def __init__(self, name, shape, tracer):
+        self.name = name
+        self.shape = shape
+        self._tracer = tracer
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.name!r}, shape={self.shape})"
+
+    def named(self, name: str) -> "Tensor":
+        """Give this node a user name (applied when tracing ends)."""
+        self._tracer.rename(self, name)
+        return self
+
+    def __bool__(self):
+        raise TypeError(f"symbolic tensor {self.name!r} has no truth value while tracing (data-dependent control flow)")
+
+    # arithmetic
+    def __add__(self, o):
+        return _ops.add(self, o)
+
+    def __radd__(self, o):
+        return _ops.add(o, self)
+
+    def __sub__(self, o):
+        return _ops.sub(self, o)
+
+    def __rsub__(self, o):
+        return _ops.sub(o, self)
+
+    def __mul__(self, o):
+        return _ops.mul(self, o)
+
+    def __rmul__(self, o):
+        return _ops.mul(o, self)
+
+    def __truediv__(self, o):
+        return _ops.div(self, o)
+
+    def __rtruediv__(self, o):
+        return _ops.div(o, self)
+
+    def __matmul__(self, o):
+        return _ops.matmul(self, o)
+
+    def __rmatmul__(self, o):
+        return _ops.matmul(o, self)
+
+    def __neg__(self):
+        return _ops.neg(self)
+
+    def __abs__(self):
+        return _ops.abs_(self)
+
+    def __pow__(self, p):
+        if p == 2:
+            return _ops.mul(self, self)
+        if p == 1:
+            return self
+        if p == 0.5:
+            return _ops.sqrt(self)
+        if p == -0.5:
+            return _ops.rsqrt(self)
+        if p == -1:
+            return _ops.reciprocal(self)
+        raise ValueError(f"x ** {p!r} is not supported; valid exponents: 2, 1, 0.5, -0.5, -1")
+
+    # reductions
+    def sum(self, axis=None, keepdims=False):
+        return _ops.sum_(self, axis, keepdims)
+
+    def mean(self, axis=None, keepdims=False):
+        return _ops.mean(self, axis, keepdims)
+
+    def max(self, axis=None, keepdims=False):
+        return _ops.max_(self, axis, keepdims)
+
+    def min(self, axis=None, keepdims=False):
+        return _ops.min_(self, axis, keepdims)
+
+    def var(self, axis=None, keepdims=False, correction=0):
+        return _ops.var(self, axis, keepdims, correction)
+
+    # data movement
+    def reshape(self, *shape):
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = shape[0]
+        return _ops.reshape(self, tuple(shape))
+
+    def transpose(self, *perm):
+        if len(perm) == 1 and isinstance(perm[0], (tuple, list)):
+            perm = perm[0]
+        return _ops.transpose(self, tuple(perm) if perm else None)
+
+    @property
+    def T(self):
+        return _ops.transpose(self, None)
+
+    @property
+    def mT(self):
+        if self.ndim < 2:
+            raise ValueError(f"{self.name!r}: .mT needs rank >= 2, shape is {self.shape}")
+        perm = tuple(range(self.ndim - 2)) + (self.ndim - 1, self.ndim - 2)
+        return _ops.transpose(self, perm)
+
+    def broadcast_to(self, shape):
+        return _ops.broadcast_to(self, shape)
+
+    def astype(self, to):
+        return _ops.cast(self, to)
+
+    def __getitem__(self, key):
+        if not isinstance(key, tuple):
+            key = (key,)
+        if sum(k is Ellipsis for k in key) > 1:
+            raise IndexError(f"{self.name!r}: at most one ... in an index, got {key!r}")
+        n_real = sum(k is not Ellipsis for k in key)
+        if n_real > self.ndim:
+            raise IndexError(f"{self.name!r}: too many indices {key!r} for shape {self.shape}")
+        if Ellipsis in key:
+            i = key.index(Ellipsis)
+            key = key[:i] + (slice(None),) * (self.ndim - n_real) + key[i + 1:]
+        key = key + (slice(None),) * (self.ndim - len(key))
+        begin, end, step, drop = [], [], [], []
+        for ax, (k, d) in enumerate(zip(key, self.shape, strict=True)):
+            if isinstance(k, slice):
+                begin.append(k.start)
+                end.append(k.stop)
+                step.append(k.step)
+            elif isinstance(k, numbers.Integral) and not isinstance(k, bool):
+                if not -d <= k < d:
+                    raise IndexError(f"{self.name!r}: index {k} is out of range for axis {ax} of size {d}")
+                k = int(k) % d
+                begin.append(k)
+                end.append(k + 1)
+                step.append(1)
+                drop.append(ax)
+            else:
+                raise TypeError(
+                    f"{self.name!r}: index {k!r} is not supported; use ints, slices and ... "
+                    "(use nl.ops.gather for integer arrays)"
+                )
+        out = self
+        if any(b not in (None, 0) for b in begin) or any(e is not None for e in end) or any(s not in (None, 1) for s in step):
+            out = _ops._apply("slice", [self], {"begin": tuple(begin), "end": tuple(end), "step": tuple(step)})
+        if drop:
+            out = _ops.reshape(out, tuple(d for i, d in enumerate(out.shape) if i not in drop))
+        return out
+
+
+class _Tracer:
+    """Collects nodes while a function runs on symbolic tensors."""
+
+    def __init__(self):
+        self.inputs: dict[str, tuple] = {}
+        self.nodes: list[Node] = []
+        self.shapes: dict[str, tuple] = {}
+        self.counts: dict[str, int] = {}
+        self.renames: dict[str, str] = {}
+        self.scope: str | None = None
+
+    def input(self, name, shape):
+        _check_name(name, "input name")
+        shape = _check_shape(shape, f"shape of input {name!r}")
+        self.inputs[name] = shape
+        self.shapes[name] = shape
+        return Tensor(name, shape, self)
+
+    def _fresh(self, op):
+        base = op if self.scope is None else f"{self.scope}.{op}"
+        while True:
+            k = self.counts.get(base, 0)
+            self.counts[base] = k + 1
+            name = f"{base}_{k}"
+            if name not in self.shapes:
+                return name
+
+    def emit(self, op, args, attrs, name=None):
+        info = get_op(op)
+        for i, a in enumerate(args):
+            if not isinstance(a, Tensor):
+                raise TypeError(
+                    f"{op}: argument {i} is a {type(a).__name__}, not a symbolic tensor; constants "
+                    "are not part of the IR -- pass them as graph inputs (Python numbers only "
+                    "as the scalar of + - * /)"
+                )
+            if a._tracer is not self:
+                raise ValueError(f"{op}: argument {a.name!r} belongs to another trace")
+        name = name or self._fresh(op)
+        attrs = dict(attrs)
+        if self.scope is not None and "origin" not in attrs:
+            attrs["origin"] = self.scope
+        attrs, shape = info.check([a.shape for a in args], attrs, node=name)
+        self.nodes.append(Node(name, op, tuple(a.name for a in args), attrs, shape))
+        self.shapes[name] = shape
+        return Tensor(name, shape, self)
+
+    def rename(self, t: Tensor, new: str):
+        _check_name(new, "name")
+        if t.name in self.inputs:
+            raise ValueError(f"cannot rename graph input {t.name!r} to {new!r}")
+        if t.name in self.renames and self.renames[t.name] != new:
+            raise ValueError(f"node {t.name!r} is already named {self.renames[t.name]!r}; cannot also name it {new!r}")
+        self.renames[t.name] = new
+
+    def finish(self, outputs, name, roles=None) -> Graph:
+        nodes, outs = list(self.nodes), []
+        for oname, t in outputs:
+            if not isinstance(t, Tensor) or t._tracer is not self:
+                raise TypeError(f"output {oname!r} must be a symbolic tensor of this trace, got {t!r}")
+            if oname is None:
+                outs.append(t.name)
+                continue
+            if t.name in self.inputs or (t.name in self.renames and self.renames[t.name] != oname):
+                # an identity node carries the second name
+                self.shapes[oname] = t.shape
+                nodes.append(Node(oname, "reshape", (t.name,), {"shape": t.shape}, t.shape))
+            else:
+                self.renames[t.name] = oname
+            outs.append(oname)
+        renames = self.renames
+        targets = list(renames.values())
+        dup = {v for v in targets if targets.count(v) > 1}
+        if dup:
+            raise ValueError(f"names {sorted(dup)} are given to more than one node")
+        clash = [v for k, v in renames.items() if v in self.shapes and v != k and v not in renames]
+        clash += [v for v in targets if v in self.inputs]
+        if clash:
+            raise ValueError(f"names {sorted(set(clash))} clash with inputs or auto-named nodes")
+
+        def r(x):
+            return renames.get(x, x)
+
+        nodes = [Node(r(n.name), n.op, tuple(r(i) for i in n.inputs), n.attrs, n.shape) for n in nodes]
+        return Graph(self.inputs, nodes, [r(o) for o in outs], name=name, roles=roles)
+
+
+def trace(fn, **input_shapes) -> Graph:
+    """Run ``fn`` on symbolic tensors and return its :class:`Graph`.
+
+    ``fn`` is called with one keyword argument per input (in the order given)
+    and returns a Tensor (output named by its node), a tuple/list of Tensors,
+    or a dict ``{output name: Tensor}``.
+
+    Example
+    -------
+    >>> g = trace(lambda x, w: {"y": ops.gelu(x @ w) * 0.5}, x=(4, 8), w=(8, 16))
+    """
+    if not callable(fn):
+        raise TypeError(f"trace needs a callable, got {type(fn).__name__}")
+    tr = _Tracer()
+    args = {k: tr.input(k, s) for k, s in input_shapes.items()}
+    res = fn(**args)
+    if isinstance(res, Tensor):
+        outs = [(None, res)]
+    elif isinstance(res, dict):
+        outs = list(res.items())
+    elif isinstance(res, (tuple, list)):
+        outs = [(None, t) for t in res]
+    else:
+        raise TypeError(f"the traced function must return a Tensor, a tuple or a dict of Tensors, got {type(res).__name__}")
+    seen, uniq = set(), []
+    for k, t in outs:
+        key = (k, getattr(t, "name", None))
+        if k is None and key in seen:
+            continue
+        seen.add(key)
+        uniq.append((k, t))
+    name = getattr(fn, "__name__", "graph")
+    return tr.finish(uniq, "graph" if name == "<lambda>" else name)
+
+
+# ---------------------------------------------------------------------------
+# decomposition and reference evaluation
+# ---------------------------------------------------------------------------
+def decompose(graph: Graph, only=None) -> Graph:
+    """Replace every composite node (or those whose op is in ``only``) by the
+    primitive subgraph of its ``OpInfo.decompose``.
+
+    The primitives are named ``<composite>.<op>_<k>`` and carry
+    ``attrs["origin"] = <composite>``; the last primitive takes the
+    composite's name (so consumers and outputs are unchanged).
+    """
+    if only is not None:
+        only = {only} if isinstance(only, str) else set(only)
+        bad = sorted(o for o in only if o not in CATALOGUE or CATALOGUE[o].decompose is None)
+        if bad:
+            comp = sorted(k for k, v in CATALOGUE.items() if v.decompose is not None)
+            raise ValueError(f"only={bad} are not composite ops; valid: {comp}")
+    tr = _Tracer()
+    env = {k: tr.input(k, s) for k, s in graph.inputs.items()}
+    for n in graph.nodes:
+        info = CATALOGUE[n.op]
+        args = [env[i] for i in n.inputs]
+        if info.decompose is not None and (only is None or n.op in only):
+            tr.scope = n.name
+            start = len(tr.nodes)
+            out = info.decompose(*args, **n.op_attrs)
+            tr.scope = None
+            last = tr.nodes[-1]
+            assert out.name == last.name and len(tr.nodes) > start
+            tr.nodes[-1] = Node(n.name, last.op, last.inputs, last.attrs, last.shape)
+            tr.shapes[n.name] = last.shape
+            out = Tensor(n.name, last.shape, tr)
+        else:
+            out = tr.emit(n.op, args, n.attrs, name=n.name)
+        env[n.name] = out
+    return Graph(tr.inputs, tr.nodes, graph.outputs, name=graph.name, roles=graph.roles)
+
+
+def evaluate(graph: Graph, inputs, *, all_values: bool = False) -> dict:
+    """Evaluate with the float64 references of the catalogue.
+
+    Returns ``{output: float64 array}`` (``all_values=True``: every input and
+    node).  This is the plain-numpy reference (no rounding to a storage
+    format); ``numlab.execute.run(mode="reference")`` is the full executor.
+    """
+    vals = {k: np.asarray(v, dtype=np.float64) for k, v in graph.check_inputs(inputs).items()}
+    for n in graph.nodes:
+        vals[n.name] = np.asarray(CATALOGUE[n.op].ref(*(vals[i] for i in n.inputs), **n.op_attrs), dtype=np.float64)
+    return vals if all_values else {o: vals[o] for o in graph.outputs}

@@ -1,0 +1,959 @@
+"""The operator catalogue: every operator numlab graphs may contain.
+
+Each operator has an :class:`OpInfo` in :data:`CATALOGUE` with
+
+* ``category`` -- one of :data:`CATEGORIES` (``"elementwise"``,
+  ``"reduction"``, ``"data_movement"``, ``"matmul"``, ``"composite"``); the
+  fusion planner groups nodes by it;
+* ``arity`` and ``attrs`` (attribute name -> default, :data:`REQUIRED` when
+  there is none);
+* ``check(shapes, attrs, node=...)`` -> ``(canonical attrs, output shape)``:
+  attribute validation, normalisation (axes become sorted tuples of
+  non-negative ints, scalars Python floats, ...) and shape inference with
+  numpy broadcasting.  Errors are ValueError/TypeError naming the node, the
+  op, the shapes and the valid choices;
+* ``ref(*arrays, **attrs)`` -- the float64 reference implementation (plain
+  numpy; what the reference executor uses).  Elementwise, reduction, matmul
+  and composite refs convert their inputs to float64 and return float64;
+  ``accumulator`` states the accumulator (``"float64"``: numpy's pairwise
+  float64 sum / float64 BLAS).  Data-movement refs never change a value and
+  keep their input's dtype, so an executor may call them on storage-format
+  arrays directly;
+* for composites, ``decompose(*tensors, **attrs)``: the primitive subgraph a
+  compiler fuses instead, written with the functions of this module (see
+  :func:`numlab.graph.decompose`).
+
+The functions of this module (``add``, ``rsqrt``, ``softmax``, ``concat``,
+...) work on symbolic tensors while tracing (``numlab.graph.trace``) and on
+plain arrays, where they evaluate the float64 reference.
+
+Sources: numpy broadcasting and matmul rules (NumPy reference, "Broadcasting"
+and ``numpy.matmul``); GELU forms from Hendrycks & Gimpel, "Gaussian Error
+Linear Units" (2016) (erf form; tanh form with 0.044715), as in
+``torch.nn.functional.gelu(approximate="none"|"tanh")``; layer norm
+(Ba et al. 2016) and RMS norm (Zhang & Sennrich 2019) with biased variance.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .formats import get_format
+from .rounding import round_to
+
+__all__ = [
+    "CATEGORIES",
+    "CATALOGUE",
+    "REQUIRED",
+    "META_ATTRS",
+    "OpInfo",
+    "get_op",
+    "broadcast_shapes",
+    "erf_ref",
+    "erfc_ref",
+    "ops_in",
+]
+
+CATEGORIES = ("elementwise", "reduction", "data_movement", "matmul", "composite")
+#: attributes any node may carry that do not change its value
+#: (``origin``: the composite node a decomposed primitive came from).
+META_ATTRS = ("origin",)
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+#: marks an attribute without a default
+REQUIRED = _Required()
+
+
+# ---------------------------------------------------------------------------
+# OpInfo
+# ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OpInfo:
+    """One operator of the catalogue (see the module docstring).
+
+    ``infer(shapes, attrs) -> (attrs, shape)`` is the raw shape rule;
+    use :meth:`check`, which also validates arity and attribute names and
+    prefixes errors with the node.
+    """
+
+    name: str
+    category: str
+    arity: tuple[int, int | None]
+    attrs: dict
+    infer: Callable = field(repr=False)
+    _ref: Callable = field(repr=False)
+    decompose: Callable | None = field(default=None, repr=False)
+    accumulator: str = "none"
+    doc: str = ""
+
+    def ref(self, *arrays, **attrs):
+        """float64 reference (data movement: dtype-preserving).  Meta
+        attributes (``origin``) are ignored."""
+        for k in META_ATTRS:
+            attrs.pop(k, None)
+        with np.errstate(all="ignore"):
+            return self._ref(*arrays, **attrs)
+
+    def check(self, shapes, attrs=None, node: str | None = None):
+        """Validate ``attrs`` against the input ``shapes``.
+
+        Returns ``(attrs, shape)``: canonical attributes (defaults filled,
+        normalised; meta attributes kept) and the output shape.
+        """
+        where = f"node {node!r} (op {self.name!r})" if node else f"op {self.name!r}"
+        attrs = dict(attrs or {})
+        shapes = [tuple(s) for s in shapes]
+        lo, hi = self.arity
+        n = len(shapes)
+        if n < lo or (hi is not None and n > hi):
+            want = f"{lo}" if lo == hi else (f"{lo} or more" if hi is None else f"{lo} to {hi}")
+            raise TypeError(f"{where}: takes {want} inputs, got {n} (input shapes {shapes})")
+        meta = {k: attrs.pop(k) for k in META_ATTRS if k in attrs}
+        unknown = sorted(set(attrs) - set(self.attrs))
+        if unknown:
+            raise TypeError(
+                f"{where}: unknown attribute(s) {unknown}; valid attributes: "
+                f"{sorted(self.attrs) + list(META_ATTRS)}"
+            )
+        full = {}
+        for k, default in self.attrs.items():
+            if k in attrs:
+                full[k] = attrs[k]
+            elif default is REQUIRED:
+                raise TypeError(f"{where}: missing required attribute {k!r}")
+            else:
+                full[k] = default
+        try:
+            out_attrs, shape = self.infer(shapes, full)
+        except (ValueError, TypeError) as exc:
+            raise type(exc)(f"{where}: {exc}") from None
+        out_attrs.update(meta)
+        return out_attrs, tuple(int(d) for d in shape)
+
+
+CATALOGUE: dict[str, OpInfo] = {}
+
+
+def _register(name, category, arity, attrs, infer, ref, *, decompose=None, accumulator="none", doc=""):
+    assert category in CATEGORIES
+    CATALOGUE[name] = OpInfo(name, category, arity, dict(attrs), infer, ref, decompose, accumulator, doc)
+
+
+def get_op(name: str) -> OpInfo:
+    """The :class:`OpInfo` of ``name``; ValueError listing the valid ops."""
+    if not isinstance(name, str):
+        raise TypeError(f"op must be a str, got {type(name).__name__}")
+    try:
+        return CATALOGUE[name]
+    except KeyError:
+        raise ValueError(f"unknown op {name!r}; valid ops: {sorted(CATALOGUE)}") from None
+
+
+def ops_in(category: str) -> list[str]:
+    """Names of the ops of one category, sorted."""
+    if category not in CATEGORIES:
+        raise ValueError(f"category={category!r} is not valid; choose one of {CATEGORIES}")
+    return sorted(k for k, v in CATALOGUE.items() if v.category == category)
+
+
+# ---------------------------------------------------------------------------
+# shape helpers
+# ---------------------------------------------------------------------------
+def broadcast_shapes(*shapes) -> tuple[int, ...]:
+    """numpy broadcasting of shapes; ValueError naming every shape."""
+    shapes = [tuple(s) for s in shapes]
+    ndim = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(-ndim, 0):
+        dims = {s[i] for s in shapes if len(s) >= -i}
+        dims.discard(1)
+        if len(dims) > 1:
+            raise ValueError(
+                f"shapes {' and '.join(map(str, shapes))} do not broadcast "
+                f"(axis {i}: sizes {sorted(dims)})"
+            )
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def _int(v, what):
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise TypeError(f"{what} must be an int, got {v!r} ({type(v).__name__})")
+    return int(v)
+
+
+def _axis1(axis, ndim, what="axis"):
+    a = _int(axis, what)
+    if not -ndim <= a < ndim:
+        raise ValueError(f"{what}={a} is out of range for rank {ndim} (valid: {-ndim}..{ndim - 1})")
+    return a % ndim
+
+
+def _axes(axis, ndim, what="axis"):
+    """None -> all axes; int or sequence -> sorted tuple of distinct axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, numbers.Integral) and not isinstance(axis, bool):
+        return (_axis1(axis, ndim, what),)
+    if not isinstance(axis, (tuple, list)):
+        raise TypeError(f"{what} must be None, an int or a tuple of ints, got {axis!r}")
+    out = tuple(sorted(_axis1(a, ndim, what) for a in axis))
+    if len(set(out)) != len(out):
+        raise ValueError(f"{what}={tuple(axis)} repeats an axis (rank {ndim})")
+    return out
+
+
+def _shape_tuple(shape, what="shape"):
+    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)):
+        raise TypeError(f"{what} must be a tuple of ints, got {shape!r}")
+    return tuple(_int(d, f"{what} entry") for d in shape)
+
+
+def _float(v, what):
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{what} must be a real number, got {v!r} ({type(v).__name__})")
+    return float(v)
+
+
+def _reduced(shape, axes, keepdims):
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def _f64(a):
+    return np.asarray(a, dtype=np.float64)
+
+
+# ---------------------------------------------------------------------------
+# float64 special functions (vectorised; no loop over elements)
+# ---------------------------------------------------------------------------
+_SQRT_PI = math.sqrt(math.pi)
+
+
+def _erf_series(z):
+    """erf(z) = 2/sqrt(pi) exp(-z^2) sum_n (2z^2)^n z / (2n+1)!!  (all terms
+    of one sign, Abramowitz & Stegun 7.1.6); 60 terms suffice for |z| < 1."""
+    z2 = z * z
+    t = z.copy()
+    s = z.copy()
+    for k in range(1, 60):
+        t = t * (2.0 * z2) / (2 * k + 1)
+        s = s + t
+    return (2.0 / _SQRT_PI) * np.exp(-z2) * s
+
+
+def _erfc_cf(z):
+    """erfc(z) for z >= 1 by the continued fraction (A&S 7.1.14)
+    erfc z = exp(-z^2)/sqrt(pi) / (z + 1/2/(z + 1/(z + 3/2/(z + ...)))),
+    200 terms evaluated backwards."""
+    k = z.copy()
+    for n in range(200, 0, -1):
+        k = z + (0.5 * n) / k
+    return np.exp(-z * z) / _SQRT_PI / k
+
+
+def erfc_ref(x):
+    """float64 erfc, vectorised; relative error below ~1e-13 (tested against
+    math.erfc and mpmath).  Series for |x| < 1, continued fraction for
+    |x| >= 1, erfc(-x) = 2 - erfc(x); NaN propagates, erfc(+-inf) = 0, 2."""
+    x = _f64(x)
+    out = np.empty_like(x)
+    ax = np.abs(x)
+    small = ax < 1.0
+    big = ~small & ~np.isnan(x)
+    out[small] = 1.0 - _erf_series(x[small])
+    with np.errstate(all="ignore"):
+        c = _erfc_cf(np.where(np.isinf(ax[big]), 30.0, ax[big]))
+    out[big] = np.where(x[big] > 0, c, 2.0 - c)
+    out[np.isnan(x)] = np.nan
+    return out
+
+
+def erf_ref(x):
+    """float64 erf, vectorised (see :func:`erfc_ref`); relative error below
+    ~1e-15 for |x| < 1 and ~1e-16 beyond."""
+    x = _f64(x)
+    out = np.empty_like(x)
+    small = np.abs(x) < 1.0
+    out[small] = _erf_series(x[small])
+    xb = x[~small]
+    out[~small] = np.sign(xb) * (1.0 - erfc_ref(np.abs(xb)))
+    return out
+
+
+def _sigmoid(x):
+    """Overflow-free logistic: 1/(1+e^-x) for x >= 0, e^x/(1+e^x) otherwise."""
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+_GELU_C = math.sqrt(2.0 / math.pi)
+
+
+def _gelu(x, approximate):
+    if approximate == "tanh":
+        # 0.5 x (1 + tanh(u)) = x * sigmoid(2u): no cancellation for x < 0
+        u = _GELU_C * (x + 0.044715 * x * x * x)
+        return x * _sigmoid(2.0 * u)
+    # 0.5 x (1 + erf(x/sqrt2)) = 0.5 x erfc(-x/sqrt2): no cancellation for x < 0
+    return 0.5 * x * erfc_ref(-x / math.sqrt(2.0))
+
+
+# ---------------------------------------------------------------------------
+# elementwise
+# ---------------------------------------------------------------------------
+def _infer_same(shapes, attrs):
+    return attrs, shapes[0]
+
+
+def _infer_bcast(shapes, attrs):
+    return attrs, broadcast_shapes(*shapes)
+
+
+def _unary(name, fn, doc):
+    _register(name, "elementwise", (1, 1), {}, _infer_same, lambda x: fn(_f64(x)), doc=doc)
+
+
+_unary("neg", np.negative, "-x")
+_unary("abs", np.abs, "|x|")
+_unary("exp", np.exp, "e**x")
+_unary("log", np.log, "natural log (log 0 = -inf, log x<0 = NaN)")
+_unary("sqrt", np.sqrt, "square root (sqrt x<0 = NaN)")
+_unary("rsqrt", lambda x: 1.0 / np.sqrt(x), "1/sqrt(x) (float64: two roundings)")
+_unary("reciprocal", lambda x: 1.0 / x, "1/x")
+_unary("tanh", np.tanh, "tanh x")
+_unary("sigmoid", _sigmoid, "1/(1+e**-x), evaluated without overflow")
+_unary("erf", erf_ref, "error function (vectorised series/continued fraction, rel err < 1e-13)")
+_unary("silu", lambda x: x * _sigmoid(x), "x * sigmoid(x)")
+_unary("relu", lambda x: np.where(x > 0, x, np.where(np.isnan(x), x, 0.0 * x)), "max(x, 0); NaN propagates, relu(-0.0) = -0.0")
+
+_GELU_FORMS = ("none", "tanh")
+
+
+def _infer_gelu(shapes, attrs):
+    if attrs["approximate"] not in _GELU_FORMS:
+        raise ValueError(f"approximate={attrs['approximate']!r} is not valid; choose one of {_GELU_FORMS}")
+    return attrs, shapes[0]
+
+
+_register(
+    "gelu", "elementwise", (1, 1), {"approximate": "none"}, _infer_gelu,
+    lambda x, approximate: _gelu(_f64(x), approximate),
+    doc="GELU: approximate='none' 0.5x(1+erf(x/sqrt2)); 'tanh' 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))",
+)
+
+
+def _infer_cast(shapes, attrs):
+    to = attrs["to"]
+    try:
+        attrs["to"] = get_format(to).name
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"to={to!r}: {exc}") from None
+    return attrs, shapes[0]
+
+
+_register(
+    "cast", "elementwise", (1, 1), {"to": REQUIRED}, _infer_cast,
+    lambda x, to: _f64(round_to(_f64(x), to)),
+    doc="round to format `to` (round-to-nearest-even); the reference keeps the rounding",
+)
+
+for _name, _fn, _doc in (
+    ("add", np.add, "a + b"),
+    ("sub", np.subtract, "a - b"),
+    ("mul", np.multiply, "a * b"),
+    ("div", np.divide, "a / b"),
+    ("maximum", np.maximum, "IEEE 754-2019 maximum (NaN propagates)"),
+    ("minimum", np.minimum, "IEEE 754-2019 minimum (NaN propagates)"),
+):
+    _register(_name, "elementwise", (2, 2), {}, _infer_bcast,
+              (lambda f: lambda a, b: f(_f64(a), _f64(b)))(_fn), doc=_doc)
+
+
+def _infer_scalar(shapes, attrs):
+    attrs["scalar"] = _float(attrs["scalar"], "scalar")
+    return attrs, shapes[0]
+
+
+#: scalar forms: op -> (function of (x, s), expression)
+SCALAR_OPS = {
+    "add_scalar": (lambda x, s: x + s, "x + s"),
+    "sub_scalar": (lambda x, s: x - s, "x - s"),
+    "rsub_scalar": (lambda x, s: s - x, "s - x"),
+    "mul_scalar": (lambda x, s: x * s, "x * s"),
+    "div_scalar": (lambda x, s: x / s, "x / s"),
+    "rdiv_scalar": (lambda x, s: s / x, "s / x"),
+}
+for _name, (_fn, _doc) in SCALAR_OPS.items():
+    _register(_name, "elementwise", (1, 1), {"scalar": REQUIRED}, _infer_scalar,
+              (lambda f: lambda x, scalar: f(_f64(x), scalar))(_fn),
+              doc=f"{_doc} with a Python-float scalar s (attr 'scalar', kept exactly)")
+
+_register("where", "elementwise", (3, 3), {}, _infer_bcast,
+          lambda c, a, b: np.where(np.asarray(c) != 0, _f64(a), _f64(b)),
+          doc="where(cond, a, b): a where cond != 0 else b (broadcast)")
+
+
+# ---------------------------------------------------------------------------
+# reductions
+# ---------------------------------------------------------------------------
+def _infer_reduce(shapes, attrs):
+    (shape,) = shapes
+    axes = _axes(attrs["axis"], len(shape))
+    keep = attrs["keepdims"]
+    if not isinstance(keep, (bool, np.bool_)):
+        raise TypeError(f"keepdims must be a bool, got {keep!r}")
+    attrs["axis"], attrs["keepdims"] = axes, bool(keep)
+    if "correction" in attrs:
+        attrs["correction"] = _int(attrs["correction"], "correction")
+        if attrs["correction"] < 0:
+            raise ValueError(f"correction={attrs['correction']} must be >= 0")
+    return attrs, _reduced(shape, axes, keep)
+
+
+def _var_ref(x, axis, keepdims, correction):
+    x = _f64(x)
+    m = np.mean(x, axis=axis, keepdims=True)
+    d = x - m
+    n = math.prod(x.shape[a] for a in axis)
+    return np.sum(d * d, axis=axis, keepdims=keepdims) / (n - correction)
+
+
+_register("sum", "reduction", (1, 1), {"axis": None, "keepdims": False}, _infer_reduce,
+          lambda x, axis, keepdims: np.sum(_f64(x), axis=axis, keepdims=keepdims),
+          accumulator="float64", doc="sum over axis (numpy pairwise float64)")
+_register("mean", "reduction", (1, 1), {"axis": None, "keepdims": False}, _infer_reduce,
+          lambda x, axis, keepdims: np.mean(_f64(x), axis=axis, keepdims=keepdims),
+          accumulator="float64", doc="sum / n (numpy pairwise float64)")
+for _name, _fn in (("max", np.max), ("min", np.min)):
+    def _inf(shapes, attrs, _n=_name):
+        (shape,) = shapes
+        axes = _axes(attrs["axis"], len(shape))
+        if any(shape[a] == 0 for a in axes):
+            raise ValueError(f"cannot take the {_n} over an empty axis (shape {shape}, axis {axes})")
+        return _infer_reduce(shapes, attrs)
+    _register(_name, "reduction", (1, 1), {"axis": None, "keepdims": False}, _inf,
+              (lambda f: lambda x, axis, keepdims: f(_f64(x), axis=axis, keepdims=keepdims))(_fn),
+              accumulator="float64", doc=f"{_name} over axis (exact; NaN propagates)")
+_register("var", "reduction", (1, 1), {"axis": None, "keepdims": False, "correction": 0},
+          _infer_reduce, _var_ref, accumulator="float64",
+          doc="variance sum((x-mean)^2)/(n-correction), two-pass in float64")
+
+
+# ---------------------------------------------------------------------------
+# data movement (dtype-preserving refs)
+# ---------------------------------------------------------------------------
+def _infer_reshape(shapes, attrs):
+    (shape,) = shapes
+    new = list(_shape_tuple(attrs["shape"]))
+    size = math.prod(shape)
+    if new.count(-1) > 1:
+        raise ValueError(f"shape={tuple(new)} has more than one -1")
+    if any(d < -1 for d in new):
+        raise ValueError(f"shape={tuple(new)} has a negative size")
+    if -1 in new:
+        rest = math.prod(d for d in new if d != -1)
+        if rest == 0 or size % rest:
+            raise ValueError(f"cannot reshape {shape} (size {size}) to {tuple(new)}")
+        new[new.index(-1)] = size // rest
+    if math.prod(new) != size:
+        raise ValueError(f"cannot reshape {shape} (size {size}) to {tuple(new)} (size {math.prod(new)})")
+    attrs["shape"] = tuple(new)
+    return attrs, tuple(new)
+
+
+def _infer_transpose(shapes, attrs):
+    (shape,) = shapes
+    perm = attrs["perm"]
+    perm = tuple(reversed(range(len(shape)))) if perm is None else _shape_tuple(perm, "perm")
+    if sorted(perm) != list(range(len(shape))):
+        raise ValueError(f"perm={perm} is not a permutation of {tuple(range(len(shape)))} (input shape {shape})")
+    attrs["perm"] = perm
+    return attrs, tuple(shape[p] for p in perm)
+
+
+def _infer_slice(shapes, attrs):
+    (shape,) = shapes
+    n = len(shape)
+    parts = {}
+    for k, default in (("begin", 0), ("end", None), ("step", 1)):
+        v = attrs[k]
+        v = (default,) * n if v is None else v
+        if not isinstance(v, (tuple, list)) or len(v) != n:
+            raise ValueError(f"{k}={v!r} needs a tuple of {n} entries for input shape {shape}")
+        parts[k] = [None if e is None else _int(e, f"{k} entry") for e in v]
+    nb, ne, ns, out = [], [], [], []
+    for i, d in enumerate(shape):
+        b, e, s = parts["begin"][i], parts["end"][i], parts["step"][i]
+        s = 1 if s is None else s
+        if s <= 0:
+            raise ValueError(f"step={s} on axis {i} is not valid; slices need a positive step")
+        b2, e2, _ = slice(b, e, s).indices(d)
+        e2 = max(e2, b2)
+        nb.append(b2)
+        ne.append(e2)
+        ns.append(s)
+        out.append(len(range(b2, e2, s)))
+    attrs.update(begin=tuple(nb), end=tuple(ne), step=tuple(ns))
+    return attrs, tuple(out)
+
+
+def _slice_ref(x, begin, end, step):
+    x = np.asarray(x)
+    return x[tuple(slice(b, e, s) for b, e, s in zip(begin, end, step, strict=True))]
+
+
+def _infer_concat(shapes, attrs):
+    first = shapes[0]
+    ax = _axis1(attrs["axis"], len(first))
+    for i, s in enumerate(shapes):
+        if len(s) != len(first) or any(a != b for k, (a, b) in enumerate(zip(s, first, strict=True)) if k != ax):
+            raise ValueError(f"input {i} has shape {s}, which does not match {first} outside axis {ax} (all shapes {list(shapes)})")
+    attrs["axis"] = ax
+    return attrs, tuple(sum(s[ax] for s in shapes) if k == ax else d for k, d in enumerate(first))
+
+
+def _infer_split(shapes, attrs):
+    (shape,) = shapes
+    ax = _axis1(attrs["axis"], len(shape))
+    sizes = _shape_tuple(attrs["sizes"], "sizes")
+    if any(s < 0 for s in sizes) or sum(sizes) != shape[ax]:
+        raise ValueError(f"sizes={sizes} must be non-negative and sum to {shape[ax]} (axis {ax} of {shape})")
+    idx = _int(attrs["index"], "index")
+    if not 0 <= idx < len(sizes):
+        raise ValueError(f"index={idx} is out of range for {len(sizes)} pieces (valid: 0..{len(sizes) - 1})")
+    attrs.update(axis=ax, sizes=sizes, index=idx)
+    return attrs, tuple(sizes[idx] if k == ax else d for k, d in enumerate(shape))
+
+
+def _split_ref(x, axis, sizes, index):
+    x = np.asarray(x)
+    start = sum(sizes[:index])
+    sl = [slice(None)] * x.ndim
+    sl[axis] = slice(start, start + sizes[index])
+    return x[tuple(sl)]
+
+
+def _infer_broadcast(shapes, attrs):
+    (shape,) = shapes
+    target = _shape_tuple(attrs["shape"])
+    try:
+        ok = broadcast_shapes(shape, target) == target
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"cannot broadcast shape {shape} to {target}")
+    attrs["shape"] = target
+    return attrs, target
+
+
+def _infer_gather(shapes, attrs):
+    shape = shapes[0]
+    ax = _axis1(attrs["axis"], len(shape))
+    idx = attrs["indices"]
+    if len(shapes) == 2:
+        if idx is not None:
+            raise ValueError("give the indices either as the second input or as attribute 'indices', not both")
+        ishape = shapes[1]
+    else:
+        if idx is None:
+            raise ValueError("gather needs indices: a second input or attribute 'indices'")
+        arr = np.asarray(idx)
+        if arr.dtype.kind not in "iu" and not (arr.dtype.kind == "f" and np.all(arr == np.round(arr))):
+            raise TypeError(f"indices must be integers, got dtype {arr.dtype}")
+        arr = arr.astype(np.int64)
+        n = shape[ax]
+        if arr.size and (arr.min() < -n or arr.max() >= n):
+            raise ValueError(f"indices out of range for axis {ax} of size {n} (valid: {-n}..{n - 1}); got min {arr.min()}, max {arr.max()}")
+        arr = arr % max(n, 1)
+        attrs["indices"] = arr.tolist() if arr.ndim else int(arr)
+        ishape = arr.shape
+    attrs["axis"] = ax
+    return attrs, tuple(shape[:ax]) + tuple(ishape) + tuple(shape[ax + 1:])
+
+
+def _gather_ref(x, idx=None, *, axis, indices=None):
+    x = np.asarray(x)
+    if idx is None:
+        idx = np.asarray(indices, dtype=np.int64)
+    else:
+        f = np.asarray(idx)
+        idx = f.astype(np.int64)
+        n = x.shape[axis]
+        if np.any(idx != f) or (idx.size and (idx.min() < -n or idx.max() >= n)):
+            raise ValueError(f"gather: index values must be integers in {-n}..{n - 1}")
+    return np.take(x, idx, axis=axis)
+
+
+_register("reshape", "data_movement", (1, 1), {"shape": REQUIRED}, _infer_reshape,
+          lambda x, shape: np.reshape(np.asarray(x), shape), doc="reshape (one -1 allowed)")
+_register("transpose", "data_movement", (1, 1), {"perm": None}, _infer_transpose,
+          lambda x, perm: np.transpose(np.asarray(x), perm), doc="permute axes (default: reverse)")
+_register("slice", "data_movement", (1, 1), {"begin": None, "end": None, "step": None},
+          _infer_slice, _slice_ref, doc="basic slice x[b0:e0:s0, ...], positive steps")
+_register("concat", "data_movement", (1, None), {"axis": 0}, _infer_concat,
+          lambda *xs, axis: np.concatenate([np.asarray(x) for x in xs], axis=axis), doc="concatenate along axis")
+_register("split", "data_movement", (1, 1), {"axis": 0, "sizes": REQUIRED, "index": REQUIRED},
+          _infer_split, _split_ref,
+          doc="piece `index` of x cut along axis into pieces of `sizes` (one node per piece)")
+_register("broadcast_to", "data_movement", (1, 1), {"shape": REQUIRED}, _infer_broadcast,
+          lambda x, shape: np.broadcast_to(np.asarray(x), shape).copy(), doc="numpy broadcast_to")
+_register("gather", "data_movement", (1, 2), {"axis": 0, "indices": None}, _infer_gather,
+          _gather_ref, doc="np.take(x, indices, axis); indices an attribute or an integer-valued second input")
+
+
+# ---------------------------------------------------------------------------
+# matmul
+# ---------------------------------------------------------------------------
+def _infer_matmul(shapes, attrs):
+    a, b = shapes
+    if len(a) == 0 or len(b) == 0:
+        raise ValueError(f"matmul needs inputs of rank >= 1, got shapes {a} and {b}")
+    a2 = (1,) + a if len(a) == 1 else a
+    b2 = b + (1,) if len(b) == 1 else b
+    if a2[-1] != b2[-2]:
+        raise ValueError(f"inner dimensions differ: {a} @ {b} ({a2[-1]} != {b2[-2]})")
+    batch = broadcast_shapes(a2[:-2], b2[:-2])
+    out = batch + (a2[-2], b2[-1])
+    if len(a) == 1:
+        out = out[:-2] + out[-1:]
+    if len(b) == 1:
+        out = out[:-1]
+    return attrs, out
+
+
+_register("matmul", "matmul", (2, 2), {}, _infer_matmul,
+          lambda a, b: np.matmul(_f64(a), _f64(b)), accumulator="float64",
+          doc="numpy matmul semantics (batch broadcasting), float64 BLAS")
+
+
+# ---------------------------------------------------------------------------
+# composites (ref: float64 formula; decompose: the primitives a compiler fuses)
+# ---------------------------------------------------------------------------
+def _infer_softmax(shapes, attrs):
+    (shape,) = shapes
+    attrs["axis"] = _axis1(attrs["axis"], len(shape))
+    if shape[attrs["axis"]] == 0:
+        raise ValueError(f"softmax over an empty axis (shape {shape})")
+    return attrs, shape
+
+
+def _softmax_ref(x, axis):
+    x = _f64(x)
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def _log_softmax_ref(x, axis):
+    x = _f64(x)
+    d = x - np.max(x, axis=axis, keepdims=True)
+    return d - np.log(np.sum(np.exp(d), axis=axis, keepdims=True))
+
+
+def _softmax_dec(x, *, axis):
+    m = max_(x, axis=axis, keepdims=True)
+    e = exp(sub(x, m))
+    return div(e, sum_(e, axis=axis, keepdims=True))
+
+
+def _log_softmax_dec(x, *, axis):
+    d = sub(x, max_(x, axis=axis, keepdims=True))
+    return sub(d, log(sum_(exp(d), axis=axis, keepdims=True)))
+
+
+def _infer_norm(shapes, attrs):
+    x = shapes[0]
+    axes = _axes(attrs["axis"], len(x))
+    attrs["axis"] = axes
+    attrs["eps"] = _float(attrs["eps"], "eps")
+    if attrs["eps"] < 0:
+        raise ValueError(f"eps={attrs['eps']} must be >= 0")
+    for name, s in zip(("weight/gamma", "beta"), shapes[1:], strict=False):
+        try:
+            ok = broadcast_shapes(x, s) == x
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"{name} of shape {s} does not broadcast to the input shape {x}")
+    return attrs, x
+
+
+def _layer_norm_ref(x, gamma=None, beta=None, *, axis, eps):
+    x = _f64(x)
+    mu = np.mean(x, axis=axis, keepdims=True)
+    d = x - mu
+    var = np.mean(d * d, axis=axis, keepdims=True)
+    y = d / np.sqrt(var + eps)
+    if gamma is not None:
+        y = y * _f64(gamma)
+    if beta is not None:
+        y = y + _f64(beta)
+    return y
+
+
+def _rms_norm_ref(x, weight=None, *, axis, eps):
+    x = _f64(x)
+    ms = np.mean(x * x, axis=axis, keepdims=True)
+    y = x / np.sqrt(ms + eps)
+    if weight is not None:
+        y = y * _f64(weight)
+    return y
+
+
+def _layer_norm_dec(x, gamma=None, beta=None, *, axis, eps):
+    mu = mean(x, axis=axis, keepdims=True)
+    d = sub(x, mu)
+    var = mean(mul(d, d), axis=axis, keepdims=True)
+    r = rsqrt(add_scalar(var, eps))
+    y = mul(d, r)
+    if gamma is not None:
+        y = mul(y, gamma)
+    if beta is not None:
+        y = add(y, beta)
+    return y
+
+
+def _rms_norm_dec(x, weight=None, *, axis, eps):
+    ms = mean(mul(x, x), axis=axis, keepdims=True)
+    r = rsqrt(add_scalar(ms, eps))
+    y = mul(x, r)
+    if weight is not None:
+        y = mul(y, weight)
+    return y
+
+
+_register("softmax", "composite", (1, 1), {"axis": -1}, _infer_softmax, _softmax_ref,
+          decompose=_softmax_dec, accumulator="float64",
+          doc="exp(x - max) / sum(exp(x - max)); decomposes to max, sub, exp, sum, div")
+_register("log_softmax", "composite", (1, 1), {"axis": -1}, _infer_softmax, _log_softmax_ref,
+          decompose=_log_softmax_dec, accumulator="float64",
+          doc="(x - max) - log(sum(exp(x - max))); decomposes to max, sub, exp, sum, log, sub")
+_register("layer_norm", "composite", (1, 3), {"axis": -1, "eps": 1e-5}, _infer_norm, _layer_norm_ref,
+          decompose=_layer_norm_dec, accumulator="float64",
+          doc="(x - mean) / sqrt(var + eps) * gamma + beta (biased var, two-pass); inputs x[, gamma[, beta]]")
+_register("rms_norm", "composite", (1, 2), {"axis": -1, "eps": 1e-6}, _infer_norm, _rms_norm_ref,
+          decompose=_rms_norm_dec, accumulator="float64",
+          doc="x / sqrt(mean(x^2) + eps) * weight; inputs x[, weight]")
+
+
+# ---------------------------------------------------------------------------
+# user-facing functions: symbolic while tracing, float64 reference on arrays
+# ---------------------------------------------------------------------------
+def _apply(op: str, args, attrs=None):
+    """Emit ``op`` on symbolic tensors, or evaluate its reference on arrays."""
+    attrs = attrs or {}
+    tracer = next((a._tracer for a in args if hasattr(a, "_tracer")), None)
+    if tracer is not None:
+        return tracer.emit(op, list(args), attrs)
+    arrays = [np.asarray(a) for a in args]
+    for i, a in enumerate(arrays):
+        if a.dtype.kind not in "fiub":
+            raise TypeError(f"{op}: input {i} must be a numeric array, got dtype {a.dtype}")
+    info = get_op(op)
+    attrs, _ = info.check([a.shape for a in arrays], attrs)
+    return info.ref(*arrays, **attrs)
+
+
+def _is_scalar(v):
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and np.ndim(v) == 0 and not hasattr(v, "_tracer")
+
+
+def _binary(op, rop):
+    def f(a, b):
+        if _is_scalar(b) and not _is_scalar(a):
+            return _apply(f"{op}_scalar", [a], {"scalar": b})
+        if _is_scalar(a) and not _is_scalar(b):
+            return _apply(f"{rop}_scalar", [b], {"scalar": a})
+        return _apply(op, [a, b])
+    f.__name__ = op
+    f.__doc__ = f"{CATALOGUE[op].doc} (a Python number on either side gives the scalar form)"
+    return f
+
+
+add = _binary("add", "add")
+sub = _binary("sub", "rsub")
+mul = _binary("mul", "mul")
+div = _binary("div", "rdiv")
+
+
+def _scalar_fn(op):
+    def f(x, scalar):
+        return _apply(op, [x], {"scalar": scalar})
+    f.__name__ = op
+    f.__doc__ = CATALOGUE[op].doc
+    return f
+
+
+add_scalar = _scalar_fn("add_scalar")
+sub_scalar = _scalar_fn("sub_scalar")
+rsub_scalar = _scalar_fn("rsub_scalar")
+mul_scalar = _scalar_fn("mul_scalar")
+div_scalar = _scalar_fn("div_scalar")
+rdiv_scalar = _scalar_fn("rdiv_scalar")
+
+
+def _unary_fn(op):
+    def f(x):
+        return _apply(op, [x])
+    f.__name__ = op
+    f.__doc__ = CATALOGUE[op].doc
+    return f
+
+
+neg = _unary_fn("neg")
+abs_ = _unary_fn("abs")
+exp = _unary_fn("exp")
+log = _unary_fn("log")
+sqrt = _unary_fn("sqrt")
+rsqrt = _unary_fn("rsqrt")
+reciprocal = _unary_fn("reciprocal")
+tanh = _unary_fn("tanh")
+sigmoid = _unary_fn("sigmoid")
+erf = _unary_fn("erf")
+silu = _unary_fn("silu")
+relu = _unary_fn("relu")
+
+
+def gelu(x, approximate: str = "none"):
+    """GELU, ``approximate`` in {"none" (erf form), "tanh"}."""
+    return _apply("gelu", [x], {"approximate": approximate})
+
+
+def maximum(a, b):
+    """Elementwise maximum (NaN propagates)."""
+    return _apply("maximum", [a, b])
+
+
+def minimum(a, b):
+    """Elementwise minimum (NaN propagates)."""
+    return _apply("minimum", [a, b])
+
+
+def where(cond, a, b):
+    """``a`` where ``cond != 0`` else ``b``."""
+    return _apply("where", [cond, a, b])
+
+
+def cast(x, to):
+    """Round ``x`` to the format ``to`` (name or Format), RNE."""
+    return _apply("cast", [x], {"to": getattr(to, "name", to)})
+
+
+def sum_(x, axis=None, keepdims=False):
+    return _apply("sum", [x], {"axis": axis, "keepdims": keepdims})
+
+
+def mean(x, axis=None, keepdims=False):
+    return _apply("mean", [x], {"axis": axis, "keepdims": keepdims})
+
+
+def max_(x, axis=None, keepdims=False):
+    return _apply("max", [x], {"axis": axis, "keepdims": keepdims})
+
+
+def min_(x, axis=None, keepdims=False):
+    return _apply("min", [x], {"axis": axis, "keepdims": keepdims})
+
+
+def var(x, axis=None, keepdims=False, correction=0):
+    return _apply("var", [x], {"axis": axis, "keepdims": keepdims, "correction": correction})
+
+
+def reshape(x, shape):
+    return _apply("reshape", [x], {"shape": shape})
+
+
+def transpose(x, perm=None):
+    return _apply("transpose", [x], {"perm": perm})
+
+
+def broadcast_to(x, shape):
+    return _apply("broadcast_to", [x], {"shape": shape})
+
+
+def concat(xs, axis=0):
+    """Concatenate a sequence of tensors along ``axis``."""
+    if not isinstance(xs, (list, tuple)):
+        raise TypeError(f"concat takes a list or tuple of tensors, got {type(xs).__name__}")
+    return _apply("concat", list(xs), {"axis": axis})
+
+
+def split(x, sections, axis=0):
+    """Split ``x`` along ``axis``.
+
+    ``sections`` is an int n (n equal pieces, as ``numpy.split``) or a list of
+    piece sizes (as ``torch.split``).  Returns a tuple; each piece is its own
+    ``split`` node with attributes ``sizes`` and ``index``.
+    """
+    shape = _shape_of(x)
+    ax = _axis1(axis, len(shape))
+    if isinstance(sections, numbers.Integral) and not isinstance(sections, bool):
+        n = int(sections)
+        if n <= 0 or shape[ax] % n:
+            raise ValueError(f"split: sections={n} does not divide axis {ax} of size {shape[ax]}")
+        sizes = (shape[ax] // n,) * n
+    else:
+        sizes = _shape_tuple(sections, "sections")
+    return tuple(_apply("split", [x], {"axis": ax, "sizes": sizes, "index": i}) for i in range(len(sizes)))
+
+
+def gather(x, indices, axis=0):
+    """``np.take(x, indices, axis)``: ``indices`` a constant int array
+    (stored as the attribute ``indices``) or a symbolic tensor of
+    integer values (second input)."""
+    if hasattr(indices, "_tracer") or (hasattr(x, "_tracer") is False and isinstance(indices, np.ndarray) and indices.dtype.kind == "f"):
+        return _apply("gather", [x, indices], {"axis": axis})
+    return _apply("gather", [x], {"axis": axis, "indices": np.asarray(indices).tolist()})
+
+
+def matmul(a, b):
+    return _apply("matmul", [a, b])
+
+
+def softmax(x, axis=-1):
+    return _apply("softmax", [x], {"axis": axis})
+
+
+def log_softmax(x, axis=-1):
+    return _apply("log_softmax", [x], {"axis": axis})
+
+
+def layer_norm(x, gamma=None, beta=None, axis=-1, eps=1e-5):
+    """Layer norm over ``axis`` (int or tuple); ``beta`` needs ``gamma``."""
+    if beta is not None and gamma is None:
+        raise ValueError("layer_norm: beta given without gamma")
+    args = [a for a in (x, gamma, beta) if a is not None]
+    return _apply("layer_norm", args, {"axis": axis, "eps": eps})
+
+
+def rms_norm(x, weight=None, axis=-1, eps=1e-6):
+    args = [x] if weight is None else [x, weight]
+    return _apply("rms_norm", args, {"axis": axis, "eps": eps})
+
+
+def _shape_of(x):
+    return tuple(x.shape) if hasattr(x, "shape") else np.shape(x)
+
+
+_ALIASES = {"sum": sum_, "max": max_, "min": min_, "abs": abs_}
+
+
+def __getattr__(name):
+    # numpy-like names ``ops.sum``/``max``/``min``/``abs`` without shadowing
+    # the builtins inside this module
+    if name in _ALIASES:
+        return _ALIASES[name]
+    raise AttributeError(f"module 'numlab.ops' has no attribute {name!r}")
