@@ -35,12 +35,18 @@ Rules of the planner (:func:`plan`)
    ``elem_bytes = 4``: numlab's kernels compute in fp32 inside the buffer
    (DESIGN.md section 1, source 3).  A fused block holds more live buffers
    than a one-operator kernel, so it gets smaller tiles; :meth:`Plan.op_tile`
-   gives the tile the same operator would get as its own (eager) kernel.
+   gives the tile the same operator would get as its own (eager) kernel,
+   whose buffers hold S elements (2 bytes for fp16/bf16).
+4. A block is *code-generated* when every member's kind is enabled;
+   otherwise (matmul, composites kept whole, disabled kinds) it is a call
+   into the hand-written library, as a real compiler falls back to the
+   vendor's operator, and the executor runs it exactly as eager.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -337,7 +343,9 @@ class Block:
     kind : str
         ``"+"``-joined sorted kinds of the members (``"elementwise+reduce"``).
     tile : int
-        Elements per on-chip buffer (``tile_elements(hw, live_buffers, 4)``).
+        Elements per on-chip buffer: ``tile_elements(hw, live_buffers, 4)``
+        for a code-generated block (fp32 buffers), else the one-operator
+        tile with S-sized elements.
     live_buffers : int
         Tensors held at once (see module docstring, rule 3).
     inputs : list of str
@@ -346,6 +354,11 @@ class Block:
     outputs : list of str
         Members whose value leaves the block (used by another block or a
         graph output); rounded to S there.
+    codegen : bool
+        True when the code generator compiles the block (every member's
+        kind is enabled); False for a call into the hand-written library
+        (matmul, an undecomposed composite, a kind that is not enabled),
+        which runs exactly as eager.
     fused : bool
         True when the block was formed by fusion (more than one member).
     """
@@ -357,6 +370,7 @@ class Block:
     live_buffers: int
     inputs: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
+    codegen: bool = False
 
     @property
     def fused(self) -> bool:
@@ -398,8 +412,8 @@ class Plan:
         return None if i is None else self.blocks[i]
 
     def op_tile(self, node_name: str) -> int:
-        """The tile the node would get as its own single-operator kernel
-        (live buffers = distinct inputs + 1)."""
+        """The tile the node gets as its own one-operator kernel: live
+        buffers = distinct inputs + 1, elements of S's size."""
         if node_name not in self._op_tiles:
             raise ValueError(
                 f"node {node_name!r} is not in the planned graph; nodes: "
@@ -426,8 +440,9 @@ class Plan:
             lines.append(f"  decomposed composites: {', '.join(comps)}")
         w = max((len(b.kind) for b in self.blocks), default=4)
         for b in self.blocks:
+            how = "codegen" if b.codegen else "library"
             lines.append(
-                f"  {b.name:>4}  {b.kind:<{w}}  tile={b.tile:<6d} live={b.live_buffers:<2d} "
+                f"  {b.name:>4}  {how:<7}  {b.kind:<{w}}  tile={b.tile:<6d} live={b.live_buffers:<2d} "
                 f"[{', '.join(b.members)}]"
             )
             lines.append(
@@ -446,6 +461,7 @@ class Plan:
                     "kind": b.kind,
                     "tile": b.tile,
                     "live_buffers": b.live_buffers,
+                    "codegen": b.codegen,
                     "inputs": list(b.inputs),
                     "outputs": list(b.outputs),
                 }
@@ -510,13 +526,22 @@ def live_buffers(graph, members, outputs) -> int:
     return best
 
 
-def _tile(hardware, nbuf: int) -> int:
+def _tile(hardware, nbuf: int, elem_bytes: int = 4) -> int:
     from . import kernels
 
-    return int(kernels.tile_elements(hardware, nbuf, 4))
+    return int(kernels.tile_elements(hardware, nbuf, elem_bytes))
 
 
-def plan(graph, options: FusionOptions | None = None, hardware=None) -> Plan:
+def _elem_bytes(dtype) -> int:
+    from .formats import get_format
+
+    if dtype is None:
+        return 2
+    f = get_format(dtype)
+    return f.bits // 8 if f.bits in (8, 16, 32, 64) else 4
+
+
+def plan(graph, options: FusionOptions | None = None, hardware=None, dtype=None) -> Plan:
     """Group the nodes of ``graph`` into blocks.
 
     Parameters
@@ -526,6 +551,11 @@ def plan(graph, options: FusionOptions | None = None, hardware=None) -> Plan:
         Default ``FusionOptions()`` (Ascend autofusion defaults).
     hardware : numlab.kernels.Hardware, optional
         Default ``numlab.kernels.Hardware()``.
+    dtype : Format or str, optional
+        Storage format S: one-operator kernels (:meth:`Plan.op_tile`, and
+        blocks the code generator does not take) tile buffers of S elements
+        (default 2 bytes, fp16/bf16); code-generated blocks tile fp32
+        buffers (4 bytes).
 
     Returns
     -------
@@ -586,16 +616,38 @@ def plan(graph, options: FusionOptions | None = None, hardware=None) -> Plan:
                 assign = trial
                 fusible_block.pop(c, None)
 
-    # materialise blocks in topological order of their first member
-    order: list = []
+    # materialise blocks in a topological order of the block graph (Kahn's
+    # algorithm, ties broken by the position of the block's first member)
+    first: dict = {}
     members: dict = {}
-    for n in nodes:
+    for i, n in enumerate(nodes):
         b = assign[n.name]
         if b not in members:
             members[b] = []
-            order.append(b)
+            first[b] = i
         members[b].append(n.name)
+    succ: dict = {b: set() for b in members}
+    indeg: dict = {b: 0 for b in members}
+    for n in nodes:
+        bn = assign[n.name]
+        for p_ in n.inputs:
+            bp = assign.get(p_)
+            if bp is not None and bp != bn and bn not in succ[bp]:
+                succ[bp].add(bn)
+                indeg[bn] += 1
+    heap = [(first[b], b) for b, d in indeg.items() if d == 0]
+    heapq.heapify(heap)
+    order: list = []
+    while heap:
+        _, b = heapq.heappop(heap)
+        order.append(b)
+        for c in succ[b]:
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                heapq.heappush(heap, (first[c], c))
+    assert len(order) == len(members), "fusion produced a cyclic block graph"
     graph_outputs = set(graph.outputs)
+    eb = _elem_bytes(dtype)
     blocks = []
     index = {}
     for i, b in enumerate(order):
@@ -610,29 +662,33 @@ def plan(graph, options: FusionOptions | None = None, hardware=None) -> Plan:
             if m in graph_outputs or any(c.name not in mset for c in graph.consumers(m)):
                 outs.append(m)
         nbuf = live_buffers(graph, mem, outs)
-        kind = "+".join(sorted({kinds[m] for m in mem}))
+        kset = {kinds[m] for m in mem}
+        kind = "+".join(sorted(kset))
+        codegen = all(options.fuses(k) for k in kset)
+        tile = _tile(hardware, nbuf, 4) if codegen else _tile(hardware, nbuf, eb)
         blocks.append(
-            Block(name=f"b{i}", members=mem, kind=kind, tile=_tile(hardware, nbuf),
-                  live_buffers=nbuf, inputs=ins, outputs=outs)
+            Block(name=f"b{i}", members=mem, kind=kind, tile=tile,
+                  live_buffers=nbuf, inputs=ins, outputs=outs, codegen=codegen)
         )
         for m in mem:
             index[m] = i
     op_tiles = {}
     for n in nodes:
         nbuf = len(dict.fromkeys(n.inputs)) + 1
-        op_tiles[n.name] = _tile(hardware, nbuf)
+        op_tiles[n.name] = _tile(hardware, nbuf, eb)
     return Plan(graph=graph, source=source, options=options, hardware=hardware, blocks=blocks,
                 decomposed=decomposed, _index=index, _op_tiles=op_tiles)
 
 
 def _decompose(graph):
-    """Replace composite nodes by their decompositions (numlab.ops)."""
+    """Replace composite nodes by their decompositions (numlab.graph.decompose);
+    returns the new graph and node -> composite it came from."""
     from . import ops
+    from .graph import decompose
 
-    fn = getattr(ops, "decompose_graph", None) or getattr(ops, "decompose", None)
-    if fn is None:  # pragma: no cover - depends on numlab.ops
-        raise RuntimeError("numlab.ops provides no decompose_graph(graph)")
-    out = fn(graph)
-    if isinstance(out, tuple):
-        return out
-    return out, {}
+    if not any(ops.CATALOGUE[n.op].category == "composite" for n in graph.nodes):
+        return graph, {}
+    comps = {n.name for n in graph.nodes if ops.CATALOGUE[n.op].category == "composite"}
+    g = decompose(graph)
+    origin = {n.name: n.attrs.get("origin") for n in g.nodes}
+    return g, {k: v for k, v in origin.items() if v in comps}

@@ -1,0 +1,345 @@
+"""Fusion planner: flag parsing, presets, legality of every plan, live
+buffers and tiles (independent recomputation), readable printing."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from numlab import ops, zoo
+from numlab.fusion import (
+    AUTOFUSE_DEFAULT,
+    INDUCTOR_DEFAULT,
+    KINDS,
+    FusionOptions,
+    op_kind,
+    parse_autofuse_flags,
+    plan,
+)
+from numlab.graph import Graph, Node, trace
+from numlab.kernels.hardware import SMALL, Hardware, tile_elements
+
+# ---------------------------------------------------------------------------
+# options and the AUTOFUSE_FLAGS parser
+# ---------------------------------------------------------------------------
+
+
+def test_defaults_are_ascend_autofusion():
+    o = FusionOptions()
+    assert o.enabled == frozenset({"elementwise", "broadcast", "reshape"})
+    for k in ("reduce", "concat", "slice", "gather", "transpose", "matmul"):
+        assert not o.fuses(k)
+    assert o.fuses("elementwise") and o.fuses("broadcast")
+    assert o.decompose is True
+    assert FusionOptions.autofuse() == o == FusionOptions.autofuse("")
+
+
+def test_flag_string_enable_and_disable():
+    o = FusionOptions.autofuse("--enable_autofuse=true;--autofuse_enable_pass=concat,reduce")
+    assert o.enabled == AUTOFUSE_DEFAULT | {"concat", "reduce"}
+    o = parse_autofuse_flags("--autofuse_enable_pass=slice,gather,transpose;--autofuse_disable_pass=broadcast")
+    assert o.enabled == (AUTOFUSE_DEFAULT | {"slice", "gather", "transpose"}) - {"broadcast"}
+    # items apply left to right
+    o = parse_autofuse_flags("--autofuse_disable_pass=reduce;--autofuse_enable_pass=reduce")
+    assert "reduce" in o.enabled
+    o = parse_autofuse_flags("--enable_autofuse=false")
+    assert not o.enable_autofuse and not o.fuses("elementwise")
+    # aliases as the real tool spells them
+    assert parse_autofuse_flags("--autofuse_disable_pass=elemwise").enabled == AUTOFUSE_DEFAULT - {"elementwise"}
+
+
+def test_from_env():
+    o = FusionOptions.from_env({"AUTOFUSE_FLAGS": "--enable_autofuse=true;--autofuse_enable_pass=concat"})
+    assert o.enabled == AUTOFUSE_DEFAULT | {"concat"}
+    assert FusionOptions.from_env({}) == FusionOptions()
+
+
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        ("--autofuse_enable_pass=conv", "'conv' is not a fusion kind"),
+        ("--enable_autofuse=maybe", "not a boolean"),
+        ("--autofuse_enable=concat", "key 'autofuse_enable'"),
+        ("--autofuse_enable_pass", "is not --key=value"),
+        ("--autofuse_enable_pass=", "lists no pass"),
+    ],
+)
+def test_bad_flags_name_the_item(flags, needle):
+    with pytest.raises(ValueError, match="valid|true or false") as ei:
+        parse_autofuse_flags(flags)
+    assert needle in str(ei.value)
+
+
+def test_bad_options():
+    with pytest.raises(ValueError, match="valid kinds"):
+        FusionOptions(enabled={"elementwise", "fusion_of_everything"})
+    with pytest.raises(TypeError, match="decompose"):
+        FusionOptions(decompose="yes")
+    with pytest.raises(TypeError, match="flags must be a str"):
+        parse_autofuse_flags(3)
+    g = zoo.softmax()
+    with pytest.raises(TypeError, match="FusionOptions"):
+        plan(g, {"reduce": True})
+
+
+def test_inductor_preset_and_enable_disable():
+    o = FusionOptions.inductor()
+    assert o.enabled == INDUCTOR_DEFAULT
+    assert o.fuses("reduce") and not o.fuses("matmul")
+    assert o.disable("reduce").enable("matmul").enabled == (INDUCTOR_DEFAULT - {"reduce"}) | {"matmul"}
+    with pytest.raises(AttributeError):
+        o.decompose = False  # frozen
+    assert set(KINDS) >= INDUCTOR_DEFAULT
+
+
+def test_op_kinds_cover_the_catalogue():
+    cat_to_kind = {"elementwise": {"elementwise"}, "reduction": {"reduce"}, "matmul": {"matmul"},
+                   "composite": {"composite"},
+                   "data_movement": {"reshape", "broadcast", "transpose", "slice", "concat", "gather"}}
+    for name, info in ops.CATALOGUE.items():
+        assert op_kind(name) in cat_to_kind[info.category], name
+    with pytest.raises(ValueError, match="known ops"):
+        op_kind("conv2d")
+
+
+# ---------------------------------------------------------------------------
+# legality of plans (checked independently of the planner's own code)
+# ---------------------------------------------------------------------------
+
+
+def _check_legal(p, options):
+    g = p.graph
+    names = [n.name for n in g.nodes]
+    seen = [m for b in p.blocks for m in b.members]
+    assert sorted(seen) == sorted(names), "every node in exactly one block"
+    where = {m: i for i, b in enumerate(p.blocks) for m in b.members}
+    # blocks in topological order: every edge goes to the same or a later block
+    for n in g.nodes:
+        for i in n.inputs:
+            if i in where:
+                assert where[i] <= where[n.name], (i, n.name)
+    for b in p.blocks:
+        kinds = {op_kind(g.node(m).op) for m in b.members}
+        if len(b.members) > 1:
+            assert all(options.fuses(k) for k in kinds), (b.kind, options.enabled)
+            # connected through producer->consumer edges inside the block
+            mem = set(b.members)
+            adj = {m: set() for m in mem}
+            for m in mem:
+                for i in g.node(m).inputs:
+                    if i in mem:
+                        adj[m].add(i)
+                        adj[i].add(m)
+            stack, reached = [b.members[0]], set()
+            while stack:
+                v = stack.pop()
+                if v not in reached:
+                    reached.add(v)
+                    stack.extend(adj[v])
+            assert reached == mem, b
+        assert b.codegen == all(options.fuses(k) for k in kinds)
+        assert b.name == f"b{p.blocks.index(b)}"
+        assert p.block_of(b.members[0]) is b
+        # block inputs/outputs recomputed
+        mem = set(b.members)
+        ins = {i for m in b.members for i in g.node(m).inputs if i not in mem}
+        assert set(b.inputs) == ins
+        outs = {m for m in b.members
+                if m in g.outputs or any(c.name not in mem for c in g.consumers(m))}
+        assert set(b.outputs) == outs
+    assert p.block_of("not-a-node") is None
+
+
+OPTIONS = [
+    FusionOptions(),
+    FusionOptions.inductor(),
+    FusionOptions.inductor(decompose=False),
+    FusionOptions.autofuse("--autofuse_enable_pass=concat,reduce,slice,gather,transpose"),
+    FusionOptions.off(),
+    FusionOptions.inductor().enable("matmul"),
+]
+
+
+@pytest.mark.parametrize("model", sorted(zoo.MODELS))
+@pytest.mark.parametrize("oi", range(len(OPTIONS)))
+def test_zoo_plans_are_legal(model, oi):
+    g = zoo.MODELS[model]()
+    o = OPTIONS[oi]
+    p = plan(g, o)
+    _check_legal(p, o)
+    if o.decompose:
+        assert not any(n.category == "composite" for n in p.graph.nodes)
+        for k, v in p.decomposed.items():
+            assert g.node(v).category == "composite" and k in p.graph
+    else:
+        assert p.graph is g and p.decomposed == {}
+    # outputs keep their names
+    assert p.graph.outputs == g.outputs
+
+
+def _blocks_acyclic(p) -> bool:
+    g = p.graph
+    where = {m: b.name for b in p.blocks for m in b.members}
+    edges = {(where[i], where[n.name]) for n in g.nodes for i in n.inputs
+             if i in where and where[i] != where[n.name]}
+    # Floyd-Warshall style reachability on the small block graph
+    names = [b.name for b in p.blocks]
+    reach = {(a, b) for a, b in edges}
+    for k in names:
+        for i in names:
+            if (i, k) in reach:
+                for j in names:
+                    if (k, j) in reach:
+                        reach.add((i, j))
+    return not any((a, a) in reach for a in names)
+
+
+def test_diamond_with_blocked_middle_is_not_merged_into_a_cycle():
+    # x -> a (elementwise) -> r (reduce, not fused) -> c (elementwise, reads a and r)
+    # merging a and c would put r both after and before the block: a cycle.
+    def f(x):
+        a = ops.exp(x)
+        r = a.sum(axis=-1, keepdims=True)
+        return {"y": a / r}
+
+    g = trace(f, x=(4, 8))
+    p = plan(g, FusionOptions())
+    assert _blocks_acyclic(p)
+    assert p.block_of("exp_0") is not p.block_of("y")
+    # with reduce enabled all three are one block
+    p2 = plan(g, FusionOptions().enable("reduce"))
+    assert len(p2.blocks) == 1 and p2.blocks[0].members == ["exp_0", "sum_0", "y"]
+
+
+def test_pointwise_chain_is_one_block():
+    def f(x, y):
+        return {"z": ops.tanh((x + y) * 0.5 - 1.0).__neg__()}
+
+    g = trace(f, x=(4, 8), y=(4, 8))
+    p = plan(g, FusionOptions())
+    assert len(p.blocks) == 1 and p.blocks[0].codegen
+    assert p.blocks[0].inputs == ["x", "y"] and p.blocks[0].outputs == ["z"]
+
+
+# random DAGs ---------------------------------------------------------------
+
+_UNARY = ["exp", "neg", "tanh", "relu"]
+_BINARY = ["add", "mul", "sub", "maximum"]
+
+
+@st.composite
+def random_graphs(draw):
+    n = draw(st.integers(1, 14))
+    nodes = []
+    avail = ["x0", "x1"]
+    for i in range(n):
+        kind = draw(st.sampled_from(["u", "b", "red", "t", "r"]))
+        name = f"n{i}"
+        if kind == "u":
+            nodes.append(Node(name, draw(st.sampled_from(_UNARY)), (draw(st.sampled_from(avail)),)))
+        elif kind == "b":
+            a, b = draw(st.sampled_from(avail)), draw(st.sampled_from(avail))
+            nodes.append(Node(name, draw(st.sampled_from(_BINARY)), (a, b)))
+        elif kind == "red":
+            nodes.append(Node(name, "sum", (draw(st.sampled_from(avail)),), {"axis": -1, "keepdims": True}))
+            # bring it back to full shape so later ops can mix it
+            nodes.append(Node(name + "b", "broadcast_to", (name,), {"shape": (4, 4)}))
+            avail.append(name + "b")
+            continue
+        elif kind == "t":
+            nodes.append(Node(name, "transpose", (draw(st.sampled_from(avail)),), {"perm": (1, 0)}))
+        else:
+            nodes.append(Node(name, "reshape", (draw(st.sampled_from(avail)),), {"shape": (4, 4)}))
+        avail.append(name)
+    outs = [nodes[-1].name]
+    return Graph({"x0": (4, 4), "x1": (4, 4)}, nodes, outs)
+
+
+@given(random_graphs(), st.sets(st.sampled_from(KINDS)), st.booleans())
+def test_random_plans_are_legal_and_acyclic(g, kinds, on):
+    o = FusionOptions(enabled=frozenset(kinds), enable_autofuse=on)
+    p = plan(g, o, SMALL)
+    _check_legal(p, o)
+    assert _blocks_acyclic(p)
+    # nothing enabled -> singletons
+    if not on or not kinds:
+        assert all(len(b.members) == 1 for b in p.blocks)
+
+
+# ---------------------------------------------------------------------------
+# live buffers and tiles
+# ---------------------------------------------------------------------------
+
+
+def _live_bruteforce(g, members, outputs):
+    """Intervals: a value is live from the step it is produced (inputs: from 0)
+    to its last use inside the block (outputs: to the end); count at each step
+    the intervals that contain it, plus one for the value being computed when
+    it is not already counted."""
+    pos = {m: i for i, m in enumerate(members)}
+    end = len(members) - 1
+    intervals = {}
+    for i, m in enumerate(members):
+        for v in g.node(m).inputs:
+            start = pos[v] + 1 if v in pos else 0
+            lo, hi = intervals.get(v, (start, -1))
+            intervals[v] = (lo, max(hi, i))
+    for v in outputs:
+        lo, hi = intervals.get(v, (pos[v] + 1, -1))
+        intervals[v] = (lo, end)
+    best = 0
+    for i in range(len(members)):
+        best = max(best, 1 + sum(lo <= i <= hi for lo, hi in intervals.values()))
+    return best
+
+
+@pytest.mark.parametrize("model", sorted(zoo.MODELS))
+def test_live_buffers_and_tiles(model):
+    g = zoo.MODELS[model]()
+    hw = Hardware()
+    for o in (FusionOptions(), FusionOptions.inductor()):
+        p = plan(g, o, hw, dtype="fp16")
+        for b in p.blocks:
+            assert b.live_buffers == _live_bruteforce(p.graph, b.members, b.outputs)
+            if b.codegen:
+                assert b.tile == tile_elements(hw, b.live_buffers, 4)
+            else:
+                assert b.tile == tile_elements(hw, b.live_buffers, 2)
+        for n in p.graph.nodes:
+            assert p.op_tile(n.name) == tile_elements(hw, len(set(n.inputs)) + 1, 2)
+
+
+def test_single_op_buffers_and_fused_tiles_are_smaller():
+    g = zoo.layernorm(batch=4, hidden=64)
+    p = plan(g, FusionOptions.inductor(), Hardware(), dtype="fp16")
+    (b,) = p.blocks
+    assert b.fused and b.live_buffers >= 4
+    # the one-operator tile of an add (x, y -> z: 3 buffers of 2 bytes, double-buffered)
+    add = next(n for n in p.graph.nodes if n.op == "add_scalar")
+    assert p.op_tile(add.name) == (192 * 1024 // (2 * 2 * 2)) // 16 * 16
+    assert b.tile < min(p.op_tile(m) for m in b.members)
+    with pytest.raises(ValueError, match="not in the planned graph"):
+        p.op_tile("nope")
+
+
+def test_decompose_off_keeps_composites_as_library_kernels():
+    g = zoo.layernorm()
+    p = plan(g, FusionOptions.inductor(decompose=False))
+    (b,) = p.blocks
+    assert b.members == ["y"] and b.kind == "composite" and not b.codegen
+
+
+def test_str_plan_is_readable():
+    g = zoo.gelu_mlp()
+    p = plan(g, FusionOptions())
+    s = str(p)
+    assert s.startswith("Plan: ")
+    assert "autofuse[elementwise,broadcast,reshape] decompose=on" in s
+    for b in p.blocks:
+        assert b.name in s and f"tile={b.tile}" in s
+        for m in b.members:
+            assert m in s
+    assert "library" in s and "codegen" in s  # matmul is a library call
+    d = p.to_dict()
+    assert [x["members"] for x in d["blocks"]] == [b.members for b in p.blocks]
