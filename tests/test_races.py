@@ -1,0 +1,424 @@
+"""Tests of numlab.races: scheduler, visibility, detector (by mutation and
+against the simulator), the field scenario, bisection and the CLI."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from numlab import races as R
+from numlab.cli import main as cli_main
+
+FIELD = R.get_scenario("fused_linear_online_max_sum")
+SOFTMAX = R.get_scenario("split_softmax")
+FIXED = R.Latency(1.0, dist="fixed")
+
+
+# --------------------------------------------------------------------------- knobs
+
+
+def test_latency_mean_and_seed():
+    rng = np.random.default_rng(0)
+    for dist in ("lognormal", "uniform"):
+        lat = R.Latency(2.0, 0.5, dist)
+        d = lat.sample(np.random.default_rng(1), 200_000)
+        assert (d > 0).all()
+        # the mean is kept for every spread (lognormal: mean * exp(s z - s^2/2))
+        assert abs(d.mean() - 2.0) < 0.01
+        assert np.array_equal(d, lat.sample(np.random.default_rng(1), 200_000))
+    assert np.array_equal(R.Latency(3.0, 0.0).sample(rng, 4), np.full(4, 3.0))
+    for bad in (dict(mean=0), dict(mean=-1), dict(spread=-0.1), dict(dist="normal"),
+                dict(dist="uniform", spread=1.0), dict(mean=float("nan"))):
+        with pytest.raises(ValueError):
+            R.Latency(**bad)
+
+
+def test_shard_regions_partition_rows_exhaustive():
+    a = R.Access("b")
+    for nrows in range(0, 21):
+        for ncores in range(1, 10):
+            cover = np.zeros(nrows, int)
+            prev = 0
+            for c in range(ncores):
+                lo, hi = a.region(c, ncores, nrows)
+                assert lo == prev and hi >= lo
+                cover[lo:hi] += 1
+                prev = hi
+            assert prev == nrows and (cover == 1).all()
+    assert R.Access("b", "all").region(3, 8, 10) == (0, 10)
+    with pytest.raises(ValueError, match="rows"):
+        R.Access("b", "every").region(0, 2, 4)
+    with pytest.raises(ValueError, match="outside"):
+        R.Access("b", lambda c, n, r: (0, r + 1)).region(0, 2, 4)
+
+
+def test_kernel_validation_names_the_problem():
+    buf = {"a": R.Buffer((4,), "float32", "input"), "b": R.Buffer((4,))}
+    with pytest.raises(ValueError, match="group 'gpu'"):
+        R.Kernel("k", {"vector": 2}, buf, (R.Stage("s", "gpu", writes=("b",)),))
+    with pytest.raises(ValueError, match="unknown buffer 'c'"):
+        R.Kernel("k", {"vector": 2}, buf, (R.Stage("s", "vector", writes=("c",)),))
+    with pytest.raises(ValueError, match="writes input"):
+        R.Kernel("k", {"vector": 2}, buf, (R.Stage("s", "vector", writes=("a",)),))
+    with pytest.raises(ValueError, match="duplicate"):
+        R.Kernel("k", {"vector": 2}, buf, (R.SyncAll("x"), R.SyncAll("x")))
+    with pytest.raises(ValueError, match="producer must be listed before"):
+        R.Kernel("k", {"vector": 2}, buf, (R.Stage("s", "vector"), R.Stage("t", "vector"), R.Flag("t", "s")))
+    with pytest.raises(ValueError, match="role"):
+        R.Buffer((2,), role="scratch")
+    with pytest.raises(ValueError, match="unknown race scenario 'nope'"):
+        R.get_scenario("nope")
+
+
+# --------------------------------------------------------------------------- scheduler
+
+
+def test_schedule_rules_and_seed():
+    k = FIELD.build(fix=True, spread=0.8)
+    s1, s2 = R.schedule(k, seed=7), R.schedule(k, seed=7)
+    for n in s1.start:
+        assert np.array_equal(s1.start[n], s2.start[n]) and np.array_equal(s1.end[n], s2.end[n])
+    s3 = R.schedule(k, seed=8)
+    assert any(not np.array_equal(s1.end[n], s3.end[n]) for n in s1.end)
+    st_, en = s1.start, s1.end
+    # program order per core
+    assert (st_["CVProcess.gather"] >= en["CVProcess.matmul"]).all()
+    assert (st_["AllReduceProcess"] >= en["CVProcess.reduce"]).all()
+    # SyncAll: everything after starts after everything before ended
+    before = max(en["InitOutputAndWorkspace"].max(), en["TargetProcess"].max())
+    assert st_["CVProcess.matmul"].min() >= before
+    # flag: every consumer core waits for every producer core
+    assert st_["CVProcess.reduce"].min() >= en["CVProcess.matmul"].max()
+    # without the flag the reduce may start earlier
+    s4 = R.schedule(k.without("flag_logits"), seed=7)
+    assert s4.start["CVProcess.reduce"].min() < en["CVProcess.matmul"].max()
+
+
+# --------------------------------------------------------------------------- visibility
+
+
+def _tiny(barrier: bool, chunks: int = 1, reader_delay: float = 0.0):
+    """vector (1 core) writes w = x + 1 over 2 time units; cube (1 core) reads it."""
+    items = []
+    if reader_delay:
+        items.append(R.Stage("wait", "cube", latency=R.Latency(reader_delay, dist="fixed")))
+    items.append(R.Stage("produce", "vector", reads=("x",), writes=("w",),
+                         fn=lambda c, i: {"w": i["x"] + 1}, latency=R.Latency(2.0, dist="fixed"),
+                         chunks=chunks))
+    if barrier:
+        items.append(R.SyncAll("sync"))
+    items.append(R.Stage("consume", "cube", reads=("w",), writes=("y",),
+                         fn=lambda c, i: {"y": i["w"] * 10}, latency=FIXED))
+    bufs = {"x": R.Buffer((4,), "float64", "input"), "w": R.Buffer((4,), "float64", "workspace"),
+            "y": R.Buffer((4,), "float64", "output")}
+    return R.Kernel("tiny", {"vector": 1, "cube": 1}, bufs, tuple(items))
+
+
+def test_read_before_write_sees_old_contents():
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    old = {"x": np.zeros(4), "w": np.array([-1.0, -2.0, -3.0, -4.0]), "y": np.zeros(4)}
+    r = R.simulate(_tiny(False), {"x": x}, seed=0, memory=old)
+    assert np.array_equal(r.outputs["y"], old["w"] * 10)        # read at t=0, write lands at t=2
+    assert np.array_equal(r.memory["w"], x + 1)                  # the write itself landed
+    (sr,) = r.stale_reads
+    assert (sr.stage, sr.buffer, sr.saw, sr.expected, sr.n_rows) == ("consume", "w", ("<initial>",), "produce", 4)
+    assert sr.time == 0.0 and sr.late_by == 2.0
+    r = R.simulate(_tiny(True), {"x": x}, seed=0, memory=old)
+    assert np.array_equal(r.outputs["y"], (x + 1) * 10) and r.ok_order
+    # the memory passed in is not modified
+    assert np.array_equal(old["w"], [-1.0, -2.0, -3.0, -4.0])
+
+
+def test_chunked_write_lands_part_by_part():
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    old = {"x": np.zeros(4), "w": np.full(4, -7.0), "y": np.zeros(4)}
+    # chunks=2 over [0, 2): rows 0-1 land at t=1, rows 2-3 at t=2; reader starts at t=1.5
+    r = R.simulate(_tiny(False, chunks=2, reader_delay=1.5), {"x": x}, seed=0, memory=old)
+    assert np.array_equal(r.outputs["y"], [20.0, 30.0, -70.0, -70.0])
+    (sr,) = r.stale_reads
+    assert sr.rows == (2, 4) and sr.late_by == 0.5
+    # a read at exactly the landing time sees the write (writes land before reads at equal times)
+    r = R.simulate(_tiny(False, chunks=2, reader_delay=2.0), {"x": x}, seed=0, memory=old)
+    assert np.array_equal(r.outputs["y"], (x + 1) * 10) and r.ok_order
+
+
+def test_same_seed_same_bits_and_fill():
+    k = FIELD.build(fix=False, spread=0.8)
+    case = FIELD.cases(1, 3)[0]
+    for fill in ("zeros", "garbage"):
+        a = R.simulate(k, case, seed=11, fill=fill)
+        b = R.simulate(k, case, seed=11, fill=fill)
+        for n in a.memory:
+            assert a.memory[n].tobytes() == b.memory[n].tobytes()
+    with pytest.raises(ValueError, match="fill"):
+        R.simulate(k, case, seed=0, fill="ones")
+    with pytest.raises(ValueError, match="missing input 'x'"):
+        R.simulate(k, {"weight": case["weight"], "target": case["target"]}, seed=0)
+
+
+# --------------------------------------------------------------------------- field scenario
+
+
+def test_field_reference_against_exact_arithmetic():
+    case = FIELD.cases(1, 5)[0]
+    ref = FIELD.reference(case)
+    vs, V = 96, case["weight"].shape[0]
+    x, w, t = case["x"], case["weight"], case["target"]
+    worst = 0.0
+    for i in range(0, x.shape[0], 7):   # scalar loop, exact rationals (test-only)
+        inside = vs <= int(t[i]) < vs + V
+        assert ref["target_mask"][i] == inside
+        mt = int(t[i]) - vs if inside else 0
+        assert ref["masked_target"][i] == mt
+        exact = sum(Fraction(float(a)) * Fraction(float(b)) for a, b in zip(x[i], w[mt], strict=True)) if inside else 0
+        worst = max(worst, abs(float(Fraction(ref["predicted_logits_local"][i]) - exact)))
+    assert worst < 1e-12
+
+
+def test_field_fixed_kernel_error_within_fp32_dot_bound():
+    """Fixed kernel: predicted logits within Higham's gamma_H sum|x w| (+ u for the store) of fp64."""
+    cases = FIELD.cases(20, 9)
+    k = FIELD.build(fix=True, spread=1.0)
+    mem = None
+    u = 2.0**-24
+    for i, case in enumerate(cases):
+        r = R.simulate(k, case, seed=i, memory=mem)
+        mem = r.memory
+        ref = FIELD.reference(case)
+        x, w = case["x"].astype(np.float64), case["weight"].astype(np.float64)
+        mt = ref["masked_target"].astype(int)
+        H = x.shape[1]
+        gamma = H * u / (1 - H * u)
+        absdot = np.abs(x * w[mt]).sum(axis=1)
+        bound = (gamma * absdot + u * np.abs(ref["predicted_logits_local"])) * ref["target_mask"]
+        err = np.abs(r.outputs["predicted_logits_local"] - ref["predicted_logits_local"])
+        assert (err <= bound).all()
+        assert (bound <= 0.5 * FIELD.tol.atol).all()   # the stated tolerance is above the bound
+        assert not r.stale_reads and not r.lost_writes
+
+
+def test_field_without_barrier_fails_intermittently_only_on_dependent_output():
+    cases = FIELD.cases(150, 0)
+    rates = []
+    for spread in (0.0, 0.2, 0.4, 0.8):
+        bad = R.batch_run(FIELD.build(fix=False, spread=spread), cases, FIELD.reference, seed=1)
+        good = R.batch_run(FIELD.build(fix=True, spread=spread), cases, FIELD.reference, seed=1)
+        assert good.failure_rate == 0 and good.n_stale == 0
+        fb = bad.failures_by_output()
+        assert set(o for o, n in fb.items() if n) <= set(FIELD.dependent)
+        for c in bad.cases:   # every failure is explained by a stale read
+            if not c.ok:
+                assert any(s.buffer in ("masked_target", "target_mask") for s in c.stale_reads)
+                assert c.ratio["predicted_logits_local"] > 10
+        rates.append(bad.failure_rate)
+    assert rates[0] == 0.0                 # no spread: the vector side always finishes first
+    assert 0 < rates[2] < 1                # intermittent
+    assert all(a <= b for a, b in zip(rates, rates[1:], strict=False))
+
+
+def test_failure_rate_curve_matches_batch_run():
+    curve = R.failure_rate_curve(FIELD, [0.0, 0.5], n_cases=40, seed=2)
+    direct = R.batch_run(FIELD.build(fix=False, spread=0.5), FIELD.cases(40, 2), FIELD.reference, seed=2)
+    assert curve[0] == 0 and curve[1] == direct.failure_rate
+
+
+# --------------------------------------------------------------------------- detector
+
+
+def test_detector_findings_on_shipped_kernels():
+    f = R.detect_races(FIELD.build(fix=False))
+    assert {(x.kind, x.buffer, x.first[0], x.second[0]) for x in f} == {
+        ("RAW", "masked_target", "TargetProcess", "CVProcess.gather"),
+        ("RAW", "target_mask", "TargetProcess", "CVProcess.gather")}
+    assert all(x.fix == "SyncAll after 'TargetProcess'" for x in f)
+    # 8 vector cores x 4 cube cores, each cube core overlaps exactly the 2 vector cores of its rows
+    assert all(x.core_pairs == 8 for x in f)
+    assert R.detect_races(FIELD.build(fix=True)) == []
+    assert R.detect_races(SOFTMAX.build(fix=True)) == []
+
+
+def test_suggested_fix_removes_the_finding():
+    for sc in (FIELD, SOFTMAX):
+        k = sc.build(fix=False)
+        for f in R.detect_races(k):
+            if f.fix.startswith("SyncAll after"):
+                k2 = k.with_item(R.SyncAll("added"), after=f.first[0])
+            elif f.fix.startswith("Flag"):
+                k2 = k.with_item(R.Flag(f.first[0], f.second[0]))
+            else:
+                k2 = k.with_item(R.SyncAll("added"), before=f.second[0])
+            assert not [g for g in R.detect_races(k2) if (g.kind, g.buffer, g.first, g.second) ==
+                        (f.kind, f.buffer, f.first, f.second)]
+
+
+def _violations(batch):
+    return {("stale", s.buffer, s.stage) for c in batch.cases for s in c.stale_reads} | \
+           {("lost", w.buffer) for c in batch.cases for w in c.lost_writes}
+
+
+@pytest.mark.parametrize("sc", [FIELD, SOFTMAX], ids=lambda s: s.name)
+@pytest.mark.parametrize("fix", [False, True])
+def test_mutation_remove_each_barrier(sc, fix):
+    """Removing a barrier that matters is reported (and shows up dynamically);
+    removing one that does not is not reported (and changes nothing)."""
+    k = sc.build(fix=fix, spread=1.2)
+    base = {(f.kind, f.buffer, f.first, f.second) for f in R.detect_races(k)}
+    cases = sc.cases(60, 4)
+    base_dyn = R.batch_run(k, cases, sc.reference, seed=3)
+    for b in k.barriers:
+        km = k.without(b.name)
+        new = {(f.kind, f.buffer, f.first, f.second) for f in R.detect_races(km)} - base
+        dyn = R.batch_run(km, cases, sc.reference, seed=3)
+        if b.name in sc.essential(fix):
+            assert new, f"removing {b.name} not reported"
+            assert _violations(dyn) - _violations(base_dyn), f"removing {b.name} never shows"
+        else:
+            assert not new, f"removing {b.name} reported: {new}"
+            assert _violations(dyn) == _violations(base_dyn)
+            assert dyn.failures_by_output() == base_dyn.failures_by_output()
+
+
+def test_same_stage_overlap_is_unfixable_waw():
+    bufs = {"o": R.Buffer((8,), "float32", "output")}
+    k = R.Kernel("k", {"vector": 4}, bufs,
+                 (R.Stage("s", "vector", writes=(R.Access("o", lambda c, n, r: (c, c + 4)),),
+                          fn=lambda c, i: {"o": np.zeros(4, np.float32)}),))
+    (f,) = R.detect_races(k)
+    assert f.kind == "WAW" and f.first[0] == f.second[0] == "s" and f.fix.startswith("none")
+    # cores c and c' overlap iff |c - c'| < 4: all 6 pairs of 4 cores
+    assert f.core_pairs == 6
+
+
+# random kernels: when the detector finds no race, every schedule gives the same bits
+
+_BUFS = ("a", "b", "c")
+
+
+@st.composite
+def random_kernels(draw):
+    items = []
+    n_stages = draw(st.integers(1, 4))
+    rows_choices = st.sampled_from(["shard", "all", "half"])
+    for i in range(n_stages):
+        group = draw(st.sampled_from(["vector", "cube"]))
+        reads = draw(st.lists(st.tuples(st.sampled_from(_BUFS + ("x",)), rows_choices), max_size=2,
+                              unique_by=lambda t: t[0]))
+        writes = draw(st.lists(st.tuples(st.sampled_from(_BUFS), st.sampled_from(["shard"] * 4 + ["all"])),
+                               min_size=1, max_size=2,
+                               unique_by=lambda t: t[0]))
+
+        def acc(b, r):
+            return R.Access(b, (lambda c, n, R_: (0, R_ // 2)) if r == "half" else r)
+
+        ra = tuple(acc(b, r) for b, r in reads)
+        wa = tuple(acc(b, r) for b, r in writes)
+        items.append(R.Stage(f"s{i}", group, reads=ra, writes=wa, fn=_mix_fn(i, wa),
+                             latency=R.Latency(draw(st.sampled_from([0.5, 1.0, 2.0])), 1.0),
+                             chunks=draw(st.integers(1, 2))))
+        if draw(st.sampled_from([True, True, False])):
+            items.append(R.SyncAll(f"b{i}"))
+    names = [s.name for s in items if isinstance(s, R.Stage)]
+    if len(names) >= 2 and draw(st.booleans()):
+        i, j = sorted(draw(st.lists(st.sampled_from(range(len(names))), min_size=2, max_size=2, unique=True)))
+        items.append(R.Flag(names[i], names[j]))
+    bufs = {b: R.Buffer((12,), "float64", "workspace") for b in _BUFS}
+    bufs["x"] = R.Buffer((12,), "float64", "input")
+    return R.Kernel("rand", {"vector": 3, "cube": 2}, bufs, tuple(items))
+
+
+def _mix_fn(i, writes):
+    def fn(ctx, inp):
+        tot = float(i) + sum(float(v.sum()) * (j + 2) for j, v in enumerate(inp.values()))
+        out = {}
+        for a in writes:
+            lo, hi = ctx.rows[a.buffer]
+            out[a.buffer] = tot + np.arange(lo, hi) * 0.5 + ctx.core * 100.0
+        return out
+    return fn
+
+
+@settings(max_examples=60)
+@given(random_kernels())
+def test_no_race_reported_means_schedule_independent_bits(k):
+    x = np.arange(12, dtype=np.float64)
+    findings = R.detect_races(k)
+    runs = [R.simulate(k, {"x": x}, seed=s, fill="zeros") for s in range(12)]
+    if not findings:
+        for r in runs:
+            assert r.ok_order
+            for n in r.memory:
+                assert r.memory[n].tobytes() == runs[0].memory[n].tobytes()
+    else:
+        # every dynamic violation is on a buffer the detector named
+        named = {f.buffer for f in findings}
+        for r in runs:
+            assert {s.buffer for s in r.stale_reads} | {w.buffer for w in r.lost_writes} <= named
+
+
+# --------------------------------------------------------------------------- bisection
+
+
+def test_bisect_field_finds_gather_and_masked_target():
+    cases = FIELD.cases(12, 0)
+    rep = R.bisect(FIELD.build(fix=False, spread=0.6), cases, runs=4, seed=0)
+    assert [s.varying for s in rep.steps[:3]] == [(), (), ()]
+    assert rep.first_stage == "CVProcess.gather"
+    assert rep.steps[-1].varying == ("predicted_logits_local",)
+    assert rep.probes == {"logits": False, "masked_target": True, "target_mask": True}
+    assert rep.writers["masked_target"] == ["TargetProcess"]
+    assert rep.pattern["masked_target"] == 1.0   # every wrong read held the previous case's value
+    assert "TargetProcess" in str(rep)
+    fixed = R.bisect(FIELD.build(fix=True, spread=0.6), cases, runs=3, seed=0)
+    assert fixed.first_stage is None and len(fixed.steps) == len(FIELD.build(fix=True).stages)
+    with pytest.raises(ValueError, match="runs"):
+        R.bisect(FIELD.build(), cases, runs=1)
+
+
+def test_bisect_softmax():
+    rep = R.bisect(SOFTMAX.build(fix=False, spread=0.6), SOFTMAX.cases(6, 1), runs=3)
+    assert rep.first_stage == "Normalise" and rep.probes == {"eT": False, "psum": True}
+
+
+# --------------------------------------------------------------------------- CLI and drawing
+
+
+def test_cli_race(capsys):
+    assert cli_main(["race", "fused_linear_online_max_sum", "--runs", "60", "--spread", "0.6"]) == 0
+    out = capsys.readouterr().out
+    assert "failing outputs: predicted_logits_local" in out
+    assert "RAW on masked_target" in out and "first nondeterministic stage: CVProcess.gather" in out
+    assert cli_main(["race", "fused_linear_online_max_sum", "--runs", "60", "--spread", "0.6", "--fix",
+                     "--no-bisect"]) == 0
+    out = capsys.readouterr().out
+    assert "0 failed" in out and "failing outputs: none" in out and "0 finding(s)" in out
+    assert cli_main(["race", "nope"]) == 2
+    assert "choices" in capsys.readouterr().err
+    assert cli_main(["race", "split_softmax", "--runs", "0"]) == 2
+    assert cli_main(["race", "--list"]) == 0
+
+
+def test_draw_timeline_marks_stale_read():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    k = FIELD.build(fix=False, spread=0.6)
+    cases = FIELD.cases(30, 0)
+    mem = None
+    for i, c in enumerate(cases):
+        r = R.simulate(k, c, seed=i, memory=mem)
+        mem = r.memory
+        if r.stale_reads:
+            break
+    assert r.stale_reads
+    fig, ax = plt.subplots()
+    R.draw_timeline(ax, r)
+    xs = [tuple(line.get_xdata()) for line in ax.lines if line.get_marker() == "x"]
+    assert (r.stale_reads[0].time,) in xs
+    assert len(ax.patches) == sum(int(k.cores[s.group]) for s in k.stages)
+    plt.close(fig)
