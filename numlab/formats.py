@@ -250,7 +250,8 @@ def _as_f64(x) -> np.ndarray:
 def _exponent(a: np.ndarray, fmt: Format) -> np.ndarray:
     """floor(log2|a|) clamped below at emin (so subnormals share emin)."""
     _, e = np.frexp(a)
-    return np.maximum(e.astype(np.int64) - 1, fmt.emin)
+    e = np.maximum(e.astype(np.int64) - 1, fmt.emin)
+    return np.where(a == 0, fmt.emin, e)  # frexp(0) has exponent 0
 
 
 def ulp(x, fmt: "Format | str") -> np.ndarray:
@@ -295,17 +296,22 @@ def _step(x, fmt: Format, direction: int) -> np.ndarray:
     return out[()] if out.ndim == 0 else out
 
 
+def _step_quiet(x, fmt: Format, direction: int) -> np.ndarray:
+    with np.errstate(invalid="ignore", over="ignore"):
+        return _step(x, fmt, direction)
+
+
 def next_up(x, fmt: "Format | str") -> np.ndarray:
     """The least number of ``fmt`` greater than ``x`` (IEEE 754 nextUp), as
     float64.  ``x`` must be representable in ``fmt``.  ``next_up(max)`` is
     inf (NaN for a format without inf); ``next_up(-0.0)`` is the smallest
     subnormal."""
-    return _step(x, get_format(fmt), +1)
+    return _step_quiet(x, get_format(fmt), +1)
 
 
 def next_down(x, fmt: "Format | str") -> np.ndarray:
     """The greatest number of ``fmt`` less than ``x`` (IEEE 754 nextDown)."""
-    return _step(x, get_format(fmt), -1)
+    return _step_quiet(x, get_format(fmt), -1)
 
 
 _UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}

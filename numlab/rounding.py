@@ -134,6 +134,8 @@ def _round_array(a: np.ndarray, fmt: Format, mode: str, rng, saturate: bool, ftz
         if ftz:
             _flush(out, fmt)
         return out
+    if a.size == 0:
+        return a.copy()
     if (
         mode == "rne"
         and not saturate
@@ -143,67 +145,175 @@ def _round_array(a: np.ndarray, fmt: Format, mode: str, rng, saturate: bool, ftz
     ):
         return a.astype(fmt.dtype).astype(w)
     with np.errstate(over="ignore", invalid="ignore"):
-        return _round_generic(a, fmt, mode, rng, saturate, ftz)
+        return _round_bits(a, fmt, mode, rng, saturate, ftz)
+
+
+# working dtype -> (unsigned view, signed view, stored significand bits)
+_BITS = {
+    np.dtype(np.float32): (np.uint32, np.int32, 23),
+    np.dtype(np.float64): (np.uint64, np.int64, 52),
+}
+
+
+def _random_bits(rng: np.random.Generator, n: int, U) -> np.ndarray:
+    """``n`` uniformly random unsigned integers of type ``U`` (fresh array)."""
+    if U is np.uint64:
+        return rng.bit_generator.random_raw(n)
+    raw = rng.bit_generator.random_raw((n + 1) // 2)
+    return raw.view(np.uint32)[:n]
+
+
+def _round_bits(a: np.ndarray, fmt: Format, mode: str, rng, saturate: bool, ftz: bool):
+    """Integer bit-manipulation rounding (vectorised; the fast path of every mode).
+
+    Where ``2**emin <= |x| <= max`` the target's quantum is ``2**(m+1-p)``
+    times the input's (``m`` = 23 or 52 stored significand bits), a constant,
+    so the magnitude bits are rounded by adding a mode-dependent bias to the
+    ``k = m + 1 - p`` low bits and clearing them; a carry out of the
+    significand increments the exponent field, which is the correct result
+    (the next binade starts at significand 1.0).  The sign bit is never
+    touched because a finite magnitude plus the bias stays below the sign bit.
+
+    Elements outside that range (nonzero values below ``2**emin`` whose
+    quantum is not a fixed number of input bits, values above ``max`` that
+    overflow by a mode rule, inf and NaN) are gathered and rounded by
+    :func:`_round_generic`.  ±0 is exact in every mode.
+    """
+    w = a.dtype
+    U, I, mbits = _BITS[w]
+    nbits = 8 * w.itemsize
+    k = mbits + 1 - fmt.p  # low bits to round away
+    flat = np.ascontiguousarray(a).reshape(-1)
+    b = flat.view(U)
+    low = U((1 << k) - 1)
+    keep = U(((1 << nbits) - 1) ^ int(low))
+    hi = int(np.array(fmt.max, dtype=w).view(U))
+    needs_lo = w == np.float64 or fmt.emin > -126 or not fmt.subnormals
+    lo = int(np.array(fmt.smallest_normal, dtype=w).view(U)) if needs_lo else 0
+
+    # --- elements the bit path does not handle ------------------------------
+    idx = None
+    if lo == 0:
+        amax, amin = flat.max(), flat.min()  # NaN propagates and fails the test
+        if not (amax <= fmt.max and amin >= -fmt.max):
+            mag = np.bitwise_and(b, U((1 << (nbits - 1)) - 1))
+            idx = np.flatnonzero(mag > U(hi))
+    else:
+        t = np.left_shift(b, U(1))  # 2|x| in bits, sign dropped
+        t -= U(2 * lo)  # wraps below 2**emin
+        span = U(2 * (hi - lo))
+        if t.max() > span:
+            m = t > span
+            m &= t != U((1 << nbits) - 2 * lo)  # +-0 is exact in every mode
+            idx = np.flatnonzero(m)
+        del t
+
+    # --- the bit path ---------------------------------------------------------
+    if k == 0:
+        out = b.copy()
+    elif mode == "rtz":
+        out = np.bitwise_and(b, keep)
+    elif mode == "rne":
+        out = np.right_shift(b, U(k))
+        out &= U(1)  # lowest kept bit: ties go to even
+        out += U((1 << (k - 1)) - 1)
+        out += b
+        out &= keep
+    elif mode in ("up", "down"):
+        out = np.empty_like(b)
+        np.right_shift(b.view(I), I(nbits - 1), out=out.view(I))  # all ones if negative
+        if mode == "up":
+            np.invert(out, out=out)  # round the magnitude up for positive x
+        out &= low
+        out += b
+        out &= keep
+    elif mode == "odd":
+        out = np.bitwise_and(b, low)
+        out += low  # bit k is set iff some low bit was set (inexact)
+        out &= U(1 << k)
+        out |= b
+        out &= keep
+    else:  # stochastic: a carry out of the low bits happens with P = low bits / 2**k
+        out = _random_bits(rng, flat.size, U)
+        out &= low
+        out += b
+        out &= keep
+
+    if idx is not None and idx.size:
+        out[idx] = _round_generic(flat[idx], fmt, mode, rng, saturate, ftz).view(U)
+    if ftz:
+        t = np.left_shift(out, U(1))
+        tiny = t < U(2 * int(np.array(fmt.smallest_normal, dtype=w).view(U)))
+        np.bitwise_and(out, U(1 << (nbits - 1)), out=out, where=tiny)
+    return out.view(w).reshape(a.shape)
 
 
 def _round_generic(a: np.ndarray, fmt: Format, mode: str, rng, saturate: bool, ftz: bool):
-    """The scale-round-scale algorithm (see module docstring), vectorised."""
+    """The scale-round-scale algorithm (see module docstring), vectorised.
+
+    float32 input is widened to float64 (exact) so that the scaling can never
+    underflow; the result is narrowed back exactly (every value of ``fmt`` is
+    a float32 value).  This path is the readable statement of the rule; the
+    fast path :func:`_round_bits` is tested against it and against the exact
+    reference.
+    """
     w = a.dtype
-    absx = np.abs(a)
+    x = a.astype(np.float64)
+    absx = np.abs(x)
     _, E = np.frexp(absx)  # absx = m * 2**E, 0.5 <= m < 1
-    e = E - 1  # floor(log2|x|) for finite nonzero x
+    e = E.astype(np.int64) - 1  # floor(log2|x|) for finite nonzero x
     if fmt.subnormals:
-        qexp = np.maximum(e, fmt.emin)
-        qexp -= fmt.p - 1
+        qexp = np.maximum(e, fmt.emin) - (fmt.p - 1)
     else:
         # No gradual underflow: below 2**emin the grid is {0, 2**emin}.
-        qexp = np.where(e >= fmt.emin, e - (fmt.p - 1), fmt.emin).astype(E.dtype)
-    s = np.ldexp(absx, -qexp)  # exact; the quantum is now 1
+        qexp = np.where(e >= fmt.emin, e - (fmt.p - 1), fmt.emin)
+    qexp = qexp.astype(np.int32)
+    s = np.ldexp(absx, -qexp)  # exact unless it underflows (then s < 2**-1022)
     if mode == "rne":
         r = np.rint(s)
-    elif mode == "rtz":
-        r = np.floor(s)
     else:
         r = np.floor(s)
         if mode == "stochastic":
-            u = rng.random(size=s.shape, dtype=w)
+            u = rng.random(size=s.shape)
             bump = u < (s - r)  # s - r is exact (Sterbenz, or r == 0)
-        else:
-            inexact = s != r
+        elif mode != "rtz":
+            inexact = np.ldexp(r, qexp) != absx  # robust even if s underflowed
             if mode == "up":
-                bump = inexact & ~np.signbit(a)
+                bump = inexact & ~np.signbit(x)
             elif mode == "down":
-                bump = inexact & np.signbit(a)
+                bump = inexact & np.signbit(x)
             else:  # odd
-                bump = inexact & (np.fmod(r, 2) == 0)
-        r += bump
+                bump = inexact & ((r.astype(np.int64) & 1) == 0)
+        if mode != "rtz":
+            r += bump
     out = np.ldexp(r, qexp)
-    np.copysign(out, a, out=out)
+    np.copysign(out, x, out=out)
 
-    finite = np.isfinite(a)
+    finite = np.isfinite(x)
     over = (np.abs(out) > fmt.max) & finite
     if over.any():
         big = np.inf if fmt.inf else np.nan
+        neg = np.signbit(x)
         if saturate or mode in ("rtz", "odd"):
-            repl = np.full(a.shape, fmt.max, dtype=w)
+            mag = np.full(x.shape, fmt.max)
         elif mode in ("rne", "stochastic"):
-            repl = np.full(a.shape, big, dtype=w)
+            mag = np.full(x.shape, big)
         elif mode == "up":  # +inf for positive, -max for negative
-            repl = np.where(np.signbit(a), fmt.max, big).astype(w)
-        else:  # down
-            repl = np.where(np.signbit(a), big, fmt.max).astype(w)
-        np.copysign(repl, a, out=repl)
-        np.copyto(out, repl, where=over)
+            mag = np.where(neg, fmt.max, big)
+        else:  # down: -inf for negative, +max for positive
+            mag = np.where(neg, big, fmt.max)
+        np.copysign(mag, x, out=mag)
+        np.copyto(out, mag, where=over)
     nonfinite = ~finite
     if nonfinite.any():
-        vals = a.copy()
+        vals = x.copy()
         if not fmt.inf:
-            isinf = np.isinf(a)
-            vals[isinf] = np.copysign(fmt.max, a[isinf]) if saturate else np.nan
+            isinf = np.isinf(x)
+            vals[isinf] = np.copysign(fmt.max, x[isinf]) if saturate else np.nan
         np.copyto(out, vals, where=nonfinite)
     if ftz:
         _flush(out, fmt)
-    return out
+    return out.astype(w)
 
 
 def _flush(out: np.ndarray, fmt: Format) -> None:

@@ -1,0 +1,197 @@
+"""Formats: derived constants against numpy.finfo / ml_dtypes.finfo, neighbours
+(ulp, next_up, next_down) against np.nextafter and integer code walks, encode /
+decode, lookup and validation errors."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from _exact import fmt_max
+
+import numlab as nl
+from numlab.formats import Format
+
+FINFO = [
+    (nl.FP64, np.finfo(np.float64)),
+    (nl.FP32, np.finfo(np.float32)),
+    (nl.FP16, np.finfo(np.float16)),
+    (nl.BF16, ml_dtypes.finfo(ml_dtypes.bfloat16)),
+    (nl.FP8_E4M3, ml_dtypes.finfo(ml_dtypes.float8_e4m3fn)),
+    (nl.FP8_E5M2, ml_dtypes.finfo(ml_dtypes.float8_e5m2)),
+]
+
+
+@pytest.mark.parametrize(("fmt", "fi"), FINFO, ids=lambda v: getattr(v, "name", ""))
+def test_constants_match_finfo(fmt, fi):
+    assert fmt.p == fi.nmant + 1
+    assert fmt.emax == fi.maxexp - 1
+    assert fmt.emin == fi.minexp
+    assert fmt.eps == float(fi.eps)
+    assert fmt.u == float(fi.eps) / 2
+    assert fmt.max == float(fi.max)
+    assert fmt.smallest_normal == float(fi.smallest_normal)
+    assert fmt.smallest_subnormal == float(fi.smallest_subnormal)
+    assert fmt.bits == fi.bits
+
+
+def test_tf32_and_custom_constants():
+    assert (nl.TF32.p, nl.TF32.emax, nl.TF32.emin) == (11, 127, -126)
+    assert nl.TF32.max == float(fmt_max(11, 127))
+    c = Format("c5", p=5, emax=10)
+    assert c.emin == -9
+    assert c.max == 31 * 2.0**6 == float(fmt_max(5, 10))
+    assert c.smallest_subnormal == 2.0**-13
+    ns = Format("c4ns", p=4, emax=7, subnormals=False)
+    assert ns.smallest_subnormal == ns.smallest_normal == 2.0**-6
+
+
+def test_formats_registry_and_lookup():
+    assert set(nl.FORMATS) == {"fp64", "fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"}
+    assert nl.get_format("float16") is nl.FP16
+    assert nl.get_format(" BF16 ") is nl.BF16
+    assert nl.get_format(np.float32) is nl.FP32
+    assert nl.get_format(ml_dtypes.float8_e4m3fn) is nl.FP8_E4M3
+    assert nl.get_format(nl.FP16) is nl.FP16
+    with pytest.raises(ValueError, match=r"fmt='fp17'.*valid names.*'bf16'.*'fp16'"):
+        nl.get_format("fp17")
+    with pytest.raises(ValueError, match=r"fmt=int64 has no numlab format; valid names"):
+        nl.get_format(np.int64)
+    with pytest.raises(TypeError, match=r"fmt must be a Format, a format name or a dtype, got"):
+        nl.get_format(3.5)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "pattern"),
+    [
+        ({"p": 30, "emax": 10}, ValueError, r"p=30 is out of range.*2 <= p <= 24"),
+        ({"p": 1, "emax": 10}, ValueError, r"p=1 is out of range.*2 <= p <= 24"),
+        ({"p": 5, "emax": 200}, ValueError, r"emax=200 is out of range.*-126 <= emin <= emax <= 127"),
+        ({"p": 5, "emax": 10, "emin": -130}, ValueError, r"emin=-130.*-126 <= emin <= emax <= 127"),
+        ({"p": 5, "emax": 10, "emin": 12}, ValueError, r"emin=12, emax=10.*emin <= emax"),
+        ({"p": 5.0, "emax": 10}, TypeError, r"p must be an int, got float"),
+        ({"p": 5, "emax": 10, "nan": "x"}, ValueError, r"nan='x' is not valid; choose one of"),
+    ],
+)
+def test_custom_format_validation(kwargs, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        Format("custom", **kwargs)
+
+
+def _all_codes(fmt):
+    u = {8: np.uint8, 16: np.uint16}[fmt.bits]
+    codes = np.arange(2**fmt.bits, dtype=u)
+    return codes, nl.decode(codes, fmt).astype(np.float64)
+
+
+@pytest.mark.parametrize("fmt", [nl.FP16, nl.BF16, nl.FP8_E4M3, nl.FP8_E5M2], ids=str)
+def test_next_up_down_walk_every_code(fmt):
+    """next_up of the value of code c (c >= 0 positive) is the value of code
+    c + 1; for negative codes it is code c - 1 (toward -0); at the ends inf."""
+    codes, v = _all_codes(fmt)
+    signbit = 1 << (fmt.bits - 1)
+    finite = np.isfinite(v)
+    pos = finite & (codes < signbit)
+    neg = finite & (codes >= signbit)
+    up = nl.next_up(v, fmt)
+    dn = nl.next_down(v, fmt)
+    vals = v
+    # positive codes walk up to the next code, negative codes toward -0 (code - 1)
+    c = codes.astype(np.int64)
+    exp_up = np.where(pos, vals[np.clip(c + 1, 0, len(c) - 1)], vals[np.clip(c - 1, 0, len(c) - 1)])
+    exp_dn = np.where(pos, vals[np.clip(c - 1, 0, len(c) - 1)], vals[np.clip(c + 1, 0, len(c) - 1)])
+    # +0 -> down is -smallest_subnormal (code signbit|1); -0 -> up is +smallest_subnormal
+    exp_dn[0] = -fmt.smallest_subnormal
+    exp_up[signbit] = fmt.smallest_subnormal
+    exp_up[signbit + 0] = fmt.smallest_subnormal
+    # -0.0 next_down: -smallest subnormal; +0.0 next_up: +smallest subnormal
+    exp_dn[signbit] = -fmt.smallest_subnormal
+    exp_up[0] = fmt.smallest_subnormal
+    # the top of each sign overflows
+    top = fmt.max
+    big = np.inf if fmt.inf else np.nan
+    exp_up[pos & (vals == top)] = big
+    exp_dn[neg & (vals == -top)] = -big
+    sel = pos | neg
+    np.testing.assert_array_equal(up[sel], exp_up[sel])
+    np.testing.assert_array_equal(dn[sel], exp_dn[sel])
+    # independent check with numpy's nextafter where the dtype supports it
+    if fmt is nl.FP16:
+        h = v.astype(np.float16)[sel]
+        np.testing.assert_array_equal(up[sel], np.nextafter(h, np.float16(np.inf)).astype(np.float64))
+        np.testing.assert_array_equal(dn[sel], np.nextafter(h, np.float16(-np.inf)).astype(np.float64))
+
+
+@pytest.mark.parametrize("fmt", [nl.FP16, nl.BF16, nl.FP8_E4M3, nl.FP8_E5M2], ids=str)
+def test_ulp_every_code(fmt):
+    """ulp(x) is the gap above |x| (below it at max) for every finite code."""
+    codes, v = _all_codes(fmt)
+    finite = np.isfinite(v)
+    a = np.abs(v[finite])
+    gap = np.where(a == fmt.max, a - nl.next_down(a, fmt), nl.next_up(a, fmt) - a)
+    np.testing.assert_array_equal(nl.ulp(v[finite], fmt), gap)
+    assert np.isnan(nl.ulp(np.inf, fmt)) and np.isnan(nl.ulp(np.nan, fmt))
+
+
+def test_ulp_next_fp32_vs_nextafter():
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 2**32, size=200_000, dtype=np.uint32).view(np.float32)
+    x = x[np.isfinite(x) & (np.abs(x) < np.finfo(np.float32).max)]
+    up = np.nextafter(x, np.float32(np.inf)).astype(np.float64)
+    np.testing.assert_array_equal(nl.next_up(x, nl.FP32), up)
+    np.testing.assert_array_equal(nl.next_down(x, nl.FP32), np.nextafter(x, np.float32(-np.inf)).astype(np.float64))
+    a = np.abs(x)
+    np.testing.assert_array_equal(
+        nl.ulp(a, nl.FP32), np.nextafter(a, np.float32(np.inf)).astype(np.float64) - a
+    )
+
+
+def _custom_grid(fmt):
+    """All nonnegative finite values of a small custom format, by enumeration."""
+    vals = {0.0}
+    for e in range(fmt.emin, fmt.emax + 1):
+        for m in range(2 ** (fmt.p - 1), 2**fmt.p):
+            vals.add(m * 2.0 ** (e - fmt.p + 1))
+    if fmt.subnormals:
+        for m in range(1, 2 ** (fmt.p - 1)):
+            vals.add(m * 2.0 ** (fmt.emin - fmt.p + 1))
+    vals = sorted(v for v in vals if v <= fmt.max)
+    return np.array(vals)
+
+
+@pytest.mark.parametrize(
+    "fmt",
+    [Format("c5", p=5, emax=10), Format("c4ns", p=4, emax=7, subnormals=False),
+     Format("c3x", p=3, emax=4, inf=False, nan="extended")],
+    ids=str,
+)
+def test_next_up_down_custom_formats(fmt):
+    g = _custom_grid(fmt)
+    full = np.concatenate([-g[::-1], g[1:]])  # -max .. -min, 0, min .. max
+    up = nl.next_up(full[:-1], fmt)
+    np.testing.assert_array_equal(up[full[:-1] != 0], full[1:][full[:-1] != 0])
+    dn = nl.next_down(full[1:], fmt)
+    np.testing.assert_array_equal(dn[full[1:] != 0], full[:-1][full[1:] != 0])
+    assert nl.next_up(0.0, fmt) == g[1] and nl.next_down(0.0, fmt) == -g[1]
+    big = np.inf if fmt.inf else np.nan
+    np.testing.assert_equal(nl.next_up(fmt.max, fmt), big)
+    assert np.all(nl.ulp(g[:-1], fmt) == np.diff(g))
+
+
+def test_encode_decode_roundtrip():
+    for fmt in (nl.FP16, nl.BF16, nl.FP8_E4M3, nl.FP8_E5M2):
+        codes, v = _all_codes(fmt)
+        back = nl.encode(v, fmt)
+        ok = (back == codes) | np.isnan(v)
+        assert ok.all(), fmt
+    assert nl.encode(1.0, "fp16") == 0x3C00
+    assert nl.encode(np.array([1.0, -2.0], np.float32), "bf16").tolist() == [0x3F80, 0xC000]
+    with pytest.raises(ValueError, match=r"fmt='tf32' has no storage dtype.*'fp16'"):
+        nl.encode(1.0, "tf32")
+    with pytest.raises(TypeError, match="codes must be integers, got dtype float64"):
+        nl.decode(np.array([1.5]), "fp16")
+
+
+def test_describe_row():
+    row = nl.FP16.describe()
+    assert row["max"] == 65504.0 and row["u"] == 2.0**-11 and row["p"] == 11

@@ -1,0 +1,411 @@
+"""round_to: bit-exact against ml_dtypes/numpy casts (RNE) and against the
+independent exact Fraction reference in tests/_exact.py (every mode).
+
+Three code paths are checked: ``round_to`` (which picks the fast path), the
+integer bit path ``_round_bits`` and the readable scale-round-scale path
+``_round_generic``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+from _exact import round_exact, stochastic_split
+
+import numlab as nl
+from numlab.formats import Format
+from numlab.rounding import MODES, _round_bits, _round_generic
+
+DET_MODES = ("rne", "rtz", "up", "down", "odd")
+C5 = Format("c5", p=5, emax=10)  # emin = -9, with subnormals
+C4NS = Format("c4ns", p=4, emax=7, subnormals=False)  # no gradual underflow
+C3X = Format("c3x", p=3, emax=4, inf=False, nan="extended")  # e4m3fn-like top
+C6W = Format("c6w", p=6, emax=127)  # emin = -126: the fp32-subnormal branch
+CUSTOM = (C5, C4NS, C3X, C6W)
+STORAGE = {
+    "fp16": np.float16,
+    "bf16": ml_dtypes.bfloat16,
+    "fp8_e4m3": ml_dtypes.float8_e4m3fn,
+    "fp8_e5m2": ml_dtypes.float8_e5m2,
+}
+UINT = {np.dtype(np.float32): np.uint32, np.dtype(np.float64): np.uint64}
+
+
+def _rt(x, fmt, mode, **kw):
+    return nl.round_to(x, fmt, mode, **kw)
+
+
+def _bits(x, fmt, mode, rng=None, saturate=False, ftz=False):
+    with np.errstate(all="ignore"):
+        return _round_bits(x, nl.get_format(fmt), mode, rng, saturate, ftz)
+
+
+def _generic(x, fmt, mode, rng=None, saturate=False, ftz=False):
+    with np.errstate(all="ignore"):
+        return _round_generic(x, nl.get_format(fmt), mode, rng, saturate, ftz)
+
+
+PATHS = {"round_to": _rt, "bits": _bits, "generic": _generic}
+
+
+def assert_same_bits(got, exp, x=None, what=""):
+    """Bit equality, any NaN equal to any NaN; -0 differs from +0."""
+    got = np.asarray(got)
+    exp = np.asarray(exp, dtype=got.dtype)
+    u = UINT[got.dtype]
+    ok = (got.view(u) == exp.view(u)) | (np.isnan(got) & np.isnan(exp))
+    if not ok.all():
+        i = np.flatnonzero(~ok.ravel())[:5]
+        xs = None if x is None else np.asarray(x).ravel()[i]
+        raise AssertionError(
+            f"{what}: {int((~ok).sum())} of {ok.size} differ; x={xs!r} got={got.ravel()[i]!r} "
+            f"expected={exp.ravel()[i]!r}"
+        )
+
+
+def reference(x, fmt, mode, **kw):
+    """The exact reference applied elementwise (a test-only scalar loop)."""
+    x = np.asarray(x)
+    return np.array([round_exact(float(v), fmt, mode, **kw) for v in x.ravel()], dtype=x.dtype).reshape(x.shape)
+
+
+# ---------------------------------------------------------------------------
+# every code, and the neighbourhood of every code, of fp16 and bf16
+# ---------------------------------------------------------------------------
+def _codes(name):
+    dt = STORAGE[name]
+    bits = np.dtype(dt).itemsize * 8
+    u = {8: np.uint8, 16: np.uint16}[bits]
+    return np.arange(2**bits, dtype=u), dt
+
+
+@pytest.mark.parametrize("name", list(STORAGE))
+@pytest.mark.parametrize("wdt", [np.float32, np.float64])
+def test_every_code_is_fixed_by_every_mode(name, wdt):
+    codes, dt = _codes(name)
+    with np.errstate(invalid="ignore"):
+        v = codes.view(dt).astype(wdt)
+    rng = np.random.default_rng(0)
+    for path, f in PATHS.items():
+        for mode in MODES:
+            kw = {"rng": rng} if mode == "stochastic" else {}
+            assert_same_bits(f(v, name, mode, **kw), v, v, f"{path} {mode}")
+
+
+def _neighbour_cases(name, wdt):
+    """Inputs around every positive finite code c (value v_c) and the code
+    above it, with expectations from integer code arithmetic only:
+    (inputs, lower code, upper code, where) where = 0 just above v_c,
+    1 just below the midpoint, 2 the midpoint, 3 just above the midpoint."""
+    codes, dt = _codes(name)
+    with np.errstate(invalid="ignore"):
+        vals = codes.view(dt).astype(np.float64)
+    half = len(codes) // 2
+    pos = np.flatnonzero(np.isfinite(vals[:half]))
+    lo_c = pos[:-1]  # the largest finite code has no finite upper neighbour
+    lo_v, hi_v = vals[lo_c], vals[lo_c + 1]
+    mid = ((lo_v + hi_v) / 2).astype(wdt)  # exact: p + 1 <= 24 bits
+    assert np.all(mid.astype(np.float64) == (lo_v + hi_v) / 2)
+    inf = wdt(np.inf)
+    xs = [np.nextafter(lo_v.astype(wdt), inf), np.nextafter(mid, wdt(0)), mid, np.nextafter(mid, inf)]
+    x = np.concatenate(xs)
+    where = np.repeat(np.arange(4), len(lo_c))
+    lo = np.tile(lo_c, 4)
+    return x, lo, where, vals
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16"])
+@pytest.mark.parametrize("wdt", [np.float32, np.float64])
+def test_neighbours_of_every_code(name, wdt):
+    x, lo, where, vals = _neighbour_cases(name, wdt)
+    hi = lo + 1
+    even = np.where(lo % 2 == 0, lo, hi)
+    odd = np.where(lo % 2 == 1, lo, hi)
+    expect = {
+        "rne": np.where(where <= 1, lo, np.where(where == 2, even, hi)),
+        "rtz": lo,
+        "down": lo,
+        "up": hi,
+        "odd": odd,
+    }
+    signbit = len(vals) // 2
+    for mode, code in expect.items():
+        e_pos = vals[code].astype(wdt)
+        e_neg = vals[code + signbit].astype(wdt)  # same magnitude, sign set
+        if mode in ("up", "down"):  # directed modes swap for negative inputs
+            other = {"up": "down", "down": "up"}[mode]
+            e_neg = vals[expect[other] + signbit].astype(wdt)
+        for path, f in PATHS.items():
+            assert_same_bits(f(x, name, mode), e_pos, x, f"{path} {mode} +")
+            assert_same_bits(f(-x, name, mode), e_neg, -x, f"{path} {mode} -")
+    # ml_dtypes/numpy agree with the code-arithmetic expectation (fp32 inputs;
+    # from float64, ml_dtypes' bf16 cast rounds through float32 -- see below)
+    if wdt is np.float32 or name == "fp16":
+        ref = x.astype(STORAGE[name]).astype(wdt)
+        assert_same_bits(ref, vals[expect["rne"]].astype(wdt), x, "ml_dtypes rne")
+
+
+def test_ml_dtypes_float64_double_rounds_but_we_do_not():
+    """ml_dtypes 0.6 casts float64 -> bfloat16 / fp8 through float32, which
+    rounds twice; round_to rounds float64 directly (checked against Fraction)."""
+    m = 1 + 2.0**-8 + 2.0**-7  # midpoint between 1 + 2**-7 (odd code) and 1 + 2**-6
+    x = np.array([np.nextafter(m, 0.0)])
+    assert float(round_exact(float(x[0]), nl.BF16, "rne")) == 1 + 2.0**-7
+    assert nl.round_to(x, "bf16")[0] == 1 + 2.0**-7
+    assert float(x.astype(ml_dtypes.bfloat16)[0]) == 1 + 2.0**-6  # double rounding
+
+
+# ---------------------------------------------------------------------------
+# random bit patterns vs ml_dtypes (RNE)
+# ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def fp32_patterns():
+    rng = np.random.default_rng(20260601)
+    return rng.integers(0, 2**32, size=1_000_000, dtype=np.uint32).view(np.float32)
+
+
+@pytest.mark.parametrize("name", list(STORAGE))
+@pytest.mark.parametrize("wdt", [np.float32, np.float64])
+def test_rne_random_fp32_patterns_vs_ml_dtypes(fp32_patterns, name, wdt):
+    x = fp32_patterns.astype(wdt)  # exact: every float32 is a float64
+    with np.errstate(all="ignore"):
+        ref = x.astype(STORAGE[name]).astype(wdt)
+    assert_same_bits(nl.round_to(x, name), ref, x, "round_to")
+    assert_same_bits(_bits(x, name, "rne"), ref, x, "bits")
+    assert_same_bits(_generic(x[:200_000], name, "rne"), ref[:200_000], x, "generic")
+
+
+@pytest.mark.parametrize("wdt", [np.float32, np.float64])
+def test_bits_path_equals_generic_path_all_modes(fp32_patterns, wdt):
+    """The two implementations agree on 2e5 random patterns in every
+    deterministic mode and format (the exact reference checks both below)."""
+    x = fp32_patterns[:200_000].astype(wdt)
+    for fmt in (nl.FP16, nl.BF16, nl.FP8_E4M3, nl.FP8_E5M2, nl.TF32, *CUSTOM):
+        for mode in DET_MODES:
+            for kw in ({}, {"saturate": True, "ftz": True}):
+                assert_same_bits(_bits(x, fmt, mode, **kw), _generic(x, fmt, mode, **kw), x,
+                                 f"{fmt} {mode} {kw}")
+
+
+# ---------------------------------------------------------------------------
+# every mode vs the exact reference: edge values and random values
+# ---------------------------------------------------------------------------
+def _edge_values(fmt, wdt):
+    """Grid points near zero, the subnormal/normal boundary, 1 and max, the
+    midpoints between them, and the next input-dtype values either side;
+    plus overflow thresholds, signed zeros, inf and NaN."""
+    sn, mn, mx = fmt.smallest_subnormal, fmt.smallest_normal, fmt.max
+    anchors = [0.0, sn, 2 * sn, 3 * sn, mn / 2, mn - sn, mn, mn + 2 * sn * (2 ** (fmt.p - 1) if not fmt.subnormals else 1),
+               1.0, 1.5, 3.0, mx / 2, mx]
+    g = set()
+    for a in anchors:
+        v = a
+        for _ in range(3):
+            g.add(v)
+            v = float(nl.next_up(v, fmt)) if np.isfinite(v) else v
+        v = a
+        for _ in range(3):
+            g.add(v)
+            v = float(nl.next_down(v, fmt)) if v > 0 else v
+    grid = np.array(sorted(v for v in g if np.isfinite(v) and 0 <= v <= mx))
+    top = 2.0 ** (fmt.emax + 1)
+    nxt = float(nl.next_up(grid[-1], fmt))
+    grid_up = np.append(grid, top)
+    mids = (grid_up[:-1] + grid_up[1:]) / 2
+    quarter = (grid_up[:-1] * 3 + grid_up[1:]) / 4
+    pts = np.concatenate([grid, mids, quarter, [mx + (top - mx) / 2, top, 2 * top, 1e30, sn / 2, sn / 4, sn * 0.75]]).astype(wdt)
+    inf = wdt(np.inf)
+    pts = np.concatenate([pts, np.nextafter(pts, inf), np.nextafter(pts, wdt(0))])
+    pts = pts[np.isfinite(pts)]
+    pts = np.concatenate([pts, -pts, np.array([0.0, -0.0, np.inf, -np.inf, np.nan], dtype=wdt)])
+    del nxt
+    return pts
+
+
+def _random_values(fmt, wdt, n, seed):
+    """Random values with full input-dtype significands spread log-uniformly
+    from below the smallest subnormal to above max."""
+    rng = np.random.default_rng(seed)
+    lo = math.log2(fmt.smallest_subnormal) - 3
+    hi = math.log2(fmt.max) + 2
+    e = rng.uniform(lo, hi, n)
+    sig = rng.uniform(1, 2, n)
+    x = (np.sign(rng.uniform(-1, 1, n)) * sig * 2.0 ** np.floor(e)).astype(wdt)
+    if wdt is np.float32:  # plus raw fp32 patterns (all exponents, NaN payloads)
+        x = np.concatenate([x, rng.integers(0, 2**32, n // 4, dtype=np.uint32).view(np.float32)])
+    return x
+
+
+ALL_FMTS = (nl.FP16, nl.BF16, nl.FP8_E4M3, nl.FP8_E5M2, nl.TF32, *CUSTOM)
+
+
+@pytest.mark.parametrize("fmt", ALL_FMTS, ids=str)
+@pytest.mark.parametrize("wdt", [np.float32, np.float64])
+def test_every_mode_vs_exact_reference(fmt, wdt):
+    x = np.concatenate([_edge_values(fmt, wdt), _random_values(fmt, wdt, 1500, 7)])
+    for mode in DET_MODES:
+        for kw in ({}, {"saturate": True}, {"ftz": True}):
+            ref = reference(x, fmt, mode, **kw)
+            for path, f in PATHS.items():
+                assert_same_bits(f(x, fmt, mode, **kw), ref, x, f"{path} {fmt} {mode} {kw}")
+
+
+@pytest.mark.parametrize("wdt", [np.float32, np.float64])
+def test_overflow_thresholds_each_mode(wdt):
+    """Spot values with hand-computed answers (IEEE 754-2019 section 7.4)."""
+    inf, nan = np.inf, np.nan
+    # fp16: max 65504, next grid point 65536, midpoint 65520
+    cases = {
+        ("fp16", "rne"): [(65519.0, 65504.0), (65520.0, inf), (-65520.0, -inf)],
+        ("fp16", "rtz"): [(65535.0, 65504.0), (1e6, 65504.0), (-1e6, -65504.0)],
+        ("fp16", "up"): [(65505.0, inf), (-1e6, -65504.0)],
+        ("fp16", "down"): [(65505.0, 65504.0), (-65505.0, -inf)],
+        ("fp16", "odd"): [(65505.0, 65504.0), (-1e9, -65504.0)],
+        # e4m3fn: max 448 (significand 1110, even), 480 is NaN code; midpoint 464 ties to 448
+        ("fp8_e4m3", "rne"): [(464.0, 448.0), (464.5, nan), (1e4, nan), (-464.5, nan)],
+        ("fp8_e4m3", "rtz"): [(479.0, 448.0), (1e4, 448.0)],
+        ("fp8_e4m3", "up"): [(448.5, nan), (-1e4, -448.0)],
+        ("fp8_e4m3", "odd"): [(449.0, 448.0)],
+        # bf16: max (2 - 2**-7) * 2**127
+        ("bf16", "rne"): [(3.3895313892515355e38, 3.3895313892515355e38), (3.40e38, inf)],
+    }
+    for (name, mode), pairs in cases.items():
+        x = np.array([p[0] for p in pairs], dtype=wdt)
+        exp = np.array([p[1] for p in pairs], dtype=wdt)
+        for path, f in PATHS.items():
+            assert_same_bits(f(x, name, mode), exp, x, f"{path} {name} {mode}")
+        assert_same_bits(reference(x, nl.get_format(name), mode), exp, x, "reference")
+    # saturation: every mode gives +-max; inf input too for e4m3fn (no inf)
+    x = np.array([1e6, -1e6, 65520.0, np.inf, -np.inf, np.nan], dtype=wdt)
+    for mode in DET_MODES:
+        assert_same_bits(nl.round_to(x, "fp16", mode, saturate=True), [65504, -65504, 65504, inf, -inf, nan])
+        assert_same_bits(nl.round_to(x, "fp8_e4m3", mode, saturate=True), [448, -448, 448, 448, -448, nan])
+        assert_same_bits(nl.round_to(x, "fp8_e4m3", mode), [*((nan, nan) if mode == "rne" else nl.round_to(x[:2], "fp8_e4m3", mode)), nan if mode in ("rne", "up") else 448, nan, nan, nan])
+
+
+def test_specials_and_signed_zero():
+    for mode in MODES:
+        kw = {"rng": np.random.default_rng(0)} if mode == "stochastic" else {}
+        for wdt in (np.float32, np.float64):
+            x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -1e-30, 1e-30], dtype=wdt)
+            for name in ("fp16", "bf16", "fp8_e5m2"):
+                y = nl.round_to(x, name, mode, **kw)
+                assert y.dtype == wdt
+                assert np.signbit(y[1]) and y[1] == 0 and not np.signbit(y[0])
+                assert y[2] == np.inf and y[3] == -np.inf and np.isnan(y[4])
+                assert np.signbit(y[5]) and not np.signbit(y[6])  # tiny keeps its sign
+            y = nl.round_to(x, "fp8_e4m3", mode, **kw)
+            assert np.isnan(y[2]) and np.isnan(y[3]) and np.isnan(y[4])  # e4m3fn: no inf
+
+
+def test_subnormals_and_ftz():
+    # fp16 smallest subnormal 2**-24; 2**-25 is a tie -> 0 (even); just above -> 2**-24
+    x = np.array([2.0**-25, np.nextafter(2.0**-25, 1), 3 * 2.0**-26, 2.0**-24 * 1023, 2.0**-14 * 0.99], np.float64)
+    assert nl.round_to(x, "fp16").tolist() == [0.0, 2.0**-24, 2.0**-24, 1023 * 2.0**-24, 1014 * 2.0**-24]
+    y = nl.round_to(x, "fp16", ftz=True)
+    assert y.tolist() == [0.0] * 5
+    assert nl.round_to(-2.0**-20, "fp16", ftz=True) == 0 and np.signbit(nl.round_to(-2.0**-20, "fp16", ftz=True))
+    assert nl.round_to(2.0**-14, "fp16", ftz=True) == 2.0**-14  # smallest normal stays
+    # a format without subnormals rounds onto {0, 2**emin} below 2**emin
+    assert nl.round_to(np.array([0.6, 0.5, 0.4]) * 2.0**-6, C4NS).tolist() == [2.0**-6, 0.0, 0.0]
+    assert nl.round_to(1e-30, C4NS, "up") == 2.0**-6
+
+
+# ---------------------------------------------------------------------------
+# stochastic rounding
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("fmt", [nl.FP16, nl.BF16, nl.FP8_E4M3, C5, C4NS], ids=str)
+@pytest.mark.parametrize("wdt", [np.float32, np.float64])
+def test_stochastic_picks_a_neighbour_and_is_reproducible(fmt, wdt):
+    x = _random_values(fmt, wdt, 3000, 11)
+    x = x[np.isfinite(x) & (np.abs(x) < fmt.max)]
+    y1 = nl.round_to(x, fmt, "stochastic", rng=np.random.default_rng(123))
+    y2 = nl.round_to(x, fmt, "stochastic", rng=np.random.default_rng(123))
+    assert_same_bits(y1, y2, x, "same seed, same bits")
+    y3 = nl.round_to(x, fmt, "stochastic", rng=np.random.default_rng(124))
+    assert not np.array_equal(y1, y3)
+    for path, f in (("round_to", _rt), ("generic", _generic)):
+        y = f(x, fmt, "stochastic", rng=np.random.default_rng(5))
+        lo = np.empty_like(x)
+        hi = np.empty_like(x)
+        for i, v in enumerate(x):
+            lo[i], hi[i], _ = stochastic_split(float(v), fmt)
+        hi_r = np.array([round_exact(float(v), fmt, "stochastic", up_choice=True) for v in x], wdt)
+        ok = (y == lo) | (y == hi_r)
+        assert ok.all(), (path, x[~ok][:5], y[~ok][:5])
+        assert np.array_equal(np.signbit(y), np.signbit(x))
+
+
+@pytest.mark.parametrize("wdt", [np.float32, np.float64])
+@pytest.mark.parametrize("path", ["round_to", "generic"])
+def test_stochastic_probability_equals_fractional_distance(wdt, path):
+    """P(round up) = fractional distance: binomial counts within 5 sigma
+    (fixed seed; N = 40000 draws per value)."""
+    f = PATHS[path]
+    n = 40_000
+    cases = []
+    for fmt, base in ((nl.FP16, 1.0), (nl.BF16, -3.0), (nl.FP8_E4M3, 20.0), (nl.FP16, 2.0**-20)):
+        ulp = float(nl.ulp(base, fmt))
+        for frac in (1 / 16, 0.25, 0.5, 0.75, 15 / 16):
+            cases.append((fmt, base + math.copysign(frac * ulp, base), frac, base))
+    cases.append((nl.FP16, 2.0**-24 / 3, 1 / 3, 0.0))  # below the smallest subnormal
+    rng = np.random.default_rng(2024)
+    for fmt, v, frac, base in cases:
+        x = np.full(n, v, dtype=wdt)
+        y = f(x, fmt, "stochastic", rng=rng)
+        ups = int(np.count_nonzero(y != base))
+        if wdt is np.float32:  # exact fraction of the float32 input
+            _, _, frac = stochastic_split(float(np.float32(v)), fmt)
+        frac = float(frac)
+        tol = 5 * math.sqrt(n * frac * (1 - frac)) + 1
+        assert abs(ups - n * frac) <= tol, (fmt, v, frac, ups / n)
+
+
+def test_stochastic_mean_is_unbiased():
+    rng = np.random.default_rng(3)
+    x = rng.uniform(1, 2, 20000).astype(np.float32)
+    reps = 50
+    acc = np.zeros(x.size)
+    for _ in range(reps):
+        acc += nl.round_to(x, "bf16", "stochastic", rng=rng)
+    err = acc / reps - x
+    # per element sd <= ulp/2/sqrt(reps); the mean over 20000 elements is ~0
+    assert abs(err.mean()) < 5 * (2.0**-7 / 2) / math.sqrt(reps * x.size)
+
+
+# ---------------------------------------------------------------------------
+# input handling and errors
+# ---------------------------------------------------------------------------
+def test_dtypes_shapes_scalars():
+    assert isinstance(nl.round_to(0.1, "fp16"), np.float64)
+    assert nl.round_to(0.1, "fp16") == float(np.float16(0.1))
+    assert nl.round_to(np.float32(0.1), "bf16").dtype == np.float32
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4) / 7
+    y = nl.round_to(x[:, ::2, ::-1], "fp8_e4m3", "up")  # non-contiguous view
+    assert y.shape == (2, 2, 4)
+    assert_same_bits(y, reference(x[:, ::2, ::-1], nl.FP8_E4M3, "up"))
+    h = np.array([1.5, 65504], np.float16)
+    assert nl.round_to(h, "fp16").dtype == np.float32  # storage dtypes widen to float32
+    assert nl.round_to(np.zeros(0, np.float32), "fp16", "odd").shape == (0,)
+    assert nl.round_to(x, "fp32").dtype == np.float32 and nl.round_to(x.astype(np.float64), "fp64").dtype == np.float64
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "pattern"),
+    [
+        (lambda: nl.round_to(1.0, "fp17"), ValueError, r"fmt='fp17' is not a known format; valid names: \[.*'fp16'"),
+        (lambda: nl.round_to(1.0, "fp16", "nearest"), ValueError, r"mode='nearest' is not a rounding mode; valid modes: \['rne', 'rtz'"),
+        (lambda: nl.round_to(np.arange(3), "fp16"), TypeError, r"x must be a float32 or float64 array.*got dtype int64"),
+        (lambda: nl.round_to(np.ones(2, complex), "fp16"), TypeError, r"x must be real floating point, got complex dtype complex128"),
+        (lambda: nl.round_to(True, "fp16"), TypeError, r"x must be real floating point, got bool"),
+        (lambda: nl.round_to(1.0, "fp16", "stochastic"), ValueError, r"mode='stochastic' needs rng=np.random.default_rng\(seed\)"),
+        (lambda: nl.round_to(1.0, "fp16", "stochastic", rng=42), TypeError, r"rng must be a numpy.random.Generator.*got int"),
+        (lambda: nl.round_to(1.0, "fp16", rng=np.random.RandomState(0)), TypeError, r"rng must be a numpy.random.Generator.*got RandomState"),
+    ],
+)
+def test_bad_input_messages(call, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        call()
