@@ -337,13 +337,15 @@ _unary("reciprocal", lambda x: 1.0 / x, "1/x")
 _unary("tanh", np.tanh, "tanh x")
 _unary("sigmoid", _sigmoid, "1/(1+e**-x), evaluated without overflow")
 _unary("erf", erf_ref, "error function (vectorised series/continued fraction, rel err < 1e-13)")
-_unary("silu", lambda x: x * _sigmoid(x), "x * sigmoid(x)")
-_unary("relu", lambda x: np.where(x > 0, x, np.where(np.isnan(x), x, 0.0 * x)), "max(x, 0); NaN propagates, relu(-0.0) = -0.0")
+_unary("silu", lambda x: x * _sigmoid(x), "x * sigmoid(x); silu(-inf) = NaN (-inf * 0, as torch)")
+_unary("relu", lambda x: np.where(x < 0, 0.0, x), "0 where x < 0, else x (NaN and -0.0 pass through, as torch.relu)")
 
 _GELU_FORMS = ("none", "tanh")
 
 
 def _infer_gelu(shapes, attrs):
+    if attrs["approximate"] == "erf":
+        attrs["approximate"] = "none"
     if attrs["approximate"] not in _GELU_FORMS:
         raise ValueError(f"approximate={attrs['approximate']!r} is not valid; choose one of {_GELU_FORMS}")
     return attrs, shapes[0]
@@ -352,7 +354,8 @@ def _infer_gelu(shapes, attrs):
 _register(
     "gelu", "elementwise", (1, 1), {"approximate": "none"}, _infer_gelu,
     lambda x, approximate: _gelu(_f64(x), approximate),
-    doc="GELU: approximate='none' 0.5x(1+erf(x/sqrt2)); 'tanh' 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))",
+    doc="GELU: approximate='none' 0.5x(1+erf(x/sqrt2)); 'tanh' 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))); "
+        "gelu(-inf) = NaN (-inf * 0, as torch)",
 )
 
 
@@ -828,7 +831,7 @@ relu = _unary_fn("relu")
 
 
 def gelu(x, approximate: str = "none"):
-    """GELU, ``approximate`` in {"none" (erf form), "tanh"}."""
+    """GELU, ``approximate`` in {"none" (erf form; "erf" is an alias), "tanh"}."""
     return _apply("gelu", [x], {"approximate": approximate})
 
 
@@ -914,7 +917,7 @@ def gather(x, indices, axis=0):
     """``np.take(x, indices, axis)``: ``indices`` a constant int array
     (stored as the attribute ``indices``) or a symbolic tensor of
     integer values (second input)."""
-    if hasattr(indices, "_tracer") or (hasattr(x, "_tracer") is False and isinstance(indices, np.ndarray) and indices.dtype.kind == "f"):
+    if hasattr(indices, "_tracer"):
         return _apply("gather", [x, indices], {"axis": axis})
     return _apply("gather", [x], {"axis": axis, "indices": np.asarray(indices).tolist()})
 

@@ -1,0 +1,418 @@
+"""The operator catalogue: categories, shape inference, float64 references
+against independent computations (math, mpmath, fractions, plain loops),
+decompositions of the composites, error messages."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from numlab import ops
+from numlab.graph import Graph, Node, decompose, evaluate, trace
+
+mpmath = pytest.importorskip("mpmath", reason="mpmath is needed as the independent high-precision reference")
+
+# the list of issue #4 item 2, written out independently of the catalogue
+EXPECTED = {
+    "elementwise": {
+        "add", "sub", "mul", "div", "add_scalar", "sub_scalar", "rsub_scalar", "mul_scalar",
+        "div_scalar", "rdiv_scalar", "neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal",
+        "tanh", "sigmoid", "erf", "gelu", "silu", "relu", "maximum", "minimum", "where", "cast",
+    },
+    "reduction": {"sum", "mean", "max", "min", "var"},
+    "data_movement": {"reshape", "transpose", "slice", "concat", "split", "broadcast_to", "gather"},
+    "matmul": {"matmul"},
+    "composite": {"softmax", "log_softmax", "layer_norm", "rms_norm"},
+}
+
+
+def test_catalogue_has_exactly_the_issue_ops_with_their_categories():
+    for cat, names in EXPECTED.items():
+        assert set(ops.ops_in(cat)) == names, cat
+    assert set(ops.CATALOGUE) == set().union(*EXPECTED.values())
+    for name, info in ops.CATALOGUE.items():
+        assert info.name == name
+        assert callable(info.ref) and callable(info.infer)
+        assert (info.decompose is not None) == (info.category == "composite"), name
+        if info.category in ("reduction", "matmul", "composite"):
+            assert info.accumulator == "float64", name
+        assert info.doc
+
+
+# ---------------------------------------------------------------------------
+# shape inference
+# ---------------------------------------------------------------------------
+@given(hnp.mutually_broadcastable_shapes(num_shapes=3, min_dims=0, max_dims=4, max_side=4))
+def test_broadcast_shapes_matches_numpy(bs):
+    assert ops.broadcast_shapes(*bs.input_shapes) == bs.result_shape == np.broadcast_shapes(*bs.input_shapes)
+    for op in ("add", "sub", "mul", "div", "maximum", "minimum"):
+        _, shape = ops.CATALOGUE[op].check(bs.input_shapes[:2])
+        assert shape == np.broadcast_shapes(*bs.input_shapes[:2])
+    _, shape = ops.CATALOGUE["where"].check(bs.input_shapes)
+    assert shape == bs.result_shape
+
+
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=3), st.lists(st.integers(2, 5), min_size=1, max_size=3))
+def test_non_broadcastable_shapes_are_rejected_naming_both(a, b):
+    a, b = tuple(a), tuple(b)
+    try:
+        np.broadcast_shapes(a, b)
+        ok = True
+    except ValueError:
+        ok = False
+    if ok:
+        assert ops.broadcast_shapes(a, b) == np.broadcast_shapes(a, b)
+    else:
+        with pytest.raises(ValueError) as e:
+            ops.CATALOGUE["add"].check([a, b], node="n1")
+        assert str(a) in str(e.value) and str(b) in str(e.value) and "'n1'" in str(e.value)
+
+
+shapes = hnp.array_shapes(min_dims=1, max_dims=4, min_side=1, max_side=4)
+
+
+@given(shapes, st.data())
+def test_reduction_shapes_match_numpy(shape, data):
+    x = np.arange(math.prod(shape), dtype=np.float64).reshape(shape)
+    axis = data.draw(st.one_of(st.none(), st.integers(-len(shape), len(shape) - 1),
+                               st.lists(st.integers(0, len(shape) - 1), unique=True, min_size=1).map(tuple)))
+    keep = data.draw(st.booleans())
+    for op, f in (("sum", np.sum), ("mean", np.mean), ("max", np.max), ("min", np.min), ("var", np.var)):
+        attrs, out = ops.CATALOGUE[op].check([shape], {"axis": axis, "keepdims": keep})
+        ref = ops.CATALOGUE[op].ref(x, **attrs)
+        assert out == np.shape(ref) == np.shape(f(x, axis=axis, keepdims=keep))
+        np.testing.assert_allclose(ref, f(x, axis=axis, keepdims=keep), rtol=1e-14)
+        assert all(0 <= a < len(shape) for a in attrs["axis"]) and list(attrs["axis"]) == sorted(attrs["axis"])
+
+
+@given(hnp.array_shapes(min_dims=1, max_dims=3, max_side=4), hnp.array_shapes(min_dims=1, max_dims=3, max_side=4))
+def test_matmul_shape_matches_numpy(a, b):
+    try:
+        expected = np.matmul(np.zeros(a), np.zeros(b)).shape
+    except ValueError:
+        with pytest.raises(ValueError, match="matmul"):
+            ops.CATALOGUE["matmul"].check([a, b])
+        return
+    assert ops.CATALOGUE["matmul"].check([a, b])[1] == expected
+
+
+@given(shapes, st.data())
+def test_data_movement_refs_equal_numpy_and_keep_bits(shape, data):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(np.float16)
+    n = len(shape)
+    perm = tuple(data.draw(st.permutations(range(n))))
+    got = ops.transpose(x, perm)
+    assert got.dtype == np.float16 and np.array_equal(got, np.transpose(x, perm))
+    assert ops.CATALOGUE["transpose"].check([shape], {"perm": perm})[1] == got.shape
+    sl = tuple(slice(data.draw(st.integers(-d, d)), data.draw(st.integers(-d, d)), data.draw(st.integers(1, 3))) for d in shape)
+    attrs, out = ops.CATALOGUE["slice"].check([shape], {"begin": [s.start for s in sl], "end": [s.stop for s in sl], "step": [s.step for s in sl]})
+    got = ops.CATALOGUE["slice"].ref(x, **attrs)
+    assert np.array_equal(got, x[sl]) and got.shape == out == x[sl].shape and got.dtype == np.float16
+    got = ops.reshape(x, (-1,))
+    assert np.array_equal(got, x.ravel()) and got.dtype == np.float16
+    ax = data.draw(st.integers(-n, n - 1))
+    got = ops.concat([x, x], axis=ax)
+    assert np.array_equal(got, np.concatenate([x, x], axis=ax))
+    pieces = ops.split(got, 2, axis=ax)
+    assert all(np.array_equal(p, x) for p in pieces)
+    idx = data.draw(st.lists(st.integers(-shape[ax], shape[ax] - 1), min_size=1, max_size=5))
+    got = ops.gather(x, idx, axis=ax)
+    assert np.array_equal(got, np.take(x, idx, axis=ax)) and got.dtype == np.float16
+    target = (2,) + tuple(shape)
+    assert np.array_equal(ops.broadcast_to(x, target), np.broadcast_to(x, target))
+
+
+def test_split_with_sizes_and_gather_with_tensor_indices():
+    x = np.arange(24.0).reshape(4, 6)
+    a, b, c = ops.split(x, [1, 2, 3], axis=1)
+    assert np.array_equal(a, x[:, :1]) and np.array_equal(b, x[:, 1:3]) and np.array_equal(c, x[:, 3:])
+    g = trace(lambda x, i: ops.gather(x, i, axis=0), x=(4, 6), i=(2, 3))
+    assert g.nodes[0].inputs == ("x", "i") and g.nodes[0].shape == (2, 3, 6)
+    idx = np.array([[0, 3, 1], [2, 2, 0]], dtype=np.float64)
+    assert np.array_equal(evaluate(g, {"x": x, "i": idx})[g.outputs[0]], x[idx.astype(int)])
+    with pytest.raises(ValueError, match="integers in -4..3"):
+        evaluate(g, {"x": x, "i": idx + 0.5})
+
+
+# ---------------------------------------------------------------------------
+# float64 references against independent computations
+# ---------------------------------------------------------------------------
+POINTS = [-30.0, -9.5, -5.0, -3.0, -2.0, -1.25, -1.0, -0.999, -0.5, -1e-3, -1e-300, 0.0, 1e-8,
+          0.1, 0.5, 0.75, 0.999, 1.0, 1.001, 1.5, 2.0, 2.5, 3.0, 4.5, 6.0, 9.0, 27.0, 40.0]
+mpmath.mp.dps = 40
+
+
+def _mp(f, x):
+    # 120 digits: 1 + tanh(u) and 1 + erf(t) cancel up to ~700 digits' worth only far
+    # beyond the points used here (|x| <= 40 gives at most ~ 1e-40 relative cancellation)
+    with mpmath.workdps(120):
+        return float(f(mpmath.mpf(x)))
+
+
+def _rel(a, b):
+    return abs(a - b) / abs(b) if b != 0 else abs(a)
+
+
+@pytest.mark.parametrize("op,f", [
+    ("exp", mpmath.exp), ("tanh", mpmath.tanh), ("erf", mpmath.erf),
+    ("sigmoid", lambda t: 1 / (1 + mpmath.exp(-t))),
+    ("silu", lambda t: t / (1 + mpmath.exp(-t))),
+    ("neg", lambda t: -t), ("abs", abs), ("relu", lambda t: max(t, 0)),
+    ("reciprocal", lambda t: 1 / t),
+])
+def test_unary_refs_against_mpmath(op, f):
+    xs = np.array([p for p in POINTS if not (op == "reciprocal" and p == 0.0)] + ([700.0] if op != "exp" else []))
+    got = ops.CATALOGUE[op].ref(xs)
+    assert got.dtype == np.float64
+    for x, g in zip(xs, got, strict=True):
+        assert _rel(g, _mp(f, x)) < 2e-15, (op, x, g)
+
+
+@pytest.mark.parametrize("op,f", [("log", mpmath.log), ("sqrt", mpmath.sqrt), ("rsqrt", lambda t: 1 / mpmath.sqrt(t))])
+def test_positive_domain_refs_against_mpmath(op, f):
+    xs = np.array([1e-300, 1e-8, 0.1, 0.5, 1.0, 2.0, 3.0, 1e5, 1e300])
+    for x, g in zip(xs, ops.CATALOGUE[op].ref(xs), strict=True):
+        assert _rel(g, _mp(f, x)) < 3e-16, (op, x)
+    # IEEE: log(0) = -inf, log(-1) = NaN, sqrt(-1) = NaN, rsqrt(0) = inf, inputs nan/inf propagate
+    assert ops.log(np.array(0.0)) == -np.inf and np.isnan(ops.log(np.array(-1.0)))
+    assert np.isnan(ops.sqrt(np.array(-1.0))) and ops.rsqrt(np.array(0.0)) == np.inf
+    assert np.isnan(ops.CATALOGUE[op].ref(np.array([np.nan]))[0])
+
+
+def test_erf_and_erfc_against_math_on_a_dense_grid():
+    x = np.linspace(-8, 8, 4001)
+    want_erf = np.array([math.erf(v) for v in x])
+    want_erfc = np.array([math.erfc(v) for v in x])
+    got = ops.erf_ref(x)
+    assert np.max(np.abs(got - want_erf) / np.maximum(np.abs(want_erf), 1e-300)) < 1e-15
+    gotc = ops.erfc_ref(x)
+    assert np.max(np.abs(gotc - want_erfc) / want_erfc) < 1e-13
+    assert np.array_equal(ops.erf_ref(np.array([np.inf, -np.inf])), [1.0, -1.0])
+    assert np.array_equal(ops.erfc_ref(np.array([np.inf, -np.inf])), [0.0, 2.0])
+    assert np.isnan(ops.erf_ref(np.array([np.nan]))[0]) and np.isnan(ops.erfc_ref(np.array([np.nan]))[0])
+
+
+def test_gelu_both_forms_against_mpmath():
+    xs = np.array(POINTS)
+    for approx, f in (
+        ("none", lambda t: t / 2 * (1 + mpmath.erf(t / mpmath.sqrt(2)))),
+        ("erf", lambda t: t / 2 * (1 + mpmath.erf(t / mpmath.sqrt(2)))),
+        ("tanh", lambda t: t / 2 * (1 + mpmath.tanh(mpmath.sqrt(2 / mpmath.pi) * (t + mpmath.mpf(0.044715) * t**3)))),
+    ):
+        got = ops.gelu(xs, approximate=approx)
+        for x, g in zip(xs, got, strict=True):
+            want = _mp(f, x)
+            # the float64 argument x/sqrt2 is rounded: relative error grows like x^2 * 2^-53
+            assert _rel(g, want) < 1e-15 * (4 + x * x), (approx, x, g, want)
+    # IEEE evaluation of the formula, as torch: gelu(inf) = inf, gelu(-inf) = -inf * 0 = NaN
+    for approx in ("none", "tanh"):
+        g = ops.gelu(np.array([np.inf, -np.inf, np.nan]), approximate=approx)
+        assert g[0] == np.inf and np.isnan(g[1]) and np.isnan(g[2])
+    assert np.signbit(ops.relu(np.array([-0.0]))[0]) and np.isnan(ops.relu(np.array([np.nan]))[0])
+
+
+def test_binary_and_scalar_refs_are_exact_float64_ops():
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal(50), rng.standard_normal(50)
+    for op, f in (("add", lambda p, q: p + q), ("sub", lambda p, q: p - q),
+                  ("mul", lambda p, q: p * q), ("div", lambda p, q: p / q)):
+        got = ops.CATALOGUE[op].ref(a, b)
+        # correctly rounded: the exact Fraction result rounds to got
+        for p, q, g in zip(a, b, got, strict=True):
+            assert g == float(f(Fraction(p), Fraction(q)))
+    s = 0.1
+    for op, f in (("add_scalar", lambda p: p + Fraction(s)), ("sub_scalar", lambda p: p - Fraction(s)),
+                  ("rsub_scalar", lambda p: Fraction(s) - p), ("mul_scalar", lambda p: p * Fraction(s)),
+                  ("div_scalar", lambda p: p / Fraction(s)), ("rdiv_scalar", lambda p: Fraction(s) / p)):
+        got = ops.CATALOGUE[op].ref(a, scalar=s)
+        assert [float(f(Fraction(p))) for p in a] == got.tolist(), op
+    nan = np.array([np.nan, 1.0, -0.0])
+    assert np.isnan(ops.maximum(nan, np.zeros(3))[0]) and np.isnan(ops.minimum(nan, np.zeros(3))[0])
+    assert ops.maximum(a, b).tolist() == [max(p, q) for p, q in zip(a, b, strict=True)]
+    assert ops.where(np.array([1.0, 0.0, 2.0]), np.array([1.0, 2, 3]), np.array([9.0])).tolist() == [1, 9, 3]
+
+
+def test_cast_rounds_like_ml_dtypes():
+    x = np.random.default_rng(2).standard_normal(1000) * 1000
+    for to, dt in (("fp16", np.float16), ("bf16", ml_dtypes.bfloat16), ("fp8_e4m3", ml_dtypes.float8_e4m3fn)):
+        got = ops.cast(x, to)
+        assert got.dtype == np.float64
+        want = x.astype(dt).astype(np.float64)
+        assert np.array_equal(got, want, equal_nan=True), to
+    assert ops.CATALOGUE["cast"].check([(3,)], {"to": "float16"})[0]["to"] == "fp16"
+
+
+def test_reductions_against_fsum_and_fractions():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 33)) * 10.0 ** rng.integers(-3, 4, (5, 33))
+    s = ops.sum(x, axis=1)
+    m = ops.mean(x, axis=1)
+    v = ops.var(x, axis=1)
+    v1 = ops.var(x, axis=1, correction=1)
+    for i, row in enumerate(x):
+        exact = math.fsum(row)
+        assert _rel(s[i], exact) < 1e-13 * np.sum(np.abs(row)) / abs(exact)
+        assert _rel(m[i], exact / row.size) < 1e-13 * np.sum(np.abs(row)) / abs(exact)
+        fv = statistics.pvariance([Fraction(t) for t in row])
+        assert _rel(v[i], float(fv)) < 1e-13
+        assert _rel(v1[i], float(fv * 33 / 32)) < 1e-13
+        assert ops.max(x, axis=1)[i] == max(row) and ops.min(x, axis=1)[i] == min(row)
+    y = np.array([1.0, np.nan, 3.0])
+    assert np.isnan(ops.max(y)) and np.isnan(ops.sum(y)) and ops.sum(np.array([1.0, np.inf])) == np.inf
+
+
+def test_matmul_against_a_plain_loop():
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((2, 3, 7)), rng.standard_normal((7, 4))
+    got = ops.matmul(a, b)
+    for i in range(2):
+        for j in range(3):
+            for k in range(4):
+                exact = math.fsum(a[i, j, t] * b[t, k] for t in range(7))  # products rounded
+                assert abs(got[i, j, k] - exact) <= 1e-14 * sum(abs(a[i, j, t] * b[t, k]) for t in range(7))
+
+
+def test_softmax_log_softmax_against_mpmath():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 9)) * 20
+    p = ops.softmax(x, axis=-1)
+    lp = ops.log_softmax(x, axis=-1)
+    np.testing.assert_allclose(p.sum(-1), 1.0, rtol=1e-15)
+    for i, row in enumerate(x):
+        z = mpmath.fsum(mpmath.exp(mpmath.mpf(t)) for t in row)
+        for j, t in enumerate(row):
+            assert _rel(p[i, j], float(mpmath.exp(t) / z)) < 1e-14
+            assert abs(lp[i, j] - float(t - mpmath.log(z))) < 1e-14 * (1 + abs(lp[i, j]))
+    # softmax of huge inputs does not overflow (max subtraction)
+    assert np.allclose(ops.softmax(np.array([1000.0, 1000.0])), 0.5)
+    # another axis
+    np.testing.assert_allclose(ops.softmax(x, axis=0).sum(0), 1.0, rtol=1e-15)
+
+
+def test_layer_norm_and_rms_norm_properties_and_formula():
+    rng = np.random.default_rng(6)
+    x = 50 + rng.standard_normal((4, 64)) * 0.1
+    y = ops.layer_norm(x, eps=0.0)
+    np.testing.assert_allclose(y.mean(-1), 0.0, atol=1e-12)
+    np.testing.assert_allclose(y.var(-1), 1.0, rtol=1e-12)
+    gamma, beta = rng.standard_normal(64), rng.standard_normal(64)
+    y2 = ops.layer_norm(x, gamma, beta, eps=1e-5)
+    for i in range(4):
+        row = [Fraction(t) for t in x[i]]
+        mu = sum(row) / 64
+        var = sum((t - mu) ** 2 for t in row) / 64
+        for j in (0, 17, 63):
+            want = float((row[j] - mu)) / math.sqrt(float(var) + 1e-5) * gamma[j] + beta[j]
+            assert abs(y2[i, j] - want) < 1e-12 * (1 + abs(want))
+    r = ops.rms_norm(x, eps=0.0)
+    np.testing.assert_allclose(np.mean(r * r, -1), 1.0, rtol=1e-14)
+    w = rng.standard_normal(64)
+    np.testing.assert_allclose(ops.rms_norm(x, w, eps=1e-6), x / np.sqrt(np.mean(x**2, -1, keepdims=True) + 1e-6) * w, rtol=1e-14)
+    # over two axes
+    y3 = ops.layer_norm(x.reshape(4, 8, 8), axis=(1, 2), eps=0.0)
+    np.testing.assert_allclose(y3.reshape(4, 64), y, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------
+# decompositions
+# ---------------------------------------------------------------------------
+COMPOSITE_CASES = [
+    ("softmax", lambda x, g, b: ops.softmax(x, axis=-1)),
+    ("softmax", lambda x, g, b: ops.softmax(x, axis=0)),
+    ("log_softmax", lambda x, g, b: ops.log_softmax(x, axis=-1)),
+    ("layer_norm", lambda x, g, b: ops.layer_norm(x, g, b, eps=1e-5)),
+    ("layer_norm", lambda x, g, b: ops.layer_norm(x, eps=1e-3)),
+    ("layer_norm", lambda x, g, b: ops.layer_norm(x, g, axis=-1, eps=0.0)),
+    ("rms_norm", lambda x, g, b: ops.rms_norm(x, g, eps=1e-6)),
+    ("rms_norm", lambda x, g, b: ops.rms_norm(x)),
+]
+PRIMS = {
+    "softmax": ["max", "sub", "exp", "sum", "div"],
+    "log_softmax": ["max", "sub", "exp", "sum", "log", "sub"],
+    "layer_norm": ["mean", "sub", "mul", "mean", "add_scalar", "rsqrt", "mul"],
+    "rms_norm": ["mul", "mean", "add_scalar", "rsqrt", "mul"],
+}
+
+
+@pytest.mark.parametrize("case", range(len(COMPOSITE_CASES)))
+@pytest.mark.parametrize("kind", ["normal", "shifted", "wide"])
+def test_decomposition_equals_composite_ref(case, kind):
+    op, fn = COMPOSITE_CASES[case]
+    g = trace(fn, x=(6, 48), g=(48,), b=(48,))
+    comp = [n for n in g.nodes if n.op == op]
+    assert len(comp) == 1
+    d = decompose(g)
+    prim_ops = [n.op for n in d.nodes if n.origin == comp[0].name]
+    assert prim_ops[: len(PRIMS[op])] == PRIMS[op]
+    assert all(ops.CATALOGUE[n.op].category != "composite" for n in d.nodes)
+    rng = np.random.default_rng(case)
+    x = rng.standard_normal((6, 48))
+    x = {"normal": x, "shifted": 1e3 + x, "wide": x * 10.0 ** rng.integers(-3, 3, x.shape)}[kind]
+    inputs = {"x": x, "g": 1 + 0.1 * rng.standard_normal(48), "b": rng.standard_normal(48)}
+    want = evaluate(g, inputs)[comp[0].name]
+    got = evaluate(d, inputs)[comp[0].name]
+    # rms_norm/layer_norm decompositions use rsqrt + mul instead of divide by sqrt: a few ulps
+    err = np.linalg.norm(got - want) / np.linalg.norm(want)
+    assert err < 1e-12, err
+    if op in ("softmax", "log_softmax"):
+        assert np.array_equal(got, want) or err < 1e-15
+
+
+# ---------------------------------------------------------------------------
+# errors
+# ---------------------------------------------------------------------------
+def test_errors_name_node_value_and_choices():
+    with pytest.raises(ValueError, match=r"unknown op 'softmaxx'; valid ops: \[.*'softmax'"):
+        ops.get_op("softmaxx")
+    with pytest.raises(TypeError, match=r"node 'n' \(op 'add'\): takes 2 inputs, got 3"):
+        ops.CATALOGUE["add"].check([(2,), (2,), (2,)], node="n")
+    with pytest.raises(TypeError, match=r"unknown attribute\(s\) \['axes'\]; valid attributes: \['axis', 'keepdims', 'origin'\]"):
+        ops.CATALOGUE["sum"].check([(2, 3)], {"axes": 1})
+    with pytest.raises(ValueError, match=r"axis=2 is out of range for rank 2 \(valid: -2..1\)"):
+        ops.CATALOGUE["sum"].check([(2, 3)], {"axis": 2}, node="s")
+    with pytest.raises(TypeError, match="missing required attribute 'scalar'"):
+        ops.CATALOGUE["mul_scalar"].check([(2,)])
+    with pytest.raises(ValueError, match=r"approximate='fast' is not valid; choose one of \('none', 'tanh'\)"):
+        ops.gelu(np.ones(2), approximate="fast")
+    with pytest.raises(ValueError, match=r"to='fp12'.*valid names"):
+        ops.cast(np.ones(2), "fp12")
+    with pytest.raises(ValueError, match=r"cannot reshape \(2, 3\) \(size 6\) to \(4, -1\)"):
+        ops.reshape(np.ones((2, 3)), (4, -1))
+    with pytest.raises(ValueError, match=r"perm=\(0, 0\) is not a permutation"):
+        ops.transpose(np.ones((2, 3)), (0, 0))
+    with pytest.raises(ValueError, match="positive step"):
+        ops.CATALOGUE["slice"].check([(4,)], {"step": (-1,)})
+    with pytest.raises(ValueError, match=r"input 1 has shape \(2, 4\), which does not match \(2, 3\) outside axis 0"):
+        ops.concat([np.ones((2, 3)), np.ones((2, 4))], axis=0)
+    with pytest.raises(ValueError, match=r"sizes=\(1, 1\) must be non-negative and sum to 3"):
+        ops.split(np.ones(3), [1, 1])
+    with pytest.raises(ValueError, match=r"indices out of range for axis 0 of size 3 \(valid: -3..2\)"):
+        ops.gather(np.ones(3), [3])
+    with pytest.raises(ValueError, match=r"cannot broadcast shape \(3,\) to \(2, 4\)"):
+        ops.broadcast_to(np.ones(3), (2, 4))
+    with pytest.raises(ValueError, match=r"inner dimensions differ: \(2, 3\) @ \(4, 5\)"):
+        ops.matmul(np.ones((2, 3)), np.ones((4, 5)))
+    with pytest.raises(ValueError, match=r"weight/gamma of shape \(5,\) does not broadcast to the input shape \(2, 4\)"):
+        ops.layer_norm(np.ones((2, 4)), np.ones(5))
+    with pytest.raises(ValueError, match="beta given without gamma"):
+        ops.layer_norm(np.ones((2, 4)), None, np.ones(4))
+    with pytest.raises(TypeError, match="keepdims must be a bool"):
+        ops.sum(np.ones(3), 0, keepdims="yes")
+    with pytest.raises(TypeError, match="scalar must be a real number"):
+        ops.mul_scalar(np.ones(3), "2")
+    with pytest.raises(ValueError, match="category='pointwise' is not valid"):
+        ops.ops_in("pointwise")
+
+
+def test_graph_level_errors_come_from_the_catalogue():
+    with pytest.raises(ValueError, match=r"node 'y': unknown op 'gelu2'; valid ops"):
+        Graph({"x": (2,)}, [Node("y", "gelu2", ("x",))], ["y"])
