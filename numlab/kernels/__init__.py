@@ -1,0 +1,122 @@
+"""numlab.kernels: the four sources of eager/fused difference as switches.
+
+DESIGN.md section 1 lists four sources; each is a knob here and a field of
+:class:`KernelSpec`:
+
+1. precision promotion -- ``KernelSpec.promotion`` (``native``,
+   ``fp32_internal``, ``accumulator_only``) and the accumulator ``acc``;
+2. instruction choice -- :func:`scalar_mul` (``broadcast`` vs ``muls``, each
+   unit with its rounding mode) and :func:`fma` vs :func:`mul_add`;
+3. tiling and reduction order -- :class:`Hardware` + :func:`tile_elements`,
+   :func:`reduce` with :class:`Sequential`, :class:`Pairwise`, :class:`Lanes`,
+   :class:`Blocked`, :class:`Kahan`, :class:`Shuffled`; :func:`matmul` K tiles;
+4. algorithm -- :func:`rsqrt`, :func:`reciprocal`, :func:`divide` (exact,
+   two roundings, or a table/bit-trick seed plus :class:`Newton` steps),
+   :func:`exp` (exact or :class:`ExpPoly`), :func:`tanh`, :func:`erf`,
+   :func:`gelu`; variance two-pass/Welford/textbook.
+
+How an executor calls this package
+----------------------------------
+Containers.  Every function accepts float containers (float64, float32,
+float16, bfloat16, fp8) holding values, and returns values of its result
+format ``F`` in ``F.container`` (fp16 -> float16, bf16 -> bfloat16, fp32 and
+tf32 -> float32, fp64 -> float64).
+
+The easy way: a :class:`KernelSpec` applied to a storage format ``S``::
+
+    from numlab import kernels as K
+    spec = K.KernelSpec.handwritten()           # eager; K.KernelSpec.codegen() for fused
+    # eager node: reads S values, returns S (S.container)
+    y = spec.reduce(x, "sum", axis=-1, storage="fp16")
+    y = spec.reduce(x, "var", axis=-1, storage="fp16", ddof=0)
+    y = spec.mul_scalar(x, 0.125, storage="fp16")
+    y = spec.unary("rsqrt", x, storage="fp16")   # also reciprocal sqrt exp tanh erf gelu
+    y = spec.div(a, b, storage="fp16")
+    y = spec.multiply_add(a, b, c, storage="fp16")
+    y = spec.matmul(a, b, storage="fp16")
+    # inside a fused block: fp32 in, fp32 out; the block's live buffers set the tile
+    y = cg.reduce(x32, "sum", axis=-1, storage="fp16", fused=True, live_buffers=block.live_buffers)
+
+With ``fused=False`` the result is rounded to ``S`` (eager kernel output);
+with ``fused=True`` it stays fp32 (the block rounds to S at its outputs).
+``spec.compute_format(S, fused)``, ``spec.acc_format(S, fused)``,
+``spec.out_format(S, fused)``, ``spec.tile(S, fused, live_buffers)`` and
+``spec.order(S, fused, live_buffers)`` expose the decisions.
+
+The explicit way: call the functions with the formats spelled out::
+
+    K.reduce(x, "sum", -1, order="blocked(4096,lanes(64),sequential)", acc="fp32", out="fp16")
+    K.scalar_mul(x, s, fmt="fp16", how="broadcast")
+    K.rsqrt(x, fmt="fp32", algo="newton(table12,1,fp32)")
+    K.matmul(a, b, k_tile=128, acc="fp32", out="fp16", mode="block_fma")
+
+``S`` is always passed as ``storage=`` (spec methods) or as ``fmt=``/``out=``
+(the result format); the accumulator as ``acc=``; the spec as the object whose
+method you call.  Errors: bad knobs raise ValueError naming the knob, the
+value and the valid choices.
+"""
+
+from __future__ import annotations
+
+from .algorithms import (
+    DIV_ALGOS,
+    GELU_FORMS,
+    RECIP_ALGOS,
+    RSQRT_ALGOS,
+    ExpPoly,
+    Magic,
+    Newton,
+    Table,
+    divide,
+    erf,
+    exp,
+    gelu,
+    newton_recurrence,
+    parse_algo,
+    reciprocal,
+    rsqrt,
+    seed_error_bound,
+    seed_estimate,
+    sqrt,
+    steps_needed,
+    steps_table,
+    tanh,
+)
+from .hardware import ASCEND_910B, SMALL, Hardware, tile_elements
+from .matmul import MATMUL_MODES, matmul
+from .reduce import (
+    OPS,
+    ORDER_NAMES,
+    VARIANCE_ALGORITHMS,
+    Blocked,
+    Kahan,
+    Lanes,
+    Order,
+    Pairwise,
+    Sequential,
+    Shuffled,
+    gamma,
+    parse_order,
+    reduce,
+)
+from .scalar import SCALAR_MUL_CHOICES, fma, mul_add, multiply_add, scalar_mul
+from .spec import (
+    CODEGEN,
+    DEFAULT_FUSED_LIVE_BUFFERS,
+    HANDWRITTEN,
+    PROMOTIONS,
+    UNARY_OPS,
+    KernelSpec,
+)
+
+__all__ = [
+    "Hardware", "tile_elements", "ASCEND_910B", "SMALL",
+    "Order", "Sequential", "Pairwise", "Lanes", "Blocked", "Kahan", "Shuffled", "parse_order",
+    "reduce", "gamma", "OPS", "ORDER_NAMES", "VARIANCE_ALGORITHMS",
+    "scalar_mul", "fma", "mul_add", "multiply_add", "SCALAR_MUL_CHOICES",
+    "Table", "Magic", "Newton", "ExpPoly", "parse_algo", "rsqrt", "reciprocal", "divide", "sqrt",
+    "exp", "tanh", "erf", "gelu", "seed_estimate", "seed_error_bound", "newton_recurrence",
+    "steps_needed", "steps_table", "RSQRT_ALGOS", "RECIP_ALGOS", "DIV_ALGOS", "GELU_FORMS",
+    "matmul", "MATMUL_MODES",
+    "KernelSpec", "HANDWRITTEN", "CODEGEN", "PROMOTIONS", "UNARY_OPS", "DEFAULT_FUSED_LIVE_BUFFERS",
+]

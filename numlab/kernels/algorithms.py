@@ -1,0 +1,463 @@
+"""Algorithms: rsqrt, reciprocal and division by estimate + Newton steps; exp,
+tanh, erf and gelu correctly rounded or by a stated approximation.
+
+Seeds (initial estimates)
+-------------------------
+``Table(bits)``
+    A lookup table with ``bits`` correct bits, modelled as: write ``x = m 2^e``
+    with ``m`` in [1, 2); the table is indexed by the top ``bits`` fraction
+    bits of ``m`` (truncation; for rsqrt also by the parity of ``e``, i.e. the
+    input is first scaled to [1, 4) by an even power of two); each entry is the
+    exact function at the midpoint of its input interval, rounded to
+    ``bits + 2`` significant bits.  The worst relative error is below
+    ``2^-bits`` (checked exhaustively over all entries by
+    :func:`seed_error_bound`).  8 bits models Arm FRSQRTE/FRECPE, 12 bits x86
+    RSQRTPS/RCPPS (``|e| <= 1.5 * 2^-12``), 14 bits AVX-512 VRSQRT14PS.
+``Magic()``
+    The bit trick: ``i = 0x5f3759df - (bits(x) >> 1)`` for rsqrt (Quake III;
+    worst relative error about 3.4%), ``i = 0x7ef311c7 - bits(x)`` for the
+    reciprocal; on the fp32 bit pattern of ``x``.
+
+Newton steps (``Newton(seed, steps, step_fmt)``), each operation rounded to
+``step_fmt``:
+
+* rsqrt: ``r = y*y; t = x*r; h = 1.5 - 0.5*t; y = y*h``.  With
+  ``y = (1+e)/sqrt(x)`` the exact-arithmetic error recurrence is
+  ``e' = -(3/2) e^2 - (1/2) e^3``.
+* reciprocal: ``t = x*y; h = 2 - t; y = y*h``; ``e' = -e^2``.
+
+The result is then rounded to ``fmt``.  :func:`steps_needed` turns the seed's
+worst error and the recurrence into the number of steps a format needs.
+
+Transcendentals (``exp``, ``tanh``, ``erf``, ``gelu``): ``algo="exact"``
+evaluates in float64 (numpy / scipy.special.erf, errors below 1 ulp of fp64)
+and rounds once to ``fmt``: correctly rounded except for inputs whose value is
+within ~2^-52 relative of a rounding boundary of ``fmt`` (none exist for fp16
+and bf16: checked exhaustively in tests for exp).  ``ExpPoly(degree)`` is the
+stated approximation for exp: ``k = rint(x log2 e)``, ``r = (x - k ln2_hi) -
+k ln2_lo`` (Cody-Waite, ``ln2_hi`` with 12 trailing zero bits so ``k ln2_hi`` is
+exact for ``|k| < 2^12``), ``p(r) = sum_{i<=degree} r^i / i!`` by Horner, and
+``ldexp(p, k)``, every operation in ``step_fmt`` (fp32 by default).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..formats import FP32, Format, get_format
+from ..rounding import round_to
+from ._common import Arith, as_values, check_choice, to_container
+
+__all__ = [
+    "Table",
+    "Magic",
+    "Newton",
+    "ExpPoly",
+    "parse_algo",
+    "rsqrt",
+    "reciprocal",
+    "divide",
+    "sqrt",
+    "exp",
+    "tanh",
+    "erf",
+    "gelu",
+    "seed_estimate",
+    "seed_error_bound",
+    "newton_recurrence",
+    "steps_needed",
+    "steps_table",
+    "RSQRT_ALGOS",
+    "RECIP_ALGOS",
+    "DIV_ALGOS",
+    "GELU_FORMS",
+]
+
+RSQRT_ALGOS = ("exact", "sqrt_then_div", "newton(<seed>,<steps>[,<step_fmt>])")
+RECIP_ALGOS = ("exact", "newton(<seed>,<steps>[,<step_fmt>])")
+DIV_ALGOS = ("exact", "recip_mul", "newton(<seed>,<steps>[,<step_fmt>])")
+SEEDS = ("table8", "table12", "table14", "table<bits>", "magic")
+GELU_FORMS = ("tanh", "erf")
+FUNCS = ("rsqrt", "reciprocal")
+
+
+@dataclass(frozen=True)
+class Table:
+    """Table estimate with ``bits`` correct bits (module docstring)."""
+
+    bits: int = 12
+
+    def __post_init__(self):
+        if not isinstance(self.bits, int | np.integer) or isinstance(self.bits, bool) or not 1 <= self.bits <= 23:
+            raise ValueError(f"seed bits={self.bits!r} is not valid; it must be an int in [1, 23]")
+
+    def __str__(self):
+        return f"table{self.bits}"
+
+
+@dataclass(frozen=True)
+class Magic:
+    """The 0x5f3759df bit trick (rsqrt) / 0x7ef311c7 (reciprocal)."""
+
+    rsqrt_constant: int = 0x5F3759DF
+    recip_constant: int = 0x7EF311C7
+
+    def __str__(self):
+        return "magic"
+
+
+def _parse_seed(s):
+    if isinstance(s, Table | Magic):
+        return s
+    if isinstance(s, str):
+        t = s.strip().lower()
+        if t == "magic":
+            return Magic()
+        if t.startswith("table") and t[5:].isdigit():
+            return Table(int(t[5:]))
+    raise ValueError(f"seed={s!r} is not valid; valid seeds: {list(SEEDS)}")
+
+
+@dataclass(frozen=True)
+class Newton:
+    """Estimate ``seed`` refined by ``steps`` Newton-Raphson steps in ``step_fmt``."""
+
+    seed: object = "table12"
+    steps: int = 1
+    step_fmt: Format = FP32
+
+    def __post_init__(self):
+        object.__setattr__(self, "seed", _parse_seed(self.seed))
+        if not isinstance(self.steps, int | np.integer) or isinstance(self.steps, bool) or self.steps < 0:
+            raise ValueError(f"steps={self.steps!r} is not valid; it must be an int >= 0")
+        object.__setattr__(self, "step_fmt", get_format(self.step_fmt))
+
+    def __str__(self):
+        return f"newton({self.seed},{self.steps},{self.step_fmt.name})"
+
+
+@dataclass(frozen=True)
+class ExpPoly:
+    """exp by Cody-Waite range reduction and a degree-``degree`` Taylor polynomial."""
+
+    degree: int = 5
+    step_fmt: Format = FP32
+
+    def __post_init__(self):
+        if not isinstance(self.degree, int | np.integer) or isinstance(self.degree, bool) or not 1 <= self.degree <= 12:
+            raise ValueError(f"degree={self.degree!r} is not valid; it must be an int in [1, 12]")
+        object.__setattr__(self, "step_fmt", get_format(self.step_fmt))
+
+    def __str__(self):
+        return f"exp_poly({self.degree},{self.step_fmt.name})"
+
+
+def parse_algo(a, valid=RSQRT_ALGOS, knob: str = "algo"):
+    """Parse ``"exact"``, ``"sqrt_then_div"``, ``"recip_mul"``, ``"newton(table12,1,fp32)"``,
+    ``"exp_poly(5)"`` or pass an algorithm object through."""
+    if isinstance(a, Newton | ExpPoly):
+        return a
+    if isinstance(a, str):
+        t = a.strip().lower().replace(" ", "")
+        if t in ("exact", "sqrt_then_div", "recip_mul") and t in valid:
+            return t
+        if t.startswith("newton(") and t.endswith(")") and any(v.startswith("newton") for v in valid):
+            args = [p for p in t[7:-1].split(",") if p]
+            if 2 <= len(args) <= 3:
+                try:
+                    steps = int(args[1])
+                except ValueError:
+                    raise ValueError(f"steps={args[1]!r} is not valid; it must be an int >= 0") from None
+                return Newton(args[0], steps, *(args[2:]))
+        if t.startswith("exp_poly(") and t.endswith(")") and any(v.startswith("exp_poly") for v in valid):
+            args = [p for p in t[9:-1].split(",") if p]
+            return ExpPoly(int(args[0]), *(args[1:]))
+    raise ValueError(f"{knob}={a!r} is not valid; valid choices: {list(valid)}")
+
+
+# --------------------------------------------------------------------------
+# seeds
+# --------------------------------------------------------------------------
+def _round_sig(v: np.ndarray, bits: int) -> np.ndarray:
+    m, e = np.frexp(v)
+    return np.ldexp(np.rint(np.ldexp(m, bits)), e - bits)
+
+
+def seed_estimate(x, seed, func: str = "rsqrt") -> np.ndarray:
+    """The seed's estimate of ``rsqrt(x)`` or ``1/x`` (float64 values).
+
+    Zero gives ±inf, negative input to rsqrt NaN, inf gives 0, NaN stays NaN.
+    """
+    check_choice("func", func, FUNCS)
+    seed = _parse_seed(seed)
+    x = as_values(x).astype(np.float64)
+    ax = np.abs(x)
+    with np.errstate(all="ignore"):
+        if isinstance(seed, Magic):
+            xf = ax.astype(np.float32)  # the trick reads the fp32 bit pattern
+            i = xf.view(np.int32).astype(np.int64)
+            if func == "rsqrt":
+                j = seed.rsqrt_constant - (i >> 1)
+            else:
+                j = seed.recip_constant - i
+            y = j.astype(np.int32).view(np.float32).astype(np.float64)
+        else:
+            b = int(seed.bits)
+            m, e = np.frexp(ax)  # ax = m 2^e, m in [0.5, 1)
+            m = m * 2.0
+            e = e - 1  # m in [1, 2)
+            idx = np.floor(np.ldexp(m - 1.0, b))
+            mid = 1.0 + np.ldexp(idx + 0.5, -b)
+            if func == "rsqrt":
+                odd = (e % 2) != 0
+                mid = np.where(odd, 2 * mid, mid)
+                ee = np.where(odd, e - 1, e)
+                y = np.ldexp(_round_sig(1.0 / np.sqrt(mid), b + 2), -(ee // 2))
+            else:
+                y = np.ldexp(_round_sig(1.0 / mid, b + 2), -e)
+        if func == "rsqrt":
+            y = np.where(ax == 0, np.inf, y)
+            y = np.where(np.isinf(ax), 0.0, y)
+            y = np.where(x < 0, np.nan, y)
+            y = np.copysign(y, np.where(x == 0, x, 1.0))
+        else:
+            y = np.where(ax == 0, np.inf, y)
+            y = np.where(np.isinf(ax), 0.0, y)
+            y = np.copysign(y, x)
+        y = np.where(np.isnan(x), np.nan, y)
+    return y
+
+
+def seed_error_bound(seed, func: str = "rsqrt") -> float:
+    """Worst relative error ``max |y0 * f(x)^-1 - 1|`` of the seed over all inputs.
+
+    Table seeds: exhaustive over entries.  On an entry's input interval
+    ``[a, a + w)`` the estimate is constant and the relative error is
+    monotone in x, so its supremum is reached at an end point.  Magic seeds:
+    exhaustive over all 2^23 fp32 significands at two exponents (the error
+    depends only on the significand and the exponent's parity).
+    """
+    check_choice("func", func, FUNCS)
+    seed = _parse_seed(seed)
+    if isinstance(seed, Magic):
+        sig = np.arange(2**23, dtype=np.int64)
+        xs = np.concatenate([(sig | (127 << 23)), (sig | (128 << 23))]).astype(np.int32).view(np.float32)
+        xs = xs.astype(np.float64)
+        y = seed_estimate(xs, seed, func)
+        ref = 1 / np.sqrt(xs) if func == "rsqrt" else 1 / xs
+        return float(np.max(np.abs(y / ref - 1)))
+    b = int(seed.bits)
+    idx = np.arange(2**b, dtype=np.float64)
+    lo = 1.0 + np.ldexp(idx, -b)
+    hi = 1.0 + np.ldexp(idx + 1, -b)
+    worst = 0.0
+    for scale in ((1.0, 2.0) if func == "rsqrt" else (1.0,)):
+        y = seed_estimate(lo * scale, seed, func)
+        for end in (lo * scale, hi * scale):
+            ref = 1 / np.sqrt(end) if func == "rsqrt" else 1 / end
+            worst = max(worst, float(np.max(np.abs(y / ref - 1))))
+    return worst
+
+
+def newton_recurrence(e: float, func: str = "rsqrt") -> float:
+    """One exact-arithmetic Newton step on the relative error ``e``.
+
+    rsqrt: ``-(3/2) e^2 - (1/2) e^3``; reciprocal: ``-e^2``.
+    """
+    check_choice("func", func, FUNCS)
+    if func == "rsqrt":
+        return -1.5 * e * e - 0.5 * e**3
+    return -e * e
+
+
+def steps_needed(seed, fmt, func: str = "rsqrt") -> int:
+    """Fewest Newton steps after which the exact-arithmetic error bound, started
+    from :func:`seed_error_bound` and propagated by :func:`newton_recurrence`
+    (worst case: ``|e'| <= (3/2)|e|^2 + (1/2)|e|^3`` resp. ``|e|^2``), is at
+    most ``u`` of ``fmt``."""
+    fmt = get_format(fmt)
+    e = seed_error_bound(seed, func)
+    k = 0
+    while e > fmt.u:
+        e = abs(newton_recurrence(abs(e), func)) if func == "reciprocal" else 1.5 * e * e + 0.5 * e**3
+        k += 1
+        if k > 20:
+            raise ValueError(f"seed={seed} does not converge for {func}")
+    return k
+
+
+def steps_table(seeds=("table8", "table12", "table14", "magic"), fmts=("fp8_e4m3", "bf16", "fp16", "tf32", "fp32"), func="rsqrt") -> dict:
+    """``{seed: {fmt: steps_needed}}`` for the given seeds and formats."""
+    return {str(_parse_seed(s)): {get_format(f).name: steps_needed(s, f, func) for f in fmts} for s in seeds}
+
+
+# --------------------------------------------------------------------------
+# rsqrt / reciprocal / division
+# --------------------------------------------------------------------------
+def _newton(x64: np.ndarray, algo: Newton, func: str) -> np.ndarray:
+    ar = Arith(algo.step_fmt)
+    xs = ar.round(x64)
+    y = ar.round(seed_estimate(x64, algo.seed, func))
+    one5 = ar.dtype.type(1.5)
+    half = ar.dtype.type(0.5)
+    two = ar.dtype.type(2.0)
+    for _ in range(int(algo.steps)):
+        if func == "rsqrt":
+            r = ar.mul(y, y)
+            t = ar.mul(xs, r)
+            h = ar.sub(one5, ar.mul(half, t))
+            y = ar.mul(y, h)
+        else:
+            t = ar.mul(xs, y)
+            h = ar.sub(two, t)
+            y = ar.mul(y, h)
+    return y
+
+
+def _finish(v, fmt: Format, mode: str):
+    return to_container(np.asarray(round_to(v, fmt, mode)), fmt)
+
+
+def rsqrt(x, *, fmt, algo="exact", mode: str = "rne"):
+    """``1/sqrt(x)`` rounded to ``fmt``.
+
+    algo : ``"exact"`` (float64 then one rounding; see module docstring),
+        ``"sqrt_then_div"`` (``fl(1 / fl(sqrt(x)))`` in ``fmt``: two
+        roundings), or ``Newton(seed, steps, step_fmt)`` / its string.
+    Returns ``fmt.container``.
+    """
+    fmt = get_format(fmt)
+    algo = parse_algo(algo, RSQRT_ALGOS)
+    x64 = as_values(x).astype(np.float64)
+    with np.errstate(all="ignore"):
+        if algo == "exact":
+            v = 1.0 / np.sqrt(x64)
+        elif algo == "sqrt_then_div":
+            ar = Arith(fmt)
+            s = ar.round(np.sqrt(ar.round(x64).astype(np.float64)))  # sqrt correctly rounded
+            v = ar.div(ar.dtype.type(1.0), s)
+        else:
+            v = _newton(x64, algo, "rsqrt")
+    return _finish(v, fmt, mode)
+
+
+def sqrt(x, *, fmt, mode: str = "rne"):
+    """Correctly rounded square root in ``fmt`` (float64 sqrt then one rounding;
+    double rounding is innocuous for sqrt when ``2p+2 <= 53``)."""
+    fmt = get_format(fmt)
+    with np.errstate(all="ignore"):
+        return _finish(np.sqrt(as_values(x).astype(np.float64)), fmt, mode)
+
+
+def reciprocal(x, *, fmt, algo="exact", mode: str = "rne"):
+    """``1/x`` rounded to ``fmt``: ``"exact"`` or ``Newton(seed, steps, step_fmt)``."""
+    fmt = get_format(fmt)
+    algo = parse_algo(algo, RECIP_ALGOS)
+    x64 = as_values(x).astype(np.float64)
+    with np.errstate(all="ignore"):
+        v = 1.0 / x64 if algo == "exact" else _newton(x64, algo, "reciprocal")
+    return _finish(v, fmt, mode)
+
+
+def divide(a, b, *, fmt, algo="exact", mode: str = "rne"):
+    """``a / b`` rounded to ``fmt``.
+
+    algo : ``"exact"`` (true division, one rounding), ``"recip_mul"``
+        (``fl(a * fl(1/b))``, two roundings) or ``Newton(...)``
+        (``fl(a * y)`` with ``y`` the Newton reciprocal in ``step_fmt``).
+    """
+    fmt = get_format(fmt)
+    algo = parse_algo(algo, DIV_ALGOS)
+    a64 = as_values(a, "a").astype(np.float64)
+    b64 = as_values(b, "b").astype(np.float64)
+    with np.errstate(all="ignore"):
+        if algo == "exact":
+            v = a64 / b64
+        elif algo == "recip_mul":
+            r = round_to(1.0 / b64, fmt, mode).astype(np.float64)
+            v = a64 * r
+        else:
+            y = _newton(b64, algo, "reciprocal")
+            v = a64 * y.astype(np.float64)
+    return _finish(v, fmt, mode)
+
+
+# --------------------------------------------------------------------------
+# transcendentals
+# --------------------------------------------------------------------------
+_LN2_HI = float(np.float32(0.693145751953125))  # 0x3f317200: 12 trailing zero bits
+_LN2_LO = float(np.float32(math.log(2) - 0.693145751953125))
+
+
+def _exp_poly(x64: np.ndarray, algo: ExpPoly) -> np.ndarray:
+    ar = Arith(algo.step_fmt)
+    xs = ar.round(x64)
+    with np.errstate(all="ignore"):
+        k = np.rint(ar.mul(xs, ar.dtype.type(1.4426950408889634)))
+        k = np.where(np.isfinite(k), k, 0.0).astype(ar.dtype)
+        kc = np.clip(k, -4000, 4000)
+        r = ar.sub(ar.sub(xs, ar.mul(kc, ar.dtype.type(_LN2_HI))), ar.mul(kc, ar.dtype.type(_LN2_LO)))
+        coeffs = [ar.round(np.float64(1.0 / math.factorial(i))) for i in range(algo.degree + 1)]
+        p = np.broadcast_to(coeffs[-1], r.shape).astype(ar.dtype)
+        for c in reversed(coeffs[:-1]):
+            p = ar.add(ar.mul(p, r), c)
+        v = np.ldexp(p.astype(np.float64), kc.astype(np.int64))
+        v = np.where(np.isposinf(xs), np.inf, v)
+        v = np.where(np.isneginf(xs), 0.0, v)
+        v = np.where(np.isnan(xs), np.nan, v)
+    return v
+
+
+def exp(x, *, fmt, algo="exact", mode: str = "rne"):
+    """``exp(x)`` rounded to ``fmt``: ``"exact"`` or ``ExpPoly(degree, step_fmt)``."""
+    fmt = get_format(fmt)
+    algo = parse_algo(algo, ("exact", "exp_poly(<degree>[,<step_fmt>])"))
+    x64 = as_values(x).astype(np.float64)
+    with np.errstate(all="ignore"):
+        v = np.exp(x64) if algo == "exact" else _exp_poly(x64, algo)
+    return _finish(v, fmt, mode)
+
+
+def tanh(x, *, fmt, algo="exact", mode: str = "rne"):
+    """``tanh(x)`` rounded to ``fmt`` (``algo="exact"``: float64 then one rounding)."""
+    fmt = get_format(fmt)
+    check_choice("algo", algo, ("exact",))
+    return _finish(np.tanh(as_values(x).astype(np.float64)), fmt, mode)
+
+
+def _erf64(x64: np.ndarray) -> np.ndarray:
+    try:
+        from scipy.special import erf as _erf
+    except ImportError:  # pragma: no cover - scipy present on project machines
+        return np.frompyfunc(math.erf, 1, 1)(x64).astype(np.float64)
+    return _erf(x64)
+
+
+def erf(x, *, fmt, algo="exact", mode: str = "rne"):
+    """``erf(x)`` rounded to ``fmt`` (float64 via scipy.special.erf, or math.erf)."""
+    fmt = get_format(fmt)
+    check_choice("algo", algo, ("exact",))
+    return _finish(_erf64(as_values(x).astype(np.float64)), fmt, mode)
+
+
+def gelu(x, *, fmt, form: str = "tanh", algo="exact", mode: str = "rne"):
+    """GELU rounded once to ``fmt``.
+
+    form : ``"erf"``: ``x/2 (1 + erf(x/sqrt 2))`` (Hendrycks & Gimpel 2016);
+        ``"tanh"``: ``x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``.
+    Both evaluated in float64 and rounded once (``algo="exact"``).
+    """
+    fmt = get_format(fmt)
+    check_choice("form", form, GELU_FORMS)
+    check_choice("algo", algo, ("exact",))
+    x64 = as_values(x).astype(np.float64)
+    with np.errstate(all="ignore"):
+        if form == "erf":
+            v = 0.5 * x64 * (1.0 + _erf64(x64 / math.sqrt(2.0)))
+        else:
+            v = 0.5 * x64 * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x64 + 0.044715 * x64**3)))
+    return _finish(v, fmt, mode)
+

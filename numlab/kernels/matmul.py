@@ -1,0 +1,241 @@
+"""K-tiled matrix multiply with an explicit accumulator.
+
+``C = A @ B`` with ``A`` (..., M, K) and ``B`` (K, N) (or batched (..., K, N)),
+inputs holding values of at most 26 significant bits (fp32 and narrower), so
+every product ``a_ik b_kj`` is exact in float64 (it has at most 48 bits and its
+exponent stays inside float64's normal range).  K is cut into tiles of
+``k_tile``; ``acc`` is the accumulator format and ``out`` the result's.
+
+Modes (what each one models)
+----------------------------
+``"sequential"``
+    A vector unit's multiply-accumulate loop, per K tile: a fresh tile
+    accumulator ``t = -0; t = fl(t + fl(a_k b_k))`` for k in the tile (or, with
+    ``fma=True``, ``t = fl(t + a_k b_k)`` with one rounding), then
+    ``C = fl(C + t)``.  This is ``Blocked(k_tile, sequential, sequential)`` of
+    the rounded products; ``k_tile >= K`` gives plain recursive accumulation.
+    One vectorised rank-1 update of the (M, N) accumulator per k (no BLAS: the
+    order inside a BLAS call is unknown).
+``"block_fma"``
+    A tensor core / cube unit: per K tile, the products are exact and summed
+    exactly, and the tile sum is added to the accumulator with ONE rounding,
+    ``C = fl(C + sum_{k in tile} a_k b_k)`` (NVIDIA's MMA with fp32
+    accumulation; here exactly rounded, i.e. the idealised unit).  One float64
+    BLAS call per K tile computes ``S_hat``; the float64 sum has error at most
+    ``gamma_{k_tile} sum|a_k b_k|`` in ANY order (Higham eq. 3.5), so with
+    ``v_hat = C + S_hat`` the exact ``C + S`` lies in
+    ``[v_hat - B, v_hat + B]``, ``B = (1+2^-50) gamma_{k_tile} k_tile max|a| max|b|
+    + 2^-51 |v_hat| + tiny`` (the
+    extra factor 2 covers the rounding of ``v_hat +- B`` itself).  Rounding is monotone: where both ends round to
+    the same ``acc`` value, that value is the correct rounding (certified).
+    The rare uncertified entries are recomputed exactly (math.fsum plus a
+    round-to-odd residual).  So the result is bit-exact, not "usually right".
+``"split_k"``
+    Split-K GEMM: each K tile is computed like a ``block_fma`` tile into its
+    own fresh accumulator, ``P_t = fl(sum_{k in tile} a_k b_k)`` (one
+    rounding), the partials are written out in ``acc`` and then reduced by
+    ``split_order`` (default pairwise) in ``acc`` -- a separate reduction
+    kernel, as cuBLAS/CUTLASS split-K does.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..formats import FP32, FP64, Format, get_format
+from ..rounding import round_to
+from ._common import Arith, as_values, check_choice, round_odd_pair, round_sum2, to_container
+from .reduce import _as_order
+
+__all__ = ["matmul", "MATMUL_MODES", "exact_dot_round"]
+
+MATMUL_MODES = ("sequential", "block_fma", "split_k")
+
+
+def _rnd(v: np.ndarray, fmt: Format, mode: str) -> np.ndarray:
+    """Round float64 values to fmt (fast native cast for fp32/rne)."""
+    if fmt == FP64:
+        return v
+    if fmt == FP32 and mode == "rne":
+        with np.errstate(over="ignore"):
+            return v.astype(np.float32).astype(np.float64)
+    return round_to(v, fmt, mode)
+
+
+def exact_dot_round(terms, fmt, mode: str = "rne") -> float:
+    """Correctly rounded ``sum(terms)`` in ``fmt`` for a 1-D float64 sequence whose
+    sum is exact in binary (math.fsum gives RN(sum); the residual's sign, from a
+    second fsum, drives round-to-odd).  Used for uncertified entries."""
+    terms = [float(t) for t in terms]
+    if not all(math.isfinite(t) for t in terms):
+        return float(_rnd(np.asarray([sum(terms)]), get_format(fmt), mode)[0])
+    r = math.fsum(terms)
+    if not math.isfinite(r):
+        return float(_rnd(np.asarray([r]), get_format(fmt), mode)[0])
+    e = math.fsum(terms + [-r])
+    ro = round_odd_pair(np.asarray([r]), np.asarray([e]))
+    return float(_rnd(ro, get_format(fmt), mode)[0])
+
+
+def _lsb_exp(x: np.ndarray) -> np.ndarray:
+    """Exponent of the lowest set bit of each float64 value (``x = odd * 2**lsb``);
+    a large sentinel (4096) for zeros and non-finite values."""
+    bits = x.view(np.int64)
+    biased = (bits >> 52) & 0x7FF
+    frac = bits & ((1 << 52) - 1)
+    sig = np.where(biased > 0, frac | (1 << 52), frac)
+    low = sig & (-sig)
+    tz = np.log2(np.maximum(low, 1).astype(np.float64)).astype(np.int64)  # exact: powers of two
+    e = np.where(biased > 0, biased - 1075, -1074) + tz
+    return np.where((sig == 0) | (biased == 0x7FF), 4096, e)
+
+
+def _tile_exact_plus(c: np.ndarray, a_t: np.ndarray, b_t: np.ndarray, acc: Format, mode: str):
+    """fl_acc(c + a_t @ b_t) with one rounding, certified (module docstring).
+
+    Two certificates, either suffices: (1) both ends of ``[v_hat - B, v_hat + B]``
+    round to the same value (monotonicity of rounding); (2) the exact value is a
+    multiple of ``q = 2**min(lsb(a_i.) + lsb(b_.j), lsb(c_ij))`` and ``B < q/2``,
+    so it is ``rint(v_hat / q) * q`` exactly (this settles exact ties, which
+    are common: sums of short products often land on a midpoint of acc).
+    """
+    kt = a_t.shape[-1]
+    s_hat = a_t @ b_t  # one BLAS call
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = c + s_hat
+        amax = np.max(np.abs(a_t), axis=-1)  # (..., M)
+        bmax = np.max(np.abs(b_t), axis=-2)  # (..., N)
+        g = kt * 2.0**-53 / (1 - kt * 2.0**-53)
+        bound = (g * kt * (1 + 2.0**-50)) * (amax[..., :, None] * bmax[..., None, :])
+        bound = bound + np.abs(v) * 2.0**-51 + 2.0**-1000
+        lo = _rnd(v - bound, acc, mode)
+        hi = _rnd(v + bound, acc, mode)
+        ok = (lo == hi) | ~np.isfinite(v)
+        if not ok.all():
+            la = np.min(_lsb_exp(a_t), axis=-1)
+            lb = np.min(_lsb_exp(b_t), axis=-2)
+            qe = np.minimum(la[..., :, None] + lb[..., None, :], _lsb_exp(np.asarray(c, dtype=np.float64)))
+            qe = np.clip(qe, -1074, 1023)
+            q = np.ldexp(1.0, qe.astype(np.int32))
+            grid = (bound < q / 2) & (np.abs(v) < np.ldexp(q, 52)) & ~ok
+            if grid.any():
+                ve = np.rint(v / q) * q  # exact: the unique multiple of q within the bound
+                lo = np.where(grid, _rnd(ve, acc, mode), lo)
+                ok = ok | grid
+    res = np.where(np.isfinite(v), lo, _rnd(v, acc, mode))
+    if not ok.all():
+        bad = np.argwhere(~ok)
+        for idx in bad:
+            idx = tuple(idx)
+            *batch, i, j = idx
+            batch = tuple(batch)
+            arow = a_t[batch + (i,)] if a_t.ndim > 2 else a_t[i]
+            bcol = b_t[batch + (slice(None), j)] if b_t.ndim > 2 else b_t[:, j]
+            terms = list(arow * bcol) + [c[idx]]
+            res[idx] = exact_dot_round(terms, acc, mode)
+    return res, int((~ok).sum())
+
+
+def matmul(
+    a,
+    b,
+    *,
+    k_tile: int,
+    acc="fp32",
+    out=None,
+    mode: str = "block_fma",
+    fma: bool = False,
+    split_order="pairwise",
+    acc_mode: str = "rne",
+    out_mode: str = "rne",
+    stats: dict | None = None,
+):
+    """K-tiled ``a @ b`` with accumulator ``acc`` (see module docstring for the modes).
+
+    Parameters
+    ----------
+    a, b : array_like
+        (..., M, K) and (K, N) or (..., K, N) float containers.
+    k_tile : int
+        K-tile length (> 0).
+    acc : Format or str
+        Accumulator format (fp32 default).
+    out : Format or str, optional
+        Result format (default ``acc``), rounded once from the accumulator.
+    mode : {"sequential", "block_fma", "split_k"}
+    fma : bool
+        ``sequential`` only: one rounding per multiply-add instead of two.
+    split_order : Order or str
+        ``split_k`` only: order of the reduction of the tile partials.
+    stats : dict, optional
+        If given, ``stats["uncertified"]`` receives the number of entries that
+        needed the exact fallback (block_fma / split_k).
+
+    Returns
+    -------
+    ndarray in ``out.container``.
+    """
+    check_choice("mode", mode, MATMUL_MODES)
+    if not isinstance(k_tile, int | np.integer) or isinstance(k_tile, bool) or k_tile <= 0:
+        raise ValueError(f"k_tile={k_tile!r} is not valid; it must be an int > 0")
+    acc = get_format(acc)
+    outf = acc if out is None else get_format(out)
+    A = as_values(a, "a").astype(np.float64)
+    B = as_values(b, "b").astype(np.float64)
+    if A.ndim < 2 or B.ndim < 2:
+        raise ValueError(f"a and b must be at least 2-D, got shapes {A.shape} and {B.shape}")
+    K = A.shape[-1]
+    if B.shape[-2] != K:
+        raise ValueError(f"inner dimensions differ: a is {A.shape}, b is {B.shape}")
+    for name, M in (("a", A), ("b", B)):
+        with np.errstate(over="ignore"):
+            if not np.array_equal(M.astype(np.float32), M, equal_nan=True):
+                raise ValueError(
+                    f"{name} holds values with more than 24 significant bits (or beyond fp32's "
+                    "range); matmul models fp32-and-narrower inputs only (round them first)"
+                )
+    shape = np.broadcast_shapes(A.shape[:-2], B.shape[:-2]) + (A.shape[-2], B.shape[-1])
+    kt = int(k_tile)
+    tiles = [(s, min(s + kt, K)) for s in range(0, K, kt)]
+    unc = 0
+    if mode == "sequential":
+        ar = Arith(acc, acc_mode)
+        C = np.full(shape, -0.0, dtype=ar.dtype)
+        for s, e in tiles:
+            t = np.full(shape, -0.0, dtype=ar.dtype)
+            for k in range(s, e):
+                p = A[..., :, k, None] * B[..., None, k, :]  # exact in float64
+                if fma:
+                    t = ar.round(round_sum2(t.astype(np.float64), p, acc, acc_mode))
+                else:
+                    t = ar.add(t, ar.round(p))
+            C = ar.add(C, t)
+        C = C.astype(np.float64)
+    elif acc == FP64 or acc.p > 51:
+        # fp64 accumulation: BLAS per tile, its internal order is not specified
+        C = np.full(shape, -0.0)
+        for s, e in tiles:
+            C = C + A[..., :, s:e] @ B[..., s:e, :]
+    elif mode == "block_fma":
+        C = np.full(shape, -0.0)
+        for s, e in tiles:
+            C, n_bad = _tile_exact_plus(C, A[..., :, s:e], B[..., s:e, :], acc, acc_mode)
+            unc += n_bad
+    else:
+        order = _as_order(split_order, "split_order")
+        parts = []
+        for s, e in tiles:
+            P, n_bad = _tile_exact_plus(np.full(shape, -0.0), A[..., :, s:e], B[..., s:e, :], acc, acc_mode)
+            unc += n_bad
+            parts.append(P)
+        ar = Arith(acc, acc_mode)
+        stack = ar.round(np.stack(parts, axis=-1))
+        C = order._sum(stack, ar).astype(np.float64) if parts else np.zeros(shape)
+    if K == 0:
+        C = np.zeros(shape)
+    if stats is not None:
+        stats["uncertified"] = unc
+    res = C if (outf == acc and out_mode == "rne") else round_to(C, outf, out_mode)
+    return to_container(np.asarray(res), outf)

@@ -1,0 +1,548 @@
+"""Reductions with an explicit summation order and accumulator format.
+
+Every order below is a *summation tree*; each addition is rounded to the
+accumulator format ``acc`` (see :mod:`numlab.kernels._common` for how).  The
+reduced axis is moved last; the loops run over its elements, tiles, tree levels
+or lanes, and every loop body is one vectorised operation over all the other
+axes (and over all tiles/lanes at once).
+
+Orders (frozen dataclasses; :func:`parse_order` reads their string forms)
+-----------------------------------------------------------------------
+``Sequential()``  ``"sequential"``
+    ``s = x0; s = fl(s + x_i)`` for i = 1..n-1 (recursive summation).
+    Error bound ``gamma_{n-1} sum|x_i|`` (Higham, ASNA 2nd ed., eq. 4.4).
+``Pairwise()``  ``"pairwise"``
+    Level by level, adjacent pairs ``(x0+x1), (x2+x3), ...``; an odd element at
+    the end of a level is carried up unchanged.  Depth ``ceil(log2 n)``;
+    bound ``gamma_{ceil(log2 n)} sum|x_i|`` (Higham eq. 4.6).
+``Lanes(L, combine="tree", tail="masked")``  ``"lanes(8)"``, ``"lanes(8,sequential,epilogue)"``
+    L interleaved accumulators (lane j sums x_j, x_{j+L}, ... sequentially), as a
+    SIMD loop does; then the L lanes are combined by a butterfly (``"tree"``:
+    lane i += lane i + h with h = ceil(m/2), halving m) or left to right
+    (``"sequential"``).  Tails: ``"masked"`` (the last vector is loaded with a
+    predicate; inactive lanes read -0.0, the exact additive identity, as SVE /
+    AVX-512 zero-masked loads do) or ``"epilogue"`` (the ``n mod L`` leftover
+    elements are added one by one to the combined sum, as a scalar clean-up
+    loop does).  Depth: ``ceil(n/L) - 1 + depth(combine)`` (+ tail count).
+``Blocked(tile, inner, outer)``  ``"blocked(512,sequential,pairwise)"``
+    Split into tiles of ``tile`` elements (the last may be shorter); each tile
+    reduced by ``inner``, the tile partials by ``outer``.  Depth
+    ``depth_inner(tile) + depth_outer(ceil(n/tile))``.
+``Kahan()``  ``"kahan"``
+    Compensated summation (Kahan 1965): ``y = x - c; t = s + y; c = (t - s) - y;
+    s = t`` from ``s = -0.0, c = 0``, all in ``acc``.  Bound
+    ``(2u + O(n u^2)) sum|x_i|`` (Higham eq. 4.9).
+``Shuffled(seed, tile=None, inner=Sequential())``  ``"shuffled(3)"``, ``"shuffled(3,256)"``
+    An atomic-add-like order: the items (elements, or with ``tile`` the tile
+    partials reduced by ``inner``) are added sequentially in an order given by
+    a permutation drawn per row by ``numpy.random.default_rng(seed).permuted``
+    of ``arange(items)`` broadcast over the rows.  Same seed -> same bits.
+
+All trees start from the data (``-0.0 + x == x`` exactly, so a fresh
+accumulator set to -0.0 is the same as starting from the first element).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..formats import Format, get_format
+from ._common import Arith, as_values, check_choice, to_container
+
+__all__ = [
+    "Order",
+    "Sequential",
+    "Pairwise",
+    "Lanes",
+    "Blocked",
+    "Kahan",
+    "Shuffled",
+    "parse_order",
+    "reduce",
+    "sum_along",
+    "OPS",
+    "VARIANCE_ALGORITHMS",
+    "ORDER_NAMES",
+    "gamma",
+]
+
+OPS = ("sum", "mean", "max", "min", "sumsq", "var")
+VARIANCE_ALGORITHMS = ("two_pass", "welford", "textbook")
+ORDER_NAMES = ("sequential", "pairwise", "lanes", "blocked", "kahan", "shuffled")
+LANE_COMBINES = ("tree", "sequential")
+LANE_TAILS = ("masked", "epilogue")
+
+
+def gamma(k: int, u: float) -> float:
+    """Higham's ``gamma_k = k u / (1 - k u)`` (inf when ``k u >= 1``)."""
+    if k * u >= 1:
+        return math.inf
+    return k * u / (1 - k * u)
+
+
+class Order:
+    """Base class of summation orders.  Subclasses are frozen dataclasses."""
+
+    def depth(self, n: int) -> int:  # pragma: no cover - abstract
+        """Largest number of rounded additions any element passes through."""
+        raise NotImplementedError
+
+    def bound(self, n: int, u: float) -> float:
+        """Relative-to-``sum|x_i|`` error bound ``gamma_depth(n)`` (Higham eq. 4.3)."""
+        return gamma(self.depth(n), u)
+
+    def _sum(self, x: np.ndarray, ar: Arith) -> np.ndarray:  # pragma: no cover
+        raise NotImplementedError
+
+
+def _neg_zero_like(shape, dtype):
+    return np.full(shape, -0.0, dtype=dtype)
+
+
+def _pad_last(x: np.ndarray, total: int) -> np.ndarray:
+    n = x.shape[-1]
+    if n == total:
+        return x
+    pad = _neg_zero_like(x.shape[:-1] + (total - n,), x.dtype)
+    return np.concatenate([x, pad], axis=-1)
+
+
+@dataclass(frozen=True)
+class Sequential(Order):
+    """Recursive summation left to right (see module docstring)."""
+
+    def __str__(self) -> str:
+        return "sequential"
+
+    def depth(self, n: int) -> int:
+        return max(n - 1, 0)
+
+    def _sum(self, x, ar):
+        n = x.shape[-1]
+        if n == 0:
+            return np.zeros(x.shape[:-1], dtype=ar.dtype)
+        if ar.native:
+            # ufunc.accumulate is the recurrence r_i = r_{i-1} + x_i in x's dtype
+            # (native IEEE arithmetic): exactly the sequential order.
+            with np.errstate(over="ignore", invalid="ignore"):
+                return np.add.accumulate(x, axis=-1)[..., -1].copy()
+        s = x[..., 0].copy()
+        for i in range(1, n):
+            s = ar.add(s, x[..., i])
+        return s
+
+
+@dataclass(frozen=True)
+class Pairwise(Order):
+    """Adjacent-pairs tree, odd element carried (see module docstring)."""
+
+    def __str__(self) -> str:
+        return "pairwise"
+
+    def depth(self, n: int) -> int:
+        return math.ceil(math.log2(n)) if n > 1 else 0
+
+    def _sum(self, x, ar):
+        n = x.shape[-1]
+        if n == 0:
+            return np.zeros(x.shape[:-1], dtype=ar.dtype)
+        while x.shape[-1] > 1:
+            m = x.shape[-1]
+            if m % 2:
+                x = _pad_last(x, m + 1)  # carry == pair with -0.0 (exact identity)
+            x = ar.add(x[..., 0::2], x[..., 1::2])
+        return x[..., 0].copy()
+
+
+def _combine_lanes(v: np.ndarray, combine: str, ar: Arith) -> np.ndarray:
+    if combine == "sequential":
+        return Sequential()._sum(v, ar)
+    while v.shape[-1] > 1:  # butterfly: lane i += lane i + h
+        m = v.shape[-1]
+        h = (m + 1) // 2
+        v = _pad_last(v, 2 * h)
+        v = ar.add(v[..., :h], v[..., h:])
+    return v[..., 0].copy()
+
+
+@dataclass(frozen=True)
+class Lanes(Order):
+    """``L`` interleaved accumulators, then a combine (see module docstring)."""
+
+    L: int
+    combine: str = "tree"
+    tail: str = "masked"
+
+    def __post_init__(self):
+        if not isinstance(self.L, int | np.integer) or isinstance(self.L, bool) or self.L < 1:
+            raise ValueError(f"lanes L={self.L!r} is not valid; it must be an int >= 1")
+        check_choice("combine", self.combine, LANE_COMBINES)
+        check_choice("tail", self.tail, LANE_TAILS)
+
+    def __str__(self) -> str:
+        return f"lanes({self.L},{self.combine},{self.tail})"
+
+    def _comb_depth(self, L: int) -> int:
+        if L <= 1:
+            return 0
+        return math.ceil(math.log2(L)) if self.combine == "tree" else L - 1
+
+    def depth(self, n: int) -> int:
+        L = self.L
+        if self.tail == "masked":
+            m = -(-n // L)
+            return max(m - 1, 0) + self._comb_depth(min(L, n))
+        m = n // L
+        t = n - m * L
+        if m == 0:
+            return max(n - 1, 0)
+        return (m - 1) + self._comb_depth(L) + t
+
+    def _sum(self, x, ar):
+        n = x.shape[-1]
+        L = int(self.L)
+        if n == 0:
+            return np.zeros(x.shape[:-1], dtype=ar.dtype)
+        if self.tail == "masked":
+            m = -(-n // L)
+            main = _pad_last(x, m * L)
+            tail = x[..., :0]
+        else:
+            m = n // L
+            main = x[..., : m * L]
+            tail = x[..., m * L:]
+        if m:
+            v = main.reshape(x.shape[:-1] + (m, L))
+            # lanes: sequential over the m vectors (axis -2), vectorised over lanes
+            v = np.moveaxis(v, -2, -1)  # (..., L, m)
+            lanes = Sequential()._sum(v, ar)  # (..., L)
+            s = _combine_lanes(lanes, self.combine, ar)
+        else:
+            s = _neg_zero_like(x.shape[:-1], ar.dtype)
+        for i in range(tail.shape[-1]):
+            s = ar.add(s, tail[..., i])
+        return s
+
+
+def _as_order(o, knob="order") -> Order:
+    if isinstance(o, Order):
+        return o
+    if isinstance(o, str):
+        return parse_order(o)
+    raise TypeError(f"{knob} must be an Order or an order string, got {type(o).__name__}")
+
+
+@dataclass(frozen=True)
+class Blocked(Order):
+    """Tiles reduced by ``inner``, tile partials by ``outer``."""
+
+    tile: int
+    inner: Order = field(default_factory=Sequential)
+    outer: Order = field(default_factory=Sequential)
+
+    def __post_init__(self):
+        if not isinstance(self.tile, int | np.integer) or isinstance(self.tile, bool) or self.tile <= 0:
+            raise ValueError(f"tile={self.tile!r} is not valid; it must be an int > 0")
+        object.__setattr__(self, "inner", _as_order(self.inner, "inner"))
+        object.__setattr__(self, "outer", _as_order(self.outer, "outer"))
+
+    def __str__(self) -> str:
+        return f"blocked({self.tile},{self.inner},{self.outer})"
+
+    def depth(self, n: int) -> int:
+        if n <= 0:
+            return 0
+        T = int(self.tile)
+        nt = -(-n // T)
+        return self.inner.depth(min(T, n)) + self.outer.depth(nt)
+
+    def _sum(self, x, ar):
+        n = x.shape[-1]
+        T = int(self.tile)
+        if n == 0:
+            return np.zeros(x.shape[:-1], dtype=ar.dtype)
+        parts = _tile_partials(x, T, self.inner, ar)
+        return self.outer._sum(parts, ar)
+
+
+def _tile_partials(x, T, inner, ar):
+    """Partials of consecutive tiles of T elements (last one shorter), shape (..., ntiles)."""
+    n = x.shape[-1]
+    nf = n // T
+    parts = []
+    if nf:
+        full = x[..., : nf * T].reshape(x.shape[:-1] + (nf, T))
+        parts.append(inner._sum(full, ar))
+    if n > nf * T:
+        parts.append(inner._sum(x[..., nf * T:], ar)[..., None])
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
+
+
+@dataclass(frozen=True)
+class Kahan(Order):
+    """Kahan compensated summation (see module docstring)."""
+
+    def __str__(self) -> str:
+        return "kahan"
+
+    def depth(self, n: int) -> int:
+        return max(n - 1, 0)
+
+    def bound(self, n: int, u: float) -> float:
+        """``2u + 4 n u^2`` (Higham eq. 4.9 states ``2u + O(n u^2)``; the constant 4 is
+        Goldberg's, *What every computer scientist...*, Theorem 8 proof, valid for n u < 0.1)."""
+        if n * u >= 0.1:
+            return math.inf
+        return 2 * u + 4 * n * u * u
+
+    def _sum(self, x, ar):
+        n = x.shape[-1]
+        s = _neg_zero_like(x.shape[:-1], ar.dtype)
+        c = np.zeros(x.shape[:-1], dtype=ar.dtype)
+        for i in range(n):
+            y = ar.sub(x[..., i], c)
+            t = ar.add(s, y)
+            c = ar.sub(ar.sub(t, s), y)
+            s = t
+        if n == 0:
+            s = np.zeros(x.shape[:-1], dtype=ar.dtype)
+        return s
+
+
+@dataclass(frozen=True)
+class Shuffled(Order):
+    """Atomic-add-like order with a schedule seed (see module docstring)."""
+
+    seed: int
+    tile: int | None = None
+    inner: Order = field(default_factory=Sequential)
+
+    def __post_init__(self):
+        if not isinstance(self.seed, int | np.integer) or isinstance(self.seed, bool) or self.seed < 0:
+            raise ValueError(f"seed={self.seed!r} is not valid; it must be an int >= 0")
+        if self.tile is not None and (
+            not isinstance(self.tile, int | np.integer) or isinstance(self.tile, bool) or self.tile <= 0
+        ):
+            raise ValueError(f"tile={self.tile!r} is not valid; it must be None or an int > 0")
+        object.__setattr__(self, "inner", _as_order(self.inner, "inner"))
+
+    def __str__(self) -> str:
+        if self.tile is None:
+            return f"shuffled({self.seed})"
+        return f"shuffled({self.seed},{self.tile},{self.inner})"
+
+    def depth(self, n: int) -> int:
+        if self.tile is None:
+            return max(n - 1, 0)
+        T = int(self.tile)
+        return self.inner.depth(min(T, n)) + max(-(-n // T) - 1, 0)
+
+    def permutation(self, shape: tuple) -> np.ndarray:
+        """The item order: ``default_rng(seed).permuted(broadcast(arange(k), shape), axis=-1)``."""
+        k = shape[-1]
+        base = np.broadcast_to(np.arange(k), shape).copy()
+        return np.random.default_rng(int(self.seed)).permuted(base, axis=-1)
+
+    def _sum(self, x, ar):
+        items = x if self.tile is None else _tile_partials(x, int(self.tile), self.inner, ar)
+        if items.shape[-1] == 0:
+            return np.zeros(items.shape[:-1], dtype=ar.dtype)
+        perm = self.permutation(items.shape)
+        return Sequential()._sum(np.take_along_axis(items, perm, axis=-1), ar)
+
+
+# --------------------------------------------------------------------------
+# parsing
+# --------------------------------------------------------------------------
+_ORDER_HELP = (
+    "'sequential', 'pairwise', 'kahan', 'lanes(L[,tree|sequential[,masked|epilogue]])', "
+    "'blocked(tile[,inner[,outer]])', 'shuffled(seed[,tile[,inner]])'"
+)
+
+
+def _split_args(s: str) -> list[str]:
+    out, depth, cur = [], 0, ""
+    for ch in s:
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+            continue
+        depth += ch == "("
+        depth -= ch == ")"
+        cur += ch
+    if cur.strip():
+        out.append(cur.strip())
+    return out
+
+
+def _int_arg(knob, s):
+    try:
+        return int(s)
+    except ValueError:
+        raise ValueError(f"{knob}={s!r} is not valid; it must be an integer") from None
+
+
+def parse_order(s: "str | Order") -> Order:
+    """Parse an order string such as ``"blocked(512,lanes(8),pairwise)"``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown order name (listing the valid forms) or a bad argument.
+    """
+    if isinstance(s, Order):
+        return s
+    if not isinstance(s, str):
+        raise TypeError(f"order must be an Order or a string, got {type(s).__name__}")
+    t = s.strip().lower().replace(" ", "")
+    m = re.fullmatch(r"([a-z_]+)(?:\((.*)\))?", t)
+    if not m:
+        raise ValueError(f"order={s!r} is not valid; valid orders: {_ORDER_HELP}")
+    name, args = m.group(1), _split_args(m.group(2) or "")
+    if name in ("sequential", "recursive") and not args:
+        return Sequential()
+    if name in ("pairwise", "tree") and not args:
+        return Pairwise()
+    if name == "kahan" and not args:
+        return Kahan()
+    if name == "lanes" and 1 <= len(args) <= 3:
+        return Lanes(_int_arg("lanes L", args[0]), *args[1:])
+    if name == "blocked" and 1 <= len(args) <= 3:
+        return Blocked(_int_arg("tile", args[0]), *[parse_order(a) for a in args[1:]])
+    if name == "shuffled" and 1 <= len(args) <= 3:
+        tile = _int_arg("tile", args[1]) if len(args) > 1 else None
+        inner = parse_order(args[2]) if len(args) > 2 else Sequential()
+        return Shuffled(_int_arg("seed", args[0]), tile, inner)
+    raise ValueError(f"order={s!r} is not valid; valid orders: {_ORDER_HELP}")
+
+
+# --------------------------------------------------------------------------
+# reduce
+# --------------------------------------------------------------------------
+def _prepare(x, axis, acc: Format, mode: str):
+    a = as_values(x)
+    if a.ndim == 0:
+        raise ValueError("x must have at least one dimension to reduce")
+    if not isinstance(axis, int | np.integer) or isinstance(axis, bool):
+        raise TypeError(f"axis must be an int, got {axis!r}")
+    if not -a.ndim <= axis < a.ndim:
+        raise ValueError(f"axis={axis} is out of range for an array of {a.ndim} dimensions")
+    ar = Arith(acc, mode)
+    a = np.moveaxis(a, axis, -1)
+    return ar.round(a), ar, axis % (a.ndim)
+
+
+def sum_along(xw: np.ndarray, order, ar: Arith) -> np.ndarray:
+    """Sum the last axis of ``xw`` (already in ``ar``'s working dtype and format) by ``order``."""
+    return _as_order(order)._sum(xw, ar)
+
+
+def reduce(
+    x,
+    op: str,
+    axis: int = -1,
+    *,
+    order="pairwise",
+    acc="fp32",
+    out=None,
+    keepdims: bool = False,
+    variance: str = "two_pass",
+    ddof: int = 0,
+    acc_mode: str = "rne",
+    out_mode: str = "rne",
+):
+    """Reduce ``x`` along ``axis`` with an explicit order and accumulator format.
+
+    Parameters
+    ----------
+    x : array_like
+        Float container (float64/float32/float16/bfloat16/fp8) of values.
+        Values are first rounded to ``acc`` (exact when ``x`` is in a storage
+        format that ``acc`` contains, e.g. fp16 data with an fp32 accumulator).
+    op : {"sum", "mean", "max", "min", "sumsq", "var"}
+        ``mean`` = fl(sum / n); ``sumsq`` sums fl(x*x); ``var`` by ``variance``.
+    axis : int
+        The axis reduced.
+    order : Order or str
+        Summation order (module docstring); default pairwise.
+    acc : Format or str
+        Accumulator format; every addition rounds to it.  fp16/bf16 show
+        stagnation (summing ones in fp16 stops at 2048).
+    out : Format or str, optional
+        Format of the result (rounded once from ``acc``); default ``acc``.
+    keepdims : bool
+    variance : {"two_pass", "welford", "textbook"}
+        ``two_pass``: m = mean(x) (order), fl(sum(fl(fl(x-m)^2)))/(n-ddof);
+        ``welford``: sequential update (Welford 1962) ``d = x-m; m += d/k;
+        M2 += d*(x-m)`` (the order is not used: it is inherently sequential);
+        ``textbook``: (sum(x^2) - sum(x)^2/n)/(n-ddof), each sum by ``order``.
+    ddof : int
+        Delta degrees of freedom of ``var``.
+    acc_mode, out_mode : str
+        Rounding modes of the accumulator operations and of the final rounding.
+
+    Returns
+    -------
+    ndarray
+        In ``out.container`` (float16 for fp16, bfloat16 for bf16, float32,
+        float64).  NaN and inf propagate as IEEE 754 says.
+    """
+    check_choice("op", op, OPS)
+    check_choice("variance", variance, VARIANCE_ALGORITHMS)
+    acc = get_format(acc)
+    outf = acc if out is None else get_format(out)
+    order = _as_order(order)
+    xw, ar, ax = _prepare(x, axis, acc, acc_mode)
+    n = xw.shape[-1]
+    if op in ("max", "min"):
+        if n == 0:
+            raise ValueError(f"op={op!r} of an empty axis has no identity")
+        r = np.max(xw, axis=-1) if op == "max" else np.min(xw, axis=-1)
+    elif op == "sum":
+        r = order._sum(xw, ar)
+    elif op == "sumsq":
+        r = order._sum(ar.mul(xw, xw), ar)
+    elif op == "mean":
+        r = ar.div(order._sum(xw, ar), ar.round(np.float64(n)))
+    else:
+        r = _variance(xw, order, ar, variance, ddof)
+    r = np.asarray(r)
+    if keepdims:
+        r = np.expand_dims(r, ax)
+    from ..rounding import round_to
+
+    if outf == acc and out_mode == "rne":
+        res = r
+    else:
+        res = round_to(r, outf, out_mode)
+    res = to_container(res, outf)
+    return res[()] if res.ndim == 0 else res
+
+
+def _variance(xw, order, ar, algo, ddof):
+    n = xw.shape[-1]
+    if not isinstance(ddof, int | np.integer) or ddof < 0:
+        raise ValueError(f"ddof={ddof!r} is not valid; it must be an int >= 0")
+    nd = ar.round(np.float64(n - ddof))
+    if algo == "two_pass":
+        m = ar.div(order._sum(xw, ar), ar.round(np.float64(n)))
+        d = ar.sub(xw, m[..., None])
+        return ar.div(order._sum(ar.mul(d, d), ar), nd)
+    if algo == "textbook":
+        s = order._sum(xw, ar)
+        q = order._sum(ar.mul(xw, xw), ar)
+        return ar.div(ar.sub(q, ar.div(ar.mul(s, s), ar.round(np.float64(n)))), nd)
+    # welford
+    m = np.zeros(xw.shape[:-1], dtype=ar.dtype)
+    m2 = np.zeros(xw.shape[:-1], dtype=ar.dtype)
+    for k in range(n):
+        xk = xw[..., k]
+        d = ar.sub(xk, m)
+        m = ar.add(m, ar.div(d, ar.round(np.float64(k + 1))))
+        m2 = ar.add(m2, ar.mul(d, ar.sub(xk, m)))
+    return ar.div(m2, nd)
+

@@ -1,0 +1,321 @@
+"""``KernelSpec``: every knob of the four sources of difference in one frozen dataclass.
+
+Two presets are data: :meth:`KernelSpec.handwritten` (the eager library) and
+:meth:`KernelSpec.codegen` (a code generator's fused kernels).  The methods
+``reduce``, ``scalar_mul``, ``unary``, ``divide``, ``fma`` and ``matmul`` apply
+the spec to a storage format ``S`` so that an executor needs to pass only the
+data, ``storage=S`` and whether the call is inside a fused block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ..formats import FP32, Format, get_format
+from ..rounding import check_mode, round_to
+from . import algorithms as _alg
+from ._common import as_values, check_choice, to_container
+from .hardware import Hardware
+from .matmul import MATMUL_MODES, matmul
+from .reduce import (
+    OPS,
+    VARIANCE_ALGORITHMS,
+    Blocked,
+    Lanes,
+    Order,
+    Pairwise,
+    Sequential,
+    _as_order,
+    reduce,
+)
+from .scalar import SCALAR_MUL_CHOICES, multiply_add, scalar_mul
+
+__all__ = ["KernelSpec", "PROMOTIONS", "UNARY_OPS", "DEFAULT_FUSED_LIVE_BUFFERS", "HANDWRITTEN", "CODEGEN"]
+
+PROMOTIONS = ("native", "fp32_internal", "accumulator_only")
+UNARY_OPS = ("rsqrt", "reciprocal", "sqrt", "exp", "tanh", "erf", "gelu", "gelu_erf", "gelu_tanh")
+DEFAULT_FUSED_LIVE_BUFFERS = 4
+"""Live buffers assumed for a fused block when the plan does not say (in, out, two temporaries)."""
+
+
+def _storage_bytes(fmt: Format) -> int:
+    return int(np.dtype(fmt.container).itemsize)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """All kernel knobs (DESIGN.md section 1, the four sources).
+
+    Parameters
+    ----------
+    name : str
+        Label.
+    promotion : {"native", "fp32_internal", "accumulator_only"}
+        Source 1.  ``native``: every primitive rounds to S (accumulators too);
+        ``fp32_internal``: promote at kernel entry, compute in fp32, round at
+        exit; ``accumulator_only``: elementwise work rounds to S, reduction
+        accumulators are ``acc``.  Inside a fused block computation is fp32
+        whatever this says.
+    acc : Format
+        Accumulator of reductions and matmul (unless ``promotion="native"``).
+    reduce_inner, reduce_outer : Order or str
+        Source 3: order inside a tile and across tiles.
+    reduce_order : Order, str or None
+        If set, used as is for every reduction (overrides tiling).
+    live_buffers : int or None
+        Buffers on chip for the tile formula; None means "from the fusion
+        plan" (``live_buffers=`` argument), falling back to
+        :data:`DEFAULT_FUSED_LIVE_BUFFERS`.
+    hardware : Hardware
+    scalar_mul : {"muls", "broadcast"}
+        Source 2, ``x * s`` instruction.
+    scalar_rounding, vector_rounding : str
+        Rounding mode of the scalar unit and of vector results.
+    fma : bool
+        Source 2: ``a*b + c`` as one fused operation (one rounding).
+    rsqrt, reciprocal, divide, exp : algorithm or str
+        Source 4 (see :mod:`numlab.kernels.algorithms`).
+    gelu_form : {"tanh", "erf"}
+        Form of ``gelu`` when the op does not say.
+    variance : {"two_pass", "welford", "textbook"}
+        Source 4, variance algorithm.
+    matmul_mode : {"sequential", "block_fma", "split_k"}
+    k_tile : int
+        Matmul K tile.
+    """
+
+    name: str = "custom"
+    promotion: str = "fp32_internal"
+    acc: Format = FP32
+    reduce_inner: object = "pairwise"
+    reduce_outer: object = "sequential"
+    reduce_order: object = None
+    live_buffers: int | None = 2
+    hardware: Hardware = field(default_factory=Hardware)
+    scalar_mul: str = "muls"
+    scalar_rounding: str = "rne"
+    vector_rounding: str = "rne"
+    fma: bool = False
+    rsqrt: object = "exact"
+    reciprocal: object = "exact"
+    divide: object = "exact"
+    exp: object = "exact"
+    gelu_form: str = "tanh"
+    variance: str = "two_pass"
+    matmul_mode: str = "block_fma"
+    k_tile: int = 128
+
+    def __post_init__(self):
+        check_choice("promotion", self.promotion, PROMOTIONS)
+        object.__setattr__(self, "acc", get_format(self.acc))
+        object.__setattr__(self, "reduce_inner", _as_order(self.reduce_inner, "reduce_inner"))
+        object.__setattr__(self, "reduce_outer", _as_order(self.reduce_outer, "reduce_outer"))
+        if self.reduce_order is not None:
+            object.__setattr__(self, "reduce_order", _as_order(self.reduce_order, "reduce_order"))
+        if self.live_buffers is not None and (
+            not isinstance(self.live_buffers, int) or isinstance(self.live_buffers, bool) or self.live_buffers < 1
+        ):
+            raise ValueError(f"live_buffers={self.live_buffers!r} is not valid; it must be None or an int >= 1")
+        if not isinstance(self.hardware, Hardware):
+            raise TypeError(f"hardware must be a Hardware, got {type(self.hardware).__name__}")
+        check_choice("scalar_mul", self.scalar_mul, SCALAR_MUL_CHOICES)
+        check_mode(self.scalar_rounding)
+        check_mode(self.vector_rounding)
+        if not isinstance(self.fma, bool):
+            raise TypeError(f"fma must be a bool, got {self.fma!r}")
+        object.__setattr__(self, "rsqrt", _alg.parse_algo(self.rsqrt, _alg.RSQRT_ALGOS, "rsqrt"))
+        object.__setattr__(self, "reciprocal", _alg.parse_algo(self.reciprocal, _alg.RECIP_ALGOS, "reciprocal"))
+        object.__setattr__(self, "divide", _alg.parse_algo(self.divide, _alg.DIV_ALGOS, "divide"))
+        object.__setattr__(self, "exp", _alg.parse_algo(self.exp, ("exact", "exp_poly(<degree>[,<step_fmt>])"), "exp"))
+        check_choice("gelu_form", self.gelu_form, _alg.GELU_FORMS)
+        check_choice("variance", self.variance, VARIANCE_ALGORITHMS)
+        check_choice("matmul_mode", self.matmul_mode, MATMUL_MODES)
+        if not isinstance(self.k_tile, int) or isinstance(self.k_tile, bool) or self.k_tile <= 0:
+            raise ValueError(f"k_tile={self.k_tile!r} is not valid; it must be an int > 0")
+
+    # ---------------------------------------------------------------- presets
+    @classmethod
+    def handwritten(cls, **changes) -> "KernelSpec":
+        """The eager library's kernels (one hand-written kernel per operator)."""
+        spec = cls(
+            name="handwritten",
+            # a library kernel loads S, upcasts once, computes in fp32, casts back at the end
+            promotion="fp32_internal",
+            # fp32 accumulators: what every production reduction kernel uses
+            acc=FP32,
+            # inside a tile the vector unit sums 64 fp32 lanes (256-byte vectors),
+            # then folds them with a butterfly; tails are predicated (masked)
+            reduce_inner=Lanes(64, "tree", "masked"),
+            # tile partials are added into one running scalar accumulator
+            reduce_outer=Sequential(),
+            # single-operator kernel: one input and one output buffer -> big tiles
+            live_buffers=2,
+            hardware=Hardware(),
+            # hand-written kernels multiply by a scalar register (Ascend Muls):
+            # the scalar stays fp32
+            scalar_mul="muls",
+            # separate vector multiply and add instructions (two roundings)
+            fma=False,
+            # the hardware rsqrt estimate (12 bits, like RSQRTPS) plus one Newton
+            # step in fp32 -- what the library's rsqrt kernel does
+            rsqrt=_alg.Newton("table12", 1, FP32),
+            # the vector unit's IEEE divide / reciprocal instructions
+            reciprocal="exact",
+            divide="exact",
+            # a libm-quality exp (correctly rounded model)
+            exp="exact",
+            gelu_form="tanh",
+            # layer-norm style kernels use Welford's single pass over the tile
+            variance="welford",
+            # cube unit: exact products, one rounding per K tile into fp32
+            matmul_mode="block_fma",
+            # the library picks the largest K tile its L0 buffers hold
+            k_tile=256,
+        )
+        return replace(spec, **changes) if changes else spec
+
+    @classmethod
+    def codegen(cls, **changes) -> "KernelSpec":
+        """A code generator's fused kernels (Inductor/AutoFuse-like)."""
+        spec = cls(
+            name="codegen",
+            # fused blocks promote to fp32 and stay there until the block's outputs
+            promotion="fp32_internal",
+            acc=FP32,
+            # generated reductions: a pairwise tree inside the tile ...
+            reduce_inner=Pairwise(),
+            # ... and a sequential loop over tiles
+            reduce_outer=Sequential(),
+            # None: the fusion plan's Block.live_buffers decides (more buffers,
+            # smaller tiles); DEFAULT_FUSED_LIVE_BUFFERS if it does not say
+            live_buffers=None,
+            hardware=Hardware(),
+            # a constant is materialised as a broadcast tensor in S, then multiplied
+            scalar_mul="broadcast",
+            # compilers contract a*b + c into FMA
+            fma=True,
+            # the generator's own rsqrt: an 8-bit estimate (FRSQRTE-like) + 2 steps
+            rsqrt=_alg.Newton("table8", 2, FP32),
+            reciprocal="exact",
+            divide="exact",
+            # fast exp: Cody-Waite reduction + degree-6 polynomial in fp32
+            exp=_alg.ExpPoly(6, FP32),
+            gelu_form="tanh",
+            # decomposed layer norm: mean, then mean of squared deviations
+            variance="two_pass",
+            matmul_mode="block_fma",
+            # a smaller K tile: the fused matmul epilogue takes buffer space
+            k_tile=128,
+        )
+        return replace(spec, **changes) if changes else spec
+
+    def replace(self, **changes) -> "KernelSpec":
+        """A copy with some fields changed (``dataclasses.replace``)."""
+        return replace(self, **changes)
+
+    # ---------------------------------------------------------------- formats
+    def compute_format(self, storage, fused: bool = False) -> Format:
+        """Format elementwise work is rounded to: fp32 in a fused block or with
+        ``fp32_internal``; S with ``native`` or ``accumulator_only``."""
+        storage = get_format(storage)
+        if fused or self.promotion == "fp32_internal":
+            return FP32 if storage.p <= 24 else storage
+        return storage
+
+    def acc_format(self, storage, fused: bool = False) -> Format:
+        """Accumulator format: S with ``native`` promotion (eager), else ``acc``."""
+        storage = get_format(storage)
+        if not fused and self.promotion == "native":
+            return storage
+        return self.acc if storage.p <= self.acc.p else storage
+
+    def out_format(self, storage, fused: bool = False) -> Format:
+        """Format a kernel returns: S (eager) or fp32 (inside a fused block)."""
+        storage = get_format(storage)
+        return (FP32 if storage.p <= 24 else storage) if fused else storage
+
+    def tile(self, storage, fused: bool = False, live_buffers: int | None = None) -> int:
+        """Tile elements for this kernel: :func:`tile_elements` with
+        ``live_buffers`` (argument, else the spec's, else the fused default) and
+        the element size (S's bytes eager; 4 (fp32) inside a fused block)."""
+        lb = live_buffers if live_buffers is not None else self.live_buffers
+        if lb is None:
+            lb = DEFAULT_FUSED_LIVE_BUFFERS
+        eb = 4 if fused else _storage_bytes(get_format(storage))
+        return self.hardware.tile(lb, eb)
+
+    def order(self, storage, fused: bool = False, live_buffers: int | None = None) -> Order:
+        """The reduction order: ``reduce_order`` if set, else
+        ``Blocked(tile, reduce_inner, reduce_outer)``."""
+        if self.reduce_order is not None:
+            return self.reduce_order
+        return Blocked(self.tile(storage, fused, live_buffers), self.reduce_inner, self.reduce_outer)
+
+    # ---------------------------------------------------------------- kernels
+    def _finish(self, r, storage, fused):
+        outf = self.out_format(storage, fused)
+        r = as_values(r)
+        return to_container(np.asarray(round_to(r, outf, self.vector_rounding)), outf)
+
+    def reduce(self, x, op: str, axis: int = -1, *, storage, fused: bool = False,
+               live_buffers: int | None = None, keepdims: bool = False, ddof: int = 0):
+        """:func:`~numlab.kernels.reduce` with this spec's order, accumulator and variance."""
+        check_choice("op", op, OPS)
+        return reduce(
+            x, op, axis,
+            order=self.order(storage, fused, live_buffers),
+            acc=self.acc_format(storage, fused),
+            out=self.out_format(storage, fused),
+            keepdims=keepdims, variance=self.variance, ddof=ddof,
+        )
+
+    def mul_scalar(self, x, s, *, storage, fused: bool = False):
+        """``x * s`` by this spec's instruction: the product is rounded to the
+        compute format, then to the output format (S eager, fp32 fused)."""
+        comp = self.compute_format(storage, fused)
+        r = scalar_mul(x, s, fmt=comp, how=self.scalar_mul, storage=get_format(storage),
+                       rounding=self.vector_rounding, scalar_rounding=self.scalar_rounding)
+        return self._finish(r, storage, fused)
+
+    def unary(self, op: str, x, *, storage, fused: bool = False):
+        """rsqrt / reciprocal / sqrt / exp / tanh / erf / gelu with this spec's algorithms,
+        rounded to the compute format, then to the output format."""
+        check_choice("op", op, UNARY_OPS)
+        comp = self.compute_format(storage, fused)
+        if op == "rsqrt":
+            r = _alg.rsqrt(x, fmt=comp, algo=self.rsqrt)
+        elif op == "reciprocal":
+            r = _alg.reciprocal(x, fmt=comp, algo=self.reciprocal)
+        elif op == "sqrt":
+            r = _alg.sqrt(x, fmt=comp)
+        elif op == "exp":
+            r = _alg.exp(x, fmt=comp, algo=self.exp)
+        elif op == "tanh":
+            r = _alg.tanh(x, fmt=comp)
+        elif op == "erf":
+            r = _alg.erf(x, fmt=comp)
+        else:
+            form = {"gelu": self.gelu_form, "gelu_erf": "erf", "gelu_tanh": "tanh"}[op]
+            r = _alg.gelu(x, fmt=comp, form=form)
+        return self._finish(r, storage, fused)
+
+    def div(self, a, b, *, storage, fused: bool = False):
+        """``a / b`` with this spec's division algorithm."""
+        comp = self.compute_format(storage, fused)
+        return self._finish(_alg.divide(a, b, fmt=comp, algo=self.divide), storage, fused)
+
+    def multiply_add(self, a, b, c, *, storage, fused: bool = False):
+        """``a*b + c``: one rounding with ``fma=True``, else two (in the compute format)."""
+        comp = self.compute_format(storage, fused)
+        return self._finish(multiply_add(a, b, c, fmt=comp, fused=self.fma), storage, fused)
+
+    def matmul(self, a, b, *, storage, fused: bool = False):
+        """K-tiled matmul with this spec's mode, k_tile and accumulator."""
+        return matmul(a, b, k_tile=self.k_tile, acc=self.acc_format(storage, fused),
+                      out=self.out_format(storage, fused), mode=self.matmul_mode, fma=self.fma)
+
+
+HANDWRITTEN = KernelSpec.handwritten()
+CODEGEN = KernelSpec.codegen()
