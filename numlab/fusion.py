@@ -532,6 +532,16 @@ def _tile(hardware, nbuf: int, elem_bytes: int = 4) -> int:
     return int(kernels.tile_elements(hardware, nbuf, elem_bytes))
 
 
+def _op_tile(node, hardware, eb: int, library) -> tuple[int, int]:
+    """(live buffers, tile) of ``node`` as its own one-operator kernel."""
+    nbuf = len(dict.fromkeys(node.inputs)) + 1
+    if library is not None:
+        if library.live_buffers is not None:
+            nbuf = library.live_buffers
+        return nbuf, _tile(library.hardware, nbuf, eb)
+    return nbuf, _tile(hardware, nbuf, eb)
+
+
 def _elem_bytes(dtype) -> int:
     from .formats import get_format
 
@@ -541,7 +551,8 @@ def _elem_bytes(dtype) -> int:
     return f.bits // 8 if f.bits in (8, 16, 32, 64) else 4
 
 
-def plan(graph, options: FusionOptions | None = None, hardware=None, dtype=None) -> Plan:
+def plan(graph, options: FusionOptions | None = None, hardware=None, dtype=None, *,
+         codegen=None, library=None) -> Plan:
     """Group the nodes of ``graph`` into blocks.
 
     Parameters
@@ -556,6 +567,13 @@ def plan(graph, options: FusionOptions | None = None, hardware=None, dtype=None)
         blocks the code generator does not take) tile buffers of S elements
         (default 2 bytes, fp16/bf16); code-generated blocks tile fp32
         buffers (4 bytes).
+    codegen, library : numlab.kernels.KernelSpec, optional
+        When given, tiles come from the specs: a code-generated block's from
+        ``codegen.tile(S, fused=True, live_buffers)`` (the plan's count when
+        ``codegen.live_buffers`` is None), a one-operator kernel's from
+        ``library.tile(S, fused=False, ...)`` (the spec's ``live_buffers``
+        when set, else distinct inputs + 1).  Without them the formula above
+        is applied directly.
 
     Returns
     -------
@@ -664,18 +682,20 @@ def plan(graph, options: FusionOptions | None = None, hardware=None, dtype=None)
         nbuf = live_buffers(graph, mem, outs)
         kset = {kinds[m] for m in mem}
         kind = "+".join(sorted(kset))
-        codegen = all(options.fuses(k) for k in kset)
-        tile = _tile(hardware, nbuf, 4) if codegen else _tile(hardware, nbuf, eb)
+        is_cg = all(options.fuses(k) for k in kset)
+        if is_cg:
+            if codegen is not None and codegen.live_buffers is not None:
+                nbuf = codegen.live_buffers
+            tile = _tile(codegen.hardware if codegen is not None else hardware, nbuf, 4)
+        else:
+            nbuf, tile = _op_tile(graph.node(mem[0]), hardware, eb, library)
         blocks.append(
             Block(name=f"b{i}", members=mem, kind=kind, tile=tile,
-                  live_buffers=nbuf, inputs=ins, outputs=outs, codegen=codegen)
+                  live_buffers=nbuf, inputs=ins, outputs=outs, codegen=is_cg)
         )
         for m in mem:
             index[m] = i
-    op_tiles = {}
-    for n in nodes:
-        nbuf = len(dict.fromkeys(n.inputs)) + 1
-        op_tiles[n.name] = _tile(hardware, nbuf, eb)
+    op_tiles = {n.name: _op_tile(n, hardware, eb, library)[1] for n in nodes}
     return Plan(graph=graph, source=source, options=options, hardware=hardware, blocks=blocks,
                 decomposed=decomposed, _index=index, _op_tiles=op_tiles)
 

@@ -1,0 +1,844 @@
+"""Executors: run a graph eager, fused, fused with emulated casts, or in fp64.
+
+The numerics contract is DESIGN.md section 1; this module implements it.
+
+Modes
+-----
+``eager``
+    Every operator is its own hand-written kernel (``kernels``, default
+    ``KernelSpec.handwritten()``): it reads its inputs in the storage format
+    S, computes as the spec says (promotion, instructions, reduction order
+    with the tile of a one-operator kernel, algorithms), and writes its output
+    rounded to S.  Composites (softmax, log_softmax, layer_norm, rms_norm) are
+    one kernel with their own internal precision.
+``fused``
+    The graph is planned by :func:`numlab.fusion.plan` (``fusion``, default
+    ``FusionOptions()`` = Ascend autofusion defaults; composites decomposed
+    when ``fusion.decompose``).  A block formed by the code generator (its
+    kinds are enabled) runs with ``kernels`` (default
+    ``KernelSpec.codegen()``): it reads S, computes every intermediate in
+    fp32 (each fp32 operation still rounds to fp32) with the block's tile, and
+    rounds to S only at the block's outputs.  A block the code generator does
+    not take (matmul, a composite that is not decomposed, a kind that is not
+    enabled) is a call into the hand-written library and runs exactly as in
+    eager, with ``library`` (default ``KernelSpec.handwritten()``).
+``emulated_casts``
+    ``fused`` with every node output rounded to S where eager would round it
+    (PyTorch Inductor's ``emulate_precision_casts``), and the operators'
+    internal promotion taken from ``library`` (eager's choice).  It is
+    ``fused`` with ``align=("promotion",)``.
+``reference``
+    The catalogue's fp64 reference of every operator (numlab.ops) on the same
+    S-valued inputs, no rounding anywhere; composites by their own fp64
+    reference (not decomposed).
+
+Inputs are first rounded to S (round to nearest even) in every mode, so all
+modes see the same values; the reference then works in float64.
+
+The four sources of difference (DESIGN.md section 1) can each be set to
+eager's choice in the fused modes with ``align``:
+
+``"promotion"``   node outputs rounded to S as eager does, operators'
+                  internal promotion and accumulator format from ``library``
+                  (``promotion``, ``acc``)
+``"instruction"`` scalar-multiply unit and its rounding modes, FMA use
+                  (``scalar_mul``, ``scalar_rounding``, ``vector_rounding``,
+                  ``fma``)
+``"tiling"``      reduction orders and tiles: each operator's one-kernel tile
+                  instead of the block's tile (``reduce_inner``,
+                  ``reduce_outer``, ``reduce_order``, ``live_buffers``,
+                  ``hardware``, ``k_tile``)
+``"algorithm"``   rsqrt/reciprocal/division/exp algorithms, variance
+                  algorithm, matmul mode (``rsqrt``, ``reciprocal``,
+                  ``divide``, ``exp``, ``gelu_form``, ``variance``,
+                  ``matmul_mode``)
+
+With all four aligned and ``FusionOptions(decompose=False)`` fused equals
+eager bit for bit (tested on every zoo model).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .formats import FP32, FP64, Format, get_format
+from .rounding import round_to
+
+__all__ = ["MODES", "SOURCES", "run", "RunResult", "fingerprint", "canonical"]
+
+MODES = ("eager", "fused", "emulated_casts", "reference")
+SOURCES = ("promotion", "instruction", "tiling", "algorithm")
+
+
+# ---------------------------------------------------------------------------
+# canonical form and fingerprint
+# ---------------------------------------------------------------------------
+def canonical(obj):
+    """A JSON-able canonical form of ``obj`` that does not depend on the
+    process, memory addresses or ``PYTHONHASHSEED``: dicts with sorted string
+    keys, sets sorted, floats as ``float.hex`` (exact), arrays as dtype, shape
+    and the sha256 of their bytes, dataclasses as their type name and fields.
+
+    Raises
+    ------
+    TypeError
+        For an object with no canonical form (its ``repr`` could hold an
+        address).
+    """
+    if obj is None or isinstance(obj, bool | str):
+        return obj
+    if isinstance(obj, int | np.integer):
+        return int(obj)
+    if isinstance(obj, float | np.floating):
+        return {"f": float(obj).hex()}
+    if isinstance(obj, Format):
+        return {"format": obj.name, "p": obj.p, "emin": obj.emin, "emax": obj.emax,
+                "subnormals": obj.subnormals, "inf": obj.inf, "nan": obj.nan}
+    if isinstance(obj, enum.Enum):
+        return {"enum": type(obj).__name__, "value": canonical(obj.value)}
+    if isinstance(obj, np.ndarray):
+        a = np.ascontiguousarray(obj)
+        return {"array": str(a.dtype), "shape": list(a.shape),
+                "sha256": hashlib.sha256(a.tobytes()).hexdigest()}
+    if isinstance(obj, np.dtype):
+        return {"dtype": str(obj)}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out = {"__type__": type(obj).__name__}
+        for f in dataclasses.fields(obj):
+            if f.name.startswith("_"):
+                continue
+            out[f.name] = canonical(getattr(obj, f.name))
+        return out
+    if isinstance(obj, Mapping):
+        return {"__map__": sorted([str(k), canonical(v)] for k, v in obj.items())}
+    if isinstance(obj, set | frozenset):
+        return {"__set__": sorted(json.dumps(canonical(v), sort_keys=True) for v in obj)}
+    if isinstance(obj, list | tuple):
+        return [canonical(v) for v in obj]
+    if callable(obj) and hasattr(obj, "__qualname__"):
+        return {"callable": f"{getattr(obj, '__module__', '')}.{obj.__qualname__}"}
+    raise TypeError(f"no canonical form for {type(obj).__name__} {obj!r}")
+
+
+def _graph_canonical(graph) -> dict:
+    return {
+        "inputs": [[k, list(v)] for k, v in graph.inputs.items()],
+        "nodes": [
+            [n.name, n.op, list(n.inputs), canonical(dict(n.attrs)), list(n.shape)]
+            for n in graph.nodes
+        ],
+        "outputs": list(graph.outputs),
+    }
+
+
+def fingerprint(graph, *, mode, dtype, kernels=None, library=None, fusion=None, align=()) -> str:
+    """Compile fingerprint: sha256 (hex) of the canonical JSON of the graph
+    (nodes, ops, attributes, shapes), the storage format, the mode, the
+    kernel specs, the fusion options, ``align`` and the numlab version.
+
+    Input values and the schedule seed are run-time inputs and are not
+    included (seed 000, section 3.3: compile determinism vs execution
+    determinism).
+    """
+    from . import __version__
+
+    doc = {
+        "numlab": __version__,
+        "graph": _graph_canonical(graph),
+        "dtype": canonical(get_format(dtype)),
+        "mode": mode,
+        "kernels": canonical(kernels),
+        "library": canonical(library),
+        "fusion": None if fusion is None else fusion.canonical(),
+        "align": sorted(align),
+    }
+    blob = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(blob.encode("ascii")).hexdigest()
+
+
+# ---------------------------------------------------------------------------
+# result
+# ---------------------------------------------------------------------------
+@dataclass
+class RunResult:
+    """What :func:`run` returns.
+
+    Attributes
+    ----------
+    outputs : dict
+        Graph output name -> array in S's container dtype (float64 for the
+        reference).
+    values : dict
+        Dumped values, name -> array: eager, every node (in S); fused, every
+        block output (in S) and, with ``keep_internals``, every block-internal
+        value in float32 (``internals`` lists those names); reference, every
+        node in float64.
+    plan : numlab.fusion.Plan
+        The plan executed (eager: every node its own block, no
+        decomposition).
+    fingerprint : str
+        sha256 hex of the compile-time inputs (:func:`fingerprint`).
+    nonfinite : dict
+        Node -> (number of NaN, number of inf) in the node's computed value
+        (every executed node, dumped or not).
+    mode, dtype, graph, source
+        The mode, the storage Format, the executed graph (decomposed when the
+        plan decomposed) and the graph as given.
+    kernels, library, fusion, align, seed
+        The knobs used.
+    """
+
+    outputs: dict
+    values: dict
+    plan: object
+    fingerprint: str
+    nonfinite: dict
+    mode: str
+    dtype: Format
+    graph: object
+    source: object
+    kernels: object = None
+    library: object = None
+    fusion: object = None
+    align: tuple = ()
+    seed: int | None = None
+    internals: list = field(default_factory=list)
+
+    @property
+    def output(self) -> np.ndarray:
+        """The single output (ValueError when the graph has several)."""
+        if len(self.outputs) != 1:
+            raise ValueError(f"graph has {len(self.outputs)} outputs {list(self.outputs)}; use .outputs[name]")
+        return next(iter(self.outputs.values()))
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name in self.values:
+            return self.values[name]
+        raise KeyError(f"{name!r} was not dumped in mode {self.mode!r}; dumped: {list(self.values)}")
+
+    def summary(self) -> str:
+        bad = {k: v for k, v in self.nonfinite.items() if v[0] or v[1]}
+        lines = [f"RunResult(mode={self.mode}, dtype={self.dtype.name}, fingerprint={self.fingerprint[:12]}...)",
+                 f"  outputs: {', '.join(f'{k}{tuple(v.shape)}' for k, v in self.outputs.items())}",
+                 f"  dumped values: {len(self.values)}",
+                 f"  non-finite (nan, inf) per node: {bad or 'none'}"]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+
+# ---------------------------------------------------------------------------
+# input checking
+# ---------------------------------------------------------------------------
+def _check_inputs(graph, inputs, S: Format) -> dict:
+    if not isinstance(inputs, Mapping):
+        raise TypeError(
+            f"inputs must be a dict name -> array for graph inputs {list(graph.inputs)}, "
+            f"got {type(inputs).__name__}"
+        )
+    want = list(graph.inputs)
+    missing = [k for k in want if k not in inputs]
+    extra = [k for k in inputs if k not in graph.inputs]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"missing inputs {missing}")
+        if extra:
+            parts.append(f"unexpected inputs {extra}")
+        raise ValueError(f"inputs: {'; '.join(parts)}; the graph's inputs are {want}")
+    out = {}
+    for name in want:
+        x = inputs[name]
+        a = np.asarray(x)
+        if a.dtype.kind == "V" or a.dtype.kind == "f" or str(a.dtype) in (
+            "bfloat16", "float8_e4m3fn", "float8_e5m2"
+        ):
+            pass
+        elif a.dtype.kind in "iub" and _is_index_input(graph, name):
+            pass
+        else:
+            raise TypeError(
+                f"input {name!r} has dtype {a.dtype}; give a floating-point array "
+                "(float16/bfloat16/float32/float64; it is rounded to the storage format)"
+            )
+        _check_shape(graph, name, a)
+        out[name] = a
+    return out
+
+
+def _is_index_input(graph, name: str) -> bool:
+    """Whether ``name`` is gather's index input (kept as given, not rounded)."""
+    role = getattr(graph, "role", None)
+    return role is not None and role(name) == "index"
+
+
+def _check_shape(graph, name, a) -> None:
+    want = tuple(graph.inputs[name])
+    if tuple(a.shape) != want:
+        raise ValueError(f"input {name!r} has shape {tuple(a.shape)}; the graph expects {want}")
+
+
+def _to_storage(a: np.ndarray, S: Format) -> np.ndarray:
+    """Round an input array to S (RNE), held in float32 (float64 for FP64)."""
+    if a.dtype.kind in "iu":
+        return a
+    if S is FP64 or S.p > 24:
+        return a.astype(np.float64)
+    if a.dtype != np.float64 and a.dtype != np.float32:
+        a = a.astype(np.float32)  # fp16/bf16/fp8 widen exactly
+    if S == FP32:
+        return a.astype(np.float32)  # IEEE RNE (numpy cast)
+    return np.asarray(round_to(a, S), dtype=np.float64).astype(np.float32)  # exact: S in fp32
+
+
+def _container(v: np.ndarray, S: Format) -> np.ndarray:
+    if v.dtype.kind in "iub":
+        return v
+    return v.astype(S.container)
+
+
+def _count(v: np.ndarray) -> tuple[int, int]:
+    if v.dtype.kind not in "fV" and str(v.dtype) not in ("bfloat16",):
+        return (0, 0)
+    v = np.asarray(v, dtype=np.float64) if v.dtype not in (np.float32, np.float64) else v
+    return (int(np.count_nonzero(np.isnan(v))), int(np.count_nonzero(np.isinf(v))))
+
+
+def _node_seed(seed, name: str):
+    """Per-node schedule seed: crc32 of the node name mixed with the run seed
+    (independent of PYTHONHASHSEED)."""
+    if seed is None:
+        return None
+    return int(np.random.default_rng([int(seed), zlib.crc32(name.encode("utf-8"))]).integers(2**31))
+
+
+# ---------------------------------------------------------------------------
+# run
+# ---------------------------------------------------------------------------
+def _check_spec(spec, arg: str):
+    from . import kernels as K
+
+    if spec is not None and not isinstance(spec, K.KernelSpec):
+        raise TypeError(
+            f"{arg} must be a numlab.kernels.KernelSpec (KernelSpec.handwritten(), "
+            f"KernelSpec.codegen()) or None, got {type(spec).__name__}"
+        )
+    return spec
+
+
+def _check_align(align) -> tuple:
+    if isinstance(align, str):
+        align = (align,)
+    if align is True:
+        return SOURCES
+    try:
+        items = tuple(align)
+    except TypeError:
+        raise TypeError(f"align must be a tuple of sources {list(SOURCES)}, got {align!r}") from None
+    for a in items:
+        if a not in SOURCES:
+            raise ValueError(f"align: {a!r} is not a source of difference; valid sources: {list(SOURCES)}")
+    return tuple(s for s in SOURCES if s in items)
+
+
+def run(graph, inputs, *, mode, dtype, kernels=None, fusion=None, seed=None,
+        keep_internals=False, library=None, align=()):
+    """Run ``graph`` on ``inputs`` in one execution mode.
+
+    Parameters
+    ----------
+    graph : numlab.graph.Graph
+    inputs : dict
+        Graph input name -> floating-point array of the declared shape
+        (integer arrays only for gather indices).  Every input is rounded to
+        the storage format first (round to nearest even), in every mode.
+    mode : {"eager", "fused", "emulated_casts", "reference"}
+        See the module docstring.
+    dtype : Format or str
+        Storage format S (``"fp16"``, ``"bf16"``, ``nl.FP32``, ...).
+    kernels : KernelSpec, optional
+        The kernels of this mode: eager, the hand-written library (default
+        ``KernelSpec.handwritten()``); fused modes, the code generator's
+        (default ``KernelSpec.codegen()``).  Ignored by ``reference``.
+    fusion : FusionOptions, optional
+        Fused modes only (default ``FusionOptions()``, Ascend autofusion
+        defaults).  Passing it with ``eager`` or ``reference`` is an error.
+    seed : int, optional
+        Schedule seed for nondeterministic reduction orders (each node gets
+        ``default_rng([seed, crc32(node name)])``).  Not part of the compile
+        fingerprint (a run-time input).
+    keep_internals : bool
+        Fused modes: also dump every block-internal value, in float32.
+    library : KernelSpec, optional
+        Fused modes: the hand-written library used for blocks the code
+        generator does not take, and "eager's choice" for ``align`` (default
+        ``KernelSpec.handwritten()``).
+    align : tuple of str
+        Fused modes: sources of difference set to eager's choice, any of
+        ``("promotion", "instruction", "tiling", "algorithm")`` (``True``: all).
+
+    Returns
+    -------
+    RunResult
+
+    Raises
+    ------
+    ValueError, TypeError
+        Unknown mode, format, source or option type; missing or unexpected
+        inputs; wrong shapes or dtypes (each message names the argument or
+        input and the valid choices).
+    """
+    from . import fusion as F
+    from . import kernels as K
+
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r} is not an execution mode; valid modes: {list(MODES)}")
+    S = get_format(dtype)
+    for attr in ("inputs", "nodes", "outputs"):
+        if not hasattr(graph, attr):
+            raise TypeError(f"graph must be a numlab.graph.Graph, got {type(graph).__name__}")
+    _check_spec(kernels, "kernels")
+    _check_spec(library, "library")
+    if fusion is not None and not isinstance(fusion, F.FusionOptions):
+        raise TypeError(
+            f"fusion must be a numlab.fusion.FusionOptions (FusionOptions(), "
+            f"FusionOptions.inductor(), FusionOptions.autofuse(flags)), got {type(fusion).__name__}"
+        )
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0):
+        raise ValueError(f"seed={seed!r} must be None or a non-negative int")
+    if not isinstance(keep_internals, bool):
+        raise TypeError(f"keep_internals must be a bool, got {keep_internals!r}")
+    align = _check_align(align)
+    fused_mode = mode in ("fused", "emulated_casts")
+    if not fused_mode:
+        if fusion is not None:
+            raise ValueError(f"fusion= applies to modes 'fused' and 'emulated_casts', not {mode!r}")
+        if align:
+            raise ValueError(f"align= applies to modes 'fused' and 'emulated_casts', not {mode!r}")
+        if library is not None:
+            raise ValueError(f"library= applies to modes 'fused' and 'emulated_casts', not {mode!r}")
+    if mode == "emulated_casts" and "promotion" not in align:
+        align = _check_align(("promotion", *align))
+
+    xs = _check_inputs(graph, inputs, S)
+    vals = {}
+    for k, v in xs.items():
+        if _is_index_input(graph, k):
+            vals[k] = v  # indices are not values: never rounded
+        elif mode == "reference":
+            vals[k] = _to_storage(v, S).astype(np.float64)
+        else:
+            vals[k] = _to_storage(v, S)
+
+    if mode == "eager":
+        spec = kernels if kernels is not None else K.KernelSpec.handwritten()
+        lib = spec
+        opts = F.FusionOptions.off(decompose=False)
+    elif mode == "reference":
+        spec = lib = None
+        opts = F.FusionOptions.off(decompose=False)
+    else:
+        spec = kernels if kernels is not None else K.KernelSpec.codegen()
+        lib = library if library is not None else K.KernelSpec.handwritten()
+        opts = fusion if fusion is not None else F.FusionOptions()
+    hw = getattr(spec if spec is not None else K.KernelSpec.handwritten(), "hardware", None)
+    plan = F.plan(graph, opts, hw if hw is not None else K.Hardware(), dtype=S,
+                  codegen=spec if fused_mode else None, library=lib)
+    g = plan.graph
+
+    values: dict = {}
+    nonfinite: dict = {}
+    internals: list = []
+    if mode == "reference":
+        for node in g.nodes:
+            v = _reference_node(node, [vals[p] for p in node.inputs])
+            vals[node.name] = v
+            values[node.name] = v
+            nonfinite[node.name] = _count(v)
+    else:
+        gen = _aligned_spec(spec, lib, align) if fused_mode else spec
+        emulate = "promotion" in align
+        for block in plan.blocks:
+            codegen = fused_mode and _is_codegen(block, opts)
+            bspec = gen if codegen else lib
+            outs = set(block.outputs)
+            for m in block.members:
+                node = g.node(m)
+                if codegen:
+                    tile = plan.op_tile(m) if "tiling" in align else block.tile
+                    in_kernel = not emulate and m not in outs
+                    fused_ctx = not emulate
+                else:
+                    tile = plan.op_tile(m)
+                    in_kernel = fused_ctx = False
+                ctx = _Ctx(S, bspec, fused=fused_ctx, tile=tile, seed=_node_seed(seed, m), name=m)
+                v = _compute(node, [vals[p] for p in node.inputs], ctx)
+                if not in_kernel:
+                    v = ctx.to_storage(v)
+                vals[m] = v
+                nonfinite[m] = _count(v)
+                if not in_kernel:
+                    values[m] = _container(v, S)
+                elif keep_internals:
+                    values[m] = np.asarray(v, dtype=np.float32)
+                    internals.append(m)
+    outputs = {o: values[o] if o in values else _container(vals[o], S) for o in g.outputs}
+    if mode == "reference":
+        outputs = {o: vals[o] for o in g.outputs}
+    fp = fingerprint(
+        graph, mode=mode, dtype=S, kernels=spec,
+        library=lib if fused_mode else None, fusion=opts if fused_mode else None, align=align,
+    )
+    return RunResult(outputs=outputs, values=values, plan=plan, fingerprint=fp,
+                     nonfinite=nonfinite, mode=mode, dtype=S, graph=g, source=graph,
+                     kernels=spec, library=lib if fused_mode else None,
+                     fusion=opts if fused_mode else None, align=align, seed=seed,
+                     internals=internals)
+
+
+def _is_codegen(block, opts) -> bool:
+    """Whether the code generator made this block (every member's kind is
+    enabled); otherwise it is a hand-written library call."""
+    return all(opts.fuses(k) for k in block.kind.split("+"))
+
+
+# ---------------------------------------------------------------------------
+# the numerics of one node under a KernelSpec
+# ---------------------------------------------------------------------------
+def _f32(x) -> np.ndarray:
+    a = np.asarray(x)
+    return a if a.dtype == np.float32 else a.astype(np.float32)
+
+
+class _Ctx:
+    """How one node computes: the storage format S, the spec, the precision
+    of its intermediate primitives (``inner``), its accumulator (``acc``),
+    its reduction tile and schedule seed.
+
+    ``fused`` is True inside a code-generated block that keeps fp32
+    intermediates: then ``inner`` is fp32 whatever ``spec.promotion`` says
+    (``KernelSpec.compute_format(S, fused=True)``).  Otherwise the node is a
+    one-operator kernel and ``spec.promotion`` decides (``fp32_internal``:
+    fp32 inside, ``accumulator_only``: S with fp32 accumulators, ``native``:
+    S everywhere).
+    """
+
+    def __init__(self, S: Format, spec, *, fused: bool, tile: int, seed, name: str):
+        from .kernels._common import Arith
+
+        self.S = S
+        self.spec = spec
+        self.name = name
+        self.tile = int(tile)
+        self.seed = seed
+        self.fused = fused
+        self.inner = spec.compute_format(S, fused)
+        self.acc = spec.acc_format(S, fused)
+        self.ar = Arith(self.inner)
+
+    # -- rounding ----------------------------------------------------------
+    def r(self, x) -> np.ndarray:
+        """Round to the inner precision (float32 container)."""
+        return _f32(self.ar.round(x))
+
+    def to_storage(self, x) -> np.ndarray:
+        a = _f32(x)
+        if self.S == FP32:
+            return a
+        return _f32(round_to(a, self.S))
+
+    # -- scalars (instruction choice) ----------------------------------------
+    def scalar(self, s: float) -> np.float32:
+        """The scalar operand as the instruction holds it: ``broadcast``
+        materialises it in S, ``muls`` (a scalar register) keeps it in fp32."""
+        if self.spec.scalar_mul == "broadcast":
+            return np.float32(round_to(float(s), self.S))
+        return np.float32(round_to(float(s), FP32, self.spec.scalar_rounding))
+
+    def mul_scalar(self, x, s) -> np.ndarray:
+        from .kernels import scalar_mul
+
+        return _f32(scalar_mul(
+            x, float(s), fmt=self.inner, how=self.spec.scalar_mul, storage=self.S,
+            rounding=self.spec.vector_rounding, scalar_rounding=self.spec.scalar_rounding,
+        ))
+
+    # -- arithmetic ------------------------------------------------------------
+    def add(self, a, b):
+        return self.r(self.ar.add(_f32(a), _f32(b)))
+
+    def sub(self, a, b):
+        return self.r(self.ar.sub(_f32(a), _f32(b)))
+
+    def mul(self, a, b):
+        return self.r(self.ar.mul(_f32(a), _f32(b)))
+
+    def div(self, a, b):
+        from .kernels import divide
+
+        return _f32(divide(a, b, fmt=self.inner, algo=self.spec.divide))
+
+    def muladd(self, a, b, c):
+        """``a*b + c``: one rounding with ``spec.fma``, else two."""
+        from .kernels import multiply_add
+
+        a, b, c = np.broadcast_arrays(_f32(a), _f32(b), _f32(c))
+        return _f32(multiply_add(a, b, c, fmt=self.inner, fused=self.spec.fma))
+
+    def rsqrt(self, x):
+        from .kernels import rsqrt
+
+        return _f32(rsqrt(x, fmt=self.inner, algo=self.spec.rsqrt))
+
+    def reciprocal(self, x):
+        from .kernels import reciprocal
+
+        return _f32(reciprocal(x, fmt=self.inner, algo=self.spec.reciprocal))
+
+    def sqrt(self, x):
+        from .kernels import sqrt
+
+        return _f32(sqrt(x, fmt=self.inner))
+
+    def exp(self, x):
+        from .kernels import exp
+
+        return _f32(exp(x, fmt=self.inner, algo=self.spec.exp))
+
+    def log(self, x):
+        """float64 log rounded once to inner (correctly rounded model)."""
+        with np.errstate(all="ignore"):
+            return self.r(np.log(np.asarray(x, dtype=np.float64)))
+
+    def tanh(self, x):
+        from .kernels import tanh
+
+        return _f32(tanh(x, fmt=self.inner))
+
+    def erf(self, x):
+        from .kernels import erf
+
+        return _f32(erf(x, fmt=self.inner))
+
+    def sigmoid(self, x):
+        """``1 / (1 + exp(-x))``: exp (spec.exp), add, reciprocal
+        (spec.reciprocal), each rounded to inner."""
+        e = self.exp(-_f32(x))
+        return self.reciprocal(self.add(np.float32(1.0), e))
+
+    def gelu(self, x, approximate):
+        """GELU in the op's form, float64 then one rounding to inner
+        (``kernels.gelu``, algo exact)."""
+        from .kernels import gelu
+
+        form = "tanh" if approximate == "tanh" else "erf"
+        return _f32(gelu(x, fmt=self.inner, form=form))
+
+    # -- reductions ------------------------------------------------------------
+    def order(self):
+        """``spec.reduce_order`` if set, else ``Blocked(tile, reduce_inner,
+        reduce_outer)``; a Shuffled (atomic-add-like) order takes the run's
+        schedule seed when one was given."""
+        from .kernels import Blocked
+
+        o = self.spec.reduce_order
+        if o is None:
+            o = Blocked(self.tile, self.spec.reduce_inner, self.spec.reduce_outer)
+        if self.seed is not None:
+            o = _reseed(o, self.seed)
+        return o
+
+    def reduce(self, x, op, axes, keepdims, correction=0):
+        from .kernels import reduce as kreduce
+
+        x = _f32(x)
+        nd = x.ndim
+        axes = tuple(axes)
+        rest = [i for i in range(nd) if i not in axes]
+        moved = np.transpose(x, rest + list(axes))
+        lead = moved.shape[: len(rest)]
+        n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+        flat = moved.reshape(lead + (n,))
+        if n == 0:  # empty sum is -0.0 + nothing: IEEE 0; mean/var 0/0 = NaN
+            with np.errstate(all="ignore"):
+                fn = {"sum": np.sum, "mean": np.mean, "var": np.var}[op]
+                r = fn(flat.astype(np.float64), axis=-1).astype(np.float32)
+        else:
+            r = kreduce(flat, op, -1, order=self.order(), acc=self.acc, out=self.inner,
+                         variance=self.spec.variance, ddof=int(correction))
+        r = _f32(r)
+        if keepdims:
+            r = r.reshape(tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
+        return r
+
+    def matmul(self, a, b):
+        from .kernels import matmul
+
+        return _f32(matmul(_f32(a), _f32(b), k_tile=self.spec.k_tile, acc=self.acc,
+                           out=self.inner, mode=self.spec.matmul_mode, fma=self.spec.fma))
+
+
+def _reseed(o, seed):
+    from .kernels import Blocked, Shuffled
+
+    if isinstance(o, Shuffled):
+        return dataclasses.replace(o, seed=int(seed))
+    if isinstance(o, Blocked):
+        return dataclasses.replace(o, inner=_reseed(o.inner, seed), outer=_reseed(o.outer, seed))
+    return o
+
+
+def _reference_node(node, ins):
+    from .ops import CATALOGUE
+
+    with np.errstate(all="ignore"):
+        v = CATALOGUE[node.op].ref(*ins, **node.op_attrs)
+    v = np.asarray(v)
+    return v if v.dtype == np.float64 else v.astype(np.float64)
+
+
+_MOVES = ("reshape", "transpose", "slice", "concat", "split", "broadcast_to", "gather")
+
+
+def _compute(node, ins, ctx: _Ctx) -> np.ndarray:
+    """Value of ``node`` under ``ctx`` (float32; S-valued or inner-valued)."""
+    from .ops import CATALOGUE
+
+    op = node.op
+    at = node.op_attrs
+    with np.errstate(all="ignore"):
+        if op in _MOVES:  # never changes a value
+            return np.ascontiguousarray(CATALOGUE[op].ref(*ins, **at))
+        fn = _IMPL.get(op)
+        if fn is None:
+            raise ValueError(f"node {node.name!r}: op {op!r} has no executor implementation; "
+                             f"implemented: {sorted(_IMPL) + list(_MOVES)}")
+        return _f32(fn(ctx, *ins, **at))
+
+
+def _layer_norm(ctx: _Ctx, x, gamma=None, beta=None, *, axis, eps):
+    """One kernel: mean, centre, variance by ``spec.variance`` (two_pass:
+    mean of squared deviations; welford/textbook: kernels.reduce "var"),
+    rsqrt by ``spec.rsqrt``, scale, then ``y*gamma + beta`` (FMA per spec)."""
+    mu = ctx.reduce(x, "mean", axis, True)
+    d = ctx.sub(x, mu)
+    if ctx.spec.variance == "two_pass":
+        var = ctx.reduce(ctx.mul(d, d), "mean", axis, True)
+    else:
+        var = ctx.reduce(x, "var", axis, True)
+    r = ctx.rsqrt(ctx.add(var, np.float32(ctx.scalar(eps))))
+    y = ctx.mul(d, r)
+    if gamma is not None and beta is not None:
+        return ctx.muladd(y, gamma, beta)
+    if gamma is not None:
+        return ctx.mul(y, gamma)
+    return y
+
+
+def _rms_norm(ctx: _Ctx, x, weight=None, *, axis, eps):
+    ms = ctx.reduce(ctx.mul(x, x), "mean", axis, True)
+    r = ctx.rsqrt(ctx.add(ms, np.float32(ctx.scalar(eps))))
+    y = ctx.mul(x, r)
+    return ctx.mul(y, weight) if weight is not None else y
+
+
+def _softmax(ctx: _Ctx, x, *, axis):
+    m = ctx.reduce(x, "max", (axis,), True)
+    e = ctx.exp(ctx.sub(x, m))
+    s = ctx.reduce(e, "sum", (axis,), True)
+    return ctx.div(e, s)
+
+
+def _log_softmax(ctx: _Ctx, x, *, axis):
+    d = ctx.sub(x, ctx.reduce(x, "max", (axis,), True))
+    s = ctx.reduce(ctx.exp(d), "sum", (axis,), True)
+    return ctx.sub(d, ctx.log(s))
+
+
+def _relu(ctx, x):
+    x = _f32(x)
+    return np.where(x > 0, x, np.where(np.isnan(x), x, np.float32(0.0) * x))
+
+
+def _silu(ctx, x):
+    return ctx.mul(x, ctx.sigmoid(x))
+
+
+def _cast(ctx, x, *, to):
+    return _f32(round_to(_f32(x), to))
+
+
+_IMPL = {
+    "add": lambda c, a, b: c.add(a, b),
+    "sub": lambda c, a, b: c.sub(a, b),
+    "mul": lambda c, a, b: c.mul(a, b),
+    "div": lambda c, a, b: c.div(a, b),
+    "maximum": lambda c, a, b: np.maximum(_f32(a), _f32(b)),
+    "minimum": lambda c, a, b: np.minimum(_f32(a), _f32(b)),
+    "add_scalar": lambda c, x, scalar: c.add(x, np.float32(c.scalar(scalar))),
+    "sub_scalar": lambda c, x, scalar: c.sub(x, np.float32(c.scalar(scalar))),
+    "rsub_scalar": lambda c, x, scalar: c.sub(np.float32(c.scalar(scalar)), x),
+    "mul_scalar": lambda c, x, scalar: c.mul_scalar(x, scalar),
+    "div_scalar": lambda c, x, scalar: c.div(x, np.full_like(_f32(x), c.scalar(scalar))),
+    "rdiv_scalar": lambda c, x, scalar: c.div(np.full_like(_f32(x), c.scalar(scalar)), x),
+    "neg": lambda c, x: -_f32(x),
+    "abs": lambda c, x: np.abs(_f32(x)),
+    "relu": _relu,
+    "exp": lambda c, x: c.exp(x),
+    "log": lambda c, x: c.log(x),
+    "sqrt": lambda c, x: c.sqrt(x),
+    "rsqrt": lambda c, x: c.rsqrt(x),
+    "reciprocal": lambda c, x: c.reciprocal(x),
+    "tanh": lambda c, x: c.tanh(x),
+    "sigmoid": lambda c, x: c.sigmoid(x),
+    "erf": lambda c, x: c.erf(x),
+    "silu": _silu,
+    "gelu": lambda c, x, approximate: c.gelu(x, approximate),
+    "where": lambda c, m, a, b: np.where(np.asarray(m) != 0, _f32(a), _f32(b)),
+    "cast": _cast,
+    "sum": lambda c, x, axis, keepdims: c.reduce(x, "sum", axis, keepdims),
+    "mean": lambda c, x, axis, keepdims: c.reduce(x, "mean", axis, keepdims),
+    "max": lambda c, x, axis, keepdims: c.reduce(x, "max", axis, keepdims),
+    "min": lambda c, x, axis, keepdims: c.reduce(x, "min", axis, keepdims),
+    "var": lambda c, x, axis, keepdims, correction: c.reduce(x, "var", axis, keepdims, correction),
+    "matmul": lambda c, a, b: c.matmul(a, b),
+    "layer_norm": _layer_norm,
+    "rms_norm": _rms_norm,
+    "softmax": _softmax,
+    "log_softmax": _log_softmax,
+}
+
+
+def _aligned_spec(gen, lib, align):
+    """``gen`` with the fields of each aligned source taken from ``lib``."""
+    if not align or gen is None:
+        return gen
+    changes = {}
+    for src in align:
+        for f in _source_fields(src, gen):
+            if hasattr(lib, f):
+                changes[f] = getattr(lib, f)
+    return dataclasses.replace(gen, **changes) if changes else gen
+
+
+def _source_fields(src: str, spec) -> tuple:
+    return SOURCE_FIELDS[src]
+
+
+SOURCE_FIELDS = {
+    "promotion": ("promotion", "acc"),
+    "instruction": ("scalar_mul", "scalar_rounding", "vector_rounding", "fma"),
+    "tiling": ("reduce_inner", "reduce_outer", "reduce_order", "live_buffers", "hardware", "k_tile"),
+    "algorithm": ("rsqrt", "reciprocal", "divide", "exp", "gelu_form", "variance", "matmul_mode"),
+}
+"""KernelSpec fields of each source of difference (DESIGN.md section 1).
+``name`` is the only field in none of them (tests check the partition)."""
