@@ -33,10 +33,15 @@ MODES = ("rne", "rtz", "up", "down", "odd", "stochastic")
 inexact), and stochastic (round away from zero with probability equal to the
 distance from the truncated value, in ulps)."""
 
-# Storage dtypes whose own casts are IEEE round-to-nearest-even and are used as
-# a fast path (tested bit for bit against the generic path below).
+# Storage-dtype casts that are IEEE round-to-nearest-even *and* faster than
+# the bit path here (numpy 2.4 / ml_dtypes 0.6, 2-core machine, 10^7 values):
+# float32 -> bfloat16 (ml_dtypes, ~12 ms vs ~15 ms) and float64 -> float16
+# (numpy, direct, ~57 ms vs ~82 ms).  float32 -> float16 through numpy is
+# slower than the bit path when subnormals are present; ml_dtypes' float64 ->
+# bfloat16/fp8 casts round through float32 (double rounding), so they are never
+# used.  Both fast paths are tested bit for bit against the bit path and the
+# exact reference.
 _FAST_RNE = {
-    (np.dtype(np.float32), np.dtype(np.float16)),
     (np.dtype(np.float64), np.dtype(np.float16)),
     (np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16)),
 }
