@@ -1,0 +1,525 @@
+"""Determinism checks: the same compile inputs give the same kernel, and the
+same kernel on the same inputs gives the same bits.
+
+Two layers (autofusion design note, seed 000 section 3.3):
+
+* **compile determinism** -- the compile fingerprint (sha256 of the canonical
+  graph, storage format, mode, kernel specs, fusion options; see
+  :func:`numlab.execute.fingerprint`) and the fusion plan itself are the same
+  in every process.  Broken by anything that leaks process state into
+  compilation: iteration over a ``set``/``dict`` of strings (order depends on
+  ``PYTHONHASHSEED``), object addresses in a canonical form, timestamps.
+* **execution determinism** -- the output bits are the same in every run.
+  Broken by orders that follow the hardware schedule: atomic adds into global
+  memory (the accumulation order is the order cores finish), and cross-core
+  races (a core reads a region before another core's write lands; see
+  :mod:`numlab.races`).
+
+:func:`check_determinism` compiles and runs a zoo model in ``runs`` separate
+Python processes, each with its own ``PYTHONHASHSEED``, and compares
+fingerprints, plans and output bits.  :func:`determinism_plan` lists every
+option that can break either layer and whether it is active for the given
+settings.  ``numlab check determinism MODEL ...`` is registered by
+``numlab/cli_check.py`` through :func:`add_check_parser`.
+
+The ``"atomic"`` reduction order models atomic adds: a
+:class:`numlab.kernels.Shuffled` order whose seed is the run's schedule seed
+(``seed=``), or, when no seed is given, fresh OS entropy in each process --
+the way real atomics pick a different order from run to run.  The drawn seed
+is reported, so a nondeterministic run can be replayed bit for bit with
+``seed=<drawn>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = [
+    "Hazard",
+    "determinism_plan",
+    "RunRecord",
+    "DeterminismReport",
+    "run_once",
+    "check_determinism",
+    "add_check_parser",
+    "KERNEL_PRESETS",
+    "FUSION_PRESETS",
+]
+
+KERNEL_PRESETS = ("handwritten", "codegen")
+FUSION_PRESETS = ("default", "inductor", "off", "autofuse:<flags>")
+_EXEC_MODES = ("eager", "fused", "emulated_casts", "reference")
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class Hazard:
+    """One option that can break determinism.
+
+    ``layer`` is "compile" or "execution"; ``active`` says whether it breaks
+    determinism with the settings given to :func:`determinism_plan`;
+    ``why`` the mechanism; ``remedy`` how to get determinism back.
+    """
+
+    option: str
+    layer: str
+    active: bool
+    why: str
+    remedy: str
+
+    def __str__(self) -> str:
+        flag = "BREAKS" if self.active else "ok    "
+        return f"[{flag}] {self.layer:<9} {self.option}: {self.why} Remedy: {self.remedy}"
+
+
+def _order_name(order) -> str | None:
+    if order is None:
+        return None
+    return order if isinstance(order, str) else str(order)
+
+
+def determinism_plan(*, order=None, seed=None, kernels=None, mode: str = "fused") -> list[Hazard]:
+    """Every option that can break determinism, and whether it is active.
+
+    Parameters
+    ----------
+    order : str or None
+        Reduction-order override (``"atomic"``, ``"shuffled(3)"``, ``"pairwise"``,
+        ...; None keeps the spec's order).
+    seed : int or None
+        Schedule seed of the run.
+    kernels : KernelSpec, str or None
+        The spec (or preset name); inspected for stochastic rounding and
+        split-K.
+    mode : str
+        Execution mode; ``reference`` has no reductions orders to break.
+    """
+    o = _order_name(order)
+    spec = _kernel_spec(kernels) if isinstance(kernels, str) else kernels
+    rounding = {getattr(spec, f, "rne") for f in ("scalar_rounding", "vector_rounding")} if spec else set()
+    split_k = getattr(spec, "matmul_mode", None) == "split_k"
+    spec_order = _order_name(getattr(spec, "reduce_order", None)) if spec else None
+    ref = mode == "reference"
+    atomic = o == "atomic" and not ref
+    hz = [
+        Hazard("reduce order 'atomic' without a seed", "execution", atomic and seed is None,
+               "atomic adds into global memory accumulate in the order cores finish; floating-point "
+               "addition is not associative, so each run rounds differently (numlab draws the order "
+               "from OS entropy in each process to model it).",
+               "a fixed order (pairwise, blocked, lanes), a deterministic two-phase reduction "
+               "(per-core partials to workspace, one core combines them in a fixed order), or "
+               "seed=<the drawn seed> to replay one schedule."),
+        Hazard("reduce order 'atomic' with a seed", "execution", False,
+               "a seeded schedule replays the same accumulation order, so the bits repeat "
+               "(real hardware offers no such seed: this is the replay of one run).",
+               "-"),
+        Hazard("shuffled(seed) order in the kernel spec", "execution", False,
+               "the permutation comes from numpy.random.default_rng(seed): deterministic for a fixed "
+               "seed; it changes the bits only when the seed changes"
+               + (f" (spec uses {spec_order})." if spec_order and "shuffled" in spec_order else "."),
+               "-"),
+        Hazard("stochastic rounding", "execution", False,
+               "needs a random stream; numlab refuses an unseeded one (round_to raises ValueError "
+               "without rng=), so a run is either seeded or fails"
+               + (" -- the spec uses it." if "stochastic" in rounding else "."),
+               "pass seed= to the run."),
+        Hazard("split-K matmul", "execution", False,
+               "on hardware the K-slices are often combined with atomic adds (order = finish order); "
+               "numlab combines them in a fixed order, so it is deterministic here"
+               + (" -- the spec uses it." if split_k else "."),
+               "combine K-slices in a fixed order."),
+        Hazard("cross-core race (missing SyncAll / flag)", "execution", False,
+               "a consumer core can read a global-memory region before the producer core's write "
+               "lands and sees the previous contents (zeros, garbage, the previous case's values); "
+               "the graph executors run one core and cannot race -- the multi-core simulator "
+               "numlab.races reproduces it (`numlab race fused_linear_online_max_sum`).",
+               "a barrier on every cross-core dependency; numlab.races.detect_races lists the "
+               "unordered pairs and the barrier that orders them."),
+        Hazard("PYTHONHASHSEED-dependent iteration during compilation", "compile", False,
+               "iterating a set or dict of strings gives a per-process order (hash randomisation); "
+               "a planner that does so emits different blocks in different processes. Checked by "
+               "running every process with a different PYTHONHASHSEED and comparing plans.",
+               "sort before iterating; canonical JSON (sorted keys, exact float hex) for fingerprints."),
+        Hazard("object addresses / timestamps in compile inputs", "compile", False,
+               "a repr with a memory address or a build time in a cache key makes every process's "
+               "fingerprint differ; numlab.execute.canonical refuses objects without a canonical form.",
+               "canonical forms only."),
+        Hazard("BLAS thread count", "execution", False,
+               "numpy's BLAS may split a matmul over threads; numlab calls it per K tile, and the "
+               "workers inherit one environment (OPENBLAS_NUM_THREADS etc.), so it is held fixed.",
+               "pin the thread count."),
+    ]
+    return hz
+
+
+# --------------------------------------------------------------------------- one run
+
+
+def _kernel_spec(name):
+    from . import kernels as K
+
+    if name is None:
+        return None
+    if name == "handwritten":
+        return K.KernelSpec.handwritten()
+    if name == "codegen":
+        return K.KernelSpec.codegen()
+    raise ValueError(f"kernels={name!r} is not a preset; choose one of {KERNEL_PRESETS}")
+
+
+def _fusion(name):
+    from . import fusion as F
+
+    if name is None:
+        return None
+    if name == "default":
+        return F.FusionOptions()
+    if name == "inductor":
+        return F.FusionOptions.inductor()
+    if name == "off":
+        return F.FusionOptions.off()
+    if isinstance(name, str) and name.startswith("autofuse"):
+        flags = name.partition(":")[2] or None
+        return F.FusionOptions.autofuse(flags)
+    raise ValueError(f"fusion={name!r} is not a preset; choose one of {FUSION_PRESETS}")
+
+
+def _digest(a: np.ndarray) -> str:
+    a = np.ascontiguousarray(a)
+    h = hashlib.sha256()
+    h.update(f"{a.dtype.str}|{a.shape}|".encode())
+    h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _plan_text(plan) -> str:
+    if plan is None:
+        return ""
+    blocks = getattr(plan, "blocks", None)
+    if blocks is None:
+        return str(plan)
+    return "\n".join(f"{getattr(b, 'name', '')}|{getattr(b, 'kind', '')}|{list(getattr(b, 'members', []))}|"
+                     f"{getattr(b, 'tile', '')}" for b in blocks)
+
+
+@dataclass
+class RunRecord:
+    """What one process saw: compile fingerprint, plan digest, per-output
+    digests, the schedule seed used by an atomic order (drawn or given), the
+    process's ``PYTHONHASHSEED`` and pid."""
+
+    fingerprint: str
+    plan_digest: str
+    outputs: dict
+    order_seed: int | None
+    hashseed: str | None
+    pid: int
+    arrays_path: str | None = None
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _config(model, dtype, mode, *, sizes=None, kernels=None, fusion=None, order=None, seed=None,
+            input_kind="normal", input_seed=0) -> dict:
+    from . import zoo
+
+    if model not in zoo.MODELS:
+        raise ValueError(f"model {model!r} is not in the zoo; valid models: {sorted(zoo.MODELS)}")
+    if mode not in _EXEC_MODES:
+        raise ValueError(f"mode={mode!r} is not an execution mode; valid modes: {list(_EXEC_MODES)}")
+    from .formats import get_format
+
+    get_format(dtype)
+    if kernels is not None and kernels not in KERNEL_PRESETS:
+        raise ValueError(f"kernels={kernels!r} is not a preset; choose one of {KERNEL_PRESETS}")
+    _fusion(fusion)
+    if mode in ("eager", "reference") and fusion is not None:
+        raise ValueError(f"fusion= applies to modes 'fused' and 'emulated_casts', not {mode!r}")
+    if order is not None and order != "atomic":
+        from .kernels import parse_order
+
+        parse_order(order)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise ValueError(f"seed={seed!r} must be None or a non-negative int")
+    return dict(model=model, dtype=str(getattr(dtype, "name", dtype)), mode=mode, sizes=dict(sizes or {}),
+                kernels=kernels, fusion=fusion, order=order, seed=seed, input_kind=input_kind,
+                input_seed=int(input_seed))
+
+
+def run_once(cfg: dict, *, save: str | None = None) -> RunRecord:
+    """Compile and run one configuration in this process (what each worker
+    process of :func:`check_determinism` does)."""
+    from dataclasses import replace
+
+    from . import execute, zoo
+    from . import kernels as K
+
+    graph = zoo.MODELS[cfg["model"]](**cfg["sizes"])
+    inputs = zoo.make_inputs(graph, kind=cfg["input_kind"], seed=cfg["input_seed"])
+    mode = cfg["mode"]
+    spec = _kernel_spec(cfg["kernels"])
+    fusion = _fusion(cfg["fusion"])
+    order, seed = cfg["order"], cfg["seed"]
+    order_seed = None
+    if order is not None and mode != "reference":
+        if spec is None:
+            spec = K.KernelSpec.handwritten() if mode == "eager" else K.KernelSpec.codegen()
+        if order == "atomic":
+            order_seed = int(seed) if seed is not None else int(np.random.SeedSequence().entropy % 2**31)
+            spec_run = replace(spec, reduce_order=K.Shuffled(order_seed))
+        else:
+            spec_run = replace(spec, reduce_order=order)
+    else:
+        spec_run = spec
+    kw = {} if mode == "reference" else {"kernels": spec_run}
+    if fusion is not None:
+        kw["fusion"] = fusion
+    res = execute.run(graph, inputs, mode=mode, dtype=cfg["dtype"], seed=seed, **kw)
+    fp = res.fingerprint
+    if order == "atomic" and mode != "reference":
+        # the compiled kernel says "atomic adds"; the order itself is a run-time event
+        declared = execute.fingerprint(res.source, mode=res.mode, dtype=res.dtype,
+                                       kernels=replace(res.kernels, reduce_order=None),
+                                       library=res.library, fusion=res.fusion, align=res.align)
+        fp = hashlib.sha256(f"{declared}|reduce_order=atomic".encode()).hexdigest()
+    outs = {k: _digest(np.asarray(v)) for k, v in res.outputs.items()}
+    if save:
+        np.savez(save, **{k: np.asarray(v) for k, v in res.outputs.items()})
+    plan_digest = hashlib.sha256(_plan_text(res.plan).encode()).hexdigest()
+    return RunRecord(fingerprint=fp, plan_digest=plan_digest, outputs=outs, order_seed=order_seed,
+                     hashseed=os.environ.get("PYTHONHASHSEED"), pid=os.getpid(),
+                     arrays_path=save)
+
+
+# --------------------------------------------------------------------------- many processes
+
+
+@dataclass
+class DeterminismReport:
+    """Result of :func:`check_determinism`.
+
+    ``compile_deterministic``: every process had the same fingerprint and the
+    same plan.  ``execution_deterministic``: every output had the same bits
+    in every process.  ``diffs[output]`` = (elements differing from run 0 in
+    any run, max |difference|, max distance in ULPs of the storage format).
+    """
+
+    config: dict
+    records: list
+    plan: list
+    diffs: dict = field(default_factory=dict)
+
+    @property
+    def runs(self) -> int:
+        return len(self.records)
+
+    @property
+    def compile_deterministic(self) -> bool:
+        return len({r.fingerprint for r in self.records}) == 1 and len({r.plan_digest for r in self.records}) == 1
+
+    @property
+    def execution_deterministic(self) -> bool:
+        return all(len({r.outputs[o] for r in self.records}) == 1 for o in self.records[0].outputs)
+
+    @property
+    def ok(self) -> bool:
+        return self.compile_deterministic and self.execution_deterministic
+
+    def __str__(self) -> str:
+        c = self.config
+        lines = [f"determinism check: {c['model']} {c['mode']} {c['dtype']}, {self.runs} processes "
+                 f"(PYTHONHASHSEED {', '.join(str(r.hashseed) for r in self.records)})",
+                 f"  options: kernels={c['kernels'] or 'default'} fusion={c['fusion'] or 'default'} "
+                 f"order={c['order'] or 'spec'} seed={c['seed']} inputs={c['input_kind']}/{c['input_seed']}",
+                 f"  compile determinism:   {'yes' if self.compile_deterministic else 'NO'} "
+                 f"({len({r.fingerprint for r in self.records})} fingerprint(s), "
+                 f"{len({r.plan_digest for r in self.records})} plan(s); fingerprint "
+                 f"{self.records[0].fingerprint[:16]}...)",
+                 f"  execution determinism: {'yes' if self.execution_deterministic else 'NO'}"]
+        for o in self.records[0].outputs:
+            n = len({r.outputs[o] for r in self.records})
+            line = f"    {o}: {n} distinct bit pattern(s)"
+            if o in self.diffs and n > 1:
+                nd, mx, mu = self.diffs[o]
+                line += f"; {nd} element(s) differ, max |diff| {mx:.3g}, max {mu:g} ULP"
+            lines.append(line)
+        seeds = [r.order_seed for r in self.records if r.order_seed is not None]
+        if seeds:
+            lines.append(f"  atomic order seeds drawn: {seeds} (replay one with --seed)")
+        lines.append("  plan (options that break determinism):")
+        lines += [f"    {h}" for h in self.plan]
+        return "\n".join(lines)
+
+
+def check_determinism(model: str, dtype="fp16", mode: str = "fused", runs: int = 3, *, sizes=None,
+                      kernels=None, fusion=None, order=None, seed=None, input_kind: str = "normal",
+                      input_seed: int = 0, timeout: float = 300.0) -> DeterminismReport:
+    """Compile and run ``model`` in ``runs`` separate processes and compare.
+
+    Process ``i`` runs ``python -m numlab.determinism --worker`` with
+    ``PYTHONHASHSEED=i`` (0 disables hash randomisation, 1.. are distinct
+    randomised orders), builds the graph from :data:`numlab.zoo.MODELS`, the
+    inputs with ``zoo.make_inputs(kind=input_kind, seed=input_seed)``, runs
+    :func:`numlab.execute.run` and reports the fingerprint, a plan digest, a
+    sha256 of every output's bytes, and saves the outputs for the diff.
+
+    Parameters
+    ----------
+    model, dtype, mode, sizes
+        What to run (``sizes``: keyword arguments of the model factory).
+    runs : int
+        Number of processes (>= 2).
+    kernels : {"handwritten", "codegen"} or None
+        Kernel-spec preset (None: the mode's default).
+    fusion : {"default", "inductor", "off", "autofuse:<flags>"} or None
+    order : str or None
+        Reduction order for every reduction: ``"atomic"`` (see module
+        docstring) or an order string of :func:`numlab.kernels.parse_order`.
+    seed : int or None
+        Schedule seed passed to the run (and to the atomic order).
+
+    Returns
+    -------
+    DeterminismReport
+    """
+    if not isinstance(runs, int) or isinstance(runs, bool) or runs < 2:
+        raise ValueError(f"runs={runs!r} must be an int >= 2 (determinism compares processes)")
+    cfg = _config(model, dtype, mode, sizes=sizes, kernels=kernels, fusion=fusion, order=order, seed=seed,
+                  input_kind=input_kind, input_seed=input_seed)
+    records = []
+    with tempfile.TemporaryDirectory(prefix="numlab-det-") as tmp:
+        procs = []
+        for i in range(runs):
+            env = dict(os.environ, PYTHONHASHSEED=str(i))
+            out = os.path.join(tmp, f"run{i}.npz")
+            cmd = [sys.executable, "-m", "numlab.determinism", "--worker", json.dumps(cfg), "--save", out]
+            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True))
+        for p in procs:
+            try:
+                so, se = p.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                so, se = p.communicate()
+                raise RuntimeError(f"determinism worker timed out after {timeout} s") from None
+            if p.returncode != 0:
+                raise RuntimeError(f"determinism worker failed (exit {p.returncode}):\n{se.strip()}")
+            records.append(RunRecord(**json.loads(so.strip().splitlines()[-1])))
+        arrays = [dict(np.load(r.arrays_path)) for r in records]
+    diffs = _diffs(arrays, cfg["dtype"])
+    for r in records:
+        r.arrays_path = None
+    plan = determinism_plan(order=order, seed=seed, kernels=kernels, mode=mode)
+    return DeterminismReport(config=cfg, records=records, plan=plan, diffs=diffs)
+
+
+def _diffs(arrays: list, dtype) -> dict:
+    from .formats import get_format
+    from .metrics import ulp_distance
+
+    fmt = get_format(dtype)
+    out = {}
+    for o in arrays[0]:
+        a0 = arrays[0][o].astype(np.float64)
+        nd, mx, mu = 0, 0.0, 0.0
+        diff_any = np.zeros(a0.shape, dtype=bool)
+        for a in arrays[1:]:
+            a = a[o].astype(np.float64)
+            neq = (a.view(np.uint64) != a0.view(np.uint64)) if a.shape == a0.shape else np.ones(a0.shape, bool)
+            diff_any |= neq
+            if neq.any():
+                with np.errstate(invalid="ignore"):
+                    mx = max(mx, float(np.nanmax(np.abs(a - a0)[neq])))
+                mu = max(mu, float(np.max(ulp_distance(a0[neq], a[neq], fmt))))
+        nd = int(diff_any.sum())
+        out[o] = (nd, mx, mu)
+    return out
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _parse_sizes(text: str | None) -> dict:
+    if not text:
+        return {}
+    out = {}
+    for part in text.split(","):
+        k, sep, v = part.partition("=")
+        if not sep or not k.strip():
+            raise ValueError(f"--sizes: {part!r} is not key=value (e.g. --sizes batch=4,hidden=64)")
+        try:
+            out[k.strip()] = int(v)
+        except ValueError:
+            try:
+                out[k.strip()] = float(v)
+            except ValueError:
+                out[k.strip()] = v.strip()
+    return out
+
+
+def _cmd(args) -> int:
+    rep = check_determinism(args.model, dtype=args.dtype, mode=args.mode, runs=args.runs,
+                            sizes=_parse_sizes(args.sizes), kernels=args.kernels, fusion=args.fusion,
+                            order=args.order, seed=args.seed, input_kind=args.input_kind,
+                            input_seed=args.input_seed)
+    if args.json:
+        print(json.dumps({"config": rep.config, "compile_deterministic": rep.compile_deterministic,
+                          "execution_deterministic": rep.execution_deterministic,
+                          "records": [r.to_json() for r in rep.records],
+                          "diffs": rep.diffs,
+                          "plan": [h.__dict__ for h in rep.plan]}, indent=1))
+    else:
+        print(rep)
+    return 0 if rep.ok else 1
+
+
+def add_check_parser(check_subparsers) -> argparse.ArgumentParser:
+    """Register ``determinism`` under ``numlab check`` (called by
+    ``numlab/cli_check.py``).  Exit code 0 when both layers are
+    deterministic, 1 otherwise."""
+    p = check_subparsers.add_parser(
+        "determinism", help="compile and run MODEL in N processes; compare fingerprints and bits",
+        description="Compile determinism (same fingerprint and plan in every process) and execution "
+                    "determinism (same output bits), each process with its own PYTHONHASHSEED.")
+    p.add_argument("model", metavar="MODEL", help="a zoo model (numlab.zoo.MODELS)")
+    p.add_argument("--dtype", default="fp16", help="storage format (default fp16)")
+    p.add_argument("--mode", default="fused", choices=_EXEC_MODES, help="execution mode (default fused)")
+    p.add_argument("--runs", type=int, default=3, help="processes (default 3, >= 2)")
+    p.add_argument("--sizes", default=None, help="model sizes, e.g. batch=4,hidden=64")
+    p.add_argument("--kernels", default=None, choices=KERNEL_PRESETS, help="kernel-spec preset")
+    p.add_argument("--fusion", default=None, help=f"fusion preset: {', '.join(FUSION_PRESETS)}")
+    p.add_argument("--order", default=None,
+                   help="reduction order for every reduction: 'atomic' (schedule order; unseeded without "
+                        "--seed) or an order string such as 'pairwise', 'shuffled(3)'")
+    p.add_argument("--seed", type=int, default=None, help="schedule seed (default none)")
+    p.add_argument("--input-kind", default="normal", help="zoo.make_inputs kind (default normal)")
+    p.add_argument("--input-seed", type=int, default=0, help="input seed (default 0)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(func=_cmd)
+    return p
+
+
+def _worker_main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m numlab.determinism")
+    ap.add_argument("--worker", required=True, help="JSON configuration")
+    ap.add_argument("--save", default=None, help="save the outputs (.npz) here")
+    a = ap.parse_args(argv)
+    rec = run_once(json.loads(a.worker), save=a.save)
+    print(json.dumps(rec.to_json()))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised through subprocesses
+    sys.exit(_worker_main())
