@@ -552,6 +552,9 @@ class _Tracer:
             if not isinstance(t, Tensor) or t._tracer is not self:
                 raise TypeError(f"output {oname!r} must be a symbolic tensor of this trace, got {t!r}")
             if oname is None:
+                if t.name in self.inputs:  # fn returned an input unchanged: identity node
+                    t = self.emit("reshape", [t], {"shape": t.shape})
+                    nodes.append(self.nodes[-1])
                 outs.append(t.name)
                 continue
             if t.name in self.inputs or (t.name in self.renames and self.renames[t.name] != oname):

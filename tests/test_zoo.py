@@ -1,0 +1,227 @@
+"""The zoo: every model traces, evaluates like an independent numpy version,
+decomposes; input kinds are seeded, deterministic and have their stated
+properties."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import numlab as nl
+from numlab import zoo
+from numlab.graph import Graph, decompose, evaluate
+
+
+# independent numpy versions of the models (written from the docstrings)
+def _ln(x, g, b, eps):
+    mu = x.mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps) * g + b
+
+
+def _rms(x, w, eps):
+    return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * w
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def _silu(x):
+    return x / (1 + np.exp(-x))
+
+
+def _np_model(name, i):
+    if name == "layernorm":
+        return {"y": _ln(i["x"], i["gamma"], i["beta"], 1e-5)}
+    if name == "rmsnorm":
+        return {"y": _rms(i["x"], i["weight"], 1e-6)}
+    if name == "softmax":
+        return {"y": _softmax(i["x"])}
+    if name == "log_softmax":
+        return {"y": np.log(_softmax(i["x"]))}
+    if name == "gelu_mlp":
+        return {"y": _gelu_tanh(i["x"] @ i["w"] + i["b"]) * 0.5}
+    if name == "attention_scores":
+        d = i["q"].shape[-1]
+        return {"p": _softmax(i["q"] @ np.swapaxes(i["k"], -1, -2) / math.sqrt(d))}
+    if name == "swiglu":
+        return {"y": (_silu(i["x"] @ i["w_gate"]) * (i["x"] @ i["w_up"])) @ i["w_down"]}
+    if name == "residual_rmsnorm":
+        h = i["x"] + i["residual"]
+        return {"y": _rms(h, i["weight"], 1e-6), "h": h}
+    if name == "transformer_block":
+        x = i["x"]
+        seq, dm = x.shape
+        heads = 2
+        dh = dm // heads
+        h = _ln(x, i["g1"], i["b1"], 1e-5)
+        qkv = h @ i["w_qkv"]
+        q, k, v = (qkv[:, j * dm:(j + 1) * dm].reshape(seq, heads, dh).transpose(1, 0, 2) for j in range(3))
+        p = _softmax(q @ k.transpose(0, 2, 1) / math.sqrt(dh))
+        o = (p @ v).transpose(1, 0, 2).reshape(seq, dm)
+        x1 = x + o @ i["w_o"]
+        f = _gelu_tanh(_rms(x1, i["g2"], 1e-5) @ i["w1"] + i["c1"])
+        return {"y": x1 + f @ i["w2"]}
+    raise AssertionError(name)
+
+
+EXPECTED_MODELS = {"layernorm", "rmsnorm", "softmax", "log_softmax", "gelu_mlp", "attention_scores",
+                   "swiglu", "residual_rmsnorm", "transformer_block"}
+
+
+def test_models_are_the_issue_list():
+    assert set(zoo.MODELS) == EXPECTED_MODELS
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_MODELS))
+@pytest.mark.parametrize("kind", zoo.KINDS)
+def test_model_evaluates_like_independent_numpy_and_decomposes(name, kind):
+    g = zoo.MODELS[name]()
+    assert isinstance(g, Graph) and g.name == name
+    inputs = zoo.make_inputs(g, kind, seed=3)
+    assert list(inputs) == list(g.inputs)
+    got = evaluate(g, inputs)
+    want = _np_model(name, inputs)
+    assert set(got) == set(want) == set(g.outputs)
+    d = decompose(g)
+    got_d = evaluate(d, inputs)
+    for o in g.outputs:
+        assert got[o].shape == want[o].shape == g.node(o).shape
+        scale = np.max(np.abs(want[o]))
+        assert np.max(np.abs(got[o] - want[o])) <= 1e-12 * scale, (name, kind, o)
+        assert np.max(np.abs(got_d[o] - got[o])) <= 1e-12 * scale, (name, kind, o)
+
+
+def test_sizes_change_shapes():
+    g = zoo.attention_scores(batch=2, heads=3, seq=5, head_dim=4)
+    assert g.inputs == {"q": (2, 3, 5, 4), "k": (2, 3, 5, 4)} and g.node("p").shape == (2, 3, 5, 5)
+    assert g.node([n.name for n in g.nodes if n.op == "mul_scalar"][0]).attrs["scalar"] == 0.5
+    g = zoo.transformer_block(seq=4, d_model=12, heads=3, d_ff=7)
+    assert g.node("y").shape == (4, 12)
+    g = zoo.gelu_mlp(batch=3, d_in=5, d_hidden=6, approximate="none", scale=0.25)
+    assert g.node("y").shape == (3, 6) and [n.attrs.get("approximate") for n in g.nodes if n.op == "gelu"] == ["none"]
+    assert zoo.get_model("softmax", n=9).inputs == {"x": (8, 9)}
+
+
+def test_model_ops_cover_the_categories():
+    cats = {n.category for name in zoo.MODELS for n in zoo.MODELS[name]().nodes}
+    assert cats == {"elementwise", "reduction", "data_movement", "matmul", "composite"} - {"reduction"}
+    assert {n.category for n in decompose(zoo.transformer_block()).nodes} == set(nl.ops.CATEGORIES) - {"composite"}
+    assert {n.op for n in zoo.transformer_block().nodes} >= {"split", "reshape", "transpose", "softmax", "layer_norm", "rms_norm", "gelu"}
+
+
+# ---------------------------------------------------------------------------
+# inputs
+# ---------------------------------------------------------------------------
+def test_make_inputs_is_deterministic_per_seed_and_per_input():
+    g = zoo.swiglu()
+    a, b = zoo.make_inputs(g, "normal", seed=7), zoo.make_inputs(g, "normal", seed=7)
+    assert all(np.array_equal(a[k], b[k]) for k in a) and all(v.dtype == np.float64 for v in a.values())
+    c = zoo.make_inputs(g, "normal", seed=8)
+    assert not any(np.array_equal(a[k], c[k]) for k in a)
+    # an input's stream depends on its name and the seed, not on the other inputs
+    g2 = nl.graph.trace(lambda x, w_up: x @ w_up, x=(8, 32), w_up=(32, 64))
+    assert np.array_equal(zoo.make_inputs(g2, seed=7)["w_up"], a["w_up"])
+
+
+_SNIPPET = (
+    "import json, numlab as nl\n"
+    "out = {}\n"
+    "for k in ('near_overflow', 'heavy_tailed'):\n"
+    "    d = nl.zoo.make_inputs(nl.zoo.transformer_block(), k, seed=5)\n"
+    "    out[k] = {n: v.ravel().tolist() for n, v in d.items()}\n"
+    "print(json.dumps(out))\n"
+)
+
+
+def test_make_inputs_same_in_a_fresh_process():
+    env = dict(os.environ, PYTHONHASHSEED="999")
+    res = subprocess.run([sys.executable, "-c", _SNIPPET], capture_output=True, text=True, env=env, check=True)
+    there = json.loads(res.stdout)
+    for k in ("near_overflow", "heavy_tailed"):
+        here = zoo.make_inputs(zoo.transformer_block(), k, seed=5)
+        assert {n: v.ravel().tolist() for n, v in here.items()} == there[k]
+
+
+def test_roles_and_their_distributions():
+    g = zoo.transformer_block(seq=64, d_model=64, heads=2, d_ff=128)
+    roles = {k: g.role(k) for k in g.inputs}
+    assert roles == {"x": "data", "g1": "gamma", "b1": "beta", "w_qkv": "weight", "w_o": "weight",
+                     "g2": "gamma", "w1": "weight", "c1": "beta", "w2": "weight"}
+    i = zoo.make_inputs(g, "uniform", seed=0)
+    assert np.all(np.abs(i["x"]) <= 1) and abs(i["x"].std() - 1 / math.sqrt(3)) < 0.02
+    assert abs(i["w1"].std() * math.sqrt(64) - 1) < 0.05  # N(0, 1/fan_in)
+    assert abs(i["g1"].mean() - 1) < 0.05 and i["g1"].std() < 0.2
+    assert abs(i["c1"].mean()) < 0.05 and 0.05 < i["c1"].std() < 0.15
+    assert zoo.rmsnorm().role("weight") == "gamma"
+    s = zoo.make_inputs(zoo.layernorm(batch=64, hidden=64), "shifted_mean", seed=0)["x"]
+    assert abs(s.mean()) / s.std() > 100
+    h = zoo.make_inputs(zoo.layernorm(batch=64, hidden=64), "heavy_tailed", seed=0)["x"]
+    n = zoo.make_inputs(zoo.layernorm(batch=64, hidden=64), "normal", seed=0)["x"]
+    kurt = lambda v: np.mean((v - v.mean()) ** 4) / v.var() ** 2  # noqa: E731
+    assert abs(kurt(n) - 3) < 0.3 and kurt(h) > 6 and abs(n.mean()) < 0.05 and abs(n.std() - 1) < 0.05
+
+
+def test_index_and_mask_roles():
+    g = nl.graph.trace(lambda x, i, m: nl.ops.where(m, nl.ops.gather(x, i, axis=0), 0.0 * nl.ops.gather(x, i, axis=0)),
+                       x=(5, 3), i=(40,), m=(40, 3))
+    assert g.role("i") == "index" and g.role("m") == "mask"
+    d = zoo.make_inputs(g, seed=1)
+    assert set(np.unique(d["i"])) <= set(range(5)) and len(np.unique(d["i"])) > 1
+    assert set(np.unique(d["m"])) == {0.0, 1.0}
+    evaluate(g, d)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_MODELS))
+def test_near_overflow_brings_the_largest_intermediate_to_half_of_fp16_max(name):
+    g = zoo.MODELS[name]()
+    d = decompose(g)
+    inputs = zoo.make_inputs(g, "near_overflow", seed=2)
+    peak = max(np.max(np.abs(v)) for v in evaluate(d, inputs, all_values=True).values())
+    target = zoo.NEAR_OVERFLOW_FRACTION * nl.FP16.max
+    assert target * (1 - 1e-6) <= peak <= target
+    # and with dtype="fp16" the inputs are fp16 values (ml_dtypes round trip is exact)
+    r = zoo.make_inputs(g, "near_overflow", seed=2, dtype="fp16")
+    for v in r.values():
+        assert np.array_equal(v.astype(np.float16).astype(np.float64), v)
+
+
+def test_dtype_rounds_to_the_format():
+    r = zoo.make_inputs(zoo.softmax(), "normal", seed=0, dtype="bf16")["x"]
+    raw = zoo.make_inputs(zoo.softmax(), "normal", seed=0)["x"]
+    assert np.array_equal(r, raw.astype(ml_dtypes.bfloat16).astype(np.float64)) and not np.array_equal(r, raw)
+    # near_overflow in bf16 targets bf16's max
+    g = zoo.rmsnorm()
+    peak = max(np.max(np.abs(v)) for v in evaluate(decompose(g), zoo.make_inputs(g, "near_overflow", dtype="bf16"), all_values=True).values())
+    assert peak > 1e37 and np.isfinite(peak)
+
+
+def test_bad_arguments():
+    g = zoo.softmax()
+    with pytest.raises(ValueError, match=r"kind='gaussian' is not valid; choose one of \('normal', 'uniform', 'shifted_mean', 'near_overflow', 'heavy_tailed'\)"):
+        zoo.make_inputs(g, "gaussian")
+    with pytest.raises(ValueError, match="seed=-1 must be a non-negative int"):
+        zoo.make_inputs(g, seed=-1)
+    with pytest.raises(ValueError, match=r"unknown model 'mlp'; valid models: \["):
+        zoo.make_inputs("mlp")
+    with pytest.raises(TypeError, match="graph must be a Graph or a model name"):
+        zoo.make_inputs(3)
+    with pytest.raises(ValueError, match="fmt='fp7'"):
+        zoo.make_inputs(g, dtype="fp7")
+    with pytest.raises(ValueError, match="batch must be a positive int, got 0"):
+        zoo.layernorm(batch=0)
+    with pytest.raises(ValueError, match="d_model=10 must be a multiple of heads=3"):
+        zoo.transformer_block(d_model=10, heads=3)
+    assert zoo.make_inputs("softmax")["x"].shape == (8, 64)
