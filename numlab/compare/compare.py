@@ -11,18 +11,23 @@ Columns and formulas
 --------------------
 msit (``msit llm compare``; ``components/utils/cmp_algorithm.py`` and
 ``msit_llm/compare/cmp_utils.py`` of Ascend/msit), with ``g`` golden, ``m``
-mine, both flattened, ``eps32 = 2**-23`` (``torch.finfo(torch.float).eps``):
+mine, both flattened (msit's ``compare_data`` does ``reshape(-1)``) and
+``eps = 2**-52`` (``np.finfo(float).eps``, as msit's numpy ``cmp_algorithm``
+and :mod:`numlab.metrics`; msit's torch variant uses float32's eps):
 
-* ``cosine_similarity`` = ``g.m / (|g| |m|)``; 1.0 when both are all zero.
+* ``cosine_similarity`` = ``g.m / (|g| |m|)``; 1.0 when both are all zero,
+  NaN (with a reason) when one is.
 * ``max_relative_error`` / ``mean_relative_error``: ``|m/g - 1|`` where
-  ``|g| > eps32``, else 0; max / mean over **all** elements.
+  ``|g| > eps``, else 0; max / mean over **all** elements
+  (:func:`numlab.metrics.msit_relative_error`).
 * ``max_absolute_error`` / ``mean_absolute_error``: ``|m - g|`` where
-  ``|g| > eps32``, else 0 (msit masks the absolute error too).
+  ``|g| > eps``, else 0 -- msit masks the absolute error too
+  (:func:`numlab.metrics.msit_absolute_error`).
 * ``kl_divergence`` = ``KL(softmax(g) || softmax(m))`` over the flattened
   tensor (``F.kl_div(log_softmax(m), softmax(g), reduction="sum")``),
   clamped at 0.
 * ``relative_euclidean_distance`` = ``sqrt(sum (m-g)^2 / sum g^2)``; 0 when
-  ``|g| <= eps32``.
+  ``|g| <= eps``.
 * ``cmp_fail_reason``: why a row could not be compared, or notes.
 
 msprobe (``msprobe/core/compare/npy_compare.py``, ``acc_compare.py`` and
@@ -33,7 +38,7 @@ msprobe (``msprobe/core/compare/npy_compare.py``, ``acc_compare.py`` and
   ``Five Thousandths Err Ratio``: relative error ``|m' - g'| / |g'|`` where
   positions with ``g == 0`` get ``eps64 = 2**-52`` added to both ``g`` and
   ``m``; the ratios are the shares of elements with relative error
-  ``< 0.001`` and ``< 0.005``.
+  ``< 0.001`` and ``< 0.005`` (:func:`numlab.metrics.msprobe_relative_error`).
 * ``Accuracy Reached or Not`` (``check_accuracy``): ``No`` if
   ``(Cosine < 0.99 and MaxAbsErr > 0.001)`` or ``Cosine < 0.9`` or
   ``MaxAbsErr > 1``; ``Unmatched`` for a shape mismatch; else ``Yes``
@@ -44,18 +49,23 @@ msprobe (``msprobe/core/compare/npy_compare.py``, ``acc_compare.py`` and
   positions differ, every error metric is NaN and the row fails.
 
 numlab's own columns: ``max_ulp_error`` / ``mean_ulp_error`` =
-``|m - g| / ulp(g)`` in the storage format (``ulp_format``; Goldberg's ulp,
-:func:`numlab.formats.ulp`), ``bitwise_equal_ratio`` (same bits when the
-dtypes agree, else same value and sign, NaN equal to NaN), NaN/inf counts of
-each side, ``error_origin`` and ``inputs``.
+``|m - g| / ulp(g)`` in the storage format (``ulp_format``;
+:func:`numlab.metrics.ulp_error`), ``bitwise_equal_ratio``
+(:func:`numlab.metrics.bitwise_equal`: same bits when the dtypes agree, else
+same float64 bits, NaN equal to NaN), NaN/inf counts of each side,
+``error_origin`` and ``inputs``.
 
 Arithmetic is float64 for every dtype (msit computes in float32, msprobe in
 float64), so digits beyond float32's may differ from msit's own report.
 
 Everything is computed in one streaming pass over chunks of ``chunk_elems``
-elements of the flattened (memory-mapped) arrays: sums, maxima and counts are
-accumulated in float64 and the KL divergence uses an online log-sum-exp, so
-two 2 GB dumps are compared with O(chunk) memory.
+elements of the flattened (memory-mapped) arrays: the elementwise formulas
+come from :mod:`numlab.metrics` and are reduced per chunk (max, sum, count);
+the aggregates numlab.metrics computes on whole arrays (cosine, Euclidean
+distances, KL) are accumulated here in float64 with running scales (no
+overflow) and an online log-sum-exp, so two 2 GB dumps are compared with
+O(chunk) memory.  The tests check every column against numlab.metrics' whole-
+array functions.
 
 First divergence
 ----------------
@@ -84,7 +94,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..formats import Format, get_format, ulp
+from .. import metrics
+from ..formats import Format, get_format
 from .dump import Dump, DumpEntry, DumpError, atomic_write_bytes, describe_graph, load_dump
 
 __all__ = [
@@ -99,9 +110,8 @@ __all__ = [
     "as_dump",
 ]
 
-EPS32 = float(np.finfo(np.float32).eps)  # msit FLOAT_EPSILON (torch.finfo(torch.float).eps)
-EPS64 = float(np.finfo(np.float64).eps)  # msprobe Const.FLOAT_EPSILON (np.finfo(float).eps)
-DEFAULT_CHUNK = 1 << 20
+EPS64 = float(np.finfo(np.float64).eps)  # msit/msprobe FLOAT_EPSILON (np.finfo(float).eps)
+DEFAULT_CHUNK = 1 << 18
 
 MSIT_COLUMNS = [
     "cosine_similarity",
@@ -291,7 +301,7 @@ def compare_arrays(
     thresholds : Thresholds, optional
         For ``Accuracy Reached or Not``.
     chunk_elems : int
-        Elements per chunk (default 2**20: about 8 MB per float64 temporary).
+        Elements per chunk (default 2**18: 2 MB per float64 temporary).
     """
     th = thresholds or Thresholds()
     if not isinstance(chunk_elems, (int, np.integer)) or chunk_elems < 1:
@@ -332,17 +342,18 @@ def compare_arrays(
             fmt = get_format("fp32")
     fmt = get_format(fmt)
     row["ulp_format"] = fmt.name
-    same_bits = g.dtype == m.dtype and g.dtype.itemsize in (1, 2, 4, 8)
-    uint = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(g.dtype.itemsize)
+    if g.dtype.kind == "b":
+        g = g.view(np.uint8)
+    if m.dtype.kind == "b":
+        m = m.view(np.uint8)
 
     gf, mf = _flat_pair(g, m)
-    a = _Acc(same_bits)
+    a = _Acc()
     for s in range(0, n, chunk_elems):
         e = min(n, s + chunk_elems)
         gc = np.asarray(gf[s:e])
         mc = np.asarray(mf[s:e])
-        if same_bits:
-            a.bits_equal += int(np.count_nonzero(gc.view(uint) == mc.view(uint)))
+        a.bits_equal += int(np.count_nonzero(metrics.bitwise_equal(gc, mc)))
         g64 = gc.astype(np.float64)
         m64 = mc.astype(np.float64)
         del gc, mc
@@ -353,6 +364,18 @@ def compare_arrays(
     a.finish(row, reasons, n, th)
     row["cmp_fail_reason"] = " ".join(reasons)
     return row
+
+
+def _safe(c: float) -> bool:
+    """Whether sums of squares of values up to ``c`` in magnitude can be
+    formed unscaled in float64 (no overflow, no underflow)."""
+    return 1e-100 < c < 1e100
+
+
+def _max_sum(mx: float, sm: float, chunk: tuple[float, float], n: int) -> tuple[float, float]:
+    """Combine a chunk's (max, mean) into running (max, sum)."""
+    cmax, cmean = chunk
+    return max(mx, cmax), sm + cmean * n
 
 
 def _dtype_name(dt: np.dtype) -> str:
@@ -366,10 +389,8 @@ def _dtype_name(dt: np.dtype) -> str:
 class _Acc:
     """float64 accumulators of one streaming compare."""
 
-    def __init__(self, same_bits: bool):
-        self.same_bits = same_bits
+    def __init__(self):
         self.bits_equal = 0
-        self.val_equal = 0
         self.g_nan = self.g_inf = self.m_nan = self.m_inf = 0
         self.mismatch = 0
         self.matched_nonfinite = 0
@@ -377,7 +398,9 @@ class _Acc:
         self.g_min = self.m_min = np.inf
         self.g_sum = self.m_sum = 0.0
         self.g_nan_any = self.m_nan_any = False
-        self.dot = self.gg = self.mm = self.d2 = 0.0
+        self.dot = 0.0  # sum of (g/scale_g)(m/scale_m)
+        self.scale = {"g": 0.0, "m": 0.0, "d": 0.0}
+        self.ssq = {"g": 0.0, "m": 0.0, "d": 0.0}
         self.maxabs = 0.0  # msprobe, unmasked
         self.msit_maxrel = self.msit_sumrel = 0.0
         self.msit_maxabs = self.msit_sumabs = 0.0
@@ -385,96 +408,110 @@ class _Acc:
         self.cnt_1e3 = self.cnt_5e3 = 0
         self.max_ulp = self.sum_ulp = 0.0
         # online log-sum-exp for KL(softmax(g) || softmax(m))
-        self.Mg = self.Mm = -np.inf
-        self.Zg = self.Zm = self.Sg = 0.0
+        self.Mg = -np.inf
+        self.Zg = self.Sg = self.Dg = 0.0
 
     def update(self, g: np.ndarray, m: np.ndarray, fmt: Format) -> None:
-        gn, mn = np.isnan(g), np.isnan(m)
-        gi, mi = np.isinf(g), np.isinf(m)
-        ng, nm = int(gn.sum()), int(mn.sum())
-        self.g_nan += ng
-        self.m_nan += nm
-        self.g_inf += int(gi.sum())
-        self.m_inf += int(mi.sum())
-        # value statistics of each side, IEEE (a NaN makes max/min/mean NaN)
-        if not ng:
-            self.g_max = max(self.g_max, float(np.max(g)))
-            self.g_min = min(self.g_min, float(np.min(g)))
-        if not nm:
-            self.m_max = max(self.m_max, float(np.max(m)))
-            self.m_min = min(self.m_min, float(np.min(m)))
-        self.g_nan_any |= bool(ng)
-        self.m_nan_any |= bool(nm)
-        if not self.g_nan_any:
-            self.g_sum += float(np.sum(g))
-        if not self.m_nan_any:
-            self.m_sum += float(np.sum(m))
-        if not self.same_bits:
-            eq = (g == m) & (np.signbit(g) == np.signbit(m))
-            self.val_equal += int(np.count_nonzero(eq | (gn & mn)))
-        nonfin = gn | mn | gi | mi
-        if nonfin.any():
+        sum_g, sum_m = float(np.sum(g)), float(np.sum(m))
+        if math.isfinite(sum_g) and math.isfinite(sum_m):
+            nonfin = None  # a finite sum means no NaN/inf in the chunk
+        else:
+            gn, mn = np.isnan(g), np.isnan(m)
+            gi, mi = np.isinf(g), np.isinf(m)
+            ng, nm = int(np.count_nonzero(gn)), int(np.count_nonzero(mn))
+            self.g_nan += ng
+            self.m_nan += nm
+            self.g_inf += int(np.count_nonzero(gi))
+            self.m_inf += int(np.count_nonzero(mi))
+            self.g_nan_any |= bool(ng)
+            self.m_nan_any |= bool(nm)
+            nonfin = gn | mn | gi | mi
+        # value statistics of each side, IEEE (a NaN makes max/min/mean NaN; finish())
+        gmax, gmin = float(np.max(g)), float(np.min(g))
+        mmax, mmin = float(np.max(m)), float(np.min(m))
+        self.g_max, self.g_min = max(self.g_max, gmax), min(self.g_min, gmin)
+        self.m_max, self.m_min = max(self.m_max, mmax), min(self.m_min, mmin)
+        self.g_sum += sum_g
+        self.m_sum += sum_m
+        if nonfin is not None and nonfin.any():
             bad = (gn != mn) | (gi != mi) | (gi & mi & (g != m))
             nbad = int(np.count_nonzero(bad))
             self.mismatch += nbad
             self.matched_nonfinite += int(np.count_nonzero(nonfin)) - nbad
             g = np.where(nonfin, 0.0, g)
             m = np.where(nonfin, 0.0, m)
-        d = m - g
-        ad = np.abs(d)
-        ag = np.abs(g)
-        self.dot += float(np.dot(g, m))
-        self.gg += float(np.dot(g, g))
-        self.mm += float(np.dot(m, m))
-        self.d2 += float(np.dot(d, d))
-        self.maxabs = max(self.maxabs, float(ad.max()))
-        # msit: relative and absolute error where |g| > eps32, else 0
-        mask = ag > EPS32
-        rel = np.zeros_like(g)
-        np.divide(m, g, out=rel, where=mask)
-        rel = np.abs(rel - 1.0, out=rel)
-        rel[~mask] = 0.0
-        self.msit_maxrel = max(self.msit_maxrel, float(rel.max()))
-        self.msit_sumrel += float(rel.sum())
-        mad = np.where(mask, ad, 0.0)
-        self.msit_maxabs = max(self.msit_maxabs, float(mad.max()))
-        self.msit_sumabs += float(mad.sum())
-        del rel, mad
-        # msprobe: g == 0 -> add eps64 to both
-        z = g == 0
-        if z.any():
-            gz = np.where(z, g + EPS64, g)
-            mz = np.where(z, m + EPS64, m)
-            r = np.abs((mz - gz) / gz)
-            del gz, mz
-        else:
-            r = ad / ag
+            gmax, gmin = float(np.max(g)), float(np.min(g))
+            mmax, mmin = float(np.max(m)), float(np.min(m))
+        # elementwise formulas from numlab.metrics, reduced per chunk
+        self.msit_maxrel, self.msit_sumrel = _max_sum(self.msit_maxrel, self.msit_sumrel,
+                                                      metrics.msit_relative_error(g, m), g.size)
+        self.msit_maxabs, self.msit_sumabs = _max_sum(self.msit_maxabs, self.msit_sumabs,
+                                                      metrics.msit_absolute_error(g, m), g.size)
+        r = metrics.msprobe_relative_error(g, m)
         self.mp_maxrel = max(self.mp_maxrel, float(r.max()))
         self.cnt_1e3 += int(np.count_nonzero(r < 0.001))
         self.cnt_5e3 += int(np.count_nonzero(r < 0.005))
         del r
-        # ULP error in the storage format
-        u = ulp(g, fmt)
-        ue = ad / u
+        ue = metrics.ulp_error(g, m, fmt)
         self.max_ulp = max(self.max_ulp, float(ue.max()))
         self.sum_ulp += float(ue.sum())
-        del u, ue
-        # KL, online log-sum-exp
-        cg = float(g.max())
-        if cg > self.Mg:
-            s = math.exp(self.Mg - cg)
-            self.Zg *= s
-            self.Sg *= s
-            self.Mg = cg
+        del ue
+        d = m - g
+        dmax = float(np.max(np.abs(d)))
+        self.maxabs = max(self.maxabs, dmax)
+        # sums of squares and the dot product with running scales (LAPACK
+        # dnrm2-style), so values near the float64 range neither overflow nor
+        # underflow
+        cg, cm = max(gmax, -gmin), max(mmax, -mmin)
+        self._ssq("g", g, cg)
+        self._ssq("m", m, cm)
+        self._ssq("d", d, dmax)
+        sg, sm = self.scale["g"], self.scale["m"]
+        if sg > 0 and sm > 0:
+            if _safe(cg) and _safe(cm):
+                self.dot += float(np.dot(g, m)) / sg / sm
+            else:
+                self.dot += float(np.dot(g / sg, m / sm))
+        # KL(softmax(g) || softmax(m)) over the flattened tensor, online
+        # log-sum-exp; with delta = m - g and p = softmax(g):
+        #   KL = log E_p[exp(delta)] - E_p[delta] = log1p(E_p[expm1(delta)]) - E_p[delta]
+        # (no cancellation between two log-sum-exps of nearly equal size)
+        if gmax > self.Mg:
+            f = math.exp(self.Mg - gmax)
+            self.Zg *= f
+            self.Sg *= f
+            self.Dg *= f
+            self.Mg = gmax
         eg = np.exp(g - self.Mg)
         self.Zg += float(eg.sum())
-        self.Sg += float(np.dot(eg, g - m))
-        del eg
-        cm = float(m.max())
-        if cm > self.Mm:
-            self.Zm *= math.exp(self.Mm - cm)
-            self.Mm = cm
-        self.Zm += float(np.exp(m - self.Mm).sum())
+        self.Sg += float(np.dot(eg, d))
+        with np.errstate(over="ignore", invalid="ignore"):
+            self.Dg += float(np.dot(eg, np.expm1(d, out=d)))
+        del eg, d
+
+    def _ssq(self, key: str, v: np.ndarray, cmax: float) -> None:
+        """Update the scaled sum of squares ``sum (v/scale)^2`` of ``key``
+        (``cmax`` = max |v| of the chunk); rescales the running dot product
+        when the g or m scale grows."""
+        old = self.scale[key]
+        acc = self.ssq[key]
+        if cmax > old:
+            if old > 0:
+                f = old / cmax
+                acc *= f * f
+                if key in ("g", "m"):
+                    self.dot *= f
+            self.scale[key] = old = cmax
+        if old > 0 and cmax > 0:
+            if _safe(cmax):
+                acc += float(np.dot(v, v)) / old / old
+            else:
+                w = v / old
+                acc += float(np.dot(w, w))
+        self.ssq[key] = acc
+
+    def norm(self, key: str) -> float:
+        return self.scale[key] * math.sqrt(self.ssq[key])
 
     def finish(self, row: dict, reasons: list[str], n: int, th: Thresholds) -> None:
         gnan, mnan = self.g_nan_any, self.m_nan_any
@@ -487,9 +524,9 @@ class _Acc:
             my_mean_value=(np.nan if self.m_nan_any else self.m_sum / n),
             golden_nan=self.g_nan, golden_inf=self.g_inf, my_nan=self.m_nan, my_inf=self.m_inf,
             nonfinite_mismatch=self.mismatch,
-            bitwise_equal_ratio=(self.bits_equal if self.same_bits else self.val_equal) / n,
+            bitwise_equal_ratio=self.bits_equal / n,
         )
-        gnorm, mnorm = math.sqrt(self.gg), math.sqrt(self.mm)
+        gnorm, mnorm, dnorm = self.norm("g"), self.norm("m"), self.norm("d")
         if gnorm <= EPS64 and mnorm <= EPS64:
             cos = 1.0
         elif mnorm <= EPS64:
@@ -499,8 +536,9 @@ class _Acc:
             cos = np.nan
             reasons.append("Cannot compare by Cosine Similarity, all the data is zero in golden dump data.")
         else:
-            cos = self.dot / (gnorm * mnorm)
-        kl = self.Sg / self.Zg + (self.Mm + math.log(self.Zm)) - (self.Mg + math.log(self.Zg))
+            cos = min(1.0, max(-1.0, self.dot / (math.sqrt(self.ssq["g"]) * math.sqrt(self.ssq["m"]))))
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            kl = float(np.log1p(self.Dg / self.Zg) - self.Sg / self.Zg)
         metrics = {
             "cosine_similarity": cos,
             "max_relative_error": self.msit_maxrel,
@@ -508,8 +546,8 @@ class _Acc:
             "max_absolute_error": self.msit_maxabs,
             "mean_absolute_error": self.msit_sumabs / n,
             "kl_divergence": max(kl, 0.0),
-            "relative_euclidean_distance": 0.0 if gnorm <= EPS32 else math.sqrt(self.d2 / self.gg),
-            "EucDist": math.sqrt(self.d2),
+            "relative_euclidean_distance": 0.0 if gnorm <= EPS64 else dnorm / gnorm,
+            "EucDist": dnorm,
             "MaxAbsErr": self.maxabs,
             "MaxRelativeErr": self.mp_maxrel,
             "One Thousandth Err Ratio": self.cnt_1e3 / n,
@@ -592,10 +630,11 @@ def _block_maps(*dumps: Dump) -> tuple[dict[str, dict], dict[str, str]]:
     member_of: dict[str, str] = {}
     for d in dumps:
         for bname, b in d.blocks.items():
-            members = list(b.get("members") or [])
-            if not members:
+            members = list(b.get("members") or []) if isinstance(b, Mapping) else []
+            if len(members) < 2 or bname in blocks:  # only fused blocks; mine's win
                 continue
-            blocks.setdefault(bname, {"members": members, "kind": b.get("kind")})
+            blocks[bname] = {"members": members, "kind": b.get("kind"),
+                             "outputs": list(b.get("outputs") or members[-1:])}
             for mem in members:
                 member_of.setdefault(mem, bname)
     return blocks, member_of
@@ -642,7 +681,6 @@ def compare_dumps(
     if fmt is None:
         fmt = md.storage_format
     blocks, member_of = _block_maps(md, gd)
-    last_of = {b["members"][-1]: bname for bname, b in blocks.items()}
 
     def keyed(d: Dump) -> dict[str, str]:
         out = {}
@@ -652,15 +690,10 @@ def compare_dumps(
         return out
 
     gk, mk = keyed(gd), keyed(md)
-    order: list[str] = []
-    seen: set[str] = set()
-    for src in (gd.order if gd.manifest else [], md.order if md.manifest else []):
-        for k in src:
-            if k not in seen:
-                seen.add(k)
-                order.append(k)
-    rest = sorted((set(gk) | set(mk)) - seen, key=_natural_key)
-    order.extend(rest)
+    lists = [d.order for d in (md, gd) if d.manifest and d.manifest.get("order")]
+    order = _merge_orders(lists)
+    seen = set(order)
+    order.extend(sorted((set(gk) | set(mk)) - seen, key=_natural_key))
 
     def info(name: str) -> dict:
         i = gd.node_info(name) or md.node_info(name)
@@ -678,18 +711,18 @@ def compare_dumps(
     for key in order:
         gname, mname = gk.get(key), mk.get(key)
         meta = info(key)
-        block = member_of.get(key) or meta.get("block") or ""
+        block = member_of.get(key, "")
         base = {
             "node": key, "op": meta.get("op", ""), "category": meta.get("category") or "",
             "block": block or "",
         }
         if gname is None and mname is None:
-            if block and key not in last_of:
-                last = blocks[block]["members"][-1]
+            if block and key not in _block_outputs(blocks, block):
+                outs = ", ".join(_block_outputs(blocks, block))
                 rows.append(_blank_row(
                     **base, match="inside_block",
                     cmp_fail_reason=f"fused into block {block}; no dump of its own, the block output "
-                                    f"is compared at node {last}.",
+                                    f"is compared at node {outs}.",
                 ))
             continue
         if gname is not None and mname is not None:
@@ -699,13 +732,12 @@ def compare_dumps(
                 row["cmp_fail_reason"] = (f"my {mname} (block output) matched to its last member {key}. "
                                           + row.get("cmp_fail_reason", "")).strip()
         elif gname is not None:
-            b_mine = member_of.get(key) if member_of.get(key) in md.blocks else None
-            if b_mine and key != md.blocks[b_mine]["members"][-1] and \
-                    md.blocks[b_mine]["members"][-1] in mk:
-                last = md.blocks[b_mine]["members"][-1]
+            b_mine = member_of.get(key)
+            if b_mine and key not in _block_outputs(blocks, b_mine):
+                outs = ", ".join(_block_outputs(blocks, b_mine))
                 row = _blank_row(**base, match="inside_block",
                                  cmp_fail_reason=f"fused into block {b_mine}; no dump of its own in my "
-                                                 f"data, the block output is compared at node {last}.")
+                                                 f"data, the block output is compared at node {outs}.")
             else:
                 row = _blank_row(**base, match="missing_mine",
                                  cmp_fail_reason="No my data matched (node missing from my dump).")
@@ -722,6 +754,30 @@ def compare_dumps(
     report = CompareReport(rows, str(gd.path), str(md.path), th, notes)
     _mark_origins(report, gd, md, blocks, member_of)
     return report
+
+
+def _merge_orders(lists: list[list[str]]) -> list[str]:
+    """Merge topological orders: the longest first, then every name missing
+    from it inserted right after its predecessor in its own list."""
+    if not lists:
+        return []
+    lists = sorted(lists, key=len, reverse=True)
+    out = list(dict.fromkeys(lists[0]))
+    pos = {k: i for i, k in enumerate(out)}
+    for lst in lists[1:]:
+        prev = None
+        for k in lst:
+            if k not in pos:
+                at = 0 if prev is None else out.index(prev) + 1
+                out.insert(at, k)
+                pos = {kk: i for i, kk in enumerate(out)}
+            prev = k
+    return out
+
+
+def _block_outputs(blocks: dict, bname: str) -> list[str]:
+    b = blocks[bname]
+    return list(b.get("outputs") or b["members"][-1:])
 
 
 def _path_of(d: Dump, name: str) -> str:
@@ -786,10 +842,14 @@ def _mark_origins(report: CompareReport, gd: Dump, md: Dump, blocks, member_of) 
     def direct_inputs(key: str) -> list[str]:
         r = by_node.get(key)
         b = r.get("block") if r else None
-        if b and b in blocks and blocks[b]["members"][-1] == key:
-            members = set(blocks[b]["members"])
+        if b and b in blocks and key in blocks[b]["members"]:
+            # a fused block output: the block's external inputs read by the
+            # members up to this one
+            mem_list = blocks[b]["members"]
+            upto = mem_list[: mem_list.index(key) + 1]
+            members = set(mem_list)
             out = []
-            for mem in blocks[b]["members"]:
+            for mem in upto:
                 for i in node_inputs(mem):
                     if i not in members and i not in out:
                         out.append(i)

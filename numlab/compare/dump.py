@@ -13,7 +13,8 @@ Layout of a dump directory::
      "fingerprint": "<sha256 of the run>", "model": ..., "seed": ...,
      "order": [node names in topological order],
      "graph_inputs": [...], "graph_outputs": [...],
-     "blocks": {block name: {"members": [...], "kind": ...}},
+     "blocks": {block name: {"members": [...], "kind": ..., "outputs": [...],
+                             "codegen": bool}},
      "nodes": {node: {"file", "op", "category", "block", "inputs",
                       "dtype", "container", "encoding", "shape",
                       "sha256", "bytes"}}}
@@ -395,7 +396,12 @@ def describe_graph(graph, plan=None) -> tuple[dict[str, dict], dict]:
         blocks = {}
         for b in getattr(plan, "blocks", []) or []:
             members = list(getattr(b, "members", []))
-            blocks[b.name] = {"members": members, "kind": getattr(b, "kind", None)}
+            blocks[b.name] = {
+                "members": members,
+                "kind": getattr(b, "kind", None),
+                "outputs": list(getattr(b, "outputs", None) or members[-1:]),
+                "codegen": getattr(b, "codegen", None),
+            }
             for m in members:
                 block_of[m] = b.name
         run_meta["blocks"] = blocks

@@ -1,0 +1,270 @@
+"""Dumps: format, atomic writes, no overwrite without force, checksums, loading."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from types import SimpleNamespace
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import numlab
+from numlab.compare import dump as D
+from numlab.compare.dump import (
+    MANIFEST,
+    Dump,
+    DumpError,
+    dump_run,
+    file_name_for,
+    load_dump,
+    write_dump,
+)
+
+DTYPES = [np.float16, np.float32, np.float64, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn,
+          ml_dtypes.float8_e5m2, np.int32, np.bool_]
+
+
+def _arrays(seed=0):
+    rng = np.random.default_rng(seed)
+    out = {}
+    for i, dt in enumerate(DTYPES):
+        a = rng.standard_normal((3, 5)) * 4
+        if dt is np.bool_:
+            a = a > 0
+        out[f"n{i}_{np.dtype(dt).name}"] = a.astype(dt)
+    # special values survive bit for bit
+    out["special_fp16"] = np.array([np.nan, -np.inf, np.inf, -0.0, 0.0, 6e-8, 65504], np.float16)
+    out["special_bf16"] = np.array([np.nan, -np.inf, -0.0, 1e-40], dtype=ml_dtypes.bfloat16)
+    return out
+
+
+def _bits(a):
+    a = np.asarray(a)
+    return np.ascontiguousarray(a).view(np.uint8)
+
+
+def _fake_result():
+    """A RunResult-like object (the contract's attributes) for a 4-node chain
+    x -> a -> b -> c -> d where b, c are fused into block b1."""
+    node = lambda name, op, ins: SimpleNamespace(name=name, op=op, inputs=tuple(ins))  # noqa: E731
+    graph = SimpleNamespace(
+        inputs={"x": (4,)},
+        nodes=[node("a", "exp", ["x"]), node("b", "mul", ["a", "x"]), node("c", "add", ["b", "x"]),
+               node("d", "tanh", ["c"])],
+        outputs=["d"],
+    )
+    blocks = [SimpleNamespace(name="b0", members=["a"], kind="elementwise", outputs=["a"]),
+              SimpleNamespace(name="b1", members=["b", "c"], kind="elementwise", outputs=["c"]),
+              SimpleNamespace(name="b2", members=["d"], kind="elementwise", outputs=["d"])]
+    plan = SimpleNamespace(blocks=blocks)
+    vals = {k: np.arange(4, dtype=np.float16) + i for i, k in enumerate(["a", "c", "d"])}
+    return SimpleNamespace(values=vals, graph=graph, plan=plan, mode="fused", dtype=numlab.FP16,
+                           fingerprint="f" * 64)
+
+
+# --------------------------------------------------------------------------
+def test_roundtrip_bit_exact_every_dtype(tmp_path):
+    arrays = _arrays()
+    write_dump(tmp_path / "d", arrays, run_meta={"mode": "eager", "dtype": "fp16"})
+    d = load_dump(tmp_path / "d")
+    assert set(d.names) == set(arrays)
+    for name, a in arrays.items():
+        b = d.array(name)
+        assert b.dtype == a.dtype, name
+        assert b.shape == a.shape
+        assert np.array_equal(_bits(a), _bits(b)), name
+        assert isinstance(d.array(name), np.memmap)  # read memory-mapped
+        assert not isinstance(d.array(name, mmap=False), np.memmap)
+    # bf16/fp8 are stored as their bit patterns, readable by plain numpy
+    m = json.loads((tmp_path / "d" / MANIFEST).read_text())
+    e = m["nodes"]["n3_bfloat16"]
+    assert (e["encoding"], e["container"], e["dtype"]) == ("bits", "uint16", "bf16")
+    assert np.load(tmp_path / "d" / e["file"]).dtype == np.uint16
+    assert m["nodes"]["n0_float16"]["encoding"] == "npy"
+
+
+def test_manifest_fields_and_checksums(tmp_path):
+    res = _fake_result()
+    dump_run(res, tmp_path / "run", model="chain", seed=3)
+    m = json.loads((tmp_path / "run" / MANIFEST).read_text())
+    assert m["numlab_version"] == numlab.__version__
+    assert (m["mode"], m["dtype"], m["fingerprint"], m["model"], m["seed"]) == (
+        "fused", "fp16", "f" * 64, "chain", 3)
+    assert m["order"] == ["a", "b", "c", "d"]
+    assert m["blocks"]["b1"]["members"] == ["b", "c"]
+    assert m["blocks"]["b1"]["outputs"] == ["c"]
+    assert set(m["nodes"]) == {"a", "c", "d"}
+    # the fused-away node keeps its graph metadata for first-divergence tracing
+    assert m["graph"]["b"]["inputs"] == ["a", "x"]
+    for name, e in m["nodes"].items():
+        for key in ("file", "op", "block", "inputs", "dtype", "shape", "sha256", "bytes"):
+            assert key in e, (name, key)
+        raw = (tmp_path / "run" / e["file"]).read_bytes()
+        assert hashlib.sha256(raw).hexdigest() == e["sha256"]  # independent hash
+        assert len(raw) == e["bytes"]
+        assert e["shape"] == [4] and e["dtype"] == "fp16"
+    assert m["nodes"]["c"]["block"] == "b1" and m["nodes"]["c"]["op"] == "add"
+    d = load_dump(tmp_path / "run")
+    assert d.storage_format is numlab.FP16
+    assert d.order == ["a", "b", "c", "d"]
+
+
+def test_dump_run_rejects_bad_input(tmp_path):
+    with pytest.raises(TypeError, match="values"):
+        dump_run(object(), tmp_path / "x")
+    with pytest.raises(ValueError, match="nodes=.*zz"):
+        dump_run(_fake_result(), tmp_path / "x", nodes=["a", "zz"])
+    with pytest.raises(TypeError, match="cannot be dumped"):
+        write_dump(tmp_path / "y", {"s": np.array(["a", "b"])})
+    assert not (tmp_path / "y").exists()
+
+
+def test_never_overwrites_without_force(tmp_path):
+    p = tmp_path / "d"
+    write_dump(p, {"a": np.ones(3, np.float32)})
+    before = (p / MANIFEST).read_bytes()
+    with pytest.raises(FileExistsError, match="force"):
+        write_dump(p, {"b": np.zeros(3, np.float32)})
+    assert (p / MANIFEST).read_bytes() == before
+    assert load_dump(p).names == ["a"]
+    write_dump(p, {"b": np.zeros(3, np.float32)}, force=True)
+    assert load_dump(p).names == ["b"]
+    assert not (p / file_name_for("a")).exists()  # the old dump is gone, not merged
+    # an existing empty directory is fine without force
+    (tmp_path / "empty").mkdir()
+    write_dump(tmp_path / "empty", {"a": np.ones(2)})
+    # a file in the way is an error
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(FileExistsError, match="not a directory"):
+        write_dump(tmp_path / "file", {"a": np.ones(2)})
+    # no staging or temporary leftovers
+    assert [q.name for q in tmp_path.iterdir() if q.name.startswith(".")] == []
+
+
+def test_atomic_on_failure(tmp_path, monkeypatch):
+    p = tmp_path / "d"
+    write_dump(p, {"a": np.ones(3, np.float32)})
+    calls = {"n": 0}
+    real = D.atomic_save_npy
+
+    def flaky(path, arr):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError("disk full")
+        return real(path, arr)
+
+    monkeypatch.setattr(D, "atomic_save_npy", flaky)
+    with pytest.raises(OSError, match="disk full"):
+        write_dump(p, {"x": np.ones(2), "y": np.ones(2)}, force=True)
+    # the old dump is intact and nothing half-written is left around
+    assert load_dump(p).names == ["a"]
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["d"]
+    calls["n"] = 0
+    with pytest.raises(OSError, match="disk full"):
+        write_dump(tmp_path / "new", {"x": np.ones(2), "y": np.ones(2)})
+    assert not (tmp_path / "new").exists()
+
+
+def test_atomic_file_write_leaves_no_temp(tmp_path, monkeypatch):
+    def boom(*a, **k):
+        raise RuntimeError("interrupted")
+
+    monkeypatch.setattr(np, "save", boom)
+    with pytest.raises(RuntimeError):
+        D.atomic_save_npy(tmp_path / "a.npy", np.ones(3))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_and_corrupt_reported_by_name(tmp_path):
+    p = tmp_path / "d"
+    write_dump(p, {"ok": np.ones(4, np.float32), "gone": np.ones(4, np.float32),
+                   "flipped": np.arange(8, dtype=np.float32), "short": np.ones(64, np.float32)})
+    m = json.loads((p / MANIFEST).read_text())
+    os.remove(p / m["nodes"]["gone"]["file"])
+    f = p / m["nodes"]["flipped"]["file"]
+    raw = bytearray(f.read_bytes())
+    raw[-1] ^= 0x01
+    f.write_bytes(bytes(raw))
+    s = p / m["nodes"]["short"]["file"]
+    s.write_bytes(s.read_bytes()[:-10])
+    with pytest.raises(DumpError) as ei:
+        load_dump(p)
+    msg = str(ei.value)
+    for name in ("gone", "flipped", "short"):
+        assert name in msg
+    assert "ok" not in ei.value.problems
+    assert "missing file" in ei.value.problems["gone"]
+    assert "sha256" in ei.value.problems["flipped"]
+    assert "truncated" in ei.value.problems["short"]
+    d = load_dump(p, strict=False)
+    assert set(d.problems) == {"gone", "flipped", "short"}
+    assert np.array_equal(d.array("ok"), np.ones(4, np.float32))
+    with pytest.raises(DumpError, match="flipped"):
+        d.array("flipped")
+    # without verification the flipped file loads (its size is unchanged)
+    d2 = load_dump(p, strict=False, verify=False)
+    assert "flipped" not in d2.problems and "gone" in d2.problems
+
+
+def test_bad_manifest(tmp_path):
+    p = tmp_path / "d"
+    write_dump(p, {"a": np.ones(2, np.float32)})
+    (p / MANIFEST).write_text("{not json")
+    with pytest.raises(DumpError, match="manifest"):
+        load_dump(p)
+    d = load_dump(p, strict=False)  # falls back to the plain folder
+    assert d.manifest is None and d.names == ["a"] and "unreadable" in d.notes[0]
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_dump(tmp_path / "nope")
+
+
+def test_plain_folder_and_single_file(tmp_path):
+    p = tmp_path / "other_tool"
+    (p / "layer1").mkdir(parents=True)
+    np.save(p / "a.npy", np.ones(3, np.float32))
+    np.save(p / "layer1" / "b.npy", np.zeros(2))
+    np.save(p / "bf.npy", np.array([1.5, -2], dtype=ml_dtypes.bfloat16))  # saved as |V2
+    (p / ".hidden").mkdir()
+    np.save(p / ".hidden" / "c.npy", np.ones(1))
+    d = load_dump(p)
+    assert d.manifest is None
+    assert d.names == ["a", "bf", "layer1/b"]
+    bf = d.array("bf")
+    assert bf.dtype == ml_dtypes.bfloat16 and list(bf.astype(float)) == [1.5, -2.0]
+    one = load_dump(p / "a.npy")
+    assert one.names == ["a"] and np.array_equal(one.array("a"), np.ones(3))
+    # unreadable file: reported when read, by node and path
+    (p / "junk.npy").write_bytes(b"not an npy file")
+    d = load_dump(p)
+    with pytest.raises(DumpError, match="junk.*unreadable"):
+        d.array("junk")
+
+
+def test_dump_repr_and_contains(tmp_path):
+    write_dump(tmp_path / "d", {"a": np.ones(2)})
+    d = load_dump(tmp_path / "d")
+    assert isinstance(d, Dump) and "a" in d and len(d) == 1 and "1 nodes" in repr(d)
+    with pytest.raises(KeyError, match="zz"):
+        d.array("zz")
+
+
+@given(st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=20, unique=True))
+def test_file_names_safe_and_distinct(names):
+    files = [file_name_for(n) for n in names]
+    for f in files:
+        assert re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]*\.npy", f), f
+        assert f != MANIFEST
+    assert len(set(files)) == len(files)
+
+
+def test_file_name_for_plain_and_bad():
+    assert file_name_for("layer_norm_0") == "layer_norm_0.npy"
+    assert file_name_for("a/b") != file_name_for("a_b")
+    with pytest.raises(ValueError, match="node"):
+        file_name_for("")
