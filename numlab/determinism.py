@@ -273,26 +273,37 @@ def run_once(cfg: dict, *, save: str | None = None) -> RunRecord:
     fusion = _fusion(cfg["fusion"])
     order, seed = cfg["order"], cfg["seed"]
     order_seed = None
+    library = None
+    fused = mode in ("fused", "emulated_casts")
     if order is not None and mode != "reference":
         if spec is None:
             spec = K.KernelSpec.handwritten() if mode == "eager" else K.KernelSpec.codegen()
         if order == "atomic":
             order_seed = int(seed) if seed is not None else int(np.random.SeedSequence().entropy % 2**31)
-            spec_run = replace(spec, reduce_order=K.Shuffled(order_seed))
+            o = K.Shuffled(order_seed)
         else:
-            spec_run = replace(spec, reduce_order=order)
+            o = order
+        spec_run = replace(spec, reduce_order=o)
+        if fused:  # library calls inside the fused graph (blocks the code generator does not take) too
+            library = replace(K.KernelSpec.handwritten(), reduce_order=o)
     else:
         spec_run = spec
     kw = {} if mode == "reference" else {"kernels": spec_run}
+    if library is not None:
+        kw["library"] = library
     if fusion is not None:
         kw["fusion"] = fusion
-    res = execute.run(graph, inputs, mode=mode, dtype=cfg["dtype"], seed=seed, **kw)
+    # an atomic order is replayed by its schedule seed: the run gets it as ``seed`` (execute
+    # reseeds each node's Shuffled order from it), so seed=<drawn> reproduces an unseeded run
+    run_seed = order_seed if order_seed is not None else seed
+    res = execute.run(graph, inputs, mode=mode, dtype=cfg["dtype"], seed=run_seed, **kw)
     fp = res.fingerprint
     if order == "atomic" and mode != "reference":
         # the compiled kernel says "atomic adds"; the order itself is a run-time event
         declared = execute.fingerprint(res.source, mode=res.mode, dtype=res.dtype,
                                        kernels=replace(res.kernels, reduce_order=None),
-                                       library=res.library, fusion=res.fusion, align=res.align)
+                                       library=None if res.library is None else replace(res.library, reduce_order=None),
+                                       fusion=res.fusion, align=res.align)
         fp = hashlib.sha256(f"{declared}|reduce_order=atomic".encode()).hexdigest()
     outs = {k: _digest(np.asarray(v)) for k, v in res.outputs.items()}
     if save:

@@ -1,0 +1,133 @@
+"""Tests of numlab.determinism: compile and execution determinism across
+processes, the atomic order breaking the second layer, replay, the plan, CLI."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pytest
+
+from numlab import determinism as D
+from numlab import execute, zoo
+from numlab import kernels as K
+
+
+def test_default_fused_run_is_deterministic_across_processes():
+    rep = D.check_determinism("softmax", dtype="fp16", mode="fused", runs=3)
+    assert rep.runs == 3
+    assert [r.hashseed for r in rep.records] == ["0", "1", "2"]
+    assert len({r.pid for r in rep.records}) == 3
+    assert rep.compile_deterministic and rep.execution_deterministic and rep.ok
+    # the worker's fingerprint is execute.run's fingerprint for the same inputs, in this process too
+    g = zoo.MODELS["softmax"]()
+    res = execute.run(g, zoo.make_inputs(g, seed=0), mode="fused", dtype="fp16")
+    assert rep.records[0].fingerprint == res.fingerprint
+    assert rep.records[0].outputs["y"] == D._digest(res.outputs["y"])
+    assert not any(h.active for h in rep.plan)
+
+
+def test_unseeded_atomic_order_breaks_execution_not_compile_determinism():
+    rep = D.check_determinism("softmax", dtype="fp32", mode="eager", runs=3, order="atomic")
+    assert rep.compile_deterministic
+    assert not rep.execution_deterministic and not rep.ok
+    seeds = [r.order_seed for r in rep.records]
+    assert len(set(seeds)) == 3
+    active = [h.option for h in rep.plan if h.active]
+    assert active == ["reduce order 'atomic' without a seed"]
+    # replay each process in this one with its drawn seed: same bits (a seeded schedule is a replay)
+    g = zoo.MODELS["softmax"]()
+    x = zoo.make_inputs(g, seed=0)
+    outs = []
+    for r in rep.records:
+        spec = K.KernelSpec.handwritten(reduce_order=K.Shuffled(r.order_seed))
+        y = execute.run(g, x, mode="eager", dtype="fp32", kernels=spec, seed=r.order_seed).outputs["y"]
+        assert D._digest(y) == r.outputs["y"]
+        assert D.run_once(D._config("softmax", "fp32", "eager", order="atomic", seed=r.order_seed)).outputs == r.outputs
+        outs.append(y)
+    # the reported diff counts, recomputed independently from the replays
+    differ = np.zeros(outs[0].shape, bool)
+    for y in outs[1:]:
+        differ |= y.view(np.uint32) != outs[0].view(np.uint32)
+    n, mx, mu = rep.diffs["y"]
+    assert n == int(differ.sum()) > 0
+    assert mx == max(float(np.abs(y.astype(np.float64) - outs[0]).max()) for y in outs[1:])
+    assert mu >= 1
+    assert "execution determinism: NO" in str(rep)
+
+
+def test_seeded_atomic_order_is_deterministic():
+    rep = D.check_determinism("softmax", dtype="fp32", mode="eager", runs=2, order="atomic", seed=5)
+    assert rep.ok and [r.order_seed for r in rep.records] == [5, 5]
+    assert not any(h.active for h in rep.plan)
+
+
+def test_run_once_in_process_matches_and_fused_library_gets_the_order():
+    cfg = D._config("rmsnorm", "fp32", "fused", order="atomic", seed=3)
+    a, b = D.run_once(cfg), D.run_once(cfg)
+    assert a.outputs == b.outputs and a.fingerprint == b.fingerprint
+    c = D.run_once(D._config("rmsnorm", "fp32", "fused", order="atomic", seed=4))
+    assert c.fingerprint == a.fingerprint          # the seed is a run-time input
+    assert c.outputs != a.outputs                  # ... that changes the bits
+    d = D.run_once(D._config("rmsnorm", "fp32", "fused", order="pairwise"))
+    assert d.fingerprint != a.fingerprint          # a different compiled order is a different kernel
+
+
+def test_report_logic_on_differing_records():
+    def rec(fp, plan, y):
+        return D.RunRecord(fingerprint=fp, plan_digest=plan, outputs={"y": y}, order_seed=None,
+                           hashseed="0", pid=1)
+    cfg = D._config("softmax", "fp16", "fused")
+    same = D.DeterminismReport(cfg, [rec("a", "p", "h"), rec("a", "p", "h")], [])
+    assert same.ok
+    assert not D.DeterminismReport(cfg, [rec("a", "p", "h"), rec("b", "p", "h")], []).compile_deterministic
+    assert not D.DeterminismReport(cfg, [rec("a", "p", "h"), rec("a", "q", "h")], []).compile_deterministic
+    r = D.DeterminismReport(cfg, [rec("a", "p", "h"), rec("a", "p", "g")], [])
+    assert r.compile_deterministic and not r.execution_deterministic
+
+
+def test_plan_lists_every_hazard():
+    plan = D.determinism_plan()
+    names = " | ".join(h.option for h in plan)
+    for needle in ("atomic", "race", "PYTHONHASHSEED", "stochastic", "split-K", "shuffled"):
+        assert needle in names
+    assert {h.layer for h in plan} == {"compile", "execution"}
+    assert not any(h.active for h in plan)
+    assert [h.active for h in D.determinism_plan(order="atomic")].count(True) == 1
+    assert not any(h.active for h in D.determinism_plan(order="atomic", seed=1))
+    assert not any(h.active for h in D.determinism_plan(order="atomic", mode="reference"))
+    assert "the spec uses it" in str(D.determinism_plan(kernels=K.KernelSpec.codegen(matmul_mode="split_k"))[4])
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(model="nope"), "valid models"),
+    (dict(runs=1), "runs"),
+    (dict(mode="jit"), "valid modes"),
+    (dict(kernels="fast"), "preset"),
+    (dict(fusion="xla"), "preset"),
+    (dict(mode="eager", fusion="default"), "fusion="),
+    (dict(order="zigzag"), "zigzag"),
+    (dict(seed=-1), "seed"),
+    (dict(dtype="fp12"), "fp12"),
+])
+def test_bad_arguments(kw, match):
+    args = dict(model="softmax", runs=2) | kw
+    with pytest.raises(ValueError, match=match):
+        D.check_determinism(**args)
+
+
+def test_check_parser_exit_codes(capsys):
+    ap = argparse.ArgumentParser(prog="numlab check")
+    sub = ap.add_subparsers(dest="what")
+    D.add_check_parser(sub)
+    args = ap.parse_args(["determinism", "softmax", "--runs", "2"])
+    assert args.func(args) == 0
+    assert "compile determinism:   yes" in capsys.readouterr().out
+    args = ap.parse_args(["determinism", "softmax", "--runs", "2", "--dtype", "fp32", "--mode", "eager",
+                          "--order", "atomic", "--json"])
+    assert args.func(args) == 1
+    out = capsys.readouterr().out
+    assert '"execution_deterministic": false' in out and '"compile_deterministic": true' in out
+    assert D._parse_sizes("batch=4,hidden=64") == {"batch": 4, "hidden": 64}
+    with pytest.raises(ValueError, match="key=value"):
+        D._parse_sizes("batch")
