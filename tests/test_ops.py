@@ -416,3 +416,71 @@ def test_errors_name_node_value_and_choices():
 def test_graph_level_errors_come_from_the_catalogue():
     with pytest.raises(ValueError, match=r"node 'y': unknown op 'gelu2'; valid ops"):
         Graph({"x": (2,)}, [Node("y", "gelu2", ("x",))], ["y"])
+
+
+# ---------------------------------------------------------------------------
+# data movement against explicit index arithmetic (test-only loops, small arrays)
+# ---------------------------------------------------------------------------
+def test_data_movement_against_index_arithmetic():
+    import itertools
+
+    x = np.arange(2 * 3 * 4, dtype=np.float64).reshape(2, 3, 4)
+
+    def at(flat_index):  # element of x by its row-major flat index
+        return float(flat_index)
+
+    t = ops.transpose(x, (2, 0, 1))
+    assert t.shape == (4, 2, 3)
+    for i, j, k in itertools.product(range(4), range(2), range(3)):
+        assert t[i, j, k] == at(j * 12 + k * 4 + i)
+    r = ops.reshape(x, (6, -1))
+    for i, j in itertools.product(range(6), range(4)):
+        assert r[i, j] == at(i * 4 + j)
+    attrs, shape = ops.CATALOGUE["slice"].check([x.shape], {"begin": (1, -2, 0), "end": (None, None, 10), "step": (1, 1, 3)})
+    assert attrs == {"begin": (1, 1, 0), "end": (2, 3, 4), "step": (1, 1, 3)} and shape == (1, 2, 2)
+    s = ops.CATALOGUE["slice"].ref(x, **attrs)
+    for i, j, k in itertools.product(range(1), range(2), range(2)):
+        assert s[i, j, k] == at((1 + i) * 12 + (1 + j) * 4 + 3 * k)
+    c = ops.concat([x, -x], axis=1)
+    for i, j, k in itertools.product(range(2), range(6), range(4)):
+        assert c[i, j, k] == (at(i * 12 + j * 4 + k) if j < 3 else -at(i * 12 + (j - 3) * 4 + k))
+    p0, p1 = ops.split(x, [1, 3], axis=2)
+    for i, j in itertools.product(range(2), range(3)):
+        assert p0[i, j, 0] == at(i * 12 + j * 4) and [p1[i, j, k] for k in range(3)] == [at(i * 12 + j * 4 + k) for k in (1, 2, 3)]
+    g = ops.gather(x, [[2, 0], [1, 1]], axis=1)
+    assert g.shape == (2, 2, 2, 4)
+    for i, a, b, k in itertools.product(range(2), range(2), range(2), range(4)):
+        assert g[i, a, b, k] == at(i * 12 + [[2, 0], [1, 1]][a][b] * 4 + k)
+    bc = ops.broadcast_to(x[:, :1, :], (5, 2, 3, 4))
+    for n, i, j, k in itertools.product(range(5), range(2), range(3), range(4)):
+        assert bc[n, i, j, k] == at(i * 12 + k)
+
+
+@given(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=6), st.data())
+def test_decompositions_match_refs_for_random_shapes_and_axes(shape, data):
+    n = len(shape)
+    axis = data.draw(st.integers(-n, n - 1))
+    eps = data.draw(st.sampled_from([0.0, 1e-6, 1e-2]))
+    x = np.random.default_rng(data.draw(st.integers(0, 10))).standard_normal(shape) * 3
+    # a weight over the last axis when normalising over it, else none
+    w = np.random.default_rng(1).standard_normal(shape[-1:]) if axis % n == n - 1 else None
+    cases = [
+        (lambda t, w_: ops.softmax(t, axis=axis), "softmax"),
+        (lambda t, w_: ops.log_softmax(t, axis=axis), "log_softmax"),
+        (lambda t, w_: ops.layer_norm(t, w_, axis=axis, eps=eps), "layer_norm"),
+        (lambda t, w_: ops.rms_norm(t, w_, axis=axis, eps=eps), "rms_norm"),
+    ]
+    for fn, op in cases:
+        if w is None:
+            g = trace(lambda t, fn=fn: fn(t, None), t=shape)
+            inputs = {"t": x}
+        else:
+            g = trace(lambda t, w_, fn=fn: fn(t, w_), t=shape, w_=w.shape)
+            inputs = {"t": x, "w_": w}
+        want = evaluate(g, inputs)[g.outputs[0]]
+        got = evaluate(decompose(g), inputs)[g.outputs[0]]
+        if op in ("layer_norm",) and shape[axis % n] == 1 and eps == 0.0:
+            assert np.isnan(want).all() and np.isnan(got).all()  # 0/0, both ways
+            continue
+        scale = np.max(np.abs(want))
+        assert np.max(np.abs(got - want)) <= 1e-12 * max(scale, 1e-300), (op, shape, axis, eps)
