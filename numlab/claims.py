@@ -1171,3 +1171,209 @@ def sweep(fn, params: list, *, executor=None, progress: bool = False, desc: str 
         if bar:
             bar.close()
     return out
+
+
+# ---------------------------------------------------------------------------
+# the autofusion precision test plan (`numlab check plan`)
+# ---------------------------------------------------------------------------
+PLAN_CHAINS = {
+    "mul->add->gelu->mul": ("mul_add_gelu_mul", {"batch": 4, "hidden": 64}),
+    "layernorm": ("layernorm", {"batch": 4, "hidden": 64}),
+    "softmax": ("softmax", {"batch": 4, "n": 64}),
+    "matmul->add->layernorm": ("matmul_add_layernorm", {"batch": 4, "d_in": 32, "hidden": 64}),
+}
+
+
+def plan_c1(n: int = 1024, *, scalar: float = 0.7, seed: int = 0, dtype="fp16") -> dict:
+    """C1: ``x * 0.7`` for ``x ~ U(-1, 1)`` in S ``[n, n]`` by the ``muls``
+    (scalar unit keeps 0.7 in fp32) and ``broadcast`` (0.7 first rounded to S)
+    instructions; shares of elements at 0, 1 and >= 2 ULP from the correctly
+    rounded product (the exact product of the S value and the fp64 scalar)."""
+    from .kernels import scalar_mul
+
+    S = get_format(dtype)
+    rng = np.random.default_rng([seed, 1])
+    x = np.asarray(round_to(rng.uniform(-1, 1, (n, n)), S), dtype=np.float64)
+    ref = x * scalar  # exact enough: an fp16 value times a double, compared after rounding to S
+    out = {}
+    for how in ("muls", "broadcast"):
+        y = scalar_mul(x.astype(S.container), scalar, fmt=S, how=how)
+        d = metrics.ulp_distance(ref, y, S)
+        out[how] = {**metrics.ulp_shares(d), "ulp_max": float(d.max()),
+                    "rel_max": float(metrics.rel_error(ref, y).max())}
+    return out
+
+
+def plan_c2(n: int = 16384, tiles=(512, 1024, 2048), *, rows: int = 64, seed: int = 0, dtype="fp16",
+            inner: str = "sequential", outer: str = "sequential") -> dict:
+    """C2: sum of ``[rows, n]`` S values (U(-1, 1)) with an fp32 accumulator,
+    ``blocked(T, inner, outer)`` for each tile T, rounded to S; errors against
+    fp64 (exact fsum per row) before and after the final rounding, with the
+    a-priori bound of :func:`numlab.bounds.sum_bound`."""
+    from . import bounds
+    from .kernels.reduce import reduce
+
+    S = get_format(dtype)
+    rng = np.random.default_rng([seed, 2])
+    x = np.asarray(round_to(rng.uniform(-1, 1, (rows, n)), S), dtype=np.float64)
+    exact = np.array([math.fsum(r) for r in x])
+    out = {}
+    for T in tiles:
+        order = f"blocked({T},{inner},{outer})"
+        acc32 = np.asarray(reduce(x, "sum", order=order, acc="fp32"), dtype=np.float64)
+        outS = np.asarray(reduce(x, "sum", order=order, acc="fp32", out=S), dtype=np.float64)
+        e32 = np.abs(acc32 - exact)
+        eS = np.abs(outS - exact)
+        bnd = bounds.sum_bound(np.abs(x).sum(1), n, order, "fp32")
+        out[T] = {"order": order, "fp32_err_max": float(e32.max()), "fp32_err_mean": float(e32.mean()),
+                  "out_err_max": float(eS.max()), "out_err_mean": float(eS.mean()),
+                  "bound_fp32_max": float(np.max(bnd)), "bound_holds": bool(np.all(e32 <= bnd)),
+                  "ulp_out_max": float(metrics.ulp_distance(exact, outS, S).max())}
+    return out
+
+
+def plan_c3(n: int = 100_000, *, steps=(2, 3), seed_algo: str = "magic", step_fmt: str = "fp32",
+            seed: int = 0, dtype="fp16") -> dict:
+    """C3: ``rsqrt`` of S values ``x ~ U(0.01, 100)`` by a ``seed_algo``
+    estimate plus 2 or 3 Newton steps in ``step_fmt``, rounded to S; ULP
+    shares against the correctly rounded ``1/sqrt(x)``."""
+    from .kernels.algorithms import rsqrt
+
+    S = get_format(dtype)
+    rng = np.random.default_rng([seed, 3])
+    x = np.asarray(round_to(rng.uniform(0.01, 100, n), S), dtype=np.float64)
+    ref = 1.0 / np.sqrt(x)
+    out = {}
+    for k in steps:
+        y = rsqrt(x.astype(S.container), fmt=S, algo=f"newton({seed_algo},{k},{step_fmt})")
+        d = metrics.ulp_distance(ref, y, S)
+        out[k] = {**metrics.ulp_shares(d), "ulp_max": float(d.max()),
+                  "ulp_err_max": float(metrics.ulp_error(ref, y, S).max())}
+    return out
+
+
+def run_plan(out: str | None = "out/check_plan", *, trials: int = 1000, seed: int = 0, executor=None,
+             progress: bool = False, quick: bool = False, kinds=("normal",), figures: bool = True,
+             force: bool = False) -> dict:
+    """Run the whole test plan: C1, C2, C3 and the four chains (``trials``
+    inputs each; verdict "fused P99 and max <= eager P99 and max"
+    = claim ``no_worse_population``).  Writes ``plan.csv``, ``plan.txt`` and
+    figures ``plan_c1.png``, ``plan_c2.png``, ``plan_c3.png``,
+    ``plan_chains.png`` into ``out`` (unless None); refuses to overwrite an
+    existing ``plan.csv`` without ``force``.  Returns ``{"c1", "c2", "c3",
+    "chains", "table"}``."""
+    if out is not None and os.path.exists(os.path.join(out, "plan.csv")) and not force:
+        raise FileExistsError(f"{os.path.join(out, 'plan.csv')} exists; pass force=True (--force) to overwrite")
+    n1, n2, n3 = (256, 4096, 20_000) if quick else (1024, 16384, 100_000)
+    c1 = plan_c1(n1, seed=seed)
+    c2 = plan_c2(n2, (512, 1024, 2048), seed=seed, rows=16 if quick else 64)
+    c3 = plan_c3(n3, seed=seed)
+    chains = {}
+    for label, (model, sizes) in PLAN_CHAINS.items():
+        rep = check("no_worse_population", model, sizes=sizes, dtype="fp16", seed=seed, executor=executor,
+                    options=SearchOptions(trials=trials, kinds=tuple(kinds)), progress=progress)
+        st = rep.population.get("y", next(iter(rep.population.values())))
+        chains[label] = {**st, "verdict": "PASS" if rep.holds else "FAIL"}
+    rows = []
+    for how, r in c1.items():
+        rows.append(("C1", f"x*0.7 {how}", f"0ulp {r['ulp0']:.4f}", f"1ulp {r['ulp1']:.4f}",
+                     f">=2ulp {r['ulp_ge2']:.4f}", f"max {r['ulp_max']:.0f} ulp", ""))
+    for T, r in c2.items():
+        rows.append(("C2", f"sum tile {T}", f"fp32 err max {r['fp32_err_max']:.3g}",
+                     f"fp16 err max {r['out_err_max']:.3g}", f"bound {r['bound_fp32_max']:.3g}",
+                     f"max {r['ulp_out_max']:.0f} ulp", "bound holds" if r["bound_holds"] else "BOUND VIOLATED"))
+    for k, r in c3.items():
+        rows.append(("C3", f"rsqrt {k} Newton", f"0ulp {r['ulp0']:.4f}", f"1ulp {r['ulp1']:.4f}",
+                     f">=2ulp {r['ulp_ge2']:.4f}", f"max {r['ulp_max']:.0f} ulp", ""))
+    for label, r in chains.items():
+        rows.append(("chain", label, f"eager P99 {r['eager_p99']:.3g}", f"fused P99 {r['fused_p99']:.3g}",
+                     f"eager max {r['eager_max']:.3g}", f"fused max {r['fused_max']:.3g}", r["verdict"]))
+    table = "\n".join(" | ".join(f"{c:<26}" if i == 1 else f"{c:<22}" for i, c in enumerate(row)) for row in rows)
+    result = {"c1": c1, "c2": c2, "c3": c3, "chains": chains, "table": table}
+    if out is not None:
+        _write_plan(out, result, trials, figures)
+    return result
+
+
+def _write_plan(out: str, res: dict, trials: int, figures: bool) -> None:
+    import csv
+
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "plan.csv"), "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["check", "case", "metric", "value"])
+        for how, r in res["c1"].items():
+            for k, v in r.items():
+                w.writerow(["C1", how, k, v])
+        for T, r in res["c2"].items():
+            for k, v in r.items():
+                w.writerow(["C2", f"tile{T}", k, v])
+        for s, r in res["c3"].items():
+            for k, v in r.items():
+                w.writerow(["C3", f"newton{s}", k, v])
+        for label, r in res["chains"].items():
+            for k, v in r.items():
+                w.writerow(["chain", label, k, v])
+            w.writerow(["chain", label, "trials", trials])
+    with open(os.path.join(out, "plan.txt"), "w") as fh:
+        fh.write(res["table"] + "\n")
+    if not figures:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    labels = ["0 ulp", "1 ulp", ">=2 ulp"]
+    xs = np.arange(3)
+    for i, (how, r) in enumerate(res["c1"].items()):
+        ax.bar(xs + 0.4 * i, [r["ulp0"], r["ulp1"], r["ulp_ge2"]], 0.4, label=how)
+    ax.set_xticks(xs + 0.2, labels)
+    ax.set_ylabel("share of elements")
+    ax.set_title("C1: fp16 x*0.7, muls vs broadcast")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "plan_c1.png"), dpi=100)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    T = list(res["c2"])
+    ax.loglog(T, [res["c2"][t]["fp32_err_max"] for t in T], "o-", label="fp32 accumulator error (max)")
+    ax.loglog(T, [res["c2"][t]["out_err_max"] for t in T], "s-", label="after rounding to fp16 (max)")
+    ax.loglog(T, [res["c2"][t]["bound_fp32_max"] for t in T], "k--", label="a-priori bound (fp32 acc)")
+    ax.axhline(2.0**-11, color="grey", lw=0.8, label="u (fp16)")
+    ax.set_xlabel("tile T (elements)")
+    ax.set_ylabel("|sum error| vs fp64")
+    ax.set_title("C2: fp16 [1,16384] sum, blocked tiles")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "plan_c2.png"), dpi=100)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for i, (s, r) in enumerate(res["c3"].items()):
+        ax.bar(xs + 0.4 * i, [r["ulp0"], r["ulp1"], r["ulp_ge2"]], 0.4, label=f"{s} Newton steps")
+    ax.set_xticks(xs + 0.2, labels)
+    ax.set_ylabel("share of elements")
+    ax.set_title("C3: fp16 rsqrt on U(0.01, 100)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "plan_c3.png"), dpi=100)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    names = list(res["chains"])
+    xs = np.arange(len(names))
+    for i, (key, lab) in enumerate([("eager_p99", "eager P99"), ("fused_p99", "fused P99"),
+                                    ("eager_max", "eager max"), ("fused_max", "fused max")]):
+        ax.bar(xs + 0.2 * i, [max(res["chains"][n][key], 1e-12) for n in names], 0.2, label=lab)
+    ax.set_yscale("log")
+    ax.set_xticks(xs + 0.3, names, fontsize=7)
+    ax.set_ylabel("|error| vs fp64 reference")
+    ax.axhline(2.0**-11, color="grey", lw=0.8, label="u (fp16)")
+    ax.set_title(f"chains over {trials} inputs: fused vs eager")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "plan_chains.png"), dpi=100)
+    plt.close(fig)
