@@ -1,0 +1,345 @@
+"""Reductions: every order bit-equal to a plain scalar loop of that order, within
+its textbook bound, stagnation where theory says, shuffled reproducibility, and
+bad-input errors."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import _scalar_orders as R
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from numlab import kernels as K
+from numlab.formats import BF16, FP16, FP32
+
+DT = {"fp32": np.float32, "fp16": np.float16, "bf16": ml_dtypes.bfloat16}
+
+
+def _ref_for(order: K.Order):
+    """Map an order object to the scalar reference loop (built from its fields)."""
+    if isinstance(order, K.Sequential):
+        return R.seq
+    if isinstance(order, K.Pairwise):
+        return R.pairwise
+    if isinstance(order, K.Kahan):
+        return R.kahan
+    if isinstance(order, K.Lanes):
+        return lambda xs, f: R.lanes(xs, f, order.L, order.combine, order.tail)
+    if isinstance(order, K.Blocked):
+        inner, outer = _ref_for(order.inner), _ref_for(order.outer)
+        return lambda xs, f: R.blocked(xs, f, order.tile, inner, outer)
+    raise AssertionError(order)
+
+
+ORDERS = [
+    "sequential", "pairwise", "kahan",
+    "lanes(4)", "lanes(8,sequential)", "lanes(8,tree,epilogue)", "lanes(3,sequential,epilogue)",
+    "lanes(5,tree)", "blocked(16)", "blocked(7,pairwise,sequential)",
+    "blocked(8,lanes(4),pairwise)", "blocked(5,kahan,kahan)", "blocked(6,blocked(3,pairwise,sequential),pairwise)",
+]
+
+
+def _adversarial(fmt: str) -> list[np.ndarray]:
+    big = {"fp32": 1e30, "fp16": 30000.0, "bf16": 1e30}[fmt]
+    cases = [
+        np.array([1.0, 2.0**-24, -1.0, 2.0**-24, 3.0, -3.0, 0.5, 2.0**-12] * 5),
+        np.array([big, 1.0, -big, 1.0, 1.0, -1.0, big / 2, -big / 2, 0.1] * 3),
+        np.array([-0.0] * 9),
+        np.array([0.0, -0.0, -0.0, 0.0, -0.0]),
+        np.array([1.0] * 37),
+        np.array([1.0, np.inf, 2.0, -3.0, 4.0]),
+        np.array([1.0, np.inf, -np.inf, 2.0]),
+        np.array([np.nan, 1.0, 2.0]),
+        np.array([big, big, big, -big, -big, -big]),  # overflow in the middle
+        np.array([3.0]),
+    ]
+    return cases
+
+
+def _as_fmt(x, fmt):
+    return x.astype(np.float64).astype(DT[fmt]).astype(np.float32)
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("order", ORDERS)
+def test_order_equals_scalar_loop(order, fmt):
+    rng = np.random.default_rng(hash((order, fmt)) % 2**32)
+    o = K.parse_order(order)
+    ref = _ref_for(o)
+    rows = [
+        _as_fmt(rng.standard_normal(n) * 10.0 ** rng.integers(-3, 3, n), fmt)
+        for n in (1, 2, 3, 7, 16, 33, 50)
+    ] + [_as_fmt(c, fmt) for c in _adversarial(fmt)]
+    for x in rows:
+        got = K.reduce(x, "sum", order=o, acc=fmt)
+        exp = ref([float(v) for v in x], fmt)
+        g = float(np.float64(got))
+        assert (math.isnan(g) and math.isnan(exp)) or (
+            g == exp and math.copysign(1, g) == math.copysign(1, exp)
+        ), (order, fmt, x, g, exp)
+
+
+@pytest.mark.parametrize("order", ["sequential", "pairwise", "lanes(4)", "blocked(8,pairwise,pairwise)", "kahan",
+                                   "shuffled(5)", "shuffled(2,4,pairwise)"])
+def test_vectorised_rows_equal_scalar_loop_per_row(order):
+    """A 2-D reduction along either axis equals the scalar loop on each row."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((6, 21)).astype(np.float16).astype(np.float32)
+    o = K.parse_order(order)
+    got = K.reduce(x, "sum", axis=1, order=o, acc="fp16")
+    got_t = K.reduce(x.T.copy(), "sum", axis=0, order=o, acc="fp16")
+    for i in range(6):
+        xs = [float(v) for v in x[i]]
+        if isinstance(o, K.Shuffled):
+            inner = R.pairwise if isinstance(o.inner, K.Pairwise) else R.seq
+            exp = R.shuffled(xs, "fp16", o.seed, i, 6, o.tile, inner)
+        else:
+            exp = _ref_for(o)(xs, "fp16")
+        assert float(got[i]) == exp
+        assert float(got_t[i]) == exp
+
+
+def test_sequential_native_accumulate_is_recursive_summation():
+    """The fp32 fast path (ufunc.accumulate) equals a float32 scalar loop."""
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal(3000) * np.exp(rng.standard_normal(3000) * 5)).astype(np.float32)
+    s = np.float32(x[0])
+    for v in x[1:]:
+        s = np.float32(s + v)
+    assert K.reduce(x, "sum", order="sequential", acc="fp32") == s
+
+
+# ------------------------------------------------------------------ bounds
+def _exact_sum(xs) -> Fraction:
+    return sum((Fraction(float(v)) for v in xs), Fraction(0))
+
+
+BOUND_ORDERS = [K.Sequential(), K.Pairwise(), K.Lanes(8), K.Lanes(4, "sequential", "epilogue"),
+                K.Blocked(16, K.Pairwise(), K.Sequential()), K.Blocked(5, K.Lanes(2), K.Pairwise()),
+                K.Shuffled(3), K.Kahan()]
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "fp16"])
+@given(data=st.data())
+def test_error_within_textbook_bound(fmt, data):
+    """|fl(sum) - sum| <= gamma_depth * sum|x_i| (Higham 2002, eq. 4.3-4.6; Kahan 2u + O(nu^2))."""
+    n = data.draw(st.integers(1, 120))
+    hi = 1e4 if fmt == "fp16" else 1e30
+    lo = 1e-3 if fmt == "fp16" else 1e-30
+    mag = st.floats(lo, hi / (4 * n)) | st.just(0.0)
+    xs = data.draw(st.lists(mag, min_size=n, max_size=n))
+    signs = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    x = np.array([-v if s else v for v, s in zip(xs, signs, strict=True)], dtype=np.float64)
+    x = _as_fmt(x, fmt)
+    ex = _exact_sum(x)
+    absum = _exact_sum(np.abs(x))
+    u = {"fp32": FP32.u, "fp16": FP16.u}[fmt]
+    for o in BOUND_ORDERS:
+        got = Fraction(float(K.reduce(x, "sum", order=o, acc=fmt)))
+        bound = o.bound(n, u)
+        assert abs(got - ex) <= Fraction(bound) * absum, (str(o), n, float(got), float(ex))
+
+
+def test_depths_are_the_textbook_ones():
+    assert K.Sequential().depth(100) == 99
+    assert K.Pairwise().depth(100) == 7 and K.Pairwise().depth(128) == 7 and K.Pairwise().depth(129) == 8
+    assert K.Lanes(8).depth(64) == 7 + 3
+    assert K.Lanes(8, "sequential").depth(64) == 7 + 7
+    assert K.Lanes(8, "tree", "epilogue").depth(67) == 7 + 3 + 3
+    assert K.Blocked(16, K.Pairwise(), K.Sequential()).depth(64) == 4 + 3
+    assert K.gamma(3, 2.0**-11) == pytest.approx(3 * 2.0**-11 / (1 - 3 * 2.0**-11))
+
+
+def test_depth_equals_count_of_rounded_additions_on_the_worst_path():
+    """Depth counted independently: instrument the scalar loops with 'weights'."""
+    def path_depths(order, n):
+        # run the order on symbolic lists: each element carries its number of additions
+        class V:
+            def __init__(self, d):
+                self.d = d
+
+        def add(a, b):
+            return V({k: v + 1 for k, v in {**a.d, **b.d}.items()})
+
+        def seqd(vs):
+            s = vs[0]
+            for v in vs[1:]:
+                s = add(s, v)
+            return s
+
+        def pairwised(vs):
+            while len(vs) > 1:
+                nv = [add(vs[i], vs[i + 1]) for i in range(0, len(vs) - 1, 2)]
+                if len(vs) % 2:
+                    nv.append(vs[-1])
+                vs = nv
+            return vs[0]
+
+        vs = [V({i: 0}) for i in range(n)]
+        if order == "seq":
+            r = seqd(vs)
+        elif order == "pair":
+            r = pairwised(vs)
+        else:  # blocked(16, pairwise, sequential)
+            r = seqd([pairwised(vs[i:i + 16]) for i in range(0, n, 16)])
+        return max(r.d.values())
+
+    for n in (1, 2, 5, 16, 17, 100):
+        assert path_depths("seq", n) == K.Sequential().depth(n)
+        assert path_depths("pair", n) == K.Pairwise().depth(n)
+        assert path_depths("blk", n) == K.Blocked(16, K.Pairwise(), K.Sequential()).depth(n)
+
+
+# ------------------------------------------------------------------ stagnation
+def test_fp16_sequential_sum_of_ones_stagnates_at_2048():
+    """2048 + 1 = 2049 is a tie between 2048 and 2050 in fp16 (ulp 2): rne gives 2048."""
+    x = np.ones((2, 5000), dtype=np.float16)
+    assert np.all(K.reduce(x, "sum", order="sequential", acc="fp16") == 2048)
+    # bf16 (p = 8): stops at 256
+    assert K.reduce(np.ones(1000, np.float32), "sum", order="sequential", acc="bf16") == 256
+    # fp32 accumulator: exact
+    assert K.reduce(x, "sum", order="sequential", acc="fp32")[0] == 5000
+    # a pairwise tree of 4096 ones is exact in fp16 (every partial is a power of two)
+    assert K.reduce(np.ones(4096, np.float16), "sum", order="pairwise", acc="fp16") == 4096
+
+
+@pytest.mark.parametrize("fmt,p", [("fp16", 11), ("bf16", 8)])
+def test_stagnation_point_of_small_increment(fmt, p):
+    """Adding v repeatedly to S stops once v <= ulp(S)/2 (tie to even or below half)."""
+    v = 2.0**-3
+    x = np.full(20000, v, dtype=np.float32)
+    s = float(K.reduce(x, "sum", order="sequential", acc=fmt))
+    # theory: S grows exactly until S = 2^e with ulp(S)/2 = 2^(e-p) = v (e = p - 3):
+    # there S + v is a tie and rne keeps the even S.
+    assert s == 2.0 ** (p - 3)
+
+
+# ------------------------------------------------------------------ shuffled
+def test_shuffled_reproducible_per_seed_and_varies_across_seeds():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 1000)).astype(np.float32)
+    a = K.reduce(x, "sum", order=K.Shuffled(7), acc="fp32")
+    b = K.reduce(x, "sum", order="shuffled(7)", acc="fp32")
+    assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    results = {tuple(K.reduce(x, "sum", order=K.Shuffled(s), acc="fp32").view(np.uint32)) for s in range(12)}
+    assert len(results) > 1
+    # a permutation of the sum order: every seed gives the same exact-arithmetic sum
+    xi = np.round(x * 256).astype(np.float32)  # integers: any order is exact
+    vals = {tuple(K.reduce(xi, "sum", order=K.Shuffled(s), acc="fp32")) for s in range(5)}
+    assert len(vals) == 1
+
+
+# ------------------------------------------------------------------ ops
+def test_ops_against_references():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3, 40)).astype(np.float16)
+    x64 = x.astype(np.float64)
+    for o in ("sequential", "pairwise"):
+        s = K.reduce(x, "sum", order=o, acc="fp32")
+        assert np.allclose(s, x64.sum(1), rtol=1e-6)
+        assert np.allclose(K.reduce(x, "mean", order=o), x64.mean(1), rtol=1e-6)
+        assert np.allclose(K.reduce(x, "sumsq", order=o), (x64**2).sum(1), rtol=1e-6)
+        for v in K.VARIANCE_ALGORITHMS:
+            assert np.allclose(K.reduce(x, "var", order=o, variance=v), x64.var(1), rtol=1e-5)
+            assert np.allclose(K.reduce(x, "var", order=o, variance=v, ddof=1), x64.var(1, ddof=1), rtol=1e-5)
+    assert np.array_equal(K.reduce(x, "max"), x.max(1).astype(np.float32))
+    assert np.array_equal(K.reduce(x, "min", out="fp16"), x.min(1))
+    # out format and container
+    r = K.reduce(x, "sum", out="fp16")
+    assert r.dtype == np.float16 and np.array_equal(r, x64.sum(1).astype(np.float32).astype(np.float16))
+    assert K.reduce(x, "sum", out="bf16").dtype == ml_dtypes.bfloat16
+    assert K.reduce(x, "sum", keepdims=True).shape == (3, 1)
+    # mean is fl(fl(sum)/n) in the accumulator
+    s32 = K.reduce(x, "sum", order="pairwise")
+    assert np.array_equal(K.reduce(x, "mean", order="pairwise"), (s32 / np.float32(40)).astype(np.float32))
+
+
+def test_variance_algorithms_differ_where_textbook_cancels():
+    """One-pass textbook variance loses everything on shifted data (Chan, Golub & LeVeque 1983)."""
+    rng = np.random.default_rng(5)
+    x = (1000.0 + rng.standard_normal(512) * 0.01).astype(np.float32)
+    exact = np.var(x.astype(np.float64))
+    tp = K.reduce(x, "var", variance="two_pass", order="pairwise")
+    tb = K.reduce(x, "var", variance="textbook", order="pairwise")
+    wf = K.reduce(x, "var", variance="welford")
+    assert abs(tp - exact) / exact < 1e-3
+    assert abs(wf - exact) / exact < 1e-2
+    assert abs(tb - exact) / exact > 0.1
+
+
+def test_welford_equals_scalar_loop():
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal(30).astype(np.float16).astype(np.float32)
+    m = np.float32(0)
+    m2 = np.float32(0)
+    for k, v in enumerate(x, 1):
+        d = np.float32(v - m)
+        m = np.float32(m + np.float32(d / np.float32(k)))
+        m2 = np.float32(m2 + np.float32(d * np.float32(v - m)))
+    assert K.reduce(x, "var", variance="welford") == np.float32(m2 / np.float32(30))
+
+
+def test_nan_inf_propagate():
+    x = np.array([[1.0, np.nan, 2.0], [1.0, np.inf, 2.0], [np.inf, -np.inf, 0.0]], dtype=np.float32)
+    for o in ("sequential", "pairwise", "lanes(2)", "blocked(2)", "shuffled(1)"):
+        r = K.reduce(x, "sum", order=o)
+        assert np.isnan(r[0]) and r[1] == np.inf and np.isnan(r[2])
+    # Kahan's compensation c = (t - s) - y is inf - inf once an inf arrives: NaN, as in C
+    r = K.reduce(x, "sum", order="kahan")
+    assert np.isnan(r).all()
+    assert np.isnan(K.reduce(x, "max")[0])
+
+
+# ------------------------------------------------------------------ bad input
+@pytest.mark.parametrize("bad,knob", [
+    ("blocked(0)", "tile"), ("blocked(-3,pairwise)", "tile"), ("lanes(0)", "lanes"),
+    ("lanes(4,diagonal)", "combine"), ("lanes(4,tree,wrap)", "tail"), ("shuffled(-1)", "seed"),
+    ("zigzag", "order"), ("blocked(x)", "tile"), ("shuffled(1,0)", "tile"),
+])
+def test_bad_orders_name_the_knob(bad, knob):
+    with pytest.raises(ValueError, match=knob) as ei:
+        K.reduce(np.ones(4, np.float32), "sum", order=bad)
+    assert repr(bad.split("(")[0]) in str(ei.value) or "valid" in str(ei.value) or "must" in str(ei.value)
+
+
+def test_bad_reduce_arguments():
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(ValueError, match=r"op='prod'.*sum"):
+        K.reduce(x, "prod")
+    with pytest.raises(ValueError, match=r"variance='fast'.*two_pass"):
+        K.reduce(x, "var", variance="fast")
+    with pytest.raises(ValueError, match="fmt"):
+        K.reduce(x, "sum", acc="fp12")
+    with pytest.raises(ValueError, match="axis"):
+        K.reduce(x, "sum", axis=2)
+    with pytest.raises(TypeError, match="dtype int64"):
+        K.reduce(np.ones(3, np.int64), "sum")
+    with pytest.raises(ValueError, match="L"):
+        K.Lanes(0)
+    with pytest.raises(ValueError, match="valid orders"):
+        K.parse_order("lanes")
+
+
+def test_parse_order_round_trips():
+    for s in ORDERS + ["shuffled(3)", "shuffled(3,64,pairwise)"]:
+        o = K.parse_order(s)
+        assert K.parse_order(str(o)) == o
+
+
+def test_empty_axis_sum_is_zero():
+    assert K.reduce(np.zeros((3, 0), np.float32), "sum", order="pairwise").tolist() == [0, 0, 0]
+
+
+def test_bf16_accumulator_order_matters():
+    """bf16 has p = 8, so ulp(1) = 2^-7 and 1 + 2^-8 is a tie that rne sends back to 1."""
+    x = np.array([1.0, 2.0**-8, 2.0**-8], dtype=np.float32)
+    assert K.reduce(x, "sum", order="sequential", acc=BF16) == 1.0
+    assert K.reduce(x, "sum", order="pairwise", acc=BF16) == 1.0
+    # small ones first: 2^-8 + 2^-8 = 2^-7 exactly, then 1 + 2^-7 is representable
+    assert K.reduce(x[::-1].copy(), "sum", order="sequential", acc=BF16) == 1.0 + 2.0**-7
+    assert K.reduce(x, "sum", order="sequential", acc=FP32) == 1.0 + 2.0**-7
