@@ -293,11 +293,15 @@ def _to_storage(a: np.ndarray, S: Format) -> np.ndarray:
         return a
     if S is FP64 or S.p > 24:
         return a.astype(np.float64)
+    if S.dtype is not None and a.dtype == S.dtype:
+        return a.astype(np.float32)  # already S values: exact widening
     if a.dtype != np.float64 and a.dtype != np.float32:
         a = a.astype(np.float32)  # fp16/bf16/fp8 widen exactly
     if S == FP32:
         return a.astype(np.float32)  # IEEE RNE (numpy cast)
-    return np.asarray(round_to(a, S), dtype=np.float64).astype(np.float32)  # exact: S in fp32
+    if S.dtype is not None and a.dtype == S.dtype:
+        return a.astype(np.float32)  # already S values: exact widening
+    return _f32(round_to(a, S))  # round once from the given values; S values are exact in fp32
 
 
 def _container(v: np.ndarray, S: Format) -> np.ndarray:
@@ -307,9 +311,16 @@ def _container(v: np.ndarray, S: Format) -> np.ndarray:
 
 
 def _count(v: np.ndarray) -> tuple[int, int]:
+    """(number of NaN, number of inf) in ``v``.  Fast path: when min and max
+    are finite there is neither (min/max propagate NaN and see every inf)."""
     if v.dtype.kind not in "fV" and str(v.dtype) not in ("bfloat16",):
         return (0, 0)
     v = np.asarray(v, dtype=np.float64) if v.dtype not in (np.float32, np.float64) else v
+    if v.size == 0:
+        return (0, 0)
+    lo, hi = v.min(), v.max()
+    if np.isfinite(lo) and np.isfinite(hi):
+        return (0, 0)
     return (int(np.count_nonzero(np.isnan(v))), int(np.count_nonzero(np.isinf(v))))
 
 
@@ -591,6 +602,10 @@ class _Ctx:
         """``a*b + c``: one rounding with ``spec.fma``, else two."""
         from .kernels import multiply_add
 
+        if self.inner == FP32 and not self.spec.fma:
+            return self.add(self.mul(a, b), c)  # native fp32: two roundings
+        if self.inner == FP32:
+            return _fma_f32(_f32(a), _f32(b), _f32(c))
         a, b, c = np.broadcast_arrays(_f32(a), _f32(b), _f32(c))
         return _f32(multiply_add(a, b, c, fmt=self.inner, fused=self.spec.fma))
 
@@ -672,6 +687,9 @@ class _Ctx:
             with np.errstate(all="ignore"):
                 fn = {"sum": np.sum, "mean": np.mean, "var": np.var}[op]
                 r = fn(flat.astype(np.float64), axis=-1).astype(np.float32)
+        elif (op == "var" and self.spec.variance == "welford" and self.acc == FP32
+              and self.inner == FP32):
+            r = _welford(flat, self.ar, int(correction))[1]
         else:
             r = kreduce(flat, op, -1, order=self.order(), acc=self.acc, out=self.inner,
                          variance=self.spec.variance, ddof=int(correction))
@@ -680,11 +698,86 @@ class _Ctx:
             r = r.reshape(tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
         return r
 
+    def welford(self, x, axes):
+        """(mean, var) by Welford in the accumulator format, keepdims."""
+        from .kernels._common import Arith
+
+        x = _f32(x)
+        axes = tuple(axes)
+        rest = [i for i in range(x.ndim) if i not in axes]
+        n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+        flat = np.transpose(x, rest + list(axes)).reshape(
+            tuple(x.shape[i] for i in rest) + (n,))
+        m, v = _welford(flat, Arith(self.acc), 0)
+        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+        return self.r(m).reshape(shape), self.r(v).reshape(shape)
+
     def matmul(self, a, b):
         from .kernels import matmul
 
         return _f32(matmul(_f32(a), _f32(b), k_tile=self.spec.k_tile, acc=self.acc,
                            out=self.inner, mode=self.spec.matmul_mode, fma=self.spec.fma))
+
+
+def _welford(x: np.ndarray, ar, ddof: int):
+    """Welford's mean and variance along the last axis with every operation
+    rounded by ``ar`` (a ``kernels._common.Arith``): the same operations in
+    the same order as ``kernels.reduce(op="var", variance="welford")``
+    (``d = x_k - m; m = m + d/fl(k+1); M2 = M2 + d*(x_k - m)``; var
+    ``M2/fl(n - ddof)``), so the variance is bitwise the kernel's (tested).
+    Runs on a transposed contiguous copy (each step reads one contiguous
+    row) with preallocated buffers when ``ar`` is native fp32.
+
+    Returns (mean, var) in ``ar``'s working dtype, shape ``x.shape[:-1]``.
+    """
+    n = x.shape[-1]
+    xt = np.ascontiguousarray(np.moveaxis(ar.round(x), -1, 0))
+    m = np.zeros(xt.shape[1:], dtype=ar.dtype)
+    m2 = np.zeros_like(m)
+    with np.errstate(all="ignore"):
+        if ar.native and ar.dtype == np.float32:
+            d = np.empty_like(m)
+            t = np.empty_like(m)
+            for k in range(n):
+                xk = xt[k]
+                np.subtract(xk, m, out=d)
+                np.divide(d, np.float32(k + 1), out=t)
+                np.add(m, t, out=m)
+                np.subtract(xk, m, out=t)
+                np.multiply(d, t, out=t)
+                np.add(m2, t, out=m2)
+        else:
+            for k in range(n):
+                xk = xt[k]
+                d = ar.sub(xk, m)
+                m = ar.add(m, ar.div(d, ar.round(np.float64(k + 1))))
+                m2 = ar.add(m2, ar.mul(d, ar.sub(xk, m)))
+        return m, ar.div(m2, ar.round(np.float64(n - ddof)))
+
+
+def _fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``a*b + c`` rounded once to fp32.
+
+    The product of two fp32 values is exact in float64; ``s = fl64(p + c)``
+    then rounds once more to fp32.  That double rounding is wrong only when
+    ``s`` is exactly halfway between two fp32 numbers and the float64 sum
+    was inexact; those (rare) elements are redone with the kernels' exact
+    TwoSum + round-to-odd path (:func:`numlab.kernels.fma`)."""
+    from .kernels import fma
+
+    a, b, c = np.broadcast_arrays(a, b, c)
+    with np.errstate(all="ignore"):
+        s = a.astype(np.float64) * b + c
+        r = s.astype(np.float32)
+        back = r.astype(np.float64)
+        # distance to the neighbour on the other side of s
+        other = np.nextafter(r, np.where(s > back, np.float32(np.inf), np.float32(-np.inf)))
+        mid = (back + other.astype(np.float64)) * 0.5
+        tie = (s == mid) | ~np.isfinite(s)
+    if tie.any():
+        r = r.copy()
+        r[tie] = _f32(fma(a[tie], b[tie], c[tie], fmt=FP32))
+    return r
 
 
 def _reseed(o, seed):
@@ -726,15 +819,20 @@ def _compute(node, ins, ctx: _Ctx) -> np.ndarray:
 
 
 def _layer_norm(ctx: _Ctx, x, gamma=None, beta=None, *, axis, eps):
-    """One kernel: mean, centre, variance by ``spec.variance`` (two_pass:
-    mean of squared deviations; welford/textbook: kernels.reduce "var"),
+    """One kernel: mean and variance by ``spec.variance`` (welford: one
+    pass giving both, as hand-written kernels do; two_pass: mean, then the
+    mean of squared deviations; textbook: kernels.reduce "var"), centre,
     rsqrt by ``spec.rsqrt``, scale, then ``y*gamma + beta`` (FMA per spec)."""
-    mu = ctx.reduce(x, "mean", axis, True)
-    d = ctx.sub(x, mu)
-    if ctx.spec.variance == "two_pass":
-        var = ctx.reduce(ctx.mul(d, d), "mean", axis, True)
+    if ctx.spec.variance == "welford":
+        mu, var = ctx.welford(x, axis)
+        d = ctx.sub(x, mu)
     else:
-        var = ctx.reduce(x, "var", axis, True)
+        mu = ctx.reduce(x, "mean", axis, True)
+        d = ctx.sub(x, mu)
+        if ctx.spec.variance == "two_pass":
+            var = ctx.reduce(ctx.mul(d, d), "mean", axis, True)
+        else:
+            var = ctx.reduce(x, "var", axis, True)
     r = ctx.rsqrt(ctx.add(var, np.float32(ctx.scalar(eps))))
     y = ctx.mul(d, r)
     if gamma is not None and beta is not None:
