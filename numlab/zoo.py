@@ -297,9 +297,9 @@ def make_inputs(graph, kind: str = "normal", seed: int = 0, dtype=None) -> dict:
 def _scale_near_overflow(graph: Graph, inputs: dict, fmt) -> None:
     """Scale the data inputs by one factor c so that the largest |value| over
     all inputs and nodes of the decomposed graph (float64 reference) is at
-    most, and within 2**-30 relative of c of, NEAR_OVERFLOW_FRACTION * fmt.max.
-    Bisection on log2 c in [-200, 200] (a non-finite node value counts as
-    too large), assuming the peak grows with c."""
+    most NEAR_OVERFLOW_FRACTION * fmt.max, with c within a factor 2**(2**-24)
+    of the largest such c.  Bisection on log2 c (a non-finite node value
+    counts as too large), assuming the peak grows with c."""
     data = [k for k in graph.inputs if graph.role(k) == "data"]
     if not data:
         return
@@ -316,10 +316,18 @@ def _scale_near_overflow(graph: Graph, inputs: dict, fmt) -> None:
                 m = max(m, float(np.max(np.abs(v))))  # NaN/inf -> not <= target
         return m if math.isfinite(m) else math.inf
 
-    lo, hi = -200.0, 200.0  # log2 of c
-    if peak(2.0**lo) > target:
+    # peaks that grow like c**k, 1 <= k <= 3, put log2 c between L/3 and L;
+    # widen that bracket in steps of 4 (a peak with a floor grows later)
+    p1 = peak(1.0)
+    L = math.log2(target / p1) if 0 < p1 < math.inf else 0.0
+    lo, hi = min(L, L / 3) - 1.0, max(L, L / 3) + 1.0
+    while hi < 200 and peak(2.0**hi) <= target:
+        lo, hi = hi, hi + 4.0
+    while lo > -200 and peak(2.0**lo) > target:
+        lo, hi = lo - 4.0, lo
+    if peak(2.0**lo) > target:  # even c = 2**-200 is too large: no admissible c
         hi = lo
-    for _ in range(48):
+    while hi - lo > 2.0**-24:  # c within a factor 2**(2**-24) of the largest admissible
         mid = 0.5 * (lo + hi)
         if peak(2.0**mid) <= target:
             lo = mid
