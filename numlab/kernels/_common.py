@@ -19,9 +19,9 @@ import ml_dtypes
 import numpy as np
 
 from ..formats import FP32, FP64, Format, get_format
-from ..rounding import round_to
+from ..rounding import round_to as _round_to
 
-__all__ = ["as_values", "work_dtype", "Arith", "to_container", "round_sum2", "check_choice"]
+__all__ = ["round_to", "as_values", "work_dtype", "Arith", "to_container", "round_sum2", "check_choice"]
 
 _NARROW = {
     np.dtype(np.float16),
@@ -29,6 +29,13 @@ _NARROW = {
     np.dtype(ml_dtypes.float8_e4m3fn),
     np.dtype(ml_dtypes.float8_e5m2),
 }
+
+
+def round_to(x, fmt, mode: str = "rne", **kw):
+    """:func:`numlab.rounding.round_to` with overflow/invalid warnings silenced
+    (overflow to inf is the IEEE result the kernels want, and is counted later)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _round_to(x, fmt, mode, **kw)
 
 
 def check_choice(name: str, value, choices) -> None:

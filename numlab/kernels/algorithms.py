@@ -48,8 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..formats import FP32, Format, get_format
-from ..rounding import round_to
-from ._common import Arith, as_values, check_choice, to_container
+from ._common import Arith, as_values, check_choice, round_to, to_container
 
 __all__ = [
     "Table",

@@ -45,8 +45,15 @@ import math
 import numpy as np
 
 from ..formats import FP32, FP64, Format, get_format
-from ..rounding import round_to
-from ._common import Arith, as_values, check_choice, round_odd_pair, round_sum2, to_container
+from ._common import (
+    Arith,
+    as_values,
+    check_choice,
+    round_odd_pair,
+    round_sum2,
+    round_to,
+    to_container,
+)
 from .reduce import _as_order
 
 __all__ = ["matmul", "MATMUL_MODES", "exact_dot_round"]
@@ -95,11 +102,10 @@ def _lsb_exp(x: np.ndarray) -> np.ndarray:
 def _tile_exact_plus(c: np.ndarray, a_t: np.ndarray, b_t: np.ndarray, acc: Format, mode: str):
     """fl_acc(c + a_t @ b_t) with one rounding, certified (module docstring).
 
-    Two certificates, either suffices: (1) both ends of ``[v_hat - B, v_hat + B]``
-    round to the same value (monotonicity of rounding); (2) the exact value is a
-    multiple of ``q = 2**min(lsb(a_i.) + lsb(b_.j), lsb(c_ij))`` and ``B < q/2``,
-    so it is ``rint(v_hat / q) * q`` exactly (this settles exact ties, which
-    are common: sums of short products often land on a midpoint of acc).
+    Certificate (1): both ends of ``[v_hat - B, v_hat + B]`` round to the same
+    value (monotonicity of rounding).  Entries it does not settle (exact ties
+    are common: sums of short products often land on a midpoint of acc) go to
+    :func:`_certify_rows`, then, rarely, to exact Python summation.
     """
     kt = a_t.shape[-1]
     s_hat = a_t @ b_t  # one BLAS call
@@ -113,29 +119,48 @@ def _tile_exact_plus(c: np.ndarray, a_t: np.ndarray, b_t: np.ndarray, acc: Forma
         lo = _rnd(v - bound, acc, mode)
         hi = _rnd(v + bound, acc, mode)
         ok = (lo == hi) | ~np.isfinite(v)
-        if not ok.all():
-            la = np.min(_lsb_exp(a_t), axis=-1)
-            lb = np.min(_lsb_exp(b_t), axis=-2)
-            qe = np.minimum(la[..., :, None] + lb[..., None, :], _lsb_exp(np.asarray(c, dtype=np.float64)))
-            qe = np.clip(qe, -1074, 1023)
-            q = np.ldexp(1.0, qe.astype(np.int32))
-            grid = (bound < q / 2) & (np.abs(v) < np.ldexp(q, 52)) & ~ok
-            if grid.any():
-                ve = np.rint(v / q) * q  # exact: the unique multiple of q within the bound
-                lo = np.where(grid, _rnd(ve, acc, mode), lo)
-                ok = ok | grid
     res = np.where(np.isfinite(v), lo, _rnd(v, acc, mode))
+    n_exact = 0
     if not ok.all():
-        bad = np.argwhere(~ok)
-        for idx in bad:
-            idx = tuple(idx)
-            *batch, i, j = idx
-            batch = tuple(batch)
-            arow = a_t[batch + (i,)] if a_t.ndim > 2 else a_t[i]
-            bcol = b_t[batch + (slice(None), j)] if b_t.ndim > 2 else b_t[:, j]
-            terms = list(arow * bcol) + [c[idx]]
-            res[idx] = exact_dot_round(terms, acc, mode)
-    return res, int((~ok).sum())
+        bad = np.nonzero(~ok)
+        *bidx, ii, jj = bad
+        bidx = tuple(bidx)
+        a_b = np.broadcast_to(a_t, v.shape[:-2] + a_t.shape[-2:])
+        b_b = np.broadcast_to(b_t, v.shape[:-2] + b_t.shape[-2:])
+        rows = a_b[bidx + (ii,)]  # (nbad, kt)
+        cols = np.swapaxes(b_b, -1, -2)[bidx + (jj,)]  # (nbad, kt)
+        terms = np.concatenate([rows * cols, np.asarray(c, dtype=np.float64)[bad][:, None]], axis=1)
+        fixed, still = _certify_rows(terms, acc, mode)
+        for r in np.nonzero(still)[0]:  # rare: exact summation in Python
+            fixed[r] = exact_dot_round(terms[r], acc, mode)
+        n_exact = int(still.sum())
+        res[bad] = fixed
+    return res, n_exact
+
+
+def _certify_rows(terms: np.ndarray, acc: Format, mode: str):
+    """Round ``terms.sum(axis=1)`` (exact float64 terms) once to ``acc`` where a
+    per-row certificate holds; returns (values, uncertified mask).
+
+    With the tight bound ``B = gamma_n sum|t|`` (+ the rounding of ``v``):
+    (1) both ends of ``[v - B, v + B]`` round alike, or (2) the exact sum is a
+    multiple of ``q = 2**min lsb(t)`` (the lowest set bit over the row's
+    terms) and ``B < q/2``, so it equals ``rint(v/q) q`` exactly.
+    """
+    n = terms.shape[1]
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = np.sum(terms, axis=1)
+        g = n * 2.0**-53 / (1 - n * 2.0**-53)
+        bound = g * (1 + 2.0**-50) * np.sum(np.abs(terms), axis=1) + np.abs(v) * 2.0**-51 + 2.0**-1000
+        lo = _rnd(v - bound, acc, mode)
+        hi = _rnd(v + bound, acc, mode)
+        ok = (lo == hi) | ~np.isfinite(v)
+        qe = np.clip(np.min(_lsb_exp(terms), axis=1), -1074, 1023)
+        q = np.ldexp(1.0, qe.astype(np.int32))
+        grid = (bound < q / 2) & (np.abs(v) < np.ldexp(q, 52)) & ~ok
+        ve = np.rint(v / q) * q
+    out = np.where(grid, _rnd(ve, acc, mode), np.where(np.isfinite(v), lo, _rnd(v, acc, mode)))
+    return out, ~(ok | grid)
 
 
 def matmul(

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..formats import Format, get_format
-from ._common import Arith, as_values, check_choice, to_container
+from ._common import Arith, as_values, check_choice, round_to, to_container
 
 __all__ = [
     "Order",
@@ -513,7 +513,6 @@ def reduce(
     r = np.asarray(r)
     if keepdims:
         r = np.expand_dims(r, ax)
-    from ..rounding import round_to
 
     if outf == acc and out_mode == "rne":
         res = r

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..formats import FP32, Format, get_format
-from ..rounding import check_mode, round_to
+from ..rounding import check_mode
 from . import algorithms as _alg
-from ._common import as_values, check_choice, to_container
+from ._common import as_values, check_choice, round_to, to_container
 from .hardware import Hardware
 from .matmul import MATMUL_MODES, matmul
 from .reduce import (
