@@ -466,7 +466,7 @@ def schedule(kernel: Kernel, seed=None, rng: np.random.Generator | None = None) 
 class StaleRead:
     """A read that saw an older version of some rows than program order promises.
 
-    ``saw``: names of the writers whose values were read ("<initial>" = what
+    ``saw``: names of the writers whose values were read ("<before run>" = what
     the buffer held before the run); ``expected``: the writer program order
     says it should have seen; ``late_by``: how long after the read that write
     became visible.
@@ -628,8 +628,8 @@ def simulate(kernel: Kernel, inputs: dict, *, seed=None, memory: dict | None = N
                 if bad.any():
                     idx = np.nonzero(bad)[0] + lo
                     exp_writers = np.unique(want[bad])
-                    saw = tuple("<initial>" if v < 0 else stages[v].name for v in np.unique(got[bad]))
-                    exp = ", ".join("<initial>" if v < 0 else stages[v].name for v in exp_writers)
+                    saw = tuple("<before run>" if v < 0 else stages[v].name for v in np.unique(got[bad]))
+                    exp = ", ".join("<before run>" if v < 0 else stages[v].name for v in exp_writers)
                     stale.append(StaleRead(stage=name, group=s.group, core=c, buffer=a.buffer,
                                            rows=(int(idx[0]), int(idx[-1]) + 1), n_rows=int(idx.size),
                                            time=t, saw=saw, expected=exp, late_by=np.nan))
@@ -660,7 +660,7 @@ def simulate(kernel: Kernel, inputs: dict, *, seed=None, memory: dict | None = N
     # how late the promised writes were
     fixed = []
     for r in stale:
-        ws = [sidx[x] for x in r.expected.split(", ") if x != "<initial>"]
+        ws = [sidx[x] for x in r.expected.split(", ") if x != "<before run>"]
         late = np.nan
         for w in ws:
             va = visible_at.get((w, r.buffer))
@@ -672,8 +672,8 @@ def simulate(kernel: Kernel, inputs: dict, *, seed=None, memory: dict | None = N
         bad = version[b] != promised[b]
         if bad.any():
             idx = np.nonzero(bad)[0]
-            fw = ", ".join("<initial>" if v < 0 else stages[v].name for v in np.unique(version[b][bad]))
-            ex = ", ".join("<initial>" if v < 0 else stages[v].name for v in np.unique(promised[b][bad]))
+            fw = ", ".join("<before run>" if v < 0 else stages[v].name for v in np.unique(version[b][bad]))
+            ex = ", ".join("<before run>" if v < 0 else stages[v].name for v in np.unique(promised[b][bad]))
             lost.append(LostWrite(buffer=b, rows=(int(idx[0]), int(idx[-1]) + 1), n_rows=int(idx.size),
                                   final_writer=fw, expected=ex))
     outputs = {b: mem[b].copy() for b in kernel.outputs()}

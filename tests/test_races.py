@@ -125,7 +125,7 @@ def test_read_before_write_sees_old_contents():
     assert np.array_equal(r.outputs["y"], old["w"] * 10)        # read at t=0, write lands at t=2
     assert np.array_equal(r.memory["w"], x + 1)                  # the write itself landed
     (sr,) = r.stale_reads
-    assert (sr.stage, sr.buffer, sr.saw, sr.expected, sr.n_rows) == ("consume", "w", ("<initial>",), "produce", 4)
+    assert (sr.stage, sr.buffer, sr.saw, sr.expected, sr.n_rows) == ("consume", "w", ("<before run>",), "produce", 4)
     assert sr.time == 0.0 and sr.late_by == 2.0
     r = R.simulate(_tiny(True), {"x": x}, seed=0, memory=old)
     assert np.array_equal(r.outputs["y"], (x + 1) * 10) and r.ok_order
