@@ -14,7 +14,8 @@ symbolic :class:`Tensor` objects::
 
 Node names are deterministic: ``<op>_<k>`` with ``k`` counting that op
 (``matmul_0``, ``gelu_0``, ``mul_scalar_0``); return a dict to name the
-outputs, or call :meth:`Tensor.named`.  :func:`decompose` rewrites the
+outputs, or call :meth:`Tensor.named`.  Nodes no output depends on are
+dropped.  :func:`decompose` rewrites the
 composite operators (softmax, log_softmax, layer_norm, rms_norm) into their
 primitive subgraphs; the primitives are named ``<composite>.<op>_<k>`` and
 carry ``attrs["origin"] = <composite node name>``, the last one keeps the
@@ -188,6 +189,21 @@ class Graph:
             else:
                 raise TypeError(f"cannot make a Node from {n!r}; give Node, dict or (name, op, inputs, attrs[, shape])")
         return cls(inputs, out, outputs, **kw)
+
+    def subgraph(self, outputs=None, *, keep_inputs: bool = False) -> "Graph":
+        """The nodes needed for ``outputs`` (default: this graph's outputs),
+        in the same order, with the same names.  Only the inputs they read are
+        kept unless ``keep_inputs``.  ``g.subgraph()`` drops dead nodes."""
+        outputs = list(self.outputs if outputs is None else ([outputs] if isinstance(outputs, str) else outputs))
+        for o in outputs:
+            self.node(o)
+        need = set(outputs)
+        for n in reversed(self.nodes):
+            if n.name in need:
+                need.update(n.inputs)
+        ins = {k: s for k, s in self.inputs.items() if keep_inputs or k in need}
+        roles = {k: r for k, r in self.roles.items() if k in ins}
+        return Graph(ins, [n for n in self.nodes if n.name in need], outputs, name=self.name, roles=roles)
 
     def with_roles(self, **roles) -> "Graph":
         return Graph(self.inputs, self.nodes, self.outputs, name=self.name, roles={**self.roles, **roles})
@@ -453,23 +469,32 @@ class Tensor:
         return _ops.cast(self, to)
 
     def __getitem__(self, key):
+        """Basic indexing: ints, slices (positive steps), ``...`` and ``None``
+        (a new axis); numpy's result shape.  A ``slice`` node, then a
+        ``reshape`` node when axes are dropped or added."""
         if not isinstance(key, tuple):
             key = (key,)
         if sum(k is Ellipsis for k in key) > 1:
             raise IndexError(f"{self.name!r}: at most one ... in an index, got {key!r}")
-        n_real = sum(k is not Ellipsis for k in key)
+        n_real = sum(k is not Ellipsis and k is not None for k in key)
         if n_real > self.ndim:
             raise IndexError(f"{self.name!r}: too many indices {key!r} for shape {self.shape}")
         if Ellipsis in key:
             i = key.index(Ellipsis)
             key = key[:i] + (slice(None),) * (self.ndim - n_real) + key[i + 1:]
-        key = key + (slice(None),) * (self.ndim - len(key))
-        begin, end, step, drop = [], [], [], []
-        for ax, (k, d) in enumerate(zip(key, self.shape, strict=True)):
+        key = key + (slice(None),) * (self.ndim - sum(k is not None for k in key))
+        begin, end, step, layout = [], [], [], []  # layout: ("keep", ax) | ("new",)
+        ax = 0
+        for k in key:
+            if k is None:
+                layout.append(("new",))
+                continue
+            d = self.shape[ax]
             if isinstance(k, slice):
                 begin.append(k.start)
                 end.append(k.stop)
                 step.append(k.step)
+                layout.append(("keep", ax))
             elif isinstance(k, numbers.Integral) and not isinstance(k, bool):
                 if not -d <= k < d:
                     raise IndexError(f"{self.name!r}: index {k} is out of range for axis {ax} of size {d}")
@@ -477,17 +502,18 @@ class Tensor:
                 begin.append(k)
                 end.append(k + 1)
                 step.append(1)
-                drop.append(ax)
             else:
                 raise TypeError(
-                    f"{self.name!r}: index {k!r} is not supported; use ints, slices and ... "
+                    f"{self.name!r}: index {k!r} is not supported; use ints, slices, ... and None "
                     "(use nl.ops.gather for integer arrays)"
                 )
+            ax += 1
         out = self
         if any(b not in (None, 0) for b in begin) or any(e is not None for e in end) or any(s not in (None, 1) for s in step):
             out = _ops._apply("slice", [self], {"begin": tuple(begin), "end": tuple(end), "step": tuple(step)})
-        if drop:
-            out = _ops.reshape(out, tuple(d for i, d in enumerate(out.shape) if i not in drop))
+        shape = tuple(1 if e[0] == "new" else out.shape[e[1]] for e in layout)
+        if shape != out.shape:
+            out = _ops.reshape(out, shape)
         return out
 
 
@@ -578,7 +604,8 @@ class _Tracer:
             return renames.get(x, x)
 
         nodes = [Node(r(n.name), n.op, tuple(r(i) for i in n.inputs), n.attrs, n.shape) for n in nodes]
-        return Graph(self.inputs, nodes, [r(o) for o in outs], name=name, roles=roles)
+        g = Graph(self.inputs, nodes, [r(o) for o in outs], name=name, roles=roles)
+        return g.subgraph(keep_inputs=True)  # drop dead nodes (e.g. unused split pieces)
 
 
 def trace(fn, **input_shapes) -> Graph:

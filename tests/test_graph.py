@@ -113,7 +113,7 @@ def test_broadcast_error_names_node_and_shapes(a, b):
 
 @given(hnp.array_shapes(min_dims=1, max_dims=4, max_side=5), st.data())
 def test_traced_slicing_matches_numpy(shape, data):
-    key = tuple(
+    key = list(
         data.draw(st.one_of(
             st.integers(-d, d - 1),
             st.builds(slice, st.one_of(st.none(), st.integers(-d - 1, d + 1)),
@@ -121,10 +121,17 @@ def test_traced_slicing_matches_numpy(shape, data):
                       st.one_of(st.none(), st.integers(1, 3))),
         )) for d in shape[: data.draw(st.integers(1, len(shape)))]
     )
+    for extra in data.draw(st.lists(st.sampled_from([None, Ellipsis]), max_size=2, unique=True)):
+        key.insert(data.draw(st.integers(0, len(key))), extra)  # a new axis / one ellipsis
+    if Ellipsis in key:  # ... stands for the axes not indexed
+        key = key[: key.index(Ellipsis) + 1] + [k for k in key[key.index(Ellipsis) + 1:] if k is None]
+    key = tuple(key)
     x = np.arange(np.prod(shape), dtype=np.float64).reshape(shape)
     g = trace(lambda x: x[key].reshape(-1) if x[key].shape == () else x[key], x=shape)
     out = evaluate(g, {"x": x})[g.outputs[0]]
     assert np.array_equal(out.reshape(np.shape(x[key])), x[key])
+    if x[key].shape != ():
+        assert g.node(g.outputs[0]).shape == x[key].shape
 
 
 def test_names_are_deterministic_and_counted_per_op():
@@ -305,3 +312,20 @@ def test_tensor_repr_and_properties():
     t = seen["t"]
     assert isinstance(t, Tensor) and t.ndim == 3 and t.size == 24 and "x" in repr(t)
     assert g.node(g.outputs[0]).attrs["perm"] == (0, 2, 1)
+
+
+def test_dead_nodes_are_dropped_and_subgraph_cuts():
+    g = trace(lambda x: {"y": ops.split(x, 2, axis=0)[1] * 2.0, "z": x.sum()}, x=(4, 3))
+    assert [n.name for n in g.nodes] == ["split_1", "y", "z"]  # split_0 is unused
+    s = g.subgraph("y")
+    assert [n.name for n in s.nodes] == ["split_1", "y"] and s.outputs == ["y"] and s.inputs == {"x": (4, 3)}
+    t = nl.zoo.transformer_block()
+    sub = t.subgraph(["softmax_0"])
+    assert set(sub.inputs) == {"x", "g1", "b1", "w_qkv"} and sub.nodes[-1].name == "softmax_0"
+    x = nl.zoo.make_inputs(t, seed=0)
+    full = evaluate(t, x, all_values=True)
+    part = evaluate(sub, {k: x[k] for k in sub.inputs})
+    assert np.array_equal(part["softmax_0"], full["softmax_0"])
+    assert t.subgraph(keep_inputs=True) == t
+    with pytest.raises(ValueError, match="no node 'nope'"):
+        t.subgraph(["nope"])
