@@ -301,7 +301,8 @@ def _to_storage(a: np.ndarray, S: Format) -> np.ndarray:
         return a.astype(np.float32)  # IEEE RNE (numpy cast)
     if S.dtype is not None and a.dtype == S.dtype:
         return a.astype(np.float32)  # already S values: exact widening
-    return _f32(round_to(a, S))  # round once from the given values; S values are exact in fp32
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _f32(round_to(a, S))  # round once from the given values; exact in fp32
 
 
 def _container(v: np.ndarray, S: Format) -> np.ndarray:
@@ -565,7 +566,8 @@ class _Ctx:
         a = _f32(x)
         if self.S == FP32:
             return a
-        return _f32(round_to(a, self.S))
+        with np.errstate(over="ignore", invalid="ignore"):
+            return _f32(round_to(a, self.S))
 
     # -- scalars (instruction choice) ----------------------------------------
     def scalar(self, s: float) -> np.float32:

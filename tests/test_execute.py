@@ -1,0 +1,515 @@
+"""Executors: eager / fused / emulated_casts / reference.
+
+Independent references: numpy float16 and ml_dtypes bfloat16 arithmetic
+(each ufunc is computed in float32 and rounded once, which is the correctly
+rounded result for + - * /), plain float32 numpy chains, plain Python loops
+for reduction orders, and the catalogue's float64 references.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from numlab import ops, zoo
+from numlab.execute import MODES, SOURCE_FIELDS, SOURCES, _fma_f32, _welford, run
+from numlab.fusion import KINDS, FusionOptions
+from numlab.graph import Graph, Node, trace
+from numlab.kernels import KernelSpec, fma
+from numlab.kernels import reduce as kreduce
+from numlab.kernels._common import Arith
+
+H = KernelSpec.handwritten()
+C = KernelSpec.codegen()
+BF16 = ml_dtypes.bfloat16
+
+
+def bits(a):
+    a = np.asarray(a)
+    return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64, 1: np.uint8}[a.dtype.itemsize])
+
+
+def same_bits(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(bits(a), bits(b))
+
+
+def all_same(r1, r2) -> bool:
+    return r1.outputs.keys() == r2.outputs.keys() and all(
+        same_bits(r1.outputs[k], r2.outputs[k]) for k in r1.outputs)
+
+
+# ---------------------------------------------------------------------------
+# eager, fused and reference against independent arithmetic
+# ---------------------------------------------------------------------------
+
+
+def _chain(x, w, b):
+    return {"y": ((x * w) + b) * x - w}
+
+
+G_CHAIN = trace(_chain, x=(6, 16), w=(6, 16), b=(6, 16))
+
+
+@given(st.integers(0, 2**32 - 1), st.sampled_from(["fp16", "bf16"]))
+def test_pointwise_chain_against_numpy_storage_arithmetic(seed, dt):
+    rng = np.random.default_rng(seed)
+    raw = {k: rng.standard_normal((6, 16)) * rng.choice([1e-3, 1.0, 300.0]) for k in "xwb"}
+    np_dt = np.float16 if dt == "fp16" else BF16
+    x, w, b = (raw[k].astype(np_dt) for k in "xwb")  # inputs rounded to S (RNE)
+    with np.errstate(over="ignore", invalid="ignore"):
+        # eager: every op rounds to S -- numpy float16 / ml_dtypes bfloat16 arithmetic
+        want_eager = ((x * w) + b) * x - w
+        # fused: one block, fp32 inside, one rounding at the end
+        xf, wf, bf = (a.astype(np.float32) for a in (x, w, b))
+        want_fused = (((xf * wf) + bf) * xf - wf).astype(np_dt)
+    e = run(G_CHAIN, raw, mode="eager", dtype=dt)
+    f = run(G_CHAIN, raw, mode="fused", dtype=dt)
+    assert same_bits(e.outputs["y"], want_eager)
+    assert same_bits(f.outputs["y"], want_fused)
+    # reference: float64 on the same S-valued inputs
+    r = run(G_CHAIN, raw, mode="reference", dtype=dt)
+    x6, w6, b6 = (a.astype(np.float64) for a in (x, w, b))
+    assert same_bits(r.outputs["y"], ((x6 * w6) + b6) * x6 - w6)
+
+
+def test_eager_values_are_every_node_in_storage_fused_only_block_outputs():
+    g = zoo.gelu_mlp()
+    x = zoo.make_inputs(g, seed=3)
+    e = run(g, x, mode="eager", dtype="bf16")
+    assert set(e.values) == {n.name for n in g.nodes}
+    assert all(v.dtype == BF16 for v in e.values.values())
+    f = run(g, x, mode="fused", dtype="bf16")
+    outs = {m for b in f.plan.blocks for m in b.outputs}
+    assert set(f.values) == outs and f.internals == []
+    fi = run(g, x, mode="fused", dtype="bf16", keep_internals=True)
+    assert set(fi.values) == {n.name for n in fi.graph.nodes}
+    assert set(fi.internals) == {n.name for n in fi.graph.nodes} - outs
+    assert all(fi.values[k].dtype == np.float32 for k in fi.internals)
+    assert all_same(f, fi)
+    r = run(g, x, mode="reference", dtype="bf16")
+    assert all(v.dtype == np.float64 for v in r.values.values())
+    assert r.outputs["y"].dtype == np.float64 and e.outputs["y"].dtype == BF16
+
+
+def test_scalar_multiply_instruction_against_numpy():
+    g = trace(lambda x: {"y": x * 0.1}, x=(64,))
+    x = np.linspace(-4, 4, 64)
+    xs = x.astype(np.float16).astype(np.float32)
+    # eager (muls): the scalar stays fp32
+    muls = (xs * np.float32(0.1)).astype(np.float16)
+    # codegen (broadcast): the scalar is first materialised in fp16
+    bcast = (xs * np.float32(np.float16(0.1))).astype(np.float16)
+    assert not same_bits(muls, bcast)  # the instruction matters here
+    assert same_bits(run(g, {"x": x}, mode="eager", dtype="fp16").output, muls)
+    assert same_bits(run(g, {"x": x}, mode="fused", dtype="fp16").output, bcast)
+    assert same_bits(run(g, {"x": x}, mode="fused", dtype="fp16", align="instruction").output, muls)
+
+
+def test_sequential_reduction_against_python_loop():
+    g = trace(lambda x: {"s": x.sum(axis=-1)}, x=(5, 37))
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((5, 37)) * 1e3).astype(np.float32)
+    spec = KernelSpec.handwritten(reduce_order="sequential")
+    got = run(g, {"x": x}, mode="eager", dtype="fp32", kernels=spec).output
+    want = np.empty(5, dtype=np.float32)
+    for i in range(5):  # test-only scalar loop, the same order
+        s = np.float32(x[i, 0])
+        for j in range(1, 37):
+            s = np.float32(s + x[i, j])
+        want[i] = s
+    assert same_bits(got, want)
+
+
+def test_reference_equals_catalogue_evaluate_on_rounded_inputs():
+    from numlab.graph import evaluate
+
+    for name in ("layernorm", "softmax", "transformer_block"):
+        g = zoo.MODELS[name]()
+        x = zoo.make_inputs(g, seed=1)
+        r = run(g, x, mode="reference", dtype="fp16")
+        xr = {k: (v if g.role(k) == "index" else v.astype(np.float16).astype(np.float64))
+              for k, v in x.items()}
+        want = evaluate(g, xr)
+        for k in want:
+            assert same_bits(r.outputs[k], want[k])
+
+
+# ---------------------------------------------------------------------------
+# data movement: fused or not, bitwise identical
+# ---------------------------------------------------------------------------
+
+
+@st.composite
+def movement_graphs(draw):
+    nodes = []
+    shapes = {"x": (4, 6), "y": (4, 6)}
+    avail = ["x", "y"]
+    for i in range(draw(st.integers(1, 8))):
+        src = draw(st.sampled_from(avail))
+        s = shapes[src]
+        op = draw(st.sampled_from(["reshape", "transpose", "slice", "concat", "split",
+                                   "broadcast_to", "gather", "neg"]))
+        name = f"m{i}"
+        if op == "reshape":
+            node = Node(name, op, (src,), {"shape": (s[1], s[0]) if len(s) == 2 else s})
+        elif op == "transpose":
+            node = Node(name, op, (src,), {"perm": None})
+        elif op == "slice":
+            node = Node(name, op, (src,), {"begin": (0,) * len(s), "end": tuple(max(1, d - 1) for d in s),
+                                          "step": (1,) * len(s)})
+        elif op == "concat":
+            other = draw(st.sampled_from([a for a in avail if shapes[a] == s]))
+            node = Node(name, op, (src, other), {"axis": 0})
+        elif op == "split":
+            if s[0] < 2:
+                continue
+            node = Node(name, op, (src,), {"axis": 0, "sizes": (1, s[0] - 1), "index": 1})
+        elif op == "broadcast_to":
+            node = Node(name, op, (src,), {"shape": (2,) + s})
+        elif op == "gather":
+            node = Node(name, op, (src,), {"axis": 0, "indices": [s[0] - 1, 0, 0]})
+        else:  # an exact elementwise op keeps the chain mixable
+            node = Node(name, op, (src,))
+        g = Graph({"x": (4, 6), "y": (4, 6)}, nodes + [node], [node.name])
+        shapes[name] = g.shape(name)
+        nodes.append(node)
+        avail.append(name)
+    return Graph({"x": (4, 6), "y": (4, 6)}, nodes, [nodes[-1].name])
+
+
+@given(movement_graphs(), st.integers(0, 2**31), st.sampled_from(["fp16", "bf16", "fp8_e4m3"]))
+def test_data_movement_is_bitwise_identical_fused_or_not(g, seed, dt):
+    rng = np.random.default_rng(seed)
+    x = {"x": rng.standard_normal((4, 6)) * 10, "y": rng.standard_normal((4, 6))}
+    e = run(g, x, mode="eager", dtype=dt)
+    every = FusionOptions(enabled=frozenset(KINDS))
+    for fo in (every, FusionOptions(), FusionOptions.inductor(), FusionOptions.off()):
+        f = run(g, x, mode="fused", dtype=dt, fusion=fo)
+        assert all_same(e, f)
+        for k in f.values:
+            assert same_bits(f.values[k], e.values[k])
+    # and equal to the exact (float64) reference cast to S: nothing was computed
+    r = run(g, x, mode="reference", dtype=dt)
+    for k in r.outputs:
+        assert same_bits(r.outputs[k].astype(e.outputs[k].dtype), e.outputs[k])
+
+
+# ---------------------------------------------------------------------------
+# emulated casts == eager on pointwise chains with the same kernels
+# ---------------------------------------------------------------------------
+
+_UN = ["exp", "tanh", "sigmoid", "silu", "neg", "abs", "relu", "rsqrt_abs", "gelu", "gelu_erf",
+       "sqrt_abs", "reciprocal", "log_abs", "erf"]
+_BIN = ["add", "sub", "mul", "div", "maximum", "minimum"]
+_SC = ["add_scalar", "mul_scalar", "sub_scalar", "rsub_scalar", "div_scalar", "rdiv_scalar"]
+
+
+@st.composite
+def pointwise_chains(draw):
+    def f(x, y):
+        vals = [x, y]
+        for _ in range(draw(st.integers(2, 7))):
+            kind = draw(st.sampled_from(["u", "b", "s"]))
+            a = draw(st.sampled_from(vals))
+            if kind == "u":
+                u = draw(st.sampled_from(_UN))
+                if u.endswith("_abs"):
+                    v = getattr(ops, u[:-4])(ops.abs_(a) + 0.5)
+                elif u == "gelu":
+                    v = ops.gelu(a, "tanh")
+                elif u == "gelu_erf":
+                    v = ops.gelu(a, "none")
+                else:
+                    v = getattr(ops, u)(a) if u != "abs" else ops.abs_(a)
+            elif kind == "b":
+                v = getattr(ops, draw(st.sampled_from(_BIN)))(a, draw(st.sampled_from(vals)))
+            else:
+                s = draw(st.sampled_from([0.1, 0.5, 3.0, -1.7, 1e-3, 1 / 3]))
+                v = getattr(ops, draw(st.sampled_from(_SC)))(a, s)
+            vals.append(v)
+        return {"out": vals[-1]}
+
+    return trace(f, x=(3, 16), y=(3, 16))
+
+
+@given(pointwise_chains(), st.integers(0, 2**31), st.sampled_from(["fp16", "bf16"]),
+       st.sampled_from(["handwritten", "codegen"]))
+def test_emulated_casts_equals_eager_with_the_same_kernels(g, seed, dt, which):
+    spec = H if which == "handwritten" else C
+    rng = np.random.default_rng(seed)
+    x = {"x": rng.standard_normal((3, 16)), "y": rng.standard_normal((3, 16))}
+    e = run(g, x, mode="eager", dtype=dt, kernels=spec)
+    m = run(g, x, mode="emulated_casts", dtype=dt, kernels=spec, library=spec)
+    assert m.plan.blocks[0].codegen and len(m.plan.blocks) == 1  # really one fused block
+    assert all_same(e, m)
+    for k, v in m.values.items():
+        assert same_bits(v, e.values[k])
+
+
+# ---------------------------------------------------------------------------
+# the four sources: each one removes its part; all four give eager's bits
+# ---------------------------------------------------------------------------
+
+
+def test_source_fields_partition_the_kernel_spec():
+    fields = {f.name for f in dataclasses.fields(KernelSpec)}
+    listed = [f for src in SOURCES for f in SOURCE_FIELDS[src]]
+    assert len(listed) == len(set(listed))
+    assert set(listed) == fields - {"name"}
+
+
+def _src_case(source):
+    """A graph, inputs and storage where only ``source`` separates fused from eager."""
+    rng = np.random.default_rng(11)
+    if source == "promotion":
+        g = trace(lambda x, w: {"y": (x * w + w) * x}, x=(8, 32), w=(8, 32))
+        return g, {"x": rng.standard_normal((8, 32)), "w": rng.standard_normal((8, 32))}, "fp16"
+    if source == "instruction":
+        g = trace(lambda x: {"y": x * 0.1}, x=(8, 32))
+        return g, {"x": rng.standard_normal((8, 32))}, "fp16"
+    if source == "tiling":
+        g = trace(lambda x: {"s": x.sum(axis=-1)}, x=(8, 4096))
+        return g, {"x": rng.standard_normal((8, 4096))}, "fp32"
+    g = trace(lambda x: {"y": ops.rsqrt(x)}, x=(8, 256))
+    return g, {"x": rng.uniform(0.5, 100.0, (8, 256))}, "fp32"
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_each_source_alone_and_its_removal(source):
+    g, x, dt = _src_case(source)
+    fo = FusionOptions.inductor()
+    e = run(g, x, mode="eager", dtype=dt)
+    plain = run(g, x, mode="fused", dtype=dt, fusion=fo)
+    assert not all_same(plain, e), "the case must show a difference"
+    others = tuple(s for s in SOURCES if s != source)
+    only = run(g, x, mode="fused", dtype=dt, fusion=fo, align=others)
+    assert not all_same(only, e), f"{source} alone must separate fused from eager"
+    fixed = run(g, x, mode="fused", dtype=dt, fusion=fo, align=(source,))
+    assert all_same(fixed, e), f"aligning {source} removes the whole difference here"
+    assert all_same(run(g, x, mode="fused", dtype=dt, fusion=fo, align=SOURCES), e)
+
+
+@pytest.mark.parametrize("model", sorted(zoo.MODELS))
+def test_all_four_aligned_and_no_decomposition_is_eager_bit_for_bit(model):
+    g = zoo.MODELS[model]()
+    n_diff = 0
+    for dt, kind in (("fp16", "normal"), ("bf16", "shifted_mean"), ("fp16", "near_overflow"),
+                     ("fp32", "heavy_tailed")):
+        x = zoo.make_inputs(g, kind=kind, seed=5)
+        e = run(g, x, mode="eager", dtype=dt)
+        for fo in (FusionOptions(decompose=False), FusionOptions.inductor(decompose=False),
+                   FusionOptions.inductor(decompose=False).enable("matmul")):
+            f = run(g, x, mode="fused", dtype=dt, fusion=fo, align=SOURCES)
+            assert all_same(f, e), (dt, kind, fo.describe())
+            assert f.nonfinite == {k: v for k, v in e.nonfinite.items() if k in f.nonfinite}
+        n_diff += not all_same(run(g, x, mode="fused", dtype=dt, fusion=FusionOptions.inductor()), e)
+    if model != "attention_scores":
+        assert n_diff > 0  # without alignment the bits part somewhere
+
+
+def test_align_all_with_decomposition_still_differs_by_the_algorithm_of_the_decomposition():
+    g = zoo.layernorm()
+    x = zoo.make_inputs(g, seed=2)
+    e = run(g, x, mode="eager", dtype="fp16")
+    f = run(g, x, mode="fused", dtype="fp16", fusion=FusionOptions.inductor(), align=SOURCES)
+    assert not all_same(f, e)  # eager's kernel is not the decomposed algorithm
+
+
+# ---------------------------------------------------------------------------
+# determinism and fingerprints
+# ---------------------------------------------------------------------------
+
+
+def test_same_run_same_bits_and_fingerprint():
+    g = zoo.transformer_block()
+    x = zoo.make_inputs(g, seed=4)
+    for mode in MODES:
+        a = run(g, x, mode=mode, dtype="fp16")
+        b = run(g, x, mode=mode, dtype="fp16")
+        assert a.fingerprint == b.fingerprint and len(a.fingerprint) == 64
+        assert all_same(a, b)
+    fps = {run(g, x, mode=m, dtype=d).fingerprint for m in MODES for d in ("fp16", "bf16")}
+    assert len(fps) == 8
+    base = run(g, x, mode="fused", dtype="fp16").fingerprint
+    assert run(g, x, mode="fused", dtype="fp16", fusion=FusionOptions.inductor()).fingerprint != base
+    assert run(g, x, mode="fused", dtype="fp16", kernels=C.replace(fma=False)).fingerprint != base
+    assert run(g, x, mode="fused", dtype="fp16", align="tiling").fingerprint != base
+    x2 = zoo.make_inputs(g, seed=5)
+    assert run(g, x2, mode="fused", dtype="fp16", seed=9).fingerprint == base  # run-time inputs
+    g2 = zoo.transformer_block(eps=1e-6)
+    assert run(g2, x, mode="fused", dtype="fp16").fingerprint != base
+
+
+_CHILD = r"""
+import hashlib, json, sys
+import numpy as np
+from numlab import zoo
+from numlab.execute import run
+out = {}
+for model in ("transformer_block", "layernorm"):
+    g = zoo.MODELS[model]()
+    x = zoo.make_inputs(g, seed=4)
+    for mode in ("eager", "fused", "emulated_casts", "reference"):
+        r = run(g, x, mode=mode, dtype="bf16")
+        h = hashlib.sha256()
+        for k in sorted(r.values):
+            h.update(k.encode()); h.update(np.ascontiguousarray(r.values[k]).tobytes())
+        out[model + "/" + mode] = [r.fingerprint, h.hexdigest()]
+json.dump(out, sys.stdout)
+"""
+
+
+def test_fresh_processes_with_different_hash_seeds_agree():
+    res = []
+    for hs in ("0", "12345"):
+        env = dict(os.environ, PYTHONHASHSEED=hs)
+        p = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
+                           text=True, timeout=120, check=True)
+        res.append(json.loads(p.stdout))
+    assert res[0] == res[1]
+    # and this process agrees too
+    g = zoo.layernorm()
+    r = run(g, zoo.make_inputs(g, seed=4), mode="fused", dtype="bf16")
+    h = hashlib.sha256()
+    for k in sorted(r.values):
+        h.update(k.encode())
+        h.update(np.ascontiguousarray(r.values[k]).tobytes())
+    assert res[0]["layernorm/fused"] == [r.fingerprint, h.hexdigest()]
+
+
+def test_shuffled_order_uses_the_schedule_seed():
+    g = trace(lambda x: {"s": x.sum(axis=-1)}, x=(16, 512))
+    x = {"x": np.random.default_rng(0).standard_normal((16, 512))}
+    spec = KernelSpec.handwritten(reduce_order="shuffled(0)")
+    a = run(g, x, mode="eager", dtype="fp32", kernels=spec, seed=1)
+    b = run(g, x, mode="eager", dtype="fp32", kernels=spec, seed=1)
+    c = run(g, x, mode="eager", dtype="fp32", kernels=spec, seed=2)
+    assert all_same(a, b) and not all_same(a, c)
+    assert a.fingerprint == c.fingerprint  # the seed is a run-time input
+
+
+# ---------------------------------------------------------------------------
+# NaN and inf
+# ---------------------------------------------------------------------------
+
+
+def test_nan_and_inf_propagate_and_are_counted_per_node():
+    g = trace(lambda x: {"y": ops.exp(x) + 1.0}, x=(6,))
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, 1.0, 20.0])
+    for mode in MODES:
+        r = run(g, {"x": x}, mode=mode, dtype="fp16")
+        y = np.asarray(r.outputs["y"], dtype=np.float64)
+        assert np.isnan(y[0]) and y[1] == np.inf and y[2] == 1.0 and y[3] == 2.0
+        if mode == "reference":
+            assert np.isfinite(y[5]) and r.nonfinite["exp_0"] == (1, 1)
+        elif mode == "eager":  # exp(20) = 4.85e8 overflows fp16 at the exp node
+            assert y[5] == np.inf and r.nonfinite["exp_0"] == (1, 2)
+        else:  # fused: exp(20) stays fp32 inside the block; y = inf only at the output
+            assert y[5] == np.inf
+            if mode == "fused":
+                assert r.nonfinite["exp_0"] == (1, 1)
+        assert r.nonfinite["y"] == (1, 2 if mode != "reference" else 1)
+
+
+def test_fused_keeps_a_value_that_overflows_eager():
+    g = trace(lambda x: {"y": (x * x) * 1e-3}, x=(4,))
+    x = np.array([300.0, 1.0, -400.0, 2.0])
+    e = run(g, {"x": x}, mode="eager", dtype="fp16")
+    f = run(g, {"x": x}, mode="fused", dtype="fp16")
+    assert np.isinf(e.output[0]) and np.isinf(e.output[2])
+    assert np.all(np.isfinite(f.output))
+    assert e.nonfinite["mul_0"] == (0, 2) and f.nonfinite["mul_0"] == (0, 0)
+
+
+# ---------------------------------------------------------------------------
+# bad input
+# ---------------------------------------------------------------------------
+
+
+def test_bad_input_errors_name_the_argument():
+    g = zoo.layernorm(batch=2, hidden=8)
+    x = zoo.make_inputs(g)
+    with pytest.raises(ValueError, match=r"missing inputs \['beta'\].*inputs are \['x', 'gamma', 'beta'\]"):
+        run(g, {k: v for k, v in x.items() if k != "beta"}, mode="eager", dtype="fp16")
+    with pytest.raises(ValueError, match=r"unexpected inputs \['z'\]"):
+        run(g, {**x, "z": x["x"]}, mode="eager", dtype="fp16")
+    with pytest.raises(ValueError, match=r"input 'gamma' has shape \(7,\); the graph expects \(8,\)"):
+        run(g, {**x, "gamma": np.ones(7)}, mode="eager", dtype="fp16")
+    with pytest.raises(TypeError, match="input 'x' has dtype complex128"):
+        run(g, {**x, "x": x["x"].astype(complex)}, mode="eager", dtype="fp16")
+    with pytest.raises(TypeError, match="input 'x' has dtype int64"):
+        run(g, {**x, "x": np.ones((2, 8), dtype=np.int64)}, mode="eager", dtype="fp16")
+    with pytest.raises(ValueError, match="mode='fast'.*valid modes"):
+        run(g, x, mode="fast", dtype="fp16")
+    with pytest.raises(ValueError, match="fp12.*valid names"):
+        run(g, x, mode="eager", dtype="fp12")
+    with pytest.raises(TypeError, match="kernels must be a numlab.kernels.KernelSpec"):
+        run(g, x, mode="eager", dtype="fp16", kernels="codegen")
+    with pytest.raises(TypeError, match="fusion must be a numlab.fusion.FusionOptions"):
+        run(g, x, mode="fused", dtype="fp16", fusion="inductor")
+    with pytest.raises(ValueError, match="fusion= applies to modes"):
+        run(g, x, mode="eager", dtype="fp16", fusion=FusionOptions())
+    with pytest.raises(ValueError, match="align: 'rounding'.*valid sources"):
+        run(g, x, mode="fused", dtype="fp16", align=("rounding",))
+    with pytest.raises(ValueError, match="seed=-1"):
+        run(g, x, mode="fused", dtype="fp16", seed=-1)
+    with pytest.raises(TypeError, match="inputs must be a dict"):
+        run(g, [x["x"]], mode="eager", dtype="fp16")
+    with pytest.raises(TypeError, match="graph must be a numlab.graph.Graph"):
+        run("layernorm", x, mode="eager", dtype="fp16")
+
+
+def test_inputs_are_rounded_to_storage_first():
+    g = trace(lambda x: {"y": -x}, x=(3,))
+    x = np.array([1.0 + 2.0**-12, 1e-9, 70000.0])  # fp16: rounds to 1.0, 0.0, inf
+    for mode in MODES:
+        y = np.asarray(run(g, {"x": x}, mode=mode, dtype="fp16").output, dtype=np.float64)
+        assert y[0] == -1.0 and y[1] == 0.0 and y[2] == -np.inf
+
+
+def test_gather_index_inputs_are_not_rounded():
+    g = trace(lambda x, i: {"y": ops.gather(x, i, axis=0)}, x=(3000, 2), i=(4,))
+    x = np.arange(6000, dtype=np.float64).reshape(3000, 2) / 8
+    idx = np.array([2049.0, 2051.0, 0.0, 2999.0])  # not fp16 values
+    for mode in MODES:
+        y = np.asarray(run(g, {"x": x, "i": idx}, mode=mode, dtype="fp32").output, dtype=np.float64)
+        assert np.array_equal(y, x[[2049, 2051, 0, 2999]])
+
+
+# ---------------------------------------------------------------------------
+# speed paths are the kernels' numerics
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("acc", ["fp32", "fp16", "bf16"])
+def test_welford_fast_path_equals_the_kernel(acc):
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((7, 300)) * 4 + 10).astype(np.float32)
+    _, v = _welford(x, Arith(acc), 1)
+    want = kreduce(x, "var", -1, acc=acc, variance="welford", ddof=1)
+    assert same_bits(np.asarray(v).astype(want.dtype), want)
+
+
+def test_fma_fast_path_equals_the_kernel_including_ties():
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(20000).astype(np.float32)
+    b = rng.standard_normal(20000).astype(np.float32)
+    c = rng.standard_normal(20000).astype(np.float32)
+    # ties: a*b exactly half an fp32 ulp of c away from c, plus a tiny tail
+    one = np.float32(1.0)
+    a2 = np.array([one, one, 3.0], dtype=np.float32)
+    b2 = np.array([2.0**-24, 2.0**-24 + 2.0**-47, -(2.0**-25)], dtype=np.float32)
+    c2 = np.array([1.0, 1.0, 1.0], dtype=np.float32)
+    for aa, bb, cc in ((a, b, c), (a2, b2, c2)):
+        assert same_bits(_fma_f32(aa, bb, cc), fma(aa, bb, cc, fmt="fp32"))
