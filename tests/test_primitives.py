@@ -221,3 +221,24 @@ def test_bad_input():
         P.fma(1e300, 1.0, 1.0)
     with pytest.raises(ValueError, match=r"mode='stochastic' needs rng"):
         P.add(1.0, 2.0, "fp16", "stochastic")
+
+
+def test_div_sqrt_just_beside_a_grid_point():
+    """Quotients and square roots whose fp64 rounding lands exactly on an fp16
+    grid point although the exact value is not on it: directed modes need the
+    exact remainder's sign (of either sign of the divisor)."""
+    g = 1 + 2.0**-10  # an fp16 number; fp16 neighbours 1.0 and 1 + 2**-9
+    y = 1 + 3 * 2.0**-52
+    x = 1 + 2.0**-10 + 3 * 2.0**-52  # = RN(g * y): x / y = g - 2**-60.4...
+    assert x / y == g  # fp64 rounds onto the grid point
+    exact = Fraction(x) / Fraction(y)
+    assert exact < g
+    for sx, sy in ((1, 1), (-1, -1), (1, -1), (-1, 1)):
+        for mode in MODES:
+            exp = round_exact(Fraction(sx * sy) * exact, nl.FP16, mode)
+            assert P.div(sx * x, sy * y, "fp16", mode) == exp, (sx, sy, mode)
+    a = g * g - 2.0**-52  # sqrt(a) rounds to g in fp64 but is below it
+    assert np.sqrt(a) == g
+    for mode in MODES:
+        assert P.sqrt(a, "fp16", mode) == round_exact(_sqrt_fraction(Fraction(a)), nl.FP16, mode)
+    assert P.sqrt(a, "fp16", "rtz") == 1.0 and P.div(x, y, "fp16", "rtz") == 1.0
