@@ -1,0 +1,42 @@
+"""Opt-in exhaustive checks (``python -m pytest -m slow tests/test_rounding_exhaustive.py``).
+
+All 2**32 float32 bit patterns, in chunks of 2**24, rounded to FP16 and BF16
+with RNE must equal numpy's float16 cast and ml_dtypes' bfloat16 cast bit for
+bit (any NaN equals any NaN).  Both ``round_to`` (whatever fast path it picks)
+and the integer bit path ``_round_bits`` are checked, and for the directed
+modes the bit path is checked against the scale-round-scale path on every
+256th chunk.  Takes a few minutes on one core.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import numlab as nl
+from numlab.rounding import _round_bits, _round_generic
+
+CHUNK = 2**24
+
+
+def _same(a, b):
+    return (a.view(np.uint32) == b.view(np.uint32)) | (np.isnan(a) & np.isnan(b))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("fmt", "dt"), [(nl.FP16, np.float16), (nl.BF16, ml_dtypes.bfloat16)], ids=str)
+def test_all_fp32_patterns_rne(fmt, dt):
+    bad = 0
+    with np.errstate(all="ignore"):
+        for start in range(0, 2**32, CHUNK):
+            x = np.arange(start, start + CHUNK, dtype=np.uint64).astype(np.uint32).view(np.float32)
+            ref = x.astype(dt).astype(np.float32)
+            bad += int((~_same(nl.round_to(x, fmt), ref)).sum())
+            bad += int((~_same(_round_bits(x, fmt, "rne", None, False, False), ref)).sum())
+            if (start // CHUNK) % 256 == 17:
+                for mode in ("rtz", "up", "down", "odd"):
+                    a = _round_bits(x, fmt, mode, None, False, False)
+                    b = _round_generic(x, fmt, mode, None, False, False)
+                    bad += int((~_same(a, b)).sum())
+    assert bad == 0
