@@ -249,18 +249,28 @@ class SyncAll:
 
 @dataclass(frozen=True)
 class Flag:
-    """Cross-core flag (``CrossCoreSetFlag`` / ``CrossCoreWaitFlag``): every
-    core of stage ``consumer`` waits until every core of stage ``producer`` has
-    finished it (and its writes are visible).  Its position in the item list
-    does not matter; ``producer`` must be listed before ``consumer``."""
+    """Cross-core flag (``CrossCoreSetFlag`` / ``CrossCoreWaitFlag``): a core
+    of stage ``consumer`` waits until its producer cores have finished stage
+    ``producer`` (and their writes are visible).
+
+    ``cores`` says which producer cores each consumer core waits for:
+    ``"all"`` (default, every producer core), ``"overlap"`` (the producer
+    cores whose written rows overlap the rows the consumer core reads, in any
+    buffer -- the AIC/AIV pairing of a CV-fused kernel), or a callable
+    ``cores(consumer_core, n_producer_cores, n_consumer_cores) -> iterable of
+    producer cores``.  Its position in the item list does not matter;
+    ``producer`` must be listed before ``consumer``."""
 
     producer: str
     consumer: str
     name: str = ""
+    cores: object = "all"
 
     def __post_init__(self):
         if not self.name:
             object.__setattr__(self, "name", f"flag({self.producer}->{self.consumer})")
+        if not (self.cores in ("all", "overlap") or callable(self.cores)):
+            raise ValueError(f"{self.name}: cores must be 'all', 'overlap' or a callable, got {self.cores!r}")
 
 
 @dataclass(frozen=True)
@@ -386,6 +396,36 @@ class Kernel:
                       for it in self.items)
         return replace(self, items=items)
 
+    def flag_pairs(self, flag: Flag) -> dict:
+        """consumer core -> sorted list of the producer cores it waits for."""
+        p, c = self.stage(flag.producer), self.stage(flag.consumer)
+        n_p, n_c = int(self.cores[p.group]), int(self.cores[c.group])
+        out = {}
+        for j in range(n_c):
+            if flag.cores == "all":
+                out[j] = list(range(n_p))
+            elif flag.cores == "overlap":
+                waits = []
+                for i in range(n_p):
+                    hit = False
+                    for w in p.writes:
+                        for r in c.reads:
+                            if w.buffer != r.buffer:
+                                continue
+                            nr = self.buffers[w.buffer].shape[0]
+                            a0, a1 = w.region(i, n_p, nr)
+                            b0, b1 = r.region(j, n_c, nr)
+                            hit |= a0 < b1 and b0 < a1
+                    if hit:
+                        waits.append(i)
+                out[j] = waits
+            else:
+                cs = sorted({int(i) for i in flag.cores(j, n_p, n_c)})
+                if cs and not (0 <= cs[0] and cs[-1] < n_p):
+                    raise ValueError(f"{flag.name}: cores callable gave {cs} outside [0, {n_p})")
+                out[j] = cs
+        return out
+
     def with_spread(self, spread: float) -> Kernel:
         """Every stage's latency with ``spread`` replaced."""
         items = tuple(replace(it, latency=it.latency.with_spread(spread)) if isinstance(it, Stage) else it
@@ -403,7 +443,8 @@ class Kernel:
             elif isinstance(it, SyncAll):
                 lines.append(f"  --- {it.name} (SyncAll) ---")
             else:
-                lines.append(f"  ~~~ {it.name}: {it.producer} -> {it.consumer} (flag) ~~~")
+                pairs = "" if it.cores == "all" else f", {it.cores if isinstance(it.cores, str) else 'custom'} cores"
+                lines.append(f"  ~~~ {it.name}: {it.producer} -> {it.consumer} (flag{pairs}) ~~~")
         return "\n".join(lines)
 
 
@@ -437,10 +478,10 @@ def schedule(kernel: Kernel, seed=None, rng: np.random.Generator | None = None) 
     if rng is None:
         rng = np.random.default_rng(seed)
     free = {g: np.zeros(int(n)) for g, n in kernel.cores.items()}
-    flags_into: dict[str, list[str]] = {}
+    flags_into: dict[str, list] = {}
     for it in kernel.items:
         if isinstance(it, Flag):
-            flags_into.setdefault(it.consumer, []).append(it.producer)
+            flags_into.setdefault(it.consumer, []).append((it.producer, kernel.flag_pairs(it)))
     start, end = {}, {}
     for it in kernel.items:
         if isinstance(it, SyncAll):
@@ -451,8 +492,9 @@ def schedule(kernel: Kernel, seed=None, rng: np.random.Generator | None = None) 
             n = int(kernel.cores[it.group])
             dur = it.latency.sample(rng, n)
             s = free[it.group].copy()
-            for p in flags_into.get(it.name, ()):
-                s = np.maximum(s, end[p].max())
+            for p, pairs in flags_into.get(it.name, ()):
+                waits = np.array([end[p][pairs[j]].max() if pairs[j] else -np.inf for j in range(n)])
+                s = np.maximum(s, waits)
             start[it.name] = s
             end[it.name] = s + dur
             free[it.group] = end[it.name].copy()
@@ -750,10 +792,10 @@ def _happens_before(kernel: Kernel):
             edge[bi, later] = True
             bi += 1
         elif isinstance(it, Flag):
-            prod = [k for k, n in enumerate(nodes) if n[1] == it.producer]
-            cons = [k for k, n in enumerate(nodes) if n[1] == it.consumer]
-            edge[prod, bi] = True
-            edge[bi, cons] = True
+            nid2 = {(n[1], n[3]): k for k, n in enumerate(nodes)}
+            for j, waits in kernel.flag_pairs(it).items():
+                for i in waits:
+                    edge[nid2[(it.producer, i)], nid2[(it.consumer, j)]] = True
             bi += 1
     reach = edge.copy()
     for k in range(N):  # Warshall, vectorised over rows and columns
@@ -1222,7 +1264,7 @@ def _fl_build(fix: bool = False, spread: float = 0.5, *, T=_FL["T"], H=_FL["H"],
               fn=matmul, latency=L(3.0, spread)),
         Stage("CVProcess.gather", "cube", reads=("logits", "masked_target", "target_mask"),
               writes=("predicted_logits_local",), fn=gather, latency=L(0.3, spread)),
-        Flag("CVProcess.matmul", "CVProcess.reduce", name="flag_logits"),
+        Flag("CVProcess.matmul", "CVProcess.reduce", name="flag_logits", cores="overlap"),
         Stage("CVProcess.reduce", "vector", reads=("logits",), writes=("tile_max", "tile_sum"),
               fn=tile_reduce, latency=L(0.8, spread)),
         SyncAll("sync_final"),

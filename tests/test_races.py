@@ -91,8 +91,16 @@ def test_schedule_rules_and_seed():
     # SyncAll: everything after starts after everything before ended
     before = max(en["InitOutputAndWorkspace"].max(), en["TargetProcess"].max())
     assert st_["CVProcess.matmul"].min() >= before
-    # flag: every consumer core waits for every producer core
-    assert st_["CVProcess.reduce"].min() >= en["CVProcess.matmul"].max()
+    # pairwise flag: vector core j (rows [8j, 8j+8)) waits for cube core j // 2 (rows [16i, 16i+16))
+    assert k.flag_pairs(k.items[[it.name for it in k.items].index("flag_logits")]) == {j: [j // 2] for j in range(8)}
+    for j in range(8):
+        assert st_["CVProcess.reduce"][j] >= en["CVProcess.matmul"][j // 2]
+    # ... and only for it: some vector core starts before another cube core has finished
+    assert (st_["CVProcess.reduce"] < en["CVProcess.matmul"].max()).any()
+    # an all-cores flag makes every consumer core wait for every producer core
+    k_all = k.without("flag_logits").with_item(R.Flag("CVProcess.matmul", "CVProcess.reduce"))
+    s5 = R.schedule(k_all, seed=7)
+    assert s5.start["CVProcess.reduce"].min() >= s5.end["CVProcess.matmul"].max()
     # without the flag the reduce may start earlier
     s4 = R.schedule(k.without("flag_logits"), seed=7)
     assert s4.start["CVProcess.reduce"].min() < en["CVProcess.matmul"].max()
@@ -280,6 +288,24 @@ def test_mutation_remove_each_barrier(sc, fix):
             assert not new, f"removing {b.name} reported: {new}"
             assert _violations(dyn) == _violations(base_dyn)
             assert dyn.failures_by_output() == base_dyn.failures_by_output()
+
+
+def test_misrouted_flag_is_a_race():
+    """A pairwise flag that waits for the wrong cube core orders nothing useful."""
+    k = FIELD.build(fix=True, spread=1.2)
+    wrong = k.without("flag_logits").with_item(
+        R.Flag("CVProcess.matmul", "CVProcess.reduce", name="wrong", cores=lambda j, n_p, n_c: [(j // 2 + 1) % n_p]))
+    (f,) = R.detect_races(wrong)
+    assert (f.kind, f.buffer, f.first[0], f.second[0]) == ("RAW", "logits", "CVProcess.matmul", "CVProcess.reduce")
+    assert f.core_pairs == 8   # each vector core against its own (unflagged) cube core
+    dyn = R.batch_run(wrong, FIELD.cases(40, 0), FIELD.reference, seed=0)
+    assert any(s.buffer == "logits" for c in dyn.cases for s in c.stale_reads)
+    assert dyn.failures_by_output()["logits_max_local"] > 0
+    with pytest.raises(ValueError, match="cores"):
+        R.Flag("a", "b", cores="some")
+    bad = k.without("flag_logits").with_item(R.Flag("CVProcess.matmul", "CVProcess.reduce", cores=lambda j, a, b: [9]))
+    with pytest.raises(ValueError, match="outside"):
+        R.schedule(bad, seed=0)
 
 
 def test_same_stage_overlap_is_unfixable_waw():
