@@ -856,34 +856,42 @@ def cast(x, to):
 
 
 def sum_(x, axis=None, keepdims=False):
+    """Sum over ``axis`` (None: all; int or tuple), as ``numpy.sum``."""
     return _apply("sum", [x], {"axis": axis, "keepdims": keepdims})
 
 
 def mean(x, axis=None, keepdims=False):
+    """Mean over ``axis``, as ``numpy.mean``."""
     return _apply("mean", [x], {"axis": axis, "keepdims": keepdims})
 
 
 def max_(x, axis=None, keepdims=False):
+    """Maximum over ``axis`` (NaN propagates), as ``numpy.max``."""
     return _apply("max", [x], {"axis": axis, "keepdims": keepdims})
 
 
 def min_(x, axis=None, keepdims=False):
+    """Minimum over ``axis`` (NaN propagates), as ``numpy.min``."""
     return _apply("min", [x], {"axis": axis, "keepdims": keepdims})
 
 
 def var(x, axis=None, keepdims=False, correction=0):
+    """Variance ``sum((x - mean)^2) / (n - correction)`` (two-pass reference)."""
     return _apply("var", [x], {"axis": axis, "keepdims": keepdims, "correction": correction})
 
 
 def reshape(x, shape):
+    """Reshape (one ``-1`` allowed)."""
     return _apply("reshape", [x], {"shape": shape})
 
 
 def transpose(x, perm=None):
+    """Permute axes; ``perm=None`` reverses them (``x.T``)."""
     return _apply("transpose", [x], {"perm": perm})
 
 
 def broadcast_to(x, shape):
+    """Broadcast to ``shape`` with numpy's rules."""
     return _apply("broadcast_to", [x], {"shape": shape})
 
 
@@ -923,14 +931,17 @@ def gather(x, indices, axis=0):
 
 
 def matmul(a, b):
+    """``a @ b`` with numpy's matmul rules (batch dims broadcast)."""
     return _apply("matmul", [a, b])
 
 
 def softmax(x, axis=-1):
+    """Softmax along ``axis`` (composite; see CATALOGUE["softmax"].decompose)."""
     return _apply("softmax", [x], {"axis": axis})
 
 
 def log_softmax(x, axis=-1):
+    """Log-softmax along ``axis`` (composite)."""
     return _apply("log_softmax", [x], {"axis": axis})
 
 
@@ -943,6 +954,7 @@ def layer_norm(x, gamma=None, beta=None, axis=-1, eps=1e-5):
 
 
 def rms_norm(x, weight=None, axis=-1, eps=1e-6):
+    """RMS norm over ``axis`` (int or tuple), times ``weight`` if given."""
     args = [x] if weight is None else [x, weight]
     return _apply("rms_norm", args, {"axis": axis, "eps": eps})
 
