@@ -1,0 +1,122 @@
+"""``numlab demo``: files, no overwrite without --force, numbers that agree
+with an independent recomputation, chain errors within their bounds."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from numlab import cli, zoo
+from numlab.cli_demo import chain_errors, demo_rows, parse_fusion, resolve_out_dir
+from numlab.execute import run
+from numlab.fusion import FusionOptions
+
+
+@pytest.fixture(scope="module")
+def quick_demo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "out"
+    rc = cli.main(["demo", "--quick", "--out", str(out)])
+    return out, rc
+
+
+def test_demo_writes_a_self_contained_report(quick_demo, capsys):
+    out, rc = quick_demo
+    assert rc == 0
+    html = (out / "report.html").read_text()
+    assert html.startswith("<!DOCTYPE html>")
+    n_png = len(list((out / "figures").glob("*.png")))
+    assert n_png >= 6
+    assert html.count("data:image/png;base64,") == n_png
+    assert "http://" not in html and "https://" not in html and "<script" not in html
+    data = json.loads((out / "results.json").read_text())
+    models = {r["model"] for r in data["rows"]}
+    assert models == {"layernorm", "softmax", "gelu_mlp", "residual_rmsnorm"}
+    assert {(r["dtype"], r["mode"]) for r in data["rows"]} == {
+        (d, m) for d in ("fp16", "bf16") for m in ("eager", "fused", "emulated_casts")}
+    assert (out / "results.csv").read_text().count("\n") == len(data["rows"]) + 1
+
+
+def test_demo_never_overwrites_without_force(quick_demo, capsys):
+    out, _ = quick_demo
+    before = (out / "report.html").read_bytes()
+    capsys.readouterr()
+    assert cli.main(["demo", "--quick", "--out", str(out), "--models", "softmax"]) == 0
+    said = capsys.readouterr().out
+    assert (out / "report.html").read_bytes() == before
+    fresh = out / "run-001"
+    assert (fresh / "report.html").exists() and "run-001" in said and "--force" in said
+    assert "notebooks" in said
+    # --force overwrites in place
+    assert cli.main(["demo", "--quick", "--out", str(fresh), "--models", "softmax", "--force"]) == 0
+    assert not (fresh / "run-001").exists()
+    rows = json.loads((fresh / "results.json").read_text())["rows"]
+    assert {r["model"] for r in rows} == {"softmax"}
+
+
+def test_out_dir_rules(tmp_path):
+    assert resolve_out_dir(tmp_path / "new") == (tmp_path / "new", "")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "results.json").write_text("{}")
+    (tmp_path / "a" / "run-001").mkdir()
+    d, note = resolve_out_dir(tmp_path / "a")
+    assert d == tmp_path / "a" / "run-002" and "fresh" in note
+    assert resolve_out_dir(tmp_path / "a", force=True)[0] == tmp_path / "a"
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(FileExistsError, match="not a directory"):
+        resolve_out_dir(f)
+    assert cli.main(["demo", "--quick", "--out", str(f)]) == 2
+
+
+def test_rows_agree_with_an_independent_recomputation():
+    rows, _ = demo_rows(["gelu_mlp", "softmax"], ("fp16",), fusion="inductor", seed=3)
+    for model in ("gelu_mlp", "softmax"):
+        g = zoo.MODELS[model]()
+        x = zoo.make_inputs(g, seed=3)
+        ref = run(g, x, mode="reference", dtype="fp16").outputs["y"]
+        eager = run(g, x, mode="eager", dtype="fp16").outputs["y"]
+        means = {}
+        for mode in ("eager", "fused", "emulated_casts"):
+            kw = {"fusion": FusionOptions.inductor()} if mode != "eager" else {}
+            y = run(g, x, mode=mode, dtype="fp16", **kw).outputs["y"]
+            (row,) = [r for r in rows if r["model"] == model and r["mode"] == mode]
+            err = np.abs(y.astype(np.float64) - ref)
+            assert row["abs_max"] == err.max()
+            means[mode] = err.mean()
+            # ULP distance from the correctly rounded result, by ml_dtypes/numpy casting
+            cr = ref.astype(np.float16)
+            assert row["ulp0"] == pytest.approx(np.mean(cr.view(np.uint16) == y.view(np.uint16)))
+            assert row["bitwise_eq_eager"] == np.mean(y.view(np.uint16) == eager.view(np.uint16))
+            if mode != "eager":
+                v = row["verdict"]
+                if row["bitwise_eq_eager"] == 1.0:
+                    assert v == "same bits"
+                elif means[mode] < means["eager"]:
+                    assert v.startswith("more accurate")
+                else:
+                    assert v.startswith("less accurate") or v == "equally accurate"
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_chain_errors_within_the_a_priori_bounds(dtype):
+    for seed in range(3):
+        errs, bounds = chain_errors((1, 3, 8, 20, 64), dtype, size=2048, seed=seed)
+        for mode in ("eager", "emulated_casts"):
+            assert all(e <= b for e, b in zip(errs[mode], bounds["eager"], strict=True))
+        assert all(e <= b for e, b in zip(errs["fused"], bounds["fused"], strict=True))
+        # eager uses the hand-written spec, emulated casts the code generator's;
+        # a multiply has one algorithm and one rounding, so the bits agree
+        assert errs["eager"] == errs["emulated_casts"]
+        assert errs["eager"][-1] > 4 * errs["fused"][-1]  # long chains: fused is more accurate
+
+
+def test_parse_fusion_choices():
+    assert parse_fusion("inductor") == FusionOptions.inductor()
+    assert parse_fusion("autofuse") == FusionOptions()
+    assert parse_fusion("--autofuse_enable_pass=reduce").fuses("reduce")
+    with pytest.raises(ValueError, match="choose inductor, autofuse, off"):
+        parse_fusion("xla")
+    with pytest.raises(ValueError, match="valid models"):
+        demo_rows(["resnet"])
