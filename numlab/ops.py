@@ -57,6 +57,7 @@ __all__ = [
     "erf_ref",
     "erfc_ref",
     "ops_in",
+    "describe",
 ]
 
 CATEGORIES = ("elementwise", "reduction", "data_movement", "matmul", "composite")
@@ -164,6 +165,25 @@ def ops_in(category: str) -> list[str]:
     if category not in CATEGORIES:
         raise ValueError(f"category={category!r} is not valid; choose one of {CATEGORIES}")
     return sorted(k for k, v in CATALOGUE.items() if v.category == category)
+
+
+def describe(category: str | None = None) -> str:
+    """The catalogue as a text table (op, category, arity, attributes with
+    defaults, accumulator, what it computes), optionally one category."""
+    if category is not None and category not in CATEGORIES:
+        raise ValueError(f"category={category!r} is not valid; choose one of {CATEGORIES}")
+    rows = []
+    for cat in CATEGORIES if category is None else (category,):
+        for name in ops_in(cat):
+            info = CATALOGUE[name]
+            lo, hi = info.arity
+            arity = str(lo) if lo == hi else f"{lo}+" if hi is None else f"{lo}-{hi}"
+            attrs = ", ".join(f"{k}={v!r}" for k, v in info.attrs.items()) or "-"
+            rows.append((name, cat, arity, attrs, info.accumulator, info.doc))
+    head = ("op", "category", "inputs", "attributes", "accumulator", "computes")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5] for r in [head, *rows]]
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------

@@ -484,3 +484,12 @@ def test_decompositions_match_refs_for_random_shapes_and_axes(shape, data):
             continue
         scale = np.max(np.abs(want))
         assert np.max(np.abs(got - want)) <= 1e-12 * max(scale, 1e-300), (op, shape, axis, eps)
+
+
+def test_describe_lists_every_op_once():
+    lines = ops.describe().splitlines()
+    assert lines[0].split()[:3] == ["op", "category", "inputs"]
+    assert sorted(line.split()[0] for line in lines[1:]) == sorted(ops.CATALOGUE)
+    assert [line.split()[0] for line in ops.describe("composite").splitlines()[1:]] == ops.ops_in("composite")
+    with pytest.raises(ValueError, match="category='x' is not valid"):
+        ops.describe("x")
