@@ -111,7 +111,7 @@ __all__ = [
 ]
 
 EPS64 = float(np.finfo(np.float64).eps)  # msit/msprobe FLOAT_EPSILON (np.finfo(float).eps)
-DEFAULT_CHUNK = 1 << 18
+DEFAULT_CHUNK = 1 << 16
 
 MSIT_COLUMNS = [
     "cosine_similarity",
@@ -301,7 +301,7 @@ def compare_arrays(
     thresholds : Thresholds, optional
         For ``Accuracy Reached or Not``.
     chunk_elems : int
-        Elements per chunk (default 2**18: 2 MB per float64 temporary).
+        Elements per chunk (default 2**16: 512 KiB per float64 temporary, cache-sized).
     """
     th = thresholds or Thresholds()
     if not isinstance(chunk_elems, (int, np.integer)) or chunk_elems < 1:
@@ -364,6 +364,12 @@ def compare_arrays(
     a.finish(row, reasons, n, th)
     row["cmp_fail_reason"] = " ".join(reasons)
     return row
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """Dot product by numpy's own (single-threaded, deterministic) loop, not
+    a multithreaded BLAS whose summation order depends on the thread count."""
+    return float(np.einsum("i,i->", a, b))
 
 
 def _safe(c: float) -> bool:
@@ -442,23 +448,53 @@ class _Acc:
             m = np.where(nonfin, 0.0, m)
             gmax, gmin = float(np.max(g)), float(np.min(g))
             mmax, mmin = float(np.max(m)), float(np.min(m))
-        # elementwise formulas from numlab.metrics, reduced per chunk
-        self.msit_maxrel, self.msit_sumrel = _max_sum(self.msit_maxrel, self.msit_sumrel,
-                                                      metrics.msit_relative_error(g, m), g.size)
-        self.msit_maxabs, self.msit_sumabs = _max_sum(self.msit_maxabs, self.msit_sumabs,
-                                                      metrics.msit_absolute_error(g, m), g.size)
-        r = metrics.msprobe_relative_error(g, m)
-        self.mp_maxrel = max(self.mp_maxrel, float(r.max()))
-        self.cnt_1e3 += int(np.count_nonzero(r < 0.001))
-        self.cnt_5e3 += int(np.count_nonzero(r < 0.005))
-        del r
-        ue = metrics.ulp_error(g, m, fmt)
-        self.max_ulp = max(self.max_ulp, float(ue.max()))
-        self.sum_ulp += float(ue.sum())
-        del ue
+        # elementwise columns.  The formulas are numlab.metrics' (msit_relative_error,
+        # msit_absolute_error, msprobe_relative_error, ulp_error), written here
+        # as one fused pass per chunk that shares |g|, m - g and |m - g| (the
+        # metrics functions copy and mask their inputs on every call, about 3x
+        # slower on a 2 GB dump); test_compare checks every column against them.
         d = m - g
-        dmax = float(np.max(np.abs(d)))
+        ad = np.abs(d)
+        ag = np.abs(g)
+        dmax = float(ad.max())
         self.maxabs = max(self.maxabs, dmax)
+        mask = ag > EPS64  # msit: only where |g| > eps, else 0
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            q = np.divide(m, g)
+        q -= 1.0
+        np.abs(q, out=q)
+        q[~mask] = 0.0
+        self.msit_maxrel = max(self.msit_maxrel, float(q.max()))
+        self.msit_sumrel += float(q.sum())
+        np.multiply(ad, mask, out=q)
+        self.msit_maxabs = max(self.msit_maxabs, float(q.max()))
+        self.msit_sumabs += float(q.sum())
+        # msprobe: |(m - g) / g|, with eps added to both where g == 0
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            np.divide(ad, ag, out=q)
+        zero = np.flatnonzero(g == 0)
+        if zero.size:
+            gz = g[zero] + EPS64
+            q[zero] = np.abs(((m[zero] + EPS64) - gz) / gz)
+        self.mp_maxrel = max(self.mp_maxrel, float(q.max()))
+        self.cnt_1e3 += int(np.count_nonzero(q < 0.001))
+        self.cnt_5e3 += int(np.count_nonzero(q < 0.005))
+        # ULP error in the storage format: |m - g| / ulp_fmt(g), references
+        # beyond fmt.max use the ulp of fmt.max (metrics.ulp_error)
+        np.clip(ag, 0.0, fmt.max, out=q)
+        _, ex = np.frexp(q)
+        ex -= 1
+        np.maximum(ex, fmt.emin, out=ex)
+        ex[q == 0] = fmt.emin
+        ex -= fmt.p - 1
+        u = np.ldexp(1.0, ex)
+        if not fmt.subnormals:
+            u[q < fmt.smallest_normal] = fmt.smallest_normal
+        with np.errstate(over="ignore"):
+            np.divide(ad, u, out=q)  # inf when the error dwarfs a subnormal ulp
+        self.max_ulp = max(self.max_ulp, float(q.max()))
+        self.sum_ulp += float(q.sum())
+        del q, u, ex, ag, ad, mask
         # sums of squares and the dot product with running scales (LAPACK
         # dnrm2-style), so values near the float64 range neither overflow nor
         # underflow
@@ -469,9 +505,9 @@ class _Acc:
         sg, sm = self.scale["g"], self.scale["m"]
         if sg > 0 and sm > 0:
             if _safe(cg) and _safe(cm):
-                self.dot += float(np.dot(g, m)) / sg / sm
+                self.dot += float(_dot(g, m)) / sg / sm
             else:
-                self.dot += float(np.dot(g / sg, m / sm))
+                self.dot += float(_dot(g / sg, m / sm))
         # KL(softmax(g) || softmax(m)) over the flattened tensor, online
         # log-sum-exp; with delta = m - g and p = softmax(g):
         #   KL = log E_p[exp(delta)] - E_p[delta] = log1p(E_p[expm1(delta)]) - E_p[delta]
@@ -484,9 +520,9 @@ class _Acc:
             self.Mg = gmax
         eg = np.exp(g - self.Mg)
         self.Zg += float(eg.sum())
-        self.Sg += float(np.dot(eg, d))
+        self.Sg += float(_dot(eg, d))
         with np.errstate(over="ignore", invalid="ignore"):
-            self.Dg += float(np.dot(eg, np.expm1(d, out=d)))
+            self.Dg += float(_dot(eg, np.expm1(d, out=d)))
         del eg, d
 
     def _ssq(self, key: str, v: np.ndarray, cmax: float) -> None:
@@ -504,10 +540,10 @@ class _Acc:
             self.scale[key] = old = cmax
         if old > 0 and cmax > 0:
             if _safe(cmax):
-                acc += float(np.dot(v, v)) / old / old
+                acc += float(_dot(v, v)) / old / old
             else:
                 w = v / old
-                acc += float(np.dot(w, w))
+                acc += float(_dot(w, w))
         self.ssq[key] = acc
 
     def norm(self, key: str) -> float:
@@ -681,6 +717,11 @@ def compare_dumps(
     if fmt is None:
         fmt = md.storage_format
     blocks, member_of = _block_maps(md, gd)
+    decomposed: dict[str, str] = {}
+    for d in (gd, md):
+        dec = (d.manifest or {}).get("decomposed") or {}
+        if isinstance(dec, Mapping):
+            decomposed.update({str(k): str(v) for k, v in dec.items()})
 
     def keyed(d: Dump) -> dict[str, str]:
         out = {}
@@ -717,7 +758,14 @@ def compare_dumps(
             "block": block or "",
         }
         if gname is None and mname is None:
-            if block and key not in _block_outputs(blocks, block):
+            if key in decomposed and decomposed[key] != key and gname is None:
+                comp = decomposed[key]
+                rows.append(_blank_row(
+                    **base, match="decomposed",
+                    cmp_fail_reason=f"internal node of composite {comp} (decomposed by the fused "
+                                    f"compiler); fused into block {block or '-'}; compared at {comp}.",
+                ))
+            elif block and key not in _block_outputs(blocks, block):
                 outs = ", ".join(_block_outputs(blocks, block))
                 rows.append(_blank_row(
                     **base, match="inside_block",
@@ -743,6 +791,13 @@ def compare_dumps(
                                  cmp_fail_reason="No my data matched (node missing from my dump).")
             row["golden_path"] = _path_of(gd, gname)
             _add_problem(row, gd, gname, "golden")
+        elif key in decomposed and decomposed[key] != key:
+            comp = decomposed[key]
+            row = _blank_row(**base, match="decomposed",
+                             cmp_fail_reason=f"internal node of composite {comp} (decomposed by the "
+                                             f"fused compiler, not run by the golden side); compared "
+                                             f"at {comp}.")
+            row["my_path"] = _path_of(md, mname)
         else:
             row = _blank_row(**base, match="missing_golden",
                              cmp_fail_reason="No bench data matched (node missing from golden dump).")

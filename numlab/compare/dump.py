@@ -15,6 +15,7 @@ Layout of a dump directory::
      "graph_inputs": [...], "graph_outputs": [...],
      "blocks": {block name: {"members": [...], "kind": ..., "outputs": [...],
                              "codegen": bool}},
+     "decomposed": {node of the executed graph: composite node it came from},
      "nodes": {node: {"file", "op", "category", "block", "inputs",
                       "dtype", "container", "encoding", "shape",
                       "sha256", "bytes"}}}
@@ -405,6 +406,9 @@ def describe_graph(graph, plan=None) -> tuple[dict[str, dict], dict]:
             for m in members:
                 block_of[m] = b.name
         run_meta["blocks"] = blocks
+        dec = getattr(plan, "decomposed", None)
+        if isinstance(dec, Mapping) and dec:
+            run_meta["decomposed"] = {str(k): str(v) for k, v in dec.items()}
     order = []
     for n in getattr(graph, "nodes", []):
         info = catalogue.get(n.op) if isinstance(catalogue, Mapping) else None

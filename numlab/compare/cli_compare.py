@@ -1,0 +1,66 @@
+"""``numlab compare -gp GOLDEN -mp MINE -o OUT``: msit-style dump compare.
+
+Same options as ``msit llm compare`` (``-gp/--golden-path``,
+``-mp/--my-path``, ``-o/--output``): each path is a dump directory (with or
+without ``manifest.json``) or a single ``.npy`` file; ``-o`` is a ``.csv``
+file or a directory that gets ``numlab_cmp_report_<timestamp>.csv``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from .compare import DEFAULT_CHUNK, Thresholds, compare_dumps
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "compare",
+        help="msit-style dump compare: -gp GOLDEN -mp MINE -o OUT",
+        description="Compare two dumps node by node with msit's and msprobe's columns "
+                    "(cosine, relative/absolute errors, KL, Euclidean distances, "
+                    "one-/five-thousandths error ratios, accuracy reached or not) plus ULP "
+                    "statistics, and report the first divergence.",
+    )
+    p.add_argument("-gp", "--golden-path", required=True, dest="golden_path",
+                   help="golden (bench) dump: directory or .npy file")
+    p.add_argument("-mp", "--my-path", required=True, dest="my_path",
+                   help="dump to check: directory or .npy file")
+    p.add_argument("-o", "--output", default=None,
+                   help="report .csv file, or a directory for numlab_cmp_report_<time>.csv "
+                        "(default: no file, print only)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing report file")
+    p.add_argument("--fmt", default=None,
+                   help="storage format for the ULP columns (default: my dump's dtype)")
+    p.add_argument("--cosine", type=float, default=Thresholds.cosine,
+                   help="msprobe COS_THRESHOLD (default 0.99)")
+    p.add_argument("--max-abs-err", type=float, default=Thresholds.max_abs_err,
+                   help="msprobe MAX_ABS_ERR_THRESHOLD (default 0.001)")
+    p.add_argument("--max-rel-err", type=float, default=None,
+                   help="also fail rows whose msit max_relative_error exceeds this")
+    p.add_argument("--max-ulp", type=float, default=None,
+                   help="also fail rows whose max ULP error exceeds this")
+    p.add_argument("--chunk", type=int, default=DEFAULT_CHUNK,
+                   help=f"elements per streaming chunk (default {DEFAULT_CHUNK})")
+    p.add_argument("--no-verify", action="store_true", help="skip SHA-256 verification")
+    p.add_argument("--rows", type=int, default=60, help="rows of the printed table (default 60)")
+    p.add_argument("--fail-on-divergence", action="store_true",
+                   help="exit with status 1 when some row fails the thresholds")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    th = Thresholds(cosine=args.cosine, max_abs_err=args.max_abs_err,
+                    max_rel_err=args.max_rel_err, max_ulp=args.max_ulp)
+    report = compare_dumps(args.golden_path, args.my_path, fmt=args.fmt, thresholds=th,
+                           chunk_elems=args.chunk, verify=not args.no_verify)
+    print(report.summary())
+    print()
+    print(report.table(max_rows=args.rows))
+    if args.output:
+        path = report.to_csv(args.output, force=args.force)
+        print(f"\nSaved comparing results: {path}")
+    sys.stdout.flush()
+    if args.fail_on_divergence and report.failing:
+        return 1
+    return 0

@@ -1,0 +1,497 @@
+"""msit/msprobe-style compare: every column against an independent reference,
+streaming == whole-array, fused-block matching, first divergence, robustness,
+CSV/CLI, and bounded memory on large memory-mapped dumps."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import ml_dtypes
+import mpmath
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import numlab
+from numlab import metrics
+from numlab.compare import (
+    COLUMNS,
+    MSIT_COLUMNS,
+    MSPROBE_COLUMNS,
+    Thresholds,
+    compare_arrays,
+    compare_dumps,
+    write_dump,
+)
+from numlab.compare.dump import MANIFEST
+from numlab.formats import ulp
+
+EPS64 = 2.0**-52
+
+
+# --------------------------------------------------------------------------
+# independent references: plain scalar Python loops / mpmath (test-only)
+# --------------------------------------------------------------------------
+def ref_columns(g, m, fmt):
+    gl = [float(v) for v in np.asarray(g, dtype=np.float64).ravel()]
+    ml = [float(v) for v in np.asarray(m, dtype=np.float64).ravel()]
+    n = len(gl)
+    mp = mpmath.mp
+    mp.dps = 40
+    G = [mp.mpf(v) for v in gl]
+    M = [mp.mpf(v) for v in ml]
+    dot = mp.fsum(a * b for a, b in zip(G, M, strict=True))
+    gg = mp.fsum(a * a for a in G)
+    mm = mp.fsum(b * b for b in M)
+    dd = mp.fsum((b - a) ** 2 for a, b in zip(G, M, strict=True))
+    lg = mp.log(mp.fsum(mp.exp(a) for a in G))
+    lm = mp.log(mp.fsum(mp.exp(b) for b in M))
+    kl = mp.fsum(mp.exp(a - lg) * ((a - lg) - (b - lm)) for a, b in zip(G, M, strict=True))
+    rel_msit = [abs(b / a - 1) if abs(a) > EPS64 else 0.0 for a, b in zip(gl, ml, strict=True)]
+    abs_msit = [abs(b - a) if abs(a) > EPS64 else 0.0 for a, b in zip(gl, ml, strict=True)]
+    rel_mp = []
+    for a, b in zip(gl, ml, strict=True):
+        if a == 0:
+            a, b = a + EPS64, b + EPS64
+        rel_mp.append(abs((b - a) / a))
+    ulps = [abs(b - a) / float(ulp(min(max(a, -fmt.max), fmt.max), fmt)) for a, b in zip(gl, ml, strict=True)]
+    return {
+        "cosine_similarity": float(dot / (mp.sqrt(gg) * mp.sqrt(mm))),
+        "max_relative_error": max(rel_msit),
+        "mean_relative_error": math.fsum(rel_msit) / n,
+        "max_absolute_error": max(abs_msit),
+        "mean_absolute_error": math.fsum(abs_msit) / n,
+        "kl_divergence": max(float(kl), 0.0),
+        "relative_euclidean_distance": float(mp.sqrt(dd / gg)),
+        "EucDist": float(mp.sqrt(dd)),
+        "MaxAbsErr": max(abs(b - a) for a, b in zip(gl, ml, strict=True)),
+        "MaxRelativeErr": max(rel_mp),
+        "One Thousandth Err Ratio": sum(r < 0.001 for r in rel_mp) / n,
+        "Five Thousandths Err Ratio": sum(r < 0.005 for r in rel_mp) / n,
+        "max_ulp_error": max(ulps),
+        "mean_ulp_error": math.fsum(ulps) / n,
+    }
+
+
+def _pair(seed, n=300, dtype=np.float16, rel=2e-3):
+    rng = np.random.default_rng(seed)
+    g = (rng.standard_normal(n) * 3).astype(dtype)
+    noise = 1 + rel * rng.standard_normal(n)
+    m = (g.astype(np.float64) * noise).astype(dtype)
+    g[:5] = 0  # zeros exercise the msit mask and the msprobe eps shift
+    m[:2] = 0
+    return g, m
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_columns_match_independent_reference(dtype, seed):
+    g, m = _pair(seed, dtype=dtype)
+    fmt = numlab.get_format(dtype)
+    row = compare_arrays(g, m, chunk_elems=37)
+    ref = ref_columns(g, m, fmt)
+    for k, v in ref.items():
+        assert row[k] == pytest.approx(v, rel=1e-9, abs=1e-300), k
+    # bitwise: same dtype -> same bits, counted by a scalar loop over the bits
+    gb = np.asarray(g).view(np.uint16 if fmt.bits == 16 else np.uint32)
+    mb = np.asarray(m).view(gb.dtype)
+    assert row["bitwise_equal_ratio"] == sum(int(a) == int(b) for a, b in zip(gb, mb, strict=True)) / g.size
+    assert row["ulp_format"] == fmt.name
+    assert row["n_elements"] == g.size
+    assert row["golden_max_value"] == float(np.max(g.astype(np.float64)))
+    assert row["my_mean_value"] == pytest.approx(math.fsum(m.astype(np.float64)) / m.size, rel=1e-12)
+    assert row["cmp_fail_reason"] == ""
+
+
+def test_columns_agree_with_numlab_metrics():
+    g, m = _pair(3, n=2000)
+    row = compare_arrays(g, m, chunk_elems=101)
+    assert row["cosine_similarity"] == pytest.approx(metrics.cosine_similarity(g, m), rel=1e-13)
+    assert row["kl_divergence"] == pytest.approx(metrics.kl_divergence(g.ravel(), m.ravel()), rel=1e-7)
+    assert row["relative_euclidean_distance"] == pytest.approx(metrics.relative_euclidean(g, m), rel=1e-13)
+    assert row["EucDist"] == pytest.approx(metrics.euclidean(g, m), rel=1e-13)
+    assert row["One Thousandth Err Ratio"] == metrics.error_ratio(g, m, 1e-3)
+    assert row["Five Thousandths Err Ratio"] == metrics.error_ratio(g, m, 5e-3)
+    assert (row["max_relative_error"], row["mean_relative_error"]) == pytest.approx(
+        metrics.msit_relative_error(g, m), rel=1e-13)
+    assert (row["max_absolute_error"], row["mean_absolute_error"]) == pytest.approx(
+        metrics.msit_absolute_error(g, m), rel=1e-13)
+    assert row["bitwise_equal_ratio"] == metrics.bitwise_equal_share(g, m)
+    assert row["max_ulp_error"] == float(metrics.ulp_error(g, m, "fp16").max())
+
+
+@given(
+    st.lists(st.floats(-1e4, 1e4, width=32), min_size=1, max_size=60),
+    st.lists(st.floats(-1e-2, 1e-2), min_size=60, max_size=60),
+    st.integers(1, 70),
+)
+def test_streaming_equals_single_chunk(vals, noise, chunk):
+    g = np.array(vals, np.float32)
+    m = (g * (1 + np.array(noise[: g.size]))).astype(np.float32)
+    a = compare_arrays(g, m, chunk_elems=chunk)
+    b = compare_arrays(g, m, chunk_elems=10**6)
+    for k in MSIT_COLUMNS + MSPROBE_COLUMNS[:-1] + ["max_ulp_error", "mean_ulp_error",
+                                                     "bitwise_equal_ratio"]:
+        if isinstance(b[k], float) and math.isnan(b[k]):
+            assert math.isnan(a[k]), k
+        else:
+            assert a[k] == pytest.approx(b[k], rel=1e-9, abs=1e-12), k
+    assert a["Accuracy Reached or Not"] == b["Accuracy Reached or Not"]
+
+
+@given(st.floats(allow_nan=True, allow_infinity=False), st.floats(0, 10))
+def test_accuracy_rule_is_msprobes(cos, max_abs):
+    yes = Thresholds().accuracy(cos, max_abs) == "Yes"
+    assert yes == metrics.msprobe_accuracy_reached(cos, max_abs)
+
+
+def test_exact_match_and_correct_rounding():
+    rng = np.random.default_rng(5)
+    ref = rng.standard_normal(4000) * 10
+    f16 = ref.astype(np.float16)
+    row = compare_arrays(f16, f16.copy())
+    assert row["bitwise_equal_ratio"] == 1.0 and row["max_ulp_error"] == 0.0
+    assert row["cosine_similarity"] == 1.0 and row["kl_divergence"] == 0.0
+    assert row["Accuracy Reached or Not"] == "Yes"
+    # fp64 golden vs its correctly rounded fp16: at most half an ulp, dtype noted
+    row = compare_arrays(ref, f16, fmt="fp16")
+    assert 0.4 < row["max_ulp_error"] <= 0.5
+    assert "dtype mismatch" in row["cmp_fail_reason"] and row["golden_dtype"] == "fp64"
+
+
+# --------------------------------------------------------------------------
+# robustness: a row with a reason, never a crash
+# --------------------------------------------------------------------------
+def test_shape_mismatch():
+    row = compare_arrays(np.ones((2, 3)), np.ones((3, 2)))
+    assert row["Accuracy Reached or Not"] == "Unmatched"
+    assert "shape mismatch" in row["cmp_fail_reason"] and "same number" in row["cmp_fail_reason"]
+    assert "cosine_similarity" not in row
+
+
+def test_nan_on_one_side_only():
+    g = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    m = np.array([1.0, np.nan, 3.0, np.inf], np.float32)
+    row = compare_arrays(g, m)
+    assert row["nonfinite_mismatch"] == 2 and row["my_nan"] == 1 and row["my_inf"] == 1
+    assert row["golden_nan"] == 0
+    for k in MSIT_COLUMNS + MSPROBE_COLUMNS[:-1]:
+        assert math.isnan(row[k]), k
+    assert row["Accuracy Reached or Not"] == "No"
+    assert "inf or nan" in row["cmp_fail_reason"]
+    assert math.isnan(row["my_max_value"])  # IEEE: the NaN propagates into the statistics
+
+
+def test_nan_at_same_positions_counted_and_zeroed():
+    g = np.array([1.0, np.nan, 3.0, -np.inf, 5.0], np.float32)
+    m = np.array([1.5, np.nan, 3.0, -np.inf, 5.0], np.float32)
+    row = compare_arrays(g, m)
+    z = compare_arrays(np.where(np.isfinite(g), g, 0), np.where(np.isfinite(m), m, 0))
+    assert row["nonfinite_mismatch"] == 0 and row["golden_nan"] == 1 and row["golden_inf"] == 1
+    for k in ("cosine_similarity", "EucDist", "MaxAbsErr", "max_relative_error"):
+        assert row[k] == z[k], k
+    assert "set to 0" in row["cmp_fail_reason"]
+    # +inf vs -inf is a mismatch
+    row = compare_arrays(np.array([np.inf, 1.0]), np.array([-np.inf, 1.0]))
+    assert row["nonfinite_mismatch"] == 1
+
+
+def test_empty_zero_and_odd_dtypes():
+    row = compare_arrays(np.zeros((0, 3)), np.zeros((0, 3)))
+    assert "empty" in row["cmp_fail_reason"]
+    row = compare_arrays(np.zeros(4), np.zeros(4))
+    assert row["cosine_similarity"] == 1.0 and row["relative_euclidean_distance"] == 0.0
+    row = compare_arrays(np.zeros(4), np.ones(4))
+    assert math.isnan(row["cosine_similarity"]) and "all the data is zero in golden" in row["cmp_fail_reason"]
+    row = compare_arrays(np.ones(3, np.complex64), np.ones(3, np.complex64))
+    assert "unsupported dtype" in row["cmp_fail_reason"]
+    row = compare_arrays(np.array(["a"]), np.array([1.0]))
+    assert "unsupported dtype" in row["cmp_fail_reason"]
+    row = compare_arrays(np.array(2.0), np.array(2.5))  # 0-d
+    assert row["MaxAbsErr"] == 0.5
+    row = compare_arrays(np.array([True, False]), np.array([True, True]))
+    assert row["bitwise_equal_ratio"] == 0.5
+    row = compare_arrays(np.arange(5, dtype=np.int32), np.arange(5, dtype=np.int64))
+    assert row["MaxAbsErr"] == 0.0 and "dtype mismatch" in row["cmp_fail_reason"]
+    with pytest.raises(ValueError, match="chunk_elems"):
+        compare_arrays(np.ones(2), np.ones(2), chunk_elems=0)
+
+
+def test_folders_with_problems_give_rows(tmp_path):
+    gp, mp = tmp_path / "g", tmp_path / "m"
+    gp.mkdir()
+    mp.mkdir()
+    np.save(gp / "ok.npy", np.ones(4, np.float32))
+    np.save(mp / "ok.npy", np.ones(4, np.float32))
+    np.save(gp / "shape.npy", np.ones(4, np.float32))
+    np.save(mp / "shape.npy", np.ones(5, np.float32))
+    np.save(gp / "dt.npy", np.ones(4, np.float64))
+    np.save(mp / "dt.npy", np.ones(4, np.float16))
+    np.save(gp / "trunc.npy", np.ones(1000, np.float32))
+    np.save(mp / "trunc.npy", np.ones(1000, np.float32))
+    (mp / "trunc.npy").write_bytes((mp / "trunc.npy").read_bytes()[:500])
+    (gp / "garbage.npy").write_bytes(b"\x00\x01garbage")
+    np.save(mp / "garbage.npy", np.ones(2))
+    np.save(gp / "only_golden.npy", np.ones(2))
+    np.save(mp / "only_mine.npy", np.ones(2))
+    rep = compare_dumps(gp, mp)
+    by = {r["node"]: r for r in rep.rows}
+    assert by["ok"]["Accuracy Reached or Not"] == "Yes"
+    assert "shape mismatch" in by["shape"]["cmp_fail_reason"]
+    assert "dtype mismatch" in by["dt"]["cmp_fail_reason"] and by["dt"]["MaxAbsErr"] == 0.0
+    assert "unreadable" in by["trunc"]["cmp_fail_reason"] and "trunc.npy" in by["trunc"]["cmp_fail_reason"]
+    assert "unreadable" in by["garbage"]["cmp_fail_reason"]
+    assert by["only_golden"]["match"] == "missing_mine"
+    assert by["only_mine"]["match"] == "missing_golden"
+    # empty folders
+    (tmp_path / "e1").mkdir()
+    (tmp_path / "e2").mkdir()
+    rep = compare_dumps(tmp_path / "e1", tmp_path / "e2")
+    assert [r["match"] for r in rep.rows] == ["empty_golden", "empty_my"]
+    assert all("no dumped arrays" in r["cmp_fail_reason"] for r in rep.rows)
+    # a corrupt manifest dump: the bad file is a row with its reason
+    write_dump(tmp_path / "md", {"a": np.ones(3, np.float32), "b": np.ones(3, np.float32)})
+    man = json.loads((tmp_path / "md" / MANIFEST).read_text())
+    (tmp_path / "md" / man["nodes"]["b"]["file"]).write_bytes(b"x" * man["nodes"]["b"]["bytes"])
+    os.remove(tmp_path / "md" / man["nodes"]["a"]["file"])
+    rep = compare_dumps(tmp_path / "md", tmp_path / "md")
+    by = {r["node"]: r for r in rep.rows}
+    assert "missing file" in by["a"]["cmp_fail_reason"]
+    assert "sha256" in by["b"]["cmp_fail_reason"]
+    # a single file against a single file
+    rep = compare_dumps(gp / "ok.npy", mp / "ok.npy")
+    assert len(rep.rows) == 1 and rep.rows[0]["Accuracy Reached or Not"] == "Yes"
+
+
+# --------------------------------------------------------------------------
+# fused-block matching and the first divergence
+# --------------------------------------------------------------------------
+def _graph_meta():
+    # x -> a -> b -> c -> d -> e ; fused block f1 = [b, c], f2 = [d, e]
+    nodes = {"a": ["x"], "b": ["a"], "c": ["b", "x"], "d": ["c"], "e": ["d"]}
+    node_meta = {k: {"op": f"op_{k}", "inputs": v} for k, v in nodes.items()}
+    return node_meta, list(nodes)
+
+
+def _dumps(tmp_path, bad_at=None, scale=1e-1):
+    """golden: eager (every node); mine: fused (block outputs c and e) with an
+    error introduced at ``bad_at`` and carried downstream."""
+    node_meta, order = _graph_meta()
+    rng = np.random.default_rng(0)
+    base = {k: rng.standard_normal(64).astype(np.float32) for k in order}
+    gold = dict(base)
+    mine = {}
+    off = False
+    for k in order:
+        off = off or k == bad_at
+        v = base[k] * (1 + scale) + 0.5 if off else base[k]
+        mine[k] = v.astype(np.float32)
+    mine = {k: mine[k] for k in ("a", "c", "e")}
+    write_dump(tmp_path / "eager", gold, node_meta=node_meta,
+               run_meta={"mode": "eager", "dtype": "fp32", "order": order})
+    blocks = {"f0": {"members": ["a"], "outputs": ["a"]},
+              "f1": {"members": ["b", "c"], "outputs": ["c"]},
+              "f2": {"members": ["d", "e"], "outputs": ["e"]}}
+    write_dump(tmp_path / "fused", mine, node_meta={k: dict(v, block=None) for k, v in node_meta.items()},
+               run_meta={"mode": "fused", "dtype": "fp32", "order": order, "blocks": blocks})
+    return tmp_path / "eager", tmp_path / "fused"
+
+
+def test_fused_block_matching(tmp_path):
+    g, m = _dumps(tmp_path)
+    rep = compare_dumps(g, m)
+    assert [r["node"] for r in rep.rows] == ["a", "b", "c", "d", "e"]
+    by = {r["node"]: r for r in rep.rows}
+    assert by["b"]["match"] == by["d"]["match"] == "inside_block"
+    assert by["b"]["block"] == "f1" and "compared at node c" in by["b"]["cmp_fail_reason"]
+    assert by["c"]["match"] == "matched" and by["c"]["block"] == "f1"
+    assert by["a"]["block"] == ""  # singleton blocks are not "fused"
+    assert by["c"]["inputs"] == "a x"  # the block's external inputs
+    assert rep.first_divergence is None and not rep.failing
+
+
+def test_block_named_dump_matches_last_member(tmp_path):
+    node_meta, order = _graph_meta()
+    v = {k: np.full(4, i, np.float32) for i, k in enumerate(order)}
+    write_dump(tmp_path / "g", v, node_meta=node_meta, run_meta={"order": order})
+    # another tool names the fused output after the block
+    write_dump(tmp_path / "m", {"a": v["a"], "f1": v["c"]},
+               run_meta={"blocks": {"f1": {"members": ["b", "c"]}}})
+    rep = compare_dumps(tmp_path / "g", tmp_path / "m")
+    c = rep.row("c")
+    assert c["match"] == "matched" and c["bitwise_equal_ratio"] == 1.0
+    assert "matched to its last member c" in c["cmp_fail_reason"]
+
+
+@pytest.mark.parametrize("bad_at,first", [("a", "a"), ("b", "c"), ("c", "c"), ("d", "e")])
+def test_first_divergence_introduced_vs_carried(tmp_path, bad_at, first):
+    g, m = _dumps(tmp_path, bad_at=bad_at)
+    rep = compare_dumps(g, m)
+    assert rep.first_divergence is not None and rep.first_divergence["node"] == first
+    origins = {r["node"]: r["error_origin"] for r in rep.rows}
+    assert origins[first] == "introduced"
+    later = {"a": ["c", "e"], "c": ["e"], "e": []}[first]
+    for n in later:
+        assert origins[n] == "carried", (n, origins)
+    assert list(origins.values()).count("introduced") == 1
+    assert f"first divergence: {first}" in rep.summary()
+
+
+def test_first_divergence_with_stricter_thresholds(tmp_path):
+    g, m = _dumps(tmp_path, bad_at="d", scale=1e-6)  # tiny error: msprobe's rule passes
+    assert compare_dumps(g, m).first_divergence["node"] == "e"  # +0.5 offset still fails
+    th = Thresholds(max_rel_err=1e-9)
+    with pytest.raises(ValueError, match="max_ulp"):
+        Thresholds(max_ulp=-1)
+    rep = compare_dumps(g, m, thresholds=th)
+    assert rep.first_divergence["node"] == "e"
+
+
+def test_run_result_objects_compare_in_memory():
+    node = lambda name, op, ins: SimpleNamespace(name=name, op=op, inputs=tuple(ins))  # noqa: E731
+    graph = SimpleNamespace(inputs={"x": (3,)}, outputs=["b"],
+                            nodes=[node("a", "exp", ["x"]), node("b", "neg", ["a"])])
+    eager = SimpleNamespace(values={"a": np.ones(3, np.float16), "b": -np.ones(3, np.float16)},
+                            graph=graph, plan=None, mode="eager", dtype=numlab.FP16)
+    fused = SimpleNamespace(values={"a": np.ones(3, np.float16), "b": -np.full(3, 3, np.float16)},
+                            graph=graph, plan=None, mode="fused", dtype=numlab.FP16)
+    rep = compare_dumps(eager, fused)
+    assert rep.first_divergence["node"] == "b" and rep.first_divergence["op"] == "neg"
+    assert rep.row("a")["ulp_format"] == "fp16"
+    rep = compare_dumps({"a": np.ones(2)}, {"a": np.ones(2)})
+    assert rep.rows[0]["Accuracy Reached or Not"] == "Yes"
+    with pytest.raises(TypeError, match="cannot compare"):
+        compare_dumps(3, {"a": np.ones(2)})
+
+
+def test_real_executors_eager_vs_fused():
+    zoo = pytest.importorskip("numlab.zoo", reason="needs the zoo (issue 4)")
+    g = zoo.MODELS["transformer_block"]()
+    x = zoo.make_inputs(g, seed=0)
+    e = numlab.run(g, x, mode="eager", dtype="fp16")
+    f = numlab.run(g, x, mode="fused", dtype="fp16")
+    rep = compare_dumps(e, f)
+    kinds = {r["match"] for r in rep.rows}
+    assert {"matched", "inside_block", "decomposed"} <= kinds
+    # every value the fused run dumped under a source-graph name is compared
+    for name in e.values:
+        if name in f.values:
+            assert rep.row(name)["match"] == "matched"
+    # data movement never changes a value: a transpose of bit-equal input is bit-equal
+    r = rep.row("y")
+    assert r["Accuracy Reached or Not"] in ("Yes", "No") and r["ulp_format"] == "fp16"
+
+
+# --------------------------------------------------------------------------
+# CSV and CLI
+# --------------------------------------------------------------------------
+def test_csv_roundtrip_and_no_overwrite(tmp_path):
+    g, m = _dumps(tmp_path, bad_at="c")
+    rep = compare_dumps(g, m)
+    out = rep.to_csv(tmp_path / "r.csv")
+    with open(out, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == COLUMNS
+    for k in ("cosine_similarity", "kl_divergence", "One Thousandth Err Ratio",
+              "Accuracy Reached or Not", "cmp_fail_reason", "EucDist"):
+        assert k in rows[0]
+    for r, orig in zip(rows, rep.rows, strict=True):
+        for k in ("cosine_similarity", "MaxAbsErr", "max_ulp_error"):
+            if orig[k] != "":
+                assert float(r[k]) == orig[k]  # repr round-trips exactly
+    with pytest.raises(FileExistsError, match="force"):
+        rep.to_csv(out)
+    rep.to_csv(out, force=True)
+    p = rep.to_csv(tmp_path / "outdir")
+    assert p.parent.name == "outdir" and p.name.startswith("numlab_cmp_report_")
+
+
+def test_cli_compare(tmp_path, capsys):
+    from numlab.cli import main
+
+    g, m = _dumps(tmp_path, bad_at="b")
+    rc = main(["compare", "-gp", str(g), "-mp", str(m), "-o", str(tmp_path / "o.csv")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "first divergence: c" in out and "Saved comparing results" in out
+    assert (tmp_path / "o.csv").exists()
+    rc = main(["compare", "--golden-path", str(g), "--my-path", str(m), "--output",
+               str(tmp_path / "o.csv")])
+    assert rc == 2  # exists, no --force
+    assert "already exists" in capsys.readouterr().err
+    rc = main(["compare", "--golden-path", str(g), "--my-path", str(m), "--output",
+               str(tmp_path / "o.csv"), "--force", "--fail-on-divergence"])
+    assert rc == 1
+    rc = main(["compare", "-gp", str(tmp_path / "nope"), "-mp", str(m)])
+    assert rc == 2
+
+
+# --------------------------------------------------------------------------
+# large dumps: memory-mapped, chunked, bounded memory
+# --------------------------------------------------------------------------
+N_BIG = 50_000_000  # 200 MB of float32 per file
+
+
+def _write_big(path, scale, n=N_BIG):
+    """Write an n-element float32 .npy chunk by chunk (never all in memory)."""
+    from numpy.lib.format import open_memmap
+
+    step = 1 << 22
+    block = np.random.default_rng(0).standard_normal(step).astype(np.float32) * np.float32(scale)
+    a = open_memmap(path, mode="w+", dtype=np.float32, shape=(n,))
+    for s in range(0, n, step):
+        e = min(n, s + step)
+        a[s:e] = block[: e - s]
+    a.flush()
+    del a
+
+
+_CHILD = """
+import json, sys, tracemalloc
+
+def hwm_kib():
+    # peak resident set of this process (VmHWM is reset by exec, unlike ru_maxrss)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return -1
+
+from numlab.compare import compare_dumps
+base = hwm_kib()
+tracemalloc.start()
+rep = compare_dumps(sys.argv[1], sys.argv[2])
+_, peak = tracemalloc.get_traced_memory()
+r = rep.rows[0]
+print(json.dumps({"base_kib": base, "hwm_kib": hwm_kib(), "traced_peak": peak,
+                  "n": r["n_elements"], "acc": r["Accuracy Reached or Not"],
+                  "maxrel": r["max_relative_error"], "bits": r["bitwise_equal_ratio"]}))
+"""
+
+
+def test_large_dump_compared_with_bounded_memory(tmp_path):
+    if not os.path.exists("/proc/self/status"):
+        pytest.skip("needs /proc/self/status (Linux) to read the child's peak resident set")
+    gp, mp = tmp_path / "g", tmp_path / "m"
+    gp.mkdir()
+    mp.mkdir()
+    _write_big(gp / "big.npy", 1.0)
+    _write_big(mp / "big.npy", 1.0 + 2.0**-20)
+    dump_bytes = os.path.getsize(gp / "big.npy") + os.path.getsize(mp / "big.npy")
+    assert dump_bytes > 399e6
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(gp), str(mp)],
+                         capture_output=True, text=True, check=True)
+    res = json.loads(out.stdout)
+    print(f"compare of {dump_bytes / 2**20:.0f} MiB of dumps: numpy peak (tracemalloc) "
+          f"{res['traced_peak'] / 2**20:.1f} MiB, resident set {res['base_kib'] / 1024:.0f} -> "
+          f"{res['hwm_kib'] / 1024:.0f} MiB")
+    assert res["n"] == N_BIG and res["acc"] == "Yes"
+    assert res["maxrel"] == pytest.approx(2.0**-20, rel=0.5) and res["bits"] < 0.9
+    # numpy allocations stay O(chunk); the resident set does not grow with the dump
+    assert res["traced_peak"] < dump_bytes / 10
+    assert (res["hwm_kib"] - res["base_kib"]) * 1024 < dump_bytes / 4
