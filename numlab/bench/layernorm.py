@@ -1,0 +1,78 @@
+"""``numlab bench layernorm``: layer norm on 4096x4096 fp16 data, eager and
+fused (``numlab.run``), against a plain numpy float32 layer norm of the same
+data, all timed in the same process (best of ``repeat`` after a warm-up).
+
+* ``numpy fp32``: ``x32 = x.astype(float32)``; ``mu = x32.mean(-1)``;
+  ``d = x32 - mu``; ``var = (d*d).mean(-1)``; ``d / sqrt(var + eps) * gamma +
+  beta`` -- the baseline the ratio column divides by;
+* ``eager``: ``run(mode="eager", dtype="fp16")``: the hand-written layer_norm
+  kernel (Welford mean and variance in fp32, table-12 rsqrt + 1 Newton step,
+  output rounded to fp16);
+* ``fused (inductor)``: ``run(mode="fused", fusion=FusionOptions.inductor())``:
+  the decomposed graph in one code-generated block (blocked pairwise sums,
+  table-8 rsqrt + 2 Newton steps, fp32 inside, one rounding to fp16);
+* ``fused (autofuse)``: Ascend autofusion defaults (reductions are library
+  calls), for information.
+
+Target (issue 4): eager and fused each within 6x of the numpy baseline.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..execute import run
+from ..fusion import FusionOptions
+from ..zoo import layernorm
+from . import best_of
+
+TARGET = 6.0
+
+
+def make_data(rows: int, cols: int, seed: int = 0) -> dict:
+    """fp16 inputs: x ~ N(0, 1), gamma ~ 1 + 0.1 N(0, 1), beta ~ 0.1 N(0, 1)."""
+    rng = np.random.default_rng(seed)
+    return {
+        "x": rng.standard_normal((rows, cols)).astype(np.float16),
+        "gamma": (1 + 0.1 * rng.standard_normal(cols)).astype(np.float16),
+        "beta": (0.1 * rng.standard_normal(cols)).astype(np.float16),
+    }
+
+
+def numpy_layernorm(x, gamma, beta, eps: float = 1e-5):
+    """The baseline: a plain float32 layer norm over the last axis."""
+    x32 = x.astype(np.float32)
+    mu = x32.mean(axis=-1, keepdims=True)
+    d = x32 - mu
+    var = (d * d).mean(axis=-1, keepdims=True)
+    return d / np.sqrt(var + np.float32(eps)) * gamma.astype(np.float32) + beta.astype(np.float32)
+
+
+def main(quick: bool = False) -> str:
+    rows, cols = (1024, 1024) if quick else (4096, 4096)
+    repeat = 2 if quick else 3
+    data = make_data(rows, cols)
+    g = layernorm(batch=rows, hidden=cols)
+    cases = {
+        "numpy fp32": lambda: numpy_layernorm(**data),
+        "eager": lambda: run(g, data, mode="eager", dtype="fp16"),
+        "fused (inductor)": lambda: run(g, data, mode="fused", dtype="fp16",
+                                        fusion=FusionOptions.inductor()),
+        "fused (autofuse)": lambda: run(g, data, mode="fused", dtype="fp16"),
+    }
+    times = {k: best_of(f, repeat) for k, f in cases.items()}
+    base = times["numpy fp32"]
+    lines = [f"layer norm of {rows}x{cols} fp16 (best of {repeat}); ratio = time / numpy fp32",
+             "",
+             f"{'case':<18} {'ms':>9} {'ratio':>7} {'target':>7}  ok"]
+    for k, t in times.items():
+        r = t / base
+        if k == "numpy fp32":
+            lines.append(f"{k:<18} {t * 1e3:9.1f} {r:7.2f} {'':>7}  -")
+        elif k == "fused (autofuse)":
+            lines.append(f"{k:<18} {t * 1e3:9.1f} {r:7.2f} {'(info)':>7}  -")
+        else:
+            lines.append(f"{k:<18} {t * 1e3:9.1f} {r:7.2f} {TARGET:6.1f}x  {'yes' if r <= TARGET else 'NO'}")
+    table = "\n".join(lines)
+    print(table)
+    return table
