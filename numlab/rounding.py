@@ -148,7 +148,8 @@ def _round_array(a: np.ndarray, fmt: Format, mode: str, rng, saturate: bool, ftz
         and fmt.dtype is not None
         and (w, fmt.dtype) in _FAST_RNE
     ):
-        return a.astype(fmt.dtype).astype(w)
+        with np.errstate(over="ignore"):  # overflow to inf is the defined result
+            return a.astype(fmt.dtype).astype(w)
     with np.errstate(over="ignore", invalid="ignore"):
         return _round_bits(a, fmt, mode, rng, saturate, ftz)
 

@@ -4,8 +4,8 @@ All 2**32 float32 bit patterns, in chunks of 2**24, rounded to FP16 and BF16
 with RNE must equal numpy's float16 cast and ml_dtypes' bfloat16 cast bit for
 bit (any NaN equals any NaN).  Both ``round_to`` (whatever fast path it picks)
 and the integer bit path ``_round_bits`` are checked, and for the directed
-modes the bit path is checked against the scale-round-scale path on every
-256th chunk.  Takes a few minutes on one core.
+modes the bit path is checked against the scale-round-scale path on 8 of
+the 256 chunks.  Takes a few minutes on one core.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def test_all_fp32_patterns_rne(fmt, dt):
             ref = x.astype(dt).astype(np.float32)
             bad += int((~_same(nl.round_to(x, fmt), ref)).sum())
             bad += int((~_same(_round_bits(x, fmt, "rne", None, False, False), ref)).sum())
-            if (start // CHUNK) % 256 == 17:
+            if (start // CHUNK) % 32 == 17:
                 for mode in ("rtz", "up", "down", "odd"):
                     a = _round_bits(x, fmt, mode, None, False, False)
                     b = _round_generic(x, fmt, mode, None, False, False)
