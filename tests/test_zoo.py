@@ -13,6 +13,8 @@ import sys
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import numlab as nl
 from numlab import zoo
@@ -42,7 +44,7 @@ def _silu(x):
     return x / (1 + np.exp(-x))
 
 
-def _np_model(name, i):
+def _np_model(name, i, heads=2):
     if name == "layernorm":
         return {"y": _ln(i["x"], i["gamma"], i["beta"], 1e-5)}
     if name == "rmsnorm":
@@ -64,7 +66,6 @@ def _np_model(name, i):
     if name == "transformer_block":
         x = i["x"]
         seq, dm = x.shape
-        heads = 2
         dh = dm // heads
         h = _ln(x, i["g1"], i["b1"], 1e-5)
         qkv = h @ i["w_qkv"]
@@ -225,3 +226,26 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="d_model=10 must be a multiple of heads=3"):
         zoo.transformer_block(d_model=10, heads=3)
     assert zoo.make_inputs("softmax")["x"].shape == (8, 64)
+
+
+SIZE_ARGS = {
+    "layernorm": ("batch", "hidden"), "rmsnorm": ("batch", "hidden"), "softmax": ("batch", "n"),
+    "log_softmax": ("batch", "n"), "gelu_mlp": ("batch", "d_in", "d_hidden"),
+    "attention_scores": ("batch", "heads", "seq", "head_dim"), "swiglu": ("batch", "d_model", "d_ff"),
+    "residual_rmsnorm": ("batch", "hidden"), "transformer_block": ("seq", "heads", "d_ff"),
+}
+
+
+@settings(max_examples=40)
+@given(st.sampled_from(sorted(SIZE_ARGS)), st.data())
+def test_models_at_random_sizes_evaluate_like_numpy(name, data):
+    sizes = {k: data.draw(st.integers(1, 6), label=k) for k in SIZE_ARGS[name]}
+    if name == "transformer_block":
+        sizes["d_model"] = sizes["heads"] * data.draw(st.integers(1, 4), label="d_head")
+    g = zoo.MODELS[name](**sizes)
+    inputs = zoo.make_inputs(g, "normal", seed=data.draw(st.integers(0, 5)))
+    want = _np_model(name, inputs, heads=sizes.get("heads", 2))
+    got = evaluate(g, inputs)
+    for o in g.outputs:
+        assert got[o].shape == want[o].shape == g.node(o).shape
+        np.testing.assert_allclose(got[o], want[o], rtol=1e-11, atol=1e-12 * np.max(np.abs(want[o])))
