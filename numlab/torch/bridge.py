@@ -1,0 +1,442 @@
+"""Trace a torch function or module into an ATen-level graph and into numlab's IR.
+
+:func:`from_torch` runs ``torch.fx.experimental.proxy_tensor.make_fx`` on the
+example inputs, which records the ATen operators eager PyTorch dispatches
+(``aten.mul.Tensor(x, 0.1)``, ``aten._softmax``, ``aten.native_layer_norm``,
+...) with their Python-scalar operands and the dtype and shape of every value.
+That ATen graph is what :mod:`numlab.torch.predict` interprets to predict
+torch eager; :meth:`TorchTrace.inductor_nodes` re-traces with Inductor's
+decomposition table (what ``torch.compile`` lowers) to predict the compiled
+function.  :meth:`TorchTrace.to_graph` maps the ATen graph onto
+:data:`numlab.ops.CATALOGUE` (``mul_scalar``, ``softmax``, ``layer_norm``...)
+so every numlab tool (executors, fusion planner, compare) can run it.
+
+Unsupported operators never give a partial result: :func:`from_torch` raises
+a ValueError listing *every* ATen operator of the function that numlab cannot
+predict, and :meth:`TorchTrace.to_graph` one listing every operator that has
+no catalogue equivalent.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = [
+    "Ref",
+    "ANode",
+    "TorchTrace",
+    "from_torch",
+    "PREDICTABLE",
+    "CATALOGUE_MAP",
+    "DTYPES",
+    "import_torch",
+]
+
+# torch dtype name -> numlab format name (None: not a float storage format)
+DTYPES = {
+    "float32": "fp32",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "bool": "bool",
+    "int64": "int64",
+    "int32": "int32",
+}
+
+# ATen ops numlab.torch.predict can model (eager level and Inductor's decomposition)
+_ELEMENTWISE = (
+    "add.Tensor", "add.Scalar", "add_.Scalar", "add_.Tensor", "sub.Tensor", "sub.Scalar", "rsub.Scalar",
+    "mul.Tensor", "mul.Scalar", "div.Tensor", "div.Scalar", "neg.default", "abs.default",
+    "exp.default", "log.default", "sqrt.default", "rsqrt.default", "reciprocal.default",
+    "tanh.default", "sigmoid.default", "erf.default", "relu.default", "silu.default",
+    "gelu.default", "pow.Tensor_Scalar", "where.self", "maximum.default", "minimum.default",
+    "gt.Scalar", "lt.Scalar", "ge.Scalar", "le.Scalar", "eq.Scalar", "ne.Scalar",
+    "gt.Tensor", "lt.Tensor", "ge.Tensor", "le.Tensor", "eq.Tensor", "ne.Tensor",
+    "_to_copy.default", "clone.default", "alias.default", "detach.default",
+    "convert_element_type.default",
+)
+_REDUCTION = ("sum.dim_IntList", "mean.dim", "amax.default", "amin.default", "var_mean.correction")
+_COMPOSITE = ("_softmax.default", "native_layer_norm.default")
+_MOVEMENT = (
+    "view.default", "_unsafe_view.default", "reshape.default", "permute.default",
+    "transpose.int", "t.default", "expand.default", "unsqueeze.default", "squeeze.dim",
+    "squeeze.default",
+)
+PREDICTABLE = frozenset(_ELEMENTWISE + _REDUCTION + _COMPOSITE + _MOVEMENT + ("getitem",))
+"""ATen operators (``name.overload``, namespace dropped) numlab can predict."""
+
+# ATen op -> numlab catalogue op (scalar variants resolved in _map_node)
+CATALOGUE_MAP = {
+    "add": "add", "sub": "sub", "mul": "mul", "div": "div", "neg": "neg", "abs": "abs",
+    "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "reciprocal": "reciprocal",
+    "tanh": "tanh", "sigmoid": "sigmoid", "erf": "erf", "relu": "relu", "silu": "silu",
+    "gelu": "gelu", "where": "where", "maximum": "maximum", "minimum": "minimum",
+    "sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "_softmax": "softmax",
+    "native_layer_norm": "layer_norm",
+}
+
+
+def import_torch():
+    """Import the real PyTorch (absolute import), or raise ImportError saying how to get it."""
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        raise ImportError(
+            "numlab.torch needs PyTorch: pip install torch==2.13.0 "
+            "(the CPU build; an unpinned torch pulls a multi-GB GPU build)"
+        ) from exc
+    return torch
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A reference to another node's value inside :attr:`ANode.args`."""
+
+    name: str
+
+    def __repr__(self) -> str:
+        return f"%{self.name}"
+
+
+@dataclass(frozen=True)
+class ANode:
+    """One ATen operator call of a traced function.
+
+    ``op`` is ``name.overload`` without the namespace (``mul.Tensor``,
+    ``_softmax.default``, ``getitem``); ``args``/``kwargs`` hold
+    :class:`Ref` for tensor operands and plain Python values otherwise;
+    ``dtype`` is the numlab name of the result's dtype (``fp16``, ``bool``,
+    ...; None for tuples) and ``shape`` its shape.
+    """
+
+    name: str
+    op: str
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+    dtype: str | None = None
+    shape: tuple | None = None
+
+    def refs(self) -> list[str]:
+        out = []
+        for a in list(self.args) + list(self.kwargs.values()):
+            if isinstance(a, Ref):
+                out.append(a.name)
+            elif isinstance(a, (list, tuple)):
+                out.extend(x.name for x in a if isinstance(x, Ref))
+        return out
+
+    def __str__(self) -> str:
+        kw = "".join(f", {k}={v!r}" for k, v in self.kwargs.items())
+        args = ", ".join(repr(a) for a in self.args)
+        return f"%{self.name}: {self.dtype}{list(self.shape) if self.shape is not None else ''} = {self.op}({args}{kw})"
+
+
+def _dtype_name(t) -> str | None:
+    if t is None:
+        return None
+    name = str(t).replace("torch.", "")
+    return DTYPES.get(name, name)
+
+
+def _op_name(target) -> str:
+    if target is operator.getitem:
+        return "getitem"
+    s = str(target)  # "aten.mul.Tensor" / "prims.convert_element_type.default"
+    parts = s.split(".")
+    return ".".join(parts[1:]) if len(parts) >= 3 else s
+
+
+def _convert_arg(a, torch):
+    import torch.fx as fx
+
+    if isinstance(a, fx.Node):
+        return Ref(a.name)
+    if isinstance(a, (list, tuple)):
+        return type(a)(_convert_arg(x, torch) for x in a)
+    if isinstance(a, torch.dtype):
+        return _dtype_name(a)
+    if isinstance(a, (torch.device, torch.layout, torch.memory_format)):
+        return str(a)
+    return a
+
+
+def _fx_to_nodes(gm, torch):
+    """(placeholders, constants, nodes, outputs) of an fx GraphModule."""
+    placeholders, constants, nodes, outputs = [], {}, [], []
+    for n in gm.graph.nodes:
+        val = n.meta.get("val")
+        dtype = _dtype_name(getattr(val, "dtype", None))
+        shape = tuple(int(s) for s in val.shape) if hasattr(val, "shape") else None
+        if n.op == "placeholder":
+            placeholders.append(ANode(n.name, "placeholder", (), {}, dtype, shape))
+        elif n.op == "get_attr":
+            t = getattr(gm, n.target)
+            constants[n.name] = t.detach()
+            nodes.append(ANode(n.name, "constant", (), {}, _dtype_name(t.dtype), tuple(t.shape)))
+        elif n.op == "call_function":
+            args = tuple(_convert_arg(a, torch) for a in n.args)
+            kwargs = {k: _convert_arg(v, torch) for k, v in n.kwargs.items()}
+            nodes.append(ANode(n.name, _op_name(n.target), args, kwargs, dtype, shape))
+        elif n.op == "output":
+            out = n.args[0]
+            outs = out if isinstance(out, (list, tuple)) else (out,)
+            outputs = [o.name for o in outs]
+        else:
+            raise ValueError(f"unsupported fx node kind {n.op!r} ({n.name}); only functions of tensors are supported")
+    return placeholders, constants, nodes, outputs
+
+
+class TorchTrace:
+    """A traced torch function: the ATen graph, its inputs, outputs and constants.
+
+    Attributes
+    ----------
+    fn : callable
+        The original function or module (called for torch eager / compiled).
+    inputs : list[ANode]
+        Placeholders (``dtype``, ``shape`` of each example input).
+    nodes : list[ANode]
+        ATen operator calls in topological order (eager level).
+    outputs : list[str]
+        Names of the output nodes.
+    constants : dict[str, torch.Tensor]
+        Module parameters and buffers (``get_attr`` nodes).
+    """
+
+    def __init__(self, fn, example_inputs, inputs, nodes, outputs, constants):
+        self.fn = fn
+        self.example_inputs = tuple(example_inputs)
+        self.inputs = inputs
+        self.nodes = nodes
+        self.outputs = outputs
+        self.constants = constants
+        self._inductor = None
+
+    @property
+    def input_names(self) -> list[str]:
+        return [p.name for p in self.inputs]
+
+    @property
+    def storage(self) -> str:
+        """The lowest-precision float dtype among the inputs (``fp16``, ``bf16`` or ``fp32``)."""
+        dts = [p.dtype for p in self.inputs] + [self.node(o).dtype for o in self.outputs]
+        for d in ("fp16", "bf16"):
+            if d in dts:
+                return d
+        return "fp32"
+
+    def node(self, name: str) -> ANode:
+        for n in self.inputs + self.nodes:
+            if n.name == name:
+                return n
+        raise ValueError(f"no node {name!r}; nodes: {[n.name for n in self.inputs + self.nodes]}")
+
+    def ops(self) -> list[str]:
+        return sorted({n.op for n in self.nodes})
+
+    def __str__(self) -> str:
+        lines = [f"TorchTrace({getattr(self.fn, '__name__', type(self.fn).__name__)})"]
+        lines += [f"  input %{p.name}: {p.dtype}{list(p.shape)}" for p in self.inputs]
+        lines += [f"  {n}" for n in self.nodes]
+        lines.append(f"  return {', '.join('%' + o for o in self.outputs)}")
+        return "\n".join(lines)
+
+    def inductor_nodes(self) -> list[ANode]:
+        """The graph after Inductor's decompositions (what torch.compile lowers)."""
+        if self._inductor is None:
+            torch = import_torch()
+            from torch._inductor.decomposition import select_decomp_table
+            from torch.fx.experimental.proxy_tensor import make_fx
+
+            gm = make_fx(self.fn, decomposition_table=select_decomp_table(), tracing_mode="real")(
+                *self.example_inputs)
+            ph, consts, nodes, outs = _fx_to_nodes(gm, torch)
+            # rename placeholders/outputs to the eager trace's names (same order)
+            self._inductor = (ph, consts, nodes, outs)
+            missing = sorted({n.op for n in nodes if n.op not in PREDICTABLE and n.op != "constant"})
+            if missing:
+                raise ValueError(
+                    f"Inductor's decomposition of {getattr(self.fn, '__name__', self.fn)!r} uses ATen ops "
+                    f"numlab cannot predict: {missing}; predictable: {sorted(PREDICTABLE)}")
+        return self._inductor
+
+    # -- numlab IR ----------------------------------------------------------------
+    def to_graph(self):
+        """The function as a :class:`numlab.graph.Graph` over the op catalogue.
+
+        Raises ValueError listing every ATen operator without a catalogue
+        equivalent (never a partial graph).
+        """
+        from ..graph import Graph, Node
+
+        gnodes, missing = [], []
+        alias = {}  # fx name -> graph name (for no-op nodes)
+        consts = {}
+        for n in self.nodes:
+            try:
+                out = _map_node(n, alias, self)
+            except _Unmapped as exc:
+                missing.append(str(exc))
+                continue
+            if out is None:
+                continue
+            if isinstance(out, str):
+                alias[n.name] = out
+                continue
+            for item in out:
+                gnodes.append(Node(*item))
+        if missing:
+            raise ValueError(
+                "cannot map to numlab's operator catalogue (no partial graph is built); "
+                f"missing: {sorted(set(missing))}")
+        inputs = {p.name: tuple(p.shape) for p in self.inputs}
+        for n in self.nodes:
+            if n.op == "constant":
+                inputs[n.name] = tuple(n.shape)
+                consts[n.name] = True
+        outs = [alias.get(o, o) for o in self.outputs]
+        return Graph(inputs, gnodes, outs, name=getattr(self.fn, "__name__", "torch_fn"))
+
+
+class _Unmapped(Exception):
+    pass
+
+
+def _is_num(a) -> bool:
+    return isinstance(a, (int, float)) and not isinstance(a, bool)
+
+
+def _map_node(n: ANode, alias: dict, tr: TorchTrace):
+    """ANode -> list of graph node tuples, an alias name (str), or None (skip)."""
+    base = n.op.split(".")[0].rstrip("_")
+    r = [alias.get(x.name, x.name) if isinstance(x, Ref) else x for x in n.args]
+    nm = n.name
+    if n.op == "constant":
+        return None
+    if base in ("clone", "alias", "detach") or (base in ("_to_copy", "convert_element_type")
+                                                 and tr.node(n.args[0].name).dtype == n.dtype):
+        return r[0]
+    if base in ("_to_copy", "convert_element_type"):
+        return [(nm, "cast", (r[0],), {"to": n.dtype})]
+    if base in ("add", "sub", "mul", "div"):
+        alpha = n.kwargs.get("alpha", 1)
+        a, b = r[0], r[1]
+        if _is_num(a) and _is_num(b):
+            raise _Unmapped(f"aten.{n.op} of two scalars")
+        if alpha != 1:
+            if _is_num(b):
+                b = float(b) * float(alpha)
+            else:
+                return [(nm + ".alpha", "mul_scalar", (b,), {"scalar": float(alpha)}),
+                        (nm, base, (a, nm + ".alpha"), {})]
+        if _is_num(b):
+            return [(nm, f"{base}_scalar", (a,), {"scalar": float(b)})]
+        if _is_num(a):
+            op = {"add": "add_scalar", "mul": "mul_scalar", "sub": "rsub_scalar", "div": "rdiv_scalar"}[base]
+            return [(nm, op, (b,), {"scalar": float(a)})]
+        return [(nm, base, (a, b), {})]
+    if base == "rsub":
+        return [(nm, "rsub_scalar", (r[0],), {"scalar": float(r[1])})]
+    if base == "pow":
+        if r[1] == 2:
+            return [(nm, "mul", (r[0], r[0]), {})]
+        raise _Unmapped(f"aten.{n.op} with exponent {r[1]!r} (only 2 maps to mul)")
+    if base == "gelu":
+        return [(nm, "gelu", (r[0],), {"approximate": n.kwargs.get("approximate", "none")})]
+    if base in ("sum", "mean", "amax", "amin"):
+        dims = r[1] if len(r) > 1 else n.kwargs.get("dim")
+        keep = r[2] if len(r) > 2 else n.kwargs.get("keepdim", False)
+        if n.kwargs.get("dtype") not in (None, n.dtype):
+            raise _Unmapped(f"aten.{n.op} with dtype=")
+        axis = None if dims in (None, []) else tuple(int(d) for d in dims)
+        return [(nm, CATALOGUE_MAP[base], (r[0],), {"axis": axis, "keepdims": bool(keep)})]
+    if base == "_softmax":
+        return [(nm, "softmax", (r[0],), {"axis": int(r[1])})]
+    if base == "native_layer_norm":
+        x, shape, w, b, eps = r[:5]
+        if len(shape) != 1 or w is None or b is None:
+            raise _Unmapped("aten.native_layer_norm over several dims or without weight and bias")
+        return [(nm, "layer_norm", (x, w, b), {"axis": -1, "eps": float(eps)})]
+    if base == "getitem":
+        src = tr.node(n.args[0].name)
+        if src.op.startswith("native_layer_norm") and r[1] == 0:
+            return r[0]
+        raise _Unmapped(f"output {r[1]} of aten.{src.op}")
+    if base in ("view", "_unsafe_view", "reshape", "unsqueeze", "squeeze"):
+        return [(nm, "reshape", (r[0],), {"shape": tuple(n.shape)})]
+    if base in ("permute",):
+        return [(nm, "transpose", (r[0],), {"perm": tuple(int(p) for p in r[1])})]
+    if base in ("t", "transpose"):
+        nd = len(n.shape)
+        d0, d1 = (0, 1) if base == "t" else (int(r[1]) % nd, int(r[2]) % nd)
+        perm = list(range(nd))
+        perm[d0], perm[d1] = perm[d1], perm[d0]
+        return [(nm, "transpose", (r[0],), {"perm": tuple(perm)})]
+    if base == "expand":
+        return [(nm, "broadcast_to", (r[0],), {"shape": tuple(n.shape)})]
+    if base in CATALOGUE_MAP and len(n.args) == 1:
+        return [(nm, CATALOGUE_MAP[base], (r[0],), {})]
+    if base in ("where", "maximum", "minimum"):
+        if any(_is_num(x) for x in r):
+            raise _Unmapped(f"aten.{n.op} with a scalar operand")
+        return [(nm, CATALOGUE_MAP[base], tuple(r), {})]
+    raise _Unmapped(f"aten.{n.op}")
+
+
+def from_torch(fn_or_module, example_inputs, *, check: bool = True) -> TorchTrace:
+    """Trace ``fn_or_module(*example_inputs)`` to ATen operators.
+
+    Parameters
+    ----------
+    fn_or_module : callable or torch.nn.Module
+        A function of tensors returning a tensor or a tuple of tensors.
+    example_inputs : tuple of torch.Tensor (or one tensor)
+        Inputs that fix dtypes and shapes (CPU, float32/float16/bfloat16).
+    check : bool
+        Raise ValueError listing every ATen operator numlab cannot predict
+        (default).  With False the trace is returned anyway (for printing).
+
+    Returns
+    -------
+    TorchTrace
+        ``.nodes`` (eager ATen graph), ``.inductor_nodes()``, ``.to_graph()``.
+    """
+    torch = import_torch()
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    if not callable(fn_or_module):
+        raise TypeError(f"fn_or_module must be callable, got {type(fn_or_module).__name__}")
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    if not isinstance(example_inputs, (tuple, list)) or not example_inputs:
+        raise TypeError("example_inputs must be a tensor or a non-empty tuple of tensors")
+    for i, t in enumerate(example_inputs):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"example_inputs[{i}] must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise ValueError(
+                f"example_inputs[{i}] has dtype {t.dtype}; valid: torch.float32, torch.float16, torch.bfloat16")
+        if t.device.type != "cpu":
+            raise ValueError(f"example_inputs[{i}] is on {t.device}; numlab predicts the CPU backends")
+    with torch.no_grad():
+        gm = make_fx(fn_or_module, tracing_mode="real")(*example_inputs)
+    ph, consts, nodes, outs = _fx_to_nodes(gm, torch)
+    tr = TorchTrace(fn_or_module, example_inputs, ph, nodes, outs, consts)
+    if check:
+        missing = sorted({n.op for n in nodes if n.op not in PREDICTABLE and n.op != "constant"})
+        if missing:
+            raise ValueError(
+                f"{getattr(fn_or_module, '__name__', type(fn_or_module).__name__)!r} uses ATen operators "
+                f"numlab cannot predict: {missing}; predictable: {sorted(PREDICTABLE)}")
+    return tr
+
+
+def as_numpy(t) -> np.ndarray:
+    """A CPU tensor's values as float32 (bf16/fp16 widened exactly) or bool."""
+    torch = import_torch()
+    t = t.detach()
+    if t.dtype == torch.bool:
+        return t.numpy().copy()
+    return t.to(torch.float32).numpy().copy()

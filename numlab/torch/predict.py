@@ -1,0 +1,765 @@
+"""Predict torch eager and ``torch.compile`` (Inductor C++) outputs bit for bit.
+
+:func:`predict` interprets a :class:`~numlab.torch.bridge.TorchTrace`:
+
+``mode="eager"``
+    the ATen graph, operator by operator, each as ATen's CPU kernel computes
+    it (:class:`~numlab.torch.presets.TorchCpuEager`): fp32 opmath, one
+    rounding to the tensor dtype per kernel, Python scalars converted per op,
+    ``cascade_sum`` reductions, the softmax and layer-norm kernels'
+    own algorithms.
+``mode="compiled"``
+    Inductor's decomposition of the same function
+    (:class:`~numlab.torch.presets.InductorCpu`): every value fp32, scalars
+    fp32, no FMA, roundings only where a buffer is stored (graph outputs and
+    reduction results), or at every fp16/bf16 value with
+    ``emulate_precision_casts``; reductions in Inductor's lane order.
+``mode="fp64"``
+    the eager ATen graph in float64 with no rounding (the reference).
+
+Values are float32 arrays holding values of their dtype (bool for masks).
+Transcendental functions (exp, tanh, erf) are modelled as correctly rounded
+fp32 (fp64 evaluation, one rounding); torch uses SLEEF (``*_u10``, below 1
+ulp) so those ops may differ by an ulp -- the faithfulness table reports it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..formats import get_format
+from ..rounding import round_to
+from .bridge import Ref, TorchTrace, as_numpy, import_torch
+from .orders import aten_sum, butterfly, inductor_sum
+from .presets import InductorCpu, TorchCpuEager
+
+__all__ = ["predict", "Prediction", "NotModelled", "MODES", "run_torch"]
+
+MODES = ("eager", "compiled", "fp64")
+_LOW = ("fp16", "bf16")
+
+
+class NotModelled(NotImplementedError):
+    """A case numlab does not model bit for bit (the message says which and why)."""
+
+
+@dataclass
+class Prediction:
+    """Outputs of :func:`predict`: ``outputs[i]`` float32 (or float64 in fp64 mode)
+    arrays holding values of ``dtypes[i]``; ``values`` every node (when kept)."""
+
+    mode: str
+    outputs: list
+    dtypes: list
+    values: dict = field(default_factory=dict)
+
+    def __getitem__(self, i):
+        return self.outputs[i]
+
+
+# -- helpers ---------------------------------------------------------------------
+def _rnd(x, dt: str):
+    """Round float32/float64 values to torch dtype ``dt`` (returned as float32)."""
+    if dt == "bool":
+        return np.asarray(x, dtype=bool)
+    if dt == "fp32":
+        return np.asarray(x, dtype=np.float32)
+    if dt in _LOW:
+        return np.asarray(round_to(np.asarray(x, dtype=np.float32)
+                                   if np.asarray(x).dtype != np.float64 else np.asarray(x), get_format(dt)),
+                          dtype=np.float32)
+    raise NotModelled(f"dtype {dt!r} is not modelled (fp32, fp16, bf16, bool are)")
+
+
+def _scalar(s, dt: str):
+    """A Python scalar converted as a wrapped number of dtype ``dt``: double -> fp32 -> dt."""
+    return np.float32(_rnd(np.float32(s), dt))
+
+
+def _is_num(a) -> bool:
+    return isinstance(a, (int, float)) and not isinstance(a, bool)
+
+
+def _f64fn(fn, x):
+    with np.errstate(all="ignore"):
+        return fn(np.asarray(x, dtype=np.float64)).astype(np.float32)
+
+
+def _erf64(x):
+    from ..ops import erf_ref
+
+    return erf_ref(x)
+
+
+def _fma32(a, b, c):
+    """fl32(a*b + c) with one rounding (a*b exact in float64; the sum rounded to odd then to fp32)."""
+    from ..kernels._common import round_sum2
+
+    p = np.asarray(a, np.float64) * np.asarray(b, np.float64)
+    c = np.broadcast_to(np.asarray(c, np.float64), p.shape)
+    return np.asarray(round_sum2(p, c, get_format("fp32")), dtype=np.float32)
+
+
+def _last_dim(node, dims, ndim):
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        if ndim == 1:
+            return
+        raise NotModelled(f"{node.op} over all dims of a {ndim}-d tensor (numlab models the last dim)")
+    dims = [int(d) % ndim for d in (dims if isinstance(dims, (list, tuple)) else [dims])]
+    if dims != [ndim - 1]:
+        raise NotModelled(f"{node.op} over dims {dims} of a {ndim}-d tensor: numlab models reductions "
+                          "of the last (contiguous) dim only")
+
+
+def _keep(r, keepdim):
+    return r[..., None] if keepdim else r
+
+
+def _threads(preset) -> int:
+    if preset.threads:
+        return int(preset.threads)
+    torch = import_torch()
+    return int(torch.get_num_threads())
+
+
+def _rows(shape) -> int:
+    return int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1
+
+
+# -- ATen kernels -------------------------------------------------------------------
+def _aten_sum(x, dt_in, out_dt, preset, numel):
+    x = np.asarray(x, np.float32)
+    if x.ndim == 0:
+        return _rnd(x, out_dt)
+    if _rows(x.shape) == 1 and numel >= preset.grain_size and _threads(preset) > 1:
+        raise NotModelled(
+            f"ATen sums a single row of {numel} >= GRAIN_SIZE={preset.grain_size} elements in "
+            "per-thread pieces (two-pass reduction); numlab does not model that split")
+    s = aten_sum(x, vec=preset.sum_lanes, widen=dt_in in _LOW)
+    return _rnd(s, out_dt)
+
+
+def _aten_softmax(x, out_dt, preset):
+    """ATen ``_vec_softmax_lastdim``: max, e = exp(x - max), sum by lanes + butterfly
+    (tail lanes masked), inv = 1/sum, out = fl(e * inv)."""
+    x = np.asarray(x, np.float32)
+    m = np.max(x, axis=-1, keepdims=True)
+    with np.errstate(all="ignore"):
+        e = _f64fn(np.exp, x - m)
+    L = preset.softmax_lanes
+    n = x.shape[-1]
+    with np.errstate(all="ignore"):
+        if n < L:
+            s = e[..., 0].copy()
+            for k in range(1, n):
+                s = s + e[..., k]
+        else:
+            nb = n // L
+            acc = e[..., :L].copy()
+            for b in range(1, nb):
+                acc = acc + e[..., b * L:(b + 1) * L]
+            t = n - nb * L
+            if t:
+                acc[..., :t] = acc[..., :t] + e[..., nb * L:]
+            s = butterfly(acc)
+        inv = np.float32(1) / s
+        out = e * inv[..., None]
+    return _rnd(out, out_dt)
+
+
+def _welford_rows(x, L):
+    """ATen ``RowwiseMoments`` (moments_utils.h) over the last axis: (mean, var) fp32."""
+    x = np.asarray(x, np.float32)
+    N = x.shape[-1]
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, N)
+    R = x2.shape[0]
+    kChunk = 16
+    n = N // L
+    m = -(-n // kChunk)
+    from .orders import ceil_log2
+
+    depth = ceil_log2(m) if m > 0 else 0
+    # NB: utils::CeilLog2(1) = 1 -> one stack level
+    m0_stk = [0] * max(depth, 1)
+    m1_stk = [np.zeros((R, L), np.float32) for _ in range(max(depth, 1))]
+    m2_stk = [np.zeros((R, L), np.float32) for _ in range(max(depth, 1))]
+    c_vecs = [np.float32(1) / np.float32(j + 1) for j in range(kChunk)]
+
+    def add_moments_vec(m0_add, m1_add, m2_add, k):
+        nn = m0_stk[k] + m0_add
+        c = np.float32(0) if nn == 0 else np.float32(m0_add) / np.float32(nn)
+        delta = m1_add - m1_stk[k]
+        m1_stk[k] = m1_stk[k] + c * delta
+        m2_stk[k] = m2_stk[k] + (m2_add + delta * delta * c * np.float32(m0_stk[k]))
+        m0_stk[k] = nn
+
+    with np.errstate(all="ignore"):
+        for i in range(m):
+            cnt = min(kChunk, n - i * kChunk)
+            m1v = np.zeros((R, L), np.float32)
+            m2v = np.zeros((R, L), np.float32)
+            for j in range(cnt):
+                xv = x2[:, (i * kChunk + j) * L:(i * kChunk + j + 1) * L]
+                d = xv - m1v
+                m1v = m1v + d * c_vecs[j]
+                m2v = m2v + d * (xv - m1v)
+            add_moments_vec(cnt, m1v, m2v, 0)
+            mask = i + 1
+            j = 1
+            while j < depth and (mask & 1) == 0:
+                # AddMomentsVec(stk[j-1] -> stk[j])
+                a0, a1, a2 = m0_stk[j - 1], m1_stk[j - 1], m2_stk[j - 1]
+                add_moments_vec(a0, a1, a2, j)
+                m0_stk[j - 1] = 0
+                m1_stk[j - 1] = np.zeros((R, L), np.float32)
+                m2_stk[j - 1] = np.zeros((R, L), np.float32)
+                mask >>= 1
+                j += 1
+        for i in range(1, depth):
+            a0, a1, a2 = m0_stk[i], m1_stk[i], m2_stk[i]
+            add_moments_vec(a0, a1, a2, 0)
+        m1_arr, m2_arr = m1_stk[0], m2_stk[0]
+        m0 = 0
+        m1 = np.zeros(R, np.float32)
+        m2 = np.zeros(R, np.float32)
+        for i in range(n * L, N):
+            d = x2[:, i] - m1
+            m0 += 1
+            m1 = m1 + d / np.float32(m0)
+            m2 = m2 + d * (x2[:, i] - m1)
+        for i in range(L):
+            nn = m0 + n
+            c = np.float32(0) if nn == 0 else np.float32(n) / np.float32(nn)
+            delta = m1_arr[:, i] - m1
+            m1 = m1 + c * delta
+            m2 = m2 + (m2_arr[:, i] + delta * delta * c * np.float32(m0))
+            m0 = nn
+        var = m2 / np.float32(N)
+    return m1.reshape(lead), var.reshape(lead)
+
+
+def _aten_layer_norm(x, w, b, eps, out_dt, preset):
+    mean, var = _welford_rows(x, preset.layernorm_lanes)
+    with np.errstate(all="ignore"):
+        rstd = np.float32(1) / np.sqrt(var + np.float32(eps)).astype(np.float32)
+        scale = rstd
+        bias = -rstd * mean
+        y = _fma32(x, scale[..., None], bias[..., None])
+        if w is not None:
+            y = _fma32(y, w, b if b is not None else np.float32(0))
+        elif b is not None:
+            y = y + b
+    return _rnd(y, out_dt), mean[..., None], rstd[..., None]
+
+
+# -- the interpreter ----------------------------------------------------------------
+_CMP = {"gt": np.greater, "lt": np.less, "ge": np.greater_equal, "le": np.less_equal,
+        "eq": np.equal, "ne": np.not_equal}
+
+
+class _Interp:
+    def __init__(self, mode, preset, dtypes, n_vec=1, threads=1):
+        self.mode = mode
+        self.p = preset
+        self.dt = dtypes  # node name -> dtype
+        self.n_vec = n_vec
+        self.threads = threads
+
+    # scalar conversion
+    def sc(self, s, rule_op, dt):
+        if self.mode == "fp64":
+            return np.float64(s)
+        if self.mode == "compiled" or dt == "fp32" or dt not in _LOW:
+            return np.float32(s)
+        rule = self.p.scalar_rule(rule_op)
+        return _scalar(s, dt) if rule == "storage" else np.float32(s)
+
+    def out(self, v, dt):
+        """Eager: every kernel rounds its output; compiled: only with emulate casts."""
+        if self.mode == "fp64":
+            return np.asarray(v, np.float64) if dt != "bool" else v
+        if self.mode == "eager":
+            return _rnd(v, dt)
+        if dt == "bool":
+            return v
+        v = np.asarray(v, np.float32)
+        if self.p.emulate_precision_casts and dt in _LOW:
+            return _rnd(v, dt)
+        return v
+
+    def store(self, v, dt):
+        """A buffer store (reduction result / graph output)."""
+        if self.mode == "fp64" or dt == "bool":
+            return v
+        return _rnd(v, dt)
+
+    def tdt(self, arg, node):
+        return self.dt[arg.name] if isinstance(arg, Ref) else node.dtype
+
+    def run(self, node, a, kw):
+        op = node.op
+        base = op.split(".")[0]
+        base_ = base.rstrip("_")
+        dt = node.dtype
+        ft = np.float64 if self.mode == "fp64" else np.float32
+        with np.errstate(all="ignore"):
+            if base_ in ("add", "sub", "mul", "div"):
+                x, y = a[0], a[1]
+                alpha = kw.get("alpha", 1)
+                rule = base_
+                if _is_num(x) and _is_num(y):
+                    raise NotModelled(f"{op} of two Python scalars")
+                if _is_num(x):
+                    x = self.sc(x, "rsub" if base_ == "sub" else rule, dt)
+                if _is_num(y):
+                    y = self.sc(y, rule, dt)
+                if alpha != 1:
+                    return self.alpha_op(base_, x, y, alpha, dt)
+                r = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}[base_](
+                    np.asarray(x, ft), np.asarray(y, ft))
+                return self.out(r, dt)
+            if base == "rsub":
+                s = self.sc(a[1], "rsub", dt)
+                if kw.get("alpha", 1) != 1:
+                    raise NotModelled("rsub with alpha")
+                return self.out(np.asarray(s, ft) - np.asarray(a[0], ft), dt)
+            if base in _CMP:
+                x, y = a[0], a[1]
+                if _is_num(y):
+                    y = self.sc(y, "compare", self.dt_of(node, 0))
+                return _CMP[base](np.asarray(x, ft), y)
+            if base == "where":
+                c, x, y = a
+                x = self.sc(x, "where", dt) if _is_num(x) else x
+                y = self.sc(y, "where", dt) if _is_num(y) else y
+                return self.out(np.where(c, np.asarray(x, ft), np.asarray(y, ft)), dt)
+            if base in ("maximum", "minimum"):
+                f = np.maximum if base == "maximum" else np.minimum
+                return self.out(f(np.asarray(a[0], ft), np.asarray(a[1], ft)), dt)
+            if base in ("neg", "abs", "relu"):
+                x = np.asarray(a[0], ft)
+                r = -x if base == "neg" else (np.abs(x) if base == "abs" else np.where(x > 0, x, ft(0)) + ft(0))
+                return self.out(r, dt)
+            if base in ("exp", "log", "tanh", "erf", "sqrt"):
+                fn = {"exp": np.exp, "log": np.log, "tanh": np.tanh, "erf": _erf64, "sqrt": np.sqrt}[base]
+                x = np.asarray(a[0])
+                r = fn(x.astype(np.float64)) if self.mode == "fp64" else _f64fn(fn, x)
+                return self.out(r, dt)
+            if base == "rsqrt":
+                x = np.asarray(a[0], ft)
+                if self.mode == "fp64":
+                    return 1.0 / np.sqrt(x)
+                return self.out(np.float32(1) / np.sqrt(x), dt)  # 1/sqrt: two fp32 roundings
+            if base == "reciprocal":
+                return self.out(ft(1) / np.asarray(a[0], ft), dt)
+            if base == "sigmoid":
+                x = np.asarray(a[0], ft)
+                if self.mode == "fp64":
+                    return 1.0 / (1.0 + np.exp(-x))
+                e = _f64fn(np.exp, -x)
+                return self.out(np.float32(1) / (np.float32(1) + e), dt)
+            if base == "silu":
+                x = np.asarray(a[0], ft)
+                if self.mode == "fp64":
+                    return x / (1.0 + np.exp(-x))
+                e = _f64fn(np.exp, -x)
+                return self.out(x / (np.float32(1) + e), dt)
+            if base == "gelu":
+                return self.gelu(np.asarray(a[0], ft), kw.get("approximate", "none"), dt)
+            if base == "pow":
+                if a[1] != 2:
+                    raise NotModelled(f"pow with exponent {a[1]!r} (2 is modelled)")
+                x = np.asarray(a[0], ft)
+                return self.out(x * x, dt)
+            if base in ("_to_copy", "convert_element_type", "clone", "alias", "detach"):
+                return self.out(np.asarray(a[0]), dt)
+            if base in ("view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "expand"):
+                return np.broadcast_to(np.asarray(a[0]).reshape(
+                    node.shape if base != "expand" else np.asarray(a[0]).shape), node.shape).copy() \
+                    if base == "expand" else np.asarray(a[0]).reshape(node.shape)
+            if base == "permute":
+                return np.transpose(np.asarray(a[0]), [int(p) for p in a[1]])
+            if base in ("t", "transpose"):
+                x = np.asarray(a[0])
+                if base == "t":
+                    return x.T
+                return np.swapaxes(x, int(a[1]), int(a[2]))
+            if base == "getitem":
+                return a[0][a[1]]
+            if base in ("sum", "mean", "amax", "amin"):
+                return self.reduction(node, base, a, kw)
+            if base == "var_mean":
+                return self.var_mean(node, a, kw)
+            if base == "_softmax":
+                return self.softmax(node, a)
+            if base == "native_layer_norm":
+                return self.layer_norm(node, a)
+        raise NotModelled(f"aten.{op} is not modelled in mode {self.mode!r}")
+
+    def dt_of(self, node, i):
+        arg = node.args[i]
+        return self.dt[arg.name] if isinstance(arg, Ref) else node.dtype
+
+    def alpha_op(self, base, x, y, alpha, dt):
+        """add/sub with alpha: eager = fma(y, a', x) (+ scalar tail for 16-bit); compiled = x + y*a."""
+        sgn = -1.0 if base == "sub" else 1.0
+        if base not in ("add", "sub"):
+            raise NotModelled(f"{base} with alpha")
+        if self.mode == "fp64":
+            return np.asarray(x, np.float64) + sgn * float(alpha) * np.asarray(y, np.float64)
+        if self.mode == "compiled":
+            # Inductor decomposes it before lowering; kept for direct use: fp32, no FMA
+            return self.out(np.asarray(x, np.float32) + np.asarray(y, np.float32) * np.float32(sgn * alpha), dt)
+        al = self.sc(sgn * alpha, "alpha", dt)
+        x = np.asarray(x, np.float32)
+        y = np.asarray(y, np.float32)
+        shape = np.broadcast_shapes(x.shape, y.shape)
+        body = _fma32(np.broadcast_to(y, shape), al, np.broadcast_to(x, shape))
+        if dt not in _LOW:
+            return _rnd(body, dt)
+        r = _rnd(body, dt)
+        tail = _rnd(np.broadcast_to(x, shape) + _rnd(np.broadcast_to(y, shape) * al, dt), dt)
+        mask = _scalar_tail_mask(int(np.prod(shape)), self.p, self.threads).reshape(shape)
+        return np.where(mask, tail, r)
+
+    def gelu(self, x, approximate, dt):
+        if self.mode == "fp64":
+            if approximate == "tanh":
+                c = math.sqrt(2 / math.pi)
+                return 0.5 * x * (1 + np.tanh(c * (x + 0.044715 * x ** 3)))
+            return 0.5 * x * (1 + _erf64(x / math.sqrt(2)))
+        f = np.float32
+        if approximate == "tanh":  # ATen GeluKernel: kBeta*(x + kKappa*x^3), 0.5*x*(1+tanh)
+            kb = f(math.sqrt(2) * (2 / math.sqrt(math.pi)) * 0.5)
+            x3 = (x * x) * x
+            inner = kb * (x + f(0.044715) * x3)
+            r = (f(0.5) * x) * (f(1) + _f64fn(np.tanh, inner))
+        else:  # x * 0.5 * (1 + erf(x * M_SQRT1_2))
+            r = (x * f(0.5)) * (f(1) + _f64fn(_erf64, x * f(1 / math.sqrt(2))))
+        return self.out(r, dt)
+
+    def reduction(self, node, base, a, kw):
+        x = np.asarray(a[0])
+        dims = a[1] if len(a) > 1 else kw.get("dim")
+        keep = bool(a[2]) if len(a) > 2 else bool(kw.get("keepdim", False))
+        dt_in = self.dt_of(node, 0)
+        if kw.get("dtype") not in (None, node.dtype):
+            raise NotModelled(f"{node.op} with dtype={kw.get('dtype')}")
+        _last_dim(node, dims, x.ndim)
+        n = x.shape[-1]
+        if base in ("amax", "amin"):
+            r = np.max(x, axis=-1) if base == "amax" else np.min(x, axis=-1)
+            return _keep(r if self.mode == "fp64" else self.store(r, node.dtype), keep)
+        if self.mode == "fp64":
+            r = np.sum(x.astype(np.float64), axis=-1)
+            return _keep(r / n if base == "mean" else r, keep)
+        if self.mode == "eager":
+            if base == "sum":
+                return _keep(_aten_sum(x, dt_in, node.dtype, self.p, x.size), keep)
+            # mean: fp32 sum (16-bit inputs converted first), true division, one rounding
+            s = _aten_sum(x, "fp32", "fp32", self.p, x.size)
+            return _keep(_rnd(s / np.float32(n), node.dtype), keep)
+        s = inductor_sum(np.asarray(x, np.float32), lanes=self.p.lanes, n_vec=self.n_vec,
+                         threads=self.threads)
+        if base == "sum":
+            return _keep(self.store(s, node.dtype), keep)
+        return _keep(self.store(s / np.float32(n), node.dtype), keep)
+
+    def var_mean(self, node, a, kw):
+        x = np.asarray(a[0])
+        dims = a[1] if len(a) > 1 else kw.get("dim")
+        _last_dim(node, dims, x.ndim)
+        corr = kw.get("correction", 1)
+        keep = bool(kw.get("keepdim", False))
+        n = x.shape[-1]
+        if self.mode == "fp64":
+            m = np.mean(x.astype(np.float64), axis=-1)
+            v = np.sum((x - m[..., None]) ** 2, axis=-1) / (n - corr)
+            return (_keep(v, keep), _keep(m, keep))
+        if self.mode == "eager":
+            raise NotModelled("aten.var_mean in eager (not traced by the eager graphs numlab models)")
+        m, m2 = inductor_welford(np.asarray(x, np.float32), lanes=self.p.lanes, n_vec=self.n_vec,
+                                 threads=self.threads)
+        v = m2 / np.float32(n - corr)
+        return (_keep(self.store(v, "fp32"), keep), _keep(self.store(m, "fp32"), keep))
+
+    def softmax(self, node, a):
+        x, dim = np.asarray(a[0]), int(a[1])
+        if dim % x.ndim != x.ndim - 1:
+            raise NotModelled("softmax over a dim other than the last")
+        if self.mode == "fp64":
+            e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+            return e / np.sum(e, axis=-1, keepdims=True)
+        if self.mode != "eager":
+            raise NotModelled("aten._softmax in compiled mode (Inductor decomposes it)")
+        return _aten_softmax(x, node.dtype, self.p)
+
+    def layer_norm(self, node, a):
+        x, shape, w, b, eps = a[:5]
+        x = np.asarray(x)
+        if len(shape) != 1:
+            raise NotModelled("layer_norm over several dims")
+        if self.mode == "fp64":
+            m = np.mean(x, axis=-1, keepdims=True)
+            v = np.mean((x - m) ** 2, axis=-1, keepdims=True)
+            r = 1 / np.sqrt(v + eps)
+            y = (x - m) * r
+            if w is not None:
+                y = y * w
+            if b is not None:
+                y = y + b
+            return (y, m, r)
+        if self.mode != "eager":
+            raise NotModelled("aten.native_layer_norm in compiled mode (Inductor decomposes it)")
+        return _aten_layer_norm(np.asarray(x, np.float32), None if w is None else np.asarray(w, np.float32),
+                                None if b is None else np.asarray(b, np.float32), float(eps), node.dtype, self.p)
+
+
+def _scalar_tail_mask(numel: int, preset: TorchCpuEager, threads: int) -> np.ndarray:
+    """Elements of a flat contiguous 16-bit binary op that ATen computes in the scalar loop:
+    the last ``len mod elementwise_step`` of every ``at::parallel_for`` chunk."""
+    mask = np.zeros(numel, dtype=bool)
+    if numel < preset.grain_size or threads <= 1:
+        bounds = [(0, numel)]
+    else:
+        nt = min(threads, -(-numel // preset.grain_size))
+        cs = -(-numel // nt)
+        bounds = [(s, min(s + cs, numel)) for s in range(0, numel, cs)]
+    for lo, hi in bounds:
+        t = (hi - lo) % preset.elementwise_step
+        mask[hi - t:hi] = True
+    return mask
+
+
+def inductor_welford(x, *, lanes=16, n_vec=1, threads=1):
+    """Inductor's vectorised Welford (``welford_combine`` + ``welford_vec_reduce_all``,
+    cpp_prefix.h) over the last axis: (mean, m2) in fp32.
+
+    Lanes: ``lanes`` fp32 accumulators per vector; each vector step updates
+    ``mean += delta * recip[k]`` (``recip[k] = fl32(1/(k+1))``), ``m2 += delta *
+    (x - mean)``; a masked tail updates lanes ``0..t-1`` only.  With 16-bit
+    loads (``n_vec = 2``) the two vectors of a step are accumulated as two
+    Welford vectors then combined.  The lanes are then combined by
+    ``vec_shuffle_down`` steps of 1, 2, 4, 8 with the parallel-combine formula.
+    """
+    x = np.asarray(x, np.float32)
+    n = x.shape[-1]
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, n)
+    R = x2.shape[0]
+    if n < 8 or threads > 1 and inductor_splits(R, n, lanes * n_vec, threads):
+        raise NotModelled("Inductor Welford for rows shorter than 8 or split over threads")
+    W = lanes * n_vec
+    nb = n // W
+    t = n - nb * W
+    f = np.float32
+    mean = np.zeros((R, W), f)
+    m2 = np.zeros((R, W), f)
+    weight = np.zeros((R, W), f)
+    index = 0
+    with np.errstate(all="ignore"):
+        for b in range(nb):
+            data = x2[:, b * W:(b + 1) * W]
+            nw = weight + f(1)
+            delta = data - mean
+            rec = f(1.0 / (index + 1)) if index < 4096 else None
+            new_mean = mean + (delta * rec if rec is not None else delta / nw)
+            m2 = m2 + delta * (data - new_mean)
+            mean = new_mean
+            weight = nw
+            index += 1
+        if t:
+            data = np.zeros((R, W), f)
+            data[:, :t] = x2[:, nb * W:]
+            nw = weight + f(1)
+            delta = data - mean
+            rec = f(1.0 / (index + 1))
+            new_mean = mean + delta * rec
+            new_m2 = m2 + delta * (data - new_mean)
+            mean[:, :t] = new_mean[:, :t]
+            m2[:, :t] = new_m2[:, :t]
+            weight[:, :t] = nw[:, :t]
+            index += 1
+        # combine the n_vec vectors, then the lanes
+        parts = [(mean[:, i * lanes:(i + 1) * lanes], m2[:, i * lanes:(i + 1) * lanes],
+                  weight[:, i * lanes:(i + 1) * lanes]) for i in range(n_vec)]
+        a = parts[0]
+        for b_ in parts[1:]:
+            a = _wcombine(a, b_, index, use_index=False)
+        mean_v, m2_v, w_v = a
+        use_index = bool(np.all(w_v == f(index)))
+        for s in (1, 2, 4, 8, 16, 32)[: int(math.log2(lanes))]:
+            idx = np.arange(lanes) + s
+            valid = idx < lanes
+            idx = np.where(valid, idx, 0)
+            sh_mean = np.where(valid, mean_v[:, idx], f(0))
+            sh_m2 = np.where(valid, m2_v[:, idx], f(0))
+            sh_w = np.zeros_like(w_v) if use_index else np.where(valid, w_v[:, idx], f(0))
+            mean_v, m2_v, w_v = _wcombine((mean_v, m2_v, w_v), (sh_mean, sh_m2, sh_w), index,
+                                          use_index=use_index)
+    return mean_v[:, 0].reshape(lead), m2_v[:, 0].reshape(lead)
+
+
+def _wcombine(a, b, index, use_index):
+    """cpp_prefix.h welford_combine(a, b, use_index) for vectors (both indices = ``index``)."""
+    f = np.float32
+    am, am2, aw = a
+    bm, bm2, bw = b
+    delta = np.where(am == bm, f(0), bm - am)
+    a_w = np.full_like(aw, f(index)) if use_index else aw
+    b_w = np.full_like(bw, f(index)) if use_index else bw
+    new_w = a_w + b_w
+    wb = np.where(new_w == 0, f(0), b_w / new_w)
+    mean = am + delta * wb
+    m2 = am2 + bm2 + delta * delta * a_w * wb
+    return mean, m2, new_w
+
+
+def inductor_splits(R, n, W, threads):
+    from .orders import inductor_splits_reduction
+
+    return inductor_splits_reduction(R, n, W, threads)
+
+
+# -- public entry ---------------------------------------------------------------------
+def _inputs_as_arrays(trace: TorchTrace, inputs):
+    torch = import_torch()
+    if inputs is None:
+        inputs = trace.example_inputs
+    if isinstance(inputs, torch.Tensor):
+        inputs = (inputs,)
+    if len(inputs) != len(trace.inputs):
+        raise ValueError(f"inputs: expected {len(trace.inputs)} tensors ({trace.input_names}), got {len(inputs)}")
+    out = []
+    for p, t in zip(trace.inputs, inputs):
+        if isinstance(t, torch.Tensor):
+            if tuple(t.shape) != tuple(p.shape):
+                raise ValueError(f"input {p.name!r}: shape {tuple(t.shape)} but the trace has {p.shape}")
+            out.append(as_numpy(t))
+        else:
+            a = np.asarray(t, dtype=np.float32)
+            if a.shape != tuple(p.shape):
+                raise ValueError(f"input {p.name!r}: shape {a.shape} but the trace has {p.shape}")
+            out.append(np.asarray(_rnd(a, p.dtype), np.float32))
+    return out
+
+
+def predict(trace: TorchTrace, inputs=None, *, mode: str = "eager", preset=None,
+            keep_values: bool = False) -> Prediction:
+    """Predict the outputs of ``trace.fn(*inputs)`` in torch eager or compiled.
+
+    Parameters
+    ----------
+    trace : TorchTrace
+        From :func:`numlab.torch.from_torch`.
+    inputs : tuple of torch.Tensor or arrays, optional
+        Same shapes as the example inputs (default: the example inputs).
+        Arrays are rounded to the traced dtypes.
+    mode : {"eager", "compiled", "fp64"}
+    preset : TorchCpuEager or InductorCpu, optional
+        Default ``torch_cpu_eager()`` for eager, ``inductor_cpu()`` for compiled.
+    keep_values : bool
+        Keep every node's value in ``Prediction.values``.
+
+    Raises
+    ------
+    NotModelled
+        For operators or shapes numlab does not reproduce (named in the message).
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r} is not valid; choose one of {MODES}")
+    if preset is None:
+        from .presets import inductor_cpu, torch_cpu_eager
+
+        preset = inductor_cpu() if mode == "compiled" else torch_cpu_eager()
+    if mode == "compiled" and not isinstance(preset, InductorCpu):
+        raise TypeError(f"mode='compiled' needs an InductorCpu preset, got {type(preset).__name__}")
+    if mode == "eager" and not isinstance(preset, TorchCpuEager):
+        raise TypeError(f"mode='eager' needs a TorchCpuEager preset, got {type(preset).__name__}")
+    arrays = _inputs_as_arrays(trace, inputs)
+    if mode == "compiled":
+        ph, consts, nodes, outs = trace.inductor_nodes()
+    else:
+        ph, consts, nodes, outs = trace.inputs, trace.constants, trace.nodes, trace.outputs
+    env = {}
+    dts = {}
+    for p, a in zip(ph, arrays):
+        env[p.name] = a.astype(np.float64) if mode == "fp64" else a
+        dts[p.name] = p.dtype
+    low = any(p.dtype in _LOW for p in ph)
+    threads = 1 if mode == "fp64" else _threads(preset)
+    it = _Interp(mode, preset, dts, n_vec=2 if low else 1, threads=threads)
+    for n in nodes:
+        dts[n.name] = n.dtype
+        if n.op == "constant":
+            v = as_numpy(consts[n.name])
+            env[n.name] = v.astype(np.float64) if mode == "fp64" else v
+            continue
+        args = tuple(_resolve(x, env) for x in n.args)
+        kw = {k: _resolve(v, env) for k, v in n.kwargs.items()}
+        env[n.name] = it.run(n, args, kw)
+    outputs, odt = [], []
+    for o in outs:
+        v = env[o]
+        d = dts[o]
+        if mode == "compiled":
+            v = it.store(v, d)
+        outputs.append(np.asarray(v))
+        odt.append(d)
+    return Prediction(mode, outputs, odt, env if keep_values else {})
+
+
+def _resolve(x, env):
+    if isinstance(x, Ref):
+        return env[x.name]
+    if isinstance(x, (list, tuple)):
+        return type(x)(_resolve(y, env) for y in x)
+    return x
+
+
+def run_torch(trace_or_fn, inputs, *, mode: str = "eager", emulate_precision_casts: bool = False,
+              compiled=None):
+    """Run the real torch function: eager, or compiled by Inductor (returns float32 arrays).
+
+    ``compiled`` may pass an already compiled callable (to reuse its code).
+    """
+    torch = import_torch()
+    fn = trace_or_fn.fn if isinstance(trace_or_fn, TorchTrace) else trace_or_fn
+    if isinstance(inputs, torch.Tensor):
+        inputs = (inputs,)
+    with torch.no_grad():
+        if mode == "eager":
+            out = fn(*inputs)
+        elif mode == "compiled":
+            cf = compiled if compiled is not None else compile_fn(fn, emulate_precision_casts)
+            out = cf(*inputs)
+        else:
+            raise ValueError(f"mode={mode!r} is not valid; choose 'eager' or 'compiled'")
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return [as_numpy(o) for o in outs]
+
+
+_COMPILED: dict = {}
+
+
+def compile_fn(fn, emulate_precision_casts: bool = False):
+    """``torch.compile(fn, options={"emulate_precision_casts": flag})``, cached
+    per (function, flag) so tests and notebooks reuse generated code."""
+    torch = import_torch()
+    key = (id(fn), bool(emulate_precision_casts))
+    if key in _COMPILED and _COMPILED[key][0] is fn:
+        return _COMPILED[key][1]
+    import torch._dynamo.config as dcfg
+
+    # more shapes/dtypes per function before Dynamo silently falls back to eager
+    dcfg.recompile_limit = max(int(dcfg.recompile_limit), 64)
+    dcfg.accumulated_recompile_limit = max(int(dcfg.accumulated_recompile_limit), 4096)
+    call = torch.compile(fn, dynamic=False,
+                         options={"emulate_precision_casts": bool(emulate_precision_casts)})
+
+    _COMPILED[key] = (fn, call)
+    return call

@@ -1,0 +1,224 @@
+"""Presets of how PyTorch computes on this CPU: ``torch_cpu_eager`` and ``inductor_cpu``.
+
+Every field below was measured against torch 2.13.0 (CPU build) on the
+project machine (2 cores, AVX-512 incl. avx512_fp16/avx512_bf16,
+``torch.backends.cpu.get_cpu_capability() == "AVX512"``, 2 threads), by
+constructing inputs on which the candidate rules differ and counting
+bitwise-equal elements (scripts in the report of issue 8; the tests in
+``tests/test_torch_faithfulness.py`` re-check them on every run).
+
+ATen eager (``TorchCpuEager``)
+------------------------------
+* 16-bit tensors: every kernel widens to fp32 ("opmath"), computes in fp32
+  and rounds once to the tensor dtype (RNE) when it stores.
+* Python-scalar operands are *not* converted alike (measured, 100% of
+  200 000 elements per op and scalar):
+
+  - ``mul``, ``div``: the scalar stays fp32 (``iter.original_scalar_value
+    <opmath_t>``): ``x * 0.1`` is ``fl16(x * fl32(0.1))``; ``x / s`` is a
+    true division by ``fl32(s)`` (not a multiplication by ``1/s``).
+  - ``add``, ``sub``, ``rsub``, comparisons (``gt``...), ``where``: the
+    scalar is a wrapped number converted to the tensor dtype first, through
+    fp32 (``fl16(fl32(s))``, a double rounding): ``x + 0.1`` is
+    ``fl16(x + fl16(0.1))``.
+  - ``s / x`` is ``reciprocal(x) * s`` (Python's ``__rtruediv__``): two
+    roundings to the tensor dtype.
+  - ``add(x, y, alpha=a)``: the vectorised body computes ``fma(y, a', x)``
+    with ``a' = fl16(fl32(a))`` (16-bit) or ``fl32(a)`` (fp32, where the FMA
+    is visible: 100% match with one rounding, 81.5% with two); the scalar
+    tail of each vectorised loop (the last ``n mod 32`` elements of every
+    parallel chunk for 16-bit dtypes) computes ``fl16(x + fl16(a' y))``.
+* Reductions: ``sum`` by ATen's ``cascade_sum`` (see
+  :mod:`numlab.torch.orders`) with ``Vectorized<float>`` of **8** lanes: the
+  sum kernel runs its AVX2 build although the capability is AVX512
+  (measured: the V=8 model matches 100% of rows, V=16 about 30%).
+  ``mean`` of a 16-bit tensor is ``fl16(sum32(fp32(x)) / n)`` where the sum
+  runs the fp32 path (the input is converted first); fp32 ``mean`` is
+  ``fl32(sum / n)`` (a true division).  ``amax``/``amin``: exact.
+* Transcendental functions use SLEEF's vectorised ``*_u10`` routines
+  (< 1 ulp); numlab models them as correctly rounded fp32 (fp64 then one
+  rounding), the residual the faithfulness table reports.
+
+Inductor C++ (``InductorCpu``)
+------------------------------
+* Vector ISA from ``torch._inductor.cpu_vec_isa.pick_vec_isa()``: avx512,
+  16 fp32 lanes; 16-bit loads fill 2 vectors (32 elements per step).
+* Fused pointwise: loads converted to fp32 once, every op in fp32 with Python
+  scalars as ``static_cast<float>(s)`` for *every* op (also add/sub: the
+  eager rounding of the scalar to fp16/bf16 is not reproduced), one rounding
+  at each store.  ``-ffp-contract=off``: no FMA (``add(x, y, alpha=a)``
+  compiles to ``x + y*a``, two fp32 roundings, unlike eager's FMA).
+* ``emulate_precision_casts=True``: every value whose dtype is fp16/bf16 is
+  rounded to it where eager would store it; scalars stay fp32.
+* Reductions as :func:`numlab.torch.orders.inductor_sum`; reduction results
+  are stored (rounded to the node dtype) even inside a fused kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "TorchCpuEager",
+    "InductorCpu",
+    "torch_cpu_eager",
+    "inductor_cpu",
+    "detect_inductor_lanes",
+    "detect_cpu_capability",
+    "measure_aten_sum_lanes",
+    "SCALAR_RULES",
+]
+
+SCALAR_RULES = (
+    ("add", "storage"), ("sub", "storage"), ("rsub", "storage"), ("where", "storage"),
+    ("compare", "storage"), ("mul", "opmath"), ("div", "opmath"), ("alpha", "storage"),
+)
+"""How eager ATen converts a Python scalar operand, per op: ``storage`` =
+rounded to the tensor dtype (through fp32), ``opmath`` = kept in fp32."""
+
+
+@dataclass(frozen=True)
+class TorchCpuEager:
+    """How ATen's CPU kernels compute (module docstring; all measured).
+
+    Attributes
+    ----------
+    sum_lanes : int
+        fp32 lanes of the ``cascade_sum`` kernel's ``Vectorized<float>`` (8).
+    elementwise_step : int
+        16-bit elements per vectorised-loop step of binary kernels
+        (``2 * Vectorized<Half>::size()`` = 32, AVX2 build); the rest of each
+        parallel chunk runs the scalar loop.
+    softmax_lanes : int
+        fp32 lanes of the softmax kernel's sum vector (measured, see tests).
+    grain_size : int
+        ``at::internal::GRAIN_SIZE``; elementwise work above it is split in
+        ``threads`` chunks.
+    threads : int
+        Intra-op threads; 0 = ``torch.get_num_threads()`` when predicting.
+    scalar_rules : tuple
+        :data:`SCALAR_RULES`.
+    fma_alpha : bool
+        ``add(x, y, alpha)`` uses one FMA (measured True).
+    """
+
+    name: str = "torch_cpu_eager"
+    sum_lanes: int = 8
+    elementwise_step: int = 32
+    softmax_lanes: int = 16
+    layernorm_lanes: int = 16
+    grain_size: int = 32768
+    threads: int = 0
+    scalar_rules: tuple = SCALAR_RULES
+    fma_alpha: bool = True
+
+    def scalar_rule(self, op: str) -> str:
+        return dict(self.scalar_rules)[op]
+
+    def kernel_spec(self):
+        """The closest :class:`numlab.kernels.KernelSpec` (where numlab has the knobs).
+
+        Knobs numlab.kernels lacks (implemented in numlab.torch instead):
+        ATen's cascade order (``multi_row_sum`` levels + 4-way ILP + widened
+        16-bit loads) and a per-op scalar conversion rule (KernelSpec has one
+        ``scalar_mul`` for all ops).
+        """
+        from ..kernels import KernelSpec
+
+        return KernelSpec(name="torch_cpu_eager", promotion="fp32_internal", scalar_mul="muls",
+                          fma=False)
+
+
+@dataclass(frozen=True)
+class InductorCpu:
+    """How Inductor's generated C++ computes (module docstring; all measured).
+
+    Attributes
+    ----------
+    lanes : int
+        fp32 lanes of the picked vector ISA (16 for avx512); 0 = detect.
+    emulate_precision_casts : bool
+        ``torch._inductor.config.emulate_precision_casts``.
+    threads : int
+        OpenMP threads; 0 = ``torch.get_num_threads()`` when predicting.
+    min_chunk_size : int
+        ``torch._inductor.config.cpp.min_chunk_size`` (parallel threshold).
+    """
+
+    name: str = "inductor_cpu"
+    lanes: int = 16
+    emulate_precision_casts: bool = False
+    threads: int = 0
+    min_chunk_size: int = 512
+
+    def kernel_spec(self, storage: str = "fp32"):
+        """The closest :class:`numlab.kernels.KernelSpec`: fp32 inside, scalars fp32, no FMA,
+        lane-vector reduction ``Lanes(W, "tree", "masked")`` with ``W = lanes`` (fp32
+        inputs) or ``2 * lanes`` (16-bit inputs).  Missing knobs: the thread split of
+        reductions with few rows, and rsqrt as ``1/sqrt`` (two roundings)."""
+        from ..kernels import KernelSpec
+        from ..kernels.reduce import Lanes
+
+        W = self.lanes * (2 if storage in ("fp16", "bf16") else 1)
+        return KernelSpec(name="inductor_cpu", promotion="fp32_internal", scalar_mul="muls",
+                          fma=False, reduce_order=Lanes(W, "tree", "masked"))
+
+    def fusion_options(self):
+        from ..fusion import FusionOptions
+
+        return FusionOptions.inductor()
+
+
+def torch_cpu_eager(**overrides) -> TorchCpuEager:
+    """The measured eager preset (fields may be overridden)."""
+    return TorchCpuEager(**overrides)
+
+
+def inductor_cpu(emulate_precision_casts: bool = False, **overrides) -> InductorCpu:
+    """The measured Inductor preset; ``lanes`` detected from torch when torch is importable."""
+    if "lanes" not in overrides:
+        try:
+            overrides["lanes"] = detect_inductor_lanes()
+        except ImportError:
+            pass
+    return InductorCpu(emulate_precision_casts=emulate_precision_casts, **overrides)
+
+
+def detect_cpu_capability() -> str:
+    """``torch.backends.cpu.get_cpu_capability()`` (e.g. ``"AVX512"``)."""
+    import torch
+
+    return str(torch.backends.cpu.get_cpu_capability())
+
+
+def detect_inductor_lanes() -> int:
+    """fp32 lanes of the vector ISA Inductor picks, the way Inductor does (``pick_vec_isa``)."""
+    import torch
+    from torch._inductor import cpu_vec_isa
+
+    isa = cpu_vec_isa.pick_vec_isa()
+    if not isa:  # no vector ISA: scalar code
+        return 1
+    return int(isa.nelements(torch.float32))
+
+
+def measure_aten_sum_lanes(candidates=(4, 8, 16), seed: int = 0) -> int:
+    """Find the lane count of ATen's sum kernel by running it (the capability
+    string says AVX512 but the kernel runs its AVX2 build: measure, don't guess).
+
+    Sums 8 rows of cancelling fp32 data of length 100 and returns the candidate
+    whose cascade order reproduces every row; ValueError if none does.
+    """
+    import numpy as np
+    import torch
+
+    from .data import cancelling_rows
+    from .orders import aten_sum
+
+    rng = np.random.default_rng(seed)
+    x = cancelling_rows(rng, (8, 100), "fp32")
+    got = torch.from_numpy(x).sum(-1).numpy()
+    for v in candidates:
+        if np.array_equal(aten_sum(x, vec=v), got):
+            return int(v)
+    raise ValueError(f"no lane count in {candidates} reproduces ATen's sum on this machine")
