@@ -164,6 +164,10 @@ class Graph:
             raise ValueError(f"outputs {self.outputs} list a node twice")
         self._shapes = shapes
         self._by_name = {n.name: n for n in self.nodes}
+        self._consumers: dict[str, list[Node]] = {k: [] for k in shapes}
+        for n in self.nodes:
+            for i in dict.fromkeys(n.inputs):  # a node reading x twice is one consumer
+                self._consumers[i].append(n)
         self.roles = {}
         for k, r in (roles or {}).items():
             if k not in self.inputs:
@@ -225,7 +229,7 @@ class Graph:
     def consumers(self, name: str) -> list[Node]:
         """Nodes that read ``name`` (an input or a node), in order."""
         self.shape(name)
-        return [n for n in self.nodes if name in n.inputs]
+        return list(self._consumers[name])
 
     def role(self, name: str) -> str:
         """Role of an input: the explicit one, else inferred from consumers

@@ -329,3 +329,11 @@ def test_dead_nodes_are_dropped_and_subgraph_cuts():
     assert t.subgraph(keep_inputs=True) == t
     with pytest.raises(ValueError, match="no node 'nope'"):
         t.subgraph(["nope"])
+
+
+def test_consumers_in_order_once_each():
+    g = trace(lambda x, y: {"a": x * x, "b": x + y, "c": (x * x).sum()}, x=(3,), y=(3,))
+    assert [n.name for n in g.consumers("x")] == ["a", "b", "mul_1"]
+    assert [n.name for n in g.consumers("y")] == ["b"] and g.consumers("c") == []
+    with pytest.raises(ValueError, match="'q' is neither an input nor a node"):
+        g.consumers("q")
