@@ -296,6 +296,17 @@ class Graph:
             "outputs": list(self.outputs),
         }
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Graph":
+        """Inverse of :meth:`to_dict` (also of ``json.loads(canonical())``)."""
+        try:
+            nodes = [Node(n["name"], n["op"], tuple(n["inputs"]),
+                          {k: _uncanon(v) for k, v in n["attrs"].items()}, tuple(n["shape"]))
+                     for n in d["nodes"]]
+            return cls({k: tuple(s) for k, s in d["inputs"]}, nodes, list(d["outputs"]), name=d.get("name", "graph"))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not a graph dict (keys name, inputs, nodes, outputs): {exc!r}") from None
+
     def canonical(self) -> str:
         """``json.dumps(to_dict(), sort_keys=True)`` with fixed separators."""
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -328,6 +339,14 @@ class Graph:
                 raise ValueError(f"input {k!r} has shape {a.shape}; graph {self.name!r} expects {shape}")
             out[k] = a
         return out
+
+
+def _uncanon(v):
+    if isinstance(v, dict) and set(v) == {"float"}:
+        return float.fromhex(v["float"])
+    if isinstance(v, list):
+        return [_uncanon(x) for x in v]
+    return v
 
 
 def _canon(v):

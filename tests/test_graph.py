@@ -337,3 +337,16 @@ def test_consumers_in_order_once_each():
     assert [n.name for n in g.consumers("y")] == ["b"] and g.consumers("c") == []
     with pytest.raises(ValueError, match="'q' is neither an input nor a node"):
         g.consumers("q")
+
+
+def test_dict_round_trip_is_exact():
+    for name, f in nl.zoo.MODELS.items():
+        for g in (f(), decompose(f())):
+            back = Graph.from_dict(json.loads(g.canonical()))
+            assert back == g and back.name == name
+            assert [n.attrs for n in back.nodes] == [n.attrs for n in g.nodes]
+    g = trace(lambda x: {"y": ops.gather(x * 0.1, [[1, 0]], axis=0)[..., 1:]}, x=(3, 4))
+    assert Graph.from_dict(g.to_dict()).node("mul_scalar_0").attrs["scalar"] == 0.1
+    assert Graph.from_dict(g.to_dict()) == g
+    with pytest.raises(ValueError, match="not a graph dict"):
+        Graph.from_dict({"nodes": []})
