@@ -1,0 +1,538 @@
+"""What causes a divergence between eager and fused, and the graph-mode
+precision-compare workflow.
+
+:func:`bisect_run` (``numlab bisect MODEL ...``) answers "which switch makes
+the fused run diverge from eager" in three stages, each a sequence of fused
+runs compared with :func:`numlab.compare.compare_dumps` against the eager run:
+
+1. **Fusion kinds off, one at a time** -- the analogue of Ascend's
+   ``fusion_switch_file`` (seed 003: "对于GE图，可关闭算子融合规则
+   （fusion_switch_file），排除算子融合问题"): for every enabled kind of the
+   :class:`~numlab.fusion.FusionOptions`, the same run with that kind
+   disabled; then composite decomposition off, then all fusion off.
+2. **The four sources set to eager's choice, one at a time**
+   (``align=("promotion",)``, ... of :func:`numlab.execute.run`).
+3. **Delta debugging over node ranges** (Zeller's ddmin restricted to
+   contiguous ranges of the topological order): a range is cut out as its own
+   graph whose inputs are fed the *golden* (eager) values -- as PyTorch's
+   accuracy minifier feeds a subgraph the recorded inputs -- and run eager and
+   fused; the range is shrunk while it still diverges, then trimmed node by
+   node at both ends to a 1-minimal culprit.
+
+A run *diverges* when some row of the compare fails the thresholds
+(:meth:`Thresholds.fails`; msprobe's accuracy rule by default).
+
+:func:`precision_workflow` runs the workflow of the graph-mode precision
+guide (seed 003, "精度比对流程"): each operator alone first (its own graph,
+eager and fused, against the fp64 reference), then the whole model eager
+against fp64, then fused against eager by dump compare (first divergence),
+then fusion rules switched off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..formats import get_format
+from .compare import CompareReport, Thresholds, compare_dumps
+from .dump import dump_run
+
+__all__ = [
+    "Trial",
+    "BisectReport",
+    "bisect_run",
+    "range_graph",
+    "range_diverges",
+    "ddmin_range",
+    "WorkflowReport",
+    "precision_workflow",
+]
+
+
+# --------------------------------------------------------------------------
+# records
+# --------------------------------------------------------------------------
+@dataclass
+class Trial:
+    """One run tried by the bisection."""
+
+    stage: str
+    change: str
+    diverges: bool
+    n_failing: int
+    first_divergence: str | None = None
+    detail: str = ""
+
+    def line(self) -> str:
+        verdict = "DIVERGES" if self.diverges else "matches "
+        fd = f" first divergence {self.first_divergence}" if self.first_divergence else ""
+        return f"  [{self.stage:<7}] {self.change:<44} {verdict} ({self.n_failing} failing){fd}" + (
+            f"  {self.detail}" if self.detail else "")
+
+
+@dataclass
+class BisectReport:
+    """What :func:`bisect_run` tried and found."""
+
+    model: str
+    dtype: str
+    baseline: CompareReport | None = None
+    trials: list[Trial] = field(default_factory=list)
+    fixing_kinds: list[str] = field(default_factory=list)
+    fixing_sources: list[str] = field(default_factory=list)
+    culprit_range: list[str] = field(default_factory=list)
+    range_tests: int = 0
+
+    @property
+    def diverges(self) -> bool:
+        return self.baseline is not None and bool(self.baseline.failing)
+
+    def text(self) -> str:
+        lines = [f"bisect {self.model} (storage {self.dtype}): eager vs fused"]
+        if self.baseline is None:
+            return "\n".join(lines + ["  no baseline"])
+        fd = self.baseline.first_divergence
+        lines.append(
+            f"baseline: {len(self.baseline.failing)} failing rows; first divergence "
+            f"{fd['node'] if fd else 'none'}"
+        )
+        if not self.diverges:
+            lines.append("no divergence under the thresholds: nothing to bisect")
+            return "\n".join(lines)
+        lines.append("tried:")
+        lines.extend(t.line() for t in self.trials)
+        lines.append("found:")
+        lines.append("  fusion switches that remove the divergence: "
+                     + (", ".join(self.fixing_kinds) or "none"))
+        lines.append("  sources whose eager choice removes it: "
+                     + (", ".join(self.fixing_sources) or "none (or several together)"))
+        if self.culprit_range:
+            lines.append(f"  smallest diverging node range ({len(self.culprit_range)} nodes, "
+                         f"{self.range_tests} range runs): {', '.join(self.culprit_range)}")
+        else:
+            lines.append("  no node range diverges on its own with golden inputs "
+                         "(the divergence needs the accumulated error of several ranges)")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+# --------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------
+def _run(graph, inputs, mode, dtype, **kw):
+    from ..execute import run
+
+    return run(graph, inputs, mode=mode, dtype=dtype, **kw)
+
+
+def _verdict(stage: str, change: str, rep: CompareReport, detail: str = "") -> Trial:
+    fd = rep.first_divergence
+    return Trial(stage, change, bool(rep.failing), len(rep.failing), fd["node"] if fd else None, detail)
+
+
+def _f64_inputs(values: Mapping, graph) -> dict:
+    """Golden values as float64 arrays (exact widening of S values); index
+    inputs keep their integer dtype."""
+    out = {}
+    for k in graph.inputs:
+        v = np.asarray(values[k])
+        out[k] = v if v.dtype.kind in "iub" else v.astype(np.float64)
+    return out
+
+
+def range_graph(graph, lo: int, hi: int):
+    """The nodes ``graph.nodes[lo:hi]`` as their own graph.
+
+    Its inputs are every value the range reads from outside (graph inputs or
+    earlier nodes); its outputs are the range's nodes read after the range or
+    outputs of ``graph`` (the last node when there are none), so values
+    internal to the range may still be fused.
+    """
+    from ..graph import Graph
+
+    n = len(graph.nodes)
+    if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo < hi <= n):
+        raise ValueError(f"range [{lo}, {hi}) is not valid for a graph of {n} nodes")
+    nodes = graph.nodes[lo:hi]
+    names = {nd.name for nd in nodes}
+    ins: dict = {}
+    for nd in nodes:
+        for i in nd.inputs:
+            if i not in names and i not in ins:
+                ins[i] = graph.shape(i)
+    later = set()
+    for nd in graph.nodes[hi:]:
+        later.update(nd.inputs)
+    outs = [nd.name for nd in nodes if nd.name in later or nd.name in graph.outputs]
+    if not outs:
+        outs = [nodes[-1].name]
+    roles = {k: graph.roles[k] for k in ins if k in getattr(graph, "roles", {})}
+    return Graph(ins, nodes, outs, name=f"{graph.name}[{lo}:{hi}]", roles=roles)
+
+
+def range_diverges(graph, golden_values: Mapping, lo: int, hi: int, *, dtype, fused_kw: Mapping,
+                   eager_kw: Mapping | None = None, thresholds: Thresholds | None = None):
+    """Run ``graph.nodes[lo:hi]`` alone, eager and fused, on golden inputs;
+    return ``(diverges, report)``."""
+    sub = range_graph(graph, lo, hi)
+    xs = _f64_inputs(golden_values, sub)
+    e = _run(sub, xs, "eager", dtype, **dict(eager_kw or {}))
+    f = _run(sub, xs, "fused", dtype, **dict(fused_kw))
+    rep = compare_dumps(e, f, thresholds=thresholds)
+    return bool(rep.failing), rep
+
+
+def ddmin_range(test, n: int, log=None) -> tuple[int, int] | None:
+    """Smallest contiguous ``[lo, hi)`` of ``range(n)`` with ``test(lo, hi)``
+    true, by delta debugging on contiguous ranges.
+
+    ``test(0, n)`` must hold (else None).  The range is split into ``k``
+    parts (k = 2 at first); a part that passes the test becomes the range
+    (k back to 2); else the range minus its first or last part is tried
+    (k - 1); else ``k`` doubles until it reaches the length.  Finally single
+    nodes are trimmed from both ends while the test still holds, so the result
+    is 1-minimal at its ends.  Results are cached; ``log(lo, hi, result)`` is
+    called for every new test.
+    """
+    cache: dict = {}
+
+    def t(lo, hi):
+        if (lo, hi) not in cache:
+            cache[(lo, hi)] = bool(test(lo, hi))
+            if log is not None:
+                log(lo, hi, cache[(lo, hi)])
+        return cache[(lo, hi)]
+
+    if n <= 0 or not t(0, n):
+        return None
+    lo, hi, k = 0, n, 2
+    while hi - lo > 1:
+        size = hi - lo
+        k = min(k, size)
+        step = math.ceil(size / k)
+        parts = [(a, min(hi, a + step)) for a in range(lo, hi, step)]
+        hit = next((p for p in parts if p != (lo, hi) and t(*p)), None)
+        if hit is not None:
+            lo, hi, k = hit[0], hit[1], 2
+            continue
+        comps = [(parts[1][0], hi), (lo, parts[-1][0])] if len(parts) > 1 else []
+        hit = next((c for c in comps if c[0] < c[1] and c != (lo, hi) and t(*c)), None)
+        if hit is not None:
+            lo, hi, k = hit[0], hit[1], max(k - 1, 2)
+            continue
+        if k >= size:
+            break
+        k = min(size, 2 * k)
+    while hi - lo > 1 and t(lo + 1, hi):
+        lo += 1
+    while hi - lo > 1 and t(lo, hi - 1):
+        hi -= 1
+    return lo, hi
+
+
+# --------------------------------------------------------------------------
+# bisection
+# --------------------------------------------------------------------------
+def bisect_run(
+    graph,
+    inputs: Mapping,
+    *,
+    dtype,
+    fusion=None,
+    kernels=None,
+    library=None,
+    thresholds: Thresholds | None = None,
+    seed: int | None = None,
+    model: str | None = None,
+    stages: tuple = ("fusion", "sources", "ranges"),
+    log=print,
+) -> BisectReport:
+    """Find what makes the fused run of ``graph`` diverge from eager.
+
+    Parameters
+    ----------
+    graph : numlab.graph.Graph
+    inputs : dict
+        Graph inputs (rounded to ``dtype`` by the executors).
+    dtype : Format or str
+        Storage format.
+    fusion : FusionOptions, optional
+        The fused configuration under suspicion (default ``FusionOptions()``).
+    kernels, library : KernelSpec, optional
+        Fused code-generator kernels and the hand-written library (eager's
+        kernels and eager's choice for the sources); executor defaults.
+    thresholds : Thresholds, optional
+        When a compare row fails (default msprobe's rule).
+    seed : int, optional
+        Schedule seed of nondeterministic orders.
+    stages : tuple of str
+        Any of ``"fusion"``, ``"sources"``, ``"ranges"``, run in this order.
+    log : callable or None
+        Called with one line per trial (default :func:`print`).
+
+    Returns
+    -------
+    BisectReport
+    """
+    from .. import fusion as F
+    from ..execute import SOURCES
+
+    valid = ("fusion", "sources", "ranges")
+    bad = [s for s in stages if s not in valid]
+    if bad:
+        raise ValueError(f"stages={tuple(stages)!r} has unknown stages {bad}; valid: {valid}")
+    S = get_format(dtype)
+    opts = fusion if fusion is not None else F.FusionOptions()
+    th = thresholds or Thresholds()
+    say = log or (lambda *a, **k: None)
+    eager_kw = {"seed": seed}
+    if library is not None:
+        eager_kw["kernels"] = library
+    base_kw = {"seed": seed, "fusion": opts}
+    if kernels is not None:
+        base_kw["kernels"] = kernels
+    if library is not None:
+        base_kw["library"] = library
+
+    eager = _run(graph, inputs, "eager", S, **eager_kw)
+    fused = _run(graph, inputs, "fused", S, **base_kw)
+    baseline = compare_dumps(eager, fused, thresholds=th)
+    rep = BisectReport(model or getattr(graph, "name", "graph"), S.name, baseline)
+    say(f"bisect {rep.model} ({S.name}): fusion {opts.describe()}")
+    fd = baseline.first_divergence
+    say(f"baseline eager vs fused: {len(baseline.failing)} failing rows, first divergence "
+        f"{fd['node'] if fd else 'none'}")
+    if not rep.diverges:
+        say("no divergence under the thresholds: nothing to bisect")
+        return rep
+
+    def trial(stage, change, **kw):
+        r = compare_dumps(eager, _run(graph, inputs, "fused", S, **{**base_kw, **kw}), thresholds=th)
+        tr = _verdict(stage, change, r)
+        rep.trials.append(tr)
+        say(tr.line())
+        return tr
+
+    if "fusion" in stages:
+        say("stage 1: fusion kinds switched off one at a time")
+        for kind in [k for k in F.KINDS if k in opts.enabled]:
+            if not trial("fusion", f"--autofuse_disable_pass={kind}", fusion=opts.disable(kind)).diverges:
+                rep.fixing_kinds.append(kind)
+        if opts.decompose:
+            if not trial("fusion", "decompose=off (composites kept whole)",
+                         fusion=dataclasses.replace(opts, decompose=False)).diverges:
+                rep.fixing_kinds.append("decompose")
+        if not trial("fusion", "all fusion off (--enable_autofuse=false)",
+                     fusion=dataclasses.replace(opts, enable_autofuse=False)).diverges:
+            rep.fixing_kinds.append("all")
+
+    if "sources" in stages:
+        say("stage 2: each source of difference set to eager's choice")
+        for src in SOURCES:
+            if not trial("source", f"align={src}", align=(src,)).diverges:
+                rep.fixing_sources.append(src)
+
+    if "ranges" in stages:
+        say("stage 3: delta debugging over node ranges (golden inputs fed to each range)")
+        golden = dict(eager.values)
+        golden.update({k: np.asarray(v) for k, v in inputs.items()})
+        nodes = graph.nodes
+        fkw = {k: v for k, v in base_kw.items()}
+
+        last: dict = {}
+
+        def test(lo, hi):
+            d, r = range_diverges(graph, golden, lo, hi, dtype=S, fused_kw=fkw, eager_kw=eager_kw,
+                                  thresholds=th)
+            last["report"] = r
+            return d
+
+        def log_range(lo, hi, d):
+            rep.range_tests += 1
+            names = f"{nodes[lo].name}..{nodes[hi - 1].name}" if hi - lo > 1 else nodes[lo].name
+            tr = _verdict("range", f"nodes[{lo}:{hi}] {names}"[:44], last["report"])
+            rep.trials.append(tr)
+            say(tr.line())
+
+        found = ddmin_range(test, len(nodes), log=log_range)
+        if found is not None:
+            rep.culprit_range = [nd.name for nd in nodes[found[0]:found[1]]]
+    say("found: fusion switches " + (", ".join(rep.fixing_kinds) or "none")
+        + "; sources " + (", ".join(rep.fixing_sources) or "none")
+        + "; culprit range " + (", ".join(rep.culprit_range) or "none"))
+    return rep
+
+
+# --------------------------------------------------------------------------
+# the graph-mode precision workflow (seed 003)
+# --------------------------------------------------------------------------
+@dataclass
+class WorkflowReport:
+    """Result of :func:`precision_workflow`, one entry per step."""
+
+    model: str
+    dtype: str
+    single_ops: list[dict] = field(default_factory=list)
+    eager_vs_ref: CompareReport | None = None
+    fused_vs_eager: CompareReport | None = None
+    dumps: dict = field(default_factory=dict)
+    bisect: BisectReport | None = None
+    conclusion: str = ""
+
+    @property
+    def bad_single_ops(self) -> list[dict]:
+        return [s for s in self.single_ops if s["fails"]]
+
+    def text(self) -> str:
+        L = [f"graph-mode precision workflow: {self.model} (storage {self.dtype})"]
+        L.append("step 1  each operator alone (its own graph, fp64 reference as golden):")
+        for s in self.single_ops:
+            L.append(f"   {s['node']:<22} {s['op']:<12} eager max ulp {s['eager_max_ulp']:>9.3g}  "
+                     f"fused max ulp {s['fused_max_ulp']:>9.3g}  {'FAILS' if s['fails'] else 'ok'}")
+        if self.eager_vs_ref is not None:
+            fd = self.eager_vs_ref.first_divergence
+            L.append(f"step 2  eager vs fp64: {len(self.eager_vs_ref.failing)} failing rows"
+                     + (f", first divergence {fd['node']}" if fd else ""))
+        if self.fused_vs_eager is not None:
+            fd = self.fused_vs_eager.first_divergence
+            L.append(f"step 3  fused vs eager by dump compare: {len(self.fused_vs_eager.failing)} "
+                     "failing rows" + (f", first divergence {fd['node']} (op {fd['op']}"
+                                       + (f", block {fd['block']}" if fd['block'] else "") + ")"
+                                       if fd else ""))
+            for k, v in self.dumps.items():
+                L.append(f"        {k} dump: {v}")
+        if self.bisect is not None:
+            L.append("step 4  fusion rules switched off: "
+                     + (", ".join(self.bisect.fixing_kinds) or "none") + " remove the divergence")
+        L.append("conclusion: " + self.conclusion)
+        return "\n".join(L)
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+def precision_workflow(
+    graph,
+    inputs: Mapping,
+    *,
+    dtype,
+    fusion=None,
+    kernels=None,
+    library=None,
+    thresholds: Thresholds | None = None,
+    dump_dir=None,
+    force: bool = False,
+    model: str | None = None,
+    log=None,
+) -> WorkflowReport:
+    """The graph-mode precision workflow of seed 003, runnable.
+
+    1. **Each operator alone** -- every node as its own one-node graph fed the
+       golden (eager) values of its inputs, run eager and fused and compared
+       with the operator's fp64 reference ("先在图外将单算子单独成图编译运行,
+       确保单算子精度正常").
+    2. **Eager against fp64** -- the whole model, the reference run as golden.
+    3. **Fused against eager by dump compare** -- both runs dumped (to
+       ``dump_dir/eager`` and ``dump_dir/fused``, or a temporary directory)
+       and compared with :func:`compare_dumps`: first divergence.
+    4. **Fusion rules off** -- stage 1 of :func:`bisect_run`.
+
+    The thresholds (default msprobe's) decide every "fails".
+    """
+    S = get_format(dtype)
+    th = thresholds or Thresholds()
+    say = log or (lambda *a, **k: None)
+    lib_kw = {"kernels": library} if library is not None else {}
+    fkw = {"fusion": fusion} if fusion is not None else {}
+    if kernels is not None:
+        fkw["kernels"] = kernels
+    if library is not None:
+        fkw["library"] = library
+    rep = WorkflowReport(model or getattr(graph, "name", "graph"), S.name)
+
+    eager = _run(graph, inputs, "eager", S, **lib_kw)
+    golden = dict(eager.values)
+    golden.update({k: np.asarray(v) for k, v in inputs.items()})
+
+    # 1. single operators
+    say("step 1: each operator alone")
+    for i, nd in enumerate(graph.nodes):
+        sub = range_graph(graph, i, i + 1)
+        xs = _f64_inputs(golden, sub)
+        ref = _run(sub, xs, "reference", S)
+        e = _run(sub, xs, "eager", S, **lib_kw)
+        f = _run(sub, xs, "fused", S, **fkw)
+        re_ = compare_dumps(ref, e, fmt=S, thresholds=th).row(nd.name)
+        rf_ = compare_dumps(ref, f, fmt=S, thresholds=th).row(nd.name)
+        rep.single_ops.append({
+            "node": nd.name, "op": nd.op,
+            "eager_max_ulp": _num(re_["max_ulp_error"]), "fused_max_ulp": _num(rf_["max_ulp_error"]),
+            "eager_cosine": _num(re_["cosine_similarity"]), "fused_cosine": _num(rf_["cosine_similarity"]),
+            "fails": bool(th.fails(re_) or th.fails(rf_)),
+        })
+
+    # 2. eager vs fp64
+    say("step 2: eager vs fp64 reference")
+    ref = _run(graph, inputs, "reference", S)
+    rep.eager_vs_ref = compare_dumps(ref, eager, fmt=S, thresholds=th)
+
+    # 3. fused vs eager through dumps on disk
+    say("step 3: fused vs eager by dump compare")
+    fused = _run(graph, inputs, "fused", S, **fkw)
+    tmp = None
+    if dump_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="numlab-workflow-")
+        base = Path(tmp.name)
+    else:
+        base = Path(dump_dir)
+    try:
+        pe = dump_run(eager, base / "eager", force=force, model=rep.model)
+        pf = dump_run(fused, base / "fused", force=force, model=rep.model)
+        rep.fused_vs_eager = compare_dumps(pe, pf, thresholds=th)
+        if tmp is None:
+            rep.dumps = {"eager": str(pe), "fused": str(pf)}
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+    # 4. fusion rules off
+    if rep.fused_vs_eager.failing:
+        say("step 4: fusion rules switched off one at a time")
+        rep.bisect = bisect_run(graph, inputs, dtype=S, fusion=fusion, kernels=kernels, library=library,
+                                thresholds=th, model=rep.model, stages=("fusion",), log=log)
+
+    # conclusion
+    bad_ops = rep.bad_single_ops
+    fd = rep.fused_vs_eager.first_divergence
+    if bad_ops:
+        rep.conclusion = ("single-operator precision is already off for "
+                          + ", ".join(f"{s['node']} ({s['op']})" for s in bad_ops)
+                          + ": fix the operator before looking at fusion")
+    elif rep.eager_vs_ref.failing:
+        rep.conclusion = "eager itself is off against fp64: a model-level (eager) precision problem"
+    elif fd is None:
+        rep.conclusion = "fused matches eager under the thresholds: no graph-mode precision problem"
+    else:
+        kinds = rep.bisect.fixing_kinds if rep.bisect else []
+        rep.conclusion = (f"error introduced by the fused graph at {fd['node']} (op {fd['op']}"
+                          + (f", fused block {fd['block']}" if fd["block"] else "") + ")"
+                          + (f"; switching off {', '.join(kinds)} removes it" if kinds else
+                             "; no single fusion switch removes it"))
+    say(rep.conclusion)
+    return rep
+
+
+def _num(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return float("nan")
