@@ -350,3 +350,49 @@ def test_dict_round_trip_is_exact():
     assert Graph.from_dict(g.to_dict()) == g
     with pytest.raises(ValueError, match="not a graph dict"):
         Graph.from_dict({"nodes": []})
+
+
+# ---------------------------------------------------------------------------
+# random programs: the traced graph evaluates like the same program in numpy
+# ---------------------------------------------------------------------------
+_UNARY = {
+    "neg": (lambda t: -t, np.negative), "abs": (abs, np.abs), "tanh": (ops.tanh, np.tanh),
+    "exp_tanh": (lambda t: ops.exp(ops.tanh(t)), lambda a: np.exp(np.tanh(a))),
+    "sigmoid": (ops.sigmoid, lambda a: 1 / (1 + np.exp(-a))),
+    "muls": (lambda t: t * 0.75, lambda a: a * 0.75), "rsubs": (lambda t: 1.5 - t, lambda a: 1.5 - a),
+    "sumk": (lambda t: t.sum(-1, keepdims=True), lambda a: a.sum(-1, keepdims=True)),
+    "maxk": (lambda t: t.max(0, keepdims=True), lambda a: a.max(0, keepdims=True)),
+    "T": (lambda t: t.T.T, lambda a: a), "flipflat": (lambda t: t.reshape(-1).reshape(t.shape), lambda a: a),
+    "softmax": (ops.softmax, lambda a: np.exp(a - a.max(-1, keepdims=True)) / np.exp(a - a.max(-1, keepdims=True)).sum(-1, keepdims=True)),
+    "slice": (lambda t: ops.concat([t[..., :1], t[..., 1:]], axis=-1), lambda a: a),
+}
+_BINARY = {
+    "add": (lambda a, b: a + b), "sub": (lambda a, b: a - b), "mul": (lambda a, b: a * b),
+    "max": (lambda a, b: ops.maximum(a, b) if not isinstance(a, np.ndarray) else np.maximum(a, b)),
+}
+
+
+@given(st.lists(st.tuples(st.sampled_from(sorted(_UNARY) + sorted(_BINARY)), st.integers(0, 99), st.integers(0, 99)),
+                min_size=1, max_size=12))
+def test_random_programs_trace_and_evaluate_like_numpy(plan):
+    shape = (3, 4)
+
+    def run(x, y, unary, binary):
+        vals = [x, y]
+        for op, i, j in plan:
+            a, b = vals[i % len(vals)], vals[j % len(vals)]
+            vals.append(unary[op](a) if op in unary else binary[op](a, b))
+        return vals[2:]
+
+    g = trace(lambda x, y: {f"v{k}": v for k, v in enumerate(run(x, y, {k: f[0] for k, f in _UNARY.items()}, _BINARY))},
+              x=shape, y=(1, 4))
+    rng = np.random.default_rng(len(plan))
+    x, y = rng.standard_normal(shape), rng.standard_normal((1, 4))
+    want = run(x, y, {k: f[1] for k, f in _UNARY.items()}, _BINARY)
+    got = evaluate(g, {"x": x, "y": y})
+    got_d = evaluate(decompose(g), {"x": x, "y": y})
+    for k, w in enumerate(want):
+        assert got[f"v{k}"].shape == w.shape
+        np.testing.assert_allclose(got[f"v{k}"], w, rtol=1e-12, atol=1e-300)
+        np.testing.assert_allclose(got_d[f"v{k}"], w, rtol=1e-12, atol=1e-300)
+    assert Graph.from_dict(g.to_dict()) == g
