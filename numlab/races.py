@@ -70,6 +70,7 @@ __all__ = [
     "schedule",
     "Finding",
     "detect_races",
+    "atomic_accumulations",
     "Tolerance",
     "CaseResult",
     "BatchResult",
@@ -219,6 +220,13 @@ class Stage:
     chunks : int
         The write is split into ``chunks`` equal row parts becoming visible at
         ``start + (c + 1) / chunks * duration`` (default 1: all at the end).
+    atomic : tuple of str
+        Written buffers accumulated with atomic adds (AscendC
+        ``SetAtomicAdd`` + copy to GM): when a part lands, GM rows become
+        ``old + value`` rounded to the buffer dtype.  Atomic adds of different
+        cores to the same rows do not race with each other, but their order is
+        the order they land, and floating-point addition is not associative:
+        the bits depend on the schedule.
     """
 
     name: str
@@ -228,6 +236,7 @@ class Stage:
     fn: Callable | None = None
     latency: Latency = Latency()
     chunks: int = 1
+    atomic: tuple = ()
 
     def __post_init__(self):
         object.__setattr__(self, "reads", tuple(_as_access(a) for a in self.reads))
@@ -236,6 +245,11 @@ class Stage:
             raise ValueError(f"Stage {self.name!r}: chunks must be an int >= 1, got {self.chunks!r}")
         if not isinstance(self.latency, Latency):
             raise TypeError(f"Stage {self.name!r}: latency must be a Latency, got {self.latency!r}")
+        object.__setattr__(self, "atomic", tuple(self.atomic))
+        wb = {a.buffer for a in self.writes}
+        for b in self.atomic:
+            if b not in wb:
+                raise ValueError(f"Stage {self.name!r}: atomic buffer {b!r} is not written; writes: {sorted(wb)}")
 
 
 @dataclass(frozen=True)
@@ -579,6 +593,39 @@ def _chunk_bounds(a: int, b: int, chunks: int) -> list[tuple[int, int]]:
     return [(cuts[c], cuts[c + 1]) for c in range(chunks)]
 
 
+_PLAN_CACHE: dict = {}
+
+
+def _static_plan(kernel: Kernel):
+    """Per-kernel static data of :func:`simulate` (cached by identity): the
+    stages, row counts, the version each read is promised (last writer listed
+    before it, per row), the final promised versions, and how many core writes
+    each stage makes to each row."""
+    hit = _PLAN_CACHE.get(id(kernel))
+    if hit is not None and hit[0] is kernel:
+        return hit[1]
+    stages = kernel.stages
+    sidx = {s.name: i for i, s in enumerate(stages)}
+    nrows = {b: v.shape[0] for b, v in kernel.buffers.items()}
+    promised_before = {}
+    promised = {b: np.full(nrows[b], -1, dtype=np.int64) for b in kernel.buffers}
+    expected_count: dict = {}  # (stage idx, buffer) -> per-row number of core writes
+    for i, s in enumerate(stages):
+        promised_before[s.name] = {a.buffer: promised[a.buffer].copy() for a in s.reads}
+        n = int(kernel.cores[s.group])
+        for a in s.writes:
+            cnt = expected_count.setdefault((i, a.buffer), np.zeros(nrows[a.buffer], dtype=np.int64))
+            for c in range(n):
+                lo, hi = a.region(c, n, nrows[a.buffer])
+                promised[a.buffer][lo:hi] = i
+                cnt[lo:hi] += 1
+    plan = (stages, sidx, nrows, promised_before, promised, expected_count)
+    if len(_PLAN_CACHE) > 256:
+        _PLAN_CACHE.clear()
+    _PLAN_CACHE[id(kernel)] = (kernel, plan)
+    return plan
+
+
 def simulate(kernel: Kernel, inputs: dict, *, seed=None, memory: dict | None = None,
              fill: str = "zeros", sched: Schedule | None = None) -> SimResult:
     """Run ``kernel`` once on ``inputs`` under the seeded schedule.
@@ -627,20 +674,12 @@ def simulate(kernel: Kernel, inputs: dict, *, seed=None, memory: dict | None = N
         if arr.shape != b.shape:
             raise ValueError(f"simulate: input {name!r} has shape {arr.shape}, buffer is {b.shape}")
         mem[name] = arr.astype(b.dtype, copy=True)
-    stages = kernel.stages
-    sidx = {s.name: i for i, s in enumerate(stages)}
-    nrows = {b: v.shape[0] for b, v in kernel.buffers.items()}
-    # actual and promised row versions: -1 = contents before the run
+    stages, sidx, nrows, promised_before, promised, expected_count = _static_plan(kernel)
+    # actual row versions: -1 = contents before the run
     version = {b: np.full(nrows[b], -1, dtype=np.int64) for b in kernel.buffers}
-    promised_before = {}
-    promised = {b: np.full(nrows[b], -1, dtype=np.int64) for b in kernel.buffers}
-    for i, s in enumerate(stages):
-        promised_before[s.name] = {a.buffer: promised[a.buffer].copy() for a in s.reads}
-        n = int(kernel.cores[s.group])
-        for a in s.writes:
-            for c in range(n):
-                lo, hi = a.region(c, n, nrows[a.buffer])
-                promised[a.buffer][lo:hi] = i
+    landed = {key: np.zeros_like(v) for key, v in expected_count.items()}
+    # atomic adds of each atomic stage landed since the last plain write of the row
+    since_plain = {(i, b): np.zeros(nrows[b], dtype=np.int64) for i, s in enumerate(stages) for b in s.atomic}
     # events: (time, kind 0=write 1=read, seq, payload)
     events = []
     seq = 0
@@ -667,10 +706,16 @@ def simulate(kernel: Kernel, inputs: dict, *, seed=None, memory: dict | None = N
                 got = version[a.buffer][lo:hi]
                 want = promised_before[name][a.buffer][lo:hi]
                 bad = got != want
+                partial = np.zeros_like(bad)
+                for w in np.unique(want[want >= 0]):  # every core's write of the promised writer landed?
+                    sel = (want == w) & ~bad
+                    partial |= sel & (landed[(w, a.buffer)][lo:hi] < expected_count[(w, a.buffer)][lo:hi])
+                bad = bad | partial
                 if bad.any():
                     idx = np.nonzero(bad)[0] + lo
                     exp_writers = np.unique(want[bad])
-                    saw = tuple("<before run>" if v < 0 else stages[v].name for v in np.unique(got[bad]))
+                    saw = tuple("<before run>" if v < 0 else stages[v].name for v in np.unique(got[bad & ~partial]))
+                    saw += tuple(f"{stages[v].name} (partial)" for v in np.unique(got[partial]))
                     exp = ", ".join("<before run>" if v < 0 else stages[v].name for v in exp_writers)
                     stale.append(StaleRead(stage=name, group=s.group, core=c, buffer=a.buffer,
                                            rows=(int(idx[0]), int(idx[-1]) + 1), n_rows=int(idx.size),
@@ -692,8 +737,17 @@ def simulate(kernel: Kernel, inputs: dict, *, seed=None, memory: dict | None = N
                     seq += 1
         else:
             name, c, k, buf, lo, hi, val = payload
-            mem[buf][lo:hi] = val
+            if buf in stages[sidx[name]].atomic:
+                dt = mem[buf].dtype
+                mem[buf][lo:hi] = (mem[buf][lo:hi] + val.astype(dt)).astype(dt)
+                since_plain[(sidx[name], buf)][lo:hi] += 1
+            else:
+                mem[buf][lo:hi] = val
+                for (_, b2), arr in since_plain.items():
+                    if b2 == buf:
+                        arr[lo:hi] = 0
             version[buf][lo:hi] = sidx[name]
+            landed[(sidx[name], buf)][lo:hi] += 1
             write_times.append((name, c, k, buf, (lo, hi), t))
             key = (sidx[name], buf)
             if key not in visible_at:
@@ -712,6 +766,9 @@ def simulate(kernel: Kernel, inputs: dict, *, seed=None, memory: dict | None = N
     lost = []
     for b in kernel.buffers:
         bad = version[b] != promised[b]
+        for (i, b2), arr in since_plain.items():
+            if b2 == b:  # a plain write wiped some of the promised atomic adds
+                bad |= (promised[b] == i) & (arr < expected_count[(i, b)])
         if bad.any():
             idx = np.nonzero(bad)[0]
             fw = ", ".join("<before run>" if v < 0 else stages[v].name for v in np.unique(version[b][bad]))
@@ -815,12 +872,14 @@ def _races_raw(kernel: Kernel):
                 for c in range(n):
                     lo, hi = a.region(c, n, nrows[a.buffer])
                     if hi > lo:
-                        acc.setdefault(a.buffer, []).append((nid[(s.name, c)], is_w, lo, hi))
+                        at = is_w and a.buffer in s.atomic
+                        acc.setdefault(a.buffer, []).append((nid[(s.name, c)], is_w, lo, hi, at))
     groups = {}
     for buf, lst in acc.items():
         arr = np.array(lst, dtype=np.int64)
-        node, w, lo, hi = arr.T
+        node, w, lo, hi, at = arr.T
         w = w.astype(bool)
+        at = at.astype(bool)
         ga = np.array([nodes[k][2] for k in node])
         ca = np.array([nodes[k][3] for k in node])
         si = np.array([nodes[k][0] for k in node])
@@ -830,7 +889,8 @@ def _races_raw(kernel: Kernel):
         unordered = ~reach[node[:, None], node[None, :]] & ~reach[node[None, :], node[:, None]]
         # keep each unordered pair once, first = earlier-listed stage
         first = (si[:, None] < si[None, :]) | ((si[:, None] == si[None, :]) & (np.arange(len(node))[:, None] < np.arange(len(node))[None, :]))
-        m = diffcore & overlap & anyw & unordered & first
+        # two atomic adds commute as far as races go (their order only changes rounding)
+        m = diffcore & overlap & anyw & unordered & first & ~(at[:, None] & at[None, :])
         for i, j in zip(*np.nonzero(m), strict=True):
             kind = "WAW" if w[i] and w[j] else ("RAW" if w[i] else "WAR")
             key = (kind, buf, nodes[node[i]][1], "write" if w[i] else "read",
@@ -840,6 +900,27 @@ def _races_raw(kernel: Kernel):
             g = groups.setdefault(key, [0, ex])
             g[0] += 1
     return groups
+
+
+def atomic_accumulations(kernel: Kernel) -> list[tuple]:
+    """Buffers whose rows receive more than one atomic add in one run:
+    ``(buffer, stages, max adds per row)``.  Race-free, but the sum is formed
+    in the order the adds land, so its bits depend on the schedule unless
+    the additions happen to be exact."""
+    nrows = {b: v.shape[0] for b, v in kernel.buffers.items()}
+    count: dict = {}
+    who: dict = {}
+    for s in kernel.stages:
+        n = int(kernel.cores[s.group])
+        for a in s.writes:
+            if a.buffer not in s.atomic:
+                continue
+            cnt = count.setdefault(a.buffer, np.zeros(nrows[a.buffer], dtype=np.int64))
+            for c in range(n):
+                lo, hi = a.region(c, n, nrows[a.buffer])
+                cnt[lo:hi] += 1
+            who.setdefault(a.buffer, []).append(s.name)
+    return [(b, tuple(who[b]), int(c.max())) for b, c in count.items() if c.size and c.max() > 1]
 
 
 def detect_races(kernel: Kernel, *, suggest: bool = True) -> list[Finding]:
@@ -1018,6 +1099,7 @@ class BisectReport:
     writers: dict         # buffer -> stages writing it before first_stage
     pattern: dict         # buffer -> share of probed rows that held the previous case's pattern
     runs: int
+    atomic: tuple = ()    # buffers first_stage accumulates with atomic adds
 
     def __str__(self) -> str:
         lines = [f"bisection ({self.runs} batch runs per cut):"]
@@ -1036,6 +1118,12 @@ class BisectReport:
                 line += f"; known pattern: {self.pattern[b]:.0%} of the varying reads held the previous case's pattern"
             lines.append(line)
         culprits = [b for b, bad in self.probes.items() if bad]
+        if not culprits and self.atomic:
+            lines.append(f"  => every input of {self.first_stage} is read consistently; it accumulates "
+                         f"{', '.join(self.atomic)} with atomic adds, whose landing order changes the rounding: "
+                         "use a fixed-order (two-phase) reduction for reproducible bits")
+        elif not culprits:
+            lines.append(f"  => every input of {self.first_stage} is read consistently; look inside the stage")
         if culprits:
             lines.append(f"  => {self.first_stage} reads {', '.join(culprits)} before "
                          f"{', '.join(sorted({w for b in culprits for w in self.writers.get(b, ())}))} "
@@ -1116,14 +1204,14 @@ def bisect(kernel: Kernel, cases: Sequence[dict], *, runs: int = 6, seed=0, fill
         probe_name = f"probe:{b}"
         buffers = dict(kernel.buffers)
         buffers[probe_name] = Buffer(kernel.buffers[b].shape, kernel.buffers[b].dtype, "output")
-        probe_stage = replace(S, reads=(a,), writes=(Access(probe_name, a.rows),),
-                              fn=_copy_fn(b, probe_name), chunks=1)
         pk = replace(kernel.cut_after(k), buffers=buffers)
-        pk = pk.replace_stage(first, reads=probe_stage.reads, writes=probe_stage.writes, fn=probe_stage.fn, chunks=1)
+        pk = pk.replace_stage(first, reads=(a,), writes=(Access(probe_name, a.rows),), fn=_copy_fn(b, probe_name),
+                              chunks=1, atomic=())
         probes[b] = bool(_varying(pk, cases, runs, seed, fill, [probe_name]))
         if pattern and probes[b] and writers[b]:
             pat[b] = _pattern_share(pk, writers[b], b, probe_name, cases, runs, seed, fill)
-    return BisectReport(steps=steps, first_stage=first, probes=probes, writers=writers, pattern=pat, runs=runs)
+    return BisectReport(steps=steps, first_stage=first, probes=probes, writers=writers, pattern=pat, runs=runs,
+                        atomic=tuple(S.atomic))
 
 
 def _copy_fn(src, dst):
@@ -1152,7 +1240,7 @@ def _pattern_share(pk: Kernel, writer_names, buf, probe_name, cases, runs, seed,
     dtypes = {b: v.dtype for b, v in pk.buffers.items()}
     for w in writer_names:
         st = pk.stage(w)
-        k = k.replace_stage(w, fn=_pattern_fn(buf, st.writes))
+        k = k.replace_stage(w, fn=_pattern_fn(buf, st.writes), atomic=())
     prev_hits = total = 0
     for r in range(runs):
         ss = np.random.SeedSequence((seed, r))
@@ -1415,7 +1503,82 @@ SPLIT_SOFTMAX = Scenario(
     fix_barrier="sync_sum",
 )
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (FUSED_LINEAR, SPLIT_SOFTMAX)}
+# ---- row sums by atomic adds (race-free, yet schedule-dependent bits)
+
+_AT = dict(R=16, C=256, n_vector=8)
+
+
+def _core0_all(core, ncores, nrows):
+    return (0, nrows) if core == 0 else (0, 0)
+
+
+def _at_build(fix: bool = False, spread: float = 0.5, *, R=_AT["R"], C=_AT["C"], n_vector=_AT["n_vector"]) -> Kernel:
+    """Column sums of x (R x C, stored transposed as xT, C x R) over 8 vector
+    cores.  As shipped: each core adds its partial sums into ``out`` with
+    atomic adds.  ``fix=True``: the deterministic two-phase form -- partials to
+    a workspace, SyncAll, core 0 adds them in core order."""
+
+    def zero(ctx, inp):
+        lo, hi = ctx.rows["out"]
+        return {"out": np.zeros(hi - lo, np.float32)}
+
+    def partial(ctx, inp):
+        p = inp["xT"].sum(axis=0, dtype=np.float32)
+        return {"partials": p[None, :]} if "partials" in ctx.rows else {"out": p}
+
+    def combine(ctx, inp):
+        p = inp["partials"]
+        if p.shape[0] == 0:
+            return {"out": np.zeros(0, np.float32)}
+        acc = p[0].copy()
+        for k in range(1, p.shape[0]):  # fixed order over cores, vectorised over rows
+            acc = (acc + p[k]).astype(np.float32)
+        return {"out": acc}
+
+    L = Latency
+    if not fix:
+        items = [
+            Stage("InitOutput", "vector", writes=("out",), fn=zero, latency=L(0.5, spread)),
+            SyncAll("sync_zero"),
+            Stage("PartialSum", "vector", reads=("xT",), writes=(Access("out", "all"),), fn=partial,
+                  latency=L(1.0, spread), atomic=("out",)),
+        ]
+        bufs = {"xT": Buffer((C, R), "float32", "input"), "out": Buffer((R,), "float32", "output")}
+    else:
+        items = [
+            Stage("PartialSum", "vector", reads=("xT",), writes=("partials",), fn=partial, latency=L(1.0, spread)),
+            SyncAll("sync_partials"),
+            Stage("Combine", "vector", reads=(Access("partials", _core0_all),), writes=(Access("out", _core0_all),),
+                  fn=combine, latency=L(0.5, spread)),
+        ]
+        bufs = {"xT": Buffer((C, R), "float32", "input"), "partials": Buffer((n_vector, R), "float32", "workspace"),
+                "out": Buffer((R,), "float32", "output")}
+    return Kernel("atomic_rowsum" + (" (two-phase, deterministic)" if fix else " (atomic adds)"),
+                  cores={"vector": n_vector}, buffers=bufs, items=tuple(items))
+
+
+def _at_case(rng, *, R=_AT["R"], C=_AT["C"]):
+    return {"xT": (rng.standard_normal((C, R)) * 3 + 1).astype(np.float32)}
+
+
+def _at_reference(case):
+    return {"out": case["xT"].astype(np.float64).sum(axis=0)}
+
+
+ATOMIC_ROWSUM = Scenario(
+    name="atomic_rowsum",
+    description=("Column sums over 8 vector cores accumulated with atomic adds into one output: no race "
+                 "and always within tolerance, but the sum is formed in the order the adds land, so the "
+                 "bits change from run to run. --fix uses the deterministic two-phase reduction."),
+    build=_at_build,
+    make_case=_at_case,
+    reference=_at_reference,
+    dependent=(),
+    essential=lambda fix: {"sync_partials"} if fix else {"sync_zero"},
+    fix_barrier="sync_partials",
+)
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (FUSED_LINEAR, SPLIT_SOFTMAX, ATOMIC_ROWSUM)}
 
 
 def get_scenario(name) -> Scenario:
