@@ -9,11 +9,27 @@ of the mode (section 7.4: to nearest gives inf; toward zero gives ``max``;
 toward +inf gives +inf for positive and -max for negative values, and the
 mirror for toward -inf).
 
-The algorithm scales ``|x|`` by a power of two so that the format's quantum
-becomes 1 (exact: ``ldexp``), rounds the scaled magnitude to an integer with
-the mode's rule (``rint`` is round-half-even, ``floor`` truncation, ...) and
-scales back (exact).  Every step is exact in the input's own dtype, so a
-float64 input is rounded once, directly, never through float32.
+Two implementations, tested against each other, against ml_dtypes/numpy
+casts (RNE) and against an exact ``fractions.Fraction`` reference
+(tests/_exact.py):
+
+* ``_round_bits`` (the fast path for every mode): on the unsigned-integer view
+  of float32/float64, where ``2**emin <= |x| <= max`` the target's quantum is a
+  fixed number ``k = m + 1 - p`` of input bits (``m`` = 23 or 52), so the
+  magnitude is rounded by adding a mode-dependent bias to the low ``k`` bits
+  and clearing them; a carry into the exponent field is the correct result.
+  The few elements outside that range (below ``2**emin``, above ``max``,
+  inf/NaN) go through the generic path.
+* ``_round_generic``: scales ``|x|`` by a power of two so that the format's
+  quantum becomes 1 (exact: ``ldexp`` in float64), rounds to an integer with
+  the mode's rule (``rint`` is round-half-even, ``floor`` truncation, ...)
+  and scales back (exact).
+
+Every step is exact, so a float64 input is rounded once, directly, never
+through float32 (ml_dtypes 0.6's float64 -> bfloat16/fp8 casts do go through
+float32 and double-round; they are not used).  RNE from float32 to bfloat16
+and from float64 to float16 uses the storage dtype's own cast where that is
+faster (see ``_FAST_RNE``).
 """
 
 from __future__ import annotations
@@ -161,12 +177,22 @@ _BITS = {
 }
 
 
+_RAW64 = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)
+
+
 def _random_bits(rng: np.random.Generator, n: int, U) -> np.ndarray:
-    """``n`` uniformly random unsigned integers of type ``U`` (fresh array)."""
-    if U is np.uint64:
-        return rng.bit_generator.random_raw(n)
-    raw = rng.bit_generator.random_raw((n + 1) // 2)
-    return raw.view(np.uint32)[:n]
+    """``n`` uniformly random unsigned integers of type ``U`` (fresh array).
+
+    The raw 64-bit outputs of the bit generator are used directly when it
+    produces 64 random bits per call (PCG64 -- numpy's default --, PCG64DXSM,
+    Philox, SFC64; ~2x faster than ``integers``); other bit generators (e.g.
+    MT19937, whose raw outputs have 32 bits) go through ``rng.integers``.
+    """
+    if isinstance(rng.bit_generator, _RAW64):
+        if U is np.uint64:
+            return rng.bit_generator.random_raw(n)
+        return rng.bit_generator.random_raw((n + 1) // 2).view(np.uint32)[:n]
+    return rng.integers(0, 1 << (8 * np.dtype(U).itemsize), size=n, dtype=U)
 
 
 def _round_bits(a: np.ndarray, fmt: Format, mode: str, rng, saturate: bool, ftz: bool):

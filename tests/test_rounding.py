@@ -14,6 +14,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 from _exact import round_exact, stochastic_split
+from hypothesis import given
+from hypothesis import strategies as st
 
 import numlab as nl
 from numlab.formats import Format
@@ -352,10 +354,11 @@ def test_stochastic_probability_equals_fractional_distance(wdt, path):
         for frac in (1 / 16, 0.25, 0.5, 0.75, 15 / 16):
             cases.append((fmt, base + math.copysign(frac * ulp, base), frac, base))
     cases.append((nl.FP16, 2.0**-24 / 3, 1 / 3, 0.0))  # below the smallest subnormal
-    rng = np.random.default_rng(2024)
-    for fmt, v, frac, base in cases:
+    pcg = np.random.default_rng(2024)
+    mt = np.random.Generator(np.random.MT19937(5))  # 32-bit raw outputs: another code path
+    for k, (fmt, v, frac, base) in enumerate(cases):
         x = np.full(n, v, dtype=wdt)
-        y = f(x, fmt, "stochastic", rng=rng)
+        y = f(x, fmt, "stochastic", rng=mt if k % 2 else pcg)
         ups = int(np.count_nonzero(y != base))
         if wdt is np.float32:  # exact fraction of the float32 input
             _, _, frac = stochastic_split(float(np.float32(v)), fmt)
@@ -409,3 +412,22 @@ def test_dtypes_shapes_scalars():
 def test_bad_input_messages(call, exc, pattern):
     with pytest.raises(exc, match=pattern):
         call()
+
+
+# ---------------------------------------------------------------------------
+# hypothesis: arbitrary floats (edge-seeking) against the exact reference
+# ---------------------------------------------------------------------------
+
+
+@given(
+    st.lists(st.floats(width=64), min_size=1, max_size=8),
+    st.lists(st.floats(width=32), min_size=1, max_size=8),
+    st.sampled_from(ALL_FMTS),
+    st.sampled_from(DET_MODES),
+    st.booleans(),
+    st.booleans(),
+)
+def test_hypothesis_vs_exact(x64, x32, fmt, mode, saturate, ftz):
+    for x in (np.array(x64, np.float64), np.array(x32, np.float32)):
+        ref = reference(x, fmt, mode, saturate=saturate, ftz=ftz)
+        assert_same_bits(nl.round_to(x, fmt, mode, saturate=saturate, ftz=ftz), ref, x, f"{fmt} {mode}")
