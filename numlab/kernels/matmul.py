@@ -108,8 +108,8 @@ def _tile_exact_plus(c: np.ndarray, a_t: np.ndarray, b_t: np.ndarray, acc: Forma
     :func:`_certify_rows`, then, rarely, to exact Python summation.
     """
     kt = a_t.shape[-1]
-    s_hat = a_t @ b_t  # one BLAS call
     with np.errstate(over="ignore", invalid="ignore"):
+        s_hat = a_t @ b_t  # one BLAS call
         v = c + s_hat
         amax = np.max(np.abs(a_t), axis=-1)  # (..., M)
         bmax = np.max(np.abs(b_t), axis=-2)  # (..., N)
@@ -241,8 +241,9 @@ def matmul(
     elif acc == FP64 or acc.p > 51:
         # fp64 accumulation: BLAS per tile, its internal order is not specified
         C = np.full(shape, -0.0)
-        for s, e in tiles:
-            C = C + A[..., :, s:e] @ B[..., s:e, :]
+        with np.errstate(over="ignore", invalid="ignore"):
+            for s, e in tiles:
+                C = C + A[..., :, s:e] @ B[..., s:e, :]
     elif mode == "block_fma":
         C = np.full(shape, -0.0)
         for s, e in tiles:

@@ -1,0 +1,177 @@
+"""K-tiled matmul: each mode against an exact-rational (Fraction) reference of what
+it models, including entries that need the exact fallback."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import _scalar_orders as R
+import ml_dtypes
+import numpy as np
+import pytest
+
+from numlab import kernels as K
+
+DT = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "fp32": np.float32}
+
+
+def _rnd(v: Fraction, fmt):
+    return R.round_fraction(v, fmt) if v != 0 else 0.0
+
+
+def ref_block_fma(a, b, k_tile, acc="fp32"):
+    M, Kd = a.shape
+    N = b.shape[1]
+    out = np.zeros((M, N))
+    for i in range(M):
+        for j in range(N):
+            c = Fraction(0)
+            for s in range(0, Kd, k_tile):
+                t = sum((Fraction(float(a[i, k])) * Fraction(float(b[k, j])) for k in range(s, min(s + k_tile, Kd))),
+                        Fraction(0))
+                c = Fraction(_rnd(c + t, acc))
+            out[i, j] = float(c)
+    return out
+
+
+def ref_sequential(a, b, k_tile, acc="fp32", fma=False):
+    M, Kd = a.shape
+    N = b.shape[1]
+    out = np.zeros((M, N))
+    for i in range(M):
+        for j in range(N):
+            c = 0.0
+            for s in range(0, Kd, k_tile):
+                t = 0.0
+                for k in range(s, min(s + k_tile, Kd)):
+                    p = Fraction(float(a[i, k])) * Fraction(float(b[k, j]))
+                    t = _rnd(Fraction(t) + p, acc) if fma else R.fadd(t, _rnd(p, acc), acc)
+                c = R.fadd(c, t, acc)
+            out[i, j] = c
+    return out
+
+
+def ref_split_k(a, b, k_tile, acc="fp32"):
+    M, Kd = a.shape
+    N = b.shape[1]
+    out = np.zeros((M, N))
+    for i in range(M):
+        for j in range(N):
+            parts = []
+            for s in range(0, Kd, k_tile):
+                t = sum((Fraction(float(a[i, k])) * Fraction(float(b[k, j])) for k in range(s, min(s + k_tile, Kd))),
+                        Fraction(0))
+                parts.append(_rnd(t, acc))
+            out[i, j] = R.pairwise(parts, acc)
+    return out
+
+
+def _data(rng, fmt, M, Kd, N, spread=0):
+    a = rng.standard_normal((M, Kd)) * np.exp2(rng.integers(-spread, spread + 1, (M, Kd)))
+    b = rng.standard_normal((Kd, N)) * np.exp2(rng.integers(-spread, spread + 1, (Kd, N)))
+    return a.astype(DT[fmt]), b.astype(DT[fmt])
+
+
+@pytest.mark.parametrize("fmt,spread", [("fp16", 0), ("fp16", 6), ("bf16", 30), ("fp32", 3)])
+@pytest.mark.parametrize("k_tile", [1, 4, 16, 64])
+def test_block_fma_equals_exact_rational_reference(fmt, spread, k_tile):
+    rng = np.random.default_rng(k_tile + spread)
+    a, b = _data(rng, fmt, 4, 37, 3, spread)
+    got = K.matmul(a, b, k_tile=k_tile, mode="block_fma")
+    assert got.dtype == np.float32
+    assert np.array_equal(got.astype(np.float64), ref_block_fma(a, b, k_tile))
+
+
+@pytest.mark.parametrize("acc", ["fp16", "bf16"])
+def test_block_fma_narrow_accumulator(acc):
+    rng = np.random.default_rng(7)
+    a, b = _data(rng, "fp16", 3, 40, 3)
+    got = K.matmul(a, b, k_tile=8, acc=acc, mode="block_fma")
+    assert np.array_equal(got.astype(np.float64), ref_block_fma(a, b, 8, acc))
+
+
+def test_block_fma_exact_fallback_is_exercised_and_right():
+    """Ties and huge dynamic range defeat the fast certificates; the exact path decides."""
+    # 1 + 2^-24 is an exact fp32 tie; products of 2^-20 * 2^-4 make it
+    a = np.array([[1.0, 2.0**-20, 2.0**-20, 2.0**-40, 2.0**20]], dtype=np.float32)
+    b = np.array([[1.0], [2.0**-4], [2.0**-60], [2.0**-90], [2.0**-130]], dtype=np.float32)
+    # bf16-range values in fp32 containers: products span ~2^-150 .. 1
+    st = {}
+    got = K.matmul(a, b, k_tile=5, mode="block_fma", stats=st)
+    assert got[0, 0] == ref_block_fma(a, b, 5)[0, 0]
+    rng = np.random.default_rng(3)
+    a, b = _data(rng, "bf16", 6, 32, 6, spread=60)
+    st = {}
+    got = K.matmul(a, b, k_tile=32, mode="block_fma", stats=st)
+    assert np.array_equal(got.astype(np.float64), ref_block_fma(a, b, 32))
+    # construct certain ties: sum = 1 + 2^-24 exactly (a midpoint of fp32)
+    a = np.array([[1.0, 2.0**-12, 2.0**-100]], dtype=np.float32)
+    b = np.array([[1.0], [2.0**-12], [2.0**-100]], dtype=np.float32)
+    st = {}
+    got = K.matmul(a, b, k_tile=3, mode="block_fma", stats=st)
+    # exact value 1 + 2^-24 + 2^-200 is just above the tie: rounds up
+    assert got[0, 0] == np.float32(1 + 2.0**-23)
+    assert st["uncertified"] >= 1  # decided by the exact Python path
+
+
+@pytest.mark.parametrize("fma", [False, True])
+@pytest.mark.parametrize("k_tile", [1, 5, 64])
+def test_sequential_equals_scalar_loop(k_tile, fma):
+    rng = np.random.default_rng(11)
+    a, b = _data(rng, "fp16", 3, 23, 4, 4)
+    got = K.matmul(a, b, k_tile=k_tile, mode="sequential", fma=fma)
+    assert np.array_equal(got.astype(np.float64), ref_sequential(a, b, k_tile, fma=fma))
+    got16 = K.matmul(a, b, k_tile=k_tile, acc="fp16", mode="sequential", fma=fma)
+    assert np.array_equal(got16.astype(np.float64), ref_sequential(a, b, k_tile, "fp16", fma=fma))
+
+
+@pytest.mark.parametrize("k_tile", [3, 8])
+def test_split_k_equals_reference(k_tile):
+    rng = np.random.default_rng(5)
+    a, b = _data(rng, "fp16", 3, 29, 3, 3)
+    got = K.matmul(a, b, k_tile=k_tile, mode="split_k")
+    assert np.array_equal(got.astype(np.float64), ref_split_k(a, b, k_tile))
+
+
+def test_modes_differ_and_out_format():
+    rng = np.random.default_rng(6)
+    a, b = _data(rng, "fp16", 16, 256, 16)
+    r = {m: K.matmul(a, b, k_tile=32, mode=m) for m in K.MATMUL_MODES}
+    assert not np.array_equal(r["sequential"], r["block_fma"])
+    o = K.matmul(a, b, k_tile=32, out="fp16")
+    assert o.dtype == np.float16 and np.array_equal(o, r["block_fma"].astype(np.float16))
+    # one K tile covering K: block_fma is the correctly rounded dot product
+    full = K.matmul(a[:2], b[:, :2], k_tile=256)
+    assert np.array_equal(full.astype(np.float64), ref_block_fma(a[:2], b[:, :2], 256))
+
+
+def test_batched_matmul():
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((2, 3, 10)).astype(np.float16)
+    b = rng.standard_normal((10, 4)).astype(np.float16)
+    got = K.matmul(a, b, k_tile=4)
+    for i in range(2):
+        assert np.array_equal(got[i], K.matmul(a[i], b, k_tile=4))
+
+
+def test_nonfinite_inputs_follow_ieee():
+    a = np.array([[1.0, np.inf], [np.nan, 1.0], [65504.0, 65504.0]], dtype=np.float16)
+    b = np.array([[1.0, 0.0], [1.0, 1.0]], dtype=np.float16)
+    for m in K.MATMUL_MODES:
+        r = K.matmul(a, b, k_tile=1, mode=m)
+        assert r[0, 0] == np.inf and np.isnan(r[1]).all()
+        r16 = K.matmul(a, b, k_tile=2, mode=m, out="fp16")
+        assert r16[2, 0] == np.inf  # overflow of fp16 storage
+
+
+def test_bad_matmul_arguments():
+    a = np.ones((2, 3), np.float16)
+    b = np.ones((3, 2), np.float16)
+    with pytest.raises(ValueError, match=r"k_tile=0.*> 0"):
+        K.matmul(a, b, k_tile=0)
+    with pytest.raises(ValueError, match=r"mode='tensor'.*sequential.*block_fma.*split_k"):
+        K.matmul(a, b, k_tile=2, mode="tensor")
+    with pytest.raises(ValueError, match="inner dimensions"):
+        K.matmul(a, a, k_tile=2)
+    with pytest.raises(ValueError, match="24 significant bits"):
+        K.matmul(a.astype(np.float64) / 3, b, k_tile=2)
