@@ -182,11 +182,16 @@ def chain_errors(ns=CHAIN_NS, dtype="fp16", *, size: int = 2048, seed: int = 0):
         for m in FUSED_MODES:
             y = run(g, x, mode=m, dtype=S).outputs["y"].astype(np.float64)
             out[m].append(float(np.max(np.abs(y - ref) / np.abs(ref))))
-        gs = n * S.u / (1 - n * S.u)
-        g32 = n * FP32.u / (1 - n * FP32.u)
+        gs = _gamma(n, S.u)
+        g32 = _gamma(n, FP32.u)
         bounds["eager"].append(gs)
         bounds["fused"].append(S.u + g32 * (1 + S.u))
     return out, bounds
+
+
+def _gamma(n: int, u: float) -> float:
+    """Higham's gamma_n = n u / (1 - n u); inf when n u >= 1 (no bound)."""
+    return n * u / (1 - n * u) if n * u < 1 else math.inf
 
 
 # ---------------------------------------------------------------------------

@@ -110,8 +110,9 @@ def chain_length(ns, errors: dict, *, dtype, ax=None, bounds=True):
                 label=f"{mode} (measured)")
     if bounds:
         us, u32 = fmt.u, FP32.u
-        g_s = ns * us / (1 - ns * us)
-        g_32 = ns * u32 / (1 - ns * u32)
+        with np.errstate(divide="ignore"):
+            g_s = np.where(ns * us < 1, ns * us / (1 - ns * us), np.inf)
+            g_32 = np.where(ns * u32 < 1, ns * u32 / (1 - ns * u32), np.inf)
         ax.plot(ns, g_s, "--", color=MODE_COLORS["eager"], label=r"eager bound $\gamma_n(u_S)$")
         ax.plot(ns, us + g_32 * (1 + us), "--", color=MODE_COLORS["fused"],
                 label=r"fused bound $u_S + \gamma_n(u_{32})(1+u_S)$")
