@@ -1,0 +1,183 @@
+"""Hardware tile formula and KernelSpec: presets, formats per promotion, methods an
+executor calls, and bad-input errors."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from numlab import kernels as K
+from numlab.formats import BF16, FP16, FP32
+
+
+# ------------------------------------------------------------------ hardware
+def test_tile_elements_formula_by_hand():
+    hw = K.Hardware(ub_bytes=196608, align_bytes=32, double_buffer=True)
+    # 196608 / (2 * 2 * 2) = 24576, already a multiple of 16 fp16 elements
+    assert K.tile_elements(hw, 2, 2) == 24576
+    # 196608 / (5 * 4 * 2) = 4915.2 -> 4915 -> aligned down to 8 fp32 elements: 4912
+    assert K.tile_elements(hw, 5, 4) == 4912
+    # no double buffering doubles the tile
+    assert K.tile_elements(dataclasses.replace(hw, double_buffer=False), 5, 4) == 9824
+    # 1000-byte buffer, 3 fp16 buffers, db: 1000 // 12 = 83 -> 80 (multiple of 16)
+    assert K.tile_elements(K.Hardware(ub_bytes=1000), 3, 2) == 80
+
+
+@pytest.mark.parametrize("ub", [4096, 16384, 196608, 262144, 100000])
+@pytest.mark.parametrize("eb", [1, 2, 4, 8])
+def test_tile_elements_properties(ub, eb):
+    for db in (True, False):
+        hw = K.Hardware(ub_bytes=ub, double_buffer=db)
+        prev = None
+        for live in range(1, 12):
+            t = K.tile_elements(hw, live, eb)
+            assert t % (32 // eb if eb < 32 else 1) == 0
+            assert t * live * eb * (2 if db else 1) <= ub  # fits
+            # maximal: one more aligned block would not fit
+            assert (t + 32 // eb) * live * eb * (2 if db else 1) > ub
+            if prev is not None:
+                assert t <= prev  # more live buffers, smaller tiles
+            prev = t
+
+
+def test_single_op_kernel_gets_bigger_tiles_than_fused_block():
+    hw = K.Hardware()
+    single = K.tile_elements(hw, 2, 2)
+    fused = K.tile_elements(hw, 5, 4)
+    assert single > 4 * fused
+    hand, cg = K.KernelSpec.handwritten(), K.KernelSpec.codegen()
+    assert hand.tile("fp16") == single
+    assert cg.tile("fp16", fused=True, live_buffers=5) == fused
+    assert cg.tile("fp16", fused=True) == K.tile_elements(hw, K.DEFAULT_FUSED_LIVE_BUFFERS, 4)
+
+
+def test_hardware_bad_input():
+    with pytest.raises(ValueError, match=r"live_buffers=0"):
+        K.tile_elements(K.Hardware(), 0, 2)
+    with pytest.raises(ValueError, match=r"elem_bytes=3.*\[1, 2, 4, 8\]"):
+        K.tile_elements(K.Hardware(), 2, 3)
+    with pytest.raises(ValueError, match="ub_bytes"):
+        K.Hardware(ub_bytes=0)
+    with pytest.raises(ValueError, match="align_bytes"):
+        K.Hardware(align_bytes=24)
+    with pytest.raises(ValueError, match="do not fit"):
+        K.tile_elements(K.Hardware(ub_bytes=64), 4, 4)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        K.Hardware().ub_bytes = 1
+    assert K.Hardware().lanes(4) == 64 and K.Hardware().lanes(2) == 128
+
+
+# ------------------------------------------------------------------ spec
+def test_presets_are_data_and_differ_on_every_source():
+    h, c = K.KernelSpec.handwritten(), K.KernelSpec.codegen()
+    assert h == K.HANDWRITTEN and c == K.CODEGEN
+    assert h.promotion == c.promotion == "fp32_internal"
+    assert (h.scalar_mul, c.scalar_mul) == ("muls", "broadcast")
+    assert h.fma is False and c.fma is True
+    assert h.rsqrt != c.rsqrt and isinstance(h.rsqrt, K.Newton)
+    assert h.live_buffers == 2 and c.live_buffers is None
+    assert h.variance != c.variance
+    assert h.reduce_inner != c.reduce_inner
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        h.fma = True
+    assert K.KernelSpec.handwritten(fma=True).fma is True
+    assert h.replace(scalar_mul="broadcast").scalar_mul == "broadcast"
+
+
+def test_formats_per_promotion():
+    s = K.KernelSpec(promotion="native")
+    assert s.compute_format("fp16") == FP16 and s.acc_format("fp16") == FP16
+    assert s.acc_format("fp16", fused=True) == FP32 and s.compute_format("fp16", fused=True) == FP32
+    s = K.KernelSpec(promotion="accumulator_only")
+    assert s.compute_format("bf16") == BF16 and s.acc_format("bf16") == FP32
+    s = K.KernelSpec(promotion="fp32_internal")
+    assert s.compute_format("bf16") == FP32 and s.out_format("bf16") == BF16
+    assert s.out_format("bf16", fused=True) == FP32
+
+
+def test_spec_reduce_uses_blocked_order_from_tiles():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 5000)).astype(np.float16)
+    hw = K.Hardware(ub_bytes=8192)  # fp16 eager tile: 8192/(2*2*2) = 1024
+    h = K.KernelSpec.handwritten(hardware=hw)
+    assert h.order("fp16") == K.Blocked(1024, K.Lanes(64), K.Sequential())
+    got = h.reduce(x, "sum", storage="fp16")
+    assert got.dtype == np.float16
+    exp = K.reduce(x, "sum", order=K.Blocked(1024, K.Lanes(64), K.Sequential()), acc="fp32", out="fp16")
+    assert np.array_equal(got, exp)
+    c = K.KernelSpec.codegen(hardware=hw)
+    f = c.reduce(x.astype(np.float32), "sum", storage="fp16", fused=True, live_buffers=4)
+    assert f.dtype == np.float32
+    assert c.order("fp16", fused=True, live_buffers=4) == K.Blocked(256, K.Pairwise(), K.Sequential())
+    # native promotion accumulates in fp16: stagnation
+    n = K.KernelSpec(promotion="native", reduce_order="sequential")
+    assert n.reduce(np.ones(4000, np.float16), "sum", storage="fp16") == 2048
+    assert K.KernelSpec(reduce_order="sequential").reduce(np.ones(4000, np.float16), "sum", storage="fp16") == 4000
+
+
+def test_spec_methods_return_storage_or_fp32():
+    rng = np.random.default_rng(1)
+    x = np.abs(rng.standard_normal((4, 64))).astype(ml_dtypes.bfloat16) + ml_dtypes.bfloat16(0.5)
+    for spec in (K.HANDWRITTEN, K.CODEGEN):
+        for fused, dt in ((False, ml_dtypes.bfloat16), (True, np.float32)):
+            assert spec.mul_scalar(x, 0.1, storage="bf16", fused=fused).dtype == dt
+            for op in K.UNARY_OPS:
+                assert spec.unary(op, x, storage="bf16", fused=fused).dtype == dt
+            assert spec.div(x, x, storage="bf16", fused=fused).dtype == dt
+            assert spec.multiply_add(x, x, x, storage="bf16", fused=fused).dtype == dt
+            assert spec.matmul(x, x.T, storage="bf16", fused=fused).dtype == dt
+            assert spec.reduce(x, "var", storage="bf16", fused=fused).dtype == dt
+
+
+def test_spec_scalar_mul_models_instruction_and_promotion():
+    x = np.arange(1, 200, dtype=np.float16)
+    s = 0.1
+    # eager handwritten: muls with fp32 scalar, product rounded to fp32 then to fp16
+    got = K.HANDWRITTEN.mul_scalar(x, s, storage="fp16")
+    exp = (x.astype(np.float32) * np.float32(s)).astype(np.float16)
+    assert np.array_equal(got, exp)
+    # fused codegen: broadcast constant in fp16, fp32 product
+    got = K.CODEGEN.mul_scalar(x.astype(np.float32), s, storage="fp16", fused=True)
+    assert np.array_equal(got, x.astype(np.float32) * np.float32(np.float16(s)))
+    # native promotion: one rounding from the exact product to fp16
+    got = K.KernelSpec(promotion="native").mul_scalar(x, s, storage="fp16")
+    assert np.array_equal(got, (x.astype(np.float64) * float(np.float32(s))).astype(np.float16))
+
+
+def test_spec_unary_uses_its_algorithms():
+    x = np.linspace(0.5, 4, 200).astype(np.float32)
+    h = K.HANDWRITTEN.unary("rsqrt", x, storage="fp32")
+    assert np.array_equal(h, K.rsqrt(x, fmt="fp32", algo=K.HANDWRITTEN.rsqrt))
+    c = K.CODEGEN.unary("rsqrt", x, storage="fp32")
+    assert np.array_equal(c, K.rsqrt(x, fmt="fp32", algo=K.CODEGEN.rsqrt))
+    assert not np.array_equal(h, c)
+    e = K.CODEGEN.unary("exp", x, storage="fp32")
+    assert np.array_equal(e, K.exp(x, fmt="fp32", algo=K.ExpPoly(6)))
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("promotion", "fp16_internal", r"promotion='fp16_internal'.*native.*fp32_internal.*accumulator_only"),
+    ("scalar_mul", "vmul", r"scalar_mul='vmul'.*muls.*broadcast"),
+    ("rsqrt", "newton(table8,-2)", r"steps=-2"),
+    ("rsqrt", "newton(nope,1)", r"seed='nope'"),
+    ("variance", "online", r"variance='online'.*two_pass.*welford.*textbook"),
+    ("matmul_mode", "tf32", r"matmul_mode='tf32'.*sequential.*block_fma.*split_k"),
+    ("k_tile", 0, r"k_tile=0"),
+    ("live_buffers", 0, r"live_buffers=0"),
+    ("reduce_inner", "lanes(0)", r"lanes L=0"),
+    ("reduce_outer", "blocked(-1)", r"tile=-1"),
+    ("reduce_order", "shuffled(x)", r"seed='x'"),
+    ("scalar_rounding", "nearest", r"mode='nearest'"),
+    ("exp", "exp_poly(0)", r"degree=0"),
+])
+def test_spec_bad_knobs_name_themselves(field, value, needle):
+    with pytest.raises(ValueError, match=needle):
+        K.KernelSpec(**{field: value})
+
+
+def test_spec_bad_unary_op():
+    with pytest.raises(ValueError, match=r"op='log'.*rsqrt"):
+        K.HANDWRITTEN.unary("log", np.ones(2, np.float32), storage="fp16")
