@@ -344,15 +344,18 @@ def random_kernels(draw):
 
         ra = tuple(acc(b, r) for b, r in reads)
         wa = tuple(acc(b, r) for b, r in writes)
+        # "all" writes are atomic adds half of the time (values are small halves: exact in fp64,
+        # so their order cannot change the bits -- only races can)
+        atomic = tuple(b for b, r in writes if r == "all" and draw(st.booleans()))
         items.append(R.Stage(f"s{i}", group, reads=ra, writes=wa, fn=_mix_fn(i, wa),
                              latency=R.Latency(draw(st.sampled_from([0.5, 1.0, 2.0])), 1.0),
-                             chunks=draw(st.integers(1, 2))))
+                             chunks=draw(st.integers(1, 2)), atomic=atomic))
         if draw(st.sampled_from([True, True, False])):
             items.append(R.SyncAll(f"b{i}"))
     names = [s.name for s in items if isinstance(s, R.Stage)]
     if len(names) >= 2 and draw(st.booleans()):
         i, j = sorted(draw(st.lists(st.sampled_from(range(len(names))), min_size=2, max_size=2, unique=True)))
-        items.append(R.Flag(names[i], names[j]))
+        items.append(R.Flag(names[i], names[j], cores=draw(st.sampled_from(["all", "overlap"]))))
     bufs = {b: R.Buffer((12,), "float64", "workspace") for b in _BUFS}
     bufs["x"] = R.Buffer((12,), "float64", "input")
     return R.Kernel("rand", {"vector": 3, "cube": 2}, bufs, tuple(items))
