@@ -170,8 +170,17 @@ def _aten_softmax(x, out_dt, preset):
     return _rnd(out, out_dt)
 
 
-def _welford_rows(x, L):
-    """ATen ``RowwiseMoments`` (moments_utils.h) over the last axis: (mean, var) fp32."""
+def _welford_rows(x, L, fma=(True, True, False, True)):
+    """ATen ``RowwiseMoments`` (moments_utils.h) over the last axis: (mean, var) fp32.
+
+    ``L`` lanes; chunks of 16 vectors updated by Welford with ``c = 1/(j+1)``,
+    chunk moments merged by ``AddMomentsVec`` into a cascade stack, the scalar
+    tail by Welford, then the ``L`` lanes merged one by one by ``AddMoments``.
+    ``fma = (update, merge_vec, tail, merge_lanes)``: where GCC contracted
+    ``a += b * c`` into one FMA in ATen's build -- the vector Welford update,
+    the vector ``AddMomentsVec``, the scalar tail, the scalar ``AddMoments``
+    merging the lanes (measured).
+    """
     x = np.asarray(x, np.float32)
     N = x.shape[-1]
     lead = x.shape[:-1]
@@ -182,75 +191,85 @@ def _welford_rows(x, L):
     m = -(-n // kChunk)
     from .orders import ceil_log2
 
-    depth = ceil_log2(m) if m > 0 else 0
-    # NB: utils::CeilLog2(1) = 1 -> one stack level
-    m0_stk = [0] * max(depth, 1)
-    m1_stk = [np.zeros((R, L), np.float32) for _ in range(max(depth, 1))]
-    m2_stk = [np.zeros((R, L), np.float32) for _ in range(max(depth, 1))]
-    c_vecs = [np.float32(1) / np.float32(j + 1) for j in range(kChunk)]
+    f = np.float32
+    def _ma(use):
+        return _fma32 if use else (lambda a, b, c: a * b + c)
 
-    def add_moments_vec(m0_add, m1_add, m2_add, k):
-        nn = m0_stk[k] + m0_add
-        c = np.float32(0) if nn == 0 else np.float32(m0_add) / np.float32(nn)
-        delta = m1_add - m1_stk[k]
-        m1_stk[k] = m1_stk[k] + c * delta
-        m2_stk[k] = m2_stk[k] + (m2_add + delta * delta * c * np.float32(m0_stk[k]))
-        m0_stk[k] = nn
+    ma_upd, ma_vec, ma_tail, ma_sc = (_ma(u) for u in fma)
+    depth = ceil_log2(m) if m > 0 else 0
+    size = max(depth, 1)
+    m0_stk = [0] * size
+    m1_stk = [np.zeros((R, L), f) for _ in range(size)]
+    m2_stk = [np.zeros((R, L), f) for _ in range(size)]
+    c_vecs = [f(1) / f(j + 1) for j in range(kChunk)]
+
+    def add_moments(m0_add, m1_add, m2_add, m0, m1, m2, scalar=False):
+        # AddMomentsVec (vector stack merges): m1 + c*delta, fma(t, m0, m2 + m2_add);
+        # AddMoments (scalar lane merges): fma(c, delta, m1), m2 + fma(t, m0, m2_add)
+        # (the contractions GCC chose, as measured; t = delta*delta*c)
+        nn = m0 + m0_add
+        c = f(0) if nn == 0 else f(m0_add) / f(nn)
+        delta = m1_add - m1
+        t = (delta * delta) * c
+        if scalar:
+            m1 = ma_sc(np.full_like(delta, c), delta, m1)
+            m2 = m2 + ma_sc(t, f(m0), m2_add)
+        else:
+            m1 = m1 + c * delta
+            m2 = ma_vec(t, f(m0), m2 + m2_add)
+        return nn, m1, m2
 
     with np.errstate(all="ignore"):
         for i in range(m):
             cnt = min(kChunk, n - i * kChunk)
-            m1v = np.zeros((R, L), np.float32)
-            m2v = np.zeros((R, L), np.float32)
+            m1v = np.zeros((R, L), f)
+            m2v = np.zeros((R, L), f)
             for j in range(cnt):
                 xv = x2[:, (i * kChunk + j) * L:(i * kChunk + j + 1) * L]
                 d = xv - m1v
-                m1v = m1v + d * c_vecs[j]
-                m2v = m2v + d * (xv - m1v)
-            add_moments_vec(cnt, m1v, m2v, 0)
+                m1v = ma_upd(d, np.full_like(d, c_vecs[j]), m1v)
+                m2v = ma_upd(d, xv - m1v, m2v)
+            m0_stk[0], m1_stk[0], m2_stk[0] = add_moments(cnt, m1v, m2v, m0_stk[0], m1_stk[0], m2_stk[0])
             mask = i + 1
             j = 1
             while j < depth and (mask & 1) == 0:
-                # AddMomentsVec(stk[j-1] -> stk[j])
-                a0, a1, a2 = m0_stk[j - 1], m1_stk[j - 1], m2_stk[j - 1]
-                add_moments_vec(a0, a1, a2, j)
+                m0_stk[j], m1_stk[j], m2_stk[j] = add_moments(
+                    m0_stk[j - 1], m1_stk[j - 1], m2_stk[j - 1], m0_stk[j], m1_stk[j], m2_stk[j])
                 m0_stk[j - 1] = 0
-                m1_stk[j - 1] = np.zeros((R, L), np.float32)
-                m2_stk[j - 1] = np.zeros((R, L), np.float32)
+                m1_stk[j - 1] = np.zeros((R, L), f)
+                m2_stk[j - 1] = np.zeros((R, L), f)
                 mask >>= 1
                 j += 1
         for i in range(1, depth):
-            a0, a1, a2 = m0_stk[i], m1_stk[i], m2_stk[i]
-            add_moments_vec(a0, a1, a2, 0)
+            m0_stk[0], m1_stk[0], m2_stk[0] = add_moments(
+                m0_stk[i], m1_stk[i], m2_stk[i], m0_stk[0], m1_stk[0], m2_stk[0])
         m1_arr, m2_arr = m1_stk[0], m2_stk[0]
         m0 = 0
-        m1 = np.zeros(R, np.float32)
-        m2 = np.zeros(R, np.float32)
+        m1 = np.zeros(R, f)
+        m2 = np.zeros(R, f)
         for i in range(n * L, N):
             d = x2[:, i] - m1
             m0 += 1
-            m1 = m1 + d / np.float32(m0)
-            m2 = m2 + d * (x2[:, i] - m1)
+            m1 = m1 + d / f(m0)
+            m2 = ma_tail(d, x2[:, i] - m1, m2)
         for i in range(L):
-            nn = m0 + n
-            c = np.float32(0) if nn == 0 else np.float32(n) / np.float32(nn)
-            delta = m1_arr[:, i] - m1
-            m1 = m1 + c * delta
-            m2 = m2 + (m2_arr[:, i] + delta * delta * c * np.float32(m0))
-            m0 = nn
-        var = m2 / np.float32(N)
+            m0, m1, m2 = add_moments(n, m1_arr[:, i], m2_arr[:, i], m0, m1, m2, scalar=True)
+        var = m2 / f(N)
     return m1.reshape(lead), var.reshape(lead)
 
 
 def _aten_layer_norm(x, w, b, eps, out_dt, preset):
+    """ATen LayerNormKernel: RowwiseMoments, rstd = 1/sqrt(var + eps) (two fp32
+    roundings), y = fma((x - mean) * rstd, gamma, beta) (measured: 100% given
+    ATen's mean and rstd), one rounding to the tensor dtype."""
     mean, var = _welford_rows(x, preset.layernorm_lanes)
     with np.errstate(all="ignore"):
         rstd = np.float32(1) / np.sqrt(var + np.float32(eps)).astype(np.float32)
-        scale = rstd
-        bias = -rstd * mean
-        y = _fma32(x, scale[..., None], bias[..., None])
-        if w is not None:
-            y = _fma32(y, w, b if b is not None else np.float32(0))
+        y = (x - mean[..., None]) * rstd[..., None]
+        if w is not None and b is not None:
+            y = _fma32(y, w, b)
+        elif w is not None:
+            y = y * w
         elif b is not None:
             y = y + b
     return _rnd(y, out_dt), mean[..., None], rstd[..., None]
@@ -412,8 +431,10 @@ class _Interp:
         if self.mode == "fp64":
             return np.asarray(x, np.float64) + sgn * float(alpha) * np.asarray(y, np.float64)
         if self.mode == "compiled":
-            # Inductor decomposes it before lowering; kept for direct use: fp32, no FMA
-            return self.out(np.asarray(x, np.float32) + np.asarray(y, np.float32) * np.float32(sgn * alpha), dt)
+            # Inductor lowers it as x + y*alpha: fp32, no FMA; the product is a value of
+            # the node dtype, so emulate_precision_casts rounds it (measured)
+            prod = self.out(np.asarray(y, np.float32) * np.float32(sgn * alpha), dt)
+            return self.out(np.asarray(x, np.float32) + prod, dt)
         al = self.sc(sgn * alpha, "alpha", dt)
         x = np.asarray(x, np.float32)
         y = np.asarray(y, np.float32)
@@ -516,7 +537,8 @@ class _Interp:
         if self.mode != "eager":
             raise NotModelled("aten.native_layer_norm in compiled mode (Inductor decomposes it)")
         return _aten_layer_norm(np.asarray(x, np.float32), None if w is None else np.asarray(w, np.float32),
-                                None if b is None else np.asarray(b, np.float32), float(eps), node.dtype, self.p)
+                                None if b is None else np.asarray(b, np.float32), float(eps),
+                                self.dt_of(node, 0), self.p)
 
 
 def _scalar_tail_mask(numel: int, preset: TorchCpuEager, threads: int) -> np.ndarray:

@@ -90,7 +90,9 @@ class TorchCpuEager:
         (``2 * Vectorized<Half>::size()`` = 32, AVX2 build); the rest of each
         parallel chunk runs the scalar loop.
     softmax_lanes : int
-        fp32 lanes of the softmax kernel's sum vector (measured, see tests).
+        fp32 lanes of the softmax kernel's sum vector (16: its AVX512 build).
+    layernorm_lanes : int
+        fp32 lanes of LayerNorm's ``RowwiseMoments`` (8: AVX2 build, measured).
     grain_size : int
         ``at::internal::GRAIN_SIZE``; elementwise work above it is split in
         ``threads`` chunks.
@@ -106,7 +108,7 @@ class TorchCpuEager:
     sum_lanes: int = 8
     elementwise_step: int = 32
     softmax_lanes: int = 16
-    layernorm_lanes: int = 16
+    layernorm_lanes: int = 8
     grain_size: int = 32768
     threads: int = 0
     scalar_rules: tuple = SCALAR_RULES
