@@ -18,7 +18,10 @@ shifted_mean    SHIFT + SPREAD * N(0, 1) (mean 32, std 0.25: |mean|/std = 128),
                 the case where one-pass variance and fp16 storage cancel
 near_overflow   N(0, 1) scaled so that the largest |value| of any node of the
                 *decomposed* graph (float64 reference) is NEAR_OVERFLOW_FRACTION
-                (0.5) of the storage format's max (fp16: 65504 -> 32752)
+                (0.5) of the storage format's max (fp16: 65504 -> 32752);
+                node values stay finite in S, while running sums inside
+                reductions (mean = sum / n) exceed them by up to n, so an
+                accumulator kept in S overflows where an fp32 one does not
 heavy_tailed    Student-t with HEAVY_TAIL_DF = 3 degrees of freedom
 ==============  ============================================================
 
