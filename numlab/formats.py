@@ -85,10 +85,13 @@ class Format:
     bits: int | None = None
 
     def __post_init__(self) -> None:
-        if self.emin is None:
-            object.__setattr__(self, "emin", 1 - self.emax)
-        if not isinstance(self.p, int) or isinstance(self.p, bool):
-            raise TypeError(f"p must be an int, got {type(self.p).__name__}")
+        for arg in ("p", "emax", "emin"):
+            v = getattr(self, arg)
+            if arg == "emin" and v is None:
+                v = 1 - self.emax  # IEEE: emin = 1 - emax
+            if not isinstance(v, int | np.integer) or isinstance(v, bool):
+                raise TypeError(f"{arg} must be an int, got {type(v).__name__} ({v!r})")
+            object.__setattr__(self, arg, int(v))
         if self.nan not in _NAN_KINDS:
             raise ValueError(f"nan={self.nan!r} is not valid; choose one of {_NAN_KINDS}")
         builtin = self.name in ("fp64",)

@@ -69,7 +69,8 @@ def test_formats_registry_and_lookup():
         ({"p": 5, "emax": 200}, ValueError, r"emax=200 is out of range.*-126 <= emin <= emax <= 127"),
         ({"p": 5, "emax": 10, "emin": -130}, ValueError, r"emin=-130.*-126 <= emin <= emax <= 127"),
         ({"p": 5, "emax": 10, "emin": 12}, ValueError, r"emin=12, emax=10.*emin <= emax"),
-        ({"p": 5.0, "emax": 10}, TypeError, r"p must be an int, got float"),
+        ({"p": 5.0, "emax": 10}, TypeError, r"p must be an int, got float \(5.0\)"),
+        ({"p": 5, "emax": "10"}, TypeError, r"emax must be an int, got str \('10'\)"),
         ({"p": 5, "emax": 10, "nan": "x"}, ValueError, r"nan='x' is not valid; choose one of"),
     ],
 )

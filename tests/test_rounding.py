@@ -26,7 +26,8 @@ C5 = Format("c5", p=5, emax=10)  # emin = -9, with subnormals
 C4NS = Format("c4ns", p=4, emax=7, subnormals=False)  # no gradual underflow
 C3X = Format("c3x", p=3, emax=4, inf=False, nan="extended")  # e4m3fn-like top
 C6W = Format("c6w", p=6, emax=127)  # emin = -126: the fp32-subnormal branch
-CUSTOM = (C5, C4NS, C3X, C6W)
+C24 = Format("c24", p=24, emax=15)  # fp32 precision, narrow range: k = 0 bits on float32
+CUSTOM = (C5, C4NS, C3X, C6W, C24)
 STORAGE = {
     "fp16": np.float16,
     "bf16": ml_dtypes.bfloat16,

@@ -30,7 +30,7 @@ def test_all_fp32_patterns_rne(fmt, dt):
     bad = 0
     with np.errstate(all="ignore"):
         for start in range(0, 2**32, CHUNK):
-            x = np.arange(start, start + CHUNK, dtype=np.uint64).astype(np.uint32).view(np.float32)
+            x = (np.arange(CHUNK, dtype=np.uint32) + np.uint32(start)).view(np.float32)
             ref = x.astype(dt).astype(np.float32)
             bad += int((~_same(nl.round_to(x, fmt), ref)).sum())
             bad += int((~_same(_round_bits(x, fmt, "rne", None, False, False), ref)).sum())
