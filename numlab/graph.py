@@ -24,6 +24,7 @@ composite's own name.  :func:`evaluate` runs the float64 references.
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import numbers
@@ -644,6 +645,18 @@ def trace(fn, **input_shapes) -> Graph:
     """
     if not callable(fn):
         raise TypeError(f"trace needs a callable, got {type(fn).__name__}")
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # builtins without a signature: just call
+        sig = None
+    if sig is not None:
+        try:
+            sig.bind(**input_shapes)
+        except TypeError as exc:
+            raise TypeError(
+                f"trace: {getattr(fn, '__name__', 'fn')}{sig} cannot take the inputs "
+                f"{list(input_shapes)} ({exc}); give one shape per parameter, e.g. x=(4, 8)"
+            ) from None
     tr = _Tracer()
     args = {k: tr.input(k, s) for k, s in input_shapes.items()}
     res = fn(**args)

@@ -191,6 +191,10 @@ def test_tracing_errors_are_helpful():
         trace(lambda x: x**3, x=(2,))
     with pytest.raises(TypeError, match="must return a Tensor"):
         trace(lambda x: 3, x=(2,))
+    with pytest.raises(TypeError, match=r"trace: <lambda>\(x, w\) cannot take the inputs \['x'\] \(missing a required argument: 'w'\)"):
+        trace(lambda x, w: x @ w, x=(2, 3))
+    with pytest.raises(TypeError, match="cannot take the inputs"):
+        trace(lambda x: x, x=(2,), y=(3,))
     with pytest.raises(TypeError, match=r"shape of input 'x' must be a tuple of non-negative ints, got \(2, -1\)"):
         trace(lambda x: x + 1.0, x=(2, -1))
 
