@@ -36,7 +36,8 @@ from .bridge import Ref, TorchTrace, as_numpy, import_torch
 from .orders import aten_sum, butterfly, inductor_sum
 from .presets import InductorCpu, TorchCpuEager
 
-__all__ = ["predict", "Prediction", "NotModelled", "MODES", "run_torch"]
+__all__ = ["predict", "Prediction", "NotModelled", "MODES", "run_torch", "compile_fn", "Switches",
+           "EAGER", "COMPILED", "SOURCES", "inductor_welford"]
 
 MODES = ("eager", "compiled", "fp64")
 _LOW = ("fp16", "bf16")
@@ -258,11 +259,15 @@ def _welford_rows(x, L, fma=(True, True, False, True)):
     return m1.reshape(lead), var.reshape(lead)
 
 
-def _aten_layer_norm(x, w, b, eps, out_dt, preset):
+def _aten_layer_norm(x, w, b, eps, out_dt, preset, ind=None):
     """ATen LayerNormKernel: RowwiseMoments, rstd = 1/sqrt(var + eps) (two fp32
     roundings), y = fma((x - mean) * rstd, gamma, beta) (measured: 100% given
     ATen's mean and rstd), one rounding to the tensor dtype."""
-    mean, var = _welford_rows(x, preset.layernorm_lanes)
+    if ind is None:
+        mean, var = _welford_rows(x, preset.layernorm_lanes)
+    else:  # the order switched to Inductor's Welford
+        mean, m2 = inductor_welford(x, lanes=ind.pi.lanes, n_vec=ind.n_vec, threads=ind.threads)
+        var = m2 / np.float32(x.shape[-1])
     with np.errstate(all="ignore"):
         rstd = np.float32(1) / np.sqrt(var + np.float32(eps)).astype(np.float32)
         y = (x - mean[..., None]) * rstd[..., None]
@@ -281,9 +286,11 @@ _CMP = {"gt": np.greater, "lt": np.less, "ge": np.greater_equal, "le": np.less_e
 
 
 class _Interp:
-    def __init__(self, mode, preset, dtypes, n_vec=1, threads=1):
-        self.mode = mode
-        self.p = preset
+    def __init__(self, sw: "Switches", eager: TorchCpuEager, ind: InductorCpu, dtypes, n_vec=1, threads=1):
+        self.mode = "fp64" if sw.fp64 else "sim"
+        self.sw = sw
+        self.pe = eager
+        self.pi = ind
         self.dt = dtypes  # node name -> dtype
         self.n_vec = n_vec
         self.threads = threads
@@ -292,21 +299,21 @@ class _Interp:
     def sc(self, s, rule_op, dt):
         if self.mode == "fp64":
             return np.float64(s)
-        if self.mode == "compiled" or dt == "fp32" or dt not in _LOW:
+        if self.sw.scalars == "inductor" or dt == "fp32" or dt not in _LOW:
             return np.float32(s)
-        rule = self.p.scalar_rule(rule_op)
+        rule = self.pe.scalar_rule(rule_op)
         return _scalar(s, dt) if rule == "storage" else np.float32(s)
 
     def out(self, v, dt):
         """Eager: every kernel rounds its output; compiled: only with emulate casts."""
         if self.mode == "fp64":
             return np.asarray(v, np.float64) if dt != "bool" else v
-        if self.mode == "eager":
+        if self.sw.promotion == "eager":
             return _rnd(v, dt)
         if dt == "bool":
             return v
         v = np.asarray(v, np.float32)
-        if self.p.emulate_precision_casts and dt in _LOW:
+        if self.pi.emulate_precision_casts and dt in _LOW:
             return _rnd(v, dt)
         return v
 
@@ -417,7 +424,7 @@ class _Interp:
                 return self.softmax(node, a)
             if base == "native_layer_norm":
                 return self.layer_norm(node, a)
-        raise NotModelled(f"aten.{op} is not modelled in mode {self.mode!r}")
+        raise NotModelled(f"aten.{op} is not modelled ({self.sw})")
 
     def dt_of(self, node, i):
         arg = node.args[i]
@@ -430,7 +437,7 @@ class _Interp:
             raise NotModelled(f"{base} with alpha")
         if self.mode == "fp64":
             return np.asarray(x, np.float64) + sgn * float(alpha) * np.asarray(y, np.float64)
-        if self.mode == "compiled":
+        if self.sw.scalars == "inductor":
             # Inductor lowers it as x + y*alpha: fp32, no FMA; the product is a value of
             # the node dtype, so emulate_precision_casts rounds it (measured)
             prod = self.out(np.asarray(y, np.float32) * np.float32(sgn * alpha), dt)
@@ -444,7 +451,7 @@ class _Interp:
             return _rnd(body, dt)
         r = _rnd(body, dt)
         tail = _rnd(np.broadcast_to(x, shape) + _rnd(np.broadcast_to(y, shape) * al, dt), dt)
-        mask = _scalar_tail_mask(int(np.prod(shape)), self.p, self.threads).reshape(shape)
+        mask = _scalar_tail_mask(int(np.prod(shape)), self.pe, self.threads).reshape(shape)
         return np.where(mask, tail, r)
 
     def gelu(self, x, approximate, dt):
@@ -478,13 +485,13 @@ class _Interp:
         if self.mode == "fp64":
             r = np.sum(x.astype(np.float64), axis=-1)
             return _keep(r / n if base == "mean" else r, keep)
-        if self.mode == "eager":
+        if self.sw.order == "aten":
             if base == "sum":
-                return _keep(_aten_sum(x, dt_in, node.dtype, self.p, x.size), keep)
+                return _keep(_aten_sum(x, dt_in, node.dtype, self.pe, x.size), keep)
             # mean: fp32 sum (16-bit inputs converted first), true division, one rounding
-            s = _aten_sum(x, "fp32", "fp32", self.p, x.size)
+            s = _aten_sum(x, "fp32", "fp32", self.pe, x.size)
             return _keep(_rnd(s / np.float32(n), node.dtype), keep)
-        s = inductor_sum(np.asarray(x, np.float32), lanes=self.p.lanes, n_vec=self.n_vec,
+        s = inductor_sum(np.asarray(x, np.float32), lanes=self.pi.lanes, n_vec=self.n_vec,
                          threads=self.threads)
         if base == "sum":
             return _keep(self.store(s, node.dtype), keep)
@@ -501,11 +508,13 @@ class _Interp:
             m = np.mean(x.astype(np.float64), axis=-1)
             v = np.sum((x - m[..., None]) ** 2, axis=-1) / (n - corr)
             return (_keep(v, keep), _keep(m, keep))
-        if self.mode == "eager":
-            raise NotModelled("aten.var_mean in eager (not traced by the eager graphs numlab models)")
-        m, m2 = inductor_welford(np.asarray(x, np.float32), lanes=self.p.lanes, n_vec=self.n_vec,
-                                 threads=self.threads)
-        v = m2 / np.float32(n - corr)
+        if self.sw.order == "aten":  # ATen's RowwiseMoments order
+            m, v = _welford_rows(np.asarray(x, np.float32), self.pe.layernorm_lanes)
+            v = v * np.float32(n) / np.float32(n - corr) if corr else v
+        else:
+            m, m2 = inductor_welford(np.asarray(x, np.float32), lanes=self.pi.lanes, n_vec=self.n_vec,
+                                     threads=self.threads)
+            v = m2 / np.float32(n - corr)
         return (_keep(self.store(v, "fp32"), keep), _keep(self.store(m, "fp32"), keep))
 
     def softmax(self, node, a):
@@ -515,9 +524,7 @@ class _Interp:
         if self.mode == "fp64":
             e = np.exp(x - np.max(x, axis=-1, keepdims=True))
             return e / np.sum(e, axis=-1, keepdims=True)
-        if self.mode != "eager":
-            raise NotModelled("aten._softmax in compiled mode (Inductor decomposes it)")
-        return _aten_softmax(x, node.dtype, self.p)
+        return _aten_softmax(x, node.dtype, self.pe)
 
     def layer_norm(self, node, a):
         x, shape, w, b, eps = a[:5]
@@ -534,11 +541,10 @@ class _Interp:
             if b is not None:
                 y = y + b
             return (y, m, r)
-        if self.mode != "eager":
-            raise NotModelled("aten.native_layer_norm in compiled mode (Inductor decomposes it)")
         return _aten_layer_norm(np.asarray(x, np.float32), None if w is None else np.asarray(w, np.float32),
                                 None if b is None else np.asarray(b, np.float32), float(eps),
-                                self.dt_of(node, 0), self.p)
+                                self.dt_of(node, 0), self.pe,
+                                None if self.sw.order == "aten" else self)
 
 
 def _scalar_tail_mask(numel: int, preset: TorchCpuEager, threads: int) -> np.ndarray:
@@ -670,8 +676,41 @@ def _inputs_as_arrays(trace: TorchTrace, inputs):
     return out
 
 
+@dataclass(frozen=True)
+class Switches:
+    """The four sources of an eager/compiled difference, each one switch.
+
+    ``promotion``: ``"eager"`` (every kernel rounds its output to the tensor
+    dtype) or ``"fused"`` (fp32 inside, rounding only where a buffer is stored);
+    ``scalars``: ``"aten"`` (per-op scalar conversion, FMA in ``add(alpha)``) or
+    ``"inductor"`` (fp32 scalars, no FMA); ``order``: ``"aten"`` (cascade sum,
+    RowwiseMoments) or ``"inductor"`` (lane vectors, butterfly, thread split,
+    Welford); ``algorithm``: ``"aten"`` (the eager ATen graph with its fused
+    softmax/layer-norm/gelu kernels) or ``"inductor"`` (Inductor's
+    decomposition).  ``fp64``: the reference (no rounding at all).
+    """
+
+    promotion: str = "eager"
+    scalars: str = "aten"
+    order: str = "aten"
+    algorithm: str = "aten"
+    fp64: bool = False
+
+    def __post_init__(self):
+        for k, valid in (("promotion", ("eager", "fused")), ("scalars", ("aten", "inductor")),
+                         ("order", ("aten", "inductor")), ("algorithm", ("aten", "inductor"))):
+            if getattr(self, k) not in valid:
+                raise ValueError(f"{k}={getattr(self, k)!r} is not valid; choose one of {valid}")
+
+
+EAGER = Switches()
+COMPILED = Switches("fused", "inductor", "inductor", "inductor")
+SOURCES = ("promotion", "scalars", "order", "algorithm")
+
+
 def predict(trace: TorchTrace, inputs=None, *, mode: str = "eager", preset=None,
-            keep_values: bool = False) -> Prediction:
+            keep_values: bool = False, switches: Switches | None = None,
+            eager_preset: TorchCpuEager | None = None) -> Prediction:
     """Predict the outputs of ``trace.fn(*inputs)`` in torch eager or compiled.
 
     Parameters
@@ -686,40 +725,49 @@ def predict(trace: TorchTrace, inputs=None, *, mode: str = "eager", preset=None,
         Default ``torch_cpu_eager()`` for eager, ``inductor_cpu()`` for compiled.
     keep_values : bool
         Keep every node's value in ``Prediction.values``.
+    switches : Switches, optional
+        Mix the two: e.g. ``Switches(order="inductor")`` is eager with only
+        the reduction order switched (used by :func:`numlab.torch.explain`);
+        ``preset`` is then the InductorCpu preset and ``eager_preset`` the
+        TorchCpuEager one.
 
     Raises
     ------
     NotModelled
         For operators or shapes numlab does not reproduce (named in the message).
     """
+    from .presets import inductor_cpu, torch_cpu_eager
+
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} is not valid; choose one of {MODES}")
-    if preset is None:
-        from .presets import inductor_cpu, torch_cpu_eager
-
-        preset = inductor_cpu() if mode == "compiled" else torch_cpu_eager()
-    if mode == "compiled" and not isinstance(preset, InductorCpu):
-        raise TypeError(f"mode='compiled' needs an InductorCpu preset, got {type(preset).__name__}")
-    if mode == "eager" and not isinstance(preset, TorchCpuEager):
-        raise TypeError(f"mode='eager' needs a TorchCpuEager preset, got {type(preset).__name__}")
+    if switches is None:
+        switches = {"eager": EAGER, "compiled": COMPILED, "fp64": Switches(fp64=True)}[mode]
+        if mode == "compiled" and preset is not None and not isinstance(preset, InductorCpu):
+            raise TypeError(f"mode='compiled' needs an InductorCpu preset, got {type(preset).__name__}")
+        if mode == "eager" and preset is not None and not isinstance(preset, TorchCpuEager):
+            raise TypeError(f"mode='eager' needs a TorchCpuEager preset, got {type(preset).__name__}")
+        if mode == "eager":
+            eager_preset, preset = preset, None
+    pe = eager_preset if eager_preset is not None else torch_cpu_eager()
+    pi = preset if preset is not None else inductor_cpu()
     arrays = _inputs_as_arrays(trace, inputs)
-    if mode == "compiled":
+    if switches.algorithm == "inductor" and not switches.fp64:
         ph, consts, nodes, outs = trace.inductor_nodes()
     else:
         ph, consts, nodes, outs = trace.inputs, trace.constants, trace.nodes, trace.outputs
     env = {}
     dts = {}
-    for p, a in zip(ph, arrays):
-        env[p.name] = a.astype(np.float64) if mode == "fp64" else a
+    for p, a in zip(ph, arrays, strict=True):
+        env[p.name] = a.astype(np.float64) if switches.fp64 else a
         dts[p.name] = p.dtype
     low = any(p.dtype in _LOW for p in ph)
-    threads = 1 if mode == "fp64" else _threads(preset)
-    it = _Interp(mode, preset, dts, n_vec=2 if low else 1, threads=threads)
+    threads = 1 if switches.fp64 else _threads(pi)
+    it = _Interp(switches, pe, pi, dts, n_vec=2 if low else 1, threads=threads)
     for n in nodes:
         dts[n.name] = n.dtype
         if n.op == "constant":
             v = as_numpy(consts[n.name])
-            env[n.name] = v.astype(np.float64) if mode == "fp64" else v
+            env[n.name] = v.astype(np.float64) if switches.fp64 else v
             continue
         args = tuple(_resolve(x, env) for x in n.args)
         kw = {k: _resolve(v, env) for k, v in n.kwargs.items()}
@@ -728,7 +776,7 @@ def predict(trace: TorchTrace, inputs=None, *, mode: str = "eager", preset=None,
     for o in outs:
         v = env[o]
         d = dts[o]
-        if mode == "compiled":
+        if not switches.fp64:
             v = it.store(v, d)
         outputs.append(np.asarray(v))
         odt.append(d)
