@@ -807,7 +807,7 @@ def compare_dumps(
     for i, r in enumerate(rows):
         r["index"] = i
     report = CompareReport(rows, str(gd.path), str(md.path), th, notes)
-    _mark_origins(report, gd, md, blocks, member_of)
+    _mark_origins(report, gd, md, blocks, member_of, set(decomposed.values()))
     return report
 
 
@@ -885,7 +885,8 @@ def _compare_pair(gd: Dump, gname: str, md: Dump, mname: str, fmt, th, chunk) ->
     return row
 
 
-def _mark_origins(report: CompareReport, gd: Dump, md: Dump, blocks, member_of) -> None:
+def _mark_origins(report: CompareReport, gd: Dump, md: Dump, blocks, member_of,
+                  composites: set | frozenset = frozenset()) -> None:
     """Fill ``error_origin`` / ``inputs`` and ``report.first_divergence``."""
     th = report.thresholds
     by_node = {r["node"]: r for r in report.rows if r["node"]}
@@ -895,6 +896,13 @@ def _mark_origins(report: CompareReport, gd: Dump, md: Dump, blocks, member_of) 
         return list(i.get("inputs") or [])
 
     def direct_inputs(key: str) -> list[str]:
+        if key in composites:
+            # a composite the fused side decomposed: its own inputs, as the
+            # side that ran it whole records them
+            for d in (gd, md):
+                ins = d.node_info(key).get("inputs")
+                if ins and not any(composites_of(i) == key for i in ins):
+                    return list(ins)
         r = by_node.get(key)
         b = r.get("block") if r else None
         if b and b in blocks and key in blocks[b]["members"]:
@@ -910,6 +918,15 @@ def _mark_origins(report: CompareReport, gd: Dump, md: Dump, blocks, member_of) 
                         out.append(i)
             return out
         return node_inputs(key)
+
+    dec_map: dict[str, str] = {}
+    for d in (gd, md):
+        dm = (d.manifest or {}).get("decomposed") or {}
+        if isinstance(dm, Mapping):
+            dec_map.update({str(k): str(v) for k, v in dm.items()})
+
+    def composites_of(name: str) -> str | None:
+        return dec_map.get(name) if dec_map.get(name) != name else None
 
     memo: dict[str, list[str]] = {}
 
@@ -1042,7 +1059,7 @@ class CompareReport:
             lines.append(
                 f"first divergence: {fd['node']} (op {fd['op'] or '?'}"
                 + (f", block {fd['block']}" if fd["block"] else "")
-                + f"): cosine {_fmt(fd['cosine_similarity'])}, max rel err "
+                + f"): cosine {_fmt(fd['cosine_similarity'], 8)}, max rel err "
                 f"{_fmt(fd['max_relative_error'])}, max ulp {_fmt(fd['max_ulp_error'])} "
                 f"-- error introduced here, inputs pass ({fd['inputs'] or 'graph inputs'})"
             )
