@@ -34,7 +34,9 @@ faster (see ``_FAST_RNE``).
 
 from __future__ import annotations
 
+import math
 import numbers
+from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
@@ -70,12 +72,28 @@ def check_mode(mode) -> str:
     return mode
 
 
+def _to_float_odd(x) -> float:
+    """A Python int/Fraction as float64 rounded *to odd* (a float as is), so
+    that the later rounding to any format with p <= 51 is still correct
+    (Boldo & Melquiond 2008); ``float(x)`` alone would round twice."""
+    if isinstance(x, float):
+        return x
+    try:
+        f = float(x)
+    except OverflowError:  # beyond fp64: +-DBL_MAX is its round-to-odd value
+        return math.copysign(np.finfo(np.float64).max, x)
+    exact, fr = Fraction(x), Fraction(f)
+    if fr == exact or (int(np.float64(f).view(np.uint64)) & 1):
+        return f
+    return float(np.nextafter(f, math.inf if exact > fr else -math.inf))
+
+
 def _as_float_array(x) -> tuple[np.ndarray, bool]:
     """Return (float32/float64 array, was_scalar)."""
     if isinstance(x, bool | np.bool_):
         raise TypeError(f"x must be real floating point, got {type(x).__name__}")
     if isinstance(x, numbers.Real) and not isinstance(x, np.generic):
-        return np.asarray(float(x), dtype=np.float64), True
+        return np.asarray(_to_float_odd(x), dtype=np.float64), True
     a = np.asarray(x)
     scalar = a.ndim == 0
     dt = a.dtype

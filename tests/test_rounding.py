@@ -9,6 +9,7 @@ integer bit path ``_round_bits`` and the readable scale-round-scale path
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
@@ -387,6 +388,13 @@ def test_dtypes_shapes_scalars():
     assert isinstance(nl.round_to(0.1, "fp16"), np.float64)
     assert nl.round_to(0.1, "fp16") == float(np.float16(0.1))
     assert nl.round_to(np.float32(0.1), "bf16").dtype == np.float32
+    # Python ints and Fractions are rounded once, not through float64 RNE first
+    big = 2**60 - 1  # float(big) == 2**60, but truncation to bf16 gives (2 - 2**-7) * 2**59
+    assert nl.round_to(big, "bf16", "rtz") == (2 - 2.0**-7) * 2.0**59 == round_exact(big, nl.BF16, "rtz")
+    f = Fraction(2**40 + 1, 2**40)  # just above 1: up must move
+    assert nl.round_to(f, "fp16", "up") == 1 + 2.0**-10
+    assert nl.round_to(3, "fp8_e4m3") == 3.0 and nl.round_to(2**200, "bf16") == np.inf
+    assert nl.round_to(-(2**2000), "fp16", "rtz") == -65504.0 and nl.round_to(2**2000, "fp16") == np.inf
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4) / 7
     y = nl.round_to(x[:, ::2, ::-1], "fp8_e4m3", "up")  # non-contiguous view
     assert y.shape == (2, 2, 4)
