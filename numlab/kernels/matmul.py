@@ -109,17 +109,29 @@ def _tile_exact_plus(c: np.ndarray, a_t: np.ndarray, b_t: np.ndarray, acc: Forma
     """
     kt = a_t.shape[-1]
     with np.errstate(over="ignore", invalid="ignore"):
-        s_hat = a_t @ b_t  # one BLAS call
-        v = c + s_hat
+        v = np.matmul(a_t, b_t)  # one BLAS call
+        v += c
         amax = np.max(np.abs(a_t), axis=-1)  # (..., M)
         bmax = np.max(np.abs(b_t), axis=-2)  # (..., N)
+        cmax = np.max(np.abs(np.broadcast_to(c, v.shape)), axis=-1)  # (..., M)
         g = kt * 2.0**-53 / (1 - kt * 2.0**-53)
-        bound = (g * kt * (1 + 2.0**-50)) * (amax[..., :, None] * bmax[..., None, :])
-        bound = bound + np.abs(v) * 2.0**-51 + 2.0**-1000
-        lo = _rnd(v - bound, acc, mode)
-        hi = _rnd(v + bound, acc, mode)
-        ok = (lo == hi) | ~np.isfinite(v)
-    res = np.where(np.isfinite(v), lo, _rnd(v, acc, mode))
+        # B_ij = gamma_kt * kt * amax_i * bmax_j            (BLAS error, any order)
+        #      + 2^-51 * (cmax_i + kt * amax_i * bmax_j)     (>= 2^-51 |v|: rounding of c + S)
+        alpha = (g * (1 + 2.0**-50) + 2.0**-51) * kt * amax
+        t = alpha[..., :, None] * bmax[..., None, :]
+        t += (2.0**-51 * cmax)[..., :, None]
+        fast = acc == FP32 and mode == "rne"
+        lo = np.subtract(v, t)
+        hi = np.add(v, t, out=t)
+        if fast:  # the float64 -> float32 cast is round-to-nearest-even
+            lo32 = lo.astype(np.float32)
+            ok = lo32 == hi.astype(np.float32)
+            res = lo32
+        else:
+            lo, hi = _rnd(lo, acc, mode), _rnd(hi, acc, mode)
+            ok = lo == hi
+            res = lo
+        # NaN entries fail ok and are settled (as NaN) by the exact path below
     n_exact = 0
     if not ok.all():
         bad = np.nonzero(~ok)
@@ -154,12 +166,18 @@ def _certify_rows(terms: np.ndarray, acc: Format, mode: str):
         bound = g * (1 + 2.0**-50) * np.sum(np.abs(terms), axis=1) + np.abs(v) * 2.0**-51 + 2.0**-1000
         lo = _rnd(v - bound, acc, mode)
         hi = _rnd(v + bound, acc, mode)
-        ok = (lo == hi) | ~np.isfinite(v)
-        qe = np.clip(np.min(_lsb_exp(terms), axis=1), -1074, 1023)
-        q = np.ldexp(1.0, qe.astype(np.int32))
-        grid = (bound < q / 2) & (np.abs(v) < np.ldexp(q, 52)) & ~ok
-        ve = np.rint(v / q) * q
-    out = np.where(grid, _rnd(ve, acc, mode), np.where(np.isfinite(v), lo, _rnd(v, acc, mode)))
+        ok = (lo == hi) | np.isinf(v)
+        out = np.where(np.isfinite(v), lo, _rnd(v, acc, mode))
+        grid = np.zeros_like(ok)
+        rest = np.nonzero(~ok & np.isfinite(v))[0]
+        if rest.size:
+            qe = np.clip(np.min(_lsb_exp(terms[rest]), axis=1), -1074, 1023)
+            q = np.ldexp(1.0, qe.astype(np.int32))
+            vr, br = v[rest], bound[rest]
+            g2 = (br < q / 2) & (np.abs(vr) < np.ldexp(q, 52))
+            ve = np.rint(vr / q) * q
+            out[rest] = np.where(g2, _rnd(ve, acc, mode), out[rest])
+            grid[rest] = g2
     return out, ~(ok | grid)
 
 
@@ -247,15 +265,16 @@ def matmul(
     elif mode == "block_fma":
         C = np.full(shape, -0.0)
         for s, e in tiles:
-            C, n_bad = _tile_exact_plus(C, A[..., :, s:e], B[..., s:e, :], acc, acc_mode)
+            C, n_bad = _tile_exact_plus(C, np.ascontiguousarray(A[..., :, s:e]), B[..., s:e, :], acc, acc_mode)
             unc += n_bad
+        C = C.astype(np.float64)
     else:
         order = _as_order(split_order, "split_order")
         parts = []
         for s, e in tiles:
             P, n_bad = _tile_exact_plus(np.full(shape, -0.0), A[..., :, s:e], B[..., s:e, :], acc, acc_mode)
             unc += n_bad
-            parts.append(P)
+            parts.append(P.astype(np.float64))
         ar = Arith(acc, acc_mode)
         stack = ar.round(np.stack(parts, axis=-1))
         C = order._sum(stack, ar).astype(np.float64) if parts else np.zeros(shape)

@@ -1,0 +1,58 @@
+"""``numlab bench kernels``: speed of the emulated kernels as ratios against numpy,
+both measured in the same run.
+
+* a 4096 x 4096 fp16 row reduction, ``blocked(512, pairwise, sequential)`` with an
+  fp32 accumulator, vs ``np.sum(x, axis=1, dtype=np.float32)`` of the same array
+  (target: within 5x);
+* a 1024^3 fp16 ``block_fma`` matmul with ``k_tile=128`` (fp32 accumulator,
+  every entry exactly rounded) vs ``np.matmul`` of the same values in float64
+  (target: within 4x).
+
+``--quick`` uses 1024 x 1024 and 256^3.  Timings are best-of-N wall times; on
+a shared machine they move by tens of percent from run to run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import best_of
+
+
+def main(quick: bool = False) -> str:
+    from numlab import kernels as K
+
+    rng = np.random.default_rng(0)
+    n = 1024 if quick else 4096
+    m = 256 if quick else 1024
+    rep = 3 if quick else 5
+    x = rng.standard_normal((n, n)).astype(np.float16)
+    order = K.Blocked(512, K.Pairwise(), K.Sequential())
+    t_red = best_of(lambda: K.reduce(x, "sum", axis=1, order=order, acc="fp32"), rep)
+    t_np = best_of(lambda: np.sum(x, axis=1, dtype=np.float32), rep)
+
+    a = rng.standard_normal((m, m)).astype(np.float16)
+    b = rng.standard_normal((m, m)).astype(np.float16)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    stats: dict = {}
+    t_mm = best_of(lambda: K.matmul(a, b, k_tile=128, acc="fp32", mode="block_fma", stats=stats), rep)
+    t_np64 = best_of(lambda: a64 @ b64, rep)
+
+    rows = [
+        ("reduce", f"{n}x{n} fp16 rows, blocked(512,pairwise,sequential), fp32 acc",
+         t_red, "np.sum(float32)", t_np, 5.0),
+        ("matmul", f"{m}^3 fp16 block_fma k_tile=128, fp32 acc (uncertified: {stats.get('uncertified', 0)})",
+         t_mm, "np.matmul float64", t_np64, 4.0),
+    ]
+    lines = [f"{'kernel':8} {'numlab s':>10} {'numpy s':>10} {'ratio':>7} {'target':>7}  what"]
+    for name, what, t, _, tref, target in rows:
+        ratio = t / tref
+        ok = "ok" if ratio <= target else "MISSED"
+        lines.append(f"{name:8} {t:10.4f} {tref:10.4f} {ratio:7.2f} {target:6.1f}x  {what} [{ok}]")
+    out = "\n".join(lines)
+    print(out)
+    return out
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
