@@ -53,6 +53,7 @@ __all__ = [
     "add_check_parser",
     "KERNEL_PRESETS",
     "FUSION_PRESETS",
+    "INJECTIONS",
 ]
 
 KERNEL_PRESETS = ("handwritten", "codegen")
@@ -231,8 +232,11 @@ class RunRecord:
         return dict(self.__dict__)
 
 
+INJECTIONS = (None, "set_order")
+
+
 def _config(model, dtype, mode, *, sizes=None, kernels=None, fusion=None, order=None, seed=None,
-            input_kind="normal", input_seed=0) -> dict:
+            input_kind="normal", input_seed=0, inject=None) -> dict:
     from . import zoo
 
     if model not in zoo.MODELS:
@@ -253,9 +257,11 @@ def _config(model, dtype, mode, *, sizes=None, kernels=None, fusion=None, order=
         parse_order(order)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise ValueError(f"seed={seed!r} must be None or a non-negative int")
+    if inject not in INJECTIONS:
+        raise ValueError(f"inject={inject!r} is not valid; choose one of {INJECTIONS}")
     return dict(model=model, dtype=str(getattr(dtype, "name", dtype)), mode=mode, sizes=dict(sizes or {}),
                 kernels=kernels, fusion=fusion, order=order, seed=seed, input_kind=input_kind,
-                input_seed=int(input_seed))
+                input_seed=int(input_seed), inject=inject)
 
 
 def run_once(cfg: dict, *, save: str | None = None) -> RunRecord:
@@ -308,7 +314,15 @@ def run_once(cfg: dict, *, save: str | None = None) -> RunRecord:
     outs = {k: _digest(np.asarray(v)) for k, v in res.outputs.items()}
     if save:
         np.savez(save, **{k: np.asarray(v) for k, v in res.outputs.items()})
-    plan_digest = hashlib.sha256(_plan_text(res.plan).encode()).hexdigest()
+    plan_text = _plan_text(res.plan)
+    if cfg.get("inject") == "set_order":
+        # a planted compile step that walks a set of node names: its order follows the
+        # process's string hashing (PYTHONHASHSEED), as a careless planner's would
+        names = {n.name for n in graph.nodes} | {f"{n.name}.tile" for n in graph.nodes}
+        walk = "|".join(names)
+        plan_text += "\n" + walk
+        fp = hashlib.sha256(f"{fp}|{walk}".encode()).hexdigest()
+    plan_digest = hashlib.sha256(plan_text.encode()).hexdigest()
     return RunRecord(fingerprint=fp, plan_digest=plan_digest, outputs=outs, order_seed=order_seed,
                      hashseed=os.environ.get("PYTHONHASHSEED"), pid=os.getpid(),
                      arrays_path=save)
@@ -353,7 +367,8 @@ class DeterminismReport:
         lines = [f"determinism check: {c['model']} {c['mode']} {c['dtype']}, {self.runs} processes "
                  f"(PYTHONHASHSEED {', '.join(str(r.hashseed) for r in self.records)})",
                  f"  options: kernels={c['kernels'] or 'default'} fusion={c['fusion'] or 'default'} "
-                 f"order={c['order'] or 'spec'} seed={c['seed']} inputs={c['input_kind']}/{c['input_seed']}",
+                 f"order={c['order'] or 'spec'} seed={c['seed']} inputs={c['input_kind']}/{c['input_seed']}"
+                 + (f" INJECTED={c['inject']}" if c.get("inject") else ""),
                  f"  compile determinism:   {'yes' if self.compile_deterministic else 'NO'} "
                  f"({len({r.fingerprint for r in self.records})} fingerprint(s), "
                  f"{len({r.plan_digest for r in self.records})} plan(s); fingerprint "
@@ -376,7 +391,7 @@ class DeterminismReport:
 
 def check_determinism(model: str, dtype="fp16", mode: str = "fused", runs: int = 3, *, sizes=None,
                       kernels=None, fusion=None, order=None, seed=None, input_kind: str = "normal",
-                      input_seed: int = 0, timeout: float = 300.0) -> DeterminismReport:
+                      input_seed: int = 0, inject=None, timeout: float = 300.0) -> DeterminismReport:
     """Compile and run ``model`` in ``runs`` separate processes and compare.
 
     Process ``i`` runs ``python -m numlab.determinism --worker`` with
@@ -400,6 +415,11 @@ def check_determinism(model: str, dtype="fp16", mode: str = "fused", runs: int =
         docstring) or an order string of :func:`numlab.kernels.parse_order`.
     seed : int or None
         Schedule seed passed to the run (and to the atomic order).
+    inject : {None, "set_order"}
+        Plant a known defect to see the check catch it: ``"set_order"`` adds
+        a compile step that walks a Python set of node names (its order
+        follows ``PYTHONHASHSEED``) and feeds it into the fingerprint and the
+        plan -- compile determinism breaks, execution determinism does not.
 
     Returns
     -------
@@ -408,7 +428,7 @@ def check_determinism(model: str, dtype="fp16", mode: str = "fused", runs: int =
     if not isinstance(runs, int) or isinstance(runs, bool) or runs < 2:
         raise ValueError(f"runs={runs!r} must be an int >= 2 (determinism compares processes)")
     cfg = _config(model, dtype, mode, sizes=sizes, kernels=kernels, fusion=fusion, order=order, seed=seed,
-                  input_kind=input_kind, input_seed=input_seed)
+                  input_kind=input_kind, input_seed=input_seed, inject=inject)
     records = []
     with tempfile.TemporaryDirectory(prefix="numlab-det-") as tmp:
         procs = []
@@ -484,7 +504,7 @@ def _cmd(args) -> int:
     rep = check_determinism(args.model, dtype=args.dtype, mode=args.mode, runs=args.runs,
                             sizes=_parse_sizes(args.sizes), kernels=args.kernels, fusion=args.fusion,
                             order=args.order, seed=args.seed, input_kind=args.input_kind,
-                            input_seed=args.input_seed)
+                            input_seed=args.input_seed, inject=args.inject)
     if args.json:
         print(json.dumps({"config": rep.config, "compile_deterministic": rep.compile_deterministic,
                           "execution_deterministic": rep.execution_deterministic,
@@ -517,6 +537,8 @@ def add_check_parser(check_subparsers) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="schedule seed (default none)")
     p.add_argument("--input-kind", default="normal", help="zoo.make_inputs kind (default normal)")
     p.add_argument("--input-seed", type=int, default=0, help="input seed (default 0)")
+    p.add_argument("--inject", default=None, choices=["set_order"],
+                   help="plant a PYTHONHASHSEED-dependent compile step to see the check catch it")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=_cmd)
     return p

@@ -73,6 +73,17 @@ def test_run_once_in_process_matches_and_fused_library_gets_the_order():
     assert d.fingerprint != a.fingerprint          # a different compiled order is a different kernel
 
 
+def test_planted_set_order_breaks_compile_determinism_only():
+    rep = D.check_determinism("softmax", dtype="fp16", runs=3, inject="set_order")
+    assert not rep.compile_deterministic and rep.execution_deterministic
+    assert len({r.plan_digest for r in rep.records}) > 1
+    # the walk depends on the process, not on the call: repeated in one process it is stable
+    a = D.run_once(D._config("softmax", "fp16", "fused", inject="set_order"))
+    b = D.run_once(D._config("softmax", "fp16", "fused", inject="set_order"))
+    assert a.fingerprint == b.fingerprint
+    assert "INJECTED=set_order" in str(rep)
+
+
 def test_report_logic_on_differing_records():
     def rec(fp, plan, y):
         return D.RunRecord(fingerprint=fp, plan_digest=plan, outputs={"y": y}, order_seed=None,
@@ -109,6 +120,7 @@ def test_plan_lists_every_hazard():
     (dict(order="zigzag"), "zigzag"),
     (dict(seed=-1), "seed"),
     (dict(dtype="fp12"), "fp12"),
+    (dict(inject="leak"), "inject"),
 ])
 def test_bad_arguments(kw, match):
     args = dict(model="softmax", runs=2) | kw
