@@ -81,7 +81,7 @@ def _to_float_odd(x) -> float:
     try:
         f = float(x)
     except OverflowError:  # beyond fp64: +-DBL_MAX is its round-to-odd value
-        return math.copysign(np.finfo(np.float64).max, x)
+        return float(np.finfo(np.float64).max) * (1.0 if x > 0 else -1.0)
     exact, fr = Fraction(x), Fraction(f)
     if fr == exact or (int(np.float64(f).view(np.uint64)) & 1):
         return f
