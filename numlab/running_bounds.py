@@ -95,6 +95,8 @@ def _slack(op: str, v: np.ndarray, ins: list, attrs: dict) -> np.ndarray:
         if op in ("max", "min", "where", "neg", "abs", "relu", "maximum", "minimum", "cast") or op in (
                 "reshape", "transpose", "slice", "concat", "split", "broadcast_to", "gather"):
             return np.zeros_like(av)
+        if op in ("add", "sub", "add_scalar", "sub_scalar", "rsub_scalar", "sqrt"):
+            return 2 * _U64 * av  # fp64 +, -, sqrt: no underflow term (exact when subnormal)
         return 2 * _U64 * av + 2.0**-1074
     if op in ("rsqrt", "reciprocal"):
         return 4 * _U64 * av + 2.0**-1074
