@@ -327,6 +327,21 @@ def test_fused_block_matching(tmp_path):
     assert rep.first_divergence is None and not rep.failing
 
 
+def test_plain_folders_report_first_failing(tmp_path):
+    for side, bad in (("g", 1.0), ("m", 2.0)):
+        (tmp_path / side).mkdir()
+        for i, name in enumerate(["n1", "n2", "n10"]):  # natural order n1, n2, n10
+            v = np.full(8, i + 1.0, np.float32)
+            if name != "n1":
+                v = v * bad
+            np.save(tmp_path / side / f"{name}.npy", v)
+    rep = compare_dumps(tmp_path / "g", tmp_path / "m")
+    assert [r["node"] for r in rep.rows] == ["n1", "n2", "n10"]
+    assert rep.first_divergence["node"] == "n2"
+    assert [r["error_origin"] for r in rep.rows] == ["", "first_failing", ""]
+    assert "no graph information" in rep.summary()
+
+
 def test_block_named_dump_matches_last_member(tmp_path):
     node_meta, order = _graph_meta()
     v = {k: np.full(4, i, np.float32) for i, k in enumerate(order)}

@@ -951,6 +951,22 @@ def _mark_origins(report: CompareReport, gd: Dump, md: Dump, blocks, member_of,
         memo[name] = out
         return out
 
+    has_graph = any(
+        (d.manifest or {}).get("order") or any((d.node_info(n) or {}).get("inputs") for n in d.entries)
+        for d in (gd, md)
+    )
+    if not has_graph:
+        # plain folders: no edges, so introduced-vs-carried cannot be told apart
+        first = next((r for r in report.rows if r["node"] and th.fails(r)), None)
+        if first is not None:
+            first["error_origin"] = "first_failing"
+            report.notes.append(
+                "no graph information (no manifest with node inputs): the first failing node in "
+                "name order is reported; whether its error is introduced or carried needs a manifest."
+            )
+        report.first_divergence = first
+        return
+
     first = None
     for r in report.rows:
         key = r["node"]
@@ -1062,8 +1078,9 @@ class CompareReport:
                 f"first divergence: {fd['node']} (op {fd['op'] or '?'}"
                 + (f", block {fd['block']}" if fd["block"] else "")
                 + f"): cosine {_fmt(fd['cosine_similarity'], 8)}, max rel err "
-                f"{_fmt(fd['max_relative_error'])}, max ulp {_fmt(fd['max_ulp_error'])} "
-                f"-- error introduced here, inputs pass ({fd['inputs'] or 'graph inputs'})"
+                f"{_fmt(fd['max_relative_error'])}, max ulp {_fmt(fd['max_ulp_error'])} -- "
+                + ("error introduced here, inputs pass (" + (fd['inputs'] or 'graph inputs') + ")"
+                   if fd["error_origin"] == "introduced" else "first failing node (no graph edges known)")
             )
         lines.extend(self.notes)
         return "\n".join(lines)
