@@ -127,6 +127,42 @@ def test_columns_agree_with_numlab_metrics():
     assert row["max_ulp_error"] == float(metrics.ulp_error(g, m, "fp16").max())
 
 
+def test_msit_formulas_against_torch(torch):
+    """msit's own torch expressions (cmp_algorithm.py), evaluated in float64."""
+    F = torch.nn.functional
+    g, m = _pair(7, n=500)
+    row = compare_arrays(g, m, chunk_elems=61)
+    tg = torch.from_numpy(g.astype(np.float64))
+    tm = torch.from_numpy(m.astype(np.float64))
+    kl = F.kl_div(F.log_softmax(tm, dim=-1), F.softmax(tg, dim=-1), reduction="sum").item()
+    assert row["kl_divergence"] == pytest.approx(max(kl, 0.0), rel=1e-6)
+    assert row["cosine_similarity"] == pytest.approx(torch.cosine_similarity(tg, tm, dim=0).item(),
+                                                     rel=1e-14)
+    rel = torch.where(tg.abs() > EPS64, (tm / tg - 1).abs(), torch.zeros_like(tg))
+    assert (row["max_relative_error"], row["mean_relative_error"]) == pytest.approx(
+        (rel.max().item(), rel.mean().item()), rel=1e-14)
+    red = (((tm - tg) ** 2).sum() / (tg**2).sum()).sqrt().item()
+    assert row["relative_euclidean_distance"] == pytest.approx(red, rel=1e-13)
+
+
+def test_streaming_with_matched_nonfinite():
+    rng = np.random.default_rng(11)
+    g = rng.standard_normal(5000).astype(np.float32)
+    m = (g * (1 + 1e-3 * rng.standard_normal(5000))).astype(np.float32)
+    pos = rng.choice(5000, 40, replace=False)
+    vals = np.array([np.nan, np.inf, -np.inf, np.nan] * 10, np.float32)
+    g[pos] = vals
+    m[pos] = vals
+    a = compare_arrays(g, m, chunk_elems=97)
+    b = compare_arrays(g, m, chunk_elems=10**6)
+    z = compare_arrays(np.where(np.isfinite(g), g, 0), np.where(np.isfinite(m), m, 0), chunk_elems=97)
+    assert a["golden_nan"] == 20 and a["golden_inf"] == 20 and a["nonfinite_mismatch"] == 0
+    for k in MSIT_COLUMNS + MSPROBE_COLUMNS[:-1] + ["max_ulp_error", "mean_ulp_error"]:
+        assert a[k] == pytest.approx(b[k], rel=1e-12), k
+        assert a[k] == pytest.approx(z[k], rel=1e-12), k
+    assert a["bitwise_equal_ratio"] == b["bitwise_equal_ratio"] >= 40 / 5000
+
+
 def test_kl_when_softmaxes_are_far_apart():
     # E_p[exp(m - g)] under- or overflows: the two-log-sum-exp fallback
     g = np.random.default_rng(1).standard_normal(1000)

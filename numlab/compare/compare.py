@@ -412,7 +412,8 @@ class _Acc:
         self.Zg = self.Sg = self.Dg = self.Zm = 0.0
 
     def update(self, g: np.ndarray, m: np.ndarray, fmt: Format) -> None:
-        sum_g, sum_m = float(np.sum(g)), float(np.sum(m))
+        with np.errstate(invalid="ignore", over="ignore"):  # inf + -inf: NaN, as IEEE says
+            sum_g, sum_m = float(np.sum(g)), float(np.sum(m))
         if math.isfinite(sum_g) and math.isfinite(sum_m):
             nonfin = None  # a finite sum means no NaN/inf in the chunk
         else:
