@@ -43,6 +43,7 @@ _LAZY = {
     "claims": "numlab.claims",
     "compare": "numlab.compare",
     "races": "numlab.races",
+    "determinism": "numlab.determinism",
     "plots": "numlab.plots",
     "widgets": "numlab.widgets",
     "torch": "numlab.torch",
