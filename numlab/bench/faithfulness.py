@@ -1,0 +1,191 @@
+"""``numlab bench faithfulness``: numlab's predictions against real PyTorch on this CPU.
+
+For every function of the suite (pointwise chains with scalars and where,
+tanh/exp/sigmoid/gelu, row sum/mean/amax with lengths that are and are not
+multiples of the vector widths, softmax, layer norm, rms norm) in fp32, bf16
+and fp16: numlab's eager prediction against torch eager, and numlab's fused
+prediction against ``torch.compile`` (Inductor C++) with
+``emulate_precision_casts`` off and on, as the share of bitwise-equal
+elements and the largest distance in ulps of the dtype.  The ``cause``
+column names the residual's source where a row is not 100%.
+
+Needs torch (``pip install torch==2.13.0``, CPU build).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["main", "SUITE", "run_suite", "measure_case"]
+
+
+def _suite():
+    import torch
+    import torch.nn.functional as F
+
+    def chain(x, y):
+        return (x * 0.1 + y) / 3.0 - x * y
+
+    def scalars_where(x, y):
+        return torch.where(x > 0.3, x * 2.5, y - 0.3) + (1.5 - x) + 2.0 / x + torch.add(x, y, alpha=0.7)
+
+    def tanh(x):
+        return torch.tanh(x)
+
+    def exp(x):
+        return torch.exp(x)
+
+    def sigmoid(x):
+        return torch.sigmoid(x)
+
+    def gelu(x):
+        return F.gelu(x)
+
+    def gelu_tanh(x):
+        return F.gelu(x, approximate="tanh")
+
+    def row_sum(x):
+        return x.sum(-1)
+
+    def row_mean(x):
+        return x.mean(-1)
+
+    def row_amax(x):
+        return x.amax(-1)
+
+    def softmax(x):
+        return F.softmax(x, -1)
+
+    def layernorm(x, w, b):
+        return F.layer_norm(x, (x.shape[-1],), w, b)
+
+    def rmsnorm(x, w):
+        return F.rms_norm(x, (x.shape[-1],), w)
+
+    # name -> (fn, number of inputs, data kind, transcendental?)
+    return {
+        "chain +-*/ scalars": (chain, 2, "normal", False),
+        "where, rsub, s/x, alpha": (scalars_where, 2, "normal", False),
+        "tanh": (tanh, 1, "normal", True),
+        "exp": (exp, 1, "normal", True),
+        "sigmoid": (sigmoid, 1, "normal", True),
+        "gelu (erf)": (gelu, 1, "normal", True),
+        "gelu (tanh)": (gelu_tanh, 1, "normal", True),
+        "row sum": (row_sum, 1, "cancel", False),
+        "row mean": (row_mean, 1, "cancel", False),
+        "row amax": (row_amax, 1, "normal", False),
+        "softmax": (softmax, 1, "normal", True),
+        "layernorm": (layernorm, 3, "normal", False),
+        "rmsnorm": (rmsnorm, 2, "normal", False),
+    }
+
+
+SUITE = (
+    "chain +-*/ scalars", "where, rsub, s/x, alpha", "tanh", "exp", "sigmoid", "gelu (erf)",
+    "gelu (tanh)", "row sum", "row mean", "row amax", "softmax", "layernorm", "rmsnorm",
+)
+
+# why a row may be below 100% (the residual's source), by case and dtype
+_CAUSES = {
+    "tanh": "SLEEF tanhf (u10) vs correctly rounded fp32",
+    "exp": "SLEEF expf vs correctly rounded fp32",
+    "sigmoid": "SLEEF expf inside 1/(1+exp(-x))",
+    "gelu (erf)": "SLEEF erff; 1+erf(x) cancels for x<0 (ulps grow)",
+    "gelu (tanh)": "SLEEF tanhf",
+    "softmax": "SLEEF expf of x-max",
+    "layernorm": "Inductor Welford lane combine / ATen FMA contraction",
+    "rmsnorm": "",
+}
+
+
+def _inputs(name, nin, kind, shape, dt, rng):
+    import torch
+
+    from ..torch.data import cancelling_rows, normal
+
+    tdt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dt]
+    xs = []
+    for i in range(nin):
+        if i == 0:
+            x = cancelling_rows(rng, shape, dt) if kind == "cancel" else normal(rng, shape, dt, 2.0)
+        else:
+            x = normal(rng, (shape[-1],) if name in ("layernorm", "rmsnorm") else shape, dt)
+        xs.append(torch.from_numpy(x).to(tdt))
+    return tuple(xs)
+
+
+def measure_case(name, dt, shape, seed=0, emulate=(False, True)):
+    """One row: {'eager': (share, max_ulp), 'compiled': ..., 'compiled+emulate': ...}."""
+    from ..torch.bridge import from_torch
+    from ..torch.explain import ulp_distance
+    from ..torch.predict import compile_fn, predict, run_torch
+    from ..torch.presets import inductor_cpu
+
+    fn, nin, kind, _ = _suite()[name]
+    rng = np.random.default_rng(seed)
+    xs = _inputs(name, nin, kind, shape, dt, rng)
+    tr = from_torch(fn, xs)
+    row = {}
+
+    def score(p, t):
+        same = (p == t) | (np.isnan(p) & np.isnan(t))
+        return float(np.mean(same)), float(np.max(ulp_distance(p, t, dt))) if p.size else 0.0
+
+    te = run_torch(tr, xs, mode="eager")[0]
+    row["eager"] = score(predict(tr, xs, mode="eager").outputs[0], te)
+    for emu in emulate:
+        tc = run_torch(tr, xs, mode="compiled", compiled=compile_fn(fn, emu))[0]
+        pc = predict(tr, xs, mode="compiled", preset=inductor_cpu(emu)).outputs[0]
+        row["compiled+emulate" if emu else "compiled"] = score(pc, tc)
+    return row
+
+
+def run_suite(quick: bool = False, dtypes=("fp32", "bf16", "fp16")):
+    """Rows (name, dtype, shape, row dict) of the whole suite."""
+    rows = []
+    red_ns = (64, 100) if quick else (64, 100, 1000)
+    other = (8, 100) if quick else (16, 100)
+    for dt in dtypes:
+        for name in SUITE:
+            if name.startswith("row") or name in ("softmax", "layernorm", "rmsnorm"):
+                shapes = [(8, n) for n in red_ns]
+            else:
+                shapes = [other]
+            for shape in shapes:
+                rows.append((name, dt, shape, measure_case(name, dt, shape)))
+    return rows
+
+
+def _fmt(v):
+    share, mu = v
+    return f"{share:7.2%} {mu:5.3g}"
+
+
+def main(quick: bool = False) -> str:
+    """Print and return the faithfulness table (share bitwise equal, max ulp)."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - depends on the machine
+        msg = "faithfulness: torch is not installed (pip install torch==2.13.0); nothing measured"
+        print(msg)
+        return msg
+    lanes = None
+    from ..torch.presets import detect_cpu_capability, detect_inductor_lanes, measure_aten_sum_lanes
+
+    lanes = detect_inductor_lanes()
+    head = (f"torch {torch.__version__}, capability {detect_cpu_capability()}, "
+            f"Inductor fp32 lanes {lanes}, ATen sum lanes {measure_aten_sum_lanes()}, "
+            f"threads {torch.get_num_threads()}")
+    lines = [head,
+             "case                       dtype shape        eager vs torch  | compiled vs torch.compile "
+             "| +emulate_precision_casts | residual cause",
+             "                                              bitwise maxulp  |   bitwise maxulp          "
+             "|   bitwise maxulp         |"]
+    for name, dt, shape, row in run_suite(quick):
+        full = all(row[k][0] == 1.0 for k in row)
+        cause = "" if full else _CAUSES.get(name, "?")
+        lines.append(f"{name:<26} {dt:<5} {str(list(shape)):<12} {_fmt(row['eager'])}    | "
+                     f"{_fmt(row['compiled'])}            | {_fmt(row['compiled+emulate'])}           | {cause}")
+    out = "\n".join(lines)
+    print(out)
+    return out

@@ -1,0 +1,165 @@
+"""Explain why torch eager and ``torch.compile`` disagree on a user's function.
+
+:func:`explain` runs the real function eager and compiled (Inductor C++),
+numlab's two predictions and the fp64 reference, then attributes the
+eager/compiled difference to the four sources of DESIGN.md section 1 by
+switching each one on its own (:class:`~numlab.torch.predict.Switches`):
+
+* **promotion** -- every ATen kernel rounds to fp16/bf16 vs one fused fp32
+  kernel rounding at its stores;
+* **scalars** (instruction choice) -- Python scalars rounded to the tensor
+  dtype for add/sub/compare and an FMA in ``add(alpha)`` vs fp32 scalars and
+  no contraction (``-ffp-contract=off``);
+* **order** -- ATen's cascade sum (8 lanes) vs Inductor's 16/32 lane vector
+  and butterfly (and thread split);
+* **algorithm** -- ATen's softmax/layer-norm/gelu kernels vs Inductor's
+  decompositions (Welford var_mean, erf formula, ...).
+
+For each source the report gives the share of elements where switching it
+alone moves the eager prediction onto the compiled prediction ("explains"),
+and where switching everything *but* it still leaves a difference ("needed").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from .bridge import from_torch, import_torch
+from .predict import COMPILED, EAGER, SOURCES, compile_fn, predict, run_torch
+
+__all__ = ["explain", "Explanation", "ulp_distance"]
+
+
+def ulp_distance(a, b, fmt) -> np.ndarray:
+    """|a - b| in units of the last place of ``fmt`` at max(|a|, |b|) (0 where equal,
+    including equal infinities and NaN pairs; inf where exactly one is NaN or inf)."""
+    from ..formats import get_format, ulp
+
+    f = get_format(fmt)
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    both_nan = np.isnan(a) & np.isnan(b)
+    same = (a == b) | both_nan
+    with np.errstate(all="ignore"):
+        u = np.asarray(ulp(np.maximum(np.abs(a), np.abs(b)), f), np.float64)
+        d = np.abs(a - b) / u
+    d = np.where(same, 0.0, d)
+    return np.where(np.isnan(d), np.inf, d)
+
+
+@dataclass
+class Explanation:
+    """Result of :func:`explain` (``str(e)`` is the report)."""
+
+    name: str
+    dtype: str
+    shape: tuple
+    torch_eager: np.ndarray
+    torch_compiled: np.ndarray
+    pred_eager: np.ndarray
+    pred_compiled: np.ndarray
+    fp64: np.ndarray
+    differ: float  # share of elements where torch eager != torch compiled
+    faith_eager: float  # share bitwise equal, numlab eager vs torch eager
+    faith_compiled: float
+    max_ulp_eager: float
+    max_ulp_compiled: float
+    sources: dict = field(default_factory=dict)  # source -> {"explains": share, "needed": share}
+    errors: dict = field(default_factory=dict)  # label -> (max abs err vs fp64, max ulp vs fp64 rounded)
+
+    def table(self) -> str:
+        lines = [
+            f"explain {self.name}: {self.dtype}{list(self.shape)}",
+            f"  torch eager vs torch.compile differ on {self.differ:.1%} of elements",
+            f"  numlab eager    == torch eager   : {self.faith_eager:.2%} bitwise (max {self.max_ulp_eager:g} ulp)",
+            f"  numlab compiled == torch.compile : {self.faith_compiled:.2%} bitwise "
+            f"(max {self.max_ulp_compiled:g} ulp)",
+            "  source       explains  needed   (switched alone / all but it, share of differing elements)",
+        ]
+        for s in SOURCES:
+            d = self.sources.get(s, {})
+            lines.append(f"  {s:<12} {d.get('explains', 0):>8.1%}  {d.get('needed', 0):>6.1%}")
+        lines.append("  error vs fp64            max abs       max ulp(dtype)")
+        for k, (ea, eu) in self.errors.items():
+            lines.append(f"  {k:<22} {ea:>12.4g}  {eu:>10.4g}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def explain(fn, inputs, *, emulate_precision_casts: bool = False, output: int = 0,
+            compiled=None, eager_preset=None, inductor_preset=None) -> Explanation:
+    """Run ``fn`` eager and compiled, numlab's predictions and fp64, and attribute
+    the eager/compiled difference to the four sources (module docstring).
+
+    Parameters
+    ----------
+    fn : callable
+        A torch function of tensors (see :func:`numlab.torch.from_torch`).
+    inputs : tuple of torch.Tensor
+    emulate_precision_casts : bool
+        Inductor's knob for the compiled run and prediction.
+    output : int
+        Which output to report when ``fn`` returns several.
+    compiled : callable, optional
+        An already compiled ``fn`` (reused; must match ``emulate_precision_casts``).
+    """
+    torch = import_torch()
+    from .presets import inductor_cpu, torch_cpu_eager
+
+    if isinstance(inputs, torch.Tensor):
+        inputs = (inputs,)
+    tr = from_torch(fn, inputs)
+    pe = eager_preset or torch_cpu_eager()
+    pi = inductor_preset or inductor_cpu(emulate_precision_casts)
+    cf = compiled if compiled is not None else compile_fn(fn, emulate_precision_casts)
+    te = run_torch(tr, inputs, mode="eager")[output]
+    tc = run_torch(tr, inputs, mode="compiled", compiled=cf)[output]
+
+    def pred(sw):
+        return predict(tr, inputs, switches=sw, preset=pi, eager_preset=pe).outputs[output]
+
+    pe_out = pred(EAGER)
+    pc_out = pred(COMPILED)
+    ref = predict(tr, inputs, mode="fp64").outputs[output]
+    dt = tr.node(tr.outputs[output]).dtype
+    diff = ~((pe_out == pc_out) | (np.isnan(pe_out) & np.isnan(pc_out)))
+    ndiff = int(diff.sum())
+    sources = {}
+    for s in SOURCES:
+        alone = pred(replace(EAGER, **{s: getattr(COMPILED, s)}))
+        allbut = pred(replace(COMPILED, **{s: getattr(EAGER, s)}))
+        if ndiff:
+            explains = float(np.mean(alone[diff] == pc_out[diff]))
+            needed = float(np.mean(allbut[diff] != pc_out[diff]))
+        else:
+            explains = needed = 0.0
+        sources[s] = {"explains": explains, "needed": needed}
+
+    def eq(a, b):
+        return float(np.mean((a == b) | (np.isnan(a) & np.isnan(b))))
+
+    def err(x):
+        with np.errstate(all="ignore"):
+            ea = float(np.nanmax(np.abs(x.astype(np.float64) - ref))) if x.size else 0.0
+            from ..rounding import round_to
+
+            r = np.asarray(round_to(ref, dt), np.float64) if dt in ("fp16", "bf16", "fp32") else ref
+            eu = float(np.max(ulp_distance(x, r, dt))) if x.size else 0.0
+        return ea, eu
+
+    errors = {
+        "torch eager": err(te), "torch.compile": err(tc),
+        "numlab eager": err(pe_out), "numlab compiled": err(pc_out),
+    }
+    return Explanation(
+        name=getattr(fn, "__name__", type(fn).__name__), dtype=dt, shape=tuple(te.shape),
+        torch_eager=te, torch_compiled=tc, pred_eager=pe_out, pred_compiled=pc_out, fp64=ref,
+        differ=float(np.mean(te != tc)) if te.size else 0.0,
+        faith_eager=eq(pe_out, te), faith_compiled=eq(pc_out, tc),
+        max_ulp_eager=float(np.max(ulp_distance(pe_out, te, dt))) if te.size else 0.0,
+        max_ulp_compiled=float(np.max(ulp_distance(pc_out, tc, dt))) if tc.size else 0.0,
+        sources=sources, errors=errors)
