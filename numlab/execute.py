@@ -24,9 +24,11 @@ Modes
     eager, with ``library`` (default ``KernelSpec.handwritten()``).
 ``emulated_casts``
     ``fused`` with every node output rounded to S where eager would round it
-    (PyTorch Inductor's ``emulate_precision_casts``), and the operators'
-    internal promotion taken from ``library`` (eager's choice).  It is
-    ``fused`` with ``align=("promotion",)``.
+    (PyTorch Inductor's ``emulate_precision_casts``): at every node of the
+    graph as given, but not at the internal nodes of a decomposed composite
+    (eager runs the composite as one kernel); the operators' internal
+    promotion is taken from ``library`` (eager's choice).  It is ``fused``
+    with ``align=("promotion",)``.
 ``reference``
     The catalogue's fp64 reference of every operator (numlab.ops) on the same
     S-valued inputs, no rounding anywhere; composites by their own fp64
@@ -312,17 +314,36 @@ def _container(v: np.ndarray, S: Format) -> np.ndarray:
 
 
 def _count(v: np.ndarray) -> tuple[int, int]:
-    """(number of NaN, number of inf) in ``v``.  Fast path: when min and max
-    are finite there is neither (min/max propagate NaN and see every inf)."""
+    """(number of NaN, number of inf) in ``v``.  Fast path: a finite sum
+    (accumulated in at least float32) means there is neither -- any NaN or
+    inf makes the sum NaN or inf; a sum that overflows from finite values
+    only sends us to the exact count."""
     if v.dtype.kind not in "fV" and str(v.dtype) not in ("bfloat16",):
         return (0, 0)
-    v = np.asarray(v, dtype=np.float64) if v.dtype not in (np.float32, np.float64) else v
     if v.size == 0:
         return (0, 0)
-    lo, hi = v.min(), v.max()
-    if np.isfinite(lo) and np.isfinite(hi):
-        return (0, 0)
+    acc = np.float64 if v.dtype == np.float64 else np.float32
+    with np.errstate(all="ignore"):
+        if np.isfinite(np.sum(v, dtype=acc)):
+            return (0, 0)
     return (int(np.count_nonzero(np.isnan(v))), int(np.count_nonzero(np.isinf(v))))
+
+
+def _store(v: np.ndarray, S: Format) -> np.ndarray:
+    """Round fp32 values to S (RNE) and return them in S's container.
+
+    fp16 and bf16 use the storage dtype's own cast from float32 (numpy's
+    and ml_dtypes' casts are IEEE round-to-nearest-even, overflow to inf;
+    tested bit for bit against :func:`numlab.round_to`), which does the
+    rounding and the container conversion in one pass; other formats go
+    through ``round_to``."""
+    v = _f32(v)
+    if S == FP32:
+        return v
+    with np.errstate(over="ignore", invalid="ignore"):
+        if S.name in ("fp16", "bf16"):
+            return v.astype(S.dtype)
+        return _container(_f32(round_to(v, S)), S)
 
 
 def _node_seed(seed, name: str):
@@ -479,6 +500,10 @@ def run(graph, inputs, *, mode, dtype, kernels=None, fusion=None, seed=None,
     else:
         gen = _aligned_spec(spec, lib, align) if fused_mode else spec
         emulate = "promotion" in align
+        used = {}
+        for node in g.nodes:
+            for p in node.inputs:
+                used[p] = True
         for block in plan.blocks:
             codegen = fused_mode and _is_codegen(block, opts)
             bspec = gen if codegen else lib
@@ -487,22 +512,28 @@ def run(graph, inputs, *, mode, dtype, kernels=None, fusion=None, seed=None,
                 node = g.node(m)
                 if codegen:
                     tile = plan.op_tile(m) if "tiling" in align else block.tile
-                    in_kernel = not emulate and m not in outs
+                    # eager rounds at every node of the graph as written, not
+                    # inside a composite it runs as one kernel
+                    inner_node = m in plan.decomposed and plan.decomposed[m] != m
+                    in_kernel = m not in outs and (not emulate or inner_node)
                     fused_ctx = not emulate
                 else:
                     tile = plan.op_tile(m)
                     in_kernel = fused_ctx = False
                 ctx = _Ctx(S, bspec, fused=fused_ctx, tile=tile, seed=_node_seed(seed, m), name=m)
                 v = _compute(node, [vals[p] for p in node.inputs], ctx)
-                if not in_kernel:
-                    v = ctx.to_storage(v)
-                vals[m] = v
-                nonfinite[m] = _count(v)
-                if not in_kernel:
-                    values[m] = _container(v, S)
-                elif keep_internals:
-                    values[m] = np.asarray(v, dtype=np.float32)
-                    internals.append(m)
+                if in_kernel:
+                    vals[m] = v
+                    nonfinite[m] = _count(v)
+                    if keep_internals:
+                        values[m] = np.asarray(v, dtype=np.float32)
+                        internals.append(m)
+                else:
+                    c = _store(v, S)  # written to memory in S
+                    values[m] = c
+                    nonfinite[m] = _count(c)
+                    # consumers read it back, exactly, as fp32 values of S
+                    vals[m] = c.astype(np.float32) if used.get(m) else None
     outputs = {o: values[o] if o in values else _container(vals[o], S) for o in g.outputs}
     if mode == "reference":
         outputs = {o: vals[o] for o in g.outputs}
@@ -561,13 +592,6 @@ class _Ctx:
     def r(self, x) -> np.ndarray:
         """Round to the inner precision (float32 container)."""
         return _f32(self.ar.round(x))
-
-    def to_storage(self, x) -> np.ndarray:
-        a = _f32(x)
-        if self.S == FP32:
-            return a
-        with np.errstate(over="ignore", invalid="ignore"):
-            return _f32(round_to(a, self.S))
 
     # -- scalars (instruction choice) ----------------------------------------
     def scalar(self, s: float) -> np.float32:

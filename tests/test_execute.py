@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from numlab import ops, zoo
-from numlab.execute import MODES, SOURCE_FIELDS, SOURCES, _fma_f32, _welford, run
+from numlab import get_format, ops, round_to, zoo
+from numlab.execute import MODES, SOURCE_FIELDS, SOURCES, _count, _fma_f32, _store, _welford, run
 from numlab.fusion import KINDS, FusionOptions
 from numlab.graph import Graph, Node, trace
 from numlab.kernels import KernelSpec, fma
@@ -320,10 +320,26 @@ def test_all_four_aligned_and_no_decomposition_is_eager_bit_for_bit(model):
 
 def test_align_all_with_decomposition_still_differs_by_the_algorithm_of_the_decomposition():
     g = zoo.layernorm()
+    x = zoo.make_inputs(g, seed=2, kind="shifted_mean")
+    e = run(g, x, mode="eager", dtype="fp32")
+    f = run(g, x, mode="fused", dtype="fp32", fusion=FusionOptions.inductor(), align=SOURCES)
+    # eager's kernel (Welford) is not the decomposed algorithm (two passes)
+    assert not all_same(f, e)
+    f2 = run(g, x, mode="fused", dtype="fp32", fusion=FusionOptions.inductor(decompose=False),
+             align=SOURCES)
+    assert all_same(f2, e)
+
+
+def test_emulated_casts_do_not_round_inside_a_decomposed_composite():
+    g = zoo.layernorm()
     x = zoo.make_inputs(g, seed=2)
-    e = run(g, x, mode="eager", dtype="fp16")
-    f = run(g, x, mode="fused", dtype="fp16", fusion=FusionOptions.inductor(), align=SOURCES)
-    assert not all_same(f, e)  # eager's kernel is not the decomposed algorithm
+    m = run(g, x, mode="emulated_casts", dtype="fp16", fusion=FusionOptions.inductor(),
+            keep_internals=True)
+    inner = [k for k, v in m.plan.decomposed.items() if v != k]
+    assert inner and set(inner) == set(m.internals)  # fp32, never written in S
+    # the same internals rounded to S at every decomposed node would be a different program
+    assert any(not np.array_equal(m.values[k], m.values[k].astype(np.float16).astype(np.float32))
+               for k in inner)
 
 
 # ---------------------------------------------------------------------------
@@ -513,3 +529,27 @@ def test_fma_fast_path_equals_the_kernel_including_ties():
     c2 = np.array([1.0, 1.0, 1.0], dtype=np.float32)
     for aa, bb, cc in ((a, b, c), (a2, b2, c2)):
         assert same_bits(_fma_f32(aa, bb, cc), fma(aa, bb, cc, fmt="fp32"))
+
+
+@pytest.mark.parametrize("dt", ["fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "tf32", "fp32"])
+def test_store_equals_round_to(dt):
+    S = get_format(dt)
+    rng = np.random.default_rng(9)
+    x = np.concatenate([
+        rng.standard_normal(5000) * 2.0 ** rng.integers(-30, 30, 5000),
+        [0.0, -0.0, np.inf, -np.inf, np.nan, 65504.0, 65519.99, 65520.0, 2.0**-24, 2.0**-25,
+         3 * 2.0**-26, 448.0, 464.0, 3.4e38],
+    ]).astype(np.float32)
+    got = _store(x, S)
+    assert got.dtype == S.container
+    want = np.asarray(round_to(x, S)).astype(S.container)
+    assert same_bits(got, want) or (
+        np.array_equal(np.isnan(got.astype(np.float64)), np.isnan(want.astype(np.float64)))
+        and same_bits(got[~np.isnan(got.astype(np.float64))], want[~np.isnan(want.astype(np.float64))]))
+
+
+def test_nonfinite_count_fast_path():
+    assert _count(np.array([1.0, 2.0], dtype=np.float32)) == (0, 0)
+    assert _count(np.array([3e38, 3e38], dtype=np.float32)) == (0, 0)  # the sum overflows, values do not
+    assert _count(np.array([np.inf, -np.inf, np.nan, 1.0], dtype=np.float32)) == (1, 2)
+    assert _count(np.array([65504.0, 65504.0], dtype=np.float16)) == (0, 0)
