@@ -118,7 +118,7 @@ def as_f64(a, name: str = "x") -> np.ndarray:
     arr = np.asarray(a)
     dt = arr.dtype
     if dt.kind == "f" or dt in _EXTRA_FLOATS:
-        return arr.astype(np.float64)
+        return arr.astype(np.float64, copy=False)  # callers never write into it
     if dt.kind in "iu":
         out = arr.astype(np.float64)
         if out.size and np.abs(out).max() > 2.0**53:
