@@ -505,7 +505,7 @@ def run(graph, inputs, *, mode, dtype, kernels=None, fusion=None, seed=None,
             for p in node.inputs:
                 used[p] = True
         for block in plan.blocks:
-            codegen = fused_mode and _is_codegen(block, opts)
+            codegen = fused_mode and block.codegen
             bspec = gen if codegen else lib
             outs = set(block.outputs)
             for m in block.members:
@@ -546,12 +546,6 @@ def run(graph, inputs, *, mode, dtype, kernels=None, fusion=None, seed=None,
                      kernels=spec, library=lib if fused_mode else None,
                      fusion=opts if fused_mode else None, align=align, seed=seed,
                      internals=internals)
-
-
-def _is_codegen(block, opts) -> bool:
-    """Whether the code generator made this block (every member's kind is
-    enabled); otherwise it is a hand-written library call."""
-    return all(opts.fuses(k) for k in block.kind.split("+"))
 
 
 # ---------------------------------------------------------------------------
