@@ -33,6 +33,7 @@ import numpy as np
 from ..formats import get_format
 from ..rounding import round_to
 from .bridge import Ref, TorchTrace, as_numpy, import_torch
+from .libm import aten_vec_erf, sleef_expf
 from .orders import aten_sum, butterfly, inductor_sum
 from .presets import InductorCpu, TorchCpuEager
 
@@ -149,7 +150,7 @@ def _aten_softmax(x, out_dt, preset):
     x = np.asarray(x, np.float32)
     m = np.max(x, axis=-1, keepdims=True)
     with np.errstate(all="ignore"):
-        e = _f64fn(np.exp, x - m)
+        e = sleef_expf(x - m)
     L = preset.softmax_lanes
     n = x.shape[-1]
     with np.errstate(all="ignore"):
@@ -373,7 +374,15 @@ class _Interp:
             if base in ("exp", "log", "tanh", "erf", "sqrt"):
                 fn = {"exp": np.exp, "log": np.log, "tanh": np.tanh, "erf": _erf64, "sqrt": np.sqrt}[base]
                 x = np.asarray(a[0])
-                r = fn(x.astype(np.float64)) if self.mode == "fp64" else _f64fn(fn, x)
+                if self.mode == "fp64":
+                    return fn(x.astype(np.float64))
+                if self.sw.algorithm == "inductor" and base in ("exp", "erf"):
+                    # Inductor's Vectorized<float>::exp() = SLEEF expf_u10; erf() = A&S 7.1.26
+                    r = sleef_expf(x) if base == "exp" else aten_vec_erf(x)
+                else:
+                    # eager unary kernels go through MKL VML (vsExp, vsErf, ...) when MKL is
+                    # present: modelled as correctly rounded fp32 (the residual is MKL's)
+                    r = _f64fn(fn, x)
                 return self.out(r, dt)
             if base == "rsqrt":
                 x = np.asarray(a[0], ft)
@@ -382,17 +391,17 @@ class _Interp:
                 return self.out(np.float32(1) / np.sqrt(x), dt)  # 1/sqrt: two fp32 roundings
             if base == "reciprocal":
                 return self.out(ft(1) / np.asarray(a[0], ft), dt)
-            if base == "sigmoid":
+            if base == "sigmoid":  # ATen and Inductor: 1 / (1 + exp(-x)), exp by SLEEF
                 x = np.asarray(a[0], ft)
                 if self.mode == "fp64":
                     return 1.0 / (1.0 + np.exp(-x))
-                e = _f64fn(np.exp, -x)
+                e = sleef_expf(-x)
                 return self.out(np.float32(1) / (np.float32(1) + e), dt)
             if base == "silu":
                 x = np.asarray(a[0], ft)
                 if self.mode == "fp64":
                     return x / (1.0 + np.exp(-x))
-                e = _f64fn(np.exp, -x)
+                e = sleef_expf(-x)
                 return self.out(x / (np.float32(1) + e), dt)
             if base == "gelu":
                 return self.gelu(np.asarray(a[0], ft), kw.get("approximate", "none"), dt)
@@ -466,8 +475,8 @@ class _Interp:
             x3 = (x * x) * x
             inner = kb * (x + f(0.044715) * x3)
             r = (f(0.5) * x) * (f(1) + _f64fn(np.tanh, inner))
-        else:  # x * 0.5 * (1 + erf(x * M_SQRT1_2))
-            r = (x * f(0.5)) * (f(1) + _f64fn(_erf64, x * f(1 / math.sqrt(2))))
+        else:  # x * 0.5 * (1 + erf(x * M_SQRT1_2)), Vectorized<float>::erf (A&S 7.1.26)
+            r = (x * f(0.5)) * (f(1) + aten_vec_erf(x * f(1 / math.sqrt(2))))
         return self.out(r, dt)
 
     def reduction(self, node, base, a, kw):
@@ -511,9 +520,16 @@ class _Interp:
         if self.sw.order == "aten":  # ATen's RowwiseMoments order
             m, v = _welford_rows(np.asarray(x, np.float32), self.pe.layernorm_lanes)
             v = v * np.float32(n) / np.float32(n - corr) if corr else v
-        else:
-            m, m2 = inductor_welford(np.asarray(x, np.float32), lanes=self.pi.lanes, n_vec=self.n_vec,
-                                     threads=self.threads)
+        else:  # Inductor (generated code read): two passes, sum(x)/n then sum((x-mean)^2)
+            xf = np.asarray(x, np.float32)
+            if inductor_splits(_rows(xf.shape), n, self.pi.lanes * self.n_vec, self.threads):
+                raise NotModelled(
+                    f"Inductor var_mean of {_rows(xf.shape)} row(s) of {n} split over threads "
+                    "(measured to differ from the two-pass model; not modelled)")
+            s = inductor_sum(xf, lanes=self.pi.lanes, n_vec=self.n_vec, threads=self.threads)
+            m = s / np.float32(n)
+            d = xf - m[..., None]
+            m2 = inductor_sum(d * d, lanes=self.pi.lanes, n_vec=self.n_vec, threads=self.threads)
             v = m2 / np.float32(n - corr)
         return (_keep(self.store(v, "fp32"), keep), _keep(self.store(m, "fp32"), keep))
 
