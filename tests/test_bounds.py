@@ -171,3 +171,22 @@ def test_probabilistic_bound_formulas_and_coverage():
     assert np.mean(np.abs(s_hat - s) > bnd) <= 0.01
     with pytest.raises(ValueError, match="prob"):
         B.prob_lambda(10, 1.5)
+
+
+def test_plan_bounds_hold_for_each_output():
+    pytest.importorskip("numlab.execute", reason="numlab.execute (issue 4) not available")
+    from numlab import claims, zoo
+    from numlab.execute import run
+
+    for model in ("matmul_add_layernorm", "softmax", "residual_rmsnorm"):
+        g = claims.get_model(model)
+        x = zoo.make_inputs(g, seed=2, dtype="fp16")
+        ref = run(g, x, mode="reference", dtype="fp16").outputs
+        for mode in ("eager", "fused"):
+            pb = B.plan_bounds(g, x, mode=mode, dtype="fp16")
+            assert set(pb) == set(g.outputs)
+            y = run(g, x, mode=mode, dtype="fp16").outputs
+            for name, d in pb.items():
+                err = np.abs(y[name].astype(np.float64) - ref[name])
+                assert np.all(err <= d["bound"]) and d["max"] == d["bound"].max()
+                assert 0 < d["units"] < 1e4  # a few u_S at the output scale, not vacuous
