@@ -34,9 +34,12 @@ def _chunk(args) -> list:
         ref = run(g, x, mode="reference", dtype="fp16").outputs["y"]
         row = [t]
         for mode in ("eager", "fused"):
-            y = run(g, x, mode=mode, dtype="fp16").outputs["y"]
-            e = metrics.abs_error(ref, y)
-            row += [float(e.max()), metrics.percentile(e, 99)]
+            y = run(g, x, mode=mode, dtype="fp16").outputs["y"].astype(np.float64)
+            e = np.abs(y - ref).ravel()
+            if not np.all(np.isfinite(e)):  # the full NaN/inf policy only when needed
+                e = metrics.abs_error(ref, y).ravel()
+            k = -(-99 * e.size // 100) - 1  # nearest rank, as metrics.percentile
+            row += [float(e.max()), float(np.partition(e, k)[k])]
         out.append(row)
     return out
 
