@@ -45,7 +45,9 @@ eager's choice in the fused modes with ``align``:
                   (``promotion``, ``acc``)
 ``"instruction"`` scalar-multiply unit and its rounding modes, FMA use
                   (``scalar_mul``, ``scalar_rounding``, ``vector_rounding``,
-                  ``fma``)
+                  ``fma``; in a code-generated block ``fma`` also contracts
+                  a ``mul`` feeding an add/sub of the same block into one
+                  fused multiply-add)
 ``"tiling"``      reduction orders and tiles: each operator's one-kernel tile
                   instead of the block's tile (``reduce_inner``,
                   ``reduce_outer``, ``reduce_order``, ``live_buffers``,
@@ -521,7 +523,11 @@ def run(graph, inputs, *, mode, dtype, kernels=None, fusion=None, seed=None,
                     tile = plan.op_tile(m)
                     in_kernel = fused_ctx = False
                 ctx = _Ctx(S, bspec, fused=fused_ctx, tile=tile, seed=_node_seed(seed, m), name=m)
-                v = _compute(node, [vals[p] for p in node.inputs], ctx)
+                v = None
+                if codegen and fused_ctx and bspec.fma:
+                    v = _contract(node, g, block, vals, ctx)
+                if v is None:
+                    v = _compute(node, [vals[p] for p in node.inputs], ctx)
                 if in_kernel:
                     vals[m] = v
                     nonfinite[m] = _count(v)
@@ -836,6 +842,40 @@ def _compute(node, ins, ctx: _Ctx) -> np.ndarray:
             raise ValueError(f"node {node.name!r}: op {op!r} has no executor implementation; "
                              f"implemented: {sorted(_IMPL) + list(_MOVES)}")
         return _f32(fn(ctx, *ins, **at))
+
+
+_CONTRACTIBLE = ("add", "sub", "add_scalar", "sub_scalar", "rsub_scalar")
+
+
+def _contract(node, g, block, vals, ctx: _Ctx):
+    """FMA contraction in a code-generated block (``spec.fma``): an add or
+    subtract whose operand is a ``mul`` of the same block, used only there
+    and never written out, is computed as one fused multiply-add (one
+    rounding), as compilers contract ``a*b + c`` (LLVM/NVPTX ``fmuladd``,
+    Ascend ``vmla``).  Returns None when the pattern does not apply."""
+    if node.op not in _CONTRACTIBLE:
+        return None
+    members = block.members
+    for i, p in enumerate(node.inputs):
+        if p not in members or p in block.outputs:
+            continue
+        pn = g.node(p)
+        if pn.op != "mul" or len(g.consumers(p)) != 1:
+            continue
+        a, b = _f32(vals[pn.inputs[0]]), _f32(vals[pn.inputs[1]])
+        op = node.op
+        if op == "add":
+            return ctx.muladd(a, b, vals[node.inputs[1 - i]])
+        if op == "sub":
+            c = _f32(vals[node.inputs[1 - i]])
+            return ctx.muladd(a, b, -c) if i == 0 else ctx.muladd(-a, b, c)
+        s = ctx.scalar(node.op_attrs["scalar"])
+        if op == "add_scalar":
+            return ctx.muladd(a, b, np.float32(s))
+        if op == "sub_scalar":
+            return ctx.muladd(a, b, np.float32(-s))
+        return ctx.muladd(-a, b, np.float32(s))  # rsub_scalar: s - a*b
+    return None
 
 
 def _layer_norm(ctx: _Ctx, x, gamma=None, beta=None, *, axis, eps):

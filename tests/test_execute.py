@@ -11,9 +11,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import subprocess
 import sys
+from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
@@ -61,6 +63,31 @@ def _chain(x, w, b):
 G_CHAIN = trace(_chain, x=(6, 16), w=(6, 16), b=(6, 16))
 
 
+def _fraction_to_f32(q: Fraction) -> np.float32:
+    """RNE of an exact rational to fp32: round to odd in float64 first
+    (53 >= 24 + 2 bits, so the second rounding is exact; Boldo & Melquiond)."""
+    d = float(q)  # correctly rounded to float64
+    if math.isfinite(d) and Fraction(d) != q:
+        bitsd = np.array(d).view(np.int64)
+        if not bitsd & 1:  # even: step toward q to the odd neighbour
+            d = float(np.nextafter(d, math.inf if Fraction(d) < q else -math.inf))
+    return np.float32(d)
+
+
+def _fma32_exact(a, b, c) -> np.ndarray:
+    """a*b + c rounded once to fp32, by exact rational arithmetic (test-only loop)."""
+    a, b, c = np.broadcast_arrays(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                                  np.asarray(c, np.float32))
+    out = np.empty(a.shape, dtype=np.float32)
+    for idx in np.ndindex(a.shape):
+        av, bv, cv = float(a[idx]), float(b[idx]), float(c[idx])
+        if not all(math.isfinite(v) for v in (av, bv, cv)):
+            out[idx] = np.float32(av * bv + cv)
+            continue
+        out[idx] = _fraction_to_f32(Fraction(av) * Fraction(bv) + Fraction(cv))
+    return out
+
+
 @given(st.integers(0, 2**32 - 1), st.sampled_from(["fp16", "bf16"]))
 def test_pointwise_chain_against_numpy_storage_arithmetic(seed, dt):
     rng = np.random.default_rng(seed)
@@ -70,9 +97,12 @@ def test_pointwise_chain_against_numpy_storage_arithmetic(seed, dt):
     with np.errstate(over="ignore", invalid="ignore"):
         # eager: every op rounds to S -- numpy float16 / ml_dtypes bfloat16 arithmetic
         want_eager = ((x * w) + b) * x - w
-        # fused: one block, fp32 inside, one rounding at the end
+        # fused: one block, fp32 inside, one rounding at the end; the code
+        # generator contracts t*x - w into one FMA (x*w + b too, but x*w is
+        # exact in fp32, so that FMA equals the separate multiply and add)
         xf, wf, bf = (a.astype(np.float32) for a in (x, w, b))
-        want_fused = (((xf * wf) + bf) * xf - wf).astype(np_dt)
+        t = (xf * wf) + bf
+        want_fused = _fma32_exact(t, xf, -wf).astype(np_dt)
     e = run(G_CHAIN, raw, mode="eager", dtype=dt)
     f = run(G_CHAIN, raw, mode="fused", dtype=dt)
     assert same_bits(e.outputs["y"], want_eager)
@@ -553,3 +583,22 @@ def test_nonfinite_count_fast_path():
     assert _count(np.array([3e38, 3e38], dtype=np.float32)) == (0, 0)  # the sum overflows, values do not
     assert _count(np.array([np.inf, -np.inf, np.nan, 1.0], dtype=np.float32)) == (1, 2)
     assert _count(np.array([65504.0, 65504.0], dtype=np.float16)) == (0, 0)
+
+
+def test_fma_contraction_in_a_code_generated_block():
+    g = trace(lambda x, w, b: {"y": ops.exp(x) * w + b}, x=(4, 64), w=(4, 64), b=(4, 64))
+    rng = np.random.default_rng(2)
+    x = {k: rng.standard_normal((4, 64)) for k in ("x", "w", "b")}
+    f = run(g, x, mode="fused", dtype="fp32", keep_internals=True)
+    e32 = f.values["exp_0"]  # the block's fp32 exp (the code generator's algorithm)
+    w, b = (x[k].astype(np.float32) for k in "wb")
+    want = _fma32_exact(e32, w, b)
+    assert same_bits(f.outputs["y"], want)
+    # without contraction (eager's instruction choice): two roundings
+    n = run(g, x, mode="fused", dtype="fp32", align="instruction", keep_internals=True)
+    two = (n.values["exp_0"] * w) + b
+    assert same_bits(n.outputs["y"], two.astype(np.float32))
+    assert not same_bits(want, (e32 * w) + b)  # the contraction is visible here
+    # emulated casts round the product: no contraction either
+    m = run(g, x, mode="emulated_casts", dtype="fp32", kernels=C, library=C)
+    assert same_bits(m.outputs["y"], run(g, x, mode="eager", dtype="fp32", kernels=C).outputs["y"])
