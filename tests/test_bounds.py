@@ -190,3 +190,22 @@ def test_plan_bounds_hold_for_each_output():
                 err = np.abs(y[name].astype(np.float64) - ref[name])
                 assert np.all(err <= d["bound"]) and d["max"] == d["bound"].max()
                 assert 0 < d["units"] < 1e4  # a few u_S at the output scale, not vacuous
+
+
+@given(st.integers(0, 2**31 - 1), st.sampled_from(["sequential", "block_fma", "split_k"]),
+       st.sampled_from([FP16, BF16]), st.sampled_from([None, FP16]))
+def test_matmul_bound_holds_for_kernel_matmul_modes(seed, mode, low, out):
+    mm = pytest.importorskip("numlab.kernels.matmul", reason="numlab.kernels.matmul not available")
+    rng = np.random.default_rng(seed)
+    m, k, n = int(rng.integers(1, 6)), int(rng.integers(1, 80)), int(rng.integers(1, 6))
+    kt = int(rng.integers(1, 40))
+    a = round_to(rng.standard_normal((m, k)) * 10.0 ** rng.integers(-2, 3, (m, k)), low)
+    b = round_to(rng.standard_normal((k, n)), low)
+    outf = None if out is None else low
+    c = np.asarray(mm.matmul(a.astype(low.container), b.astype(low.container), k_tile=kt, acc="fp32", out=outf,
+                             mode=mode), dtype=np.float64)
+    exact = np.array([[float(sum(Fraction(float(a[i, t])) * Fraction(float(b[t, j])) for t in range(k)))
+                       for j in range(n)] for i in range(m)])
+    bnd = B.matmul_bound(a.astype(low.container), b.astype(low.container), k_tile=kt, acc=FP32, out=outf,
+                         mode=mode)
+    assert np.all(np.abs(c - exact) <= bnd + 2.0**-52 * np.abs(exact)), (mode, kt)
