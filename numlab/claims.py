@@ -332,7 +332,6 @@ def _errs(runs: Runs, mode: str, name: str):
 
 def _claim_elementwise(runs: Runs) -> CaseResult:
     worst_m, detail = -math.inf, {}
-    outs = {}
     for name in runs.graph.outputs:
         ef, ref = _errs(runs, "fused", name)
         ee, _ = _errs(runs, "eager", name)
@@ -340,10 +339,10 @@ def _claim_elementwise(runs: Runs) -> CaseResult:
         with np.errstate(invalid="ignore"):
             d = np.where(np.isinf(ef) & np.isinf(ee), 0.0, (ef - ee) / q)
         d = np.where(np.isnan(d), np.inf, d)
+        if d.size == 0:
+            continue
         idx = _worst(d)
-        m = float(d[idx]) if idx or d.ndim == 0 else -math.inf
-        if d.ndim == 0:
-            m = float(d)
+        m = float(d[idx])
         if m > worst_m:
             worst_m = m
             detail = {"output": name, "index": list(idx), "fused_err": float(ef[idx]),
@@ -351,7 +350,6 @@ def _claim_elementwise(runs: Runs) -> CaseResult:
                       "fused": float(runs.outputs("fused")[name][idx]),
                       "eager": float(runs.outputs("eager")[name][idx]),
                       "violations": int(np.count_nonzero(d > 0)), "elements": int(d.size)}
-        outs[name] = None
     return CaseResult(worst_m <= 0, worst_m, detail)
 
 
@@ -857,6 +855,8 @@ def save_counterexample(claim, case: Case, result: CaseResult, directory="data/c
         "dtype": case.dtype,
         "fusion": case.fusion,
         "fusion_options": parse_fusion(case.fusion).canonical(),
+        "kernels": {"eager": "KernelSpec.handwritten()", "fused": "KernelSpec.codegen()",
+                    "fused_library": "KernelSpec.handwritten()"},
         "kind": case.kind,
         "seed": case.seed,
         "trial": case.trial,
@@ -1058,12 +1058,11 @@ def check(claim, model: str, *, dtype="fp16", sizes=None, fusion: str = "autofus
     seeds from :func:`trial_seed`; identical results with any executor).  The
     adversarial search and the shrinker run in this process (sequential hill
     climbing).  When violated, the worst case is shrunk and saved under
-    ``save`` (a directory; None: not saved).
+    ``save`` (a directory; None: not saved).  ``options`` (a
+    :class:`SearchOptions`), when given, replaces ``trials`` and ``search``.
     """
     claim = get_claim(claim)
-    opts = options or SearchOptions(trials=trials, search=search)
-    if options is None:
-        opts = SearchOptions(trials=trials, search=search)
+    opts = options if options is not None else SearchOptions(trials=trials, search=search)
     S = get_format(dtype)
     sizes = model_sizes(model, sizes)
     parse_fusion(fusion)
