@@ -118,7 +118,7 @@ def measure_case(name, dt, shape, seed=0, emulate=(False, True)):
     """One row: {'eager': (share, max_ulp), 'compiled': ..., 'compiled+emulate': ...}."""
     from ..torch.bridge import from_torch
     from ..torch.explain import ulp_distance
-    from ..torch.predict import compile_fn, predict, run_torch
+    from ..torch.predictor import compile_fn, predict, run_torch
     from ..torch.presets import inductor_cpu
 
     fn, nin, kind, _ = _suite()[name]

@@ -1,6 +1,12 @@
 """numlab's PyTorch bridge (issue 8): trace real torch functions and predict
 torch eager and ``torch.compile`` (Inductor C++) outputs bit for bit.
 
+* :func:`from_torch` -- trace to ATen ops (:class:`~numlab.torch.bridge.TorchTrace`),
+  ``.to_graph()`` maps onto numlab's operator catalogue;
+* :func:`predict` -- ``mode="eager" | "compiled" | "fp64"``;
+* :func:`torch_cpu_eager`, :func:`inductor_cpu` -- the measured presets;
+* :func:`explain` -- eager vs compiled attributed to the four sources.
+
 torch is imported lazily: ``import numlab`` and ``import numlab.torch`` work
 without it; the functions that need it import it when called.  Inside this
 package ``import torch`` is an absolute import and always means the real
@@ -14,9 +20,28 @@ import importlib
 _LAZY = {
     "orders": "numlab.torch.orders",
     "data": "numlab.torch.data",
+    "libm": "numlab.torch.libm",
+    "bridge": "numlab.torch.bridge",
+    "predictor": "numlab.torch.predictor",
+    "presets": "numlab.torch.presets",
+}
+_ATTRS = {
+    "from_torch": ("numlab.torch.bridge", "from_torch"),
+    "TorchTrace": ("numlab.torch.bridge", "TorchTrace"),
+    "predict": ("numlab.torch.predictor", "predict"),
+    "run_torch": ("numlab.torch.predictor", "run_torch"),
+    "compile_fn": ("numlab.torch.predictor", "compile_fn"),
+    "Switches": ("numlab.torch.predictor", "Switches"),
+    "NotModelled": ("numlab.torch.predictor", "NotModelled"),
+    "torch_cpu_eager": ("numlab.torch.presets", "torch_cpu_eager"),
+    "inductor_cpu": ("numlab.torch.presets", "inductor_cpu"),
+    "TorchCpuEager": ("numlab.torch.presets", "TorchCpuEager"),
+    "InductorCpu": ("numlab.torch.presets", "InductorCpu"),
+    "explain": ("numlab.torch.explain", "explain"),
+    "Explanation": ("numlab.torch.explain", "Explanation"),
 }
 
-__all__ = sorted(_LAZY)
+__all__ = sorted(set(_LAZY) | set(_ATTRS))
 
 
 def __getattr__(name: str):
@@ -24,4 +49,13 @@ def __getattr__(name: str):
         mod = importlib.import_module(_LAZY[name])
         globals()[name] = mod
         return mod
+    if name in _ATTRS:
+        modname, attr = _ATTRS[name]
+        val = getattr(importlib.import_module(modname), attr)
+        globals()[name] = val
+        return val
     raise AttributeError(f"module 'numlab.torch' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | set(_ATTRS))

@@ -55,7 +55,7 @@ _ELEMENTWISE = (
     "gt.Scalar", "lt.Scalar", "ge.Scalar", "le.Scalar", "eq.Scalar", "ne.Scalar",
     "gt.Tensor", "lt.Tensor", "ge.Tensor", "le.Tensor", "eq.Tensor", "ne.Tensor",
     "_to_copy.default", "clone.default", "alias.default", "detach.default",
-    "convert_element_type.default",
+    "convert_element_type.default", "scalar_tensor.default",
 )
 _REDUCTION = ("sum.dim_IntList", "mean.dim", "amax.default", "amin.default", "var_mean.correction")
 _COMPOSITE = ("_softmax.default", "native_layer_norm.default")
@@ -274,7 +274,13 @@ class TorchTrace:
         gnodes, missing = [], []
         alias = {}  # fx name -> graph name (for no-op nodes)
         consts = {}
+        live = set(self.outputs)  # dead nodes (e.g. layer_norm's unused mean/rstd) are dropped
+        for n in reversed(self.nodes):
+            if n.name in live:
+                live.update(n.refs())
         for n in self.nodes:
+            if n.name not in live:
+                continue
             try:
                 out = _map_node(n, alias, self)
             except _Unmapped as exc:
@@ -293,7 +299,7 @@ class TorchTrace:
                 f"missing: {sorted(set(missing))}")
         inputs = {p.name: tuple(p.shape) for p in self.inputs}
         for n in self.nodes:
-            if n.op == "constant":
+            if n.op == "constant" and n.name in live:
                 inputs[n.name] = tuple(n.shape)
                 consts[n.name] = True
         outs = [alias.get(o, o) for o in self.outputs]

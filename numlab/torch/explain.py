@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .bridge import from_torch, import_torch
-from .predict import COMPILED, EAGER, SOURCES, compile_fn, predict, run_torch
+from .predictor import COMPILED, EAGER, SOURCES, compile_fn, predict, run_torch
 
 __all__ = ["explain", "Explanation", "ulp_distance"]
 

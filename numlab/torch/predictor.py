@@ -423,6 +423,10 @@ class _Interp:
                 if base == "t":
                     return x.T
                 return np.swapaxes(x, int(a[1]), int(a[2]))
+            if base == "scalar_tensor":  # a 0-d tensor of the node dtype: its value is stored
+                if self.mode == "fp64":
+                    return np.float64(a[0])
+                return _rnd(np.float32(a[0]), dt)
             if base == "getitem":
                 return a[0][a[1]]
             if base in ("sum", "mean", "amax", "amin"):
@@ -679,7 +683,7 @@ def _inputs_as_arrays(trace: TorchTrace, inputs):
     if len(inputs) != len(trace.inputs):
         raise ValueError(f"inputs: expected {len(trace.inputs)} tensors ({trace.input_names}), got {len(inputs)}")
     out = []
-    for p, t in zip(trace.inputs, inputs):
+    for p, t in zip(trace.inputs, inputs, strict=True):
         if isinstance(t, torch.Tensor):
             if tuple(t.shape) != tuple(p.shape):
                 raise ValueError(f"input {p.name!r}: shape {tuple(t.shape)} but the trace has {p.shape}")

@@ -1,0 +1,485 @@
+"""numlab.torch without torch.compile: import guard, orders vs scalar references,
+libm models vs exact references, ATen eager against real torch, tracing and mapping.
+
+Independent references used here (test-only, written from the C/C++ sources
+as plain scalar Python loops over np.float32 scalars, nothing shared with the
+vectorised numlab.torch.orders code): ATen ``multi_row_sum``/``row_sum``/
+``vectorized_inner_sum``, Inductor's lane loop + ``vec_reduce_all``
+butterfly, and exact ``fractions.Fraction`` arithmetic for the FMA.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from numlab.torch.data import cancelling_rows, normal
+from numlab.torch.libm import aten_vec_erf, fma32, sleef_expf
+from numlab.torch.orders import aten_sum, butterfly, ceil_log2, inductor_splits_reduction, inductor_sum
+
+F32 = np.float32
+
+
+# --------------------------------------------------------------------------------------
+# scalar references (plain loops, transliterated from SumKernel.cpp / cpp_prefix.h)
+def _ref_multi_row_sum(load, size, nrows):
+    """load(i, k) -> np.float32 scalar; returns nrows partial sums (scalar loop)."""
+    num_levels = 4
+    level_power = max(4, (1 if size <= 2 else (size - 1).bit_length()) // num_levels)
+    level_step = 1 << level_power
+    level_mask = level_step - 1
+    acc = [[F32(0)] * nrows for _ in range(num_levels)]
+    i = 0
+    while i + level_step <= size:
+        for _ in range(level_step):
+            for k in range(nrows):
+                acc[0][k] = F32(acc[0][k] + load(i, k))
+            i += 1
+        for j in range(1, num_levels):
+            for k in range(nrows):
+                acc[j][k] = F32(acc[j][k] + acc[j - 1][k])
+                acc[j - 1][k] = F32(0)
+            if i & (level_mask << (j * level_power)):
+                break
+    while i < size:
+        for k in range(nrows):
+            acc[0][k] = F32(acc[0][k] + load(i, k))
+        i += 1
+    for j in range(1, num_levels):
+        for k in range(nrows):
+            acc[0][k] = F32(acc[0][k] + acc[j][k])
+    return acc[0]
+
+
+def _ref_row_sum(load, size):
+    """ATen row_sum with ilp 4 over items load(i) (each a list of lanes)."""
+    ilp = 4
+    size_ilp = size // ilp
+    parts = _ref_multi_row_sum(lambda i, k: load(i * ilp + k), size_ilp, ilp)
+    for i in range(size_ilp * ilp, size):
+        parts[0] = _vadd(parts[0], load(i))
+    for k in range(1, ilp):
+        parts[0] = _vadd(parts[0], parts[k])
+    return parts[0]
+
+
+def _vadd(a, b):
+    if isinstance(a, list):
+        return [F32(x + y) for x, y in zip(a, b, strict=True)]
+    return F32(a + b)
+
+
+def ref_aten_sum(row, V=8, widen=False):
+    row = [F32(v) for v in row]
+    n = len(row)
+    vt = 2 * V if widen else V
+    if n < vt:
+        return _ref_row_sum(lambda i: row[i], n) if n else F32(0)
+
+    def load(i):
+        base = i * vt
+        if widen:
+            return [F32(row[base + j] + row[base + V + j]) for j in range(V)]
+        return [row[base + j] for j in range(V)]
+
+    # the multi_row_sum accumulators hold vectors: add lane-wise
+    nv = n // vt
+    ilp = 4
+    size_ilp = nv // ilp
+
+    def vload(i, k):
+        return load(i * ilp + k)
+
+    # vector version of _ref_multi_row_sum
+    num_levels = 4
+    level_power = max(4, (1 if size_ilp <= 2 else (size_ilp - 1).bit_length()) // num_levels)
+    level_step = 1 << level_power
+    level_mask = level_step - 1
+    zero = [F32(0)] * V
+    acc = [[zero] * ilp for _ in range(num_levels)]
+    i = 0
+    while i + level_step <= size_ilp:
+        for _ in range(level_step):
+            for k in range(ilp):
+                acc[0][k] = _vadd(acc[0][k], vload(i, k))
+            i += 1
+        for j in range(1, num_levels):
+            for k in range(ilp):
+                acc[j][k] = _vadd(acc[j][k], acc[j - 1][k])
+                acc[j - 1][k] = zero
+            if i & (level_mask << (j * level_power)):
+                break
+    while i < size_ilp:
+        for k in range(ilp):
+            acc[0][k] = _vadd(acc[0][k], vload(i, k))
+        i += 1
+    for j in range(1, num_levels):
+        for k in range(ilp):
+            acc[0][k] = _vadd(acc[0][k], acc[j][k])
+    parts = acc[0]
+    for i in range(size_ilp * ilp, nv):
+        parts[0] = _vadd(parts[0], load(i))
+    for k in range(1, ilp):
+        parts[0] = _vadd(parts[0], parts[k])
+    fin = F32(0)
+    for k in range(nv * vt, n):
+        fin = F32(fin + row[k])
+    for k in range(V):
+        fin = F32(fin + parts[0][k])
+    return fin
+
+
+def ref_inductor_sum(row, lanes=16, n_vec=1):
+    row = [F32(v) for v in row]
+    n = len(row)
+    if n < 8:
+        s = row[0] if n else F32(0)
+        for k in range(1, n):
+            s = F32(s + row[k])
+        return s
+    W = lanes * n_vec
+    acc = [F32(0)] * W
+    for i, v in enumerate(row):
+        acc[i % W] = F32(acc[i % W] + v)
+    v = acc[:lanes]
+    for j in range(1, n_vec):
+        v = [F32(a + b) for a, b in zip(v, acc[j * lanes:(j + 1) * lanes], strict=True)]
+    h = lanes // 2
+    while h:
+        v = [F32(v[i] + v[i ^ h]) for i in range(lanes)]
+        h //= 2
+    return F32(F32(0) + v[0])
+
+
+# --------------------------------------------------------------------------------------
+def test_import_numlab_torch_without_torch():
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import numlab, numlab.torch\n"
+        "from numlab.torch import orders, data\n"
+        "import numpy as np\n"
+        "x = np.ones((2, 20), np.float32)\n"
+        "assert orders.aten_sum(x).tolist() == [20.0, 20.0]\n"
+        "from numlab.torch.bridge import from_torch\n"
+        "try:\n"
+        "    from_torch(lambda x: x, ())\n"
+        "except ImportError as e:\n"
+        "    assert 'torch==2.13.0' in str(e)\n"
+        "else:\n"
+        "    raise SystemExit('no ImportError')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+def test_import_torch_inside_package_is_the_real_torch(torch):
+    from numlab.torch import bridge, predictor
+
+    assert bridge.import_torch() is sys.modules["torch"]
+    assert hasattr(bridge.import_torch(), "compile")
+    assert predictor.import_torch().__version__ == torch.__version__
+
+
+# --------------------------------------------------------------------------------------
+@given(st.integers(1, 300), st.integers(0, 2**31 - 1), st.sampled_from([(8, False), (8, True), (16, False), (4, True)]))
+def test_aten_sum_equals_scalar_reference(n, seed, vw):
+    V, widen = vw
+    rng = np.random.default_rng(seed)
+    x = cancelling_rows(rng, (2, n), "bf16" if widen else "fp32")
+    got = aten_sum(x, vec=V, widen=widen)
+    for r in range(2):
+        want = ref_aten_sum(x[r], V, widen)
+        assert got[r] == want or (np.isnan(got[r]) and np.isnan(want)), (n, V, widen, r)
+
+
+def test_aten_sum_long_rows_use_cascade_levels():
+    # level_power grows past 4 when ceil_log2(size) >= 20; check a long row against the reference
+    rng = np.random.default_rng(5)
+    x = cancelling_rows(rng, (1, 40000), "fp32")
+    assert aten_sum(x)[0] == ref_aten_sum(x[0], 8, False)
+    assert ceil_log2(1) == 1 and ceil_log2(2) == 1 and ceil_log2(3) == 2 and ceil_log2(1024) == 10
+
+
+@given(st.integers(1, 200), st.integers(0, 2**31 - 1), st.sampled_from([(16, 1), (16, 2), (8, 1)]))
+def test_inductor_sum_equals_scalar_reference(n, seed, ln):
+    lanes, n_vec = ln
+    rng = np.random.default_rng(seed)
+    x = cancelling_rows(rng, (2, n), "fp32")
+    got = inductor_sum(x, lanes=lanes, n_vec=n_vec, threads=1)
+    for r in range(2):
+        assert got[r] == ref_inductor_sum(x[r], lanes, n_vec), (n, lanes, n_vec)
+
+
+@given(st.integers(8, 300), st.integers(0, 2**31 - 1))
+def test_inductor_sum_is_numlab_lanes_tree_masked(n, seed):
+    """Unsplit Inductor order == numlab.kernels Lanes(W, "tree", "masked") (+0.0)."""
+    from numlab.kernels.reduce import Lanes, reduce
+
+    rng = np.random.default_rng(seed)
+    x = cancelling_rows(rng, (3, n), "fp32")
+    got = inductor_sum(x, lanes=16, threads=1)
+    want = np.asarray(reduce(x, "sum", order=Lanes(16, "tree", "masked"), acc="fp32"), np.float32) + F32(0)
+    assert np.array_equal(got, want)
+
+
+def test_inductor_split_rule_and_split_sum():
+    assert not inductor_splits_reduction(1, 1000, 16, 2)  # 1000 // 2 < 512
+    assert inductor_splits_reduction(1, 1100, 16, 2)
+    assert inductor_splits_reduction(2, 20000, 16, 2)  # 2 * 300 < 1250
+    assert not inductor_splits_reduction(8, 5000, 16, 2)
+    assert not inductor_splits_reduction(1, 5000, 16, 1)
+    # split by hand: thread k sums its static block of vectors, tail into its own accumulator
+    rng = np.random.default_rng(3)
+    x = cancelling_rows(rng, (1, 3000), "fp32")
+    iters = -(-3000 // 16)
+    q, r = divmod(iters, 2)
+    cut = (q + (1 if r else 0)) * 16
+    a0 = np.zeros(16, F32)
+    a1 = np.zeros(16, F32)
+    for i in range(0, cut):
+        a0[i % 16] = F32(a0[i % 16] + x[0, i])
+    for i in range(cut, 3000):
+        a1[(i - cut) % 16] = F32(a1[(i - cut) % 16] + x[0, i])
+    acc = (np.zeros(16, F32) + a0) + a1
+    assert inductor_sum(x, lanes=16, threads=2)[0] == F32(0) + butterfly(acc)
+
+
+# --------------------------------------------------------------------------------------
+_F32S = st.floats(allow_nan=False, allow_infinity=False, width=32,
+                  min_value=float(F32(-1e30)), max_value=float(F32(1e30)))
+
+
+@given(_F32S, _F32S, _F32S)
+def test_fma32_is_exactly_rounded(a, b, c):
+    from _exact import round_exact
+
+    got = fma32(F32(a), F32(b), F32(c))
+    exact = Fraction(float(F32(a))) * Fraction(float(F32(b))) + Fraction(float(F32(c)))
+    from numlab.formats import FP32
+
+    want = round_exact(exact, FP32, "rne")
+    assert float(got) == float(want), (a, b, c)
+
+
+def test_sleef_expf_within_one_ulp_and_special_values():
+    from numlab.formats import ulp
+
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.uniform(-103, 88, 200000), rng.standard_normal(20000)]).astype(F32)
+    got = sleef_expf(x).astype(np.float64)
+    ref = np.exp(x.astype(np.float64))
+    err = np.abs(got - ref) / np.asarray(ulp(np.asarray(np.float32(ref), np.float64), "fp32"), np.float64)
+    assert np.max(err) <= 1.0  # SLEEF's u10 promise (1.0 ulp)
+    assert 0.85 < np.mean(got == np.float32(ref)) < 1.0  # ~91% correctly rounded, not all
+    sp = sleef_expf(np.array([-105, 101, 0, -np.inf, np.inf, np.nan], F32))
+    assert sp[0] == 0 and sp[1] == np.inf and sp[2] == 1 and sp[3] == 0 and sp[4] == np.inf and np.isnan(sp[5])
+
+
+def test_aten_vec_erf_is_abramowitz_stegun_accurate():
+    from numlab.ops import erf_ref
+
+    x = np.linspace(-6, 6, 100001).astype(F32)
+    err = np.abs(aten_vec_erf(x).astype(np.float64) - erf_ref(x.astype(np.float64)))
+    # A&S 7.1.26 bound 1.5e-7 plus the fp32 evaluation: 1 - r*t*exp(-x^2) loses up to
+    # ~5 ulp(1) = 3e-7 to the roundings of t, the Horner FMAs and the product
+    assert np.max(err) < 1.5e-7 + 5 * 2.0**-23
+    assert np.max(err) > 1e-8  # it is an approximation, not correctly rounded
+    assert np.all(aten_vec_erf(-x) == -aten_vec_erf(x))
+
+
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dt", ["fp32", "bf16", "fp16"])
+def test_aten_sum_matches_torch_eager_all_lengths(torch, dt):
+    tdt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dt]
+    rng = np.random.default_rng(11)
+    for n in list(range(1, 70)) + [100, 255, 256, 257, 1000, 4097]:
+        x = cancelling_rows(rng, (6, n), dt)
+        got = torch.from_numpy(x).to(tdt).sum(-1).float().numpy()
+        pred = aten_sum(x, vec=8, widen=dt != "fp32")
+        if dt != "fp32":
+            from numlab.rounding import round_to
+
+            pred = np.asarray(round_to(pred, dt), F32)
+        assert np.array_equal(got, pred), (dt, n)
+
+
+def test_measured_sum_lanes_and_wrong_lanes_fail(torch):
+    from numlab.torch.presets import detect_inductor_lanes, measure_aten_sum_lanes
+
+    assert measure_aten_sum_lanes() == 8
+    assert detect_inductor_lanes() in (8, 16)
+    rng = np.random.default_rng(0)
+    x = cancelling_rows(rng, (8, 100), "fp32")
+    got = torch.from_numpy(x).sum(-1).numpy()
+    assert not np.array_equal(aten_sum(x, vec=16), got)  # the capability string's width is wrong
+
+
+SCALAR_CASES = [
+    ("mul", lambda x: x * 0.1), ("add", lambda x: x + 0.1), ("sub", lambda x: x - 0.3),
+    ("rsub", lambda x: 0.7 - x), ("div", lambda x: x / 3.3), ("rdiv", lambda x: 2.3 / x),
+    ("where", lambda x: x.where(x > 0, 0.1)),
+]
+
+
+@pytest.mark.parametrize("name,fn", SCALAR_CASES)
+@pytest.mark.parametrize("dt", ["fp16", "bf16"])
+def test_eager_scalar_rules_per_op(torch, name, fn, dt):
+    """numlab's eager prediction matches ATen bit for bit, and flipping the scalar
+    rule of that op (storage <-> opmath) would not."""
+    from dataclasses import replace
+
+    from numlab.torch import from_torch, predict
+    from numlab.torch.presets import torch_cpu_eager
+
+    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dt]
+    rng = np.random.default_rng(1)
+    x = torch.from_numpy(normal(rng, (4, 500), dt)).to(tdt)
+    tr = from_torch(fn, (x,))
+    want = fn(x).float().numpy()
+    pe = torch_cpu_eager()
+    got = predict(tr, (x,), mode="eager", preset=pe).outputs[0]
+    assert np.array_equal(got, want)
+    rule = {"rdiv": "mul"}.get(name, name)
+    if rule != "where":  # where's scalar is a scalar_tensor of the output dtype either way
+        flipped = tuple((k, ("opmath" if v == "storage" else "storage") if k == rule else v)
+                        for k, v in pe.scalar_rules)
+        other = predict(tr, (x,), mode="eager", preset=replace(pe, scalar_rules=flipped)).outputs[0]
+        assert not np.array_equal(other, want), name
+
+
+def test_eager_comparison_uses_rounded_scalar(torch):
+    from numlab.torch import from_torch, predict
+
+    x = torch.tensor([0.2998, 0.3, 0.30005, 0.3003], dtype=torch.float16)
+
+    def f(x):
+        return torch.where(x > 0.3, x, x * 0)
+
+    tr = from_torch(f, (x,))
+    assert np.array_equal(predict(tr, (x,), mode="eager").outputs[0], f(x).float().numpy())
+    # fp16(0.3) = 0.30005: x > 0.3 is False for x == fp16(0.3) in eager
+    assert f(x).float().numpy()[2] == 0
+
+
+def test_eager_add_alpha_fma_and_scalar_tail(torch):
+    from numlab.torch import from_torch, predict
+
+    rng = np.random.default_rng(2)
+    for dt, tdt in (("fp32", torch.float32), ("fp16", torch.float16)):
+        x = torch.from_numpy(normal(rng, (1, 1000), dt)).to(tdt)
+        y = torch.from_numpy(normal(rng, (1, 1000), dt)).to(tdt)
+
+        def f(x, y):
+            return torch.add(x, y, alpha=0.3)
+
+        tr = from_torch(f, (x, y))
+        assert np.array_equal(predict(tr, (x, y), mode="eager").outputs[0], f(x, y).float().numpy()), dt
+
+
+@pytest.mark.parametrize("dt", ["fp32", "bf16"])
+def test_eager_mean_softmax_layernorm_rmsnorm(torch, dt):
+    import torch.nn.functional as F
+
+    from numlab.torch import from_torch, predict
+
+    tdt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dt]
+    rng = np.random.default_rng(4)
+    for n in (37, 64, 300):
+        x = torch.from_numpy(normal(rng, (6, n), dt, 3.0)).to(tdt)
+        w = torch.from_numpy(normal(rng, (n,), dt)).to(tdt)
+        b = torch.from_numpy(normal(rng, (n,), dt)).to(tdt)
+        for fn, args in ((lambda x: x.mean(-1), (x,)), (lambda x: F.softmax(x, -1), (x,)),
+                         (lambda x, w, b: F.layer_norm(x, (n,), w, b), (x, w, b)),
+                         (lambda x, w: F.rms_norm(x, (n,), w), (x, w))):
+            tr = from_torch(fn, args)
+            got = predict(tr, args, mode="eager").outputs[0]
+            assert np.array_equal(got, fn(*args).float().numpy()), (dt, n, tr.ops())
+
+
+# --------------------------------------------------------------------------------------
+def test_from_torch_lists_every_unsupported_op(torch):
+    from numlab.torch import from_torch
+
+    def f(x):
+        return torch.sin(x) + torch.cumsum(x, 0) + torch.exp(x)
+
+    with pytest.raises(ValueError) as e:
+        from_torch(f, (torch.ones(4),))
+    msg = str(e.value)
+    assert "sin.default" in msg and "cumsum.default" in msg and "exp.default" not in msg.split("predictable")[0]
+
+
+def test_from_torch_bad_inputs(torch):
+    from numlab.torch import from_torch
+
+    with pytest.raises(TypeError, match="example_inputs"):
+        from_torch(lambda x: x, (np.ones(3),))
+    with pytest.raises(ValueError, match="float64"):
+        from_torch(lambda x: x, (torch.ones(3, dtype=torch.float64),))
+    with pytest.raises(TypeError, match="callable"):
+        from_torch(3, (torch.ones(3),))
+
+
+def test_to_graph_maps_to_catalogue_and_evaluates(torch):
+    import torch.nn.functional as F
+
+    from numlab.torch import from_torch
+
+    def block(x, w, b):
+        h = F.layer_norm(x, (8,), w, b)
+        return F.softmax(h * 0.5 - 1.0, -1).sum(-1) + torch.tanh(h).mean(-1)
+
+    x, w, b = torch.randn(3, 8), torch.randn(8), torch.randn(8)
+    tr = from_torch(block, (x, w, b))
+    g = tr.to_graph()
+    ops = [n.op for n in g.nodes]
+    assert {"layer_norm", "softmax", "mul_scalar", "sub_scalar", "sum", "tanh", "mean", "add"} <= set(ops)
+    ins = {tr.input_names[0]: x.double().numpy(), tr.input_names[1]: w.double().numpy(),
+           tr.input_names[2]: b.double().numpy()}
+    ref = g.evaluate(ins)[g.outputs[0]]
+    want = block(x.double(), w.double(), b.double()).numpy()
+    assert np.allclose(ref, want, rtol=1e-12, atol=1e-12)
+
+
+def test_to_graph_refuses_partial_graphs(torch):
+    from numlab.torch import from_torch
+
+    def f(x):
+        return torch.where(x > 0, x, x * 2) + x.pow(3)
+
+    tr = from_torch(f, (torch.randn(4),), check=False)
+    with pytest.raises(ValueError) as e:
+        tr.to_graph()
+    assert "gt.Scalar" in str(e.value) and "pow.Tensor_Scalar" in str(e.value)
+
+
+def test_fp64_prediction_matches_torch_double(torch):
+    from numlab.torch import from_torch, predict
+
+    def f(x, y):
+        return torch.sigmoid(x * 0.3 + y).sum(-1) / 7.0
+
+    x, y = torch.randn(4, 50), torch.randn(4, 50)
+    tr = from_torch(f, (x, y))
+    got = predict(tr, (x, y), mode="fp64").outputs[0]
+    assert np.allclose(got, f(x.double(), y.double()).numpy(), rtol=1e-13, atol=0)
+
+
+def test_predict_validates_arguments(torch):
+    from numlab.torch import from_torch, predict
+    from numlab.torch.presets import inductor_cpu
+
+    tr = from_torch(lambda x: x * 2.0, (torch.ones(3),))
+    with pytest.raises(ValueError, match="mode"):
+        predict(tr, mode="fused")
+    with pytest.raises(TypeError, match="TorchCpuEager"):
+        predict(tr, mode="eager", preset=inductor_cpu())
+    with pytest.raises(ValueError, match="shape"):
+        predict(tr, (torch.ones(4),))
