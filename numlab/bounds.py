@@ -67,6 +67,8 @@ __all__ = [
     "prob_lambda",
     "prob_sum_bound",
     "plan_bounds",
+    "rounding_counts",
+    "chain_bound",
 ]
 
 _DIRECTED = ("rtz", "up", "down", "odd", "stochastic")
@@ -425,3 +427,50 @@ def plan_bounds(graph, inputs, *, mode: str = "fused", dtype="fp16", **run_kwarg
 
 
 
+
+
+def rounding_counts(plan, dtype="fp16") -> dict:
+    """A-priori rounding counts of a plan (eager or fused), per output.
+
+    Walks ``plan.graph`` in topological order; along every path a node adds
+    one rounding to the storage format S when its value leaves its block
+    (``Block.outputs``: eager, every node; fused, the block boundary) and
+    one fp32 rounding when it stays inside a code-generated block (fused
+    intermediates are fp32).  Returns ``{output: {"S": k_S, "fp32": k_32}}``,
+    the largest counts over the paths reaching the output.  This is the
+    quantity behind the autofusion note's section 3.2 argument ("eager rounds
+    to fp16 at every operator boundary, a fused block only at its
+    boundary").
+    """
+    owner = {}
+    for b in plan.blocks:
+        for m in b.members:
+            owner[m] = b
+    cnt = {k: (0, 0) for k in plan.graph.inputs}
+    for node in plan.graph.nodes:
+        ks = max((cnt[i][0] for i in node.inputs), default=0)
+        k32 = max((cnt[i][1] for i in node.inputs), default=0)
+        b = owner.get(node.name)
+        if b is None or node.name in b.outputs or not getattr(b, "codegen", False):
+            ks += 1
+        else:
+            k32 += 1
+        cnt[node.name] = (ks, k32)
+    return {o: {"S": cnt[o][0], "fp32": cnt[o][1]} for o in plan.graph.outputs}
+
+
+def chain_bound(counts: dict, dtype="fp16", acc=FP32) -> float:
+    """Relative error bound ``(1 + u_S)^k_S (1 + u_32)^k_32 - 1`` for the
+    counts of :func:`rounding_counts`.
+
+    Rigorous (ASNA Lemma 3.1: a product of ``(1 + d_i)`` factors) for a chain
+    in which every operator multiplies or divides its inputs (condition number
+    1 in each input: products, quotients, scaling by constants exact in the
+    compute format) and every operation is correctly rounded; then
+    ``|y_hat - y| <= chain_bound * |y|``.  For other operators the relative
+    error also carries their condition numbers; use the running bounds
+    (:func:`plan_bounds`).  Eager with ``k`` operators: ``gamma``-like
+    ``(1 + u_S)^k - 1``; fused in one block: ``(1 + u_S)(1 + u_32)^(k-1) - 1``.
+    """
+    uS, u32 = get_format(dtype).u, get_format(acc).u
+    return math.expm1(counts["S"] * math.log1p(uS) + counts["fp32"] * math.log1p(u32)) * _F64_SLACK

@@ -209,3 +209,37 @@ def test_matmul_bound_holds_for_kernel_matmul_modes(seed, mode, low, out):
     bnd = B.matmul_bound(a.astype(low.container), b.astype(low.container), k_tile=kt, acc=FP32, out=outf,
                          mode=mode)
     assert np.all(np.abs(c - exact) <= bnd + 2.0**-52 * np.abs(exact)), (mode, kt)
+
+
+@given(st.integers(0, 2**31 - 1), st.integers(2, 6), st.sampled_from(["fp16", "bf16"]))
+def test_chain_bound_for_product_chains_eager_and_fused(seed, k, dtype):
+    pytest.importorskip("numlab.execute", reason="numlab.execute (issue 4) not available")
+    from numlab.execute import run
+    from numlab.graph import trace
+
+    names = [f"x{i}" for i in range(k)]
+
+    def prod(**xs):
+        y = xs[names[0]]
+        for nm in names[1:]:
+            y = y * xs[nm]
+        return {"y": y}
+
+    g = trace(prod, **{nm: (3, 4) for nm in names})
+    rng = np.random.default_rng(seed)
+    xs = {nm: round_to(rng.uniform(0.5, 2.0, (3, 4)) * rng.choice([-1, 1], (3, 4)), dtype) for nm in names}
+    exact = np.ones((3, 4), dtype=object)
+    for nm in names:
+        exact = exact * np.vectorize(lambda v: Fraction(float(v)), otypes=[object])(xs[nm])
+    for mode in ("eager", "fused"):
+        r = run(g, xs, mode=mode, dtype=dtype)
+        c = B.rounding_counts(r.plan, dtype)["y"]
+        assert c["S"] + c["fp32"] == k - 1
+        bnd = B.chain_bound(c, dtype)
+        y = r.outputs["y"].astype(np.float64)
+        for idx in np.ndindex(y.shape):
+            assert abs(Fraction(float(y[idx])) - exact[idx]) <= Fraction(bnd) * abs(exact[idx])
+        if mode == "eager":
+            assert c == {"S": k - 1, "fp32": 0}
+        elif c["S"] == 1:  # one fused block: fp32 inside, one rounding to S at the boundary
+            assert bnd < B.chain_bound({"S": k - 1, "fp32": 0}, dtype) or k == 2
