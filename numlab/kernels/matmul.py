@@ -94,7 +94,7 @@ def _lsb_exp(x: np.ndarray) -> np.ndarray:
     frac = bits & ((1 << 52) - 1)
     sig = np.where(biased > 0, frac | (1 << 52), frac)
     low = sig & (-sig)
-    tz = np.log2(np.maximum(low, 1).astype(np.float64)).astype(np.int64)  # exact: powers of two
+    tz = np.frexp(np.maximum(low, 1).astype(np.float64))[1].astype(np.int64) - 1  # exact: powers of two
     e = np.where(biased > 0, biased - 1075, -1074) + tz
     return np.where((sig == 0) | (biased == 0x7FF), 4096, e)
 
@@ -104,8 +104,11 @@ def _tile_exact_plus(c: np.ndarray, a_t: np.ndarray, b_t: np.ndarray, acc: Forma
 
     Certificate (1): both ends of ``[v_hat - B, v_hat + B]`` round to the same
     value (monotonicity of rounding).  Entries it does not settle (exact ties
-    are common: sums of short products often land on a midpoint of acc) go to
-    :func:`_certify_rows`, then, rarely, to exact Python summation.
+    are common: sums of short products often land on a midpoint of acc) get
+    certificate (2): the exact value is a multiple of ``q = 2**min(lsb(a_ik) +
+    lsb(b_kj), lsb(c_ij))``, so if ``B < q/2`` it is ``rint(v_hat/q) q``.  The
+    rest go to :func:`_certify_rows` (tight per-entry bound), then, rarely, to
+    exact Python summation.
     """
     kt = a_t.shape[-1]
     with np.errstate(over="ignore", invalid="ignore"):
@@ -122,7 +125,7 @@ def _tile_exact_plus(c: np.ndarray, a_t: np.ndarray, b_t: np.ndarray, acc: Forma
         t += (2.0**-51 * cmax)[..., :, None]
         fast = acc == FP32 and mode == "rne"
         lo = np.subtract(v, t)
-        hi = np.add(v, t, out=t)
+        hi = np.add(v, t)
         if fast:  # the float64 -> float32 cast is round-to-nearest-even
             lo32 = lo.astype(np.float32)
             ok = lo32 == hi.astype(np.float32)
@@ -139,13 +142,34 @@ def _tile_exact_plus(c: np.ndarray, a_t: np.ndarray, b_t: np.ndarray, acc: Forma
         bidx = tuple(bidx)
         a_b = np.broadcast_to(a_t, v.shape[:-2] + a_t.shape[-2:])
         b_b = np.broadcast_to(b_t, v.shape[:-2] + b_t.shape[-2:])
-        rows = a_b[bidx + (ii,)]  # (nbad, kt)
-        cols = np.swapaxes(b_b, -1, -2)[bidx + (jj,)]  # (nbad, kt)
-        terms = np.concatenate([rows * cols, np.asarray(c, dtype=np.float64)[bad][:, None]], axis=1)
-        fixed, still = _certify_rows(terms, acc, mode)
-        for r in np.nonzero(still)[0]:  # rare: exact summation in Python
-            fixed[r] = exact_dot_round(terms[r], acc, mode)
-        n_exact = int(still.sum())
+        cb = np.broadcast_to(c, v.shape)
+        # certificate (2), cheap: the exact c + S is a multiple of
+        # q = 2**min(min_k lsb(a_ik) + lsb(b_kj), lsb(c_ij)); with B < q/2 it is rint(v/q) q.
+        la_t = np.broadcast_to(_lsb_exp(np.ascontiguousarray(a_t)).astype(np.int16), a_b.shape)
+        lb_t = np.broadcast_to(_lsb_exp(np.ascontiguousarray(b_t)).astype(np.int16), b_b.shape)
+        la = la_t[bidx + (ii,)].astype(np.int32)  # (nbad, kt)
+        lb = np.swapaxes(lb_t, -1, -2)[bidx + (jj,)].astype(np.int32)
+        qe = np.minimum(np.min(la + lb, axis=1), _lsb_exp(cb[bad].astype(np.float64)))
+        qe = np.clip(qe, -1074, 1023)
+        q = np.ldexp(1.0, qe.astype(np.int32))
+        vb, tb = v[bad], t[bad]
+        with np.errstate(over="ignore", invalid="ignore"):
+            grid = (tb < q / 2) & (np.abs(vb) < np.ldexp(q, 52)) & np.isfinite(vb)
+            ve = np.rint(vb / q) * q
+        fixed = np.where(grid, _rnd(ve, acc, mode), np.asarray(res[bad], dtype=np.float64))
+        if not grid.all():
+            sel = np.nonzero(~grid)[0]
+            sub = tuple(ix[sel] for ix in bad)
+            *sbidx, sii, sjj = sub
+            sbidx = tuple(sbidx)
+            rows = a_b[sbidx + (sii,)]  # (nsel, kt)
+            cols = np.swapaxes(b_b, -1, -2)[sbidx + (sjj,)]
+            terms = np.concatenate([rows * cols, cb[sub].astype(np.float64)[:, None]], axis=1)
+            fx, still = _certify_rows(terms, acc, mode)
+            for r in np.nonzero(still)[0]:  # rare: exact summation in Python
+                fx[r] = exact_dot_round(terms[r], acc, mode)
+            n_exact = int(still.sum())
+            fixed[sel] = fx
         res[bad] = fixed
     return res, n_exact
 
@@ -225,14 +249,18 @@ def matmul(
         raise ValueError(f"k_tile={k_tile!r} is not valid; it must be an int > 0")
     acc = get_format(acc)
     outf = acc if out is None else get_format(out)
-    A = as_values(a, "a").astype(np.float64)
-    B = as_values(b, "b").astype(np.float64)
+    A0 = as_values(a, "a")
+    B0 = as_values(b, "b")
+    A = A0.astype(np.float64)
+    B = B0.astype(np.float64)
     if A.ndim < 2 or B.ndim < 2:
         raise ValueError(f"a and b must be at least 2-D, got shapes {A.shape} and {B.shape}")
     K = A.shape[-1]
     if B.shape[-2] != K:
         raise ValueError(f"inner dimensions differ: a is {A.shape}, b is {B.shape}")
-    for name, M in (("a", A), ("b", B)):
+    for name, M in (("a", A0), ("b", B0)):
+        if M.dtype == np.float32:
+            continue  # float32 (or a narrower widened container): <= 24 bits by construction
         with np.errstate(over="ignore"):
             if not np.array_equal(M.astype(np.float32), M, equal_nan=True):
                 raise ValueError(
