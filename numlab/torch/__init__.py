@@ -37,11 +37,13 @@ _ATTRS = {
     "inductor_cpu": ("numlab.torch.presets", "inductor_cpu"),
     "TorchCpuEager": ("numlab.torch.presets", "TorchCpuEager"),
     "InductorCpu": ("numlab.torch.presets", "InductorCpu"),
-    "explain": ("numlab.torch.explain", "explain"),
-    "Explanation": ("numlab.torch.explain", "Explanation"),
 }
 
-__all__ = sorted(set(_LAZY) | set(_ATTRS))
+# imported eagerly (numpy only, no torch) so that the function ``explain`` owns the
+# package attribute: a lazily imported submodule ``explain`` would replace it
+from .explain import Explanation, explain  # noqa: E402
+
+__all__ = sorted(set(_LAZY) | set(_ATTRS) | {"explain", "Explanation"})
 
 
 def __getattr__(name: str):
