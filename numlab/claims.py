@@ -167,9 +167,12 @@ def model_sizes(name: str, sizes: dict | None = None) -> dict:
 def parse_fusion(spec: str | None):
     """FusionOptions from a spec string: ``"autofuse"`` (default),
     ``"autofuse:--autofuse_enable_pass=reduce"`` (AUTOFUSE_FLAGS),
-    ``"inductor"``, ``"off"``."""
+    ``"inductor"``, ``"off"``; a ``"+nodecompose"`` suffix keeps composites
+    undecomposed (``FusionOptions.decompose=False``, the note's §6.1 patch)."""
     from .fusion import FusionOptions
 
+    if isinstance(spec, str) and spec.endswith("+nodecompose"):
+        return dataclasses.replace(parse_fusion(spec[: -len("+nodecompose")]), decompose=False)
     if spec is None or spec == "autofuse":
         return FusionOptions()
     if isinstance(spec, FusionOptions):
@@ -182,7 +185,8 @@ def parse_fusion(spec: str | None):
         return FusionOptions.inductor()
     if spec == "off":
         return FusionOptions.off()
-    raise ValueError(f"fusion={spec!r} is not valid; valid: 'autofuse', 'autofuse:FLAGS', 'inductor', 'off'")
+    raise ValueError(f"fusion={spec!r} is not valid; valid: 'autofuse', 'autofuse:FLAGS', 'inductor', 'off', "
+                     "each optionally with '+nodecompose'")
 
 
 def trial_seed(seed: int, trial: int) -> int:
@@ -550,6 +554,24 @@ def _claim_inductor(runs: Runs) -> CaseResult:
     return CaseResult(worst_m <= 0, worst_m, detail)
 
 
+def _claim_emulated(runs: Runs) -> CaseResult:
+    res = runs.run("emulated_casts", align=("instruction", "tiling", "algorithm"))
+    n_bad, detail = 0, {}
+    for name in runs.graph.outputs:
+        e = runs.outputs("eager")[name]
+        f = np.asarray(res.outputs[name])
+        neq = ~metrics.bitwise_equal(e, f)
+        k = int(np.count_nonzero(neq))
+        if k > n_bad:
+            n_bad = k
+            idx = _worst(neq.astype(float))
+            detail = {"output": name, "mismatches": k, "elements": int(neq.size), "index": list(idx),
+                      "eager": float(np.asarray(e, dtype=np.float64)[idx]),
+                      "emulated": float(np.asarray(f, dtype=np.float64)[idx])}
+    return CaseResult(n_bad == 0, float(n_bad), detail, outputs={"eager": runs.outputs("eager"),
+                                                                 "emulated_casts": dict(res.outputs)})
+
+
 CLAIMS: dict[str, Claim] = {
     c.name: c
     for c in [
@@ -584,6 +606,11 @@ CLAIMS: dict[str, Claim] = {
         Claim("execution_determinism",
               "same compiled plan and inputs -> bitwise identical outputs (note §3.3)",
               _claim_exec_det, searchable=False),
+        Claim("emulated_casts_match_eager",
+              "with emulated precision casts (TORCHINDUCTOR_EMULATE_PRECISION_CASTS) and eager's instructions, "
+              "tiling and algorithms, fused == eager bit for bit (note §6.1; decomposition must be patched off: "
+              "use --fusion autofuse+nodecompose)",
+              _claim_emulated),
         Claim("inductor_rule",
               "PyTorch Inductor's rule: rmse(fp64, fused) <= multiplier * rmse(fp64, eager) + tol/10 "
               "(note §4; torch._dynamo.utils.same)",

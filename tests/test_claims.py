@@ -204,3 +204,15 @@ def test_bfloat16_case_runs():
     case = C.make_case("softmax", dtype="bf16", trial=0)
     r = C.evaluate("no_worse_tensor", case)
     assert r.outputs["eager"]["y"].dtype == np.dtype(ml_dtypes.bfloat16)
+
+
+def test_emulated_casts_claim_needs_decomposition_off():
+    # note §6.1: emulate precision casts + eager's instructions/tiling/algorithms -> bitwise eager,
+    # once decomposition is patched off (execute documents fused == eager in that configuration)
+    for model in ("layernorm", "softmax", "mul_add_gelu_mul"):
+        assert C.check("emulated_casts_match_eager", model, fusion="autofuse+nodecompose", trials=4).holds
+    rep = C.check("emulated_casts_match_eager", "layernorm", trials=4, shrink_cex=False)
+    assert not rep.holds and rep.worst_detail["mismatches"] > 0
+    assert not C.parse_fusion("inductor+nodecompose").decompose
+    with pytest.raises(ValueError, match="nodecompose"):
+        C.parse_fusion("fancy")
