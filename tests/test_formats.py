@@ -196,3 +196,14 @@ def test_encode_decode_roundtrip():
 def test_describe_row():
     row = nl.FP16.describe()
     assert row["max"] == 65504.0 and row["u"] == 2.0**-11 and row["p"] == 11
+
+
+def test_cli_formats(capsys):
+    from numlab.cli import main
+
+    assert main(["formats", "--x", "0.3"]) in (0, None)
+    out = capsys.readouterr().out
+    assert "fp8_e4m3" in out and "65504" in out and "stochastic" in out
+    # the rne row shows fp16(0.3) = 0.300048828
+    rne = next(line for line in out.splitlines() if line.startswith("rne"))
+    assert f"{float(np.float16(0.3)):.9g}" in rne
