@@ -133,15 +133,21 @@ def test_split_k_equals_reference(k_tile):
     assert np.array_equal(got.astype(np.float64), ref_split_k(a, b, k_tile))
 
 
+def test_default_mode_is_sequential_per_contract():
+    rng = np.random.default_rng(9)
+    a, b = _data(rng, "fp16", 3, 20, 3)
+    assert np.array_equal(K.matmul(a, b, k_tile=8), K.matmul(a, b, k_tile=8, mode="sequential"))
+
+
 def test_modes_differ_and_out_format():
     rng = np.random.default_rng(6)
     a, b = _data(rng, "fp16", 16, 256, 16)
     r = {m: K.matmul(a, b, k_tile=32, mode=m) for m in K.MATMUL_MODES}
     assert not np.array_equal(r["sequential"], r["block_fma"])
-    o = K.matmul(a, b, k_tile=32, out="fp16")
+    o = K.matmul(a, b, k_tile=32, out="fp16", mode="block_fma")
     assert o.dtype == np.float16 and np.array_equal(o, r["block_fma"].astype(np.float16))
     # one K tile covering K: block_fma is the correctly rounded dot product
-    full = K.matmul(a[:2], b[:, :2], k_tile=256)
+    full = K.matmul(a[:2], b[:, :2], k_tile=256, mode="block_fma")
     assert np.array_equal(full.astype(np.float64), ref_block_fma(a[:2], b[:, :2], 256))
 
 
@@ -149,9 +155,10 @@ def test_batched_matmul():
     rng = np.random.default_rng(8)
     a = rng.standard_normal((2, 3, 10)).astype(np.float16)
     b = rng.standard_normal((10, 4)).astype(np.float16)
-    got = K.matmul(a, b, k_tile=4)
-    for i in range(2):
-        assert np.array_equal(got[i], K.matmul(a[i], b, k_tile=4))
+    for mode in K.MATMUL_MODES:
+        got = K.matmul(a, b, k_tile=4, mode=mode)
+        for i in range(2):
+            assert np.array_equal(got[i], K.matmul(a[i], b, k_tile=4, mode=mode))
 
 
 def test_nonfinite_inputs_follow_ieee():

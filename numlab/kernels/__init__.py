@@ -35,6 +35,7 @@ The easy way: a :class:`KernelSpec` applied to a storage format ``S``::
     y = spec.multiply_add(a, b, c, storage="fp16")
     y = spec.matmul(a, b, storage="fp16")
     # inside a fused block: fp32 in, fp32 out; the block's live buffers set the tile
+    cg = K.KernelSpec.codegen()
     y = cg.reduce(x32, "sum", axis=-1, storage="fp16", fused=True, live_buffers=block.live_buffers)
 
 With ``fused=False`` the result is rounded to ``S`` (eager kernel output);

@@ -116,22 +116,30 @@ def _tile_exact_plus(c: np.ndarray, a_t: np.ndarray, b_t: np.ndarray, acc: Forma
         v += c
         amax = np.max(np.abs(a_t), axis=-1)  # (..., M)
         bmax = np.max(np.abs(b_t), axis=-2)  # (..., N)
-        cmax = np.max(np.abs(np.broadcast_to(c, v.shape)), axis=-1)  # (..., M)
+        cb_ = np.broadcast_to(c, v.shape)
+        cmax = np.maximum(np.max(cb_, axis=-1), -np.min(cb_, axis=-1)).astype(np.float64)  # (..., M)
+        cmax = np.where(np.isnan(cmax), np.inf, cmax)
         g = kt * 2.0**-53 / (1 - kt * 2.0**-53)
         # B_ij = gamma_kt * kt * amax_i * bmax_j            (BLAS error, any order)
         #      + 2^-51 * (cmax_i + kt * amax_i * bmax_j)     (>= 2^-51 |v|: rounding of c + S)
         alpha = (g * (1 + 2.0**-50) + 2.0**-51) * kt * amax
-        t = alpha[..., :, None] * bmax[..., None, :]
-        t += (2.0**-51 * cmax)[..., :, None]
         fast = acc == FP32 and mode == "rne"
-        lo = np.subtract(v, t)
-        hi = np.add(v, t)
-        if fast:  # the float64 -> float32 cast is round-to-nearest-even
-            lo32 = lo.astype(np.float32)
-            ok = lo32 == hi.astype(np.float32)
+        if fast:
+            # per-row bound T_i = max_j B_ij (saves a full matrix); the float64
+            # differences are cast to float32 (round-to-nearest-even) as they are
+            # written, so no float64 temporaries are stored
+            T = (alpha * np.max(bmax, axis=-1, keepdims=True) + 2.0**-51 * cmax)[..., :, None]
+            t = np.broadcast_to(T, v.shape)
+            lo32 = np.empty(v.shape, np.float32)
+            hi32 = np.empty(v.shape, np.float32)
+            np.subtract(v, T, out=lo32, casting="same_kind")
+            np.add(v, T, out=hi32, casting="same_kind")
+            ok = lo32 == hi32
             res = lo32
         else:
-            lo, hi = _rnd(lo, acc, mode), _rnd(hi, acc, mode)
+            t = alpha[..., :, None] * bmax[..., None, :]
+            t += (2.0**-51 * cmax)[..., :, None]
+            lo, hi = _rnd(v - t, acc, mode), _rnd(v + t, acc, mode)
             ok = lo == hi
             res = lo
         # NaN entries fail ok and are settled (as NaN) by the exact path below
@@ -212,7 +220,7 @@ def matmul(
     k_tile: int,
     acc="fp32",
     out=None,
-    mode: str = "block_fma",
+    mode: str = "sequential",
     fma: bool = False,
     split_order="pairwise",
     acc_mode: str = "rne",
