@@ -619,6 +619,29 @@ class _Ctx:
     def mul(self, a, b):
         return self.r(self.ar.mul(_f32(a), _f32(b)))
 
+    def _inplace_ok(self, a, b) -> bool:
+        return (self.ar.native and isinstance(a, np.ndarray) and a.dtype == np.float32
+                and np.asarray(b).dtype == np.float32 and a.flags.writeable
+                and np.broadcast_shapes(a.shape, np.shape(b)) == a.shape)
+
+    def mul_(self, a, b):
+        """``mul`` writing into ``a`` (a temporary of this kernel) when the
+        arithmetic is native fp32: the same IEEE operation, one allocation
+        fewer; otherwise ``mul``."""
+        b = _f32(b)
+        if self._inplace_ok(a, b):
+            with np.errstate(all="ignore"):
+                return np.multiply(a, b, out=a)
+        return self.mul(a, b)
+
+    def add_(self, a, b):
+        """``add`` into ``a`` (see :meth:`mul_`)."""
+        b = _f32(b)
+        if self._inplace_ok(a, b):
+            with np.errstate(all="ignore"):
+                return np.add(a, b, out=a)
+        return self.add(a, b)
+
     def div(self, a, b):
         from .kernels import divide
 
@@ -785,25 +808,38 @@ def _fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """``a*b + c`` rounded once to fp32.
 
     The product of two fp32 values is exact in float64; ``s = fl64(p + c)``
-    then rounds once more to fp32.  That double rounding is wrong only when
-    ``s`` is exactly halfway between two fp32 numbers and the float64 sum
-    was inexact; those (rare) elements are redone with the kernels' exact
-    TwoSum + round-to-odd path (:func:`numlab.kernels.fma`)."""
+    is then rounded to fp32.  That double rounding can be wrong only when
+    ``s`` lies exactly halfway between two fp32 numbers (its 29 low
+    significand bits are ``1 0...0``) or in fp32's subnormal range; those
+    (rare) elements are redone with the kernels' exact TwoSum +
+    round-to-odd path (:func:`numlab.kernels.fma`).  Works on chunks of rows
+    so the float64 temporaries stay in cache."""
     from .kernels import fma
 
-    a, b, c = np.broadcast_arrays(a, b, c)
+    a, b, c = np.broadcast_arrays(_f32(a), _f32(b), _f32(c))
+    out = np.empty(a.shape, dtype=np.float32)
+    if a.size == 0:
+        return out
+    if a.ndim == 0:
+        return _f32(fma(a, b, c, fmt=FP32)).reshape(())
+    per_row = max(1, a.size // a.shape[0])
+    step = max(1, 65536 // per_row)
+    low = np.uint64(0x1FFFFFFF)
+    half = np.uint64(0x10000000)
+    tiny = 2.0**-126
     with np.errstate(all="ignore"):
-        s = a.astype(np.float64) * b + c
-        r = s.astype(np.float32)
-        back = r.astype(np.float64)
-        # distance to the neighbour on the other side of s
-        other = np.nextafter(r, np.where(s > back, np.float32(np.inf), np.float32(-np.inf)))
-        mid = (back + other.astype(np.float64)) * 0.5
-        tie = (s == mid) | ~np.isfinite(s)
-    if tie.any():
-        r = r.copy()
-        r[tie] = _f32(fma(a[tie], b[tie], c[tie], fmt=FP32))
-    return r
+        for i in range(0, a.shape[0], step):
+            sl = slice(i, i + step)
+            p = a[sl].astype(np.float64)
+            p *= b[sl]
+            p += c[sl]
+            r = p.astype(np.float32)
+            sus = (p.view(np.uint64) & low) == half
+            sus |= (np.abs(p) < tiny) & (p != 0)
+            if sus.any():
+                r[sus] = _f32(fma(a[sl][sus], b[sl][sus], c[sl][sus], fmt=FP32))
+            out[sl] = r
+    return out
 
 
 def _reseed(o, seed):
@@ -894,11 +930,13 @@ def _layer_norm(ctx: _Ctx, x, gamma=None, beta=None, *, axis, eps):
         else:
             var = ctx.reduce(x, "var", axis, True)
     r = ctx.rsqrt(ctx.add(var, np.float32(ctx.scalar(eps))))
-    y = ctx.mul(d, r)
+    y = ctx.mul_(d, r)  # d is this kernel's own temporary
     if gamma is not None and beta is not None:
-        return ctx.muladd(y, gamma, beta)
+        if ctx.spec.fma or not ctx.ar.native:
+            return ctx.muladd(y, gamma, beta)
+        return ctx.add_(ctx.mul_(y, gamma), beta)  # two roundings, as muladd
     if gamma is not None:
-        return ctx.mul(y, gamma)
+        return ctx.mul_(y, gamma)
     return y
 
 
@@ -906,7 +944,7 @@ def _rms_norm(ctx: _Ctx, x, weight=None, *, axis, eps):
     ms = ctx.reduce(ctx.mul(x, x), "mean", axis, True)
     r = ctx.rsqrt(ctx.add(ms, np.float32(ctx.scalar(eps))))
     y = ctx.mul(x, r)
-    return ctx.mul(y, weight) if weight is not None else y
+    return ctx.mul_(y, weight) if weight is not None else y
 
 
 def _softmax(ctx: _Ctx, x, *, axis):

@@ -554,11 +554,19 @@ def test_fma_fast_path_equals_the_kernel_including_ties():
     c = rng.standard_normal(20000).astype(np.float32)
     # ties: a*b exactly half an fp32 ulp of c away from c, plus a tiny tail
     one = np.float32(1.0)
-    a2 = np.array([one, one, 3.0], dtype=np.float32)
-    b2 = np.array([2.0**-24, 2.0**-24 + 2.0**-47, -(2.0**-25)], dtype=np.float32)
-    c2 = np.array([1.0, 1.0, 1.0], dtype=np.float32)
-    for aa, bb, cc in ((a, b, c), (a2, b2, c2)):
-        assert same_bits(_fma_f32(aa, bb, cc), fma(aa, bb, cc, fmt="fp32"))
+    # the last one: exact = 1 + 2^-23 + 2^-24 - 2^-70, which float64 rounds to the
+    # fp32 midpoint 1 + 2^-23 + 2^-24; rounding that to even would give 1 + 2^-22
+    a2 = np.array([one, one, 3.0, 1 + 2.0**-23], dtype=np.float32)
+    b2 = np.array([2.0**-24, 2.0**-24 + 2.0**-47, -(2.0**-25), 2.0**-24 - 2.0**-47], dtype=np.float32)
+    c2 = np.array([1.0, 1.0, 1.0, 1 + 2.0**-23], dtype=np.float32)
+    a3 = np.array([2.0**-70, 1e-30, -3e-39], dtype=np.float32)  # fp32 subnormal results
+    b3 = np.array([2.0**-70, 1e-10, 1.0], dtype=np.float32)
+    c3 = np.array([0.0, -1e-40, 1e-45], dtype=np.float32)
+    for aa, bb, cc in ((a, b, c), (a2, b2, c2), (a3, b3, c3)):
+        got = _fma_f32(aa, bb, cc)
+        assert same_bits(got, fma(aa, bb, cc, fmt="fp32"))
+        assert same_bits(got, _fma32_exact(aa, bb, cc))
+    assert _fma_f32(a2, b2, c2)[3] == np.float32(1 + 2.0**-23)
 
 
 @pytest.mark.parametrize("dt", ["fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "tf32", "fp32"])
