@@ -50,15 +50,15 @@ def round_fraction(v: Fraction | float, fmt: str, mode: str = "rne") -> float:
     return sign * float(r)
 
 
-def fadd(a: float, b: float, fmt: str) -> float:
-    """fl(a + b) in fmt (IEEE: NaN/inf handled by float arithmetic; zero signs as IEEE rne)."""
+def fadd(a: float, b: float, fmt: str, mode: str = "rne") -> float:
+    """fl(a + b) in fmt (IEEE: NaN/inf handled by float arithmetic; zero signs as IEEE rne/rtz)."""
     if not (math.isfinite(a) and math.isfinite(b)):
         return a + b
     s = Fraction(a) + Fraction(b)
     if s == 0:
-        # IEEE 754 6.3: exact zero sum is +0 in rne unless both are -0
+        # IEEE 754 6.3: exact zero sum is +0 in rne/rtz unless both are -0
         return -0.0 if (math.copysign(1, a) < 0 and math.copysign(1, b) < 0) else 0.0
-    return round_fraction(s, fmt)
+    return round_fraction(s, fmt, mode)
 
 
 def fsub(a, b, fmt):

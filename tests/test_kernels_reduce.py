@@ -343,3 +343,36 @@ def test_bf16_accumulator_order_matters():
     # small ones first: 2^-8 + 2^-8 = 2^-7 exactly, then 1 + 2^-7 is representable
     assert K.reduce(x[::-1].copy(), "sum", order="sequential", acc=BF16) == 1.0 + 2.0**-7
     assert K.reduce(x, "sum", order="sequential", acc=FP32) == 1.0 + 2.0**-7
+
+
+@pytest.mark.parametrize("order", ["sequential", "pairwise", "lanes(4,sequential)"])
+def test_directed_accumulator_rounding_equals_scalar_loop(order):
+    """acc_mode='rtz': every addition truncated (TwoSum + round-to-odd path)."""
+    rng = np.random.default_rng(12)
+    x = np.abs(rng.standard_normal(45)).astype(np.float16).astype(np.float32)
+    got = float(K.reduce(x, "sum", order=order, acc="fp16", acc_mode="rtz"))
+    xs = [float(v) for v in x]
+    if order == "sequential":
+        exp = xs[0]
+        for v in xs[1:]:
+            exp = R.fadd(exp, v, "fp16", "rtz")
+    elif order == "pairwise":
+        level = xs
+        while len(level) > 1:
+            nxt = [R.fadd(level[i], level[i + 1], "fp16", "rtz") for i in range(0, len(level) - 1, 2)]
+            level = nxt + ([level[-1]] if len(level) % 2 else [])
+        exp = level[0]
+    else:
+        accs = []
+        m = -(-len(xs) // 4)
+        padded = xs + [-0.0] * (4 * m - len(xs))
+        for j in range(4):
+            s_ = -0.0
+            for i in range(m):
+                s_ = R.fadd(s_, padded[i * 4 + j], "fp16", "rtz")
+            accs.append(s_)
+        exp = accs[0]
+        for v in accs[1:]:
+            exp = R.fadd(exp, v, "fp16", "rtz")
+    assert got == exp
+    assert got <= float(K.reduce(x, "sum", order=order, acc="fp16"))  # truncation never rounds up
