@@ -9,6 +9,8 @@ import _scalar_orders as R
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from numlab import kernels as K
 
@@ -182,3 +184,27 @@ def test_bad_matmul_arguments():
         K.matmul(a, a, k_tile=2)
     with pytest.raises(ValueError, match="24 significant bits"):
         K.matmul(a.astype(np.float64) / 3, b, k_tile=2)
+
+
+@settings(max_examples=80)
+@given(data=st.data())
+def test_block_fma_and_split_k_vs_fraction_hypothesis(data):
+    """Random shapes, tiles and exponent spreads (ties, cancellation, huge range): the
+    certificates never accept a wrong rounding."""
+    fmt = data.draw(st.sampled_from(["fp16", "bf16", "fp32"]))
+    M, Kd, N = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 24)), data.draw(st.integers(1, 3))
+    spread = {"fp16": 5, "bf16": 40, "fp32": 40}[fmt]
+    k_tile = data.draw(st.integers(1, 24))
+    seed = data.draw(st.integers(0, 2**16))
+    rng = np.random.default_rng(seed)
+    a, b = _data(rng, fmt, M, Kd, N, spread)
+    if data.draw(st.booleans()) and Kd > 1:  # plant exact cancellation and short values (ties)
+        a[:, 1] = -a[:, 0]
+        b[1] = b[0]
+        b = (np.round(b.astype(np.float32) * 4) / 4).astype(b.dtype)
+    acc = data.draw(st.sampled_from(["fp32", "fp16"])) if fmt == "fp16" else "fp32"
+    got = K.matmul(a, b, k_tile=k_tile, acc=acc, mode="block_fma")
+    assert np.array_equal(got.astype(np.float64), ref_block_fma(a, b, k_tile, acc))
+    if acc == "fp32":
+        got = K.matmul(a, b, k_tile=k_tile, mode="split_k")
+        assert np.array_equal(got.astype(np.float64), ref_split_k(a, b, k_tile))
