@@ -810,10 +810,11 @@ def _fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     The product of two fp32 values is exact in float64; ``s = fl64(p + c)``
     is then rounded to fp32.  That double rounding can be wrong only when
     ``s`` lies exactly halfway between two fp32 numbers (its 29 low
-    significand bits are ``1 0...0``) or in fp32's subnormal range; those
-    (rare) elements are redone with the kernels' exact TwoSum +
-    round-to-odd path (:func:`numlab.kernels.fma`).  Works on chunks of rows
-    so the float64 temporaries stay in cache."""
+    significand bits are ``1 0...0``): there the exact error of ``s``
+    (Knuth's TwoSum) says on which side the exact value lies (zero: a true
+    tie, round to even).  Results in fp32's subnormal range are redone by
+    the kernels' exact path (:func:`numlab.kernels.fma`).  Works on chunks
+    of rows so the float64 temporaries stay in cache."""
     from .kernels import fma
 
     a, b, c = np.broadcast_arrays(_f32(a), _f32(b), _f32(c))
@@ -834,10 +835,21 @@ def _fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
             p *= b[sl]
             p += c[sl]
             r = p.astype(np.float32)
-            sus = (p.view(np.uint64) & low) == half
-            sus |= (np.abs(p) < tiny) & (p != 0)
-            if sus.any():
-                r[sus] = _f32(fma(a[sl][sus], b[sl][sus], c[sl][sus], fmt=FP32))
+            mid = (p.view(np.uint64) & low) == half
+            if mid.any():  # an fp32 midpoint: which side was the exact value on?
+                av = a[sl][mid].astype(np.float64)
+                prod = av * b[sl][mid]  # exact
+                cv = c[sl][mid].astype(np.float64)
+                sm = p[mid]
+                bb = sm - prod  # TwoSum (Knuth): e is the exact error of sm
+                e = (prod - (sm - bb)) + (cv - bb)
+                r0 = r[mid]
+                other = np.nextafter(r0, np.where(sm > r0, np.float32(np.inf), np.float32(-np.inf)))
+                up, dn = np.maximum(r0, other), np.minimum(r0, other)
+                r[mid] = np.where(e > 0, up, np.where(e < 0, dn, r0))
+            sub = (np.abs(p) < tiny) & (p != 0)  # fp32 subnormal results: exact kernel
+            if sub.any():
+                r[sub] = _f32(fma(a[sl][sub], b[sl][sub], c[sl][sub], fmt=FP32))
             out[sl] = r
     return out
 

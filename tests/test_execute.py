@@ -556,17 +556,24 @@ def test_fma_fast_path_equals_the_kernel_including_ties():
     one = np.float32(1.0)
     # the last one: exact = 1 + 2^-23 + 2^-24 - 2^-70, which float64 rounds to the
     # fp32 midpoint 1 + 2^-23 + 2^-24; rounding that to even would give 1 + 2^-22
-    a2 = np.array([one, one, 3.0, 1 + 2.0**-23], dtype=np.float32)
-    b2 = np.array([2.0**-24, 2.0**-24 + 2.0**-47, -(2.0**-25), 2.0**-24 - 2.0**-47], dtype=np.float32)
-    c2 = np.array([1.0, 1.0, 1.0, 1 + 2.0**-23], dtype=np.float32)
+    # (and its negative, where the exact value is on the other side of the midpoint)
+    a2 = np.array([one, one, 3.0, 1 + 2.0**-23, -(1 + 2.0**-23)], dtype=np.float32)
+    b2 = np.array([2.0**-24, 2.0**-24 + 2.0**-47, -(2.0**-25), 2.0**-24 - 2.0**-47,
+                   2.0**-24 - 2.0**-47], dtype=np.float32)
+    c2 = np.array([1.0, 1.0, 1.0, 1 + 2.0**-23, -(1 + 2.0**-23)], dtype=np.float32)
     a3 = np.array([2.0**-70, 1e-30, -3e-39], dtype=np.float32)  # fp32 subnormal results
     b3 = np.array([2.0**-70, 1e-10, 1.0], dtype=np.float32)
     c3 = np.array([0.0, -1e-40, 1e-45], dtype=np.float32)
-    for aa, bb, cc in ((a, b, c), (a2, b2, c2), (a3, b3, c3)):
+    # fp32 * fp16 + fp16 (a layer norm's affine step): many exact fp32 midpoints
+    a4 = rng.standard_normal((64, 512)).astype(np.float32)
+    b4 = rng.standard_normal(512).astype(np.float16).astype(np.float32)
+    c4 = rng.standard_normal(512).astype(np.float16).astype(np.float32)
+    for aa, bb, cc in ((a, b, c), (a2, b2, c2), (a3, b3, c3), (a4, b4, c4)):
         got = _fma_f32(aa, bb, cc)
         assert same_bits(got, fma(aa, bb, cc, fmt="fp32"))
         assert same_bits(got, _fma32_exact(aa, bb, cc))
     assert _fma_f32(a2, b2, c2)[3] == np.float32(1 + 2.0**-23)
+    assert _fma_f32(a2, b2, c2)[4] == np.float32(-(1 + 2.0**-23))
 
 
 @pytest.mark.parametrize("dt", ["fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "tf32", "fp32"])
