@@ -344,14 +344,16 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "demo",
         help="eager vs fused vs fp64 on the built-in models (table + figures in out/)",
-        description=__doc__.split("\n\n")[0] + " Existing results are never overwritten: a fresh "
-        "run-NNN subfolder is used unless --force.",
+        description="The zoo in fp16 and bf16, eager vs fused vs emulated casts, each against the "
+        "fp64 reference: a table, figures and a self-contained HTML report in DIR. Existing "
+        "results are never overwritten: a fresh run-NNN subfolder is used unless --force.",
     )
     p.add_argument("--out", default="out", metavar="DIR", help="output directory (default: out/)")
     p.add_argument("--force", action="store_true", help="overwrite existing results in DIR")
     p.add_argument("--quick", action="store_true", help="4 models and short chains (a few seconds)")
     p.add_argument("--fusion", default="inductor",
-                   help="inductor (default), autofuse, off, or an AUTOFUSE_FLAGS string")
+                   help="inductor (default), autofuse, off, or an AUTOFUSE_FLAGS string "
+                        "(write --fusion='--enable_autofuse=true;--autofuse_enable_pass=reduce')")
     p.add_argument("--kind", default="normal", choices=zoo.KINDS, help="input distribution")
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     p.add_argument("--models", default=None,
