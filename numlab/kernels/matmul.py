@@ -113,30 +113,43 @@ def _tile_exact_plus(c: np.ndarray, a_t: np.ndarray, b_t: np.ndarray, acc: Forma
     kt = a_t.shape[-1]
     with np.errstate(over="ignore", invalid="ignore"):
         v = np.matmul(a_t, b_t)  # one BLAS call
-        v += c
         amax = np.max(np.abs(a_t), axis=-1)  # (..., M)
         bmax = np.max(np.abs(b_t), axis=-2)  # (..., N)
-        cb_ = np.broadcast_to(c, v.shape)
-        cmax = np.maximum(np.max(cb_, axis=-1), -np.min(cb_, axis=-1)).astype(np.float64)  # (..., M)
-        cmax = np.where(np.isnan(cmax), np.inf, cmax)
         g = kt * 2.0**-53 / (1 - kt * 2.0**-53)
         # B_ij = gamma_kt * kt * amax_i * bmax_j            (BLAS error, any order)
         #      + 2^-51 * (cmax_i + kt * amax_i * bmax_j)     (>= 2^-51 |v|: rounding of c + S)
         alpha = (g * (1 + 2.0**-50) + 2.0**-51) * kt * amax
         fast = acc == FP32 and mode == "rne"
         if fast:
-            # per-row bound T_i = max_j B_ij (saves a full matrix); the float64
-            # differences are cast to float32 (round-to-nearest-even) as they are
-            # written, so no float64 temporaries are stored
-            T = (alpha * np.max(bmax, axis=-1, keepdims=True) + 2.0**-51 * cmax)[..., :, None]
-            t = np.broadcast_to(T, v.shape)
-            lo32 = np.empty(v.shape, np.float32)
-            hi32 = np.empty(v.shape, np.float32)
-            np.subtract(v, T, out=lo32, casting="same_kind")
-            np.add(v, T, out=hi32, casting="same_kind")
-            ok = lo32 == hi32
-            res = lo32
+            # Per-row bound T_i = max_j B_ij.  The float64 sums are cast to float32
+            # (round-to-nearest-even) as they are written, and the work runs over
+            # row chunks that stay in cache after the one BLAS call.
+            N = v.shape[-1]
+            V = v.reshape(-1, N)
+            Cb = np.broadcast_to(c, v.shape).reshape(-1, N)
+            arow = np.broadcast_to(alpha * np.max(bmax, axis=-1, keepdims=True), v.shape[:-1]).reshape(-1)
+            lo32 = np.empty(V.shape, np.float32)
+            hi32 = np.empty(V.shape, np.float32)
+            okf = np.empty(V.shape, bool)
+            Tvec = np.empty(V.shape[0])
+            rc = max(1, 32768 // max(N, 1))
+            for r0 in range(0, V.shape[0], rc):
+                r1 = r0 + rc
+                vv, cc = V[r0:r1], Cb[r0:r1]
+                vv += cc
+                cm = np.maximum(np.max(cc, axis=-1), -np.min(cc, axis=-1)).astype(np.float64)
+                Tvec[r0:r1] = arow[r0:r1] + 2.0**-51 * np.where(np.isnan(cm), np.inf, cm)
+                T = Tvec[r0:r1, None]
+                np.subtract(vv, T, out=lo32[r0:r1], casting="same_kind")
+                np.add(vv, T, out=hi32[r0:r1], casting="same_kind")
+                np.equal(lo32[r0:r1], hi32[r0:r1], out=okf[r0:r1])
+            ok = okf.reshape(v.shape)
+            res = lo32.reshape(v.shape)
+            t = np.broadcast_to(Tvec.reshape(v.shape[:-1])[..., None], v.shape)
         else:
+            v += c
+            cmax = np.max(np.abs(np.broadcast_to(c, v.shape)), axis=-1)
+            cmax = np.where(np.isnan(cmax), np.inf, cmax)
             t = alpha[..., :, None] * bmax[..., None, :]
             t += (2.0**-51 * cmax)[..., :, None]
             lo, hi = _rnd(v - t, acc, mode), _rnd(v + t, acc, mode)
