@@ -438,6 +438,12 @@ def run(graph, inputs, *, mode, dtype, kernels=None, fusion=None, seed=None,
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} is not an execution mode; valid modes: {list(MODES)}")
     S = get_format(dtype)
+    if S.p > 24 and mode != "reference":
+        raise ValueError(
+            f"dtype={S.name!r} is not a storage format for mode {mode!r}: kernels compute in "
+            "fp32, so S must fit in fp32; valid: fp32, tf32, bf16, fp16, fp8_e4m3, fp8_e5m2 "
+            "(mode='reference' is the fp64 run)"
+        )
     for attr in ("inputs", "nodes", "outputs"):
         if not hasattr(graph, attr):
             raise TypeError(f"graph must be a numlab.graph.Graph, got {type(graph).__name__}")

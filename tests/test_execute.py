@@ -500,6 +500,9 @@ def test_bad_input_errors_name_the_argument():
         run(g, x, mode="fast", dtype="fp16")
     with pytest.raises(ValueError, match="fp12.*valid names"):
         run(g, x, mode="eager", dtype="fp12")
+    with pytest.raises(ValueError, match="'fp64' is not a storage format for mode 'eager'"):
+        run(g, x, mode="eager", dtype="fp64")
+    assert run(g, x, mode="reference", dtype="fp64").outputs["y"].dtype == np.float64
     with pytest.raises(TypeError, match="kernels must be a numlab.kernels.KernelSpec"):
         run(g, x, mode="eager", dtype="fp16", kernels="codegen")
     with pytest.raises(TypeError, match="fusion must be a numlab.fusion.FusionOptions"):
@@ -617,3 +620,21 @@ def test_fma_contraction_in_a_code_generated_block():
     # emulated casts round the product: no contraction either
     m = run(g, x, mode="emulated_casts", dtype="fp32", kernels=C, library=C)
     assert same_bits(m.outputs["y"], run(g, x, mode="eager", dtype="fp32", kernels=C).outputs["y"])
+
+
+@pytest.mark.parametrize("dt", ["fp8_e4m3", "fp8_e5m2", "tf32"])
+def test_narrow_and_containerless_storage_formats(dt):
+    S = get_format(dt)
+    g = zoo.gelu_mlp()
+    x = zoo.make_inputs(g, seed=1)
+    e = run(g, x, mode="eager", dtype=dt)
+    f = run(g, x, mode="fused", dtype=dt)
+    for r in (e, f):
+        y = r.outputs["y"]
+        assert y.dtype == S.container
+        y64 = np.asarray(y, dtype=np.float64)
+        ok = np.isfinite(y64)
+        # every stored value is a value of S
+        assert np.array_equal(np.asarray(round_to(y64[ok], S), dtype=np.float64), y64[ok])
+    assert all_same(e, run(g, x, mode="fused", dtype=dt,
+                           fusion=FusionOptions.inductor(decompose=False), align=SOURCES))
