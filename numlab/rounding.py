@@ -34,6 +34,7 @@ faster (see ``_FAST_RNE``).
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from fractions import Fraction
@@ -41,7 +42,7 @@ from fractions import Fraction
 import ml_dtypes
 import numpy as np
 
-from .formats import FP32, FP64, Format, get_format
+from .formats import FP32, Format, get_format
 
 __all__ = ["MODES", "round_to", "check_mode"]
 
@@ -168,7 +169,7 @@ def round_to(x, fmt, mode: str = "rne", *, rng=None, saturate: bool = False, ftz
 def _round_array(a: np.ndarray, fmt: Format, mode: str, rng, saturate: bool, ftz: bool):
     w = a.dtype
     # Identity: the format holds every value of the working dtype.
-    if fmt is FP64 or (fmt == FP32 and w == np.float32) or fmt.p >= 53:
+    if fmt.p >= 53 or (fmt is FP32 and w == np.float32):
         out = a.copy()
         if ftz:
             _flush(out, fmt)
@@ -213,6 +214,21 @@ def _random_bits(rng: np.random.Generator, n: int, U) -> np.ndarray:
     return rng.integers(0, 1 << (8 * np.dtype(U).itemsize), size=n, dtype=U)
 
 
+@functools.lru_cache(maxsize=256)
+def _bit_consts(fmt: Format, w: np.dtype):
+    """Per (format, working dtype) constants of :func:`_round_bits`."""
+    U, I, mbits = _BITS[w]
+    nbits = 8 * w.itemsize
+    k = mbits + 1 - fmt.p  # low bits to round away
+    low = U((1 << k) - 1)
+    keep = U(((1 << nbits) - 1) ^ int(low))
+    hi = int(np.array(fmt.max, dtype=w).view(U))
+    sn_bits = int(np.array(fmt.smallest_normal, dtype=w).view(U))
+    needs_lo = w == np.float64 or fmt.emin > -126 or not fmt.subnormals
+    lo = sn_bits if needs_lo else 0
+    return U, I, nbits, k, low, keep, hi, lo, sn_bits
+
+
 def _round_bits(a: np.ndarray, fmt: Format, mode: str, rng, saturate: bool, ftz: bool):
     """Integer bit-manipulation rounding (vectorised; the fast path of every mode).
 
@@ -230,16 +246,9 @@ def _round_bits(a: np.ndarray, fmt: Format, mode: str, rng, saturate: bool, ftz:
     :func:`_round_generic`.  ±0 is exact in every mode.
     """
     w = a.dtype
-    U, I, mbits = _BITS[w]
-    nbits = 8 * w.itemsize
-    k = mbits + 1 - fmt.p  # low bits to round away
+    U, I, nbits, k, low, keep, hi, lo, sn_bits = _bit_consts(fmt, w)
     flat = np.ascontiguousarray(a).reshape(-1)
     b = flat.view(U)
-    low = U((1 << k) - 1)
-    keep = U(((1 << nbits) - 1) ^ int(low))
-    hi = int(np.array(fmt.max, dtype=w).view(U))
-    needs_lo = w == np.float64 or fmt.emin > -126 or not fmt.subnormals
-    lo = int(np.array(fmt.smallest_normal, dtype=w).view(U)) if needs_lo else 0
 
     # --- elements the bit path does not handle ------------------------------
     idx = None
@@ -293,7 +302,7 @@ def _round_bits(a: np.ndarray, fmt: Format, mode: str, rng, saturate: bool, ftz:
         out[idx] = _round_generic(flat[idx], fmt, mode, rng, saturate, ftz).view(U)
     if ftz:
         t = np.left_shift(out, U(1))
-        tiny = t < U(2 * int(np.array(fmt.smallest_normal, dtype=w).view(U)))
+        tiny = t < U(2 * sn_bits)
         np.bitwise_and(out, U(1 << (nbits - 1)), out=out, where=tiny)
     return out.view(w).reshape(a.shape)
 
