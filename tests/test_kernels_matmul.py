@@ -208,3 +208,17 @@ def test_block_fma_and_split_k_vs_fraction_hypothesis(data):
     if acc == "fp32":
         got = K.matmul(a, b, k_tile=k_tile, mode="split_k")
         assert np.array_equal(got.astype(np.float64), ref_split_k(a, b, k_tile))
+
+
+def test_block_fma_large_shapes_chunked_path():
+    """Shapes big enough for several row chunks per K tile: sampled entries equal the
+    Fraction reference, and the transposed problem gives the same bits."""
+    rng = np.random.default_rng(21)
+    a, b = _data(rng, "fp16", 70, 96, 1024, 2)
+    got = K.matmul(a, b, k_tile=32, mode="block_fma")
+    got_t = K.matmul(np.ascontiguousarray(b.T), np.ascontiguousarray(a.T), k_tile=32, mode="block_fma").T
+    assert np.array_equal(got, got_t)
+    idx = rng.integers(0, [70, 1024], size=(25, 2))
+    for i, j in idx:
+        assert got[i, j] == ref_block_fma(a[i:i + 1], b[:, j:j + 1], 32)[0, 0]
+    assert np.array_equal(got[7:9], K.matmul(a[7:9], b, k_tile=32, mode="block_fma"))
