@@ -24,7 +24,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from numlab import get_format, ops, round_to, zoo
-from numlab.execute import MODES, SOURCE_FIELDS, SOURCES, _count, _fma_f32, _store, _welford, run
+from numlab.execute import (
+    MODES,
+    SOURCE_FIELDS,
+    SOURCES,
+    _count,
+    _count_stored,
+    _fma_f32,
+    _store,
+    _welford,
+    run,
+)
 from numlab.fusion import KINDS, FusionOptions
 from numlab.graph import Graph, Node, trace
 from numlab.kernels import KernelSpec, fma
@@ -638,3 +648,19 @@ def test_narrow_and_containerless_storage_formats(dt):
         assert np.array_equal(np.asarray(round_to(y64[ok], S), dtype=np.float64), y64[ok])
     assert all_same(e, run(g, x, mode="fused", dtype=dt,
                            fusion=FusionOptions.inductor(decompose=False), align=SOURCES))
+
+
+@pytest.mark.parametrize("dt", ["fp16", "bf16", "fp8_e5m2", "fp8_e4m3", "tf32", "fp32"])
+def test_nonfinite_count_of_stored_values_exhaustive_codes(dt):
+    S = get_format(dt)
+    if S.bits in (8, 16):  # every code of the format
+        U = np.uint8 if S.bits == 8 else np.uint16
+        c = np.arange(2**S.bits, dtype=np.uint32).astype(U).view(S.container)
+    else:
+        c = np.array([1.0, np.inf, -np.inf, np.nan, 0.0], dtype=np.float32)
+    with np.errstate(invalid="ignore"):  # bf16 NaN codes cast to float64 NaN
+        w = np.asarray(c, dtype=np.float64)
+    want = (int(np.isnan(w).sum()), int(np.isinf(w).sum()))
+    assert _count_stored(c, S) == want
+    finite = c[np.isfinite(w)]
+    assert _count_stored(finite, S) == (0, 0)
