@@ -222,3 +222,21 @@ def test_block_fma_large_shapes_chunked_path():
     for i, j in idx:
         assert got[i, j] == ref_block_fma(a[i:i + 1], b[:, j:j + 1], 32)[0, 0]
     assert np.array_equal(got[7:9], K.matmul(a[7:9], b, k_tile=32, mode="block_fma"))
+
+
+def test_lowest_set_bit_helpers_agree():
+    """The float32 lowest-set-bit helper equals the float64 one and the definition x = odd * 2**e."""
+    import sys
+
+    M = sys.modules["numlab.kernels.matmul"]
+    rng = np.random.default_rng(4)
+    codes = rng.integers(0, 2**32, 20000, dtype=np.uint64).astype(np.uint32)
+    x = codes.view(np.float32)
+    x = np.concatenate([x, np.float32([0.0, -0.0, 1.0, 3.0, 2.0**-149, 1.5 * 2.0**-140, np.inf, np.nan])])
+    e32 = M._lsb_exp32(x).astype(np.int64)
+    with np.errstate(invalid="ignore"):  # signalling-NaN codes among the random bits
+        e64 = M._lsb_exp(x.astype(np.float64))
+    assert np.array_equal(e32, e64)
+    fin = np.isfinite(x) & (x != 0)
+    odd = np.ldexp(x[fin].astype(np.float64), -e64[fin])
+    assert np.all(np.mod(odd, 2) == 1)

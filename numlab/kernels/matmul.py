@@ -99,7 +99,21 @@ def _lsb_exp(x: np.ndarray) -> np.ndarray:
     return np.where((sig == 0) | (biased == 0x7FF), 4096, e)
 
 
-def _tile_exact_plus(c: np.ndarray, a_t: np.ndarray, b_t: np.ndarray, acc: Format, mode: str):
+def _lsb_exp32(x: np.ndarray) -> np.ndarray:
+    """:func:`_lsb_exp` for float32 values (int16 result; sentinel 4096), using
+    32-bit integer operations."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.int32)
+    biased = (bits >> 23) & 0xFF
+    frac = bits & ((1 << 23) - 1)
+    sig = np.where(biased > 0, frac | (1 << 23), frac)
+    low = sig & (-sig)
+    tz = np.frexp(np.maximum(low, 1).astype(np.float32))[1] - 1
+    e = np.where(biased > 0, biased - 150, -149) + tz
+    return np.where((sig == 0) | (biased == 0xFF), 4096, e).astype(np.int16)
+
+
+def _tile_exact_plus(c: np.ndarray, a_t: np.ndarray, b_t: np.ndarray, acc: Format, mode: str,
+                     la_t=None, lb_t=None):
     """fl_acc(c + a_t @ b_t) with one rounding, certified (module docstring).
 
     Certificate (1): both ends of ``[v_hat - B, v_hat + B]`` round to the same
@@ -166,11 +180,16 @@ def _tile_exact_plus(c: np.ndarray, a_t: np.ndarray, b_t: np.ndarray, acc: Forma
         cb = np.broadcast_to(c, v.shape)
         # certificate (2), cheap: the exact c + S is a multiple of
         # q = 2**min(min_k lsb(a_ik) + lsb(b_kj), lsb(c_ij)); with B < q/2 it is rint(v/q) q.
-        la_t = np.broadcast_to(_lsb_exp(np.ascontiguousarray(a_t)).astype(np.int16), a_b.shape)
-        lb_t = np.broadcast_to(_lsb_exp(np.ascontiguousarray(b_t)).astype(np.int16), b_b.shape)
-        la = la_t[bidx + (ii,)].astype(np.int32)  # (nbad, kt)
-        lb = np.swapaxes(lb_t, -1, -2)[bidx + (jj,)].astype(np.int32)
-        qe = np.minimum(np.min(la + lb, axis=1), _lsb_exp(cb[bad].astype(np.float64)))
+        if la_t is None:
+            la_t = _lsb_exp(np.ascontiguousarray(a_t)).astype(np.int16)
+        if lb_t is None:
+            lb_t = _lsb_exp(np.ascontiguousarray(b_t)).astype(np.int16)
+        la_t = np.broadcast_to(la_t, a_b.shape)
+        lb_t = np.broadcast_to(lb_t, b_b.shape)
+        la = la_t[bidx + (ii,)]  # (nbad, kt) int16: sums stay within +-8192
+        lb = np.swapaxes(lb_t, -1, -2)[bidx + (jj,)]
+        la += lb
+        qe = np.minimum(np.min(la, axis=1).astype(np.int64), _lsb_exp(cb[bad].astype(np.float64)))
         qe = np.clip(qe, -1074, 1023)
         q = np.ldexp(1.0, qe.astype(np.int32))
         vb, tb = v[bad], t[bad]
@@ -313,8 +332,10 @@ def matmul(
                 C = C + A[..., :, s:e] @ B[..., s:e, :]
     elif mode == "block_fma":
         C = np.full(shape, -0.0)
+        LA, LB = _lsb_exp32(A0), _lsb_exp32(B0)  # lowest set bits, once for all tiles
         for s, e in tiles:
-            C, n_bad = _tile_exact_plus(C, np.ascontiguousarray(A[..., :, s:e]), B[..., s:e, :], acc, acc_mode)
+            C, n_bad = _tile_exact_plus(C, np.ascontiguousarray(A[..., :, s:e]), B[..., s:e, :], acc, acc_mode,
+                                        LA[..., :, s:e], LB[..., s:e, :])
             unc += n_bad
         C = C.astype(np.float64)
     else:
