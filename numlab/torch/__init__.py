@@ -41,7 +41,8 @@ _ATTRS = {
 
 # imported eagerly (numpy only, no torch) so that the function ``explain`` owns the
 # package attribute: a lazily imported submodule ``explain`` would replace it
-from .explain import Explanation, explain  # noqa: E402
+from .explain import Explanation as Explanation  # noqa: E402
+from .explain import explain as explain  # noqa: E402
 
 __all__ = sorted(set(_LAZY) | set(_ATTRS) | {"explain", "Explanation"})
 

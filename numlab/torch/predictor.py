@@ -395,8 +395,10 @@ class _Interp:
                 x = np.asarray(a[0], ft)
                 if self.mode == "fp64":
                     return 1.0 / (1.0 + np.exp(-x))
-                e = sleef_expf(-x)
-                return self.out(np.float32(1) / (np.float32(1) + e), dt)
+                r = np.float32(1) / (np.float32(1) + sleef_expf(-x))
+                if self.sw.algorithm == "aten":  # eager's scalar tail loop calls libm expf
+                    r = self.eager_tail(r, np.float32(1) / (np.float32(1) + _f64fn(np.exp, -x)))
+                return self.out(r, dt)
             if base == "silu":
                 x = np.asarray(a[0], ft)
                 if self.mode == "fp64":
@@ -467,6 +469,13 @@ class _Interp:
         mask = _scalar_tail_mask(int(np.prod(shape)), self.pe, self.threads).reshape(shape)
         return np.where(mask, tail, r)
 
+    def eager_tail(self, vec, scalar):
+        """ATen's vectorised loop leaves the last ``numel mod step`` elements of each
+        parallel chunk to a scalar loop (measured step: 32 elements)."""
+        vec = np.asarray(vec)
+        mask = _scalar_tail_mask(vec.size, self.pe, self.threads).reshape(vec.shape)
+        return np.where(mask, scalar, vec)
+
     def gelu(self, x, approximate, dt):
         if self.mode == "fp64":
             if approximate == "tanh":
@@ -481,6 +490,8 @@ class _Interp:
             r = (f(0.5) * x) * (f(1) + _f64fn(np.tanh, inner))
         else:  # x * 0.5 * (1 + erf(x * M_SQRT1_2)), Vectorized<float>::erf (A&S 7.1.26)
             r = (x * f(0.5)) * (f(1) + aten_vec_erf(x * f(1 / math.sqrt(2))))
+            if self.sw.algorithm == "aten":  # eager's scalar tail loop calls libm erff
+                r = self.eager_tail(r, (x * f(0.5)) * (f(1) + _f64fn(_erf64, x * f(1 / math.sqrt(2)))))
         return self.out(r, dt)
 
     def reduction(self, node, base, a, kw):

@@ -86,9 +86,10 @@ class TorchCpuEager:
     sum_lanes : int
         fp32 lanes of the ``cascade_sum`` kernel's ``Vectorized<float>`` (8).
     elementwise_step : int
-        16-bit elements per vectorised-loop step of binary kernels
-        (``2 * Vectorized<Half>::size()`` = 32, AVX2 build); the rest of each
-        parallel chunk runs the scalar loop.
+        Elements per vectorised-loop step of elementwise kernels (32, measured
+        for fp16 ``add`` with alpha and fp32 ``sigmoid``); the last ``len mod
+        32`` elements of each parallel chunk run the scalar loop (libm
+        ``expf``/``erff`` instead of SLEEF, two roundings in ``add(alpha)``).
     softmax_lanes : int
         fp32 lanes of the softmax kernel's sum vector (16: its AVX512 build).
     layernorm_lanes : int
