@@ -32,8 +32,10 @@ worst error and the recurrence into the number of steps a format needs.
 Transcendentals (``exp``, ``tanh``, ``erf``, ``gelu``): ``algo="exact"``
 evaluates in float64 (numpy / scipy.special.erf, errors below 1 ulp of fp64)
 and rounds once to ``fmt``: correctly rounded except for inputs whose value is
-within ~2^-52 relative of a rounding boundary of ``fmt`` (none exist for fp16
-and bf16: checked exhaustively in tests for exp).  ``ExpPoly(degree)`` is the
+within ~2^-52 relative of a rounding boundary of ``fmt``.  For fp16 and bf16
+results of fp16/bf16 inputs this is checked exhaustively in the tests (exp,
+tanh, erf against mpmath where float64 cannot decide; rsqrt by exact midpoint
+squares); for fp32 it is not proven.  ``ExpPoly(degree)`` is the
 stated approximation for exp: ``k = rint(x log2 e)``, ``r = (x - k ln2_hi) -
 k ln2_lo`` (Cody-Waite, ``ln2_hi`` with 12 trailing zero bits so ``k ln2_hi`` is
 exact for ``|k| < 2^12``), ``p(r) = sum_{i<=degree} r^i / i!`` by Horner, and
