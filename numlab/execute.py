@@ -809,7 +809,8 @@ def _welford(x: np.ndarray, ar, ddof: int):
     Returns (mean, var) in ``ar``'s working dtype, shape ``x.shape[:-1]``.
     """
     n = x.shape[-1]
-    xt = np.ascontiguousarray(np.moveaxis(ar.round(x), -1, 0))
+    lead = x.shape[:-1]
+    xt = _transpose2d(np.asarray(ar.round(x)).reshape(-1, n))  # (n, rows)
     m = np.zeros(xt.shape[1:], dtype=ar.dtype)
     m2 = np.zeros_like(m)
     with np.errstate(all="ignore"):
@@ -830,7 +831,23 @@ def _welford(x: np.ndarray, ar, ddof: int):
                 d = ar.sub(xk, m)
                 m = ar.add(m, ar.div(d, ar.round(np.float64(k + 1))))
                 m2 = ar.add(m2, ar.mul(d, ar.sub(xk, m)))
-        return m, ar.div(m2, ar.round(np.float64(n - ddof)))
+        var = ar.div(m2, ar.round(np.float64(n - ddof)))
+    return np.asarray(m).reshape(lead), np.asarray(var).reshape(lead)
+
+
+def _transpose2d(a: np.ndarray, block: int = 128) -> np.ndarray:
+    """A contiguous copy of ``a.T`` made tile by tile (``block`` x ``block``),
+    so reads and writes stay in cache (a plain strided transpose of a large
+    array is several times slower)."""
+    r, n = a.shape
+    out = np.empty((n, r), dtype=a.dtype)
+    if r * n <= block * block * 4:
+        out[...] = a.T
+        return out
+    for i in range(0, r, block):
+        for j in range(0, n, block):
+            out[j:j + block, i:i + block] = a[i:i + block, j:j + block].T
+    return out
 
 
 def _fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:

@@ -32,6 +32,7 @@ from numlab.execute import (
     _count_stored,
     _fma_f32,
     _store,
+    _transpose2d,
     _welford,
     run,
 )
@@ -664,3 +665,10 @@ def test_nonfinite_count_of_stored_values_exhaustive_codes(dt):
     assert _count_stored(c, S) == want
     finite = c[np.isfinite(w)]
     assert _count_stored(finite, S) == (0, 0)
+
+
+@given(st.integers(1, 700), st.integers(1, 700), st.sampled_from([1, 7, 128]))
+def test_blocked_transpose(r, n, block):
+    a = np.arange(r * n, dtype=np.float32).reshape(r, n)
+    t = _transpose2d(a, block)
+    assert t.flags.c_contiguous and np.array_equal(t, a.T)
