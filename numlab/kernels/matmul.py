@@ -172,7 +172,7 @@ def _tile_exact_plus(c: np.ndarray, a_t: np.ndarray, b_t: np.ndarray, acc: Forma
         # NaN entries fail ok and are settled (as NaN) by the exact path below
     n_exact = 0
     if not ok.all():
-        bad = np.nonzero(~ok)
+        bad = np.unravel_index(np.flatnonzero(~ok), v.shape)
         *bidx, ii, jj = bad
         bidx = tuple(bidx)
         a_b = np.broadcast_to(a_t, v.shape[:-2] + a_t.shape[-2:])
@@ -184,10 +184,11 @@ def _tile_exact_plus(c: np.ndarray, a_t: np.ndarray, b_t: np.ndarray, acc: Forma
             la_t = _lsb_exp(np.ascontiguousarray(a_t)).astype(np.int16)
         if lb_t is None:
             lb_t = _lsb_exp(np.ascontiguousarray(b_t)).astype(np.int16)
-        la_t = np.broadcast_to(la_t, a_b.shape)
-        lb_t = np.broadcast_to(lb_t, b_b.shape)
+        # contiguous rows (A) and transposed columns (B) so the gathers read rows
+        la_t = np.broadcast_to(np.ascontiguousarray(la_t), a_b.shape)
+        lb_t = np.broadcast_to(np.ascontiguousarray(np.swapaxes(lb_t, -1, -2)), b_b.shape[:-2] + b_b.shape[:-3:-1])
         la = la_t[bidx + (ii,)]  # (nbad, kt) int16: sums stay within +-8192
-        lb = np.swapaxes(lb_t, -1, -2)[bidx + (jj,)]
+        lb = lb_t[bidx + (jj,)]
         la += lb
         qe = np.minimum(np.min(la, axis=1).astype(np.int64), _lsb_exp(cb[bad].astype(np.float64)))
         qe = np.clip(qe, -1074, 1023)
