@@ -182,3 +182,33 @@ def test_bench_case_runs(torch):
 
     row = measure_case("row sum", "fp32", (8, 64), emulate=(False,))
     assert row["eager"] == (1.0, 0.0) and row["compiled"] == (1.0, 0.0)
+
+
+def test_numlab_executor_with_preset_kernel_specs_reproduces_torch(torch):
+    """The presets expressed as numlab KernelSpec/FusionOptions drive numlab.run on the
+    mapped graph: fused fp32 row sum == torch.compile, fp16 chain fused == torch.compile
+    and eager == torch eager (knobs that exist in numlab.kernels suffice here)."""
+    import numlab as nl
+    from numlab.torch import compile_fn, from_torch, inductor_cpu, run_torch, torch_cpu_eager
+
+    rng = np.random.default_rng(100)
+    x = cancelling_rows(rng, (8, 100), "fp32")
+    tr = from_torch(row_sum, (_t(torch, x, "fp32"),))
+    g = tr.to_graph()
+    tc = run_torch(tr, (_t(torch, x, "fp32"),), mode="compiled", compiled=compile_fn(row_sum))[0]
+    ind = inductor_cpu()
+    r = nl.run(g, {tr.input_names[0]: x}, mode="fused", dtype="fp32", kernels=ind.kernel_spec("fp32"),
+               fusion=ind.fusion_options())
+    assert np.array_equal(np.asarray(r.outputs[g.outputs[0]], np.float32), tc)
+
+    rng = np.random.default_rng(0)
+    a, b = normal(rng, (8, 100), "fp16"), normal(rng, (8, 100), "fp16")
+    ta, tb = _t(torch, a, "fp16"), _t(torch, b, "fp16")
+    tr = from_torch(chain, (ta, tb))
+    g = tr.to_graph()
+    ins = dict(zip(tr.input_names, (a, b), strict=True))
+    tc = run_torch(tr, (ta, tb), mode="compiled", compiled=compile_fn(chain))[0]
+    r = nl.run(g, ins, mode="fused", dtype="fp16", kernels=ind.kernel_spec("fp16"), fusion=ind.fusion_options())
+    assert np.array_equal(np.asarray(r.outputs[g.outputs[0]], np.float32), tc)
+    r = nl.run(g, ins, mode="eager", dtype="fp16", kernels=torch_cpu_eager().kernel_spec())
+    assert np.array_equal(np.asarray(r.outputs[g.outputs[0]], np.float32), chain(ta, tb).float().numpy())
