@@ -793,8 +793,15 @@ class _Ctx:
     def matmul(self, a, b):
         from .kernels import matmul
 
-        return _f32(matmul(_f32(a), _f32(b), k_tile=self.spec.k_tile, acc=self.acc,
-                           out=self.inner, mode=self.spec.matmul_mode, fma=self.spec.fma))
+        a, b = _f32(a), _f32(b)
+        va, vb = a.ndim == 1, b.ndim == 1  # numpy matmul's vector rules
+        r = _f32(matmul(a[None, :] if va else a, b[:, None] if vb else b, k_tile=self.spec.k_tile,
+                        acc=self.acc, out=self.inner, mode=self.spec.matmul_mode, fma=self.spec.fma))
+        if vb:
+            r = r[..., 0]
+        if va:
+            r = r[..., 0, :] if not vb else r[..., 0]
+        return r
 
 
 def _welford(x: np.ndarray, ar, ddof: int):
@@ -1028,8 +1035,10 @@ def _log_softmax(ctx: _Ctx, x, *, axis):
 
 
 def _relu(ctx, x):
+    """max(x, 0): NaN propagates, a negative or -0.0 input gives -0.0
+    (the sign of zero follows the catalogue's reference; relu(-inf) = -0.0)."""
     x = _f32(x)
-    return np.where(x > 0, x, np.where(np.isnan(x), x, np.float32(0.0) * x))
+    return np.where(x > 0, x, np.where(np.isnan(x), x, np.copysign(np.float32(0.0), x)))
 
 
 def _silu(ctx, x):

@@ -672,3 +672,22 @@ def test_blocked_transpose(r, n, block):
     a = np.arange(r * n, dtype=np.float32).reshape(r, n)
     t = _transpose2d(a, block)
     assert t.flags.c_contiguous and np.array_equal(t, a.T)
+
+
+def test_matmul_vector_operands_follow_numpy():
+    for sa, sb in (((8,), (8, 5)), ((4, 8), (8,)), ((8,), (8,)), ((2, 4, 8), (8, 3))):
+        g = trace(lambda a, b: {"y": a @ b}, a=sa, b=sb)
+        rng = np.random.default_rng(0)
+        x = {"a": rng.standard_normal(sa), "b": rng.standard_normal(sb)}
+        r = run(g, x, mode="reference", dtype="fp32").outputs["y"]
+        e = run(g, x, mode="eager", dtype="fp32").outputs["y"]
+        assert e.shape == r.shape == np.matmul(x["a"], x["b"]).shape
+        assert np.allclose(e, r, rtol=1e-5, atol=1e-5)
+
+
+def test_relu_special_values():
+    g = trace(lambda x: {"y": ops.relu(x)}, x=(6,))
+    x = np.array([np.nan, -np.inf, np.inf, -0.0, -2.0, 3.0])
+    y = np.asarray(run(g, {"x": x}, mode="eager", dtype="fp16").output, dtype=np.float64)
+    assert np.isnan(y[0]) and y[2] == np.inf and y[5] == 3.0
+    assert y[1] == 0 and y[3] == 0 and y[4] == 0
