@@ -107,16 +107,20 @@ def _lsb_exp(x: np.ndarray) -> np.ndarray:
 
 
 def _lsb_exp32(x: np.ndarray) -> np.ndarray:
-    """:func:`_lsb_exp` for float32 values (int16 result; sentinel 4096), using
-    32-bit integer operations."""
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.int32)
-    biased = (bits >> 23) & 0xFF
-    frac = bits & ((1 << 23) - 1)
-    sig = np.where(biased > 0, frac | (1 << 23), frac)
-    low = sig & (-sig)
-    tz = np.frexp(np.maximum(low, 1).astype(np.float32))[1] - 1
-    e = np.where(biased > 0, biased - 150, -149) + tz
-    return np.where((sig == 0) | (biased == 0xFF), 4096, e).astype(np.int16)
+    """:func:`_lsb_exp` for float32 values (int16 result; sentinel 4096): with
+    ``x = m 2^e`` (frexp), ``n = m 2^24`` is an exact integer and the lowest set
+    bit of ``x`` is ``2^(e - 24 + tz(n))``."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    with np.errstate(invalid="ignore"):
+        m, e = np.frexp(x)
+        n = (m * np.float32(16777216.0)).astype(np.int32)
+    n &= -n
+    tz = np.frexp(n.astype(np.float32))[1]
+    e += tz
+    e -= 25
+    bad = (x == 0) | ~np.isfinite(x)
+    e[bad] = 4096
+    return e.astype(np.int16)
 
 
 def _tile_exact_plus(c: np.ndarray, a_t: np.ndarray, b_t: np.ndarray, acc: Format, mode: str,
