@@ -1035,10 +1035,10 @@ def _log_softmax(ctx: _Ctx, x, *, axis):
 
 
 def _relu(ctx, x):
-    """max(x, 0): NaN propagates, a negative or -0.0 input gives -0.0
-    (the sign of zero follows the catalogue's reference; relu(-inf) = -0.0)."""
+    """0 where x < 0, else x: NaN and -0.0 pass through (as torch.relu and
+    the catalogue's reference)."""
     x = _f32(x)
-    return np.where(x > 0, x, np.where(np.isnan(x), x, np.copysign(np.float32(0.0), x)))
+    return np.where(x < 0, np.float32(0.0), x)
 
 
 def _silu(ctx, x):

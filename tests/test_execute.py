@@ -688,6 +688,9 @@ def test_matmul_vector_operands_follow_numpy():
 def test_relu_special_values():
     g = trace(lambda x: {"y": ops.relu(x)}, x=(6,))
     x = np.array([np.nan, -np.inf, np.inf, -0.0, -2.0, 3.0])
-    y = np.asarray(run(g, {"x": x}, mode="eager", dtype="fp16").output, dtype=np.float64)
-    assert np.isnan(y[0]) and y[2] == np.inf and y[5] == 3.0
-    assert y[1] == 0 and y[3] == 0 and y[4] == 0
+    ref = run(g, {"x": x}, mode="reference", dtype="fp16").output
+    for mode in ("eager", "fused"):
+        y = np.asarray(run(g, {"x": x}, mode=mode, dtype="fp16").output, dtype=np.float64)
+        assert np.isnan(y[0]) and y[2] == np.inf and y[5] == 3.0
+        assert y[1] == 0 and y[3] == 0 and y[4] == 0
+        assert np.array_equal(np.signbit(y), np.signbit(ref))  # -0.0 passes through
