@@ -38,6 +38,15 @@ EPS64 = 2.0**-52
 # --------------------------------------------------------------------------
 # independent references: plain scalar Python loops / mpmath (test-only)
 # --------------------------------------------------------------------------
+def _ulp_scalar(a, fmt):
+    """ulp of fmt at the reference value a (Goldberg: 2**(e - p + 1) with
+    2**e <= |a| < 2**(e+1), e >= emin; |a| beyond fmt.max uses fmt.max), by
+    math.frexp on one Python float -- independent of numlab's ulp code."""
+    a = min(abs(a), fmt.max)
+    e = math.frexp(a)[1] - 1 if a > 0 else fmt.emin
+    return math.ldexp(1.0, max(e, fmt.emin) - fmt.p + 1)
+
+
 def ref_columns(g, m, fmt):
     gl = [float(v) for v in np.asarray(g, dtype=np.float64).ravel()]
     ml = [float(v) for v in np.asarray(m, dtype=np.float64).ravel()]
@@ -62,7 +71,7 @@ def ref_columns(g, m, fmt):
         if a == 0:
             a, b = a + EPS64, b + EPS64
         rel_mp.append(abs((b - a) / a))
-    ulps = [abs(b - a) / float(ulp(min(max(a, -fmt.max), fmt.max), fmt)) for a, b in zip(gl, ml, strict=True)]
+    ulps = [abs(b - a) / _ulp_scalar(a, fmt) for a, b in zip(gl, ml, strict=True)]
     return {
         "cosine_similarity": float(dot / (mp.sqrt(gg) * mp.sqrt(mm))),
         "max_relative_error": max(rel_msit),
@@ -78,6 +87,8 @@ def ref_columns(g, m, fmt):
         "Five Thousandths Err Ratio": sum(r < 0.005 for r in rel_mp) / n,
         "max_ulp_error": max(ulps),
         "mean_ulp_error": math.fsum(ulps) / n,
+        "golden_max_value": max(gl), "golden_min_value": min(gl), "golden_mean_value": math.fsum(gl) / n,
+        "my_max_value": max(ml), "my_min_value": min(ml), "my_mean_value": math.fsum(ml) / n,
     }
 
 
@@ -106,9 +117,19 @@ def test_columns_match_independent_reference(dtype, seed):
     assert row["bitwise_equal_ratio"] == sum(int(a) == int(b) for a, b in zip(gb, mb, strict=True)) / g.size
     assert row["ulp_format"] == fmt.name
     assert row["n_elements"] == g.size
-    assert row["golden_max_value"] == float(np.max(g.astype(np.float64)))
-    assert row["my_mean_value"] == pytest.approx(math.fsum(m.astype(np.float64)) / m.size, rel=1e-12)
     assert row["cmp_fail_reason"] == ""
+    assert (row["golden_nan"], row["golden_inf"], row["my_nan"], row["my_inf"]) == (0, 0, 0, 0)
+
+
+def test_ulp_reference_agrees_with_formats_ulp():
+    """The test's scalar ulp is checked once against numlab.formats.ulp on
+    every fp16 value and on bf16/fp32 powers of two and their neighbours."""
+    f16 = np.arange(0, 0x7C00, dtype=np.uint16).view(np.float16).astype(np.float64)
+    assert np.array_equal(np.array([_ulp_scalar(v, numlab.FP16) for v in f16]), ulp(f16, numlab.FP16))
+    for fmt in (numlab.BF16, numlab.FP32):
+        e = np.arange(fmt.emin - fmt.p, 100)
+        v = np.concatenate([np.ldexp(1.0, e), np.ldexp(1.5, e), np.nextafter(np.ldexp(1.0, e), 0)])
+        assert np.array_equal(np.array([_ulp_scalar(x, fmt) for x in v]), ulp(v, fmt))
 
 
 def test_columns_agree_with_numlab_metrics():
@@ -191,6 +212,45 @@ def test_streaming_equals_single_chunk(vals, noise, chunk):
         else:
             assert a[k] == pytest.approx(b[k], rel=1e-9, abs=1e-12), k
     assert a["Accuracy Reached or Not"] == b["Accuracy Reached or Not"]
+
+
+@pytest.mark.parametrize("cos,max_abs,want", [
+    (1.0, 0.0, "Yes"),
+    (0.99, 1e-3, "Yes"),          # both limits are strict inequalities
+    (0.98, 1e-3, "Yes"),          # cosine < 0.99 alone is not enough ...
+    (0.98, 0.0011, "No"),         # ... with MaxAbsErr > 0.001 it fails
+    (0.995, 0.5, "Yes"),          # large abs error with a good cosine passes
+    (0.9, 0.0, "Yes"),
+    (0.8999, 0.0, "No"),          # cosine < 0.9 fails on its own
+    (1.0, 1.0, "Yes"),
+    (1.0, 1.0001, "No"),          # MaxAbsErr > 1 fails on its own
+    (float("nan"), 0.0, "No"),
+    (1.0, float("nan"), "No"),
+])
+def test_accuracy_rule_table(cos, max_abs, want):
+    """msprobe check_accuracy: No if (cos < 0.99 and abs > 0.001) or cos < 0.9
+    or abs > 1 (CompareConst thresholds), written out case by case."""
+    assert Thresholds().accuracy(cos, max_abs) == want
+
+
+def test_thresholds_reject_bad_values():
+    for kw, name in (({"cosine": 2.0}, "cosine"), ({"cosine_min": -1.5}, "cosine_min"),
+                     ({"max_abs_err": -1e-3}, "max_abs_err"), ({"max_abs_err_max": -1}, "max_abs_err_max"),
+                     ({"max_rel_err": -1}, "max_rel_err")):
+        with pytest.raises(ValueError, match=name):
+            Thresholds(**kw)
+    with pytest.raises(TypeError, match="cosine"):
+        Thresholds(cosine=float("nan"))
+
+
+def test_compare_dumps_rejects_bad_options_up_front():
+    a = {"a": np.ones(3)}
+    with pytest.raises(ValueError, match="fp17"):
+        compare_dumps(a, a, fmt="fp17")
+    with pytest.raises(ValueError, match="chunk_elems"):
+        compare_dumps(a, a, chunk_elems=0)
+    with pytest.raises(TypeError, match="thresholds"):
+        compare_dumps(a, a, thresholds=0.99)
 
 
 @given(st.floats(allow_nan=True, allow_infinity=False), st.floats(0, 10))
@@ -407,13 +467,26 @@ def test_first_divergence_introduced_vs_carried(tmp_path, bad_at, first):
 
 
 def test_first_divergence_with_stricter_thresholds(tmp_path):
-    g, m = _dumps(tmp_path, bad_at="d", scale=1e-6)  # tiny error: msprobe's rule passes
-    assert compare_dumps(g, m).first_divergence["node"] == "e"  # +0.5 offset still fails
-    th = Thresholds(max_rel_err=1e-9)
+    # a relative error of 1e-5 introduced at c (output of block f1) and
+    # carried to e: msprobe's rule passes it, the extra criteria catch it
+    node_meta, order = _graph_meta()
+    rng = np.random.default_rng(4)
+    gold = {k: rng.uniform(1.0, 2.0, 64).astype(np.float32) for k in order}
+    mine = {k: gold[k] * np.float32(1 + 1e-5) if k in ("c", "e") else gold[k] for k in ("a", "c", "e")}
+    blocks = {"f1": {"members": ["b", "c"]}, "f2": {"members": ["d", "e"]}}
+    write_dump(tmp_path / "g", gold, node_meta=node_meta, run_meta={"order": order, "dtype": "fp32"})
+    write_dump(tmp_path / "m", mine, node_meta=node_meta,
+               run_meta={"order": order, "dtype": "fp32", "blocks": blocks})
+    assert compare_dumps(tmp_path / "g", tmp_path / "m").first_divergence is None
+    for th in (Thresholds(max_rel_err=1e-6), Thresholds(max_ulp=4)):
+        rep = compare_dumps(tmp_path / "g", tmp_path / "m", thresholds=th)
+        assert rep.first_divergence["node"] == "c"
+        assert {r["node"]: r["error_origin"] for r in rep.failing} == {"c": "introduced", "e": "carried"}
+    # a bound just above the error passes again (1e-5 relative is at most 168 fp32 ulps)
+    assert not compare_dumps(tmp_path / "g", tmp_path / "m", thresholds=Thresholds(max_rel_err=2e-5)).failing
+    assert not compare_dumps(tmp_path / "g", tmp_path / "m", thresholds=Thresholds(max_ulp=200)).failing
     with pytest.raises(ValueError, match="max_ulp"):
         Thresholds(max_ulp=-1)
-    rep = compare_dumps(g, m, thresholds=th)
-    assert rep.first_divergence["node"] == "e"
 
 
 def test_run_result_objects_compare_in_memory():
@@ -446,9 +519,16 @@ def test_real_executors_eager_vs_fused():
     for name in e.values:
         if name in f.values:
             assert rep.row(name)["match"] == "matched"
-    # data movement never changes a value: a transpose of bit-equal input is bit-equal
-    r = rep.row("y")
-    assert r["Accuracy Reached or Not"] in ("Yes", "No") and r["ulp_format"] == "fp16"
+    # data movement never changes a value: a reshape/transpose row has exactly
+    # the bitwise-equal share of its input (the same elements, permuted)
+    moves = [nd for nd in g.nodes if nd.op in ("reshape", "transpose")]
+    assert len(moves) >= 6
+    for nd in moves:
+        r, src = rep.row(nd.name), rep.row(nd.inputs[0])
+        assert r["match"] == src["match"] == "matched"
+        assert r["bitwise_equal_ratio"] == src["bitwise_equal_ratio"] < 1.0, nd.name
+        assert r["MaxAbsErr"] == src["MaxAbsErr"] and r["max_ulp_error"] == src["max_ulp_error"]
+    assert rep.row("y")["ulp_format"] == "fp16"
 
 
 # --------------------------------------------------------------------------
@@ -492,6 +572,46 @@ def test_cli_compare(tmp_path, capsys):
     assert rc == 1
     rc = main(["compare", "-gp", str(tmp_path / "nope"), "-mp", str(m)])
     assert rc == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_cli_compare_refuses_existing_report_before_comparing(tmp_path, capsys, monkeypatch):
+    from numlab.cli import main
+    from numlab.compare import cli_compare
+
+    g, m = _dumps(tmp_path)
+    (tmp_path / "o.csv").write_text("my earlier report")
+
+    def boom(*a, **k):
+        raise AssertionError("compare ran although the report cannot be written")
+
+    monkeypatch.setattr(cli_compare, "compare_dumps", boom)
+    assert main(["compare", "-gp", str(g), "-mp", str(m), "-o", str(tmp_path / "o.csv")]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert (tmp_path / "o.csv").read_text() == "my earlier report"
+    (tmp_path / "afile").write_text("x")
+    assert main(["compare", "-gp", str(g), "-mp", str(m), "-o", str(tmp_path / "afile")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+
+
+def test_uncompared_rows_are_counted_and_fail_the_cli(tmp_path, capsys):
+    from numlab.cli import main
+
+    g, m = _dumps(tmp_path)
+    man = json.loads((m / MANIFEST).read_text())
+    f = m / man["nodes"]["c"]["file"]
+    f.write_bytes(f.read_bytes()[:-8])  # truncated
+    rep = compare_dumps(g, m)
+    assert [r["node"] for r in rep.uncompared] == ["c"] and not rep.failing
+    assert "1 matched node(s) could not be compared" in rep.summary()
+    assert main(["compare", "-gp", str(g), "-mp", str(m)]) == 0
+    assert main(["compare", "-gp", str(g), "-mp", str(m), "--fail-on-divergence"]) == 1
+    out = capsys.readouterr().out
+    assert "could not be compared (unreadable, corrupt or empty data; see cmp_fail_reason): c" in out
+    assert "truncated" in rep.row("c")["cmp_fail_reason"]
+    for bad in (["--fmt", "fp17"], ["--cosine", "1.5"], ["--chunk", "0"]):
+        assert main(["compare", "-gp", str(g), "-mp", str(m), *bad]) == 2
+        assert bad[1] in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------

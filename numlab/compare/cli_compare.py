@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from .compare import DEFAULT_CHUNK, Thresholds, compare_dumps
+from .compare import DEFAULT_CHUNK, Thresholds, compare_dumps, report_path
 
 
 def add_parser(sub) -> None:
@@ -45,22 +45,26 @@ def add_parser(sub) -> None:
     p.add_argument("--no-verify", action="store_true", help="skip SHA-256 verification")
     p.add_argument("--rows", type=int, default=60, help="rows of the printed table (default 60)")
     p.add_argument("--fail-on-divergence", action="store_true",
-                   help="exit with status 1 when some row fails the thresholds")
+                   help="exit with status 1 when some row fails the thresholds or a matched "
+                        "node could not be compared (unreadable, corrupt or empty data)")
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
     th = Thresholds(cosine=args.cosine, max_abs_err=args.max_abs_err,
                     max_rel_err=args.max_rel_err, max_ulp=args.max_ulp)
+    # refuse an existing report before spending the compare on it
+    out = report_path(args.output, force=args.force) if args.output else None
     report = compare_dumps(args.golden_path, args.my_path, fmt=args.fmt, thresholds=th,
                            chunk_elems=args.chunk, verify=not args.no_verify)
+    if out is not None:  # saved before printing: a closed stdout cannot lose the report
+        out = report.to_csv(out, force=args.force)
     print(report.summary())
     print()
     print(report.table(max_rows=args.rows))
-    if args.output:
-        path = report.to_csv(args.output, force=args.force)
-        print(f"\nSaved comparing results: {path}")
+    if out is not None:
+        print(f"\nSaved comparing results: {out}")
     sys.stdout.flush()
-    if args.fail_on_divergence and report.failing:
+    if args.fail_on_divergence and (report.failing or report.uncompared):
         return 1
     return 0

@@ -108,6 +108,7 @@ __all__ = [
     "compare_dumps",
     "CompareReport",
     "as_dump",
+    "report_path",
 ]
 
 EPS64 = float(np.finfo(np.float64).eps)  # msit/msprobe FLOAT_EPSILON (np.finfo(float).eps)
@@ -183,6 +184,14 @@ class Thresholds:
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or math.isnan(v):
                 raise TypeError(f"{name} must be a real number, got {v!r}")
+        for name in ("cosine", "cosine_min"):
+            v = getattr(self, name)
+            if not -1.0 <= v <= 1.0:
+                raise ValueError(f"{name}={v!r} is not valid; a cosine threshold lies in [-1, 1]")
+        for name in ("max_abs_err", "max_abs_err_max"):
+            v = getattr(self, name)
+            if not v >= 0:
+                raise ValueError(f"{name}={v!r} is not valid; use a number >= 0")
         for name in ("max_rel_err", "max_ulp"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not v >= 0):
@@ -713,6 +722,12 @@ def compare_dumps(
         data; problems are rows with a ``cmp_fail_reason``.
     """
     th = thresholds or Thresholds()
+    if not isinstance(th, Thresholds):
+        raise TypeError(f"thresholds must be a Thresholds or None, got {type(th).__name__}")
+    if isinstance(chunk_elems, bool) or not isinstance(chunk_elems, (int, np.integer)) or chunk_elems < 1:
+        raise ValueError(f"chunk_elems={chunk_elems!r} is not valid; it must be an int >= 1")
+    if fmt is not None:
+        fmt = get_format(fmt)  # a bad name fails here, not as one failed row per node
     gd = load_dump(golden, verify=verify, strict=False) if isinstance(golden, (str, os.PathLike)) \
         else as_dump(golden, "golden")
     md = load_dump(mine, verify=verify, strict=False) if isinstance(mine, (str, os.PathLike)) \
@@ -992,6 +1007,31 @@ def _mark_origins(report: CompareReport, gd: Dump, md: Dump, blocks, member_of,
     report.first_divergence = first
 
 
+def report_path(path: str | os.PathLike, *, force: bool = False) -> Path:
+    """The CSV file a report goes to: ``path`` itself when it ends in ``.csv``,
+    else ``path/numlab_cmp_report_<UTC timestamp>.csv`` (as msit's ``-o``);
+    parent directories are created.
+
+    Raises
+    ------
+    FileExistsError
+        The file exists and ``force`` is False (checked before any compare
+        runs when the CLI calls this first).
+    """
+    p = Path(path)
+    if p.suffix.lower() != ".csv":
+        if p.exists() and not p.is_dir():
+            raise FileExistsError(f"output {str(p)!r} exists and is not a directory; give a .csv file "
+                                  "or a directory for numlab_cmp_report_<time>.csv")
+        p.mkdir(parents=True, exist_ok=True)
+        p = p / f"numlab_cmp_report_{time.strftime('%Y%m%d%H%M%S', time.gmtime())}.csv"
+    else:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    if p.exists() and not force:
+        raise FileExistsError(f"report {str(p)!r} already exists; pass force=True (CLI: --force)")
+    return p
+
+
 class CompareReport:
     """The result of :func:`compare_dumps`: rows (dicts keyed by
     :data:`COLUMNS`) in topological order, and the first divergence."""
@@ -1027,6 +1067,13 @@ class CompareReport:
     def failing(self) -> list[dict]:
         return [r for r in self.rows if self.thresholds.fails(r)]
 
+    @property
+    def uncompared(self) -> list[dict]:
+        """Rows matched on both sides that have no metrics: unreadable,
+        corrupt or missing files, empty or unsupported data (the reason is in
+        ``cmp_fail_reason``)."""
+        return [r for r in self.rows if r["match"] == "matched" and self.thresholds.fails(r) is None]
+
     def column(self, name: str, rows: list[dict] | None = None) -> np.ndarray:
         """A numeric column as float64 (NaN where empty), over ``rows``
         (default: the compared rows)."""
@@ -1049,14 +1096,7 @@ class CompareReport:
         the file; otherwise a directory that gets
         ``numlab_cmp_report_<UTC timestamp>.csv`` (as msit's ``-o`` does).
         An existing file is never overwritten unless ``force``."""
-        p = Path(path)
-        if p.suffix.lower() != ".csv":
-            p.mkdir(parents=True, exist_ok=True)
-            p = p / f"numlab_cmp_report_{time.strftime('%Y%m%d%H%M%S', time.gmtime())}.csv"
-        else:
-            p.parent.mkdir(parents=True, exist_ok=True)
-        if p.exists() and not force:
-            raise FileExistsError(f"report {str(p)!r} already exists; pass force=True (CLI: --force)")
+        p = report_path(path, force=force)
         atomic_write_bytes(p, self.to_csv_text().encode())
         return p
 
@@ -1071,6 +1111,11 @@ class CompareReport:
             f"{len(self.rows)} rows: " + ", ".join(f"{v} {k}" for k, v in kinds.items())
             + f"; {n_cmp} compared, {len(self.failing)} failing",
         ]
+        unc = self.uncompared
+        if unc:
+            lines.append(f"{len(unc)} matched node(s) could not be compared (unreadable, corrupt or "
+                         f"empty data; see cmp_fail_reason): " + ", ".join(r["node"] for r in unc[:8])
+                         + (" ..." if len(unc) > 8 else ""))
         fd = self.first_divergence
         if fd is None:
             lines.append("first divergence: none (no node crosses the thresholds with passing inputs)")
