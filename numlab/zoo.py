@@ -33,6 +33,7 @@ axis, as Glorot/He-style initialisers); ``gamma`` 1 + 0.1 N(0, 1); ``beta``
 
 from __future__ import annotations
 
+import inspect
 import math
 import zlib
 
@@ -214,9 +215,15 @@ MODELS = {
 
 
 def get_model(name: str, **sizes) -> Graph:
-    """``MODELS[name](**sizes)``; ValueError listing the models."""
+    """``MODELS[name](**sizes)``; ValueError listing the models, or the
+    model's size arguments and their defaults when one is unknown."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; valid models: {sorted(MODELS)}")
+    params = inspect.signature(MODELS[name]).parameters
+    bad = [k for k in sizes if k not in params]
+    if bad:
+        valid = ", ".join(f"{k}={p.default!r}" for k, p in params.items())
+        raise ValueError(f"model {name!r} has no size argument {bad}; valid (with defaults): {valid}")
     return MODELS[name](**sizes)
 
 

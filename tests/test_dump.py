@@ -147,6 +147,47 @@ def test_never_overwrites_without_force(tmp_path):
     assert [q.name for q in tmp_path.iterdir() if q.name.startswith(".")] == []
 
 
+def test_force_never_replaces_a_directory_that_is_not_a_dump(tmp_path):
+    user = tmp_path / "results"
+    (user / "sub").mkdir(parents=True)
+    (user / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not a dump"):
+        write_dump(user, {"a": np.ones(2)}, force=True)
+    assert (user / "notes.txt").read_text() == "mine" and (user / "sub").is_dir()
+    # a plain folder of .npy files (a dump from another tool) may be replaced with force
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    np.save(plain / "x.npy", np.zeros(2))
+    with pytest.raises(FileExistsError, match="force"):
+        write_dump(plain, {"a": np.ones(2)})
+    write_dump(plain, {"a": np.ones(2)}, force=True)
+    assert load_dump(plain).names == ["a"]
+
+
+_RUN = "import sys; from numlab.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def test_cli_dumps_identical_across_processes(tmp_path):
+    """Two processes with different hash seeds write the same bytes for every
+    array and the same manifest apart from the creation time."""
+    import subprocess
+    import sys
+
+    outs = []
+    for hs in ("1", "12345"):
+        d = tmp_path / f"d{hs}"
+        env = dict(os.environ, PYTHONHASHSEED=hs)
+        subprocess.run([sys.executable, "-c", _RUN, "run", "transformer_block", "--dtype", "bf16",
+                        "--mode", "fused", "--seed", "3", "--dump", str(d)],
+                       check=True, env=env, capture_output=True)
+        outs.append(d)
+    a, b = (json.loads((d / MANIFEST).read_text()) for d in outs)
+    assert a.pop("created") and b.pop("created")
+    assert a == b and len(a["nodes"]) > 20
+    for name, e in a["nodes"].items():
+        assert (outs[0] / e["file"]).read_bytes() == (outs[1] / e["file"]).read_bytes(), name
+
+
 def test_atomic_on_failure(tmp_path, monkeypatch):
     p = tmp_path / "d"
     write_dump(p, {"a": np.ones(3, np.float32)})

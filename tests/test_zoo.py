@@ -226,6 +226,8 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="d_model=10 must be a multiple of heads=3"):
         zoo.transformer_block(d_model=10, heads=3)
     assert zoo.make_inputs("softmax")["x"].shape == (8, 64)
+    with pytest.raises(ValueError, match=r"model 'softmax' has no size argument \['m'\]; valid \(with defaults\): batch=8, n=64"):
+        zoo.get_model("softmax", m=3)
 
 
 SIZE_ARGS = {

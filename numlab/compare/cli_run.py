@@ -9,6 +9,7 @@ never replaced without ``--force``.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -89,17 +90,30 @@ def build(model: str, sizes: dict):
 
     if model not in zoo.MODELS:
         raise ValueError(f"model={model!r} is not a zoo model; valid: {sorted(zoo.MODELS)}")
-    return zoo.MODELS[model](**sizes)
+    return zoo.get_model(model, **sizes)
+
+
+def storage_format(dtype: str):
+    """The Format of ``--dtype``; the error names the option."""
+    from ..formats import get_format
+
+    try:
+        return get_format(dtype)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"--dtype {dtype!r}: {exc}") from None
 
 
 def main(args) -> int:
     from .. import zoo
     from ..execute import run
-    from .dump import dump_run
+    from .dump import check_target, dump_run
 
     if args.list or not args.model:
         print("zoo models: " + ", ".join(sorted(zoo.MODELS)))
         return 0 if args.list else 2
+    if args.dump:  # refuse an existing dump before running, not after
+        check_target(Path(args.dump), args.force)
+    S = storage_format(args.dtype)
     graph = build(args.model, parse_sizes(args.size))
     inputs = zoo.make_inputs(graph, kind=args.inputs, seed=args.seed)
     kw = {}
@@ -112,7 +126,7 @@ def main(args) -> int:
             kw["align"] = align
     elif args.fusion or args.disable or args.align or args.keep_internals:
         raise ValueError("--fusion/--disable/--align/--keep-internals apply to --mode fused or emulated_casts")
-    res = run(graph, inputs, mode=args.mode, dtype=args.dtype, seed=args.seed, **kw)
+    res = run(graph, inputs, mode=args.mode, dtype=S, seed=args.seed, **kw)
     print(f"{args.model}: mode={res.mode} dtype={res.dtype.name} seed={args.seed} "
           f"fingerprint={res.fingerprint[:16]}...")
     if fused:

@@ -63,6 +63,7 @@ __all__ = [
     "DumpEntry",
     "Dump",
     "file_name_for",
+    "check_target",
     "sha256_file",
     "atomic_write_bytes",
     "atomic_save_npy",
@@ -201,14 +202,29 @@ def _encode_for_save(arr: np.ndarray) -> tuple[np.ndarray, str]:
 # --------------------------------------------------------------------------
 # writing
 # --------------------------------------------------------------------------
-def _check_target(path: Path, force: bool) -> None:
+def check_target(path: str | os.PathLike, force: bool) -> None:
+    """Raise FileExistsError when writing a dump to ``path`` would replace
+    something: a file, a non-empty directory without ``force``, or (even with
+    ``force``) a non-empty directory that is not a dump -- one with neither
+    ``manifest.json`` nor only ``.npy`` files -- since replacing a dump
+    deletes the whole directory."""
+    path = Path(path)
     if path.exists() and not path.is_dir():
         raise FileExistsError(f"dump path {str(path)!r} exists and is not a directory")
-    if path.is_dir() and any(path.iterdir()) and not force:
+    if not path.is_dir() or not any(path.iterdir()):
+        return
+    if not force:
         raise FileExistsError(
             f"dump directory {str(path)!r} already exists and is not empty; "
             "pass force=True (CLI: --force) to replace it"
         )
+    if not (path / MANIFEST).is_file():
+        other = [q.name for q in path.iterdir() if not (q.is_file() and q.suffix == ".npy")]
+        if other:
+            raise FileExistsError(
+                f"dump directory {str(path)!r} is not a dump (no {MANIFEST}; it holds {sorted(other)[:5]}); "
+                "refusing to replace it even with force -- choose another directory"
+            )
 
 
 def write_dump(
@@ -249,7 +265,7 @@ def write_dump(
     from .. import __version__
 
     path = Path(path)
-    _check_target(path, force)
+    check_target(path, force)
     if not isinstance(arrays, Mapping):
         raise TypeError(f"arrays must be a mapping of node name -> array, got {type(arrays).__name__}")
     node_meta = dict(node_meta or {})
