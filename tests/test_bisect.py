@@ -100,8 +100,11 @@ def test_bisect_finds_planted_rsqrt():
     assert "broadcast" not in rep.fixing_kinds and "reshape" not in rep.fixing_kinds
     assert rep.fixing_sources == ["algorithm"]
     assert rep.culprit_range == ["layer_norm_0"]
+    assert rep.more_culprits == [["rms_norm_0"]]  # the other rsqrt user, found after it
     text = rep.text()
     assert "algorithm" in text and "layer_norm_0" in text and "tried:" in text
+    assert "another diverging range after it (1 nodes): rms_norm_0" in text
+    assert "tried:" not in rep.text(trials=False) and "rms_norm_0" in rep.text(trials=False)
     assert any("stage 3" in s for s in lines) and any("DIVERGES" in s for s in lines)
     # the msprobe default rule misses this planted error (cos 0.9998 > 0.99)
     assert not bisect_run(g, x, dtype="fp16", kernels=MAGIC_RSQRT, log=None).diverges
@@ -114,8 +117,9 @@ def test_bisect_finds_planted_exp_in_softmax():
                      stages=("sources", "ranges"))
     assert rep.baseline.first_divergence["node"] == "softmax_0"
     assert rep.fixing_sources == ["algorithm"]
-    assert rep.culprit_range == ["softmax_0"]
+    assert rep.culprit_range == ["softmax_0"] and rep.more_culprits == []
     assert not any(t.stage == "fusion" for t in rep.trials)
+    assert "fusion switches: not tried" in rep.text()  # not "none": the stage did not run
 
 
 def test_bisect_nothing_to_do_and_bad_stage():
@@ -124,6 +128,8 @@ def test_bisect_nothing_to_do_and_bad_stage():
     assert not rep.diverges and rep.trials == [] and "nothing to bisect" in rep.text()
     with pytest.raises(ValueError, match="stages"):
         bisect_run(g, x, dtype="fp16", stages=("fusion", "bogus"), log=None)
+    with pytest.raises(ValueError, match="max_culprits"):
+        bisect_run(g, x, dtype="fp16", max_culprits=0, log=None)
 
 
 # --------------------------------------------------------------------------
@@ -173,9 +179,11 @@ def test_cli_run_compare_bisect(tmp_path, capsys):
     m = json.loads((f / "manifest.json").read_text())
     assert (m["mode"], m["dtype"], m["seed"], m["model"]) == ("fused", "fp16", 2, "layernorm")
     assert m["fingerprint"] and m["numlab_version"] == numlab.__version__
-    # no overwrite without --force
+    # no overwrite without --force, refused before running (nothing printed)
+    capsys.readouterr()
     assert main(["run", "layernorm", "--mode", "fused", "--dump", str(f)]) == 2
-    assert "--force" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "--force" in err and out == ""
     assert main(["run", "layernorm", "--mode", "fused", "--dump", str(f), "--force"]) == 0
     assert main(["compare", "-gp", str(e), "-mp", str(f), "-o", str(tmp_path / "r.csv")]) == 0
     out = capsys.readouterr().out
@@ -185,6 +193,16 @@ def test_cli_run_compare_bisect(tmp_path, capsys):
                  "rsqrt=newton(magic,0,fp32)", "--cosine", "0.9999", "--stages", "sources"]) == 0
     out = capsys.readouterr().out
     assert "align=algorithm" in out and "sources whose eager choice removes it: algorithm" in out
+    assert out.count("align=algorithm") == 1  # each trial printed once, not again in the summary
     assert main(["bisect", "layernorm", "--workflow"]) == 0
     assert "conclusion:" in capsys.readouterr().out
     assert main(["run", "layernorm", "--mode", "eager", "--fusion", "off"]) == 2
+    # bad arguments: the message names the option, the value and the choices
+    for argv, words in ((["run", "layernorm", "--dtype", "fp17"], ["--dtype", "fp17", "bf16"]),
+                        (["run", "layernorm", "--size", "hiden=4"], ["hiden", "hidden=64", "batch=8"]),
+                        (["run", "nope"], ["nope", "transformer_block"]),
+                        (["bisect", "layernorm", "--codegen", "rsqr=1"], ["--codegen", "rsqr", "rsqrt"])):
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert all(w in err for w in words), (argv, err)

@@ -88,13 +88,17 @@ class BisectReport:
     fixing_kinds: list[str] = field(default_factory=list)
     fixing_sources: list[str] = field(default_factory=list)
     culprit_range: list[str] = field(default_factory=list)
+    more_culprits: list[list[str]] = field(default_factory=list)
     range_tests: int = 0
+    stages: tuple = ("fusion", "sources", "ranges")
 
     @property
     def diverges(self) -> bool:
         return self.baseline is not None and bool(self.baseline.failing)
 
-    def text(self) -> str:
+    def text(self, trials: bool = True) -> str:
+        """What was found; ``trials=False`` leaves out the list of runs tried
+        (the CLI has already printed them one by one)."""
         lines = [f"bisect {self.model} (storage {self.dtype}): eager vs fused"]
         if self.baseline is None:
             return "\n".join(lines + ["  no baseline"])
@@ -106,16 +110,27 @@ class BisectReport:
         if not self.diverges:
             lines.append("no divergence under the thresholds: nothing to bisect")
             return "\n".join(lines)
-        lines.append("tried:")
-        lines.extend(t.line() for t in self.trials)
+        if trials:
+            lines.append("tried:")
+            lines.extend(t.line() for t in self.trials)
         lines.append("found:")
-        lines.append("  fusion switches that remove the divergence: "
-                     + (", ".join(self.fixing_kinds) or "none"))
-        lines.append("  sources whose eager choice removes it: "
-                     + (", ".join(self.fixing_sources) or "none (or several together)"))
-        if self.culprit_range:
+        if "fusion" in self.stages:
+            lines.append("  fusion switches that remove the divergence: "
+                         + (", ".join(self.fixing_kinds) or "none"))
+        else:
+            lines.append("  fusion switches: not tried (stage 'fusion' not run)")
+        if "sources" in self.stages:
+            lines.append("  sources whose eager choice removes it: "
+                         + (", ".join(self.fixing_sources) or "none (or several together)"))
+        else:
+            lines.append("  sources: not tried (stage 'sources' not run)")
+        if "ranges" not in self.stages:
+            lines.append("  node ranges: not tried (stage 'ranges' not run)")
+        elif self.culprit_range:
             lines.append(f"  smallest diverging node range ({len(self.culprit_range)} nodes, "
                          f"{self.range_tests} range runs): {', '.join(self.culprit_range)}")
+            for c in self.more_culprits:
+                lines.append(f"  another diverging range after it ({len(c)} nodes): {', '.join(c)}")
         else:
             lines.append("  no node range diverges on its own with golden inputs "
                          "(the divergence needs the accumulated error of several ranges)")
@@ -255,6 +270,7 @@ def bisect_run(
     model: str | None = None,
     stages: tuple = ("fusion", "sources", "ranges"),
     log=print,
+    max_culprits: int = 4,
 ) -> BisectReport:
     """Find what makes the fused run of ``graph`` diverge from eager.
 
@@ -278,6 +294,10 @@ def bisect_run(
         Any of ``"fusion"``, ``"sources"``, ``"ranges"``, run in this order.
     log : callable or None
         Called with one line per trial (default :func:`print`).
+    max_culprits : int
+        Stage 3 stops after this many culprit ranges: after the first
+        (1-minimal) one, ddmin runs again on the nodes after it while they
+        still diverge with golden inputs (``BisectReport.more_culprits``).
 
     Returns
     -------
@@ -290,6 +310,8 @@ def bisect_run(
     bad = [s for s in stages if s not in valid]
     if bad:
         raise ValueError(f"stages={tuple(stages)!r} has unknown stages {bad}; valid: {valid}")
+    if isinstance(max_culprits, bool) or not isinstance(max_culprits, int) or max_culprits < 1:
+        raise ValueError(f"max_culprits={max_culprits!r} is not valid; it must be an int >= 1")
     S = get_format(dtype)
     opts = fusion if fusion is not None else F.FusionOptions()
     th = thresholds or Thresholds()
@@ -306,7 +328,8 @@ def bisect_run(
     eager = _run(graph, inputs, "eager", S, **eager_kw)
     fused = _run(graph, inputs, "fused", S, **base_kw)
     baseline = compare_dumps(eager, fused, thresholds=th)
-    rep = BisectReport(model or getattr(graph, "name", "graph"), S.name, baseline)
+    rep = BisectReport(model or getattr(graph, "name", "graph"), S.name, baseline,
+                       stages=tuple(s for s in valid if s in stages))
     say(f"bisect {rep.model} ({S.name}): fusion {opts.describe()}")
     fd = baseline.first_divergence
     say(f"baseline eager vs fused: {len(baseline.failing)} failing rows, first divergence "
@@ -363,12 +386,25 @@ def bisect_run(
             rep.trials.append(tr)
             say(tr.line())
 
-        found = ddmin_range(test, len(nodes), log=log_range)
+        n = len(nodes)
+        found = ddmin_range(test, n, log=log_range)
         if found is not None:
             rep.culprit_range = [nd.name for nd in nodes[found[0]:found[1]]]
-    say("found: fusion switches " + (", ".join(rep.fixing_kinds) or "none")
-        + "; sources " + (", ".join(rep.fixing_sources) or "none")
-        + "; culprit range " + (", ".join(rep.culprit_range) or "none"))
+            # ddmin returns one minimal culprit; look for more in the nodes after it
+            hi = found[1]
+            while hi < n and len(rep.more_culprits) < max_culprits - 1:
+                off = hi
+                more = ddmin_range(lambda a, b, off=off: test(off + a, off + b), n - off,
+                                   log=lambda a, b, d, off=off: log_range(off + a, off + b, d))
+                if more is None:
+                    break
+                rep.more_culprits.append([nd.name for nd in nodes[off + more[0]:off + more[1]]])
+                hi = off + more[1]
+    say("found: " + "; ".join(
+        [f"fusion switches {', '.join(rep.fixing_kinds) or 'none'}"] * ("fusion" in stages)
+        + [f"sources {', '.join(rep.fixing_sources) or 'none'}"] * ("sources" in stages)
+        + [f"culprit range {', '.join(rep.culprit_range) or 'none'}"] * ("ranges" in stages)
+        + [f"another culprit {', '.join(c)}" for c in rep.more_culprits]))
     return rep
 
 

@@ -64,13 +64,23 @@ def _value(v: str):
     return t
 
 
-def spec_overrides(items: list[str]) -> dict:
+def spec_overrides(items: list[str], option: str = "--codegen") -> dict:
+    """``["rsqrt=newton(magic,0,fp32)", "fma=false"]`` -> KernelSpec field
+    overrides; unknown fields are named with the valid ones."""
+    import dataclasses
+
+    from ..kernels import KernelSpec
+
+    valid = [f.name for f in dataclasses.fields(KernelSpec)] if dataclasses.is_dataclass(KernelSpec) else None
     out = {}
     for it in items:
         if "=" not in it:
-            raise ValueError(f"kernel override {it!r} is not FIELD=VALUE")
+            raise ValueError(f"{option} {it!r} is not FIELD=VALUE")
         k, v = it.split("=", 1)
-        out[k.strip()] = _value(v)
+        k = k.strip()
+        if valid is not None and k not in valid:
+            raise ValueError(f"{option} {it!r}: {k!r} is not a KernelSpec field; valid: {valid}")
+        out[k] = _value(v)
     return out
 
 
@@ -82,8 +92,8 @@ def main(args) -> int:
     graph = build(args.model, parse_sizes(args.size))
     inputs = zoo.make_inputs(graph, kind=args.inputs, seed=args.seed)
     opts = fusion_options(args.fusion, args.disable)
-    kernels = KernelSpec.codegen(**spec_overrides(args.codegen)) if args.codegen else None
-    library = KernelSpec.handwritten(**spec_overrides(args.library)) if args.library else None
+    kernels = KernelSpec.codegen(**spec_overrides(args.codegen, "--codegen")) if args.codegen else None
+    library = KernelSpec.handwritten(**spec_overrides(args.library, "--library")) if args.library else None
     th = Thresholds(cosine=args.cosine, max_abs_err=args.max_abs_err,
                     max_rel_err=args.max_rel_err, max_ulp=args.max_ulp)
     if args.workflow:
@@ -97,6 +107,6 @@ def main(args) -> int:
     rep = bisect_run(graph, inputs, dtype=args.dtype, fusion=opts, kernels=kernels, library=library,
                      thresholds=th, seed=args.seed, model=args.model, stages=stages, log=print)
     print()
-    print(rep.text())
+    print(rep.text(trials=False))  # the trials were printed as they ran
     sys.stdout.flush()
     return 0
