@@ -12,7 +12,7 @@ import _scalar_orders as R
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from numlab import kernels as K
@@ -377,3 +377,23 @@ def test_directed_accumulator_rounding_equals_scalar_loop(order):
             exp = R.fadd(exp, v, "fp16", "rtz")
     assert got == exp
     assert got <= float(K.reduce(x, "sum", order=order, acc="fp16"))  # truncation never rounds up
+
+
+@settings(max_examples=40)
+@given(data=st.data())
+def test_order_identities(data):
+    """Degenerate parameters reduce to the simpler orders, bit for bit:
+    blocked(T >= n, inner, *) == inner; blocked(1, *, outer) == outer;
+    lanes(1) == sequential; lanes(L, sequential, epilogue) with L > n == sequential;
+    shuffled(seed, tile >= n, inner) == inner."""
+    n = data.draw(st.integers(1, 60))
+    seed = data.draw(st.integers(0, 1000))
+    x = _as_fmt(np.random.default_rng(seed).standard_normal(n) * 100, "fp16")
+    def s(o):
+        return float(K.reduce(x, "sum", order=o, acc="fp16"))
+    for inner in (K.Sequential(), K.Pairwise(), K.Lanes(4), K.Kahan()):
+        assert s(K.Blocked(n + data.draw(st.integers(0, 5)), inner, K.Pairwise())) == s(inner)
+        assert s(K.Shuffled(seed, n, inner)) == s(inner)
+    for outer in (K.Sequential(), K.Pairwise(), K.Lanes(3, "sequential"), K.Kahan()):
+        assert s(K.Blocked(1, K.Pairwise(), outer)) == s(outer)
+    assert s(K.Lanes(1)) == s(K.Sequential()) == s(K.Lanes(n + 1, "sequential", "epilogue"))
