@@ -216,3 +216,17 @@ def test_emulated_casts_claim_needs_decomposition_off():
     assert not C.parse_fusion("inductor+nodecompose").decompose
     with pytest.raises(ValueError, match="nodecompose"):
         C.parse_fusion("fancy")
+
+
+def test_committed_counterexamples_are_intact():
+    import glob
+
+    root = os.path.join(os.path.dirname(__file__), "..", "data", "counterexamples")
+    paths = sorted(glob.glob(os.path.join(root, "*.json")))
+    assert paths, "data/counterexamples holds the shipped counterexamples"
+    for p in paths:
+        case, meta, arrs = C.load_counterexample(p)
+        assert meta["claim"] in C.CLAIMS and meta["model"] == case.model
+        ins = {k: v for k, v in arrs.items() if k.startswith("input/")}
+        assert C._sha(ins) == meta["inputs_sha256"]  # the files were not altered
+        assert os.path.basename(p).split("__")[-1][:12] == meta["inputs_sha256"][:12]
