@@ -327,6 +327,12 @@ def test_empty_zero_and_odd_dtypes():
     assert row["bitwise_equal_ratio"] == 0.5
     row = compare_arrays(np.arange(5, dtype=np.int32), np.arange(5, dtype=np.int64))
     assert row["MaxAbsErr"] == 0.0 and "dtype mismatch" in row["cmp_fail_reason"]
+    # integer data has no ULP in any format: blank, not ulps of fp32 subnormals
+    row = compare_arrays(np.arange(5), np.arange(5) + 1)
+    assert row["MaxAbsErr"] == 1.0 and row["max_ulp_error"] == row["ulp_format"] == ""
+    assert "no ULP" in row["cmp_fail_reason"]
+    row = compare_arrays(np.arange(5), np.arange(5, dtype=np.float16) + 1)  # mine's format
+    assert row["ulp_format"] == "fp16" and row["max_ulp_error"] == 2.0**24  # 1 / 2**-24
     with pytest.raises(ValueError, match="chunk_elems"):
         compare_arrays(np.ones(2), np.ones(2), chunk_elems=0)
 

@@ -86,7 +86,6 @@ import csv
 import io
 import math
 import os
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -96,7 +95,16 @@ import numpy as np
 
 from .. import metrics
 from ..formats import Format, get_format
-from .dump import Dump, DumpEntry, DumpError, atomic_write_bytes, describe_graph, load_dump
+from .dump import (
+    Dump,
+    DumpEntry,
+    DumpError,
+    atomic_write_bytes,
+    describe_graph,
+    format_name,
+    load_dump,
+    natural_key,
+)
 
 __all__ = [
     "Thresholds",
@@ -312,8 +320,8 @@ def compare_arrays(
     g = golden if isinstance(golden, np.ndarray) else np.asarray(golden)
     m = mine if isinstance(mine, np.ndarray) else np.asarray(mine)
     row: dict = {
-        "golden_dtype": _dtype_name(g.dtype), "golden_shape": list(g.shape),
-        "my_dtype": _dtype_name(m.dtype), "my_shape": list(m.shape),
+        "golden_dtype": format_name(g.dtype), "golden_shape": list(g.shape),
+        "my_dtype": format_name(m.dtype), "my_shape": list(m.shape),
     }
     reasons: list[str] = []
     for side, a in (("golden", g), ("my", m)):
@@ -336,13 +344,22 @@ def compare_arrays(
         row["cmp_fail_reason"] = "empty data (0 elements), can not compare."
         return row
     if g.dtype != m.dtype:
-        reasons.append(f"dtype mismatch: golden {_dtype_name(g.dtype)} vs mine {_dtype_name(m.dtype)} "
+        reasons.append(f"dtype mismatch: golden {format_name(g.dtype)} vs mine {format_name(m.dtype)} "
                        "(compared in float64).")
+    # ULP columns need a floating-point format: the given one, else mine's,
+    # else golden's; integer/bool data on both sides has none (left blank)
+    no_ulp = False
     if fmt is None:
-        try:
-            fmt = get_format(m.dtype)
-        except (TypeError, ValueError):
-            fmt = get_format("fp32")
+        for side in (m, g):
+            if side.dtype.kind not in "iub":
+                try:
+                    fmt = get_format(side.dtype)
+                    break
+                except (TypeError, ValueError):
+                    pass
+        else:
+            no_ulp = True
+            fmt = get_format("fp32")  # computed, then blanked below
     fmt = get_format(fmt)
     row["ulp_format"] = fmt.name
     if g.dtype.kind == "b":
@@ -365,6 +382,9 @@ def compare_arrays(
         _release(gf, s, e)
         _release(mf, s, e)
     a.finish(row, reasons, n, th)
+    if no_ulp:
+        row.update(ulp_format="", max_ulp_error="", mean_ulp_error="")
+        reasons.append("integer/bool data: no ULP columns.")
     row["cmp_fail_reason"] = " ".join(reasons)
     return row
 
@@ -387,12 +407,6 @@ def _max_sum(mx: float, sm: float, chunk: tuple[float, float], n: int) -> tuple[
     return max(mx, cmax), sm + cmean * n
 
 
-def _dtype_name(dt: np.dtype) -> str:
-    try:
-        f = get_format(dt)
-        return f.name if f.dtype is not None else str(dt)
-    except (TypeError, ValueError):
-        return str(dt)
 
 
 class _Acc:
@@ -649,11 +663,7 @@ def as_dump(obj, label: str = "<memory>") -> Dump:
     values = getattr(obj, "values", None)
     if isinstance(values, Mapping):
         node_meta, run_meta = describe_graph(getattr(obj, "graph", None), getattr(obj, "plan", None))
-        dt = getattr(obj, "dtype", None)
-        try:
-            dt = get_format(dt).name if dt is not None else None
-        except (TypeError, ValueError):
-            dt = str(dt)
+        dt = format_name(getattr(obj, "dtype", None))
         mode = getattr(obj, "mode", None)
         nodes = {k: v for k, v in node_meta.items() if k in values}
         graph = {k: v for k, v in node_meta.items() if k not in values}
@@ -669,10 +679,6 @@ def as_dump(obj, label: str = "<memory>") -> Dump:
 # --------------------------------------------------------------------------
 # matching and the report
 # --------------------------------------------------------------------------
-def _natural_key(s: str):
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
-
-
 def _block_maps(*dumps: Dump) -> tuple[dict[str, dict], dict[str, str]]:
     blocks: dict[str, dict] = {}
     member_of: dict[str, str] = {}
@@ -752,7 +758,7 @@ def compare_dumps(
     lists = [d.order for d in (md, gd) if d.manifest and d.manifest.get("order")]
     order = _merge_orders(lists)
     seen = set(order)
-    order.extend(sorted((set(gk) | set(mk)) - seen, key=_natural_key))
+    order.extend(sorted((set(gk) | set(mk)) - seen, key=natural_key))
 
     def info(name: str) -> dict:
         i = gd.node_info(name) or md.node_info(name)
@@ -884,7 +890,7 @@ def _compare_pair(gd: Dump, gname: str, md: Dump, mname: str, fmt, th, chunk) ->
     if reasons:
         for side in ("golden", "my"):
             if side in arrays:
-                row[f"{side}_dtype"] = _dtype_name(arrays[side].dtype)
+                row[f"{side}_dtype"] = format_name(arrays[side].dtype)
                 row[f"{side}_shape"] = list(arrays[side].shape)
         row["cmp_fail_reason"] = " ".join(reasons)
         return row

@@ -41,6 +41,7 @@ file is a one-entry dump.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -64,6 +65,8 @@ __all__ = [
     "Dump",
     "file_name_for",
     "check_target",
+    "format_name",
+    "natural_key",
     "sha256_file",
     "atomic_write_bytes",
     "atomic_save_npy",
@@ -117,14 +120,16 @@ def sha256_file(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temporary file in the same
-    directory, fsync, then :func:`os.replace`)."""
+@contextlib.contextmanager
+def _atomic_file(path: str | os.PathLike):
+    """Yield a binary file that becomes ``path`` only when the block ends
+    without error: a temporary file in the same directory, flushed, fsynced,
+    then :func:`os.replace`-d into place; on error it is removed."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -133,21 +138,19 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         raise
 
 
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temporary file in the same
+    directory, fsync, then :func:`os.replace`)."""
+    with _atomic_file(path) as f:
+        f.write(data)
+
+
 def atomic_save_npy(path: str | os.PathLike, array: np.ndarray) -> str:
     """``np.save`` ``array`` to ``path`` atomically; returns the file's SHA-256
     (computed while writing, so the file is not read back)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            hw = _HashingWriter(raw)
-            np.save(hw, np.asarray(array), allow_pickle=False)
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        _unlink_quiet(tmp)
-        raise
+    with _atomic_file(path) as raw:
+        hw = _HashingWriter(raw)
+        np.save(hw, np.asarray(array), allow_pickle=False)
     return hw.hexdigest()
 
 
@@ -174,12 +177,15 @@ def _unlink_quiet(p) -> None:
         pass
 
 
-def _format_name(dt: np.dtype) -> str:
-    """numlab format name of a numpy dtype, else the dtype's own name."""
+def format_name(dtype) -> str | None:
+    """numlab format name of a numpy dtype or Format (``"bf16"``), else the
+    dtype's own name; None stays None."""
+    if dtype is None:
+        return None
     try:
-        return get_format(dt).name
+        return get_format(dtype).name
     except (TypeError, ValueError):
-        return str(dt)
+        return str(dtype)
 
 
 def _encode_for_save(arr: np.ndarray) -> tuple[np.ndarray, str]:
@@ -285,7 +291,7 @@ def write_dump(
             entry = {k: v for k, v in node_meta.get(name, {}).items() if v is not None or k == "block"}
             entry.update(
                 file=fname,
-                dtype=_format_name(arr.dtype),
+                dtype=format_name(arr.dtype),
                 container=str(stored.dtype),
                 encoding=encoding,
                 shape=list(arr.shape),
@@ -340,15 +346,6 @@ def _swap_into_place(stage: Path, path: Path) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
-def _fmt_name(dtype) -> str | None:
-    if dtype is None:
-        return None
-    try:
-        return get_format(dtype).name
-    except (TypeError, ValueError):
-        return str(dtype)
-
-
 def dump_run(
     result,
     path: str | os.PathLike,
@@ -384,7 +381,7 @@ def dump_run(
     node_meta, run_meta = describe_graph(graph, plan)
     run_meta.update(
         mode=getattr(result, "mode", None),
-        dtype=_fmt_name(getattr(result, "dtype", None)),
+        dtype=format_name(getattr(result, "dtype", None)),
         fingerprint=getattr(result, "fingerprint", None),
         model=model,
         seed=seed,
@@ -482,7 +479,7 @@ class Dump:
         """Topological order of the graph when known, else natural sort."""
         if self.manifest and self.manifest.get("order"):
             return list(self.manifest["order"])
-        return sorted(self.entries, key=_natural_key)
+        return sorted(self.entries, key=natural_key)
 
     @property
     def blocks(self) -> dict[str, dict]:
@@ -553,7 +550,8 @@ class Dump:
         return arr
 
 
-def _natural_key(s: str):
+def natural_key(s: str):
+    """Sort key ordering ``n2`` before ``n10``."""
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
 
 
