@@ -41,6 +41,7 @@ __all__ = ["predict", "Prediction", "NotModelled", "MODES", "run_torch", "compil
            "EAGER", "COMPILED", "SOURCES", "inductor_welford"]
 
 MODES = ("eager", "compiled", "fp64")
+LOCAL_BUFFER_MIN = 0  # row length from which the local-buffer rule applies (0: measured for n = 16..2000)
 _LOW = ("fp16", "bf16")
 
 
@@ -295,6 +296,8 @@ class _Interp:
         self.dt = dtypes  # node name -> dtype
         self.n_vec = n_vec
         self.threads = threads
+        self.users = {}
+        self.local_buffer_min = LOCAL_BUFFER_MIN
 
     # scalar conversion
     def sc(self, s, rule_op, dt):
@@ -515,7 +518,13 @@ class _Interp:
             # mean: fp32 sum (16-bit inputs converted first), true division, one rounding
             s = _aten_sum(x, "fp32", "fp32", self.pe, x.size)
             return _keep(_rnd(s / np.float32(n), node.dtype), keep)
-        s = inductor_sum(np.asarray(x, np.float32), lanes=self.pi.lanes, n_vec=self.n_vec,
+        n_vec = self.n_vec
+        src = node.args[0]
+        if isinstance(src, Ref) and self.users.get(src.name, 0) > 1 and n >= self.local_buffer_min:
+            # the reduced value is also used later: Inductor keeps it in an fp32 local
+            # buffer and that loop is tiled by fp32 (16 lanes), measured for softmax
+            n_vec = 1
+        s = inductor_sum(np.asarray(x, np.float32), lanes=self.pi.lanes, n_vec=n_vec,
                          threads=self.threads)
         if base == "sum":
             return _keep(self.store(s, node.dtype), keep)
@@ -794,6 +803,10 @@ def predict(trace: TorchTrace, inputs=None, *, mode: str = "eager", preset=None,
     low = any(p.dtype in _LOW for p in ph)
     threads = 1 if switches.fp64 else _threads(pi)
     it = _Interp(switches, pe, pi, dts, n_vec=2 if low else 1, threads=threads)
+    it.users = {}
+    for n in nodes:
+        for r in n.refs():
+            it.users[r] = it.users.get(r, 0) + 1
     for n in nodes:
         dts[n.name] = n.dtype
         if n.op == "constant":
