@@ -378,9 +378,13 @@ def test_folders_with_problems_give_rows(tmp_path):
     by = {r["node"]: r for r in rep.rows}
     assert "missing file" in by["a"]["cmp_fail_reason"]
     assert "sha256" in by["b"]["cmp_fail_reason"]
-    # a single file against a single file
+    # a single file against a single file, also under different names (msit -gp FILE -mp FILE)
     rep = compare_dumps(gp / "ok.npy", mp / "ok.npy")
     assert len(rep.rows) == 1 and rep.rows[0]["Accuracy Reached or Not"] == "Yes"
+    rep = compare_dumps(gp / "ok.npy", mp / "dt.npy")
+    (row,) = rep.rows
+    assert row["node"] == "dt" and row["match"] == "matched" and row["golden_path"].endswith("ok.npy")
+    assert row["MaxAbsErr"] == 0.0 and "dtype mismatch" in row["cmp_fail_reason"]
 
 
 # --------------------------------------------------------------------------

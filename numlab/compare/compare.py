@@ -738,6 +738,11 @@ def compare_dumps(
         else as_dump(golden, "golden")
     md = load_dump(mine, verify=verify, strict=False) if isinstance(mine, (str, os.PathLike)) \
         else as_dump(mine, "mine")
+    if _single_file(gd) and _single_file(md) and gd.names != md.names:
+        # two single .npy files (msit -gp/-mp FILE): compared with each other
+        # whatever their names, under mine's name
+        (gname,), (mname,) = gd.names, md.names
+        gd.entries = {mname: DumpEntry(mname, gd.entries[gname].path, {})}
     if fmt is None:
         fmt = md.storage_format
     blocks, member_of = _block_maps(md, gd)
@@ -833,6 +838,10 @@ def compare_dumps(
     report = CompareReport(rows, str(gd.path), str(md.path), th, notes)
     _mark_origins(report, gd, md, blocks, member_of, set(decomposed.values()))
     return report
+
+
+def _single_file(d: Dump) -> bool:
+    return d.manifest is None and d.path.is_file() and len(d.entries) == 1
 
 
 def _merge_orders(lists: list[list[str]]) -> list[str]:
