@@ -12,6 +12,7 @@ import pytest
 import numlab
 from numlab import zoo
 from numlab.compare import Thresholds, compare_dumps, load_dump
+from numlab.compare import bisect as B
 from numlab.compare.bisect import (
     bisect_run,
     ddmin_range,
@@ -135,7 +136,7 @@ def test_bisect_nothing_to_do_and_bad_stage():
 # --------------------------------------------------------------------------
 # the precision workflow (seed 003)
 # --------------------------------------------------------------------------
-def test_workflow_on_planted_problem(tmp_path):
+def test_workflow_on_planted_problem(tmp_path, monkeypatch):
     g, x = _tb()
     w = precision_workflow(g, x, dtype="fp16", kernels=MAGIC_RSQRT, thresholds=STRICT,
                            dump_dir=tmp_path)
@@ -152,8 +153,11 @@ def test_workflow_on_planted_problem(tmp_path):
     assert load_dump(tmp_path / "fused").manifest["mode"] == "fused"
     rep = compare_dumps(tmp_path / "eager", tmp_path / "fused", thresholds=STRICT)
     assert rep.first_divergence["node"] == "layer_norm_0"
+    calls = []
+    monkeypatch.setattr(B, "_run", lambda *a, **k: calls.append(a))
     with pytest.raises(FileExistsError):
         precision_workflow(g, x, dtype="fp16", dump_dir=tmp_path)
+    assert calls == []  # refused before running anything
     assert "step 3" in w.text()
 
 
@@ -194,6 +198,8 @@ def test_cli_run_compare_bisect(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "align=algorithm" in out and "sources whose eager choice removes it: algorithm" in out
     assert out.count("align=algorithm") == 1  # each trial printed once, not again in the summary
+    assert main(["bisect", "layernorm", "--dump", str(tmp_path / "w")]) == 2
+    assert "--workflow" in capsys.readouterr().err
     assert main(["bisect", "layernorm", "--workflow"]) == 0
     assert "conclusion:" in capsys.readouterr().out
     assert main(["run", "layernorm", "--mode", "eager", "--fusion", "off"]) == 2

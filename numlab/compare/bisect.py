@@ -42,7 +42,7 @@ import numpy as np
 
 from ..formats import get_format
 from .compare import CompareReport, Thresholds, compare_dumps
-from .dump import dump_run
+from .dump import check_target, dump_run
 
 __all__ = [
     "Trial",
@@ -494,6 +494,9 @@ def precision_workflow(
     if library is not None:
         fkw["library"] = library
     rep = WorkflowReport(model or getattr(graph, "name", "graph"), S.name)
+    if dump_dir is not None:  # refuse existing dumps before the runs, not after them
+        for sub in ("eager", "fused"):
+            check_target(Path(dump_dir) / sub, force)
 
     eager = _run(graph, inputs, "eager", S, **lib_kw)
     golden = dict(eager.values)

@@ -89,6 +89,9 @@ def main(args) -> int:
     from ..kernels import KernelSpec
     from .bisect import bisect_run, precision_workflow
 
+    if not args.workflow and (args.dump or args.force):
+        raise ValueError("--dump/--force apply to --workflow (bisection keeps its runs in memory)")
+
     graph = build(args.model, parse_sizes(args.size))
     inputs = zoo.make_inputs(graph, kind=args.inputs, seed=args.seed)
     opts = fusion_options(args.fusion, args.disable)
