@@ -39,6 +39,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -158,7 +159,8 @@ def determinism_plan(*, order=None, seed=None, kernels=None, mode: str = "fused"
                "canonical forms only."),
         Hazard("BLAS thread count", "execution", False,
                "numpy's BLAS may split a matmul over threads; numlab calls it per K tile, and the "
-               "workers inherit one environment (OPENBLAS_NUM_THREADS etc.), so it is held fixed.",
+               "workers run with OPENBLAS/OMP/MKL_NUM_THREADS pinned (1 unless set by the caller), "
+               "so it is held fixed.",
                "pin the thread count."),
     ]
     return hz
@@ -237,10 +239,27 @@ INJECTIONS = (None, "set_order")
 
 def _config(model, dtype, mode, *, sizes=None, kernels=None, fusion=None, order=None, seed=None,
             input_kind="normal", input_seed=0, inject=None) -> dict:
+    import inspect
+
     from . import zoo
 
     if model not in zoo.MODELS:
         raise ValueError(f"model {model!r} is not in the zoo; valid models: {sorted(zoo.MODELS)}")
+    factory = zoo.MODELS[model]
+    params = sorted(inspect.signature(factory).parameters)
+    unknown = sorted(set(sizes or {}) - set(params))
+    if unknown:
+        raise ValueError(f"sizes={dict(sizes)!r}: {unknown} not parameters of model {model!r}; "
+                         f"valid sizes: {params}")
+    try:  # build it here so that a bad size fails with its name, not inside a worker
+        factory(**dict(sizes or {}))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"sizes={dict(sizes or {})!r} are not valid for model {model!r} "
+                         f"(parameters {params}): {exc}") from None
+    if input_kind not in zoo.KINDS:
+        raise ValueError(f"input_kind={input_kind!r} is not valid; choose one of {zoo.KINDS}")
+    if isinstance(input_seed, bool) or not isinstance(input_seed, (int, np.integer)) or input_seed < 0:
+        raise ValueError(f"input_seed={input_seed!r} must be a non-negative int")
     if mode not in _EXEC_MODES:
         raise ValueError(f"mode={mode!r} is not an execution mode; valid modes: {list(_EXEC_MODES)}")
     from .formats import get_format
@@ -415,11 +434,21 @@ def check_determinism(model: str, dtype="fp16", mode: str = "fused", runs: int =
         docstring) or an order string of :func:`numlab.kernels.parse_order`.
     seed : int or None
         Schedule seed passed to the run (and to the atomic order).
+    input_kind, input_seed
+        Inputs: ``zoo.make_inputs(graph, kind=input_kind, seed=input_seed)``.
     inject : {None, "set_order"}
         Plant a known defect to see the check catch it: ``"set_order"`` adds
         a compile step that walks a Python set of node names (its order
         follows ``PYTHONHASHSEED``) and feeds it into the fingerprint and the
         plan -- compile determinism breaks, execution determinism does not.
+    timeout : float
+        Seconds for the whole batch of workers (default 300); on expiry every
+        worker is killed and RuntimeError is raised.
+
+    Workers run with stdin from ``/dev/null``, output to files, at most
+    ``os.cpu_count()`` at a time and the BLAS thread counts pinned (see
+    :func:`_run_workers`, :func:`_worker_env`), so a check is safe to run
+    from a Jupyter kernel.
 
     Returns
     -------
@@ -427,33 +456,114 @@ def check_determinism(model: str, dtype="fp16", mode: str = "fused", runs: int =
     """
     if not isinstance(runs, int) or isinstance(runs, bool) or runs < 2:
         raise ValueError(f"runs={runs!r} must be an int >= 2 (determinism compares processes)")
+    if not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise ValueError(f"timeout={timeout!r} must be a number of seconds > 0")
     cfg = _config(model, dtype, mode, sizes=sizes, kernels=kernels, fusion=fusion, order=order, seed=seed,
                   input_kind=input_kind, input_seed=input_seed, inject=inject)
-    records = []
     with tempfile.TemporaryDirectory(prefix="numlab-det-") as tmp:
-        procs = []
+        jobs, saves = [], []
         for i in range(runs):
-            env = dict(os.environ, PYTHONHASHSEED=str(i))
-            out = os.path.join(tmp, f"run{i}.npz")
-            cmd = [sys.executable, "-m", "numlab.determinism", "--worker", json.dumps(cfg), "--save", out]
-            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          text=True))
-        for p in procs:
-            try:
-                so, se = p.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                so, se = p.communicate()
-                raise RuntimeError(f"determinism worker timed out after {timeout} s") from None
-            if p.returncode != 0:
-                raise RuntimeError(f"determinism worker failed (exit {p.returncode}):\n{se.strip()}")
-            records.append(RunRecord(**json.loads(so.strip().splitlines()[-1])))
-        arrays = [dict(np.load(r.arrays_path)) for r in records]
+            saves.append(os.path.join(tmp, f"run{i}.npz"))
+            cmd = [sys.executable, "-m", "numlab.determinism", "--worker", json.dumps(cfg), "--save", saves[-1]]
+            jobs.append((cmd, _worker_env(i)))
+        outs = _run_workers(jobs, timeout=timeout, workdir=tmp)
+        records = []
+        for i, so in enumerate(outs):
+            lines = so.strip().splitlines()
+            if not lines:
+                raise RuntimeError(f"determinism worker {i} (PYTHONHASHSEED={i}) printed no record")
+            records.append(RunRecord(**json.loads(lines[-1])))
+        arrays = []
+        for path in saves:
+            with np.load(path) as z:
+                arrays.append({k: z[k] for k in z.files})
     diffs = _diffs(arrays, cfg["dtype"])
     for r in records:
         r.arrays_path = None
     plan = determinism_plan(order=order, seed=seed, kernels=kernels, mode=mode)
     return DeterminismReport(config=cfg, records=records, plan=plan, diffs=diffs)
+
+
+#: thread-count variables pinned to 1 in the workers unless the caller's environment sets them
+BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _worker_env(i: int) -> dict:
+    """Environment of worker ``i``: the caller's, with ``PYTHONHASHSEED=i`` and
+    the BLAS thread counts pinned (1 unless already set), so every worker
+    computes with the same thread count and a loaded machine is not
+    oversubscribed by ``runs`` x ``cores`` spinning BLAS threads."""
+    env = dict(os.environ, PYTHONHASHSEED=str(i))
+    for var in BLAS_THREAD_VARS:
+        env.setdefault(var, "1")
+    return env
+
+
+def _tail(path: str, n: int = 4000) -> str:
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(0, f.tell() - n))
+        return f.read().decode("utf-8", "replace").strip()
+
+
+def _run_workers(jobs, *, timeout: float, workdir: str, parallel: int | None = None,
+                 poll: float = 0.02) -> list[str]:
+    """Run ``jobs`` (a list of ``(argv, env)``) as child processes; return
+    each one's stdout text, in order.
+
+    Safe inside a Jupyter kernel or any long-lived process:
+
+    * ``stdin`` is ``/dev/null`` (a kernel's own stdin is a pipe nobody
+      writes to: a child that read it would block forever) and
+      ``close_fds=True``, so a child holds none of the parent's sockets or
+      pipes;
+    * stdout and stderr go to files in ``workdir``, not pipes: no pipe can
+      fill up while the parent waits for another child, and nothing waits
+      for an EOF that a grandchild could hold back;
+    * at most ``parallel`` children run at a time (default: the CPU count);
+    * ``timeout`` bounds the whole batch; on expiry, on a failing child, on
+      an exception or a KeyboardInterrupt (a kernel interrupt) every child
+      still running is killed and reaped before the error propagates.
+
+    Raises RuntimeError naming the job, its exit code and the tail of its
+    stderr when a child fails, or when the batch does not finish in time.
+    """
+    n = len(jobs)
+    parallel = max(1, min(n, parallel or os.cpu_count() or 1))
+    deadline = time.monotonic() + timeout
+    running: dict = {}
+    done: dict = {}
+    pending = list(range(n))
+    paths = [(os.path.join(workdir, f"worker{i}.out"), os.path.join(workdir, f"worker{i}.err")) for i in range(n)]
+    try:
+        while pending or running:
+            while pending and len(running) < parallel:
+                i = pending.pop(0)
+                argv, env = jobs[i]
+                with open(paths[i][0], "wb") as fo, open(paths[i][1], "wb") as fe:
+                    running[i] = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=fo,
+                                                  stderr=fe, close_fds=True)
+            for i, p in list(running.items()):
+                rc = p.poll()
+                if rc is None:
+                    continue
+                del running[i]
+                if rc != 0:
+                    raise RuntimeError(f"determinism worker {i} failed (exit {rc}; env PYTHONHASHSEED="
+                                       f"{jobs[i][1].get('PYTHONHASHSEED')}):\n{_tail(paths[i][1])}")
+                with open(paths[i][0], encoding="utf-8", errors="replace") as f:
+                    done[i] = f.read()
+            if running and time.monotonic() > deadline:
+                raise RuntimeError(f"determinism workers timed out after {timeout:g} s "
+                                   f"({len(done)} of {n} finished; the others were killed)")
+            if running:
+                time.sleep(poll)
+    finally:
+        for p in running.values():
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    return [done[i] for i in range(n)]
 
 
 def _diffs(arrays: list, dtype) -> dict:

@@ -121,6 +121,11 @@ def test_plan_lists_every_hazard():
     (dict(seed=-1), "seed"),
     (dict(dtype="fp12"), "fp12"),
     (dict(inject="leak"), "inject"),
+    (dict(sizes={"foo": 3}), r"\['foo'\] not parameters of model 'softmax'; valid sizes: \['batch', 'n'\]"),
+    (dict(sizes={"batch": -1}), r"sizes=\{'batch': -1\} are not valid"),
+    (dict(input_kind="weird"), "input_kind='weird'.*normal"),
+    (dict(input_seed=-1), "input_seed=-1"),
+    (dict(timeout=0), "timeout=0"),
 ])
 def test_bad_arguments(kw, match):
     args = dict(model="softmax", runs=2) | kw
@@ -143,3 +148,74 @@ def test_check_parser_exit_codes(capsys):
     assert D._parse_sizes("batch=4,hidden=64") == {"batch": 4, "hidden": 64}
     with pytest.raises(ValueError, match="key=value"):
         D._parse_sizes("batch")
+
+
+# --------------------------------------------------------------------------- worker processes
+
+
+def test_workers_do_not_inherit_a_blocking_stdin(tmp_path):
+    """A Jupyter kernel's stdin is a pipe nobody writes to: a worker that read it
+    would hang the kernel.  Run the worker pool from a process with such a stdin,
+    with workers that read stdin: they must see EOF at once."""
+    import subprocess
+    import sys
+
+    code = ("import os, sys, tempfile\n"
+            "from numlab.determinism import _run_workers\n"
+            "job = ([sys.executable, '-c', 'import sys; print(repr(sys.stdin.read()))'], dict(os.environ))\n"
+            "with tempfile.TemporaryDirectory() as d:\n"
+            "    print(_run_workers([job, job], timeout=20, workdir=d))\n")
+    out, err = tmp_path / "out", tmp_path / "err"
+    with open(out, "w") as fo, open(err, "w") as fe:
+        p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=fo, stderr=fe)
+    try:   # p.stdin stays open and unwritten while the workers run, as a kernel's stdin does
+        p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdin.close()
+    assert p.returncode == 0, err.read_text()
+    assert out.read_text().strip() == repr(["''\n", "''\n"])
+
+
+def test_workers_timeout_kills_and_reaps_every_worker(tmp_path):
+    import os
+    import sys
+    import time
+
+    pidfile = tmp_path / "pids"
+    sleeper = [sys.executable, "-c",
+               f"import os, time; open({str(pidfile)!r}, 'a').write(f'{{os.getpid()}}\\n'); time.sleep(120)"]
+    t = time.monotonic()
+    with pytest.raises(RuntimeError, match="timed out after 1.5 s"):
+        D._run_workers([(sleeper, dict(os.environ))] * 3, timeout=1.5, workdir=str(tmp_path), parallel=3)
+    assert time.monotonic() - t < 30
+    pids = [int(x) for x in pidfile.read_text().split()]
+    assert 1 <= len(pids) <= 3
+    for pid in pids:   # killed and reaped: the pid no longer exists
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_failing_worker_reports_its_stderr_and_stops_the_others(tmp_path):
+    import os
+    import sys
+
+    bad = [sys.executable, "-c", "import sys; sys.stderr.write('boom: planted failure\\n'); sys.exit(3)"]
+    slow = [sys.executable, "-c", "import time; time.sleep(120)"]
+    env = dict(os.environ)
+    with pytest.raises(RuntimeError, match=r"(?s)worker 1 failed \(exit 3.*boom: planted failure"):
+        D._run_workers([(slow, env), (bad, env)], timeout=60, workdir=str(tmp_path), parallel=2)
+    # parallel bounds the number of live workers; output order follows the jobs
+    echo = [(["/bin/sh", "-c", f"echo {i}"], env) for i in range(5)]
+    assert D._run_workers(echo, timeout=60, workdir=str(tmp_path), parallel=2) == [f"{i}\n" for i in range(5)]
+
+
+def test_worker_env_pins_blas_threads_unless_set(monkeypatch):
+    for v in D.BLAS_THREAD_VARS:
+        monkeypatch.delenv(v, raising=False)
+    env = D._worker_env(4)
+    assert env["PYTHONHASHSEED"] == "4" and all(env[v] == "1" for v in D.BLAS_THREAD_VARS)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert D._worker_env(0)["OMP_NUM_THREADS"] == "3"
