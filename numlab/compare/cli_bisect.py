@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from .cli_run import build, fusion_options, parse_sizes
+from .cli_run import add_model_args, build, fusion_options, parse_sizes, storage_format
 from .compare import Thresholds
 
 
@@ -24,15 +24,8 @@ def add_parser(sub) -> None:
         description="Fusion kinds off one at a time, then the four sources set to eager's "
                     "choice, then delta debugging over node ranges fed golden inputs.",
     )
-    p.add_argument("model", help="zoo model name")
-    p.add_argument("--dtype", default="fp16", help="storage format (default fp16)")
-    p.add_argument("--seed", type=int, default=0, help="input and schedule seed (default 0)")
-    p.add_argument("--inputs", default="normal", help="input kind (default normal)")
-    p.add_argument("--size", action="append", default=[], metavar="NAME=INT",
-                   help="model size argument (repeatable)")
-    p.add_argument("--fusion", default=None,
-                   help="autofuse (default), inductor, off, or an AUTOFUSE_FLAGS string")
-    p.add_argument("--disable", default="", help="fusion kinds to switch off, comma-separated")
+    p.add_argument("model", help="zoo model name (see `numlab run --list`)")
+    add_model_args(p)
     p.add_argument("--codegen", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a KernelSpec.codegen() field of the fused kernels (repeatable)")
     p.add_argument("--library", action="append", default=[], metavar="FIELD=VALUE",
@@ -92,6 +85,7 @@ def main(args) -> int:
     if not args.workflow and (args.dump or args.force):
         raise ValueError("--dump/--force apply to --workflow (bisection keeps its runs in memory)")
 
+    S = storage_format(args.dtype)
     graph = build(args.model, parse_sizes(args.size))
     inputs = zoo.make_inputs(graph, kind=args.inputs, seed=args.seed)
     opts = fusion_options(args.fusion, args.disable)
@@ -100,14 +94,14 @@ def main(args) -> int:
     th = Thresholds(cosine=args.cosine, max_abs_err=args.max_abs_err,
                     max_rel_err=args.max_rel_err, max_ulp=args.max_ulp)
     if args.workflow:
-        rep = precision_workflow(graph, inputs, dtype=args.dtype, fusion=opts, kernels=kernels,
+        rep = precision_workflow(graph, inputs, dtype=S, fusion=opts, kernels=kernels,
                                  library=library, thresholds=th, dump_dir=args.dump,
                                  force=args.force, model=args.model)
         print(rep.text())
         sys.stdout.flush()
         return 0
     stages = tuple(s.strip() for s in args.stages.split(",") if s.strip())
-    rep = bisect_run(graph, inputs, dtype=args.dtype, fusion=opts, kernels=kernels, library=library,
+    rep = bisect_run(graph, inputs, dtype=S, fusion=opts, kernels=kernels, library=library,
                      thresholds=th, seed=args.seed, model=args.model, stages=stages, log=print)
     print()
     print(rep.text(trials=False))  # the trials were printed as they ran

@@ -23,20 +23,9 @@ def add_parser(sub) -> None:
     )
     p.add_argument("model", help="zoo model name (see `numlab run --list`)", nargs="?")
     p.add_argument("--list", action="store_true", help="list the zoo models and exit")
-    p.add_argument("--dtype", default="fp16", help="storage format (default fp16)")
     p.add_argument("--mode", default="eager",
                    help="eager, fused, emulated_casts or reference (default eager)")
-    p.add_argument("--seed", type=int, default=0,
-                   help="seed of the inputs and of nondeterministic reduction orders (default 0)")
-    p.add_argument("--inputs", default="normal",
-                   help="input kind: normal, uniform, shifted_mean, near_overflow, heavy_tailed")
-    p.add_argument("--size", action="append", default=[], metavar="NAME=INT",
-                   help="model size argument, e.g. --size hidden=256 (repeatable)")
-    p.add_argument("--fusion", default=None,
-                   help="fused modes: 'autofuse' (default), 'inductor', 'off', or an "
-                        "AUTOFUSE_FLAGS string such as '--autofuse_enable_pass=reduce'")
-    p.add_argument("--disable", default="",
-                   help="fused modes: comma-separated fusion kinds to switch off")
+    add_model_args(p, fused_only=" (fused modes)")
     p.add_argument("--align", default="",
                    help="fused modes: sources set to eager's choice "
                         "(promotion,instruction,tiling,algorithm)")
@@ -45,6 +34,23 @@ def add_parser(sub) -> None:
     p.add_argument("--dump", default=None, metavar="DIR", help="write the dump to DIR")
     p.add_argument("--force", action="store_true", help="replace an existing dump directory")
     p.set_defaults(func=main)
+
+
+def add_model_args(p, fused_only: str = "") -> None:
+    """The options ``run`` and ``bisect`` share: --dtype, --seed, --inputs,
+    --size, --fusion, --disable."""
+    p.add_argument("--dtype", default="fp16", help="storage format (default fp16)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the inputs and of nondeterministic reduction orders (default 0)")
+    p.add_argument("--inputs", default="normal",
+                   help="input kind: normal (default), uniform, shifted_mean, near_overflow, heavy_tailed")
+    p.add_argument("--size", action="append", default=[], metavar="NAME=INT",
+                   help="model size argument, e.g. --size hidden=256 (repeatable)")
+    p.add_argument("--fusion", default=None,
+                   help=f"fusion options{fused_only}: 'autofuse' (default), 'inductor', 'off', or an "
+                        "AUTOFUSE_FLAGS string such as '--autofuse_enable_pass=reduce'")
+    p.add_argument("--disable", default="",
+                   help=f"comma-separated fusion kinds to switch off{fused_only}")
 
 
 def parse_sizes(items: list[str]) -> dict:
