@@ -488,3 +488,30 @@ def test_predict_validates_arguments(torch):
         predict(tr, mode="eager", preset=inductor_cpu())
     with pytest.raises(ValueError, match="shape"):
         predict(tr, (torch.ones(4),))
+
+
+@pytest.mark.parametrize("dt", ["fp32", "bf16", "fp16"])
+def test_eager_gelu_onednn_and_aten_kernels(torch, dt):
+    """F.gelu runs oneDNN's minimax gelu_erf by default; with mkldnn disabled ATen's own
+    kernel (A&S erf, libm in the scalar tail) -- numlab models both for fp32
+    (preset.onednn_gelu) and the default one for every dtype."""
+    import torch.nn.functional as F
+
+    from numlab.torch import from_torch, predict, torch_cpu_eager
+
+    tdt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dt]
+    rng = np.random.default_rng(9)
+    x = torch.from_numpy(normal(rng, (8, 100), dt, 3.0)).to(tdt)
+
+    def g(x):
+        return F.gelu(x)
+
+    tr = from_torch(g, (x,))
+    on = predict(tr, (x,), mode="eager").outputs[0]
+    assert np.array_equal(on, g(x).float().numpy())
+    with torch.backends.mkldnn.flags(enabled=False):
+        want_off = g(x).float().numpy()
+    off = predict(tr, (x,), mode="eager", preset=torch_cpu_eager(onednn_gelu=False)).outputs[0]
+    if dt == "fp32":  # ATen's own 16-bit gelu path (mkldnn off) is not modelled exactly
+        assert np.array_equal(off, want_off)
+        assert not np.array_equal(on, off)  # the two kernels differ

@@ -146,9 +146,8 @@ def test_exp_softmax_gelu_layernorm(torch):
     _check(torch, exp, (x,), eager_min=0.97, max_ulp=1.0)
     xb = _t(torch, normal(rng, (8, 100), "bf16", 2.0), "bf16")
     _check(torch, softmax, (xb,))
-    # eager fp32 gelu runs oneDNN's kernel (not modelled); compiled is ATen's A&S erf: bitwise
-    r = _check(torch, gelu, (x,), eager_min=0.0, max_ulp=np.inf)
-    assert r["eager"] < 0.9
+    # eager F.gelu runs oneDNN's minimax kernel, compiled ATen's A&S erf: both bitwise
+    _check(torch, gelu, (x,))
     w = _t(torch, normal(rng, (64,), "fp32"), "fp32")
     b = _t(torch, normal(rng, (64,), "fp32"), "fp32")
     xl = _t(torch, normal(rng, (8, 64), "fp32", 3.0), "fp32")

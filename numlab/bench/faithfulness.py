@@ -90,7 +90,7 @@ _CAUSES = {
     "tanh": "tanhf (MKL VML eager / SLEEF compiled) modelled as correctly rounded",
     "exp": "eager: MKL VML vsExp modelled as correctly rounded",
     "sigmoid": "",
-    "gelu (erf)": "eager gelu runs oneDNN's kernel (not modelled; with mkldnn off numlab matches)",
+    "gelu (erf)": "",
     "gelu (tanh)": "tanhf (oneDNN eager, SLEEF compiled) modelled as correctly rounded; "
                    "1+tanh cancels for x<0 (ulps of tiny outputs)",
     "softmax": "Inductor tiling of the exp-sum loop",

@@ -33,7 +33,7 @@ import numpy as np
 from ..formats import get_format
 from ..rounding import round_to
 from .bridge import Ref, TorchTrace, as_numpy, import_torch
-from .libm import aten_vec_erf, sleef_expf
+from .libm import aten_vec_erf, onednn_gelu_erf, sleef_expf
 from .orders import aten_sum, butterfly, inductor_sum
 from .presets import InductorCpu, TorchCpuEager
 
@@ -491,6 +491,8 @@ class _Interp:
             x3 = (x * x) * x
             inner = kb * (x + f(0.044715) * x3)
             r = (f(0.5) * x) * (f(1) + _f64fn(np.tanh, inner))
+        elif self.sw.algorithm == "aten" and self.pe.onednn_gelu:
+            r = onednn_gelu_erf(x)  # eager F.gelu runs oneDNN's kernel (mkldnn enabled)
         else:  # x * 0.5 * (1 + erf(x * M_SQRT1_2)), Vectorized<float>::erf (A&S 7.1.26)
             r = (x * f(0.5)) * (f(1) + aten_vec_erf(x * f(1 / math.sqrt(2))))
             if self.sw.algorithm == "aten":  # eager's scalar tail loop calls libm erff

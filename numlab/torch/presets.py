@@ -35,9 +35,12 @@ ATen eager (``TorchCpuEager``)
   ``mean`` of a 16-bit tensor is ``fl16(sum32(fp32(x)) / n)`` where the sum
   runs the fp32 path (the input is converted first); fp32 ``mean`` is
   ``fl32(sum / n)`` (a true division).  ``amax``/``amin``: exact.
-* Transcendental functions use SLEEF's vectorised ``*_u10`` routines
-  (< 1 ulp); numlab models them as correctly rounded fp32 (fp64 then one
-  rounding), the residual the faithfulness table reports.
+* Transcendental functions: vectorised code calls SLEEF's ``expf_u10``
+  (sigmoid, softmax, erf's exp; modelled bit for bit in
+  :mod:`numlab.torch.libm`) with libm in the scalar tails; the unary
+  ``exp``/``tanh`` kernels go through MKL VML (modelled as correctly
+  rounded fp32: the residual in the faithfulness table); ``F.gelu`` runs
+  oneDNN's minimax gelu_erf (modelled bit for bit).
 
 Inductor C++ (``InductorCpu``)
 ------------------------------
@@ -103,6 +106,11 @@ class TorchCpuEager:
         :data:`SCALAR_RULES`.
     fma_alpha : bool
         ``add(x, y, alpha)`` uses one FMA (measured True).
+    onednn_gelu : bool
+        ``F.gelu(x)`` (erf form) runs oneDNN's minimax kernel
+        (:func:`numlab.torch.libm.onednn_gelu_erf`; measured True when
+        ``torch.backends.mkldnn`` is enabled, the default); False models
+        ATen's own kernel (A&S erf + libm tail), what runs with mkldnn off.
     """
 
     name: str = "torch_cpu_eager"
@@ -114,6 +122,7 @@ class TorchCpuEager:
     threads: int = 0
     scalar_rules: tuple = SCALAR_RULES
     fma_alpha: bool = True
+    onednn_gelu: bool = True
 
     def scalar_rule(self, op: str) -> str:
         return dict(self.scalar_rules)[op]
