@@ -299,12 +299,57 @@ def _round_bits(a: np.ndarray, fmt: Format, mode: str, rng, saturate: bool, ftz:
         out &= keep
 
     if idx is not None and idx.size:
-        out[idx] = _round_generic(flat[idx], fmt, mode, rng, saturate, ftz).view(U)
+        _fix_specials(out, b, flat, idx, fmt, mode, rng, saturate, ftz)
     if ftz:
         t = np.left_shift(out, U(1))
         tiny = t < U(2 * sn_bits)
         np.bitwise_and(out, U(1 << (nbits - 1)), out=out, where=tiny)
     return out.view(w).reshape(a.shape)
+
+
+def _fix_specials(out, b, flat, idx, fmt: Format, mode, rng, saturate, ftz) -> None:
+    """Results of the elements ``idx`` outside ``[2**emin, max]``, in place.
+
+    Finite values above ``max`` are normal numbers, so the bit path's result
+    for them is the correct rounding with an unbounded exponent (a carry may
+    reach the inf exponent field, which also compares above ``max``); where
+    that exceeds ``max`` the mode's overflow rule replaces it (IEEE 754-2019
+    section 7.4, as in :func:`_round_generic`).  inf/NaN inputs pass through
+    (inf becomes NaN, or ±max when saturating, in formats without inf).
+    Nonzero values below ``2**emin`` go through :func:`_round_generic`.
+    """
+    U, _, nbits, _, _, _, hi, lo, _ = _bit_consts(fmt, flat.dtype)
+    sign = U(1 << (nbits - 1))
+    absmask = U((1 << (nbits - 1)) - 1)
+    infbits = int(np.array(np.inf, dtype=flat.dtype).view(U))
+    nanbits = int(np.array(np.nan, dtype=flat.dtype).view(U))
+    bi = b[idx]
+    mag = bi & absmask
+    tiny = mag < U(lo)
+    nonfinite = mag >= U(infbits)
+    big = ~(tiny | nonfinite)
+    r = out[idx]
+    neg = (bi & sign) != 0
+    over = big & ((r & absmask) > U(hi))
+    if over.any():
+        if saturate or mode in ("rtz", "odd"):
+            to_inf = np.zeros_like(over)
+        elif mode in ("rne", "stochastic"):
+            to_inf = np.ones_like(over)
+        else:  # up: +inf for positive, -max for negative; down: the mirror
+            to_inf = neg if mode == "down" else ~neg
+        top = U(infbits if fmt.inf else nanbits)
+        np.copyto(r, np.where(to_inf, top, U(hi)) | (bi & sign), where=over)
+    if nonfinite.any():
+        res = bi.copy()
+        if not fmt.inf:
+            isinf = nonfinite & (mag == U(infbits))
+            res[isinf] = (U(hi) | (bi[isinf] & sign)) if saturate else U(nanbits)
+        np.copyto(r, res, where=nonfinite)
+    out[idx] = r
+    if tiny.any():
+        t = idx[tiny]
+        out[t] = _round_generic(flat[t], fmt, mode, rng, saturate, ftz).view(U)
 
 
 def _round_generic(a: np.ndarray, fmt: Format, mode: str, rng, saturate: bool, ftz: bool):
