@@ -616,6 +616,13 @@ def test_uncompared_rows_are_counted_and_fail_the_cli(tmp_path, capsys):
     assert "1 matched node(s) could not be compared" in rep.summary()
     assert main(["compare", "-gp", str(g), "-mp", str(m)]) == 0
     assert main(["compare", "-gp", str(g), "-mp", str(m), "--fail-on-divergence"]) == 1
+    # an error downstream of the unreadable node is flagged as possibly coming from it
+    g2, m2 = _dumps(tmp_path / "second", bad_at="b")
+    f2 = m2 / json.loads((m2 / MANIFEST).read_text())["nodes"]["c"]["file"]
+    f2.write_bytes(f2.read_bytes()[:-8])
+    rep2 = compare_dumps(g2, m2)
+    assert rep2.first_divergence["node"] == "e" and rep2.row("e")["error_origin"] == "introduced"
+    assert "Input(s) c could not be compared" in rep2.row("e")["cmp_fail_reason"]
     out = capsys.readouterr().out
     assert "could not be compared (unreadable, corrupt or empty data; see cmp_fail_reason): c" in out
     assert "truncated" in rep.row("c")["cmp_fail_reason"]

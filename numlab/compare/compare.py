@@ -1017,6 +1017,11 @@ def _mark_origins(report: CompareReport, gd: Dump, md: Dump, blocks, member_of,
             r["error_origin"] = "carried"
         else:
             r["error_origin"] = "introduced"
+            unknown = [i for i in ins if by_node.get(i, {}).get("match") == "matched"
+                       and th.fails(by_node[i]) is None]
+            if unknown:  # an input that could not be compared may be where it started
+                r["cmp_fail_reason"] = (r["cmp_fail_reason"] + f" Input(s) {', '.join(unknown)} could "
+                                        "not be compared: the error may be introduced there.").strip()
             if first is None:
                 first = r
     report.first_divergence = first
