@@ -460,6 +460,14 @@ def test_block_named_dump_matches_last_member(tmp_path):
     c = rep.row("c")
     assert c["match"] == "matched" and c["bitwise_equal_ratio"] == 1.0
     assert "matched to its last member c" in c["cmp_fail_reason"]
+    # a graph node that happens to share a block's name is matched as itself
+    meta = {"f1": {"op": "neg", "inputs": ["x"]}, "y": {"op": "add", "inputs": ["f1", "x"]}}
+    run = {"order": ["f1", "y"], "blocks": {"f1": {"members": ["q", "y"]}}}
+    v2 = {"f1": np.ones(4, np.float32), "y": np.full(4, 2.0, np.float32)}
+    write_dump(tmp_path / "g2", v2, node_meta=meta, run_meta=run)
+    write_dump(tmp_path / "m2", v2, node_meta=meta, run_meta=run)
+    rep = compare_dumps(tmp_path / "g2", tmp_path / "m2")
+    assert [(r["node"], r["match"]) for r in rep.rows] == [("f1", "matched"), ("y", "matched")]
 
 
 @pytest.mark.parametrize("bad_at,first", [("a", "a"), ("b", "c"), ("c", "c"), ("d", "e")])

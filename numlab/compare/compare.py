@@ -752,15 +752,19 @@ def compare_dumps(
         if isinstance(dec, Mapping):
             decomposed.update({str(k): str(v) for k, v in dec.items()})
 
+    lists = [d.order for d in (md, gd) if d.manifest and d.manifest.get("order")]
+    graph_nodes = {k for lst in lists for k in lst}
+
     def keyed(d: Dump) -> dict[str, str]:
+        # a dump named after a fused block (not after a graph node of the same
+        # name, e.g. a node "b1" next to block "b1") stands for its last member
         out = {}
         for name in d.entries:
-            key = blocks[name]["members"][-1] if name in blocks else name
+            key = blocks[name]["members"][-1] if name in blocks and name not in graph_nodes else name
             out.setdefault(key, name)
         return out
 
     gk, mk = keyed(gd), keyed(md)
-    lists = [d.order for d in (md, gd) if d.manifest and d.manifest.get("order")]
     order = _merge_orders(lists)
     seen = set(order)
     order.extend(sorted((set(gk) | set(mk)) - seen, key=natural_key))
