@@ -10,6 +10,8 @@ Examples::
 
 from __future__ import annotations
 
+import math
+
 from . import races
 
 
@@ -22,10 +24,12 @@ def race_report(scenario: str, *, runs: int = 200, fix: bool = False, seed: int 
     reference with the scenario's tolerance.
     """
     sc = races.get_scenario(scenario)
-    if not isinstance(runs, int) or runs < 1:
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
         raise ValueError(f"--runs must be an integer >= 1, got {runs!r}")
-    if not spread >= 0:
-        raise ValueError(f"--spread must be >= 0, got {spread!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"--seed must be an integer >= 0, got {seed!r}")
+    if isinstance(spread, bool) or not isinstance(spread, (int, float)) or not (math.isfinite(spread) and spread >= 0):
+        raise ValueError(f"--spread must be a finite number >= 0, got {spread!r}")
     kernel = sc.build(fix=fix, spread=spread)
     cases = sc.cases(runs, seed)
     res = races.batch_run(kernel, cases, sc.reference, seed=seed, tol=sc.tol, keep_outputs=True)
@@ -65,16 +69,20 @@ def _main(args) -> int:
         return 0
     if args.scenario is None:
         raise ValueError(f"race: give a SCENARIO (choices: {sorted(races.SCENARIOS)}) or --list")
-    text, _ = race_report(args.scenario, runs=args.runs, fix=args.fix, seed=args.seed, spread=args.spread,
-                          do_bisect=not args.no_bisect)
+    text, res = race_report(args.scenario, runs=args.runs, fix=args.fix, seed=args.seed, spread=args.spread,
+                            do_bisect=not args.no_bisect)
     print(text)
-    return 0
+    # like `numlab check`: 0 when every case passed and the detector found no race
+    races_found = races.detect_races(races.get_scenario(args.scenario).build(fix=args.fix, spread=args.spread))
+    return 1 if (res.failure_rate > 0 or races_found) else 0
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("race", help="multi-core race scenarios: run, detect, fix",
                        description="Batch-run a multi-core race scenario on the simulator: failure rate, "
-                                   "failing outputs, static race findings and the field-style bisection.")
+                                   "failing outputs, static race findings and the field-style bisection. "
+                                   "Exit code 0 when every case passes and no race is found, 1 otherwise, "
+                                   "2 on bad arguments.")
     p.add_argument("scenario", nargs="?", default=None, metavar="SCENARIO",
                    help=f"one of {sorted(races.SCENARIOS)}")
     p.add_argument("--runs", type=int, default=200, help="cases in the batch (default 200)")

@@ -473,7 +473,8 @@ def test_bisect_softmax():
 
 
 def test_cli_race(capsys):
-    assert cli_main(["race", "fused_linear_online_max_sum", "--runs", "60", "--spread", "0.6"]) == 0
+    # failing cases and a race: exit code 1, like `numlab check`
+    assert cli_main(["race", "fused_linear_online_max_sum", "--runs", "60", "--spread", "0.6"]) == 1
     out = capsys.readouterr().out
     assert "failing outputs: predicted_logits_local" in out
     assert "RAW on masked_target" in out and "first nondeterministic stage: CVProcess.gather" in out
@@ -481,10 +482,21 @@ def test_cli_race(capsys):
                      "--no-bisect"]) == 0
     out = capsys.readouterr().out
     assert "0 failed" in out and "failing outputs: none" in out and "0 finding(s)" in out
-    assert cli_main(["race", "nope"]) == 2
-    assert "choices" in capsys.readouterr().err
-    assert cli_main(["race", "split_softmax", "--runs", "0"]) == 2
+    # race-free and within tolerance, though its bits move: 0
+    assert cli_main(["race", "atomic_rowsum", "--runs", "8", "--no-bisect"]) == 0
+    assert "race-free, but the bits follow the landing order" in capsys.readouterr().out
+    # bad input: exit 2, the message names the argument, the value and the choices
+    for argv, msg in [(["nope"], "unknown race scenario 'nope'; choices: ['atomic_rowsum', "
+                                 "'fused_linear_online_max_sum', 'split_softmax']"),
+                      ([], "give a SCENARIO (choices: ['atomic_rowsum'"),
+                      (["split_softmax", "--runs", "0"], "--runs must be an integer >= 1, got 0"),
+                      (["split_softmax", "--seed", "-1"], "--seed must be an integer >= 0, got -1"),
+                      (["split_softmax", "--spread", "nan"], "--spread must be a finite number >= 0, got nan"),
+                      (["split_softmax", "--spread", "inf"], "--spread must be a finite number >= 0, got inf")]:
+        assert cli_main(["race", *argv]) == 2
+        assert msg in capsys.readouterr().err
     assert cli_main(["race", "--list"]) == 0
+    assert capsys.readouterr().out.count("\n") == len(R.SCENARIOS)
 
 
 def test_draw_timeline_marks_stale_read():
