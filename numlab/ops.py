@@ -944,7 +944,10 @@ def split(x, sections, axis=0):
     if isinstance(sections, numbers.Integral) and not isinstance(sections, bool):
         n = int(sections)
         if n <= 0 or shape[ax] % n:
-            raise ValueError(f"split: sections={n} does not divide axis {ax} of size {shape[ax]}")
+            raise ValueError(
+                f"split of {getattr(x, 'name', 'x')!r} {shape}: sections={n} does not divide axis {ax} "
+                f"of size {shape[ax]}; give a divisor of {shape[ax]} or a list of sizes summing to it"
+            )
         sizes = (shape[ax] // n,) * n
     else:
         sizes = _shape_tuple(sections, "sections")

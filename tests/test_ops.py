@@ -403,6 +403,9 @@ def test_errors_name_node_value_and_choices():
         ops.concat([np.ones((2, 3)), np.ones((2, 4))], axis=0)
     with pytest.raises(ValueError, match=r"sizes=\(1, 1\) must be non-negative and sum to 3"):
         ops.split(np.ones(3), [1, 1])
+    with pytest.raises(ValueError, match=r"split of 'x' \(4, 8\): sections=3 does not divide axis 1 of size 8; "
+                                         r"give a divisor of 8 or a list of sizes"):
+        trace(lambda x: ops.split(x, 3, axis=1), x=(4, 8))
     with pytest.raises(ValueError, match=r"indices out of range for axis 0 of size 3 \(valid: -3..2\)"):
         ops.gather(np.ones(3), [3])
     with pytest.raises(ValueError, match=r"cannot broadcast shape \(3,\) to \(2, 4\)"):
