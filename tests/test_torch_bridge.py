@@ -515,3 +515,31 @@ def test_eager_gelu_onednn_and_aten_kernels(torch, dt):
     if dt == "fp32":  # ATen's own 16-bit gelu path (mkldnn off) is not modelled exactly
         assert np.array_equal(off, want_off)
         assert not np.array_equal(on, off)  # the two kernels differ
+
+
+def test_switches_and_preset_specs():
+    from numlab.kernels.reduce import Lanes
+    from numlab.torch.predictor import COMPILED, EAGER, Switches
+    from numlab.torch.presets import InductorCpu, TorchCpuEager
+
+    with pytest.raises(ValueError, match="promotion"):
+        Switches(promotion="fp32")
+    assert EAGER == Switches() and COMPILED.order == "inductor" and COMPILED.promotion == "fused"
+    ks = InductorCpu(lanes=16).kernel_spec("bf16")
+    assert ks.reduce_order == Lanes(32, "tree", "masked") and ks.fma is False and ks.scalar_mul == "muls"
+    assert InductorCpu(lanes=16).kernel_spec("fp32").reduce_order == Lanes(16, "tree", "masked")
+    pe = TorchCpuEager()
+    assert pe.scalar_rule("add") == "storage" and pe.scalar_rule("mul") == "opmath"
+    assert pe.kernel_spec().promotion == "fp32_internal"
+
+
+def test_not_modelled_cases_raise(torch):
+    from numlab.torch import NotModelled, from_torch, predict
+
+    tr = from_torch(lambda x: x.sum(0), (torch.ones(4, 5),))
+    with pytest.raises(NotModelled, match="last"):
+        predict(tr, mode="eager")
+    tr = from_torch(lambda x: x.sum(-1), (torch.ones(1, 40000),))
+    if torch.get_num_threads() > 1:
+        with pytest.raises(NotModelled, match="GRAIN_SIZE"):
+            predict(tr, mode="eager")

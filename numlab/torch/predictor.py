@@ -18,9 +18,18 @@
     the eager ATen graph in float64 with no rounding (the reference).
 
 Values are float32 arrays holding values of their dtype (bool for masks).
-Transcendental functions (exp, tanh, erf) are modelled as correctly rounded
-fp32 (fp64 evaluation, one rounding); torch uses SLEEF (``*_u10``, below 1
-ulp) so those ops may differ by an ulp -- the faithfulness table reports it.
+Math routines: SLEEF ``expf`` (sigmoid, softmax, compiled ``exp``), ATen's
+vectorised A&S ``erf`` (compiled gelu/erf) and oneDNN's gelu_erf (eager
+``F.gelu``) are reproduced bit for bit (:mod:`numlab.torch.libm`); eager
+unary ``exp``/``tanh``/``erf`` (MKL VML) and compiled ``tanh`` (SLEEF
+``tanhf``) are modelled as correctly rounded fp32 (fp64 evaluation, one
+rounding): they may differ by an ulp -- the faithfulness table reports it.
+
+Not modelled (raise :class:`NotModelled` rather than guess): reductions over
+a dim other than the last, ATen's two-pass split of a single row longer than
+``GRAIN_SIZE`` (32768) over threads, Inductor's ``var_mean`` split over
+threads, ``pow`` with an exponent other than 2, ops outside
+:data:`numlab.torch.bridge.PREDICTABLE`.
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ from .orders import aten_sum, butterfly, inductor_sum
 from .presets import InductorCpu, TorchCpuEager
 
 __all__ = ["predict", "Prediction", "NotModelled", "MODES", "run_torch", "compile_fn", "Switches",
-           "EAGER", "COMPILED", "SOURCES", "inductor_welford"]
+           "EAGER", "COMPILED", "SOURCES"]
 
 MODES = ("eager", "compiled", "fp64")
 LOCAL_BUFFER_MIN = 0  # row length from which the local-buffer rule applies (0: measured for n = 16..2000)
@@ -267,9 +276,11 @@ def _aten_layer_norm(x, w, b, eps, out_dt, preset, ind=None):
     ATen's mean and rstd), one rounding to the tensor dtype."""
     if ind is None:
         mean, var = _welford_rows(x, preset.layernorm_lanes)
-    else:  # the order switched to Inductor's Welford
-        mean, m2 = inductor_welford(x, lanes=ind.pi.lanes, n_vec=ind.n_vec, threads=ind.threads)
-        var = m2 / np.float32(x.shape[-1])
+    else:  # the order switched to Inductor's (two passes of lane sums, as its var_mean)
+        n = np.float32(x.shape[-1])
+        mean = inductor_sum(x, lanes=ind.pi.lanes, n_vec=ind.n_vec, threads=ind.threads) / n
+        d = x - mean[..., None]
+        var = inductor_sum(d * d, lanes=ind.pi.lanes, n_vec=ind.n_vec, threads=ind.threads) / n
     with np.errstate(all="ignore"):
         rstd = np.float32(1) / np.sqrt(var + np.float32(eps)).astype(np.float32)
         y = (x - mean[..., None]) * rstd[..., None]
@@ -417,10 +428,10 @@ class _Interp:
                 return self.out(x * x, dt)
             if base in ("_to_copy", "convert_element_type", "clone", "alias", "detach"):
                 return self.out(np.asarray(a[0]), dt)
-            if base in ("view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "expand"):
-                return np.broadcast_to(np.asarray(a[0]).reshape(
-                    node.shape if base != "expand" else np.asarray(a[0]).shape), node.shape).copy() \
-                    if base == "expand" else np.asarray(a[0]).reshape(node.shape)
+            if base == "expand":  # torch's expand broadcasts like numpy (trailing dims)
+                return np.broadcast_to(np.asarray(a[0]), node.shape).copy()
+            if base in ("view", "_unsafe_view", "reshape", "unsqueeze", "squeeze"):
+                return np.asarray(a[0]).reshape(node.shape)
             if base == "permute":
                 return np.transpose(np.asarray(a[0]), [int(p) for p in a[1]])
             if base in ("t", "transpose"):
@@ -603,90 +614,6 @@ def _scalar_tail_mask(numel: int, preset: TorchCpuEager, threads: int) -> np.nda
         t = (hi - lo) % preset.elementwise_step
         mask[hi - t:hi] = True
     return mask
-
-
-def inductor_welford(x, *, lanes=16, n_vec=1, threads=1):
-    """Inductor's vectorised Welford (``welford_combine`` + ``welford_vec_reduce_all``,
-    cpp_prefix.h) over the last axis: (mean, m2) in fp32.
-
-    Lanes: ``lanes`` fp32 accumulators per vector; each vector step updates
-    ``mean += delta * recip[k]`` (``recip[k] = fl32(1/(k+1))``), ``m2 += delta *
-    (x - mean)``; a masked tail updates lanes ``0..t-1`` only.  With 16-bit
-    loads (``n_vec = 2``) the two vectors of a step are accumulated as two
-    Welford vectors then combined.  The lanes are then combined by
-    ``vec_shuffle_down`` steps of 1, 2, 4, 8 with the parallel-combine formula.
-    """
-    x = np.asarray(x, np.float32)
-    n = x.shape[-1]
-    lead = x.shape[:-1]
-    x2 = x.reshape(-1, n)
-    R = x2.shape[0]
-    if n < 8 or threads > 1 and inductor_splits(R, n, lanes * n_vec, threads):
-        raise NotModelled("Inductor Welford for rows shorter than 8 or split over threads")
-    W = lanes * n_vec
-    nb = n // W
-    t = n - nb * W
-    f = np.float32
-    mean = np.zeros((R, W), f)
-    m2 = np.zeros((R, W), f)
-    weight = np.zeros((R, W), f)
-    index = 0
-    with np.errstate(all="ignore"):
-        for b in range(nb):
-            data = x2[:, b * W:(b + 1) * W]
-            nw = weight + f(1)
-            delta = data - mean
-            rec = f(1.0 / (index + 1)) if index < 4096 else None
-            new_mean = mean + (delta * rec if rec is not None else delta / nw)
-            m2 = m2 + delta * (data - new_mean)
-            mean = new_mean
-            weight = nw
-            index += 1
-        if t:
-            data = np.zeros((R, W), f)
-            data[:, :t] = x2[:, nb * W:]
-            nw = weight + f(1)
-            delta = data - mean
-            rec = f(1.0 / (index + 1))
-            new_mean = mean + delta * rec
-            new_m2 = m2 + delta * (data - new_mean)
-            mean[:, :t] = new_mean[:, :t]
-            m2[:, :t] = new_m2[:, :t]
-            weight[:, :t] = nw[:, :t]
-            index += 1
-        # combine the n_vec vectors, then the lanes
-        parts = [(mean[:, i * lanes:(i + 1) * lanes], m2[:, i * lanes:(i + 1) * lanes],
-                  weight[:, i * lanes:(i + 1) * lanes]) for i in range(n_vec)]
-        a = parts[0]
-        for b_ in parts[1:]:
-            a = _wcombine(a, b_, index, use_index=False)
-        mean_v, m2_v, w_v = a
-        use_index = bool(np.all(w_v == f(index)))
-        for s in (1, 2, 4, 8, 16, 32)[: int(math.log2(lanes))]:
-            idx = np.arange(lanes) + s
-            valid = idx < lanes
-            idx = np.where(valid, idx, 0)
-            sh_mean = np.where(valid, mean_v[:, idx], f(0))
-            sh_m2 = np.where(valid, m2_v[:, idx], f(0))
-            sh_w = np.zeros_like(w_v) if use_index else np.where(valid, w_v[:, idx], f(0))
-            mean_v, m2_v, w_v = _wcombine((mean_v, m2_v, w_v), (sh_mean, sh_m2, sh_w), index,
-                                          use_index=use_index)
-    return mean_v[:, 0].reshape(lead), m2_v[:, 0].reshape(lead)
-
-
-def _wcombine(a, b, index, use_index):
-    """cpp_prefix.h welford_combine(a, b, use_index) for vectors (both indices = ``index``)."""
-    f = np.float32
-    am, am2, aw = a
-    bm, bm2, bw = b
-    delta = np.where(am == bm, f(0), bm - am)
-    a_w = np.full_like(aw, f(index)) if use_index else aw
-    b_w = np.full_like(bw, f(index)) if use_index else bw
-    new_w = a_w + b_w
-    wb = np.where(new_w == 0, f(0), b_w / new_w)
-    mean = am + delta * wb
-    m2 = am2 + bm2 + delta * delta * a_w * wb
-    return mean, m2, new_w
 
 
 def inductor_splits(R, n, W, threads):
