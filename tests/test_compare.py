@@ -691,8 +691,12 @@ def test_large_dump_compared_with_bounded_memory(tmp_path):
     _write_big(mp / "big.npy", 1.0 + 2.0**-20)
     dump_bytes = os.path.getsize(gp / "big.npy") + os.path.getsize(mp / "big.npy")
     assert dump_bytes > 399e6
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(gp), str(mp)],
-                         capture_output=True, text=True, check=True)
+    try:
+        out = subprocess.run([sys.executable, "-c", _CHILD, str(gp), str(mp)],
+                             capture_output=True, text=True, check=True)
+    finally:  # 400 MB: do not leave them in pytest's kept temporary directories
+        os.remove(gp / "big.npy")
+        os.remove(mp / "big.npy")
     res = json.loads(out.stdout)
     print(f"compare of {dump_bytes / 2**20:.0f} MiB of dumps: numpy peak (tracemalloc) "
           f"{res['traced_peak'] / 2**20:.1f} MiB, resident set {res['base_kib'] / 1024:.0f} -> "
