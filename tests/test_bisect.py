@@ -207,6 +207,7 @@ def test_cli_run_compare_bisect(tmp_path, capsys):
     for argv, words in ((["run", "layernorm", "--dtype", "fp17"], ["--dtype", "fp17", "bf16"]),
                         (["run", "layernorm", "--size", "hiden=4"], ["hiden", "hidden=64", "batch=8"]),
                         (["run", "nope"], ["nope", "transformer_block"]),
+                        (["run"], ["MODEL is required", "transformer_block"]),
                         (["bisect", "layernorm", "--codegen", "rsqr=1"], ["--codegen", "rsqr", "rsqrt"])):
         capsys.readouterr()
         assert main(argv) == 2, argv

@@ -114,9 +114,11 @@ def main(args) -> int:
     from ..execute import run
     from .dump import check_target, dump_run
 
-    if args.list or not args.model:
+    if args.list:
         print("zoo models: " + ", ".join(sorted(zoo.MODELS)))
-        return 0 if args.list else 2
+        return 0
+    if not args.model:
+        raise ValueError(f"MODEL is required; valid: {sorted(zoo.MODELS)} (or --list)")
     if args.dump:  # refuse an existing dump before running, not after
         check_target(Path(args.dump), args.force)
     S = storage_format(args.dtype)
