@@ -1641,7 +1641,9 @@ def draw_timeline(ax, result: SimResult, *, mark_stale: bool = True):
             if before:
                 t = max(float(sched.end[n].max()) for n in before)
                 ax.axvline(t, color="k", ls="--", lw=1)
-                ax.text(t, len(rows) - 0.4, it.name, rotation=90, va="top", ha="right", fontsize=7)
+                # name at the top of the line, inside the axes (clear of the time tick labels)
+                ax.text(t, -0.45, it.name, rotation=90, va="top", ha="right", fontsize=7,
+                        bbox=dict(facecolor="white", edgecolor="none", alpha=0.8, pad=1))
     if mark_stale:
         for j, r in enumerate(result.stale_reads):
             y = ypos[(r.group, r.core)]
