@@ -482,6 +482,25 @@ def test_first_divergence_introduced_vs_carried(tmp_path, bad_at, first):
         assert origins[n] == "carried", (n, origins)
     assert list(origins.values()).count("introduced") == 1
     assert f"first divergence: {first}" in rep.summary()
+    assert "not bit-identical" not in rep.first_divergence["cmp_fail_reason"]  # upstream is bit-equal
+
+
+def test_introduced_after_inputs_that_differ_slightly_is_flagged(tmp_path):
+    node_meta, order = _graph_meta()
+    rng = np.random.default_rng(2)
+    gold = {k: rng.uniform(1.0, 2.0, 64).astype(np.float32) for k in order}
+    mine = dict(gold)
+    a = gold["a"].copy()
+    a[:16] = np.nextafter(a[:16], np.float32(3))  # a differs by one ulp in a quarter: passes
+    mine["a"] = a
+    mine["b"] = gold["b"] + np.float32(1.5)  # b fails (MaxAbsErr > 1): introduced after a passing, differing input
+    write_dump(tmp_path / "g", gold, node_meta=node_meta, run_meta={"order": order})
+    write_dump(tmp_path / "m", mine, node_meta=node_meta, run_meta={"order": order})
+    rep = compare_dumps(tmp_path / "g", tmp_path / "m")
+    assert rep.row("a")["bitwise_equal_ratio"] == 0.75 and not Thresholds().fails(rep.row("a"))
+    fd = rep.first_divergence
+    assert fd["node"] == "b" and fd["error_origin"] == "introduced"
+    assert "not bit-identical (bitwise-equal share 0.75 at a)" in fd["cmp_fail_reason"]
 
 
 def test_first_divergence_with_stricter_thresholds(tmp_path):

@@ -1026,6 +1026,15 @@ def _mark_origins(report: CompareReport, gd: Dump, md: Dump, blocks, member_of,
             if unknown:  # an input that could not be compared may be where it started
                 r["cmp_fail_reason"] = (r["cmp_fail_reason"] + f" Input(s) {', '.join(unknown)} could "
                                         "not be compared: the error may be introduced there.").strip()
+            differ = [(_to_float(by_node[e].get("bitwise_equal_ratio")), e) for e in eff
+                      if _to_float(by_node[e].get("bitwise_equal_ratio")) < 1.0]
+            if differ:  # passing inputs that still differ: the node may only amplify their error
+                share, worst = min(differ)
+                r["cmp_fail_reason"] = (
+                    r["cmp_fail_reason"] + f" Its inputs pass but are not bit-identical (bitwise-equal "
+                    f"share {share:.3g} at {worst}): the error may be theirs, amplified here; running the "
+                    "node on golden inputs (numlab bisect, stage 'ranges') tells."
+                ).strip()
             if first is None:
                 first = r
     report.first_divergence = first
