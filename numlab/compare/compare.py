@@ -77,7 +77,11 @@ marked ``error_origin = "introduced"``; a failing node with a failing input is
 ``"carried"``.  The first ``introduced`` row is the first divergence -- where
 the error is introduced rather than carried (msprobe's highlight rules, e.g.
 "input's one-thousandth ratio > 0.9 while the output's < 0.6", compare
-an API's output with its inputs in the same way).
+an API's output with its inputs in the same way).  An ``introduced`` row whose
+passing inputs are not bit-identical, or one of whose inputs could not be
+compared, says so in ``cmp_fail_reason``: the rule cannot tell a node that
+introduces an error from one that amplifies a small one (cancellation);
+feeding the node golden inputs (:mod:`numlab.compare.bisect`) can.
 """
 
 from __future__ import annotations
