@@ -20,6 +20,7 @@ rounded to S, so 0 ULP means correctly rounded).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import time
@@ -195,6 +196,108 @@ def _gamma(n: int, u: float) -> float:
 
 
 # ---------------------------------------------------------------------------
+# where the bits part: one case per source of difference
+# ---------------------------------------------------------------------------
+def _scaled_residual(x, r):
+    return x * 0.1 + r
+
+
+def _row_sum(x):
+    return x.sum(-1)
+
+
+def _rsqrt_scale(x, w):
+    from . import ops
+
+    return ops.rsqrt(ops.abs(x)) * w
+
+
+def source_cases(quick: bool = False) -> list:
+    """The showcase of :func:`source_rows`: ``(label, graph factory, input
+    kind, fusion, dtypes, what it shows)``.  Each case is chosen so that one
+    source of difference (DESIGN.md section 1) or the decomposition of a
+    composite is visible; fp32 storage is included where fp16/bf16 hide the
+    source (a few fp32 ulps rarely move a value rounded to fp16)."""
+    from .graph import trace
+
+    hidden = 256 if quick else 1024
+    cols = 1024 if quick else 4096
+    return [
+        ("gelu_mlp", lambda: zoo.gelu_mlp(), "normal", "inductor", ("fp16",),
+         "promotion: the fused block keeps the matmul+bias, gelu and scale in fp32; "
+         "eager rounds each to S"),
+        ("x*0.1 + r", lambda: trace(_scaled_residual, x=(16, 256), r=(16, 256)), "normal", "inductor",
+         ("fp16",), "instruction: 0.1 broadcast in S (0.0999755859375 in fp16) vs a "
+         "scalar register in fp32 (muls), and FMA contraction of x*s + r"),
+        (f"row sum (64x{cols})", lambda: trace(_row_sum, x=(64, cols)), "normal", "inductor",
+         ("fp16", "fp32"), "tiling: pairwise tree in the fused tile vs 64 lanes + "
+         "butterfly in the library tile; visible in fp32 storage, hidden by fp16 rounding"),
+        ("rsqrt(|x|)*w", lambda: trace(_rsqrt_scale, x=(16, 256), w=(16, 256)), "normal", "inductor",
+         ("fp16", "fp32"), "algorithm: codegen rsqrt (8-bit estimate + 2 Newton steps) vs "
+         "library rsqrt (12-bit estimate + 1 step); in fp16 promotion dominates"),
+        (f"layernorm (8x{hidden})", lambda: zoo.layernorm(batch=8, hidden=hidden), "shifted_mean",
+         "inductor", ("fp16",), "decomposition: the compiler's mean / two-pass variance "
+         "graph vs eager's one Welford kernel, on rows with a large mean"),
+        (f"softmax (8x{hidden})", lambda: zoo.softmax(batch=8, n=hidden), "normal", "autofuse",
+         ("fp16", "fp32"), "decomposition under Ascend autofusion defaults: reductions are "
+         "library calls, so the decomposed softmax is stored in S between blocks; in fp32 "
+         "storage the codegen exp polynomial (algorithm) is what remains"),
+    ]
+
+
+SOURCE_COLUMNS = ("fused", *[f"only {s}" for s in ("promotion", "instruction", "tiling", "algorithm")],
+                  "decomposition", "all aligned")
+
+
+def source_rows(quick: bool = False, seed: int = 0) -> list:
+    """Share of output elements whose bits differ from eager, per source.
+
+    For every case of :func:`source_cases` and storage format: ``fused``
+    (nothing aligned); ``only <source>``: every other source set to eager's
+    choice (``run(..., align=...)``), so only this source (and the
+    decomposition, when the fusion decomposes) is left; ``decomposition``:
+    all four aligned, composites still decomposed; ``all aligned``: all four
+    aligned and decomposition off, which must be 0 (issue 4, property 5).
+    Sources interact, so the ``only`` shares need not add up to ``fused``.
+    """
+    from .execute import SOURCES
+
+    rows = []
+    for label, make, kind, fusion, dts, why in source_cases(quick):
+        g = make()
+        x = zoo.make_inputs(g, kind=kind, seed=seed)
+        fo = parse_fusion(fusion)
+        fo_nodec = dataclasses.replace(fo, decompose=False)
+        for dt in dts:
+            e = _bits(_flat(run(g, x, mode="eager", dtype=dt)))
+
+            def share(g=g, x=x, dt=dt, e=e, **kw):
+                return float(np.mean(_bits(_flat(run(g, x, mode="fused", dtype=dt, **kw))) != e))
+
+            row = {"case": label, "dtype": get_format(dt).name, "kind": kind, "fusion": fo.name,
+                   "why": why, "n": int(e.size), "fused": share(fusion=fo)}
+            for s in SOURCES:
+                row[f"only {s}"] = share(fusion=fo, align=tuple(q for q in SOURCES if q != s))
+            row["decomposition"] = share(fusion=fo, align=SOURCES) if fo.decompose else 0.0
+            row["all aligned"] = share(fusion=fo_nodec, align=SOURCES)
+            rows.append(row)
+    return rows
+
+
+def format_source_table(rows) -> str:
+    """Fixed-width text of :func:`source_rows` (shares in percent)."""
+    head = ["case", "S", "inputs", "fusion", *SOURCE_COLUMNS]
+    body = [[r["case"], r["dtype"], r["kind"], r["fusion"],
+             *[f"{100 * r[c]:.1f}%" for c in SOURCE_COLUMNS]] for r in rows]
+    w = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+    lines = ["  ".join(h.ljust(w[i]) if i < 4 else h.rjust(w[i]) for i, h in enumerate(head)),
+             "  ".join("-" * x for x in w)]
+    for b in body:
+        lines.append("  ".join(c.ljust(w[i]) if i < 4 else c.rjust(w[i]) for i, c in enumerate(b)))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
 # output directory, files, CLI
 # ---------------------------------------------------------------------------
 _MARKERS = ("report.html", "results.json")
@@ -227,7 +330,7 @@ def notebooks_dir() -> Path | None:
     return here if here.is_dir() else None
 
 
-def _figures(rows, dtypes, extra, chain, models_for_scatter):
+def _figures(rows, dtypes, extra, chain, models_for_scatter, srows=()):
     from matplotlib.figure import Figure
 
     from . import plots
@@ -251,7 +354,32 @@ def _figures(rows, dtypes, extra, chain, models_for_scatter):
         plots.error_scatter(_flat(res["reference"]), _flat(res["eager"]), _flat(res["fused"]),
                             dtype=dt, ax=fig.subplots())
         figs.append((f"scatter_{model}_{dt}.png", f"{model} ({dt}): per-element error, eager vs fused", fig))
+    if srows:
+        fig = Figure(figsize=(9, 0.55 * len(srows) + 1.5))
+        plots.source_shares(srows, SOURCE_COLUMNS, ax=fig.subplots())
+        figs.append(("sources.png", "where the bits part: share of elements differing from eager "
+                     "with only one source left at the code generator's choice", fig))
     return figs
+
+
+def _sources_html(srows) -> str:
+    import html
+
+    head = ["case", "S", "inputs", "fusion", *SOURCE_COLUMNS, "what it shows"]
+    out = ["<h2>Where the bits part</h2>",
+           "<p class='note'>Share of output elements whose bits differ from eager. "
+           "<b>only X</b>: the other three sources set to eager's choice "
+           "(<code>run(..., align=...)</code>), composites still decomposed when the preset "
+           "decomposes; <b>decomposition</b>: all four set; <b>all aligned</b>: all four set "
+           "and decomposition off (must be 0). Sources interact, so shares need not add up.</p>",
+           "<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head)
+           + "</tr></thead><tbody>"]
+    for r in srows:
+        cells = [r["case"], r["dtype"], r["kind"], r["fusion"],
+                 *[f"{100 * r[c]:.1f}%" for c in SOURCE_COLUMNS], r["why"]]
+        out.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
 
 
 def main(out="out", *, force=False, quick=False, fusion=None, kind="normal", seed=0,
@@ -287,11 +415,23 @@ def main(out="out", *, force=False, quick=False, fusion=None, kind="normal", see
              f"(bound n*u_S {b['eager'][-1]:.3g}, {'holds' if ok_e else 'VIOLATED'}); fused "
              f"{errs['fused'][-1]:.3g} (bound u_S + n*u_32 {b['fused'][-1]:.3g}, {'holds' if ok_f else 'VIOLATED'})")
 
+    srows = source_rows(quick=quick, seed=seed)
+    echo("")
+    echo("where the bits part: share of output elements whose bits differ from eager "
+         "(only X: the other three sources set to eager's choice; decomposition: all four set; "
+         "all aligned: all four set and no decomposition)")
+    echo(format_source_table(srows))
+    bad = [r["case"] for r in srows if r["all aligned"] != 0.0]
+    echo("all four sources aligned + no decomposition: " + (
+        "bitwise identical to eager in every case" if not bad else f"DIFFERS from eager in {bad}"))
+
     outdir.mkdir(parents=True, exist_ok=True)
     if note:
         echo(note)
     files = []
-    figs = _figures(rows, dtypes, extra, chain, ("layernorm", "softmax") if not quick else ("layernorm",))
+    differing = [r["model"] for r in rows
+                 if r["mode"] == "fused" and r["dtype"] == dtypes[0] and r["bitwise_eq_eager"] < 1]
+    figs = _figures(rows, dtypes, extra, chain, tuple(differing[: 1 if quick else 2]), srows)
     embedded = []
     figdir = outdir / "figures"
     figdir.mkdir(exist_ok=True)
@@ -310,7 +450,8 @@ def main(out="out", *, force=False, quick=False, fusion=None, kind="normal", see
     files.append(outdir / "results.csv")
     meta = {"numlab": __version__, "fusion": fo.canonical(), "kind": kind, "seed": seed,
             "models": list(models), "dtypes": list(dtypes),
-            "chain": {dt: {"n": list(ns), "errors": e, "bounds": b} for dt, (e, b) in chain.items()}}
+            "chain": {dt: {"n": list(ns), "errors": e, "bounds": b} for dt, (e, b) in chain.items()},
+            "sources": srows}
     (outdir / "results.json").write_text(json.dumps(
         {"meta": meta, "rows": [{k: v for k, v in r.items()} for r in rows]},
         indent=1, default=lambda o: None if isinstance(o, float) and not math.isfinite(o) else str(o)))
@@ -325,10 +466,15 @@ def main(out="out", *, force=False, quick=False, fusion=None, kind="normal", see
              "0 ULP: the share of elements equal to the correctly rounded fp64 result; bits = eager: "
              "the share bitwise equal to eager's output.",
              "vs eager compares the mean absolute error against fp64.",
-             "Relative errors use max(|ref|, smallest normal of S) as the denominator."]
+             "Relative errors use max(|ref|, smallest normal of S) as the denominator.",
+             "Bitwise-identical pairs are real: a composite (layer_norm, softmax, ...) computes in "
+             "fp32 inside both ways, and a few fp32 ulps of difference rarely move a value "
+             "rounded to fp16/bf16. The table 'Where the bits part' shows each source on cases "
+             "chosen to expose it (longer rows, shifted-mean inputs, the autofuse preset, fp32 storage)."]
     (outdir / "report.html").write_text(html_report(
         title="numlab demo: eager vs fused vs emulated casts", intro=intro, rows=rows,
-        figures=embedded, plans=extra["plans"], notes=notes))
+        figures=embedded, plans=extra["plans"], notes=notes,
+        extra_html=_sources_html(srows)))
     files.append(outdir / "report.html")
     secs = time.perf_counter() - t0
     echo(f"wrote {outdir / 'report.html'} (self-contained), results.csv, results.json and "

@@ -18,6 +18,7 @@ __all__ = [
     "ulp_shares",
     "chain_length",
     "error_scatter",
+    "source_shares",
     "figure_to_png",
 ]
 
@@ -35,6 +36,14 @@ def _ax(ax, figsize=(8, 4)):
 
         _, ax = plt.subplots(figsize=figsize)
     return ax
+
+
+_METRIC_LABELS = {
+    "rel_max": "max relative error",
+    "rel_p99": "P99 relative error",
+    "abs_max": "max absolute error",
+    "abs_p99": "P99 absolute error",
+}
 
 
 def error_bars(rows, *, dtype, metric="rel_max", modes=("eager", "fused", "emulated_casts"),
@@ -62,8 +71,9 @@ def error_bars(rows, *, dtype, metric="rel_max", modes=("eager", "fused", "emula
     ax.axhline(uu, color="k", ls=":", lw=1, label=f"u({fmt.name}) = {uu:.2g}")
     ax.set_yscale("log")
     ax.set_xticks(x, models, rotation=30, ha="right")
-    ax.set_ylabel(metric.replace("_", " ") + " vs fp64")
-    ax.set_title(f"{fmt.name}: {metric.replace('_', ' ')} against the fp64 reference")
+    what = _METRIC_LABELS.get(metric, metric.replace("_", " "))
+    ax.set_ylabel(f"{what} vs fp64 (log scale)")
+    ax.set_title(f"{fmt.name}: {what} of each model's outputs against the fp64 reference")
     ax.legend(fontsize=8)
     return ax
 
@@ -149,6 +159,38 @@ def error_scatter(ref, eager, fused, *, dtype, ax=None, max_points=4000):
     ax.set_ylabel("|fused - fp64|")
     ax.set_title("per element (below the line: fused closer)")
     ax.legend(fontsize=8)
+    return ax
+
+
+SOURCE_COLORS = {
+    "fused": "#d62728",
+    "only promotion": "#9467bd",
+    "only instruction": "#8c564b",
+    "only tiling": "#17becf",
+    "only algorithm": "#ff7f0e",
+    "decomposition": "#7f7f7f",
+    "all aligned": "#2ca02c",
+}
+
+
+def source_shares(srows, columns, *, ax=None):
+    """Horizontal grouped bars: for each case (row of
+    :func:`numlab.cli_demo.source_rows`) the share of output elements whose
+    bits differ from eager, per column (fused, only one source left,
+    decomposition, all aligned).  Linear axis in percent (shares, not errors)."""
+    ax = _ax(ax, figsize=(9, 0.55 * len(srows) + 1.5))
+    labels = [f"{r['case']} {r['dtype']}" for r in srows]
+    y = np.arange(len(srows))
+    h = 0.85 / max(len(columns), 1)
+    for i, c in enumerate(columns):
+        v = np.array([100 * r[c] for r in srows], dtype=float)
+        ax.barh(y + (i - (len(columns) - 1) / 2) * h, v, h, label=c, color=SOURCE_COLORS.get(c))
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("output elements whose bits differ from eager (%)")
+    ax.set_title("where the bits part: one source left at the code generator's choice")
+    ax.legend(fontsize=7, loc="lower right")
     return ax
 
 

@@ -81,7 +81,7 @@ pre{background:#f7f7f7;padding:0.6em;font-size:11px;overflow-x:auto}
 """
 
 
-def html_report(*, title: str, intro: str, rows, figures, plans=None, notes=()) -> str:
+def html_report(*, title: str, intro: str, rows, figures, plans=None, notes=(), extra_html: str = "") -> str:
     """The whole report as one HTML string.
 
     Parameters
@@ -96,6 +96,9 @@ def html_report(*, title: str, intro: str, rows, figures, plans=None, notes=()) 
         Model -> ``str(plan)`` shown in ``<pre>`` blocks.
     notes : sequence of str
         Bullet points under the table.
+    extra_html : str
+        Trusted HTML (built by the caller with escaped text) inserted after
+        the notes, before the figures.
     """
     parts = [
         "<!DOCTYPE html>",
@@ -108,6 +111,8 @@ def html_report(*, title: str, intro: str, rows, figures, plans=None, notes=()) 
     ]
     if notes:
         parts.append("<ul class='note'>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
+    if extra_html:
+        parts.append(extra_html)
     parts.append("<h2>Figures</h2>")
     for caption, png in figures:
         b64 = base64.b64encode(png).decode("ascii")

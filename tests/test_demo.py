@@ -153,3 +153,28 @@ def test_chain_bounds_hold_elementwise(n, seed, dt, spread):
             assert np.all(rel <= S.u + g32 * (1 + S.u))
         elif nu < 1:
             assert np.all(rel <= nu / (1 - nu))
+
+
+def test_sources_table_shows_every_source_and_aligns_to_eager(quick_demo):
+    """The 'where the bits part' showcase: every source of difference (and
+    the decomposition) moves bits in at least one case, and with all four
+    aligned and decomposition off fused equals eager in every case."""
+    from numlab.cli_demo import SOURCE_COLUMNS, source_rows
+
+    out, _ = quick_demo
+    rows = json.loads((out / "results.json").read_text())["meta"]["sources"]
+    assert rows == source_rows(quick=True)  # deterministic: same shares from a fresh computation
+    for r in rows:
+        assert all(0.0 <= r[c] <= 1.0 for c in SOURCE_COLUMNS)
+        assert r["all aligned"] == 0.0, r["case"]
+    for col in ("only promotion", "only instruction", "only tiling", "only algorithm", "decomposition"):
+        assert max(r[col] for r in rows) > 0.05, col
+    assert "Where the bits part" in (out / "report.html").read_text()
+
+
+def test_instruction_case_scalar_really_differs_in_fp16():
+    """The instruction showcase relies on 0.1 not being an fp16 value: the
+    broadcast scalar is 0.0999755859375 (numpy's IEEE cast), the muls scalar
+    fp32's 0.100000001490116..."""
+    assert float(np.float16(0.1)) == 0.0999755859375
+    assert float(np.float32(0.1)) != float(np.float16(0.1))
