@@ -193,6 +193,10 @@ class RunResult:
     nonfinite : dict
         Node -> (number of NaN, number of inf) in the node's computed value
         (every executed node, dumped or not).
+    input_nonfinite : dict
+        Graph input -> (number of NaN, number of inf) after rounding to S
+        (a finite value beyond S's range becomes inf here, e.g. 70000 in
+        fp16); gather indices are not counted.
     mode, dtype, graph, source
         The mode, the storage Format, the executed graph (decomposed when the
         plan decomposed) and the graph as given.
@@ -215,6 +219,7 @@ class RunResult:
     align: tuple = ()
     seed: int | None = None
     internals: list = field(default_factory=list)
+    input_nonfinite: dict = field(default_factory=dict)
 
     @property
     def output(self) -> np.ndarray:
@@ -230,9 +235,11 @@ class RunResult:
 
     def summary(self) -> str:
         bad = {k: v for k, v in self.nonfinite.items() if v[0] or v[1]}
+        bad_in = {k: v for k, v in self.input_nonfinite.items() if v[0] or v[1]}
         lines = [f"RunResult(mode={self.mode}, dtype={self.dtype.name}, fingerprint={self.fingerprint[:12]}...)",
                  f"  outputs: {', '.join(f'{k}{tuple(v.shape)}' for k, v in self.outputs.items())}",
                  f"  dumped values: {len(self.values)}",
+                 f"  non-finite (nan, inf) in inputs (after rounding to S): {bad_in or 'none'}",
                  f"  non-finite (nan, inf) per node: {bad or 'none'}"]
         return "\n".join(lines)
 
@@ -503,6 +510,7 @@ def run(graph, inputs, *, mode, dtype, kernels=None, fusion=None, seed=None,
         else:
             vals[k] = _to_storage(v, S)
 
+    input_nonfinite = {k: _count(v) for k, v in vals.items() if not _is_index_input(graph, k)}
     if mode == "eager":
         spec = kernels if kernels is not None else K.KernelSpec.handwritten()
         lib = spec
@@ -580,7 +588,7 @@ def run(graph, inputs, *, mode, dtype, kernels=None, fusion=None, seed=None,
                      nonfinite=nonfinite, mode=mode, dtype=S, graph=g, source=graph,
                      kernels=spec, library=lib if fused_mode else None,
                      fusion=opts if fused_mode else None, align=align, seed=seed,
-                     internals=internals)
+                     internals=internals, input_nonfinite=input_nonfinite)
 
 
 # ---------------------------------------------------------------------------

@@ -156,7 +156,10 @@ class FusionOptions:
         the same single kernel eager uses.
     enable_autofuse : bool
         Master switch (``--enable_autofuse``).  False: every node is its own
-        block (still compiled by the code generator's KernelSpec).
+        block and no block is code-generated: each is a call into the
+        hand-written library, so ``fused`` runs exactly as ``eager`` (with
+        ``decompose`` False; with it True the decomposed primitives run as
+        library kernels).
     name : str
         Label shown in the plan and in reports.
 
@@ -210,7 +213,8 @@ class FusionOptions:
 
     @classmethod
     def off(cls, decompose: bool = False) -> FusionOptions:
-        """No fusion: every operator its own (code-generated) kernel."""
+        """No fusion: every operator its own library kernel (``fused`` with
+        these options and ``decompose=False`` equals ``eager`` bit for bit)."""
         return cls(enabled=frozenset(), decompose=decompose, enable_autofuse=False, name="off")
 
     def enable(self, *kinds: str) -> FusionOptions:

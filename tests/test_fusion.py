@@ -69,6 +69,8 @@ def test_bad_flags_name_the_item(flags, needle):
     with pytest.raises(ValueError, match="valid|true or false") as ei:
         parse_autofuse_flags(flags)
     assert needle in str(ei.value)
+    if "pass" in flags and "=" in flags and "lists no pass" not in needle:
+        assert "valid kinds: ['elementwise'" in str(ei.value)  # the valid passes are listed
 
 
 def test_bad_options():
@@ -315,12 +317,30 @@ def test_single_op_buffers_and_fused_tiles_are_smaller():
     p = plan(g, FusionOptions.inductor(), Hardware(), dtype="fp16")
     (b,) = p.blocks
     assert b.fused and b.live_buffers >= 4
-    # the one-operator tile of an add (x, y -> z: 3 buffers of 2 bytes, double-buffered)
+    # the one-operator tile of an add_scalar (x -> z: 2 buffers of 2 bytes, double-buffered)
     add = next(n for n in p.graph.nodes if n.op == "add_scalar")
     assert p.op_tile(add.name) == (192 * 1024 // (2 * 2 * 2)) // 16 * 16
     assert b.tile < min(p.op_tile(m) for m in b.members)
     with pytest.raises(ValueError, match="not in the planned graph"):
         p.op_tile("nope")
+
+
+@pytest.mark.parametrize("model", sorted(zoo.MODELS))
+def test_fusion_off_is_eager(model):
+    """--enable_autofuse=false: every node a library kernel, so fused == eager."""
+    import numpy as np
+
+    from numlab.execute import run
+
+    g = zoo.MODELS[model]()
+    x = zoo.make_inputs(g, seed=2)
+    e = run(g, x, mode="eager", dtype="fp16")
+    for o in (FusionOptions.off(), parse_autofuse_flags("--enable_autofuse=false")):
+        o = FusionOptions(enabled=o.enabled, decompose=False, enable_autofuse=False)
+        f = run(g, x, mode="fused", dtype="fp16", fusion=o)
+        assert not any(b.codegen or b.fused for b in f.plan.blocks)
+        for k in e.outputs:
+            assert np.array_equal(f.outputs[k].view(np.uint16), e.outputs[k].view(np.uint16))
 
 
 def test_decompose_off_keeps_composites_as_library_kernels():
@@ -341,5 +361,10 @@ def test_str_plan_is_readable():
         for m in b.members:
             assert m in s
     assert "library" in s and "codegen" in s  # matmul is a library call
+    # one header line, then two lines per block (members; reads/writes)
+    lines = s.splitlines()
+    assert len(lines) == 1 + 2 * len(p.blocks) + bool(p.decomposed)
+    for b in p.blocks:
+        assert f"reads {', '.join(b.inputs)}; writes {', '.join(b.outputs)}" in s
     d = p.to_dict()
     assert [x["members"] for x in d["blocks"]] == [b.members for b in p.blocks]
