@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from numlab.torch.data import cancelling_rows, normal
-from numlab.torch.libm import aten_vec_erf, fma32, sleef_expf
+from numlab.torch.libm import aten_vec_erf, fma32, onednn_gelu_erf, sleef_expf, sleef_tanhf
 from numlab.torch.orders import (
     aten_sum,
     butterfly,
@@ -543,3 +543,21 @@ def test_not_modelled_cases_raise(torch):
     if torch.get_num_threads() > 1:
         with pytest.raises(NotModelled, match="GRAIN_SIZE"):
             predict(tr, mode="eager")
+
+
+def test_sleef_tanhf_and_onednn_gelu_accuracy():
+    """Independent checks of the libm models: SLEEF tanhf within 1 ulp of fp64 tanh
+    (its u10 promise); oneDNN's gelu_erf = 0.5 x (1 + erf~(x/sqrt2)) with |erf~ - erf| < 1e-6."""
+    from numlab.formats import ulp
+    from numlab.ops import erf_ref
+
+    rng = np.random.default_rng(1)
+    x = np.concatenate([rng.standard_normal(100000) * 3, rng.standard_normal(10000) * 1e-3]).astype(F32)
+    ref = np.tanh(x.astype(np.float64))
+    err = np.abs(sleef_tanhf(x) - ref) / np.asarray(ulp(np.asarray(np.float32(ref), np.float64), "fp32"), np.float64)
+    assert np.max(err) <= 1.0
+    assert sleef_tanhf(np.array([9.0, -9.0], F32)).tolist() == [1.0, -1.0]
+    assert np.isnan(sleef_tanhf(np.array([np.nan], F32))[0])
+    g = onednn_gelu_erf(x).astype(np.float64)
+    gref = 0.5 * x * (1 + erf_ref(x.astype(np.float64) / np.sqrt(2)))
+    assert np.max(np.abs(g - gref) / np.maximum(np.abs(x), 1e-30)) < 5e-7

@@ -71,6 +71,12 @@ def exp(x):
     return torch.exp(x)
 
 
+def tanh(x):
+    import torch
+
+    return torch.tanh(x)
+
+
 def softmax(x):
     import torch.nn.functional as F
 
@@ -148,6 +154,8 @@ def test_exp_softmax_gelu_layernorm(torch):
     _check(torch, softmax, (xb,))
     # eager F.gelu runs oneDNN's minimax kernel, compiled ATen's A&S erf: both bitwise
     _check(torch, gelu, (x,))
+    # compiled tanh is SLEEF tanhf (bitwise); eager goes through MKL VML (<= 1 ulp)
+    _check(torch, tanh, (x,), eager_min=0.97, max_ulp=1.0)
     w = _t(torch, normal(rng, (64,), "fp32"), "fp32")
     b = _t(torch, normal(rng, (64,), "fp32"), "fp32")
     xl = _t(torch, normal(rng, (8, 64), "fp32", 3.0), "fp32")

@@ -87,11 +87,11 @@ SUITE = (
 
 # why a row may be below 100% (the residual's source), by case and dtype
 _CAUSES = {
-    "tanh": "tanhf (MKL VML eager / SLEEF compiled) modelled as correctly rounded",
+    "tanh": "eager: MKL VML tanhf modelled as correctly rounded",
     "exp": "eager: MKL VML vsExp modelled as correctly rounded",
     "sigmoid": "",
     "gelu (erf)": "",
-    "gelu (tanh)": "tanhf (oneDNN eager, SLEEF compiled) modelled as correctly rounded; "
+    "gelu (tanh)": "eager: oneDNN gelu_tanh modelled with a correctly rounded tanhf; "
                    "1+tanh cancels for x<0 (ulps of tiny outputs)",
     "softmax": "Inductor tiling of the exp-sum loop",
     "layernorm": "ATen RowwiseMoments FMA contraction (rstd)",

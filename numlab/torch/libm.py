@@ -15,6 +15,11 @@
   Horner in FMAs, ``exp`` by SLEEF (above).  Not correctly rounded (error
   up to ~1e-7 absolute), which is why gelu(erf) differs from an fp64 erf.
 
+* :func:`sleef_tanhf` -- SLEEF's ``xtanhf`` (double-float exp, reciprocal and
+  division), Inductor's ``Vectorized<float>::tanh()``.
+* :func:`onednn_gelu_erf` -- oneDNN's avx512_core gelu_erf (25 minimax
+  polynomials), what eager ``F.gelu`` runs with mkldnn enabled.
+
 Every operation is one IEEE fp32 operation (numpy float32 arithmetic or an
 exactly rounded FMA), so the models are bit-exact where the C code is.
 """
@@ -23,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["sleef_expf", "aten_vec_erf", "onednn_gelu_erf", "fma32"]
+__all__ = ["sleef_expf", "sleef_tanhf", "aten_vec_erf", "onednn_gelu_erf", "fma32"]
 
 _R_LN2F = np.float32(1.442695040888963407359924681001892137426645954152985934135449406931)
 _L2UF = np.float32(0.693145751953125)
@@ -142,3 +147,99 @@ def onednn_gelu_erf(x) -> np.ndarray:
             p = fma32(p, ax, _ONEDNN_POL[deg][idx])
         p = np.where(np.signbit(x), -p, p)
         return ((x * (p + f(1))) * f(0.5)).astype(np.float32)
+
+
+# --- SLEEF tanhf (u10): double-float (df) arithmetic of sleefsimdsp.c / df.h, FMA build ---
+def _fmapn(x, y, z):  # x*y - z, one rounding
+    return fma32(x, y, -np.asarray(z, np.float32))
+
+
+def _fmanp(x, y, z):  # -x*y + z, one rounding
+    return fma32(-np.asarray(x, np.float32), y, z)
+
+
+def _dfadd2_vf2_vf(xx, xy, y):
+    s = xx + y
+    v = s - xx
+    t = (xx - (s - v)) + (y - v)
+    return s, t + xy
+
+
+def _dfadd2_vf2_vf2(xx, xy, yx, yy):
+    s = xx + yx
+    v = s - xx
+    t = (xx - (s - v)) + (yx - v)
+    return s, t + (xy + yy)
+
+
+def _dfadd_vf2_vf2(xx, xy, yx, yy):  # |x| >= |y|
+    s = xx + yx
+    return s, (((xx - s) + yx) + xy) + yy
+
+
+def _dfmul_vf2_vf(xx, xy, y):
+    s = xx * y
+    return s, fma32(xy, y, _fmapn(xx, y, s))
+
+
+def _dfmul_vf2_vf2(xx, xy, yx, yy):
+    s = xx * yx
+    return s, fma32(xx, yy, fma32(xy, yx, _fmapn(xx, yx, s)))
+
+
+def _ldexp2(u, q):
+    qi = q.astype(np.int64)
+    h = qi >> 1
+    u = (u.astype(np.float64) * np.exp2(h.astype(np.float64))).astype(np.float32)
+    return (u.astype(np.float64) * np.exp2((qi - h).astype(np.float64))).astype(np.float32)
+
+
+def _expk2f(dx, dy):
+    f = np.float32
+    u = (dx + dy) * _R_LN2F
+    q = np.rint(u)
+    q = np.where(np.isfinite(q), q, 0).astype(np.float32)
+    sx, sy = _dfadd2_vf2_vf(dx, dy, q * -_L2UF)
+    sx, sy = _dfadd2_vf2_vf(sx, sy, q * -_L2LF)
+    u = np.full(dx.shape, f(0.1980960224e-3), np.float32)
+    u = fma32(u, sx, f(0.1394256484e-2))
+    u = fma32(u, sx, f(0.8333456703e-2))
+    u = fma32(u, sx, f(0.4166637361e-1))
+    tx, ty = _dfmul_vf2_vf(sx, sy, u)
+    tx, ty = _dfadd2_vf2_vf(tx, ty, f(0.166666659414234244790680580464))
+    tx, ty = _dfmul_vf2_vf2(sx, sy, tx, ty)
+    tx, ty = _dfadd2_vf2_vf(tx, ty, f(0.5))
+    qx = sx * sx  # dfsqu
+    qy = fma32(sx + sx, sy, _fmapn(sx, sx, qx))
+    mx, my = _dfmul_vf2_vf2(qx, qy, tx, ty)
+    tx, ty = _dfadd2_vf2_vf2(sx, sy, mx, my)
+    s = f(1) + tx  # dfadd_vf2_vf_vf2(1, t)
+    ty = ((f(1) - s) + tx) + ty
+    tx = s
+    return _ldexp2(tx, q), _ldexp2(ty, q)
+
+
+def sleef_tanhf(x) -> np.ndarray:
+    """SLEEF ``xtanhf`` (``Sleef_tanhf16_u10``, Inductor's ``Vectorized<float>::tanh()``),
+    bit for bit: ``d = exp(|x|)`` in double-float (``expk2f``), ``(d - 1/d) / (d + 1/d)``
+    by double-float reciprocal and division (FMA variants of df.h), 1 beyond 8.664339742,
+    sign of x, NaN passes.  Source: SLEEF 3.x sleefsimdsp.c / df.h."""
+    x = np.asarray(x, np.float32)
+    f = np.float32
+    with np.errstate(all="ignore"):
+        y = np.abs(x)
+        dx, dy = _expk2f(y, np.zeros_like(y))
+        ex = f(1) / dx  # dfrec_vf2_vf2
+        ey = ex * _fmanp(dy, ex, _fmanp(dx, ex, f(1)))
+        nx, ny = _dfadd_vf2_vf2(dx, dy, -ex, -ey)
+        mx, my = _dfadd_vf2_vf2(dx, dy, ex, ey)
+        t = f(1) / mx  # dfdiv_vf2_vf2_vf2(n, m)
+        s = nx * t
+        u = _fmapn(t, nx, s)
+        v = _fmanp(my, t, _fmanp(mx, t, f(1)))
+        qy = fma32(s, v, fma32(ny, t, u))
+        r = s + qy
+        r = np.where((y > f(8.664339742)) | np.isnan(r), f(1), r)
+        r = np.where(np.signbit(x), -r, r)
+        r = np.where(np.isnan(x), x, r)
+    return r.astype(np.float32)

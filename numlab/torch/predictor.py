@@ -18,12 +18,13 @@
     the eager ATen graph in float64 with no rounding (the reference).
 
 Values are float32 arrays holding values of their dtype (bool for masks).
-Math routines: SLEEF ``expf`` (sigmoid, softmax, compiled ``exp``), ATen's
-vectorised A&S ``erf`` (compiled gelu/erf) and oneDNN's gelu_erf (eager
-``F.gelu``) are reproduced bit for bit (:mod:`numlab.torch.libm`); eager
-unary ``exp``/``tanh``/``erf`` (MKL VML) and compiled ``tanh`` (SLEEF
-``tanhf``) are modelled as correctly rounded fp32 (fp64 evaluation, one
-rounding): they may differ by an ulp -- the faithfulness table reports it.
+Math routines: SLEEF ``expf`` (sigmoid, softmax, compiled ``exp``), SLEEF
+``tanhf`` (compiled ``tanh``), ATen's vectorised A&S ``erf`` (compiled
+gelu/erf) and oneDNN's gelu_erf (eager ``F.gelu``) are reproduced bit for bit
+(:mod:`numlab.torch.libm`); eager unary ``exp``/``tanh``/``erf`` (MKL VML)
+and oneDNN's gelu_tanh are modelled as correctly rounded fp32 (fp64
+evaluation, one rounding): they may differ by an ulp -- the faithfulness
+table reports it.
 
 Not modelled (raise :class:`NotModelled` rather than guess): reductions over
 a dim other than the last, ATen's two-pass split of a single row longer than
@@ -42,7 +43,7 @@ import numpy as np
 from ..formats import get_format
 from ..rounding import round_to
 from .bridge import Ref, TorchTrace, as_numpy, import_torch
-from .libm import aten_vec_erf, onednn_gelu_erf, sleef_expf
+from .libm import aten_vec_erf, onednn_gelu_erf, sleef_expf, sleef_tanhf
 from .orders import aten_sum, butterfly, inductor_sum
 from .presets import InductorCpu, TorchCpuEager
 
@@ -390,9 +391,10 @@ class _Interp:
                 x = np.asarray(a[0])
                 if self.mode == "fp64":
                     return fn(x.astype(np.float64))
-                if self.sw.algorithm == "inductor" and base in ("exp", "erf"):
-                    # Inductor's Vectorized<float>::exp() = SLEEF expf_u10; erf() = A&S 7.1.26
-                    r = sleef_expf(x) if base == "exp" else aten_vec_erf(x)
+                if self.sw.algorithm == "inductor" and base in ("exp", "erf", "tanh"):
+                    # Inductor's Vectorized<float>: exp() = SLEEF expf_u10, tanh() = SLEEF
+                    # tanhf_u10, erf() = ATen's A&S 7.1.26
+                    r = {"exp": sleef_expf, "erf": aten_vec_erf, "tanh": sleef_tanhf}[base](x)
                 else:
                     # eager unary kernels go through MKL VML (vsExp, vsErf, ...) when MKL is
                     # present: modelled as correctly rounded fp32 (the residual is MKL's)
