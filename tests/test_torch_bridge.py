@@ -561,3 +561,21 @@ def test_sleef_tanhf_and_onednn_gelu_accuracy():
     g = onednn_gelu_erf(x).astype(np.float64)
     gref = 0.5 * x * (1 + erf_ref(x.astype(np.float64) / np.sqrt(2)))
     assert np.max(np.abs(g - gref) / np.maximum(np.abs(x), 1e-30)) < 5e-7
+
+
+def test_softmax_uses_16_lanes_sum_uses_8(torch):
+    """Measured: ATen's softmax kernel is the AVX512 build (16 lanes), its sum kernel AVX2 (8)."""
+    import torch.nn.functional as F
+
+    from numlab.torch import from_torch, predict, torch_cpu_eager
+
+    rng = np.random.default_rng(3)
+    x = torch.from_numpy(normal(rng, (32, 100), "fp32", 3.0))
+
+    def sm(x):
+        return F.softmax(x, -1)
+
+    tr = from_torch(sm, (x,))
+    want = sm(x).numpy()
+    assert np.array_equal(predict(tr, (x,), mode="eager").outputs[0], want)
+    assert not np.array_equal(predict(tr, (x,), mode="eager", preset=torch_cpu_eager(softmax_lanes=8)).outputs[0], want)
