@@ -181,3 +181,11 @@ def test_spec_bad_knobs_name_themselves(field, value, needle):
 def test_spec_bad_unary_op():
     with pytest.raises(ValueError, match=r"op='log'.*rsqrt"):
         K.HANDWRITTEN.unary("log", np.ones(2, np.float32), storage="fp16")
+
+
+def test_describe_lists_every_knob_readably():
+    d = K.HANDWRITTEN.describe()
+    assert set(d) == {f.name for f in dataclasses.fields(K.KernelSpec)}
+    assert d["rsqrt"] == "newton(table12,1,fp32)" and d["reduce_inner"] == "lanes(64,tree,masked)"
+    assert d["acc"] == "fp32" and d["hardware"] == "ascend910b" and d["fma"] is False
+    assert K.CODEGEN.describe()["exp"] == "exp_poly(6,fp32)" and K.CODEGEN.describe()["live_buffers"] is None

@@ -9,7 +9,7 @@ data, ``storage=S`` and whether the call is inside a fused block.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -210,6 +210,15 @@ class KernelSpec:
             k_tile=128,
         )
         return replace(spec, **changes) if changes else spec
+
+    def describe(self) -> dict:
+        """``{field: readable value}`` for tables and notebooks (orders and
+        algorithms by their string forms)."""
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = v.name if isinstance(v, (Format, Hardware)) else (v if isinstance(v, (bool, int, type(None))) else str(v))
+        return out
 
     def replace(self, **changes) -> "KernelSpec":
         """A copy with some fields changed (``dataclasses.replace``)."""
