@@ -110,9 +110,12 @@ class Latency:
         ``"lognormal"``: sigma of ``log(duration)``; the duration is
         ``mean * exp(spread * z - spread**2 / 2)`` with ``z ~ N(0, 1)``, so its
         mean stays ``mean`` for every spread.  ``"uniform"``: half-width
-        relative to the mean, durations uniform on
-        ``[mean * (1 - spread), mean * (1 + spread)]`` (spread < 1).
-        ``"fixed"`` ignores it.  Default 0 (every core takes ``mean``).
+        relative to the mean: the duration is
+        ``mean * (1 + spread * tanh(z))``, on the open interval
+        ``(mean * (1 - spread), mean * (1 + spread))`` (spread < 1) with mean
+        ``mean`` (tanh(z) is odd), drawn from the same normal stream as the
+        other kinds -- bounded and symmetric, but peaked at the mean, not
+        flat.  ``"fixed"`` ignores it.  Default 0 (every core takes ``mean``).
     dist : {"lognormal", "uniform", "fixed"}
         Default ``"lognormal"``: positive, right-skewed, like a core that is
         occasionally held up (cache misses, MTE queueing, a preempting task).
@@ -142,8 +145,8 @@ class Latency:
         z = rng.standard_normal(n)
         if self.dist == "lognormal":
             return self.mean * np.exp(self.spread * z - 0.5 * self.spread**2)
-        u = 0.5 * (1.0 + np.tanh(z))  # a uniform-ish draw from the same normal stream
-        return self.mean * (1.0 + self.spread * (2.0 * u - 1.0))
+        # bounded, symmetric, from the same normal stream (not a flat distribution)
+        return self.mean * (1.0 + self.spread * np.tanh(z))
 
     def with_spread(self, spread: float) -> Latency:
         return replace(self, spread=spread)

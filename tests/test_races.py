@@ -31,6 +31,11 @@ def test_latency_mean_and_seed():
         # the mean is kept for every spread (lognormal: mean * exp(s z - s^2/2))
         assert abs(d.mean() - 2.0) < 0.01
         assert np.array_equal(d, lat.sample(np.random.default_rng(1), 200_000))
+    # "uniform": mean * (1 + spread * tanh(z)), strictly inside (mean (1 - s), mean (1 + s))
+    z = np.random.default_rng(1).standard_normal(1000)
+    d = R.Latency(2.0, 0.5, "uniform").sample(np.random.default_rng(1), 1000)
+    assert np.allclose(d, 2.0 * (1 + 0.5 * np.tanh(z)), rtol=1e-15, atol=0)
+    assert (d > 1.0).all() and (d < 3.0).all()
     assert np.array_equal(R.Latency(3.0, 0.0).sample(rng, 4), np.full(4, 3.0))
     for bad in (dict(mean=0), dict(mean=-1), dict(spread=-0.1), dict(dist="normal"),
                 dict(dist="uniform", spread=1.0), dict(mean=float("nan"))):
