@@ -323,10 +323,14 @@ _UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 def encode(x, fmt: "Format | str") -> np.ndarray:
     """Integer codes (bit patterns) of ``x`` in ``fmt``'s storage dtype.
 
-    ``x`` is rounded to nearest-even by the storage dtype's own cast
-    (numpy/ml_dtypes); for other modes round with :func:`numlab.round_to`
-    first.  Raises ValueError for formats without a storage dtype.
+    ``x`` is rounded to nearest-even directly by :func:`numlab.round_to`
+    (not by ml_dtypes' float64 casts, which round through float32 and can
+    double-round); for other modes round with ``round_to`` first.  Integer
+    inputs are converted to float64 first.  Raises ValueError for formats
+    without a storage dtype.
     """
+    from .rounding import round_to  # same layer; imported late to avoid a cycle
+
     fmt = get_format(fmt)
     if fmt.dtype is None:
         raise ValueError(
@@ -335,7 +339,10 @@ def encode(x, fmt: "Format | str") -> np.ndarray:
         )
     a = np.asarray(x)
     if a.dtype != fmt.dtype:
-        a = a.astype(np.float64).astype(fmt.dtype) if a.dtype.kind != "f" else a.astype(fmt.dtype)
+        if a.dtype.kind in "iub":
+            a = a.astype(np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            a = np.asarray(round_to(a, fmt)).astype(fmt.dtype)  # exact: values of fmt
     return a.view(_UINT[fmt.bits])
 
 

@@ -186,6 +186,10 @@ def test_encode_decode_roundtrip():
         ok = (back == codes) | np.isnan(v)
         assert ok.all(), fmt
     assert nl.encode(1.0, "fp16") == 0x3C00
+    # float64 just below the bf16 midpoint above 1 + 2**-7 (an odd code): one rounding
+    x = np.nextafter(1 + 2.0**-8 + 2.0**-7, 0.0)
+    assert nl.encode(x, "bf16") == 0x3F81
+    assert nl.encode(np.array([3, -2]), "fp8_e4m3").tolist() == [0x44, 0xC0]
     assert nl.encode(np.array([1.0, -2.0], np.float32), "bf16").tolist() == [0x3F80, 0xC000]
     with pytest.raises(ValueError, match=r"fmt='tf32' has no storage dtype.*'fp16'"):
         nl.encode(1.0, "tf32")
