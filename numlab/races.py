@@ -95,6 +95,22 @@ _ROLES = ("input", "output", "workspace")
 _FILLS = ("zeros", "garbage")
 
 
+def _rng(seed, what: str = "seed") -> np.random.Generator:
+    """``numpy.random.default_rng(seed)``, with a ValueError naming the argument."""
+    try:
+        return np.random.default_rng(seed)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}={seed!r} must be None, a non-negative int (or a sequence of them) "
+                         "or a numpy SeedSequence") from None
+
+
+def _seed_sequence(seed, what: str = "seed") -> np.random.SeedSequence:
+    try:
+        return np.random.SeedSequence(seed)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}={seed!r} must be None, a non-negative int or a sequence of them") from None
+
+
 # --------------------------------------------------------------------------- knobs
 
 
@@ -497,7 +513,7 @@ def schedule(kernel: Kernel, seed=None, rng: np.random.Generator | None = None) 
     schedule.  Vectorised over the cores of a stage.
     """
     if rng is None:
-        rng = np.random.default_rng(seed)
+        rng = _rng(seed)
     free = {g: np.zeros(int(n)) for g, n in kernel.cores.items()}
     flags_into: dict[str, list] = {}
     for it in kernel.items:
@@ -668,7 +684,7 @@ def simulate(kernel: Kernel, inputs: dict, *, seed=None, memory: dict | None = N
     (which stage last wrote each row) are tracked beside the values and
     compared with what list order promises.
     """
-    rng = np.random.default_rng(seed)
+    rng = _rng(seed)
     for name in kernel.inputs():
         if name not in inputs:
             raise ValueError(f"simulate: missing input {name!r}; inputs needed: {kernel.inputs()}")
@@ -1066,7 +1082,9 @@ def batch_run(kernel: Kernel, cases: Sequence[dict], reference: Callable, *, see
     Each output is judged against ``reference(case) -> dict[output -> fp64]``
     with ``tol``.
     """
-    ss = np.random.SeedSequence(seed)
+    if len(cases) < 1:
+        raise ValueError("batch_run: cases must hold at least one case, got none")
+    ss = _seed_sequence(seed)
     seeds = ss.spawn(len(cases))
     outs = kernel.outputs()
     res = []
@@ -1297,7 +1315,9 @@ class Scenario:
     tol: Tolerance = Tolerance()
 
     def cases(self, n: int, seed=0) -> list[dict]:
-        rng = np.random.default_rng(seed)
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise ValueError(f"cases: n={n!r} must be an int >= 0")
+        rng = _rng(seed)
         return [self.make_case(rng) for _ in range(n)]
 
 
@@ -1606,6 +1626,8 @@ def get_scenario(name) -> Scenario:
 def failure_rate_curve(scenario, spreads, *, n_cases: int = 200, fix: bool = False, seed=0) -> np.ndarray:
     """Failure rate of a batch of ``n_cases`` for each latency spread (same
     cases and schedule seeds at every spread)."""
+    if isinstance(n_cases, bool) or not isinstance(n_cases, (int, np.integer)) or n_cases < 1:
+        raise ValueError(f"failure_rate_curve: n_cases={n_cases!r} must be an int >= 1")
     sc = get_scenario(scenario)
     cases = sc.cases(n_cases, seed)
     out = []

@@ -80,6 +80,23 @@ def test_kernel_validation_names_the_problem():
         R.get_scenario("nope")
 
 
+def test_bad_seeds_and_sizes_name_the_argument():
+    k, case = FIELD.build(), FIELD.cases(1, 0)[0]
+    for bad in (-1, "a", 1.5):
+        with pytest.raises(ValueError, match=f"seed={bad!r} must be None, a non-negative int"):
+            R.simulate(k, case, seed=bad)
+        with pytest.raises(ValueError, match=f"seed={bad!r} must be None, a non-negative int"):
+            R.batch_run(k, [case], FIELD.reference, seed=bad)
+    with pytest.raises(ValueError, match="seed=-2"):
+        R.schedule(k, seed=-2)
+    with pytest.raises(ValueError, match="at least one case"):
+        R.batch_run(k, [], FIELD.reference)
+    with pytest.raises(ValueError, match="n_cases=0 must be an int >= 1"):
+        R.failure_rate_curve(FIELD, [0.5], n_cases=0)
+    with pytest.raises(ValueError, match="n=-1"):
+        FIELD.cases(-1)
+
+
 # --------------------------------------------------------------------------- scheduler
 
 
