@@ -243,7 +243,7 @@ def _random_values(fmt, wdt, n, seed):
     return x
 
 
-ALL_FMTS = (nl.FP16, nl.BF16, nl.FP8_E4M3, nl.FP8_E5M2, nl.TF32, *CUSTOM)
+ALL_FMTS = (nl.FP16, nl.BF16, nl.FP8_E4M3, nl.FP8_E5M2, nl.TF32, nl.FP32, *CUSTOM)
 
 
 @pytest.mark.parametrize("fmt", ALL_FMTS, ids=str)
@@ -440,3 +440,17 @@ def test_hypothesis_vs_exact(x64, x32, fmt, mode, saturate, ftz):
     for x in (np.array(x64, np.float64), np.array(x32, np.float32)):
         ref = reference(x, fmt, mode, saturate=saturate, ftz=ftz)
         assert_same_bits(nl.round_to(x, fmt, mode, saturate=saturate, ftz=ftz), ref, x, f"{fmt} {mode}")
+
+
+def test_float64_to_fp32_rne_equals_numpy_cast():
+    """float64 -> fp32 (used for fp32 kernels' scalars): numpy's cast is a
+    direct IEEE RNE conversion; 10^6 float64 values spread over fp32's range
+    and beyond, plus raw float64 bit patterns."""
+    rng = np.random.default_rng(8)
+    x = np.concatenate([
+        rng.standard_normal(500_000) * 2.0 ** rng.integers(-160, 135, 500_000),
+        rng.integers(0, 2**64, 500_000, dtype=np.uint64).view(np.float64),
+    ])
+    with np.errstate(all="ignore"):
+        ref = x.astype(np.float32).astype(np.float64)
+    assert_same_bits(nl.round_to(x, "fp32"), ref, x, "fp32 rne")
