@@ -614,7 +614,7 @@ def _cmd(args) -> int:
     rep = check_determinism(args.model, dtype=args.dtype, mode=args.mode, runs=args.runs,
                             sizes=_parse_sizes(args.sizes), kernels=args.kernels, fusion=args.fusion,
                             order=args.order, seed=args.seed, input_kind=args.input_kind,
-                            input_seed=args.input_seed, inject=args.inject)
+                            input_seed=args.input_seed, inject=args.inject, timeout=args.timeout)
     if args.json:
         print(json.dumps({"config": rep.config, "compile_deterministic": rep.compile_deterministic,
                           "execution_deterministic": rep.execution_deterministic,
@@ -649,6 +649,8 @@ def add_check_parser(check_subparsers) -> argparse.ArgumentParser:
     p.add_argument("--input-seed", type=int, default=0, help="input seed (default 0)")
     p.add_argument("--inject", default=None, choices=["set_order"],
                    help="plant a PYTHONHASHSEED-dependent compile step to see the check catch it")
+    p.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds for all worker processes together (default 300); on expiry they are killed")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=_cmd)
     return p

@@ -145,6 +145,9 @@ def test_check_parser_exit_codes(capsys):
     assert args.func(args) == 1
     out = capsys.readouterr().out
     assert '"execution_deterministic": false' in out and '"compile_deterministic": true' in out
+    args = ap.parse_args(["determinism", "softmax", "--runs", "2", "--timeout", "0"])
+    with pytest.raises(ValueError, match="timeout=0.0 must be"):
+        args.func(args)
     assert D._parse_sizes("batch=4,hidden=64") == {"batch": 4, "hidden": 64}
     with pytest.raises(ValueError, match="key=value"):
         D._parse_sizes("batch")
