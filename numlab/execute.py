@@ -192,7 +192,9 @@ class RunResult:
         sha256 hex of the compile-time inputs (:func:`fingerprint`).
     nonfinite : dict
         Node -> (number of NaN, number of inf) in the node's computed value
-        (every executed node, dumped or not).
+        (every executed node, dumped or not; a ``mul`` folded into an FMA by
+        contraction is not executed on its own and is absent unless
+        ``keep_internals``).
     input_nonfinite : dict
         Graph input -> (number of NaN, number of inf) after rounding to S
         (a finite value beyond S's range becomes inf here, e.g. 70000 in
@@ -547,7 +549,13 @@ def run(graph, inputs, *, mode, dtype, kernels=None, fusion=None, seed=None,
             codegen = fused_mode and block.codegen
             bspec = gen if codegen else lib
             outs = set(block.outputs)
+            # a multiply that an FMA will absorb is not computed on its own
+            # (its value would be thrown away) unless internals are dumped
+            folded = (_folded_muls(g, block) if codegen and not emulate and bspec.fma
+                      and not keep_internals else set())
             for m in block.members:
+                if m in folded:
+                    continue
                 node = g.node(m)
                 if codegen:
                     tile = plan.op_tile(m) if "tiling" in align else block.tile
@@ -889,23 +897,23 @@ def _fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     low = np.uint64(0x1FFFFFFF)
     half = np.uint64(0x10000000)
     tiny = 2.0**-126
+    # chunk buffers, reused: no fresh allocation per chunk
+    shape = (min(step, a.shape[0]),) + a.shape[1:]
+    p_buf = np.empty(shape, dtype=np.float64)
+    q_buf = np.empty(shape, dtype=np.float64)
+    t_buf = np.empty(shape, dtype=np.uint64)
+    m_buf = np.empty(shape, dtype=bool)
     with np.errstate(all="ignore"):
         for i in range(0, a.shape[0], step):
             sl = slice(i, i + step)
-            p = np.multiply(a[sl], b[sl], dtype=np.float64)  # exact
-            p += c[sl]
-            out[sl] = p  # numpy's float64 -> float32 cast: RNE
-            t = p.view(np.uint64) & low
-            t ^= half
-            if t.all():
-                p_small = np.abs(p).min() < tiny
-                if p_small:
-                    sub = (np.abs(p) < tiny) & (p != 0)  # fp32 subnormal results: exact kernel
-                    if sub.any():
-                        out[sl][sub] = _f32(fma(a[sl][sub], b[sl][sub], c[sl][sub], fmt=FP32))
-                continue
-            r = out[sl].copy()
-            mid = t == 0
+            k = min(step, a.shape[0] - i)
+            p, q, t, mid = p_buf[:k], q_buf[:k], t_buf[:k], m_buf[:k]
+            np.multiply(a[sl], b[sl], out=p, dtype=np.float64)  # exact
+            np.add(p, c[sl], out=p)
+            o = out[sl]
+            o[...] = p  # numpy's float64 -> float32 cast: RNE
+            np.bitwise_and(p.view(np.uint64), low, out=t)
+            np.equal(t, half, out=mid)
             if mid.any():  # an fp32 midpoint: which side was the exact value on?
                 av = a[sl][mid].astype(np.float64)
                 prod = av * b[sl][mid]  # exact
@@ -913,14 +921,15 @@ def _fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
                 sm = p[mid]
                 bb = sm - prod  # TwoSum (Knuth): e is the exact error of sm
                 e = (prod - (sm - bb)) + (cv - bb)
-                r0 = r[mid]
+                r0 = o[mid]
                 other = np.nextafter(r0, np.where(sm > r0, np.float32(np.inf), np.float32(-np.inf)))
                 up, dn = np.maximum(r0, other), np.minimum(r0, other)
-                r[mid] = np.where(e > 0, up, np.where(e < 0, dn, r0))
-            sub = (np.abs(p) < tiny) & (p != 0)  # fp32 subnormal results: exact kernel
-            if sub.any():
-                r[sub] = _f32(fma(a[sl][sub], b[sl][sub], c[sl][sub], fmt=FP32))
-            out[sl] = r
+                o[mid] = np.where(e > 0, up, np.where(e < 0, dn, r0))
+            np.abs(p, out=q)
+            if q.min() < tiny:  # zeros or fp32 subnormal results
+                sub = (q < tiny) & (p != 0)
+                if sub.any():  # fp32 subnormal results: exact kernel
+                    o[sub] = _f32(fma(a[sl][sub], b[sl][sub], c[sl][sub], fmt=FP32))
     return out
 
 
@@ -965,35 +974,55 @@ def _compute(node, ins, ctx: _Ctx) -> np.ndarray:
 _CONTRACTIBLE = ("add", "sub", "add_scalar", "sub_scalar", "rsub_scalar")
 
 
+def _folded_mul(node, g, block):
+    """The ``mul`` input of ``node`` that :func:`_contract` folds into an
+    FMA (the same rule, in the same order), or None."""
+    if node.op not in _CONTRACTIBLE:
+        return None
+    for p in node.inputs:
+        if p not in block.members or p in block.outputs:
+            continue
+        pn = g.node(p)
+        if pn.op != "mul" or len(g.consumers(p)) != 1:
+            continue
+        return p
+    return None
+
+
+def _folded_muls(g, block) -> set:
+    """Multiplies of a code-generated block absorbed by FMA contraction."""
+    out = set()
+    for m in block.members:
+        p = _folded_mul(g.node(m), g, block)
+        if p is not None:
+            out.add(p)
+    return out
+
+
 def _contract(node, g, block, vals, ctx: _Ctx):
     """FMA contraction in a code-generated block (``spec.fma``): an add or
     subtract whose operand is a ``mul`` of the same block, used only there
     and never written out, is computed as one fused multiply-add (one
     rounding), as compilers contract ``a*b + c`` (LLVM/NVPTX ``fmuladd``,
     Ascend ``vmla``).  Returns None when the pattern does not apply."""
-    if node.op not in _CONTRACTIBLE:
+    p = _folded_mul(node, g, block)
+    if p is None:
         return None
-    members = block.members
-    for i, p in enumerate(node.inputs):
-        if p not in members or p in block.outputs:
-            continue
-        pn = g.node(p)
-        if pn.op != "mul" or len(g.consumers(p)) != 1:
-            continue
-        a, b = _f32(vals[pn.inputs[0]]), _f32(vals[pn.inputs[1]])
-        op = node.op
-        if op == "add":
-            return ctx.muladd(a, b, vals[node.inputs[1 - i]])
-        if op == "sub":
-            c = _f32(vals[node.inputs[1 - i]])
-            return ctx.muladd(a, b, -c) if i == 0 else ctx.muladd(-a, b, c)
-        s = ctx.scalar(node.op_attrs["scalar"])
-        if op == "add_scalar":
-            return ctx.muladd(a, b, np.float32(s))
-        if op == "sub_scalar":
-            return ctx.muladd(a, b, np.float32(-s))
-        return ctx.muladd(-a, b, np.float32(s))  # rsub_scalar: s - a*b
-    return None
+    i = node.inputs.index(p)
+    pn = g.node(p)
+    a, b = _f32(vals[pn.inputs[0]]), _f32(vals[pn.inputs[1]])
+    op = node.op
+    if op == "add":
+        return ctx.muladd(a, b, vals[node.inputs[1 - i]])
+    if op == "sub":
+        c = _f32(vals[node.inputs[1 - i]])
+        return ctx.muladd(a, b, -c) if i == 0 else ctx.muladd(-a, b, c)
+    s = ctx.scalar(node.op_attrs["scalar"])
+    if op == "add_scalar":
+        return ctx.muladd(a, b, np.float32(s))
+    if op == "sub_scalar":
+        return ctx.muladd(a, b, np.float32(-s))
+    return ctx.muladd(-a, b, np.float32(s))  # rsub_scalar: s - a*b
 
 
 def _layer_norm(ctx: _Ctx, x, gamma=None, beta=None, *, axis, eps):
