@@ -240,3 +240,7 @@ def test_lowest_set_bit_helpers_agree():
     fin = np.isfinite(x) & (x != 0)
     odd = np.ldexp(x[fin].astype(np.float64), -e64[fin])
     assert np.all(np.mod(odd, 2) == 1)
+    for dt in (np.float16, ml_dtypes.bfloat16):  # the 16-bit lookup tables, every code
+        codes = np.arange(2**16, dtype=np.uint32).astype(np.uint16)
+        v = codes.view(dt)
+        assert np.array_equal(M._lsb_of_input(v, v.astype(np.float32)), M._lsb_exp32(v.astype(np.float32)))

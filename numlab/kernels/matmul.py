@@ -47,6 +47,7 @@ Modes (what each one models)
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -121,6 +122,21 @@ def _lsb_exp32(x: np.ndarray) -> np.ndarray:
     bad = (x == 0) | ~np.isfinite(x)
     e[bad] = 4096
     return e.astype(np.int16)
+
+
+@functools.lru_cache(maxsize=4)
+def _lsb_table(dt: np.dtype) -> np.ndarray:
+    """Lowest-set-bit exponent of every 16-bit code of float16 / bfloat16 (int16)."""
+    vals = np.arange(2**16, dtype=np.uint32).astype(np.uint16).view(dt).astype(np.float32)
+    return _lsb_exp32(vals)
+
+
+def _lsb_of_input(orig: np.ndarray, widened: np.ndarray) -> np.ndarray:
+    """Lowest-set-bit exponents of a matmul operand: one table lookup per element for
+    16-bit containers, else :func:`_lsb_exp32` of the float32 values."""
+    if orig.dtype.itemsize == 2 and orig.dtype.kind in "fV":
+        return _lsb_table(orig.dtype)[np.ascontiguousarray(orig).view(np.uint16)]
+    return _lsb_exp32(widened)
 
 
 def _tile_exact_plus(c: np.ndarray, a_t: np.ndarray, b_t: np.ndarray, acc: Format, mode: str,
@@ -345,7 +361,7 @@ def matmul(
                 C = C + A[..., :, s:e] @ B[..., s:e, :]
     elif mode == "block_fma":
         C = np.full(shape, -0.0)
-        LA, LB = _lsb_exp32(A0), _lsb_exp32(B0)  # lowest set bits, once for all tiles
+        LA, LB = _lsb_of_input(np.asarray(a), A0), _lsb_of_input(np.asarray(b), B0)  # once for all tiles
         for s, e in tiles:
             C, n_bad = _tile_exact_plus(C, np.ascontiguousarray(A[..., :, s:e]), B[..., s:e, :], acc, acc_mode,
                                         LA[..., :, s:e], LB[..., s:e, :])
