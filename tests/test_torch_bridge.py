@@ -509,6 +509,12 @@ def test_eager_gelu_onednn_and_aten_kernels(torch, dt):
     tr = from_torch(g, (x,))
     on = predict(tr, (x,), mode="eager").outputs[0]
     assert np.array_equal(on, g(x).float().numpy())
+
+    def gt(x):
+        return F.gelu(x, approximate="tanh")
+
+    trt = from_torch(gt, (x,))  # ATen's kernel: FMA in x + kappa x^3, SLEEF tanhf, libm tail
+    assert np.array_equal(predict(trt, (x,), mode="eager").outputs[0], gt(x).float().numpy())
     with torch.backends.mkldnn.flags(enabled=False):
         want_off = g(x).float().numpy()
     off = predict(tr, (x,), mode="eager", preset=torch_cpu_eager(onednn_gelu=False)).outputs[0]

@@ -499,11 +499,16 @@ class _Interp:
                 return 0.5 * x * (1 + np.tanh(c * (x + 0.044715 * x ** 3)))
             return 0.5 * x * (1 + _erf64(x / math.sqrt(2)))
         f = np.float32
-        if approximate == "tanh":  # ATen GeluKernel: kBeta*(x + kKappa*x^3), 0.5*x*(1+tanh)
+        if approximate == "tanh":
+            # ATen GeluKernel (measured: not oneDNN): kBeta * (x + kKappa * x^3) with the
+            # add contracted to an FMA by GCC, 0.5*x*(1 + tanh) with SLEEF tanhf, libm
+            # tanhf in the scalar tail
             kb = f(math.sqrt(2) * (2 / math.sqrt(math.pi)) * 0.5)
             x3 = (x * x) * x
-            inner = kb * (x + f(0.044715) * x3)
-            r = (f(0.5) * x) * (f(1) + _f64fn(np.tanh, inner))
+            inner = kb * _fma32(np.full_like(x3, f(0.044715)), x3, x)
+            r = (f(0.5) * x) * (f(1) + sleef_tanhf(inner))
+            if self.sw.algorithm == "aten":
+                r = self.eager_tail(r, (f(0.5) * x) * (f(1) + _f64fn(np.tanh, inner)))
         elif self.sw.algorithm == "aten" and self.pe.onednn_gelu:
             r = onednn_gelu_erf(x)  # eager F.gelu runs oneDNN's kernel (mkldnn enabled)
         else:  # x * 0.5 * (1 + erf(x * M_SQRT1_2)), Vectorized<float>::erf (A&S 7.1.26)

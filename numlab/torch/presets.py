@@ -41,7 +41,9 @@ ATen eager (``TorchCpuEager``)
   ``exp``/``tanh`` kernels are not SLEEF (measured: 90%/99% agreement) but
   ATen's VML path (MKL VML in this build, per ATen's sources), modelled as
   correctly rounded fp32 (98.9% agreement: the residual in the faithfulness
-  table); ``F.gelu`` runs oneDNN's minimax gelu_erf (modelled bit for bit).
+  table); ``F.gelu`` runs oneDNN's minimax gelu_erf (modelled bit for bit);
+  ``F.gelu(approximate="tanh")`` runs ATen's kernel with
+  ``x + kappa*x^3`` contracted to an FMA and SLEEF ``tanhf`` (bit for bit).
 * Softmax: 16-lane sum (its AVX512 build: 100% vs 61-79% with 8 lanes),
   ``1/sum`` then a multiply; layer norm: ``RowwiseMoments`` with 8 lanes.
 
