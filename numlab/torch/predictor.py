@@ -561,7 +561,10 @@ class _Interp:
             m = np.mean(x.astype(np.float64), axis=-1)
             v = np.sum((x - m[..., None]) ** 2, axis=-1) / (n - corr)
             return (_keep(v, keep), _keep(m, keep))
-        if self.sw.order == "aten":  # ATen's RowwiseMoments order
+        if self.sw.algorithm == "aten":
+            raise NotModelled("aten.var_mean called eagerly (ATen's WelfordOps reduction is not "
+                              "modelled; it appears in Inductor's decomposition of layer_norm)")
+        if self.sw.order == "aten":  # hypothetical: Inductor's graph with ATen's moments order
             m, v = _welford_rows(np.asarray(x, np.float32), self.pe.layernorm_lanes)
             v = v * np.float32(n) / np.float32(n - corr) if corr else v
         else:  # Inductor (generated code read): two passes, sum(x)/n then sum((x-mean)^2)
