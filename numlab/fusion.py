@@ -435,9 +435,11 @@ class Plan:
         ub = getattr(hw, "ub_bytes", None)
         hw_s = f"ub={ub // 1024}KiB" if isinstance(ub, int) else str(hw)
         n_nodes = len(self.graph.nodes)
+        nb = len(self.blocks)
         lines = [
-            f"Plan: {len(self.blocks)} blocks ({self.n_fused} fused) for {n_nodes} nodes; "
-            f"{self.options.describe()}; hardware {hw_s}"
+            f"Plan: {nb} block{'s' if nb != 1 else ''} ({self.n_fused} fused) for {n_nodes} "
+            f"node{'s' if n_nodes != 1 else ''}; {self.options.describe()}; hardware {hw_s} "
+            "(tile = elements per on-chip buffer, live = buffers held at once)"
         ]
         if self.decomposed:
             comps = sorted(set(self.decomposed.values()))
