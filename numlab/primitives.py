@@ -320,17 +320,23 @@ def dot(x, y, fmt="fp16", mode="rne", *, axis=-1, rng=None, saturate=False, ftz=
     return _finish(rto, naive, fmt, mode, rng, saturate, ftz, dt, scalar, zt)
 
 
-for _f, _args, _rule in (
-    (add, "a, b", "a + b"),
-    (sub, "a, b", "a - b"),
-    (mul, "a, b", "a * b"),
-    (div, "a, b", "a / b"),
-    (sqrt, "a", "sqrt(a)"),
-    (fma, "a, b, c", "a * b + c (one rounding)"),
-    (sum3, "a, b, c", "a + b + c (one rounding)"),
-    (dot, "x, y", "sum_k x[k] * y[k] along axis (one rounding)"),
+for _f, _args, _rule, _how in (
+    (add, "a, b", "a + b", "TwoSum gives the exact error; its sign selects the odd neighbour."),
+    (sub, "a, b", "a - b", "TwoSum of a and -b, as for add."),
+    (mul, "a, b", "a * b", "Dekker's TwoProduct gives the exact error."),
+    (div, "a, b", "a / b", "The sign of the exact remainder a - q*b (TwoProduct + Grow-Expansion)."),
+    (sqrt, "a", "sqrt(a)", "The sign of the exact residual a - r*r (TwoProduct + Grow-Expansion)."),
+    (fma, "a, b, c", "a * b + c (one rounding)",
+     "TwoProduct, then the exact sum of three terms rounded to odd by bracketing it between "
+     "adjacent fp64 numbers with exact Grow-Expansion sign tests."),
+    (sum3, "a, b, c", "a + b + c (one rounding)", "As for fma, with the three addends."),
+    (dot, "x, y", "sum_k x[k] * y[k] along axis (one rounding)",
+     "TwoProduct of every pair, then as for fma with the 2n terms."),
 ):
     _head = (_f.__doc__ or "").strip()
     _f.__doc__ = (
-        f"Exactly rounded ``{_rule}`` in ``fmt``.\n\n    {_head}\n" + _DOC.format(args=_args)
+        f"Exactly rounded ``{_rule}`` in ``fmt``.\n\n"
+        + (f"    {_head}\n\n" if _head else "")
+        + f"    Method: fp64 round-to-odd value, then one :func:`numlab.round_to`. {_how}\n"
+        + _DOC.format(args=_args)
     )
