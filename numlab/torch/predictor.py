@@ -183,7 +183,7 @@ def _aten_softmax(x, out_dt, preset):
     return _rnd(out, out_dt)
 
 
-def _welford_rows(x, L, fma=(True, True, False, True)):
+def _welford_rows(x, L, fma=(True, True, False, True), widen: bool = False):
     """ATen ``RowwiseMoments`` (moments_utils.h) over the last axis: (mean, var) fp32.
 
     ``L`` lanes; chunks of 16 vectors updated by Welford with ``c = 1/(j+1)``,
@@ -192,7 +192,10 @@ def _welford_rows(x, L, fma=(True, True, False, True)):
     ``fma = (update, merge_vec, tail, merge_lanes)``: where GCC contracted
     ``a += b * c`` into one FMA in ATen's build -- the vector Welford update,
     the vector ``AddMomentsVec``, the scalar tail, the scalar ``AddMoments``
-    merging the lanes (measured).
+    merging the lanes (measured).  ``widen`` (bf16/fp16 input): a vector load holds
+    ``2L`` elements whose two fp32 halves get two Welford accumulators per chunk,
+    both merged into the stack (``UpdateMomentsVec`` for reduced types); the lane
+    merge then counts ``2n`` elements per lane.
     """
     x = np.asarray(x, np.float32)
     N = x.shape[-1]
@@ -200,7 +203,8 @@ def _welford_rows(x, L, fma=(True, True, False, True)):
     x2 = x.reshape(-1, N)
     R = x2.shape[0]
     kChunk = 16
-    n = N // L
+    VL = 2 * L if widen else L  # elements per vector load
+    n = N // VL
     m = -(-n // kChunk)
     from .orders import ceil_log2
 
@@ -235,14 +239,18 @@ def _welford_rows(x, L, fma=(True, True, False, True)):
     with np.errstate(all="ignore"):
         for i in range(m):
             cnt = min(kChunk, n - i * kChunk)
-            m1v = np.zeros((R, L), f)
-            m2v = np.zeros((R, L), f)
-            for j in range(cnt):
-                xv = x2[:, (i * kChunk + j) * L:(i * kChunk + j + 1) * L]
-                d = xv - m1v
-                m1v = ma_upd(d, np.full_like(d, c_vecs[j]), m1v)
-                m2v = ma_upd(d, xv - m1v, m2v)
-            m0_stk[0], m1_stk[0], m2_stk[0] = add_moments(cnt, m1v, m2v, m0_stk[0], m1_stk[0], m2_stk[0])
+            halves = 2 if widen else 1
+            for h in range(halves):
+                m1v = np.zeros((R, L), f)
+                m2v = np.zeros((R, L), f)
+                for j in range(cnt):
+                    base = (i * kChunk + j) * VL + h * L
+                    xv = x2[:, base:base + L]
+                    d = xv - m1v
+                    m1v = ma_upd(d, np.full_like(d, c_vecs[j]), m1v)
+                    m2v = ma_upd(d, xv - m1v, m2v)
+                m0_stk[0], m1_stk[0], m2_stk[0] = add_moments(cnt, m1v, m2v, m0_stk[0], m1_stk[0],
+                                                              m2_stk[0])
             mask = i + 1
             j = 1
             while j < depth and (mask & 1) == 0:
@@ -260,23 +268,24 @@ def _welford_rows(x, L, fma=(True, True, False, True)):
         m0 = 0
         m1 = np.zeros(R, f)
         m2 = np.zeros(R, f)
-        for i in range(n * L, N):
+        for i in range(n * VL, N):
             d = x2[:, i] - m1
             m0 += 1
             m1 = m1 + d / f(m0)
             m2 = ma_tail(d, x2[:, i] - m1, m2)
         for i in range(L):
-            m0, m1, m2 = add_moments(n, m1_arr[:, i], m2_arr[:, i], m0, m1, m2, scalar=True)
+            m0, m1, m2 = add_moments(n * VL // L, m1_arr[:, i], m2_arr[:, i], m0, m1, m2, scalar=True)
         var = m2 / f(N)
     return m1.reshape(lead), var.reshape(lead)
 
 
-def _aten_layer_norm(x, w, b, eps, out_dt, preset, ind=None):
+def _aten_layer_norm(x, w, b, eps, out_dt, preset, ind=None, widen=False):
     """ATen LayerNormKernel: RowwiseMoments, rstd = 1/sqrt(var + eps) (two fp32
-    roundings), y = fma((x - mean) * rstd, gamma, beta) (measured: 100% given
-    ATen's mean and rstd), one rounding to the tensor dtype."""
+    roundings), y = fma((x - mean) * rstd, gamma, beta) for fp32 and
+    fma(fma(x, rstd, -rstd*mean), gamma, beta) for bf16/fp16 (measured: 100%
+    given ATen's mean and rstd), one rounding to the tensor dtype."""
     if ind is None:
-        mean, var = _welford_rows(x, preset.layernorm_lanes)
+        mean, var = _welford_rows(x, preset.layernorm_lanes, widen=widen)
     else:  # the order switched to Inductor's (two passes of lane sums, as its var_mean)
         n = np.float32(x.shape[-1])
         mean = inductor_sum(x, lanes=ind.pi.lanes, n_vec=ind.n_vec, threads=ind.threads) / n
@@ -284,6 +293,12 @@ def _aten_layer_norm(x, w, b, eps, out_dt, preset, ind=None):
         var = inductor_sum(d * d, lanes=ind.pi.lanes, n_vec=ind.n_vec, threads=ind.threads) / n
     with np.errstate(all="ignore"):
         rstd = np.float32(1) / np.sqrt(var + np.float32(eps)).astype(np.float32)
+        if widen and w is not None and b is not None:
+            # 16-bit kernel: fma(fma(x, rstd, -rstd*mean), gamma, beta) (measured)
+            bias = -(rstd * mean)
+            y = _fma32(_fma32(x, np.broadcast_to(rstd[..., None], x.shape),
+                              np.broadcast_to(bias[..., None], x.shape)), w, b)
+            return _rnd(y, out_dt), mean[..., None], rstd[..., None]
         y = (x - mean[..., None]) * rstd[..., None]
         if w is not None and b is not None:
             y = _fma32(y, w, b)
@@ -607,7 +622,8 @@ class _Interp:
         return _aten_layer_norm(np.asarray(x, np.float32), None if w is None else np.asarray(w, np.float32),
                                 None if b is None else np.asarray(b, np.float32), float(eps),
                                 self.dt_of(node, 0), self.pe,
-                                None if self.sw.order == "aten" else self)
+                                None if self.sw.order == "aten" else self,
+                                widen=self.dt_of(node, 0) in _LOW)
 
 
 def _scalar_tail_mask(numel: int, preset: TorchCpuEager, threads: int) -> np.ndarray:
