@@ -55,6 +55,7 @@ import numpy as np
 from ..formats import FP32, FP64, Format, get_format
 from ._common import (
     Arith,
+    _two_sum,
     as_values,
     check_choice,
     round_odd_pair,
@@ -242,6 +243,142 @@ def _tile_exact_plus(c: np.ndarray, a_t: np.ndarray, b_t: np.ndarray, acc: Forma
     return res, n_exact
 
 
+_EXACT_LIM = 2.0**52  # ra_i rb_j <= 2^52 (three roundings of 2^-53 to spare) => exact sums
+
+
+def _exact_tile_factors(a_t: np.ndarray, b_t: np.ndarray, la_t: np.ndarray, lb_t: np.ndarray):
+    """Per-row ``ra`` and per-column ``rb`` (also the smallest summed lowest-set-bit
+    exponent and the row/column maxima ``max|a_i.|``, ``max|b_.j|``) with: ``ra_i rb_j <= 2^52`` => every
+    partial sum of ``a_t[i, k] b_t[k, j]`` (any order, with or without FMA) is exact
+    in float64.
+
+    Every product ``a_ik b_kj`` is a multiple of ``2^q`` with
+    ``q = min_k lsb(a_ik) + min_k lsb(b_kj)``, and every partial sum is bounded by
+    ``kt max_k|a_ik| max_k|b_kj|``; if that bound is below ``2^(q+53)`` each partial
+    sum is an integer multiple of ``2^q`` of at most 53 bits, hence representable.
+    ``ra_i = kt max|a_i.| 2^-min lsb(a_i.)``, ``rb_j = max|b_.j| 2^-min lsb(b_.j)``;
+    the three float64 roundings in ``fl(ra_i rb_j)`` move it by less than a factor
+    ``(1 + 2^-53)^3``, so ``fl(ra_i rb_j) <= 2^52`` implies the exact bound is
+    below ``2^53``.  NaN/inf rows or columns give NaN/inf factors (never certified).
+    """
+    kt = a_t.shape[-1]
+    with np.errstate(over="ignore", invalid="ignore"):
+        amax = np.max(np.abs(a_t), axis=-1)
+        bmax = np.max(np.abs(b_t), axis=-2)
+        la = np.min(la_t, axis=-1).astype(np.int32)  # sentinel 4096: zero row
+        lb = np.min(lb_t, axis=-2).astype(np.int32)
+        ra = np.ldexp(kt * amax, -la)
+        rb = np.ldexp(bmax, -lb)
+    return ra, rb, int(la.min(initial=4096)) + int(lb.min(initial=4096)), amax, bmax
+
+
+def _tile_certified_exact(c, a_t, b_t, la_t, lb_t, acc: Format, mode: str, work: dict,
+                          out32: np.ndarray | None, max_fail_share: float = 0.125):
+    """``fl_acc(c + a_t @ b_t)`` with one rounding per entry, for 2-D operands, when
+    most of the tile's float64 sums are certified exact by :func:`_exact_tile_factors`.
+
+    ``work`` holds reusable scratch arrays: ``"s"`` (M, N) float64, ``"v"`` (a row
+    chunk of 65536 float64 values), ``"flag"`` (M, N) bool.  Returns ``(result, n_exact)``, or ``None`` (the caller then uses
+    :func:`_tile_exact_plus`) when more than ``max_fail_share`` of the entries
+    are not certified, or, for fp32/rne, when a sum may land in fp32's subnormal
+    range on a grid finer than ``2^-149``.
+
+    After the one BLAS call the certified sums ``S`` are exact; then
+
+    * fp32 / rne: ``v = fl64(c + S)`` and ``RN32(v) = RN32(c + S)`` unless ``v``
+      is an fp32 midpoint (its low 29 significand bits are ``1 << 28``) reached
+      by rounding; those entries get TwoSum's error term and move one fp32 step
+      toward it.  The grid condition ``min lsb >= -149`` makes any sum below
+      ``2^-126`` exact, so the midpoint test (made for normal fp32 binades)
+      covers every case;
+    * other formats or modes: :func:`round_sum2` (TwoSum + round-to-odd).
+
+    Entries that are not certified exact (a row and a column that both hold
+    values with low set bits far below their maxima) are settled by
+    certificate (1) of :func:`_tile_exact_plus` on the gathered entries: with
+    ``v = fl(c + S_hat)`` and ``T = (gamma_kt (1 + 2^-50) + 2^-51) kt max|a_i.|
+    max|b_.j| + 2^-51 |c_ij|``, both ends of ``[v - T, v + T]`` round alike;
+    the few that do not go to :func:`_certify_rows` (tight bound, grid
+    certificate, exact summation).
+    """
+    buf = work["s"]
+    if buf.size == 0:
+        return None
+    kt = a_t.shape[-1]
+    ra, rb, qmin, amax, bmax = _exact_tile_factors(a_t, b_t, la_t, lb_t)
+    lim = _EXACT_LIM
+    with np.errstate(invalid="ignore", over="ignore"):
+        rbmax, ramax = np.max(rb), np.max(ra)
+        rows = np.flatnonzero(~(ra * rbmax <= lim))
+        cols = np.flatnonzero(~(rb * ramax <= lim))
+    max_fail = int(max_fail_share * buf.size)
+    fail_i = fail_j = np.zeros(0, np.intp)
+    if rows.size and cols.size:
+        if rows.size * cols.size > 8 * max_fail:
+            return None
+        with np.errstate(invalid="ignore", over="ignore"):
+            fi, fj = np.nonzero(~(np.multiply.outer(ra[rows], rb[cols]) <= lim))
+        if fi.size > max_fail:
+            return None
+        fail_i, fail_j = rows[fi], cols[fj]
+    fast32 = acc == FP32 and mode == "rne"
+    if fast32 and qmin < -149:
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):  # inf/NaN entries: IEEE, settled below
+        np.matmul(a_t, b_t, out=buf)  # the one BLAS call: exact where certified
+    cb = np.broadcast_to(c, buf.shape)
+    if fast32:
+        # over row chunks that stay in cache after the BLAS call: v = fl64(c + S),
+        # RN32(v) (overflow -> inf), and the fp32-midpoint bit test on v
+        flag = work["flag"]
+        nr, nc = buf.shape
+        rc = max(1, 65536 // max(nc, 1))
+        v64 = work["v"][:min(rc, nr)]
+        bits = v64.view(np.uint64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            for r0 in range(0, nr, rc):
+                r1 = min(r0 + rc, nr)
+                vv, bb = v64[:r1 - r0], bits[:r1 - r0]
+                np.add(buf[r0:r1], cb[r0:r1], out=vv)
+                np.copyto(out32[r0:r1], vv, casting="same_kind")
+                np.bitwise_and(bb, np.uint64(0x1FFFFFFF), out=bb)
+                np.equal(bb, np.uint64(0x10000000), out=flag[r0:r1])
+        if flag.any():
+            idx = np.flatnonzero(flag)
+            ii, jj = np.divmod(idx, nc)
+            co = cb[ii, jj].astype(np.float64)
+            flat32 = out32.reshape(-1)
+            with np.errstate(over="ignore", invalid="ignore"):
+                v, e = _two_sum(co, buf.reshape(-1)[idx])  # exact error of v = fl64(c + S)
+                r = flat32[idx]
+                r = np.where((e > 0) & (r < v), np.nextafter(r, np.float32(np.inf)), r)
+                r = np.where((e < 0) & (r > v), np.nextafter(r, np.float32(-np.inf)), r)
+            flat32[idx] = r
+        res = out32
+    else:
+        res = round_sum2(np.asarray(cb, dtype=np.float64), buf, acc, mode)
+    n_exact = 0
+    if fail_i.size:
+        cf = cb[fail_i, fail_j].astype(np.float64)
+        g = kt * 2.0**-53 / (1 - kt * 2.0**-53)
+        with np.errstate(over="ignore", invalid="ignore"):
+            v = cf + buf[fail_i, fail_j]
+            t = (g * (1 + 2.0**-50) + 2.0**-51) * kt * amax[fail_i] * bmax[fail_j] + 2.0**-51 * np.abs(cf)
+            lo, hi = _rnd(v - t, acc, mode), _rnd(v + t, acc, mode)
+        fixed = lo  # certificate (1); NaN bounds fail it and are settled below
+        bad = np.flatnonzero(~(lo == hi))
+        if bad.size:
+            bi, bj = fail_i[bad], fail_j[bad]
+            terms = np.concatenate([a_t[bi] * b_t[:, bj].T, cf[bad][:, None]], axis=1)
+            fx, still = _certify_rows(terms, acc, mode)
+            for r_ in np.nonzero(still)[0]:  # rare: exact summation in Python
+                fx[r_] = exact_dot_round(terms[r_], acc, mode)
+            n_exact = int(still.sum())
+            fixed[bad] = fx
+        res[fail_i, fail_j] = fixed
+    return res, n_exact
+
+
 def _certify_rows(terms: np.ndarray, acc: Format, mode: str):
     """Round ``terms.sum(axis=1)`` (exact float64 terms) once to ``acc`` where a
     per-row certificate holds; returns (values, uncertified mask).
@@ -359,24 +496,47 @@ def matmul(
         with np.errstate(over="ignore", invalid="ignore"):
             for s, e in tiles:
                 C = C + A[..., :, s:e] @ B[..., s:e, :]
-    elif mode == "block_fma":
-        C = np.full(shape, -0.0)
-        LA, LB = _lsb_of_input(np.asarray(a), A0), _lsb_of_input(np.asarray(b), B0)  # once for all tiles
-        for s, e in tiles:
-            C, n_bad = _tile_exact_plus(C, np.ascontiguousarray(A[..., :, s:e]), B[..., s:e, :], acc, acc_mode,
-                                        LA[..., :, s:e], LB[..., s:e, :])
-            unc += n_bad
-        C = C.astype(np.float64)
     else:
-        order = _as_order(split_order, "split_order")
-        parts = []
-        for s, e in tiles:
-            P, n_bad = _tile_exact_plus(np.full(shape, -0.0), A[..., :, s:e], B[..., s:e, :], acc, acc_mode)
-            unc += n_bad
-            parts.append(P.astype(np.float64))
-        ar = Arith(acc, acc_mode)
-        stack = ar.round(np.stack(parts, axis=-1))
-        C = order._sum(stack, ar).astype(np.float64) if parts else np.zeros(shape)
+        LA, LB = _lsb_of_input(np.asarray(a), A0), _lsb_of_input(np.asarray(b), B0)  # once for all tiles
+        flat = B.ndim == 2  # (..., M, K) @ (K, N): one 2-D problem of M' = prod(...) M rows
+        if flat:
+            A2, LA2 = A.reshape(-1, K), LA.reshape(-1, K)
+            mn = (A2.shape[0], B.shape[-1])
+            work = {"s": np.empty(mn), "v": np.empty((max(1, 65536 // max(mn[1], 1)), mn[1])),
+                    "flag": np.empty(mn, bool)}
+            c32 = [np.empty(mn, np.float32) for _ in range(2)] if acc == FP32 and acc_mode == "rne" else None
+
+        def tile(c, s, e, parity):
+            """fl_acc(c + A[:, s:e] @ B[s:e]) with one rounding: certified-exact float64
+            sums when the cheap certificate holds, else the interval certificates."""
+            if flat:
+                a_t = np.ascontiguousarray(A2[:, s:e])
+                c2 = c.reshape(mn) if np.ndim(c) else c
+                got = _tile_certified_exact(c2, a_t, B[s:e], LA2[:, s:e], LB[s:e], acc, acc_mode, work,
+                                            None if c32 is None else c32[parity])
+                if got is not None:
+                    return got[0].reshape(shape), got[1]
+            if not np.ndim(c):
+                c = np.full(shape, c)
+            return _tile_exact_plus(c, np.ascontiguousarray(A[..., :, s:e]), B[..., s:e, :], acc, acc_mode,
+                                    LA[..., :, s:e], LB[..., s:e, :])
+
+        if mode == "block_fma":
+            C = np.full(shape, -0.0)
+            for t_i, (s, e) in enumerate(tiles):
+                C, n_bad = tile(C, s, e, t_i % 2)
+                unc += n_bad
+            C = C.astype(np.float64)
+        else:
+            order = _as_order(split_order, "split_order")
+            parts = []
+            for s, e in tiles:
+                P, n_bad = tile(np.float64(-0.0), s, e, 0)
+                unc += n_bad
+                parts.append(P.astype(np.float64))
+            ar = Arith(acc, acc_mode)
+            stack = ar.round(np.stack(parts, axis=-1))
+            C = order._sum(stack, ar).astype(np.float64) if parts else np.zeros(shape)
     if K == 0:
         C = np.zeros(shape)
     if stats is not None:
