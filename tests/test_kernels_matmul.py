@@ -244,3 +244,131 @@ def test_lowest_set_bit_helpers_agree():
         codes = np.arange(2**16, dtype=np.uint32).astype(np.uint16)
         v = codes.view(dt)
         assert np.array_equal(M._lsb_of_input(v, v.astype(np.float32)), M._lsb_exp32(v.astype(np.float32)))
+
+
+def _matmul_module():
+    import sys
+
+    return sys.modules["numlab.kernels.matmul"]
+
+
+def _count_tile_paths(monkeypatch):
+    """Count which per-tile path ran: the certified-exact one or the interval fallback."""
+    M = _matmul_module()
+    seen = {"exact": 0, "interval": 0}
+    orig_exact, orig_interval = M._tile_certified_exact, M._tile_exact_plus
+
+    def exact(*args, **kw):
+        r = orig_exact(*args, **kw)
+        seen["exact"] += r is not None
+        return r
+
+    def interval(*args, **kw):
+        seen["interval"] += 1
+        return orig_interval(*args, **kw)
+
+    monkeypatch.setattr(M, "_tile_certified_exact", exact)
+    monkeypatch.setattr(M, "_tile_exact_plus", interval)
+    return seen
+
+
+def test_block_fma_fp32_midpoint_after_exact_tile_sum(monkeypatch):
+    """The tile sum S is exact in float64 but c + S is not, and fl64(c + S) lands on an
+    fp32 midpoint: a plain float64 add then cast rounds the wrong way (double
+    rounding); the kernel must follow the exact value, up and down, also at the
+    overflow threshold (2^128 - 2^103)."""
+    seen = _count_tile_paths(monkeypatch)
+    u = 2.0**-23
+    a = np.array([[1, 0, 2.0**-12, 2.0**-35],           # c = 1,      S = 2^-24 + 2^-70 -> up
+                  [1, 2.0**-12, 2.0**-12, -2.0**-35],   # c = 1 + u,  S = 2^-24 - 2^-70 -> down
+                  [-1, 0, -2.0**-12, -2.0**-35],        # mirrored signs
+                  [-1, -2.0**-12, -2.0**-12, 2.0**-35]], dtype=np.float32)
+    b = np.array([[1], [2.0**-11], [2.0**-12], [2.0**-35]], dtype=np.float32)
+    got = K.matmul(a, b, k_tile=2, mode="block_fma")[:, 0].astype(np.float64)
+    want = np.array([1 + u, 1 + u, -(1 + u), -(1 + u)])
+    assert np.array_equal(got, want)
+    assert np.array_equal(got, ref_block_fma(a, b, 2)[:, 0])
+    c = np.array([1.0, 1 + u, -1.0, -1 - u])
+    s = np.array([2.0**-24 + 2.0**-70, 2.0**-24 - 2.0**-70, -(2.0**-24 + 2.0**-70), -(2.0**-24 - 2.0**-70)])
+    naive = (c + s).astype(np.float32).astype(np.float64)
+    assert not np.any(naive == want)  # the case bites: double rounding is wrong on every row
+    fmax = float(np.finfo(np.float32).max)
+    a = np.array([[fmax, 0, 2.0**64, -2.0**40], [fmax, 0, 2.0**64, 2.0**40]], dtype=np.float32)
+    b = np.array([[1], [0], [2.0**39], [2.0**20]], dtype=np.float32)
+    with np.errstate(over="ignore"):
+        got = K.matmul(a, b, k_tile=2, mode="block_fma")[:, 0]
+        naive = np.float32(np.float64(fmax) + (2.0**103 - 2.0**60))
+    assert got[0] == np.float32(fmax) and naive == np.inf  # just below the threshold: stays finite
+    assert got[1] == np.inf
+    assert seen["interval"] == 0 and seen["exact"] == 4  # all on the certified path
+
+
+@pytest.mark.parametrize("fmt,spread,acc,n_certified", [
+    ("fp16", 3, "fp32", 3), ("fp16", 4, "fp32", 3), ("fp16", 6, "fp32", 0), ("bf16", 2, "fp32", 2),
+    ("bf16", 20, "fp32", 0), ("fp32", 8, "fp32", 0), ("fp16", 3, "fp16", 3), ("bf16", 4, "bf16", 3)])
+def test_block_fma_certified_path_equals_interval_path(fmt, spread, acc, n_certified, monkeypatch):
+    """Two independent certifications give the same bits: the exact-sum certificate
+    (with its gathered fallback entries) and the interval/grid one it replaced;
+    sampled entries also equal the Fraction reference.  ``n_certified`` of the 3 K
+    tiles take the exact-sum path (wide exponent spreads and 24-bit fp32 values
+    cannot be certified exact and use the interval path)."""
+    M = _matmul_module()
+    rng = np.random.default_rng(spread)
+    a, b = _data(rng, fmt, 40, 48, 36, spread)
+    a[3, 5] = b[7, 2] = 2.0**-24 if fmt == "fp16" else 2.0**-100  # a tiny value in one row and column
+    for mode in ("block_fma", "split_k"):
+        with monkeypatch.context() as mp:
+            seen = _count_tile_paths(mp)
+            got = K.matmul(a, b, k_tile=16, acc=acc, mode=mode)
+            assert seen["exact"] == n_certified and seen["interval"] == 3 - n_certified
+        with monkeypatch.context() as mp:
+            mp.setattr(M, "_tile_certified_exact", lambda *args, **kw: None)
+            old = K.matmul(a, b, k_tile=16, acc=acc, mode=mode)
+        assert np.array_equal(got, old, equal_nan=True)
+    got = K.matmul(a, b, k_tile=16, acc=acc, mode="block_fma")
+    for i, j in [(3, 2), (0, 0)] + [tuple(x) for x in rng.integers(0, [40, 36], size=(6, 2))]:
+        assert got[i, j] == ref_block_fma(a[i:i + 1], b[:, j:j + 1], 16, acc)[0, 0]
+
+
+def test_block_fma_uncertified_entries_are_gathered_and_right():
+    """A row and a column holding an fp16 subnormal (lowest set bit 2^-24) next to
+    values near 1: their pair is not certified exact (kt max|a| max|b| 2^48 > 2^52)
+    and goes through the gathered interval certificate; every entry equals the
+    Fraction reference."""
+    M = _matmul_module()
+    rng = np.random.default_rng(12)
+    a = (1 + rng.integers(0, 1024, (6, 16)) / 1024).astype(np.float16)
+    b = (1 + rng.integers(0, 1024, (16, 5)) / 1024).astype(np.float16)
+    a[2, 3] = b[9, 4] = 2.0**-24
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    la = M._lsb_of_input(a, a.astype(np.float32))
+    lb = M._lsb_of_input(b, b.astype(np.float32))
+    ra, rb, *_ = M._exact_tile_factors(a64, b64, la, lb)
+    fails = ~(np.multiply.outer(ra, rb) <= 2.0**52)
+    assert fails[2, 4] and fails.sum() == 1
+    got = K.matmul(a, b, k_tile=16, mode="block_fma")
+    assert np.array_equal(got.astype(np.float64), ref_block_fma(a, b, 16))
+    # an uncertified sum whose float64 value is wrong where it matters:
+    # 64 + 2^-18 + 2^-48 rounds in float64 to the fp32 midpoint 64 + 2^-18 (whose tie
+    # goes to 64), while the exact sum rounds up to 64 + 2^-17
+    # (embedded in an 8 x 8 product of short values, so only entry (0, 0) is uncertified)
+    a = rng.integers(-4, 5, (8, 3)).astype(np.float16) / 2
+    b = rng.integers(-4, 5, (3, 8)).astype(np.float16) / 2
+    a[0] = b[:, 0] = [8, 2.0**-9, 2.0**-24]
+    assert np.float32(64 + 2.0**-18 + 2.0**-48) == 64  # the float64 route is wrong here
+    for dt in (np.float16, np.float32):
+        got = K.matmul(a.astype(dt), b.astype(dt), k_tile=3, mode="block_fma")
+        assert got[0, 0] == np.float32(64 + 2.0**-17)
+        assert np.array_equal(got.astype(np.float64), ref_block_fma(a, b, 3))
+
+
+def test_batched_b_uses_the_interval_path_and_agrees():
+    """A batched right operand (..., K, N) takes the whole-tile path; each batch equals
+    the 2-D certified-path result."""
+    rng = np.random.default_rng(13)
+    a = rng.standard_normal((2, 5, 20)).astype(np.float16)
+    b = rng.standard_normal((2, 20, 3)).astype(np.float16)
+    for mode in ("block_fma", "split_k"):
+        got = K.matmul(a, b, k_tile=8, mode=mode)
+        for i in range(2):
+            assert np.array_equal(got[i], K.matmul(a[i], b[i], k_tile=8, mode=mode))

@@ -21,7 +21,18 @@ Modes (what each one models)
     exactly, and the tile sum is added to the accumulator with ONE rounding,
     ``C = fl(C + sum_{k in tile} a_k b_k)`` (NVIDIA's MMA with fp32
     accumulation; here exactly rounded, i.e. the idealised unit).  One float64
-    BLAS call per K tile computes ``S_hat``; the float64 sum has error at most
+    BLAS call per K tile computes ``S_hat``.  Common case (2-D operands, short
+    inputs such as fp16/bf16 of moderate range): per row ``i`` and column ``j``,
+    if ``k_tile max|a_i.| max|b_.j| < 2^(53 + min lsb(a_i.) + min lsb(b_.j))``
+    every partial sum is an integer multiple of the products' lowest bit with at
+    most 53 bits, so ``S_hat = S`` exactly in any order
+    (:func:`_exact_tile_factors`, one outer product of per-row and per-column
+    factors); then ``fl_acc(C + S)`` is one cast for fp32 (plus a bit test for
+    the fp32 midpoints that ``fl64(C + S)`` can land on, fixed with TwoSum) or
+    :func:`round_sum2` otherwise, and only the pairs that fail the factor test
+    are certified one by one as below (:func:`_tile_certified_exact`).  Wide
+    exponent spreads and 24-bit fp32 values take the general path: the float64
+    sum has error at most
     ``gamma_{k_tile} sum|a_k b_k|`` in ANY order (Higham eq. 3.5), so with
     ``v_hat = fl(C + S_hat)`` the exact ``C + S`` lies in ``[v_hat - B, v_hat + B]``
     with ``B_i = (1+2^-50) gamma_{k_tile} k_tile max_k|a_ik| max|b|
@@ -136,7 +147,7 @@ def _lsb_of_input(orig: np.ndarray, widened: np.ndarray) -> np.ndarray:
     """Lowest-set-bit exponents of a matmul operand: one table lookup per element for
     16-bit containers, else :func:`_lsb_exp32` of the float32 values."""
     if orig.dtype.itemsize == 2 and orig.dtype.kind in "fV":
-        return _lsb_table(orig.dtype)[np.ascontiguousarray(orig).view(np.uint16)]
+        return np.take(_lsb_table(orig.dtype), np.ascontiguousarray(orig).view(np.uint16))
     return _lsb_exp32(widened)
 
 
@@ -457,8 +468,7 @@ def matmul(
     outf = acc if out is None else get_format(out)
     A0 = as_values(a, "a")
     B0 = as_values(b, "b")
-    A = A0.astype(np.float64)
-    B = B0.astype(np.float64)
+    A, B = A0, B0  # float32 (or float64) containers; float64 copies where a mode needs them
     if A.ndim < 2 or B.ndim < 2:
         raise ValueError(f"a and b must be at least 2-D, got shapes {A.shape} and {B.shape}")
     K = A.shape[-1]
@@ -478,6 +488,7 @@ def matmul(
     tiles = [(s, min(s + kt, K)) for s in range(0, K, kt)]
     unc = 0
     if mode == "sequential":
+        A, B = A0.astype(np.float64), B0.astype(np.float64)
         ar = Arith(acc, acc_mode)
         C = np.full(shape, -0.0, dtype=ar.dtype)
         for s, e in tiles:
@@ -492,6 +503,7 @@ def matmul(
         C = C.astype(np.float64)
     elif acc == FP64 or acc.p > 51:
         # fp64 accumulation: BLAS per tile, its internal order is not specified
+        A, B = A0.astype(np.float64), B0.astype(np.float64)
         C = np.full(shape, -0.0)
         with np.errstate(over="ignore", invalid="ignore"):
             for s, e in tiles:
@@ -510,15 +522,16 @@ def matmul(
             """fl_acc(c + A[:, s:e] @ B[s:e]) with one rounding: certified-exact float64
             sums when the cheap certificate holds, else the interval certificates."""
             if flat:
-                a_t = np.ascontiguousarray(A2[:, s:e])
+                a_t = np.ascontiguousarray(A2[:, s:e], dtype=np.float64)
                 c2 = c.reshape(mn) if np.ndim(c) else c
-                got = _tile_certified_exact(c2, a_t, B[s:e], LA2[:, s:e], LB[s:e], acc, acc_mode, work,
+                got = _tile_certified_exact(c2, a_t, np.ascontiguousarray(B[s:e], dtype=np.float64), LA2[:, s:e], LB[s:e], acc, acc_mode, work,
                                             None if c32 is None else c32[parity])
                 if got is not None:
                     return got[0].reshape(shape), got[1]
             if not np.ndim(c):
                 c = np.full(shape, c)
-            return _tile_exact_plus(c, np.ascontiguousarray(A[..., :, s:e]), B[..., s:e, :], acc, acc_mode,
+            return _tile_exact_plus(c, np.ascontiguousarray(A[..., :, s:e], dtype=np.float64),
+                                    np.ascontiguousarray(B[..., s:e, :], dtype=np.float64), acc, acc_mode,
                                     LA[..., :, s:e], LB[..., s:e, :])
 
         if mode == "block_fma":
@@ -526,7 +539,7 @@ def matmul(
             for t_i, (s, e) in enumerate(tiles):
                 C, n_bad = tile(C, s, e, t_i % 2)
                 unc += n_bad
-            C = C.astype(np.float64)
+            # C: float32 (fp32 fast path) or float64, values of acc
         else:
             order = _as_order(split_order, "split_order")
             parts = []
