@@ -23,7 +23,7 @@ Modes (what each one models)
     accumulation; here exactly rounded, i.e. the idealised unit).  One float64
     BLAS call per K tile computes ``S_hat``.  Common case (2-D operands, short
     inputs such as fp16/bf16 of moderate range): per row ``i`` and column ``j``,
-    if ``k_tile max|a_i.| max|b_.j| < 2^(53 + min lsb(a_i.) + min lsb(b_.j))``
+    if ``sum|a_i.| max|b_.j| < 2^(53 + min lsb(a_i.) + min lsb(b_.j))``
     every partial sum is an integer multiple of the products' lowest bit with at
     most 53 bits, so ``S_hat = S`` exactly in any order
     (:func:`_exact_tile_factors`, one outer product of per-row and per-column
@@ -265,20 +265,20 @@ def _exact_tile_factors(a_t: np.ndarray, b_t: np.ndarray, la_t: np.ndarray, lb_t
 
     Every product ``a_ik b_kj`` is a multiple of ``2^q`` with
     ``q = min_k lsb(a_ik) + min_k lsb(b_kj)``, and every partial sum is bounded by
-    ``kt max_k|a_ik| max_k|b_kj|``; if that bound is below ``2^(q+53)`` each partial
+    ``sum_k |a_ik| max_k|b_kj|``; if that bound is below ``2^(q+53)`` each partial
     sum is an integer multiple of ``2^q`` of at most 53 bits, hence representable.
-    ``ra_i = kt max|a_i.| 2^-min lsb(a_i.)``, ``rb_j = max|b_.j| 2^-min lsb(b_.j)``;
-    the three float64 roundings in ``fl(ra_i rb_j)`` move it by less than a factor
-    ``(1 + 2^-53)^3``, so ``fl(ra_i rb_j) <= 2^52`` implies the exact bound is
+    ``ra_i = sum|a_i.| 2^-min lsb(a_i.)``, ``rb_j = max|b_.j| 2^-min lsb(b_.j)``;
+    the float64 sum of ``kt`` terms and the product ``fl(ra_i rb_j)`` move the
+    bound by less than a factor ``(1 + 2^-53)^2 (1 + kt 2^-53)`` (the power-of-two
+    scalings are exact), so ``fl(ra_i rb_j) <= 2^52`` implies the exact bound is
     below ``2^53``.  NaN/inf rows or columns give NaN/inf factors (never certified).
     """
-    kt = a_t.shape[-1]
     with np.errstate(over="ignore", invalid="ignore"):
         amax = np.max(np.abs(a_t), axis=-1)
         bmax = np.max(np.abs(b_t), axis=-2)
         la = np.min(la_t, axis=-1).astype(np.int32)  # sentinel 4096: zero row
         lb = np.min(lb_t, axis=-2).astype(np.int32)
-        ra = np.ldexp(kt * amax, -la)
+        ra = np.ldexp(np.sum(np.abs(a_t), axis=-1), -la)
         rb = np.ldexp(bmax, -lb)
     return ra, rb, int(la.min(initial=4096)) + int(lb.min(initial=4096)), amax, bmax
 
@@ -370,10 +370,11 @@ def _tile_certified_exact(c, a_t, b_t, la_t, lb_t, acc: Format, mode: str, work:
         res = round_sum2(np.asarray(cb, dtype=np.float64), buf, acc, mode)
     n_exact = 0
     if fail_i.size:
+        fflat = fail_i * buf.shape[1] + fail_j
         cf = cb[fail_i, fail_j].astype(np.float64)
         g = kt * 2.0**-53 / (1 - kt * 2.0**-53)
         with np.errstate(over="ignore", invalid="ignore"):
-            v = cf + buf[fail_i, fail_j]
+            v = cf + buf.reshape(-1)[fflat]
             t = (g * (1 + 2.0**-50) + 2.0**-51) * kt * amax[fail_i] * bmax[fail_j] + 2.0**-51 * np.abs(cf)
             lo, hi = _rnd(v - t, acc, mode), _rnd(v + t, acc, mode)
         fixed = lo  # certificate (1); NaN bounds fail it and are settled below
@@ -386,7 +387,7 @@ def _tile_certified_exact(c, a_t, b_t, la_t, lb_t, acc: Format, mode: str, work:
                 fx[r_] = exact_dot_round(terms[r_], acc, mode)
             n_exact = int(still.sum())
             fixed[bad] = fx
-        res[fail_i, fail_j] = fixed
+        res.reshape(-1)[fflat] = fixed  # res is C-contiguous (M, N): a view
     return res, n_exact
 
 
