@@ -189,3 +189,32 @@ def test_instruction_case_scalar_really_differs_in_fp16():
     fp32's 0.100000001490116..."""
     assert float(np.float16(0.1)) == 0.0999755859375
     assert float(np.float32(0.1)) != float(np.float16(0.1))
+
+
+def test_verdict_matrix_counts_and_the_autofuse_layernorm_loss():
+    """Counts cover every model/format pair; the autofuse preset (decomposed
+    layer norm, reductions as library calls storing in S) is less accurate than
+    eager on layer norm -- checked from the raw outputs -- and reduce fusion
+    removes that loss."""
+    from numlab.cli_demo import verdict_matrix
+
+    models = ["layernorm", "gelu_mlp"]
+    rows = verdict_matrix(models, ("fp16",), ("autofuse", "--autofuse_enable_pass=reduce"), ("normal",))
+    assert [r["fusion"] for r in rows] == ["autofuse", "--autofuse_enable_pass=reduce"]
+    for r in rows:
+        assert r["more"] + r["less"] + r["same"] + r["equal"] + r["nonfinite"] == 2
+    g = zoo.layernorm()
+    x = zoo.make_inputs(g, seed=0)
+    ref = run(g, x, mode="reference", dtype="fp16").outputs["y"]
+    err = {}
+    for name, fo in (("autofuse", FusionOptions()),
+                     ("reduce", FusionOptions.autofuse("--autofuse_enable_pass=reduce"))):
+        y = run(g, x, mode="fused", dtype="fp16", fusion=fo).outputs["y"].astype(np.float64)
+        err[name] = np.mean(np.abs(y - ref))
+    e = np.mean(np.abs(run(g, x, mode="eager", dtype="fp16").outputs["y"].astype(np.float64) - ref))
+    assert err["autofuse"] > e  # the decomposed layer norm stored in S between blocks
+    assert any(s.startswith("layernorm/fp16 ") for s in rows[0]["less_in"])
+    ratio = float(next(s for s in rows[0]["less_in"] if s.startswith("layernorm/")).split()[-1][:-1])
+    assert ratio == pytest.approx(err["autofuse"] / e, rel=1e-2)
+    assert not any(s.startswith("layernorm/") for s in rows[1]["less_in"])
+    assert err["reduce"] <= e
