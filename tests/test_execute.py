@@ -711,3 +711,14 @@ def test_relu_special_values():
         assert y[1] == 0 and y[3] == 0 and y[4] == 0
         # -0.0 passes through (not < 0); -inf and -2 become +0.0
         assert np.signbit(y[1:]).tolist() == [False, False, True, False, False]
+
+
+def test_every_catalogue_op_has_an_executor():
+    """A new op in numlab.ops must get an implementation here (else run() fails
+    on it with 'has no executor implementation')."""
+    from numlab.execute import _IMPL, _MOVES
+
+    missing = sorted(k for k in ops.CATALOGUE if k not in _IMPL and k not in _MOVES)
+    assert missing == []
+    moves = {k for k, v in ops.CATALOGUE.items() if v.category == "data_movement"}
+    assert moves == set(_MOVES)  # data movement never goes through arithmetic
