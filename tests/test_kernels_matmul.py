@@ -182,6 +182,10 @@ def test_bad_matmul_arguments():
         K.matmul(a, b, k_tile=2, mode="tensor")
     with pytest.raises(ValueError, match="inner dimensions"):
         K.matmul(a, a, k_tile=2)
+    with pytest.raises(ValueError, match=r"^acc='fp12' is not a known format"):
+        K.matmul(a, b, k_tile=2, acc="fp12")
+    with pytest.raises(TypeError, match=r"^out must be a Format"):
+        K.matmul(a, b, k_tile=2, out=3.5)
     with pytest.raises(ValueError, match="24 significant bits"):
         K.matmul(a.astype(np.float64) / 3, b, k_tile=2)
 

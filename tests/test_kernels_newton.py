@@ -288,6 +288,10 @@ def test_bad_algorithm_arguments():
         K.Table(0)
     with pytest.raises(ValueError, match="degree"):
         K.ExpPoly(0)
+    with pytest.raises(ValueError, match=r"^step_fmt='fp7' is not a known format; valid names"):
+        K.Newton("table8", 1, "fp7")
+    with pytest.raises(ValueError, match=r"^step_fmt='fp7' is not a known format"):
+        K.ExpPoly(3, "fp7")
     assert K.parse_algo("newton(table12,2,fp16)") == K.Newton(K.Table(12), 2, FP16)
 
 

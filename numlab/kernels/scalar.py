@@ -30,7 +30,7 @@ import numpy as np
 
 from ..formats import FP32, get_format
 from ..rounding import check_mode
-from ._common import as_values, check_choice, round_sum2, round_to, to_container
+from ._common import as_values, check_choice, format_arg, round_sum2, round_to, to_container
 
 __all__ = ["scalar_mul", "fma", "mul_add", "multiply_add", "SCALAR_MUL_CHOICES"]
 
@@ -86,7 +86,7 @@ def scalar_mul(
     """
     check_choice("how", how, SCALAR_MUL_CHOICES)
     fmt = get_format(fmt)
-    st = fmt if storage is None else get_format(storage)
+    st = fmt if storage is None else format_arg(storage, "storage")
     check_mode(rounding)
     check_mode(scalar_rounding)
     check_mode(broadcast_rounding)
