@@ -97,13 +97,27 @@ def test_newton_in_fp32_is_recurrence_plus_rounding(func):
 
 
 STEPS_EXPECTED = {
-    # computed by hand from the seed bounds (2^-b) and |e'| <= 1.5 e^2 + 0.5 |e|^3:
-    # table8: e0 < 2^-8 -> e1 < 1.5*2^-16 (< u of bf16/fp16/tf32 = 2^-8/2^-11), e2 < 2^-30 (< 2^-24)
-    "table8": {"bf16": 1, "fp16": 1, "tf32": 1, "fp32": 2},
-    "table12": {"bf16": 0, "fp16": 1, "tf32": 1, "fp32": 1},
-    "table14": {"bf16": 0, "fp16": 1, "tf32": 1, "fp32": 1},
-    "magic": {"bf16": 2, "fp16": 2, "tf32": 2, "fp32": 3},
+    # by hand from |e'| <= 1.5 e^2 + 0.5 |e|^3 and the seeds' worst errors e0: a b-bit
+    # table has 2^-(b+1.5) < e0 < 2^-(b+1) (asserted below), the bit trick e0 ~ 0.0344
+    # (Lomont 2003).  u = 2^-8 (bf16), 2^-11 (fp16, tf32), 2^-24 (fp32).
+    # table8:  e0 ~ 2^-9.3 < 2^-8 -> bf16 0; e1 < 1.5*2^-18 < 2^-11 -> fp16/tf32 1;
+    #          e1 > 2^-24, e2 < 2^-33 -> fp32 2
+    # table12: e0 < 2^-13 < 2^-11 -> 0, 0, 0; e1 < 1.5*2^-26 < 2^-24 -> fp32 1
+    # table14: e0 < 2^-15 -> 0, 0, 0; fp32 1
+    # magic:   e1 ~ 1.8e-3 = 2^-9.1 -> bf16 1; e2 ~ 4.8e-6 = 2^-17.7 -> fp16/tf32 2;
+    #          e3 ~ 3.5e-11 -> fp32 3
+    "table8": {"bf16": 0, "fp16": 1, "tf32": 1, "fp32": 2},
+    "table12": {"bf16": 0, "fp16": 0, "tf32": 0, "fp32": 1},
+    "table14": {"bf16": 0, "fp16": 0, "tf32": 0, "fp32": 1},
+    "magic": {"bf16": 1, "fp16": 2, "tf32": 2, "fp32": 3},
 }
+
+
+def test_newton_recurrence_is_the_textbook_one():
+    """rsqrt y(3 - x y^2)/2: e -> -(3/2)e^2 - (1/2)e^3; reciprocal y(2 - x y): e -> -e^2."""
+    for e in (0.1, -0.03, 2.0**-9, -(2.0**-20)):
+        assert K.newton_recurrence(e, "rsqrt") == pytest.approx(-1.5 * e * e - 0.5 * e**3, rel=1e-15)
+        assert K.newton_recurrence(e, "reciprocal") == pytest.approx(-e * e, rel=1e-15)
 
 
 def _worst_inputs(seed):
@@ -140,10 +154,11 @@ def test_steps_table_matches_hand_derivation_and_measurement():
             if k > 0:
                 y = K.rsqrt(x, fmt=FP64, algo=K.Newton(seed, k - 1, FP64))
                 assert np.max(np.abs(y / ref - 1)) > u, (seed, fmt, k)
-    # the hand-computed values, where the margin is clear
-    assert table["table8"]["fp32"] == STEPS_EXPECTED["table8"]["fp32"]
-    assert table["table8"]["fp16"] == STEPS_EXPECTED["table8"]["fp16"]
-    assert table["magic"]["fp32"] == STEPS_EXPECTED["magic"]["fp32"]
+    # the hand-derived table, every entry; its premises on the seeds' errors:
+    for bits in (8, 12, 14):
+        assert 2.0 ** -(bits + 1.5) < K.seed_error_bound(f"table{bits}") < 2.0 ** -(bits + 1)
+    assert 0.0343 < K.seed_error_bound("magic") < 0.0345
+    assert table == STEPS_EXPECTED
 
 
 # ------------------------------------------------------------------ correctly rounded
