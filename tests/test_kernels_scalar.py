@@ -127,8 +127,12 @@ def test_bad_scalar_mul_arguments():
     x = np.ones(3, np.float16)
     with pytest.raises(ValueError, match=r"how='vector'.*muls.*broadcast"):
         K.scalar_mul(x, 0.5, fmt="fp16", how="vector")
-    with pytest.raises(ValueError, match="mode="):
+    with pytest.raises(ValueError, match=r"^rounding='nearest' is not a rounding mode; valid modes: \['rne', 'rtz'"):
         K.scalar_mul(x, 0.5, fmt="fp16", rounding="nearest")
+    with pytest.raises(ValueError, match=r"^scalar_rounding='half' is not a rounding mode"):
+        K.scalar_mul(x, 0.5, fmt="fp16", scalar_rounding="half")
+    with pytest.raises(ValueError, match=r"^storage='fp9' is not a known format"):
+        K.scalar_mul(x, 0.5, fmt="fp32", storage="fp9")
     with pytest.raises(ValueError, match="scalar"):
         K.scalar_mul(x, np.ones(2), fmt="fp16")
     with pytest.raises(ValueError, match="fmt"):

@@ -170,7 +170,9 @@ def test_spec_unary_uses_its_algorithms():
     ("reduce_inner", "lanes(0)", r"lanes L=0"),
     ("reduce_outer", "blocked(-1)", r"tile=-1"),
     ("reduce_order", "shuffled(x)", r"seed='x'"),
-    ("scalar_rounding", "nearest", r"mode='nearest'"),
+    ("scalar_rounding", "nearest", r"^scalar_rounding='nearest' is not a rounding mode; valid modes: \['rne'"),
+    ("vector_rounding", 1, r"^vector_rounding=1 is not a rounding mode"),
+    ("acc", "fp12", r"^acc='fp12' is not a known format"),
     ("exp", "exp_poly(0)", r"degree=0"),
 ])
 def test_spec_bad_knobs_name_themselves(field, value, needle):

@@ -30,7 +30,15 @@ import numpy as np
 
 from ..formats import FP32, get_format
 from ..rounding import check_mode
-from ._common import as_values, check_choice, format_arg, round_sum2, round_to, to_container
+from ._common import (
+    as_values,
+    check_choice,
+    format_arg,
+    mode_arg,
+    round_sum2,
+    round_to,
+    to_container,
+)
 
 __all__ = ["scalar_mul", "fma", "mul_add", "multiply_add", "SCALAR_MUL_CHOICES"]
 
@@ -87,9 +95,9 @@ def scalar_mul(
     check_choice("how", how, SCALAR_MUL_CHOICES)
     fmt = get_format(fmt)
     st = fmt if storage is None else format_arg(storage, "storage")
-    check_mode(rounding)
-    check_mode(scalar_rounding)
-    check_mode(broadcast_rounding)
+    mode_arg(rounding, "rounding")
+    mode_arg(scalar_rounding, "scalar_rounding")
+    mode_arg(broadcast_rounding, "broadcast_rounding")
     sv = _scalar_value(s)
     if how == "broadcast":
         st_val = float(round_to(sv, st, broadcast_rounding))
