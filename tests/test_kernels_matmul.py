@@ -196,7 +196,7 @@ def test_block_fma_and_split_k_vs_fraction_hypothesis(data):
     """Random shapes, tiles and exponent spreads (ties, cancellation, huge range): the
     certificates never accept a wrong rounding."""
     fmt = data.draw(st.sampled_from(["fp16", "bf16", "fp32"]))
-    M, Kd, N = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 24)), data.draw(st.integers(1, 3))
+    M, Kd, N = data.draw(st.integers(1, 8)), data.draw(st.integers(1, 24)), data.draw(st.integers(1, 8))
     spread = {"fp16": 5, "bf16": 40, "fp32": 40}[fmt]
     k_tile = data.draw(st.integers(1, 24))
     seed = data.draw(st.integers(0, 2**16))
