@@ -297,6 +297,7 @@ def _tile_certified_exact(c, a_t, b_t, la_t, lb_t, acc: Format, mode: str, work:
 
     After the one BLAS call the certified sums ``S`` are exact; then
 
+    * fp32 / rne, ``c`` a zero scalar (first tile, split-K partials): ``RN32(S)``;
     * fp32 / rne: ``v = fl64(c + S)`` and ``RN32(v) = RN32(c + S)`` unless ``v``
       is an fp32 midpoint (its low 29 significand bits are ``1 << 28``) reached
       by rounding; those entries get TwoSum's error term and move one fp32 step
@@ -339,7 +340,11 @@ def _tile_certified_exact(c, a_t, b_t, la_t, lb_t, acc: Format, mode: str, work:
     with np.errstate(over="ignore", invalid="ignore"):  # inf/NaN entries: IEEE, settled below
         np.matmul(a_t, b_t, out=buf)  # the one BLAS call: exact where certified
     cb = np.broadcast_to(c, buf.shape)
-    if fast32:
+    if fast32 and np.ndim(c) == 0 and c == 0:
+        with np.errstate(over="ignore", invalid="ignore"):
+            np.copyto(out32, buf, casting="same_kind")  # c = 0: RN32(S) of the exact S
+        res = out32
+    elif fast32:
         # over row chunks that stay in cache after the BLAS call: v = fl64(c + S),
         # RN32(v) (overflow -> inf), and the fp32-midpoint bit test on v
         flag = work["flag"]
@@ -537,7 +542,7 @@ def matmul(
                                     LA[..., :, s:e], LB[..., s:e, :])
 
         if mode == "block_fma":
-            C = np.full(shape, -0.0)
+            C = np.float64(-0.0)  # a zero scalar: the first tile is one rounding of its exact sum
             for t_i, (s, e) in enumerate(tiles):
                 C, n_bad = tile(C, s, e, t_i % 2)
                 unc += n_bad
