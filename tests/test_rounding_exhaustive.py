@@ -5,7 +5,9 @@ with RNE must equal numpy's float16 cast and ml_dtypes' bfloat16 cast bit for
 bit (any NaN equals any NaN).  Both ``round_to`` (whatever fast path it picks)
 and the integer bit path ``_round_bits`` are checked, and for the directed
 modes the bit path is checked against the scale-round-scale path on 8 of
-the 256 chunks.  Takes a few minutes on one core.
+the 256 chunks.  Measured: ~27 min (FP16: ~45% of all patterns lie below
+fp16's smallest normal and take the generic path) and ~2 min (BF16) on a
+shared 2-core machine.
 """
 
 from __future__ import annotations
