@@ -18,7 +18,9 @@ GRIDS = {"fp32": (24, -126, 127), "fp16": (11, -14, 15), "bf16": (8, -126, 127),
 
 
 def round_fraction(v: Fraction | float, fmt: str, mode: str = "rne") -> float:
-    """Round an exact value to the format ``fmt`` (rne; overflow -> inf) as a Python float."""
+    """Round an exact value to the format ``fmt`` as a Python float: ``mode`` rne, rtz,
+    up, down or odd (overflow -> inf where the mode rounds away from zero, else the
+    largest finite value)."""
     p, emin, emax = GRIDS[fmt]
     if isinstance(v, float):
         if not math.isfinite(v):
@@ -41,12 +43,19 @@ def round_fraction(v: Fraction | float, fmt: str, mode: str = "rne") -> float:
             fl += 1
     elif mode == "rtz":
         pass
+    elif mode in ("up", "down"):  # toward +inf / -inf: away from zero on the matching side
+        if rem > 0 and (sign > 0) == (mode == "up"):
+            fl += 1
+    elif mode == "odd":  # round to odd: inexact results get an odd last bit
+        if rem > 0 and fl % 2 == 0:
+            fl += 1
     else:
         raise ValueError(mode)
     r = Fraction(fl) * Fraction(2) ** q
     maxv = (2 - Fraction(2) ** (1 - p)) * Fraction(2) ** emax
-    if r > maxv:
-        return sign * math.inf
+    if r > maxv:  # IEEE 754 7.4: overflow goes to inf only when the mode rounds away
+        away = mode == "rne" or (mode == "up" and sign > 0) or (mode == "down" and sign < 0)
+        return sign * math.inf if away else sign * float(maxv)
     return sign * float(r)
 
 

@@ -376,3 +376,33 @@ def test_batched_b_uses_the_interval_path_and_agrees():
         got = K.matmul(a, b, k_tile=8, mode=mode)
         for i in range(2):
             assert np.array_equal(got[i], K.matmul(a[i], b[i], k_tile=8, mode=mode))
+
+
+@pytest.mark.parametrize("mode", K.MATMUL_MODES)
+@pytest.mark.parametrize("sa,sb", [((0, 4), (4, 3)), ((3, 4), (4, 0)), ((3, 0), (0, 2)), ((2, 0, 4), (4, 3))])
+def test_empty_shapes(sa, sb, mode):
+    """Empty products: numpy's shape, +0 where K = 0 (an empty sum), the out container."""
+    a, b = np.ones(sa, np.float16), np.ones(sb, np.float16)
+    r = K.matmul(a, b, k_tile=2, mode=mode, out="fp16")
+    assert r.shape == np.matmul(a, b).shape and r.dtype == np.float16
+    assert np.all(r == 0) and not np.any(np.signbit(r))
+
+
+@pytest.mark.parametrize("acc_mode", ["rtz", "up", "down", "odd"])
+def test_block_fma_directed_accumulator_modes(acc_mode, monkeypatch):
+    """Directed rounding of the accumulator: certified path = interval path, and a
+    small case equals the Fraction reference rounded in that mode."""
+    rng = np.random.default_rng(17)
+    a, b = _data(rng, "fp16", 24, 40, 20, 2)
+    got = {}
+    for mode in ("block_fma", "split_k"):
+        got[mode] = K.matmul(a, b, k_tile=8, mode=mode, acc_mode=acc_mode)
+        with monkeypatch.context() as mp:
+            mp.setattr(_matmul_module(), "_tile_certified_exact", lambda *args, **kw: None)
+            assert np.array_equal(got[mode], K.matmul(a, b, k_tile=8, mode=mode, acc_mode=acc_mode))
+    for i, j in [(0, 0), (5, 7), (23, 19)]:
+        c = Fraction(0)
+        for s in range(0, 40, 8):
+            t = sum((Fraction(float(a[i, k])) * Fraction(float(b[k, j])) for k in range(s, s + 8)), Fraction(0))
+            c = Fraction(R.round_fraction(c + t, "fp32", acc_mode)) if c + t != 0 else Fraction(0)
+        assert float(got["block_fma"][i, j]) == float(c)

@@ -491,6 +491,10 @@ def matmul(
                     "range); matmul models fp32-and-narrower inputs only (round them first)"
                 )
     shape = np.broadcast_shapes(A.shape[:-2], B.shape[:-2]) + (A.shape[-2], B.shape[-1])
+    if K == 0 or 0 in shape:  # empty sums are +0; nothing to round
+        if stats is not None:
+            stats["uncertified"] = 0
+        return np.zeros(shape, dtype=outf.container)
     kt = int(k_tile)
     tiles = [(s, min(s + kt, K)) for s in range(0, K, kt)]
     unc = 0
