@@ -413,19 +413,23 @@ def from_torch(fn_or_module, example_inputs, *, check: bool = True) -> TorchTrac
     from torch.fx.experimental.proxy_tensor import make_fx
 
     if not callable(fn_or_module):
-        raise TypeError(f"fn_or_module must be callable, got {type(fn_or_module).__name__}")
+        raise TypeError(f"fn_or_module={fn_or_module!r} is not callable; pass a function of tensors "
+                        "or a torch.nn.Module")
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     if not isinstance(example_inputs, (tuple, list)) or not example_inputs:
-        raise TypeError("example_inputs must be a tensor or a non-empty tuple of tensors")
+        raise TypeError(f"example_inputs={example_inputs!r} ({type(example_inputs).__name__}) is not valid; "
+                        "pass a torch.Tensor or a non-empty tuple of torch.Tensor")
     for i, t in enumerate(example_inputs):
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"example_inputs[{i}] must be a torch.Tensor, got {type(t).__name__}")
+            raise TypeError(f"example_inputs[{i}] is a {type(t).__name__}, not a torch.Tensor; "
+                            "valid: torch.Tensor (e.g. torch.from_numpy(a))")
         if t.dtype not in (torch.float32, torch.float16, torch.bfloat16):
             raise ValueError(
                 f"example_inputs[{i}] has dtype {t.dtype}; valid: torch.float32, torch.float16, torch.bfloat16")
         if t.device.type != "cpu":
-            raise ValueError(f"example_inputs[{i}] is on {t.device}; numlab predicts the CPU backends")
+            raise ValueError(f"example_inputs[{i}] is on device {str(t.device)!r}; valid: 'cpu' "
+                             "(numlab predicts the CPU backends)")
     with torch.no_grad():
         gm = make_fx(fn_or_module, tracing_mode="real")(*example_inputs)
     ph, consts, nodes, outs = _fx_to_nodes(gm, torch)
