@@ -40,6 +40,7 @@ _LAZY = {
     "execute": "numlab.execute",
     "metrics": "numlab.metrics",
     "bounds": "numlab.bounds",
+    "running_bounds": "numlab.running_bounds",
     "claims": "numlab.claims",
     "compare": "numlab.compare",
     "races": "numlab.races",
