@@ -29,7 +29,15 @@ import numpy as np
 from .bridge import from_torch, import_torch
 from .predictor import COMPILED, EAGER, SOURCES, compile_fn, predict, run_torch
 
-__all__ = ["explain", "Explanation", "ulp_distance"]
+__all__ = ["explain", "Explanation", "ulp_distance", "SOURCE_TEXT"]
+
+SOURCE_TEXT = {
+    "promotion": "each ATen op rounds to the tensor dtype | one fused fp32 kernel, rounding at stores",
+    "scalars": "add/sub/compare scalars rounded to dtype, add(alpha) FMA | fp32 scalars, no FMA",
+    "order": "ATen cascade sum (8 lanes) | Inductor 16/32 lanes + butterfly (thread split)",
+    "algorithm": "ATen softmax/layer_norm/gelu kernels | Inductor's decompositions",
+}
+"""What each of the four sources switches, as printed by :meth:`Explanation.table`."""
 
 
 def ulp_distance(a, b, fmt) -> np.ndarray:
@@ -68,22 +76,61 @@ class Explanation:
     max_ulp_compiled: float
     sources: dict = field(default_factory=dict)  # source -> {"explains": share, "needed": share}
     errors: dict = field(default_factory=dict)  # label -> (max abs err vs fp64, max ulp vs fp64 rounded)
+    n_differ: int = 0  # elements where torch eager != torch compiled
+    n_differ_pred: int = 0  # elements where numlab's eager and compiled predictions differ (attributed)
+
+    def verdict(self) -> str:
+        """One sentence: which source(s) the difference comes from."""
+        if self.n_differ_pred == 0:
+            if self.n_differ:
+                return ("numlab predicts no eager/compiled difference but torch shows one: "
+                        "nothing can be attributed (see the faithfulness lines)")
+            return "eager and compiled agree bit for bit: nothing to attribute"
+        alone = [s for s in SOURCES if self.sources[s]["explains"] == 1.0]
+        needed = [s for s in SOURCES if self.sources[s]["needed"] > 0.0]
+        some = [s for s in SOURCES if self.sources[s]["explains"] > 0.0 or self.sources[s]["needed"] > 0.0]
+        if len(alone) == 1 and not (set(needed) - set(alone)):
+            out = f"{alone[0]} alone accounts for the whole difference"
+        elif alone:
+            out = (f"{' or '.join(alone)} alone moves every differing element; "
+                   f"needed on some elements: {', '.join(needed) or 'none'}")
+        elif needed:
+            out = (f"no single source accounts for it: {' and '.join(needed)} combine "
+                   f"(each needed on some elements)")
+        else:
+            out = f"no single source accounts for it and none is needed alone: {', '.join(some) or 'none'} overlap"
+        partial = [f"{s} {self.sources[s]['explains']:.0%}" for s in SOURCES
+                   if 0.0 < self.sources[s]["explains"] < 1.0]
+        if partial:
+            out += f"; alone moves part of them: {', '.join(partial)}"
+        unused = [s for s in SOURCES if s not in some]
+        if unused:
+            out += f"; no effect: {', '.join(unused)}"
+        if self.faith_eager < 1.0 or self.faith_compiled < 1.0:
+            out += " (attribution of numlab's predictions, which are not bitwise here)"
+        return out
 
     def table(self) -> str:
+        n = int(np.prod(self.shape)) if self.shape else 1
         lines = [
-            f"explain {self.name}: {self.dtype}{list(self.shape)}",
-            f"  torch eager vs torch.compile differ on {self.differ:.1%} of elements",
+            f"explain {self.name}: output {self.dtype}{list(self.shape)}",
+            f"  torch eager vs torch.compile differ on {self.n_differ} of {n} elements ({self.differ:.1%})",
             f"  numlab eager    == torch eager   : {self.faith_eager:.2%} bitwise (max {self.max_ulp_eager:g} ulp)",
             f"  numlab compiled == torch.compile : {self.faith_compiled:.2%} bitwise "
             f"(max {self.max_ulp_compiled:g} ulp)",
-            "  source       explains  needed   (switched alone / all but it, share of differing elements)",
+            f"  attribution over the {self.n_differ_pred} elements where numlab's eager and compiled "
+            "predictions differ:",
+            "    explains = share that switching only this source (eager -> compiled) turns into the compiled bits",
+            "    needed   = share still different when every other source is switched (this one is required)",
+            f"  {'source':<10} {'explains':>8} {'needed':>7}  eager vs compiled",
         ]
         for s in SOURCES:
             d = self.sources.get(s, {})
-            lines.append(f"  {s:<12} {d.get('explains', 0):>8.1%}  {d.get('needed', 0):>6.1%}")
-        lines.append("  error vs fp64            max abs       max ulp(dtype)")
+            lines.append(f"  {s:<10} {d.get('explains', 0):>8.1%} {d.get('needed', 0):>7.1%}  {SOURCE_TEXT[s]}")
+        lines.append(f"  verdict: {self.verdict()}")
+        lines.append(f"  error vs fp64      {'max abs':>12}  {'max ulp(' + str(self.dtype) + ')':>14}")
         for k, (ea, eu) in self.errors.items():
-            lines.append(f"  {k:<22} {ea:>12.4g}  {eu:>10.4g}")
+            lines.append(f"  {k:<16} {ea:>12.4g}  {eu:>14.4g}")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -162,4 +209,4 @@ def explain(fn, inputs, *, emulate_precision_casts: bool = False, output: int = 
         faith_eager=eq(pe_out, te), faith_compiled=eq(pc_out, tc),
         max_ulp_eager=float(np.max(ulp_distance(pe_out, te, dt))) if te.size else 0.0,
         max_ulp_compiled=float(np.max(ulp_distance(pc_out, tc, dt))) if tc.size else 0.0,
-        sources=sources, errors=errors)
+        sources=sources, errors=errors, n_differ=int(np.sum(te != tc)), n_differ_pred=ndiff)
