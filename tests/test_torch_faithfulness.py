@@ -162,6 +162,37 @@ def test_exp_softmax_gelu_layernorm(torch):
     _check(torch, layernorm, (xl, w, b))
 
 
+def row_amax(x):
+    return x.amax(-1)
+
+
+def sigmoid(x):
+    import torch
+
+    return torch.sigmoid(x)
+
+
+def rmsnorm(x, w):
+    import torch.nn.functional as F
+
+    return F.rms_norm(x, (x.shape[-1],), w)
+
+
+def test_16bit_reductions_rmsnorm_sigmoid_compiled(torch):
+    """Paths the tests above do not compile: 16-bit row sum (Inductor's 32 fp32 lanes, a
+    masked tail at n = 100, one rounding at the store), fp16 amax, fp16 rms_norm, fp32
+    sigmoid -- all bitwise in eager and compiled (the faithfulness table's rows)."""
+    rng = np.random.default_rng(12)
+    xb = _t(torch, cancelling_rows(rng, (8, 100), "bf16"), "bf16")
+    r = _check(torch, row_sum, (xb,))
+    assert np.mean(r[False][1] != r[False][2]) > 0.1  # ATen's and Inductor's bf16 sums differ
+    xh = _t(torch, normal(rng, (8, 100), "fp16", 2.0), "fp16")
+    _check(torch, row_amax, (xh,))
+    wh = _t(torch, normal(rng, (100,), "fp16"), "fp16")
+    _check(torch, rmsnorm, (xh, wh))
+    _check(torch, sigmoid, (_t(torch, normal(rng, (8, 100), "fp32", 3.0), "fp32"),))
+
+
 def test_explain_attributes_row_sum_to_order_and_chain_to_promotion(torch):
     from numlab.torch import explain
 
