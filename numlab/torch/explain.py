@@ -40,6 +40,11 @@ SOURCE_TEXT = {
 """What each of the four sources switches, as printed by :meth:`Explanation.table`."""
 
 
+def _join(words) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
 def ulp_distance(a, b, fmt) -> np.ndarray:
     """|a - b| in units of the last place of ``fmt`` at max(|a|, |b|) (0 where equal,
     including equal infinities and NaN pairs; inf where exactly one is NaN or inf)."""
@@ -95,7 +100,7 @@ class Explanation:
             out = (f"{' or '.join(alone)} alone moves every differing element; "
                    f"needed on some elements: {', '.join(needed) or 'none'}")
         elif needed:
-            out = (f"no single source accounts for it: {' and '.join(needed)} combine "
+            out = (f"no single source accounts for it: {_join(needed)} combine "
                    f"(each needed on some elements)")
         else:
             out = f"no single source accounts for it and none is needed alone: {', '.join(some) or 'none'} overlap"
