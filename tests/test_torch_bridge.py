@@ -481,6 +481,20 @@ def test_to_graph_maps_to_catalogue_and_evaluates(torch):
     assert np.allclose(ref, want, rtol=1e-12, atol=1e-12)
 
 
+def test_inductor_nodes_refuse_unsupported_ops_every_time(torch):
+    """The Inductor-level graph is cached only when complete: asking twice raises twice."""
+    from numlab.torch import from_torch
+
+    def f(x):
+        return torch.sin(x) * 2.0
+
+    tr = from_torch(f, (torch.ones(4),), check=False)
+    for _ in range(2):
+        with pytest.raises(ValueError) as e:
+            tr.inductor_nodes()
+        assert "uses ATen ops numlab cannot predict: ['sin.default']; predictable: [" in str(e.value)
+
+
 def test_to_graph_refuses_partial_graphs(torch):
     from numlab.torch import from_torch
 

@@ -253,13 +253,12 @@ class TorchTrace:
             gm = make_fx(self.fn, decomposition_table=select_decomp_table(), tracing_mode="real")(
                 *self.example_inputs)
             ph, consts, nodes, outs = _fx_to_nodes(gm, torch)
-            # rename placeholders/outputs to the eager trace's names (same order)
-            self._inductor = (ph, consts, nodes, outs)
             missing = sorted({n.op for n in nodes if n.op not in PREDICTABLE and n.op != "constant"})
-            if missing:
+            if missing:  # checked before caching: a later call must raise again, not return a partial graph
                 raise ValueError(
                     f"Inductor's decomposition of {getattr(self.fn, '__name__', self.fn)!r} uses ATen ops "
                     f"numlab cannot predict: {missing}; predictable: {sorted(PREDICTABLE)}")
+            self._inductor = (ph, consts, nodes, outs)
         return self._inductor
 
     # -- numlab IR ----------------------------------------------------------------
