@@ -75,6 +75,11 @@ __all__ = [
     "reproduce",
     "sweep",
     "trial_seed",
+    "run_plan",
+    "PLAN_CHAINS",
+    "PLAN_FUSIONS",
+    "parse_fusion_list",
+    "describe_fusion",
 ]
 
 SEARCHES = ("random", "adversarial")
@@ -1049,8 +1054,10 @@ def _task(payload: dict) -> list:
     return out
 
 
-def _submit_all(executor, payloads: list, progress: bool, desc: str) -> list:
-    """Run payloads on ``executor`` (None: in process); results in payload order."""
+def _submit_all(executor, payloads: list, progress: bool, desc: str, fn=None) -> list:
+    """Run ``fn`` (default :func:`_task`) on each payload on ``executor``
+    (None: in process); results in payload order."""
+    fn = _task if fn is None else fn
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -1060,11 +1067,11 @@ def _submit_all(executor, payloads: list, progress: bool, desc: str) -> list:
     try:
         if executor is None:
             for i, p in enumerate(payloads):
-                results[i] = _task(p)
+                results[i] = fn(p)
                 if bar:
                     bar.update(1)
         else:
-            futs = [executor.submit(_task, p) for p in payloads]
+            futs = [executor.submit(fn, p) for p in payloads]
             for i, f in enumerate(futs):
                 results[i] = f.result()
                 if bar:
@@ -1287,28 +1294,159 @@ def plan_c3(n: int = 100_000, *, steps=(2, 3), seed_algo: str = "magic", step_fm
     return out
 
 
+PLAN_FUSIONS = (
+    "autofuse",
+    "autofuse+nodecompose",
+    "autofuse:--autofuse_enable_pass=reduce",
+    "inductor",
+)
+"""Fusion configurations the plan's chains run under by default.  The note
+(seed 000, §6.2) fixes autofuse's fused kinds (elementwise incl. broadcast on;
+reduce, concat, slice, gather, transpose off) but does not say whether
+autofuse decomposes composites such as layer_norm; numlab's
+``FusionOptions()`` does (``decompose=True``, as Inductor does).  The plan
+therefore reports every chain under both readings, with reduce fusion
+enabled, and under the Inductor-like preset."""
+
+_SPEC_STARTS = ("autofuse", "inductor", "off")
+
+
+def parse_fusion_list(fusion=None) -> list:
+    """The fusion spec strings of ``fusion``: None gives :data:`PLAN_FUSIONS`;
+    a str is a comma-separated list of :func:`parse_fusion` specs (a comma
+    inside an ``autofuse:FLAGS`` pass list, as in
+    ``autofuse:--autofuse_enable_pass=concat,reduce``, stays in its spec: a
+    new spec starts only at a piece beginning with autofuse, inductor or
+    off); a list or tuple holds such strings.  Duplicates are dropped, order
+    kept.  Each spec is validated by :func:`parse_fusion` (ValueError naming
+    it and the valid forms)."""
+    if fusion is None:
+        return list(PLAN_FUSIONS)
+    items = [fusion] if isinstance(fusion, str) else fusion
+    if not isinstance(items, (list, tuple)):
+        raise TypeError(f"fusion must be a spec string or a list of them, got {type(fusion).__name__}")
+    out: list = []
+    for item in items:
+        if not isinstance(item, str):
+            raise TypeError(f"fusion holds {item!r} ({type(item).__name__}); specs are strings like "
+                            f"'autofuse', 'autofuse:FLAGS', 'inductor', 'off', optionally '+nodecompose'")
+        specs: list = []
+        for piece in item.split(","):
+            piece = piece.strip()
+            if not piece:
+                continue
+            if specs and not piece.startswith(_SPEC_STARTS):
+                specs[-1] += "," + piece
+            else:
+                specs.append(piece)
+        for sp in specs:
+            parse_fusion(sp)
+            if sp not in out:
+                out.append(sp)
+    if not out:
+        raise ValueError(f"fusion={fusion!r} names no configuration; valid: 'autofuse', 'autofuse:FLAGS', "
+                         "'inductor', 'off', each optionally with '+nodecompose'")
+    return out
+
+
+def describe_fusion(spec) -> str:
+    """One line saying what a fusion configuration means for the plan's
+    chains: whether composites are decomposed, which kinds are fused, and
+    what that implies for layer_norm / softmax (stated from the
+    :class:`numlab.fusion.FusionOptions` fields, not measured)."""
+    from .fusion import KINDS
+
+    fo = parse_fusion(spec)
+    if not fo.enable_autofuse:
+        fused, unfused = [], list(KINDS)
+    else:
+        fused = [k for k in KINDS if k in fo.enabled]
+        unfused = [k for k in KINDS if k not in fo.enabled]
+    comp = ("composites (layer_norm, softmax) decomposed into primitives" if fo.decompose
+            else "composites kept whole (eager's fp32 library kernel)")
+    if fo.decompose and fo.fuses("reduce") and fo.fuses("elementwise"):
+        effect = "a decomposed layer_norm/softmax is one fp32 block"
+    elif fo.decompose:
+        effect = ("decomposed reductions are separate kernels: mean, variance and the other values crossing "
+                  "block boundaries are stored in S")
+    else:
+        effect = "layer_norm/softmax run exactly as in eager"
+    return (f"{comp}; fused: {', '.join(fused) or 'nothing'}; separate kernels: {', '.join(unfused) or 'none'}"
+            f" -> {effect}")
+
+
+def _plan_task(payload: dict) -> list:
+    """One executor task of the plan: trials [lo, hi) of one chain.  Each
+    trial's inputs, eager and reference runs are computed once and shared by
+    every fusion configuration (so every configuration sees the same inputs);
+    returns per trial {spec: per-case stats of ``no_worse_population``}."""
+    graph = get_model(payload["model"], payload["sizes"])
+    out = []
+    for t in range(payload["lo"], payload["hi"]):
+        kind = payload["kinds"][t % len(payload["kinds"])]
+        base = None
+        per = {}
+        for spec in payload["fusions"]:
+            case = make_case(payload["model"], sizes=payload["sizes"], dtype=payload["dtype"], fusion=spec,
+                             kind=kind, seed=payload["seed"], trial=t, graph=graph)
+            runs = Runs(case, graph=graph)
+            if base is None:
+                base = runs
+            else:
+                runs._res.update({k: v for k, v in base._res.items() if k[0] in ("eager", "reference")})
+            st = _population_stats(runs)
+            e, f = runs.outputs("eager"), runs.outputs("fused")
+            same = sum(int(np.count_nonzero(metrics.bitwise_equal(e[k], f[k]))) for k in st)
+            per[spec] = (st, same)
+        out.append(per)
+    return out
+
+
 def run_plan(out: str | None = "out/check_plan", *, trials: int = 1000, seed: int = 0, executor=None,
              progress: bool = False, quick: bool = False, kinds=("normal",), figures: bool = True,
-             force: bool = False) -> dict:
+             force: bool = False, fusion=None, chunk: int = 50) -> dict:
     """Run the whole test plan: C1, C2, C3 and the four chains (``trials``
-    inputs each; verdict "fused P99 and max <= eager P99 and max"
-    = claim ``no_worse_population``).  Writes ``plan.csv``, ``plan.txt`` and
-    figures ``plan_c1.png``, ``plan_c2.png``, ``plan_c3.png``,
-    ``plan_chains.png`` into ``out`` (unless None); refuses to overwrite an
-    existing ``plan.csv`` without ``force``.  Returns ``{"c1", "c2", "c3",
-    "chains", "table"}``."""
+    inputs each) under every fusion configuration of ``fusion`` (see
+    :func:`parse_fusion_list`; default :data:`PLAN_FUSIONS`).  Verdict per
+    chain and configuration: "fused P99 and max <= eager P99 and max" over
+    the pooled elementwise absolute errors against the fp64 reference
+    (= claim ``no_worse_population``, same inputs for every configuration).
+    Writes ``plan.csv`` (with a ``fusion`` column), ``plan.txt`` and figures
+    ``plan_c1.png``, ``plan_c2.png``, ``plan_c3.png``, ``plan_chains.png``
+    into ``out`` (unless None); refuses to overwrite an existing
+    ``plan.csv`` without ``force``.
+
+    Returns ``{"c1", "c2", "c3", "chains", "fusions", "trials", "table"}``:
+    ``chains[label][spec]`` holds ``fused_p99``, ``eager_p99``,
+    ``fused_max``, ``eager_max``, ``elements``, ``bitwise_equal_share``
+    (share of output elements where fused and eager have the same bits: a
+    PASS at 100% is equality, not improvement), ``fusion`` and ``verdict``
+    (PASS/FAIL); ``fusions[spec]`` is :func:`describe_fusion`."""
     if out is not None and os.path.exists(os.path.join(out, "plan.csv")) and not force:
         raise FileExistsError(f"{os.path.join(out, 'plan.csv')} exists; pass force=True (--force) to overwrite")
+    if not isinstance(trials, int) or trials < 1:
+        raise ValueError(f"trials={trials!r} must be an int >= 1")
+    fusions = parse_fusion_list(fusion)
+    kinds = tuple(kinds)
     n1, n2, n3 = (256, 4096, 20_000) if quick else (1024, 16384, 100_000)
     c1 = plan_c1(n1, seed=seed)
     c2 = plan_c2(n2, (512, 1024, 2048), seed=seed, rows=16 if quick else 64)
     c3 = plan_c3(n3, seed=seed)
-    chains = {}
+    chains: dict = {}
     for label, (model, sizes) in PLAN_CHAINS.items():
-        rep = check("no_worse_population", model, sizes=sizes, dtype="fp16", seed=seed, executor=executor,
-                    options=SearchOptions(trials=trials, kinds=tuple(kinds)), progress=progress)
-        st = rep.population.get("y", next(iter(rep.population.values())))
-        chains[label] = {**st, "verdict": "PASS" if rep.holds else "FAIL"}
+        payloads = [{"model": model, "sizes": model_sizes(model, sizes), "dtype": "fp16", "seed": seed,
+                     "kinds": kinds, "fusions": tuple(fusions), "lo": lo, "hi": min(lo + chunk, trials)}
+                    for lo in range(0, trials, chunk)]
+        per_trial = [r for ch in _submit_all(executor, payloads, progress, f"plan {label}", fn=_plan_task)
+                     for r in ch]
+        chains[label] = {}
+        for spec in fusions:
+            res = _claim_population([r[spec][0] for r in per_trial])
+            st = res.stats.get("y", next(iter(res.stats.values())))
+            n_all = sum(v["elements"] for v in res.stats.values())
+            same = sum(r[spec][1] for r in per_trial) / n_all if n_all else math.nan
+            chains[label][spec] = {**st, "bitwise_equal_share": same, "fusion": spec,
+                                   "verdict": "PASS" if res.holds else "FAIL"}
     rows = []
     for how, r in c1.items():
         rows.append(("C1", f"x*0.7 {how}", f"0ulp {r['ulp0']:.4f}", f"1ulp {r['ulp1']:.4f}",
@@ -1320,11 +1458,24 @@ def run_plan(out: str | None = "out/check_plan", *, trials: int = 1000, seed: in
     for k, r in c3.items():
         rows.append(("C3", f"rsqrt {k} Newton", f"0ulp {r['ulp0']:.4f}", f"1ulp {r['ulp1']:.4f}",
                      f">=2ulp {r['ulp_ge2']:.4f}", f"max {r['ulp_max']:.0f} ulp", ""))
-    for label, r in chains.items():
-        rows.append(("chain", label, f"eager P99 {r['eager_p99']:.3g}", f"fused P99 {r['fused_p99']:.3g}",
-                     f"eager max {r['eager_max']:.3g}", f"fused max {r['fused_max']:.3g}", r["verdict"]))
     table = "\n".join(" | ".join(f"{c:<26}" if i == 1 else f"{c:<22}" for i, c in enumerate(row)) for row in rows)
-    result = {"c1": c1, "c2": c2, "c3": c3, "chains": chains, "table": table}
+    tags = {spec: f"F{i + 1}" for i, spec in enumerate(fusions)}
+    head = [f"chains: fp16, {trials} inputs each (kinds {','.join(kinds)}), the same inputs for every "
+            "configuration; verdict: fused P99 and max <= eager P99 and max (|error| vs fp64, pooled)",
+            "fusion configurations:"]
+    for spec in fusions:
+        head.append(f"  {tags[spec]} = {spec}: {describe_fusion(spec)}")
+    w = max(len(lb) for lb in PLAN_CHAINS)
+    crow = [f"{'chain':<{w}} | fusion | {'eager P99':>9} | {'fused P99':>9} | {'eager max':>9} | "
+            f"{'fused max':>9} | fused==eager bits | verdict"]
+    for label, per in chains.items():
+        for spec, r in per.items():
+            crow.append(f"{label:<{w}} | {tags[spec]:<6} | {r['eager_p99']:>9.3g} | {r['fused_p99']:>9.3g} | "
+                        f"{r['eager_max']:>9.3g} | {r['fused_max']:>9.3g} | "
+                        f"{100 * r['bitwise_equal_share']:>16.2f}% | {r['verdict']}")
+    table = table + "\n\n" + "\n".join(head + crow)
+    result = {"c1": c1, "c2": c2, "c3": c3, "chains": chains,
+              "fusions": {spec: describe_fusion(spec) for spec in fusions}, "trials": trials, "table": table}
     if out is not None:
         _write_plan(out, result, trials, figures)
     return result
@@ -1336,20 +1487,23 @@ def _write_plan(out: str, res: dict, trials: int, figures: bool) -> None:
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "plan.csv"), "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["check", "case", "metric", "value"])
+        w.writerow(["check", "case", "fusion", "metric", "value"])
         for how, r in res["c1"].items():
             for k, v in r.items():
-                w.writerow(["C1", how, k, v])
+                w.writerow(["C1", how, "", k, v])
         for T, r in res["c2"].items():
             for k, v in r.items():
-                w.writerow(["C2", f"tile{T}", k, v])
+                w.writerow(["C2", f"tile{T}", "", k, v])
         for s, r in res["c3"].items():
             for k, v in r.items():
-                w.writerow(["C3", f"newton{s}", k, v])
-        for label, r in res["chains"].items():
-            for k, v in r.items():
-                w.writerow(["chain", label, k, v])
-            w.writerow(["chain", label, "trials", trials])
+                w.writerow(["C3", f"newton{s}", "", k, v])
+        for label, per in res["chains"].items():
+            for spec, r in per.items():
+                for k, v in r.items():
+                    if k != "fusion":
+                        w.writerow(["chain", label, spec, k, v])
+                w.writerow(["chain", label, spec, "trials", trials])
+                w.writerow(["chain", label, spec, "meaning", res["fusions"][spec]])
     with open(os.path.join(out, "plan.txt"), "w") as fh:
         fh.write(res["table"] + "\n")
     if not figures:
@@ -1397,18 +1551,23 @@ def _write_plan(out: str, res: dict, trials: int, figures: bool) -> None:
     fig.savefig(os.path.join(out, "plan_c3.png"), dpi=100)
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(7, 3.8))
     names = list(res["chains"])
+    specs = list(res["fusions"])
+    fig, axes = plt.subplots(1, len(specs), figsize=(3.2 * len(specs) + 1, 3.8), sharey=True, squeeze=False)
     xs = np.arange(len(names))
-    for i, (key, lab) in enumerate([("eager_p99", "eager P99"), ("fused_p99", "fused P99"),
-                                    ("eager_max", "eager max"), ("fused_max", "fused max")]):
-        ax.bar(xs + 0.2 * i, [max(res["chains"][n][key], 1e-12) for n in names], 0.2, label=lab)
-    ax.set_yscale("log")
-    ax.set_xticks(xs + 0.3, names, fontsize=7)
-    ax.set_ylabel("|error| vs fp64 reference")
-    ax.axhline(2.0**-11, color="grey", lw=0.8, label="u (fp16)")
-    ax.set_title(f"chains over {trials} inputs: fused vs eager")
-    ax.legend(fontsize=7)
+    for j, (ax, spec) in enumerate(zip(axes[0], specs, strict=True)):
+        for i, (key, lab) in enumerate([("eager_p99", "eager P99"), ("fused_p99", "fused P99"),
+                                        ("eager_max", "eager max"), ("fused_max", "fused max")]):
+            ax.bar(xs + 0.2 * i, [max(res["chains"][n][spec][key], 1e-12) for n in names], 0.2, label=lab)
+        ax.set_yscale("log")
+        ax.set_xticks(xs + 0.3, names, fontsize=6, rotation=30, ha="right")
+        ax.axhline(2.0**-11, color="grey", lw=0.8, label="u (fp16)")
+        verdicts = "".join("P" if res["chains"][n][spec]["verdict"] == "PASS" else "F" for n in names)
+        ax.set_title(f"F{j + 1} {spec}\nverdicts {verdicts}", fontsize=7)
+        if j == 0:
+            ax.set_ylabel("|error| vs fp64 reference")
+            ax.legend(fontsize=6)
+    fig.suptitle(f"chains over {trials} inputs: fused vs eager per fusion configuration", fontsize=9)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "plan_chains.png"), dpi=100)
     plt.close(fig)

@@ -188,6 +188,111 @@ def test_plan_numbers_vs_independent(tmp_path):
         C.run_plan(str(tmp_path / "plan"), trials=5, quick=True)
 
 
+def test_plan_reports_every_requested_fusion_configuration(tmp_path):
+    import csv
+
+    # default: the four configurations, each chain judged under each, in the table, text and CSV
+    assert C.PLAN_FUSIONS == ("autofuse", "autofuse+nodecompose", "autofuse:--autofuse_enable_pass=reduce",
+                              "inductor")
+    res = C.run_plan(str(tmp_path / "d"), trials=3, quick=True, figures=False)
+    assert list(res["fusions"]) == list(C.PLAN_FUSIONS)
+    for label in C.PLAN_CHAINS:
+        assert list(res["chains"][label]) == list(C.PLAN_FUSIONS)
+        assert all(r["verdict"] in ("PASS", "FAIL") and r["fusion"] == spec
+                   for spec, r in res["chains"][label].items())
+    text = (tmp_path / "d" / "plan.txt").read_text()
+    for i, spec in enumerate(C.PLAN_FUSIONS):
+        assert f"F{i + 1} = {spec}: " in text
+    # the header says what each configuration means (decomposed or not, what is fused)
+    assert "F1 = autofuse: composites (layer_norm, softmax) decomposed" in text
+    assert "F2 = autofuse+nodecompose: composites kept whole" in text
+    assert "fused: elementwise, broadcast, reshape, reduce;" in res["fusions"]["autofuse:--autofuse_enable_pass=reduce"]
+    assert "separate kernels: reduce," in res["fusions"]["autofuse"]
+    rows = list(csv.DictReader(open(tmp_path / "d" / "plan.csv")))
+    assert {"check", "case", "fusion", "metric", "value"} <= set(rows[0])
+    verdicts = {(r["case"], r["fusion"]): r["value"] for r in rows if r["check"] == "chain" and r["metric"] == "verdict"}
+    assert set(verdicts) == {(lb, sp) for lb in C.PLAN_CHAINS for sp in C.PLAN_FUSIONS}
+    assert all(verdicts[lb, sp] == res["chains"][lb][sp]["verdict"] for lb, sp in verdicts)
+    # CLI: --fusion repeatable and comma-separated; a comma inside an AUTOFUSE_FLAGS pass list stays
+    out = tmp_path / "cli"
+    rc = cli_main(["check", "plan", "--out", str(out), "--trials", "2", "--quick", "--no-figures",
+                   "--fusion", "off,autofuse:--autofuse_enable_pass=concat,reduce", "--fusion", "inductor"])
+    rows = list(csv.DictReader(open(out / "plan.csv")))
+    got = {r["fusion"] for r in rows if r["check"] == "chain"}
+    assert got == {"off", "autofuse:--autofuse_enable_pass=concat,reduce", "inductor"}
+    fails = [r for r in rows if r["check"] == "chain" and r["metric"] == "verdict" and r["value"] == "FAIL"]
+    assert rc == (1 if fails else 0)
+    assert C.parse_fusion_list("autofuse, inductor,autofuse") == ["autofuse", "inductor"]
+    with pytest.raises(ValueError, match="fancy"):
+        C.parse_fusion_list("autofuse,fancy")
+    with pytest.raises(ValueError, match="no configuration"):
+        C.parse_fusion_list(" , ")
+    with pytest.raises(TypeError, match="fusion"):
+        C.parse_fusion_list(["autofuse", 3])
+
+
+def test_nodecompose_layernorm_is_eager_bit_for_bit():
+    # with composites kept whole, the fused plan runs layer_norm as the same library kernel as eager:
+    # outputs are bitwise equal; decomposed (autofuse default) they are not (fp16 mean/variance in between)
+    from numlab.execute import run
+
+    g = C.get_model("layernorm", {"batch": 4, "hidden": 64})
+    whole, dec = C.parse_fusion("autofuse+nodecompose"), C.parse_fusion("autofuse")
+    differs = 0
+    for t in range(20):
+        xin = C.make_case("layernorm", sizes={"batch": 4, "hidden": 64}, trial=t).inputs
+        e = run(g, xin, mode="eager", dtype="fp16").outputs["y"]
+        r = run(g, xin, mode="fused", dtype="fp16", fusion=whole)
+        f = r.outputs["y"]
+        assert e.dtype == f.dtype == np.float16
+        assert np.array_equal(e.view(np.uint16), f.view(np.uint16))
+        fd = run(g, xin, mode="fused", dtype="fp16", fusion=dec).outputs["y"]
+        differs += int(np.count_nonzero(e.view(np.uint16) != fd.view(np.uint16)))
+    assert not r.plan.decomposed and len(r.plan.blocks) == 1
+    assert differs > 0
+
+
+def _nearest_rank(v, q):
+    s = np.sort(v)
+    k = -(-q * s.size // 100)  # ceil(q n / 100) with integers (q an int)
+    return float(s[max(k, 1) - 1])
+
+
+def test_plan_verdicts_recomputed_from_raw_errors():
+    # P99 (nearest rank), max and the verdict of each chain/configuration, recomputed from numlab.run outputs
+    from numlab.execute import run
+
+    specs = ["autofuse", "autofuse+nodecompose", "inductor"]
+    trials = 4
+    res = C.run_plan(None, trials=trials, quick=True, fusion=specs, seed=5)
+    seen = set()
+    for label in ("layernorm", "softmax"):
+        model, sizes = C.PLAN_CHAINS[label]
+        g = C.get_model(model, sizes)
+        for spec in specs:
+            ef, ee, same = [], [], 0
+            for t in range(trials):
+                xin = C.make_case(model, sizes=sizes, trial=t, seed=5).inputs
+                ref = run(g, xin, mode="reference", dtype="fp16").outputs["y"].astype(np.float64)
+                e = np.asarray(run(g, xin, mode="eager", dtype="fp16").outputs["y"])
+                f = np.asarray(run(g, xin, mode="fused", dtype="fp16", fusion=C.parse_fusion(spec)).outputs["y"])
+                ee.append(np.abs(e.astype(np.float64) - ref).ravel())
+                ef.append(np.abs(f.astype(np.float64) - ref).ravel())
+                same += int(np.count_nonzero(e.view(np.uint16) == f.view(np.uint16)))
+            ef, ee = np.concatenate(ef), np.concatenate(ee)
+            got = res["chains"][label][spec]
+            assert got["fused_p99"] == _nearest_rank(ef, 99) and got["eager_p99"] == _nearest_rank(ee, 99)
+            assert got["fused_max"] == ef.max() and got["eager_max"] == ee.max()
+            assert got["elements"] == ef.size and got["bitwise_equal_share"] == same / ef.size
+            ok = _nearest_rank(ef, 99) <= _nearest_rank(ee, 99) and ef.max() <= ee.max()
+            assert got["verdict"] == ("PASS" if ok else "FAIL")
+            seen.add((label, spec, ok))
+    # decomposed with reductions as separate kernels fails; composites whole or one fp32 block passes
+    assert ("layernorm", "autofuse", False) in seen and ("softmax", "autofuse", False) in seen
+    for label in ("layernorm", "softmax"):
+        assert (label, "autofuse+nodecompose", True) in seen and (label, "inductor", True) in seen
+
+
 def test_cli_exit_codes(tmp_path, capsys):
     assert cli_main(["check", "execution_determinism", "--model", "softmax", "--trials", "3"]) == 0
     rc = cli_main(["check", "no_worse_tensor", "--model", "layernorm", "--trials", "10", "--save", str(tmp_path)])
