@@ -571,6 +571,54 @@ def test_eager_gelu_onednn_and_aten_kernels(torch, dt):
     assert not np.array_equal(on, off)  # the two kernels differ
 
 
+def test_eager_preset_follows_aten_capability_avx2(torch):
+    """Under ATEN_CPU_CAPABILITY=avx2 (what an AVX2-only CI runner dispatches) the
+    softmax kernel sums in 8 lanes (measured): torch_cpu_eager() detects the level
+    and the eager softmax, layer norm and sum stay bitwise against real torch there."""
+    import os
+
+    code = (
+        "import numpy as np, torch, torch.nn.functional as F\n"
+        "from numlab.torch import from_torch, predict, torch_cpu_eager\n"
+        "from numlab.torch.data import normal, cancelling_rows\n"
+        "pe = torch_cpu_eager()\n"
+        "assert (pe.capability, pe.softmax_lanes, pe.sum_lanes) == ('AVX2', 8, 8), pe\n"
+        "rng = np.random.default_rng(3)\n"
+        "x = torch.from_numpy(normal(rng, (32, 100), 'fp32', 3.0))\n"
+        "w, b = (torch.from_numpy(normal(rng, (100,), 'fp32')) for _ in range(2))\n"
+        "s = torch.from_numpy(cancelling_rows(rng, (8, 100), 'fp32'))\n"
+        "cases = ((lambda x: F.softmax(x, -1), (x,)), (lambda x, w, b: F.layer_norm(x, (100,), w, b), (x, w, b)),\n"
+        "         (lambda s: s.sum(-1), (s,)))\n"
+        "for fn, args in cases:\n"
+        "    tr = from_torch(fn, args)\n"
+        "    assert np.array_equal(predict(tr, args, mode='eager').outputs[0], fn(*args).numpy()), tr.ops()\n"
+        "sm = from_torch(cases[0][0], (x,))\n"
+        "other = predict(sm, (x,), mode='eager', preset=torch_cpu_eager(softmax_lanes=16)).outputs[0]\n"
+        "assert not np.array_equal(other, cases[0][0](x).numpy())  # the AVX512 lane count is wrong here\n"
+    )
+    env = dict(os.environ, ATEN_CPU_CAPABILITY="avx2")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_eager_preset_validates_knobs():
+    from numlab.torch.presets import TorchCpuEager
+
+    cases = [
+        (dict(capability="DEFAULT"), "capability='DEFAULT' is not modelled; choose one of ('AVX512', 'AVX2')"),
+        (dict(sum_lanes=7), "sum_lanes=7 is not valid; choose a power of two >= 1 (measured: 8)"),
+        (dict(softmax_lanes=0), "softmax_lanes=0 is not valid; choose a power of two >= 1 (measured: 16)"),
+        (dict(threads=-1), "threads=-1 is not valid; choose an int >= 0 (0 = torch's)"),
+        (dict(grain_size=0), "grain_size=0 is not valid; choose an int >= 1"),
+    ]
+    for kw, msg in cases:
+        with pytest.raises(ValueError) as e:
+            TorchCpuEager(**kw)
+        assert str(e.value) == msg
+    with pytest.raises(ValueError, match=r"scalar_rules=.*give each of \['add', 'alpha'.* one of \('storage', 'opmath'\)"):
+        TorchCpuEager(scalar_rules=(("add", "fp64"),))
+
+
 def test_switches_and_preset_specs():
     from numlab.kernels.reduce import Lanes
     from numlab.torch.predictor import COMPILED, EAGER, Switches

@@ -44,7 +44,8 @@ ATen eager (``TorchCpuEager``)
   table); ``F.gelu`` runs oneDNN's minimax gelu_erf (modelled bit for bit);
   ``F.gelu(approximate="tanh")`` runs ATen's kernel with
   ``x + kappa*x^3`` contracted to an FMA and SLEEF ``tanhf`` (bit for bit).
-* Softmax: 16-lane sum (its AVX512 build: 100% vs 61-79% with 8 lanes),
+* Softmax: 16-lane sum (its AVX512 build: 100% vs 61-79% with 8 lanes;
+  8 lanes when ATen dispatches AVX2, e.g. ``ATEN_CPU_CAPABILITY=avx2``),
   ``1/sum`` then a multiply; layer norm: ``RowwiseMoments`` with 8 lanes.
 
 Inductor C++ (``InductorCpu``)
@@ -75,6 +76,7 @@ __all__ = [
     "detect_cpu_capability",
     "measure_aten_sum_lanes",
     "SCALAR_RULES",
+    "CAPABILITIES",
 ]
 
 SCALAR_RULES = (
@@ -99,7 +101,10 @@ class TorchCpuEager:
         32`` elements of each parallel chunk run the scalar loop (libm
         ``expf``/``erff`` instead of SLEEF, two roundings in ``add(alpha)``).
     softmax_lanes : int
-        fp32 lanes of the softmax kernel's sum vector (16: its AVX512 build).
+        fp32 lanes of the softmax kernel's sum vector: 16 where ATen
+        dispatches its AVX512 build, 8 for AVX2 (both measured, the latter
+        with ``ATEN_CPU_CAPABILITY=avx2``); :func:`torch_cpu_eager` sets it
+        from ``capability``.
     layernorm_lanes : int
         fp32 lanes of LayerNorm's ``RowwiseMoments`` (8: AVX2 build, measured).
     grain_size : int
@@ -116,6 +121,11 @@ class TorchCpuEager:
         (:func:`numlab.torch.libm.onednn_gelu_erf`; measured True when
         ``torch.backends.mkldnn`` is enabled, the default); False models
         ATen's own kernel (A&S erf + libm tail), what runs with mkldnn off.
+    capability : {"AVX512", "AVX2"}
+        ATen's CPU dispatch level the preset describes
+        (``torch.backends.cpu.get_cpu_capability()``; :func:`torch_cpu_eager`
+        detects it).  The sum and layer-norm kernels run 8 lanes under both
+        (measured); ``DEFAULT`` (no vector build) is not modelled.
     """
 
     name: str = "torch_cpu_eager"
@@ -128,6 +138,24 @@ class TorchCpuEager:
     scalar_rules: tuple = SCALAR_RULES
     fma_alpha: bool = True
     onednn_gelu: bool = True
+    capability: str = "AVX512"
+
+    def __post_init__(self):
+        if self.capability not in CAPABILITIES:
+            raise ValueError(f"capability={self.capability!r} is not modelled; choose one of {CAPABILITIES}")
+        for k in ("sum_lanes", "softmax_lanes", "layernorm_lanes", "elementwise_step"):
+            v = getattr(self, k)
+            if not isinstance(v, int) or v < 1 or v & (v - 1):
+                raise ValueError(f"{k}={v!r} is not valid; choose a power of two >= 1 (measured: "
+                                 f"{getattr(TorchCpuEager, k)})")
+        if not isinstance(self.grain_size, int) or self.grain_size < 1:
+            raise ValueError(f"grain_size={self.grain_size!r} is not valid; choose an int >= 1")
+        if not isinstance(self.threads, int) or self.threads < 0:
+            raise ValueError(f"threads={self.threads!r} is not valid; choose an int >= 0 (0 = torch's)")
+        rules = dict(self.scalar_rules)
+        if set(rules) != set(dict(SCALAR_RULES)) or not set(rules.values()) <= {"storage", "opmath"}:
+            raise ValueError(f"scalar_rules={self.scalar_rules!r} is not valid; give each of "
+                             f"{sorted(dict(SCALAR_RULES))} one of ('storage', 'opmath')")
 
     def scalar_rule(self, op: str) -> str:
         return dict(self.scalar_rules)[op]
@@ -186,8 +214,26 @@ class InductorCpu:
         return FusionOptions.inductor()
 
 
+CAPABILITIES = ("AVX512", "AVX2")
+"""ATen CPU dispatch levels :class:`TorchCpuEager` models (measured)."""
+_SOFTMAX_LANES = {"AVX512": 16, "AVX2": 8}
+
+
 def torch_cpu_eager(**overrides) -> TorchCpuEager:
-    """The measured eager preset (fields may be overridden)."""
+    """The measured eager preset for the running machine (fields may be overridden).
+
+    ``capability`` is detected from torch (when importable) and
+    ``softmax_lanes`` follows it (16 for AVX512, 8 for AVX2), so the preset
+    stays right under ``ATEN_CPU_CAPABILITY=avx2`` or on an AVX2-only CPU.
+    """
+    if "capability" not in overrides:
+        try:
+            overrides["capability"] = detect_cpu_capability()
+        except ImportError:
+            pass
+    cap = overrides.get("capability", TorchCpuEager.capability)
+    if "softmax_lanes" not in overrides and cap in _SOFTMAX_LANES:
+        overrides["softmax_lanes"] = _SOFTMAX_LANES[cap]
     return TorchCpuEager(**overrides)
 
 
