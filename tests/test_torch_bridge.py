@@ -574,7 +574,8 @@ def test_eager_gelu_onednn_and_aten_kernels(torch, dt):
 def test_eager_preset_follows_aten_capability_avx2(torch):
     """Under ATEN_CPU_CAPABILITY=avx2 (what an AVX2-only CI runner dispatches) the
     softmax kernel sums in 8 lanes (measured): torch_cpu_eager() detects the level
-    and the eager softmax, layer norm and sum stay bitwise against real torch there."""
+    and the eager softmax, layer norm and sum stay bitwise against real torch there;
+    Inductor picks 8 lanes too and the compiled row sum stays bitwise (one compile)."""
     import os
 
     code = (
@@ -595,6 +596,12 @@ def test_eager_preset_follows_aten_capability_avx2(torch):
         "sm = from_torch(cases[0][0], (x,))\n"
         "other = predict(sm, (x,), mode='eager', preset=torch_cpu_eager(softmax_lanes=16)).outputs[0]\n"
         "assert not np.array_equal(other, cases[0][0](x).numpy())  # the AVX512 lane count is wrong here\n"
+        "from numlab.torch import compile_fn, run_torch, inductor_cpu\n"
+        "assert inductor_cpu().lanes == 8  # Inductor picks avx2 too\n"
+        "rs = cases[2][0]; tr = from_torch(rs, (s,))\n"
+        "tc = run_torch(tr, (s,), mode='compiled', compiled=compile_fn(rs))[0]\n"
+        "assert np.array_equal(predict(tr, (s,), mode='compiled').outputs[0], tc)\n"
+        "assert not np.array_equal(predict(tr, (s,), mode='compiled', preset=inductor_cpu(lanes=16)).outputs[0], tc)\n"
     )
     env = dict(os.environ, ATEN_CPU_CAPABILITY="avx2")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
