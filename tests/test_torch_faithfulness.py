@@ -281,3 +281,11 @@ def test_explanation_verdict_cases():
         "alone moves part of them: order 50%; no effect: scalars, algorithm")
     assert ex(2, 2, faith=0.5, scalars=(1.0, 1.0)).verdict().endswith(
         "(attribution of numlab's predictions, which are not bitwise here)")
+
+
+def test_explain_validates_output(torch):
+    from numlab.torch import explain
+
+    with pytest.raises(ValueError) as e:
+        explain(row_sum, (torch.ones(2, 8),), output=1)  # fails before anything is compiled
+    assert str(e.value) == "output=1 is not valid; the function returns 1 tensor(s): choose one of [0]"

@@ -165,6 +165,9 @@ def explain(fn, inputs, *, emulate_precision_casts: bool = False, output: int = 
     if isinstance(inputs, torch.Tensor):
         inputs = (inputs,)
     tr = from_torch(fn, inputs)
+    if not isinstance(output, int) or not 0 <= output < len(tr.outputs):
+        raise ValueError(f"output={output!r} is not valid; the function returns {len(tr.outputs)} "
+                         f"tensor(s): choose one of {list(range(len(tr.outputs)))}")
     pe = eager_preset or torch_cpu_eager()
     pi = inductor_preset or inductor_cpu(emulate_precision_casts)
     cf = compiled if compiled is not None else compile_fn(fn, emulate_precision_casts)
