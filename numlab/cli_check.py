@@ -124,19 +124,6 @@ def _executor(kind: str, workers: int):
     return client, close
 
 
-def _sizes(items) -> dict:
-    out = {}
-    for it in items:
-        if "=" not in it:
-            raise ValueError(f"--size {it!r} is not NAME=INT")
-        k, v = it.split("=", 1)
-        try:
-            out[k.strip()] = int(v)
-        except ValueError:
-            raise ValueError(f"--size {it!r}: {v!r} is not an int") from None
-    return out
-
-
 def _run_claim(args) -> int:
     from . import claims as C
 
@@ -146,7 +133,9 @@ def _run_claim(args) -> int:
     opts = C.SearchOptions(trials=args.trials, search=args.search, adversarial_steps=args.steps, kinds=kinds)
     ex, close = _executor(args.executor, args.workers)
     try:
-        rep = C.check(args.claim, args.model, dtype=args.dtype, sizes=_sizes(args.size), fusion=args.fusion,
+        from .zoo import parse_sizes
+
+        rep = C.check(args.claim, args.model, dtype=args.dtype, sizes=parse_sizes(args.size), fusion=args.fusion,
                       seed=args.seed, executor=ex, save=None if args.no_save else args.save, options=opts,
                       progress=args.progress, shrink_cex=not args.no_shrink, force=args.force)
     finally:

@@ -592,27 +592,11 @@ def _diffs(arrays: list, dtype) -> dict:
 # --------------------------------------------------------------------------- CLI
 
 
-def _parse_sizes(text: str | None) -> dict:
-    if not text:
-        return {}
-    out = {}
-    for part in text.split(","):
-        k, sep, v = part.partition("=")
-        if not sep or not k.strip():
-            raise ValueError(f"--sizes: {part!r} is not key=value (e.g. --sizes batch=4,hidden=64)")
-        try:
-            out[k.strip()] = int(v)
-        except ValueError:
-            try:
-                out[k.strip()] = float(v)
-            except ValueError:
-                out[k.strip()] = v.strip()
-    return out
-
-
 def _cmd(args) -> int:
+    from .zoo import parse_sizes
+
     rep = check_determinism(args.model, dtype=args.dtype, mode=args.mode, runs=args.runs,
-                            sizes=_parse_sizes(args.sizes), kernels=args.kernels, fusion=args.fusion,
+                            sizes=parse_sizes(args.sizes, "--sizes"), kernels=args.kernels, fusion=args.fusion,
                             order=args.order, seed=args.seed, input_kind=args.input_kind,
                             input_seed=args.input_seed, inject=args.inject, timeout=args.timeout)
     if args.json:

@@ -227,6 +227,39 @@ def get_model(name: str, **sizes) -> Graph:
     return MODELS[name](**sizes)
 
 
+def parse_sizes(items, option: str = "--size") -> dict:
+    """Model sizes from command-line ``NAME=VALUE`` strings.
+
+    ``items`` is one string or a list of them, each holding one or more
+    comma-separated pairs (``["hidden=256", "batch=4,eps=1e-3"]``).  A value
+    is an int if it parses as one, else a float, else the string
+    (``approximate=erf``); the model factory validates it
+    (:func:`get_model`).  ValueError names ``option`` and the bad item.
+    """
+    if items is None:
+        return {}
+    if isinstance(items, str):
+        items = [items]
+    out = {}
+    for item in items:
+        for part in str(item).split(","):
+            k, sep, v = part.partition("=")
+            if not sep or not k.strip():
+                raise ValueError(
+                    f"{option} {part!r} is not NAME=VALUE (e.g. {option} batch=4,hidden=64)"
+                )
+            v = v.strip()
+            for conv in (int, float):
+                try:
+                    out[k.strip()] = conv(v)
+                    break
+                except ValueError:
+                    continue
+            else:
+                out[k.strip()] = v
+    return out
+
+
 # ---------------------------------------------------------------------------
 # inputs
 # ---------------------------------------------------------------------------

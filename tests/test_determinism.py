@@ -148,9 +148,11 @@ def test_check_parser_exit_codes(capsys):
     args = ap.parse_args(["determinism", "softmax", "--runs", "2", "--timeout", "0"])
     with pytest.raises(ValueError, match="timeout=0.0 must be"):
         args.func(args)
-    assert D._parse_sizes("batch=4,hidden=64") == {"batch": 4, "hidden": 64}
-    with pytest.raises(ValueError, match="key=value"):
-        D._parse_sizes("batch")
+    from numlab.zoo import parse_sizes
+
+    assert parse_sizes("batch=4,hidden=64", "--sizes") == {"batch": 4, "hidden": 64}
+    with pytest.raises(ValueError, match="--sizes 'batch' is not NAME=VALUE"):
+        parse_sizes("batch", "--sizes")
 
 
 # --------------------------------------------------------------------------- worker processes

@@ -253,3 +253,18 @@ def test_models_at_random_sizes_evaluate_like_numpy(name, data):
     for o in g.outputs:
         assert got[o].shape == want[o].shape == g.node(o).shape
         np.testing.assert_allclose(got[o], want[o], rtol=1e-11, atol=1e-12 * np.max(np.abs(want[o])))
+
+
+def test_parse_sizes_types_and_errors():
+    from numlab.zoo import get_model, parse_sizes
+
+    got = parse_sizes(["hidden=256", "batch=4,eps=1e-3", "approximate=erf"])
+    assert got == {"hidden": 256, "batch": 4, "eps": 1e-3, "approximate": "erf"}
+    assert type(got["hidden"]) is int and type(got["eps"]) is float
+    assert parse_sizes(None) == {} and parse_sizes([]) == {}
+    for bad in ("batch", "=4", "a=1,b"):
+        with pytest.raises(ValueError, match="--size .* is not NAME=VALUE"):
+            parse_sizes(bad)
+    # values are validated by the model, not silently accepted
+    with pytest.raises(ValueError, match="positive int"):
+        get_model("layernorm", **parse_sizes("hidden=abc"))

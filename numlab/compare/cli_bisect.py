@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from .cli_run import add_model_args, build, fusion_options, parse_sizes, storage_format
+from .cli_run import add_model_args, build, fusion_options, storage_format
 from .compare import Thresholds
 
 
@@ -86,7 +86,7 @@ def main(args) -> int:
         raise ValueError("--dump/--force apply to --workflow (bisection keeps its runs in memory)")
 
     S = storage_format(args.dtype)
-    graph = build(args.model, parse_sizes(args.size))
+    graph = build(args.model, zoo.parse_sizes(args.size))
     inputs = zoo.make_inputs(graph, kind=args.inputs, seed=args.seed)
     opts = fusion_options(args.fusion, args.disable)
     kernels = KernelSpec.codegen(**spec_overrides(args.codegen, "--codegen")) if args.codegen else None

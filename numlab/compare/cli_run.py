@@ -53,23 +53,6 @@ def add_model_args(p, fused_only: str = "") -> None:
                    help=f"comma-separated fusion kinds to switch off{fused_only}")
 
 
-def parse_sizes(items: list[str]) -> dict:
-    """``["hidden=256", "batch=4"]`` -> ``{"hidden": 256, "batch": 4}``."""
-    out = {}
-    for it in items:
-        if "=" not in it:
-            raise ValueError(f"--size {it!r} is not NAME=INT")
-        k, v = it.split("=", 1)
-        try:
-            out[k.strip()] = int(v)
-        except ValueError:
-            try:
-                out[k.strip()] = float(v)
-            except ValueError:
-                out[k.strip()] = v.strip()
-    return out
-
-
 def fusion_options(spec: str | None, disable: str = ""):
     """FusionOptions from a preset name or an AUTOFUSE_FLAGS string."""
     from ..fusion import FusionOptions
@@ -122,6 +105,8 @@ def main(args) -> int:
     if args.dump:  # refuse an existing dump before running, not after
         check_target(Path(args.dump), args.force)
     S = storage_format(args.dtype)
+    from ..zoo import parse_sizes
+
     graph = build(args.model, parse_sizes(args.size))
     inputs = zoo.make_inputs(graph, kind=args.inputs, seed=args.seed)
     kw = {}
