@@ -182,6 +182,10 @@ class InductorCpu:
     ----------
     lanes : int
         fp32 lanes of the picked vector ISA (16 for avx512); 0 = detect.
+        Caveat (measured, torch 2.13): Inductor's FX graph cache key does not
+        include ``ATEN_CPU_CAPABILITY``, so a kernel compiled under
+        ``avx2`` (8 lanes) is reused by a later avx512 run sharing
+        ``TORCHINDUCTOR_CACHE_DIR``; the detected lanes then mispredict.
     emulate_precision_casts : bool
         ``torch._inductor.config.emulate_precision_casts``.
     threads : int
