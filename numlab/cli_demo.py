@@ -172,6 +172,8 @@ def chain_errors(ns=CHAIN_NS, dtype="fp16", *, size: int = 2048, seed: int = 0):
     Returns dict mode -> list of errors, and the bounds dict
     ``{"eager": gamma_n(u_S), "fused": u_S + gamma_n(u32)(1 + u_S)}``.
     """
+    from .kernels import gamma
+
     S = get_format(dtype)
     out = {m: [] for m in FUSED_MODES}
     bounds = {"eager": [], "fused": []}
@@ -184,16 +186,11 @@ def chain_errors(ns=CHAIN_NS, dtype="fp16", *, size: int = 2048, seed: int = 0):
         for m in FUSED_MODES:
             y = run(g, x, mode=m, dtype=S).outputs["y"].astype(np.float64)
             out[m].append(float(np.max(np.abs(y - ref) / np.abs(ref))))
-        gs = _gamma(n, S.u)
-        g32 = _gamma(n, FP32.u)
+        gs = gamma(n, S.u)
+        g32 = gamma(n, FP32.u)
         bounds["eager"].append(gs)
         bounds["fused"].append(S.u + g32 * (1 + S.u))
     return out, bounds
-
-
-def _gamma(n: int, u: float) -> float:
-    """Higham's gamma_n = n u / (1 - n u); inf when n u >= 1 (no bound)."""
-    return n * u / (1 - n * u) if n * u < 1 else math.inf
 
 
 # ---------------------------------------------------------------------------
