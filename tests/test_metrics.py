@@ -315,6 +315,25 @@ def test_inductor_check_agrees_with_torch_same(torch):
         assert M.inductor_check(a.astype(np.float64), a, b, cos_similarity=True).passed == bool(theirs) == expect
 
 
+def test_nan_corner_cast_matches_torch_to(torch):
+    # same()'s nan_corner compares fp64_ref.to(dtype): torch rounds float64 via float32
+    import ml_dtypes
+
+    rng = np.random.default_rng(17)
+    ties = {np.float16: 2.0**-11, ml_dtypes.bfloat16: 2.0**-8, ml_dtypes.float8_e4m3fn: 2.0**-4}
+    tdt = {np.float16: torch.float16, ml_dtypes.bfloat16: torch.bfloat16,
+           ml_dtypes.float8_e4m3fn: torch.float8_e4m3fn, np.float32: torch.float32}
+    for dt, half_ulp in [*ties.items(), (np.float32, 2.0**-24)]:
+        x = np.concatenate([rng.standard_normal(2000), [1 + half_ulp + 2.0**-40, -(1 + half_ulp + 2.0**-40)]])
+        ours = M._to_dtype_like_torch(x, np.dtype(dt))
+        theirs = torch.from_numpy(x).to(tdt[dt]).to(torch.float64).numpy()
+        np.testing.assert_array_equal(ours, theirs)
+    # the double rounding is real: numpy's one rounding to fp16 gives the other neighbour
+    x = np.array([1 + 2.0**-11 + 2.0**-40])
+    assert M._to_dtype_like_torch(x, np.dtype(np.float16))[0] == 1.0
+    assert x.astype(np.float16)[0] == 1 + 2.0**-10
+
+
 def test_inductor_check_dtype_mismatch_and_allclose():
     a = np.ones(4, np.float16)
     assert M.inductor_check(np.ones(4), a, a.astype(np.float32)).reason == "dtype"
