@@ -66,10 +66,11 @@ _FAST_RNE = {
 }
 
 
-def check_mode(mode) -> str:
-    """Validate a rounding-mode name, raising ValueError with the choices."""
+def check_mode(mode, name: str = "mode") -> str:
+    """Validate a rounding-mode name, raising ValueError naming the argument
+    ``name``, its value and the choices."""
     if not isinstance(mode, str) or mode not in MODES:
-        raise ValueError(f"mode={mode!r} is not a rounding mode; valid modes: {list(MODES)}")
+        raise ValueError(f"{name}={mode!r} is not a rounding mode; valid modes: {list(MODES)}")
     return mode
 
 

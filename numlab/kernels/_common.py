@@ -19,10 +19,11 @@ import ml_dtypes
 import numpy as np
 
 from ..formats import FP32, FP64, Format, get_format
+from ..rounding import check_mode
 from ..rounding import round_to as _round_to
 
 __all__ = ["round_to", "as_values", "work_dtype", "Arith", "to_container", "round_sum2", "check_choice",
-           "format_arg", "mode_arg"]
+           "format_arg"]
 
 _NARROW = {
     np.dtype(np.float16),
@@ -54,16 +55,6 @@ def format_arg(value, name: str) -> Format:
         msg = str(e)
         msg = name + msg[3:] if msg.startswith("fmt") else f"{name}: {msg}"
         raise type(e)(msg) from None
-
-
-def mode_arg(value, name: str) -> str:
-    """:func:`numlab.rounding.check_mode` whose error names the argument ``name``
-    (e.g. ``scalar_rounding='nearest' is not a rounding mode; valid modes: [...]``)."""
-    from ..rounding import MODES
-
-    if not isinstance(value, str) or value not in MODES:
-        raise ValueError(f"{name}={value!r} is not a rounding mode; valid modes: {list(MODES)}")
-    return value
 
 
 def as_values(x, name: str = "x") -> np.ndarray:
@@ -118,8 +109,6 @@ class Arith:
     """
 
     def __init__(self, fmt, mode: str = "rne"):
-        from ..rounding import check_mode
-
         self.fmt = get_format(fmt)
         self.mode = check_mode(mode)
         if mode == "stochastic":

@@ -34,7 +34,6 @@ from ._common import (
     as_values,
     check_choice,
     format_arg,
-    mode_arg,
     round_sum2,
     round_to,
     to_container,
@@ -95,9 +94,9 @@ def scalar_mul(
     check_choice("how", how, SCALAR_MUL_CHOICES)
     fmt = get_format(fmt)
     st = fmt if storage is None else format_arg(storage, "storage")
-    mode_arg(rounding, "rounding")
-    mode_arg(scalar_rounding, "scalar_rounding")
-    mode_arg(broadcast_rounding, "broadcast_rounding")
+    check_mode(rounding, "rounding")
+    check_mode(scalar_rounding, "scalar_rounding")
+    check_mode(broadcast_rounding, "broadcast_rounding")
     sv = _scalar_value(s)
     if how == "broadcast":
         st_val = float(round_to(sv, st, broadcast_rounding))

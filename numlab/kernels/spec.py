@@ -14,8 +14,9 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 
 from ..formats import FP32, Format, get_format
+from ..rounding import check_mode
 from . import algorithms as _alg
-from ._common import as_values, check_choice, format_arg, mode_arg, round_to, to_container
+from ._common import as_values, check_choice, format_arg, round_to, to_container
 from .hardware import Hardware
 from .matmul import MATMUL_MODES, matmul
 from .reduce import (
@@ -120,8 +121,8 @@ class KernelSpec:
         if not isinstance(self.hardware, Hardware):
             raise TypeError(f"hardware must be a Hardware, got {type(self.hardware).__name__}")
         check_choice("scalar_mul", self.scalar_mul, SCALAR_MUL_CHOICES)
-        mode_arg(self.scalar_rounding, "scalar_rounding")
-        mode_arg(self.vector_rounding, "vector_rounding")
+        check_mode(self.scalar_rounding, "scalar_rounding")
+        check_mode(self.vector_rounding, "vector_rounding")
         if not isinstance(self.fma, bool):
             raise TypeError(f"fma must be a bool, got {self.fma!r}")
         object.__setattr__(self, "rsqrt", _alg.parse_algo(self.rsqrt, _alg.RSQRT_ALGOS, "rsqrt"))
