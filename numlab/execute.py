@@ -312,8 +312,6 @@ def _to_storage(a: np.ndarray, S: Format) -> np.ndarray:
         a = a.astype(np.float32)  # fp16/bf16/fp8 widen exactly
     if S == FP32:
         return a.astype(np.float32)  # IEEE RNE (numpy cast)
-    if S.dtype is not None and a.dtype == S.dtype:
-        return a.astype(np.float32)  # already S values: exact widening
     with np.errstate(over="ignore", invalid="ignore"):
         return _f32(round_to(a, S))  # round once from the given values; exact in fp32
 
