@@ -1131,14 +1131,10 @@ def _aligned_spec(gen, lib, align):
         return gen
     changes = {}
     for src in align:
-        for f in _source_fields(src, gen):
+        for f in SOURCE_FIELDS[src]:
             if hasattr(lib, f):
                 changes[f] = getattr(lib, f)
     return dataclasses.replace(gen, **changes) if changes else gen
-
-
-def _source_fields(src: str, spec) -> tuple:
-    return SOURCE_FIELDS[src]
 
 
 SOURCE_FIELDS = {
