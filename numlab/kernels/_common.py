@@ -19,6 +19,7 @@ import ml_dtypes
 import numpy as np
 
 from ..formats import FP32, FP64, Format, get_format
+from ..primitives import _two_sum  # Knuth's TwoSum: s + e == a + b exactly
 from ..rounding import check_mode
 from ..rounding import round_to as _round_to
 
@@ -160,14 +161,6 @@ class Arith:
                              "valid: ['rne']")
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
             return self._r(np.divide(a, b, dtype=self.dtype))
-
-
-def _two_sum(a: np.ndarray, b: np.ndarray):
-    """Knuth's TwoSum in float64: s + e == a + b exactly (no overflow)."""
-    s = a + b
-    bb = s - a
-    e = (a - (s - bb)) + (b - bb)
-    return s, e
 
 
 def round_odd_pair(s: np.ndarray, e: np.ndarray) -> np.ndarray:
