@@ -477,21 +477,24 @@ class Plan:
         }
 
 
-def _acyclic(nodes, assign: dict) -> bool:
-    """Whether the quotient graph of ``assign`` (node -> block id) is acyclic."""
-    succ: dict = {}
-    indeg: dict = {}
-    for b in set(assign.values()):
-        succ[b] = set()
-        indeg[b] = 0
+def _block_graph(nodes, assign: dict) -> tuple[dict, dict]:
+    """The quotient graph of ``assign`` (node -> block id) over ``nodes``:
+    (block -> set of successor blocks, block -> in-degree)."""
+    succ: dict = {b: set() for b in assign.values()}
+    indeg: dict = dict.fromkeys(succ, 0)
     for n in nodes:
         bn = assign[n.name]
         for p in n.inputs:
             bp = assign.get(p)
-            if bp is None or bp == bn or bn in succ[bp]:
-                continue
-            succ[bp].add(bn)
-            indeg[bn] += 1
+            if bp is not None and bp != bn and bn not in succ[bp]:
+                succ[bp].add(bn)
+                indeg[bn] += 1
+    return succ, indeg
+
+
+def _acyclic(nodes, assign: dict) -> bool:
+    """Whether the quotient graph of ``assign`` (node -> block id) is acyclic."""
+    succ, indeg = _block_graph(nodes, assign)
     stack = [b for b, d in indeg.items() if d == 0]
     seen = 0
     while stack:
@@ -650,15 +653,7 @@ def plan(graph, options: FusionOptions | None = None, hardware=None, dtype=None,
             members[b] = []
             first[b] = i
         members[b].append(n.name)
-    succ: dict = {b: set() for b in members}
-    indeg: dict = {b: 0 for b in members}
-    for n in nodes:
-        bn = assign[n.name]
-        for p_ in n.inputs:
-            bp = assign.get(p_)
-            if bp is not None and bp != bn and bn not in succ[bp]:
-                succ[bp].add(bn)
-                indeg[bn] += 1
+    succ, indeg = _block_graph(nodes, assign)
     heap = [(first[b], b) for b, d in indeg.items() if d == 0]
     heapq.heapify(heap)
     order: list = []
