@@ -561,8 +561,6 @@ def matmul(
             ar = Arith(acc, acc_mode)
             stack = ar.round(np.stack(parts, axis=-1))
             C = order._sum(stack, ar).astype(np.float64) if parts else np.zeros(shape)
-    if K == 0:
-        C = np.zeros(shape)
     if stats is not None:
         stats["uncertified"] = unc
     res = C if (outf == acc and out_mode == "rne") else round_to(C, outf, out_mode)
