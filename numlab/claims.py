@@ -282,15 +282,6 @@ class Runs:
 # ---------------------------------------------------------------------------
 # claims
 # ---------------------------------------------------------------------------
-def _ulp_scale(ref: np.ndarray, S: Format) -> np.ndarray:
-    """ULP of S at each reference value (at least the smallest subnormal)."""
-    a = np.abs(np.where(np.isfinite(ref), ref, 0.0))
-    a = np.minimum(a, S.max)
-    _, E = np.frexp(a)
-    e = np.where(a == 0, S.emin, np.maximum(E.astype(np.int64) - 1, S.emin))
-    return np.ldexp(1.0, (e - S.p + 1).astype(np.int32))
-
-
 def _worst(arr: np.ndarray) -> tuple:
     if arr.size == 0:
         return ()
@@ -344,7 +335,7 @@ def _claim_elementwise(runs: Runs) -> CaseResult:
     for name in runs.graph.outputs:
         ef, ref = _errs(runs, "fused", name)
         ee, _ = _errs(runs, "eager", name)
-        q = _ulp_scale(ref, runs.S)
+        q = metrics.ref_ulp(ref, runs.S)
         with np.errstate(invalid="ignore"):
             d = np.where(np.isinf(ef) & np.isinf(ee), 0.0, (ef - ee) / q)
         d = np.where(np.isnan(d), np.inf, d)
@@ -694,13 +685,13 @@ def _mutate(case: Case, graph, rng: np.random.Generator) -> tuple[Case, str]:
     with np.errstate(all="ignore"):
         if kind == "nudge":
             step = rng.integers(-4, 5, n).astype(np.float64)
-            ul = _ulp_scale(flat, S)
+            ul = metrics.ref_ulp(flat, S)
             flat = np.where(sel, flat + step * ul, flat)
         elif kind == "midpoint":
             c = float(rng.choice(_scalars(graph)))
             # x such that x * c is near a midpoint of S: (m + 1/2) ulp
             y = flat * c
-            ul = _ulp_scale(y, S)
+            ul = metrics.ref_ulp(y, S)
             mid = (np.floor(y / ul) + 0.5) * ul
             flat = np.where(sel, mid / c, flat)
         elif kind == "overflow":

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from .formats import Format, get_format
+from .formats import Format, get_format, ulp
 from .rounding import round_to
 
 __all__ = [
@@ -73,6 +73,7 @@ __all__ = [
     "nonfinite_masks",
     "abs_error",
     "rel_error",
+    "ref_ulp",
     "ulp_error",
     "ordinal",
     "ulp_distance",
@@ -199,6 +200,16 @@ def rel_error(ref, x, *, tiny: float = 0.0) -> np.ndarray:
     return _elementwise(r, y, rel)
 
 
+def ref_ulp(ref, fmt) -> np.ndarray:
+    """ULP of ``fmt`` at each reference value: :func:`numlab.formats.ulp` of
+    ``ref`` clamped to ``[-fmt.max, fmt.max]``, non-finite references taken
+    as 0 (the ulp of 0).  ``ref`` need not be representable in ``fmt``.
+    The unit of :func:`ulp_error` (and of the ULP margins in numlab.claims)."""
+    fmt = get_format(fmt)
+    r = as_f64(ref, "ref")
+    return ulp(np.clip(np.where(np.isfinite(r), r, 0.0), -fmt.max, fmt.max), fmt)
+
+
 def ulp_error(ref, x, fmt) -> np.ndarray:
     """``|x - ref| / ulp_fmt(ref)``: the error in units in the last place of
     ``fmt`` at the reference (Goldberg's ulp, :func:`numlab.formats.ulp`;
@@ -207,13 +218,8 @@ def ulp_error(ref, x, fmt) -> np.ndarray:
     ``fmt.max`` use the ulp of ``fmt.max``."""
     fmt = get_format(fmt)
     r, y = _pair(ref, x)
+    q = ref_ulp(r, fmt)
     with np.errstate(invalid="ignore", over="ignore"):
-        rr = np.clip(np.where(np.isfinite(r), r, 0.0), -fmt.max, fmt.max)
-        _, E = np.frexp(np.abs(rr))
-        e = np.where(rr == 0, fmt.emin, np.maximum(E.astype(np.int64) - 1, fmt.emin))
-        q = np.ldexp(1.0, (e - fmt.p + 1).astype(np.int32))
-        if not fmt.subnormals:
-            q = np.where(np.abs(rr) < fmt.smallest_normal, fmt.smallest_normal, q)
         err = np.abs(y - r) / q
     return _elementwise(r, y, err)
 

@@ -108,6 +108,18 @@ def test_ulp_distance_nan_policy_and_rounding_of_reference():
     assert M.ulp_distance(np.array([-t]), np.array([t]), FP16)[0] == 2
 
 
+def test_ref_ulp_is_the_spacing_at_the_reference():
+    from numlab.formats import Format
+
+    # fp16: spacing 2**(e - 10) in [2**e, 2**(e+1)), 2**-24 below 2**-14; clamped at max; inf/NaN -> ulp(0)
+    ref = np.array([1.0, 1.5, 2.0, -3.0, 2.0**-14, 2.0**-20, 0.0, 1e6, -np.inf, np.nan])
+    want = [2.0**-10, 2.0**-10, 2.0**-9, 2.0**-9, 2.0**-24, 2.0**-24, 2.0**-24, 2.0**5, 2.0**-24, 2.0**-24]
+    assert M.ref_ulp(ref, FP16).tolist() == want
+    # without subnormals the numbers below smallest_normal are 0 and +-smallest_normal apart
+    nosub = Format("fp16_nosub", 11, 15, subnormals=False, dtype=None, bits=None)
+    assert M.ref_ulp(np.array([2.0**-20, 0.0, 1.0]), nosub).tolist() == [2.0**-14, 2.0**-14, 2.0**-10]
+
+
 def test_ulp_error_fraction_reference():
     rng = np.random.default_rng(3)
     ref = rng.standard_normal(200) * 100
