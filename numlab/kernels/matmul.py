@@ -75,7 +75,7 @@ from ._common import (
     round_to,
     to_container,
 )
-from .reduce import _as_order
+from .reduce import _as_order, gamma
 
 __all__ = ["matmul", "MATMUL_MODES", "exact_dot_round"]
 
@@ -169,7 +169,7 @@ def _tile_exact_plus(c: np.ndarray, a_t: np.ndarray, b_t: np.ndarray, acc: Forma
         v = np.matmul(a_t, b_t)  # one BLAS call
         amax = np.max(np.abs(a_t), axis=-1)  # (..., M)
         bmax = np.max(np.abs(b_t), axis=-2)  # (..., N)
-        g = kt * 2.0**-53 / (1 - kt * 2.0**-53)
+        g = gamma(kt, 2.0**-53)
         # B_ij = gamma_kt * kt * amax_i * bmax_j            (BLAS error, any order)
         #      + 2^-51 * (cmax_i + kt * amax_i * bmax_j)     (>= 2^-51 |v|: rounding of c + S)
         alpha = (g * (1 + 2.0**-50) + 2.0**-51) * kt * amax
@@ -378,7 +378,7 @@ def _tile_certified_exact(c, a_t, b_t, la_t, lb_t, acc: Format, mode: str, work:
     if fail_i.size:
         fflat = fail_i * buf.shape[1] + fail_j
         cf = cb[fail_i, fail_j].astype(np.float64)
-        g = kt * 2.0**-53 / (1 - kt * 2.0**-53)
+        g = gamma(kt, 2.0**-53)
         with np.errstate(over="ignore", invalid="ignore"):
             v = cf + buf.reshape(-1)[fflat]
             t = (g * (1 + 2.0**-50) + 2.0**-51) * kt * amax[fail_i] * bmax[fail_j] + 2.0**-51 * np.abs(cf)
@@ -409,7 +409,7 @@ def _certify_rows(terms: np.ndarray, acc: Format, mode: str):
     n = terms.shape[1]
     with np.errstate(over="ignore", invalid="ignore"):
         v = np.sum(terms, axis=1)
-        g = n * 2.0**-53 / (1 - n * 2.0**-53)
+        g = gamma(n, 2.0**-53)
         # sum|t| computed in float64 may be low by a factor (1 - gamma_n): inflate by 1 + 2 gamma_n
         bound = g * (1 + 2 * g + 2.0**-50) * np.sum(np.abs(terms), axis=1) + np.abs(v) * 2.0**-51 + 2.0**-1000
         lo = _rnd(v - bound, acc, mode)
