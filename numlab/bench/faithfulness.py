@@ -169,7 +169,6 @@ def main(quick: bool = False) -> str:
         msg = "faithfulness: torch is not installed (pip install torch==2.13.0); nothing measured"
         print(msg)
         return msg
-    lanes = None
     from ..torch.presets import detect_cpu_capability, detect_inductor_lanes, measure_aten_sum_lanes
 
     lanes = detect_inductor_lanes()
