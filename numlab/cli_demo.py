@@ -114,7 +114,7 @@ def demo_rows(models=None, dtypes=("fp16", "bf16"), *, fusion=None, kind: str = 
                        "kind": kind, "seed": seed, "n": int(out.size),
                        "fingerprint": res[mode].fingerprint}
                 row.update(st)
-                row["bitwise_eq_eager"] = float(np.mean(_bits(out) == _bits(eager))) if out.size else math.nan
+                row["bitwise_eq_eager"] = metrics.bitwise_equal_share(out, eager)
                 row["nonfinite"] = int(sum(a + b for a, b in (
                     (int(np.count_nonzero(np.isnan(np.asarray(v, dtype=np.float64)))),
                      int(np.count_nonzero(np.isinf(np.asarray(v, dtype=np.float64)))))
