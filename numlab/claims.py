@@ -353,13 +353,19 @@ def _claim_elementwise(runs: Runs) -> CaseResult:
     return CaseResult(worst_m <= 0, worst_m, detail)
 
 
+def _tensor_scale(ref: np.ndarray, S: Format) -> float:
+    """The unit of the tensor-level margins: ``u_S * max|ref|`` over the
+    finite references, at least ``u_S * smallest_normal``."""
+    return S.u * max(float(np.max(np.abs(np.where(np.isfinite(ref), ref, 0)))), S.smallest_normal)
+
+
 def _claim_tensor(runs: Runs) -> CaseResult:
     worst_m, detail = -math.inf, {}
     for name in runs.graph.outputs:
         ef, ref = _errs(runs, "fused", name)
         ee, _ = _errs(runs, "eager", name)
         fmax, emax = float(ef.max()), float(ee.max())
-        scale = runs.S.u * max(float(np.max(np.abs(np.where(np.isfinite(ref), ref, 0)))), runs.S.smallest_normal)
+        scale = _tensor_scale(ref, runs.S)
         if math.isinf(fmax) and math.isinf(emax):
             m = 0.0
         elif math.isinf(fmax):
@@ -425,7 +431,7 @@ def _claim_bound(runs: Runs) -> CaseResult:
     for name in runs.graph.outputs:
         fmax, emax = float(np.max(bf[name])), float(np.max(be[name]))
         ref = runs.outputs("reference")[name]
-        scale = runs.S.u * max(float(np.max(np.abs(np.where(np.isfinite(ref), ref, 0)))), runs.S.smallest_normal)
+        scale = _tensor_scale(ref, runs.S)
         m = 0.0 if (math.isinf(fmax) and math.isinf(emax)) else (
             math.inf if math.isinf(fmax) else (fmax - emax) / scale)
         if m > worst_m:
@@ -487,7 +493,7 @@ def _claim_fp32_inside(runs: Runs) -> CaseResult:
     for name in runs.graph.outputs:
         ef, ref = _errs(runs, "fused", name)
         ec, _ = _errs(runs, "emulated_casts", name)
-        scale = runs.S.u * max(float(np.max(np.abs(np.where(np.isfinite(ref), ref, 0)))), runs.S.smallest_normal)
+        scale = _tensor_scale(ref, runs.S)
         fmax, cmax = float(ef.max()), float(ec.max())
         m = 0.0 if math.isinf(fmax) and math.isinf(cmax) else (fmax - cmax) / scale
         if math.isnan(m):
