@@ -119,10 +119,11 @@ def chain_length(ns, errors: dict, *, dtype, ax=None, bounds=True):
         ax.plot(ns, np.where(e > 0, e, np.nan), st, ms=ms, color=MODE_COLORS.get(mode),
                 label=f"{mode} (measured)")
     if bounds:
+        from .kernels import gamma
+
         us, u32 = fmt.u, FP32.u
-        with np.errstate(divide="ignore"):
-            g_s = np.where(ns * us < 1, ns * us / (1 - ns * us), np.inf)
-            g_32 = np.where(ns * u32 < 1, ns * u32 / (1 - ns * u32), np.inf)
+        g_s = np.array([gamma(n, us) for n in ns])
+        g_32 = np.array([gamma(n, u32) for n in ns])
         ax.plot(ns, g_s, "--", color=MODE_COLORS["eager"], label=r"eager bound $\gamma_n(u_S)$")
         ax.plot(ns, us + g_32 * (1 + us), "--", color=MODE_COLORS["fused"],
                 label=r"fused bound $u_S + \gamma_n(u_{32})(1+u_S)$")
