@@ -4,7 +4,7 @@
 
     numlab check CLAIM --model M --dtype D --trials N [--search adversarial] [--save DIR]
     numlab check plan [--out DIR] [--trials N] [--quick] [--force] [--fusion SPEC[,SPEC...]]...
-    numlab check determinism ...        (numlab.determinism, issue 7)
+    numlab check determinism ...        (numlab.determinism)
     numlab check list                   (the built-in claims)
 
 Exit codes: 0 the claim holds, 1 a counterexample was found (the report names
@@ -13,16 +13,7 @@ the worst case and where it was saved), 2 bad usage.
 
 from __future__ import annotations
 
-import argparse
-import sys
-
 EXECUTORS = ("inprocess", "process", "dask")
-
-
-def _claim_names() -> list:
-    from .claims import CLAIMS
-
-    return sorted(CLAIMS)
 
 
 def add_parser(sub) -> None:
@@ -79,18 +70,9 @@ def add_parser(sub) -> None:
     lp = csub.add_parser("list", help="list the built-in claims")
     lp.set_defaults(func=_run_list)
 
-    try:
-        from . import determinism
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("numlab.determinism",):
-            raise
-        determinism = None
-    if determinism is not None and hasattr(determinism, "add_check_parser"):
-        determinism.add_check_parser(csub)
-    else:
-        dp = csub.add_parser("determinism", help="compile/execution determinism (numlab.determinism)")
-        dp.add_argument("rest", nargs=argparse.REMAINDER)
-        dp.set_defaults(func=_run_determinism_fallback, determinism_module=determinism)
+    from .determinism import add_check_parser
+
+    add_check_parser(csub)
     p.set_defaults(func=_no_sub(p))
 
 
@@ -179,11 +161,3 @@ def _run_list(args) -> int:
         print(f"{name:<24} {c.statement}")
     return 0
 
-
-def _run_determinism_fallback(args) -> int:
-    mod = args.determinism_module
-    if mod is not None and hasattr(mod, "check_determinism"):
-        return int(mod.check_determinism(args.rest) or 0)
-    print("numlab check determinism: numlab.determinism (issue 7) is not available in this build",
-          file=sys.stderr)
-    return 2
