@@ -166,7 +166,7 @@ def _prep(args, names, fmt, mode, rng):
     arrs, dts = [], []
     for name, v in zip(names, args, strict=True):
         try:
-            a, _ = _as_float_array(v)
+            a = _as_float_array(v)
         except TypeError as exc:
             raise TypeError(f"{name}: {exc}") from None
         dts.append(a.dtype)

@@ -90,23 +90,23 @@ def _to_float_odd(x) -> float:
     return float(np.nextafter(f, math.inf if exact > fr else -math.inf))
 
 
-def _as_float_array(x) -> tuple[np.ndarray, bool]:
-    """Return (float32/float64 array, was_scalar)."""
+def _as_float_array(x) -> np.ndarray:
+    """``x`` as a float32/float64 array: narrow floats widened exactly, Python
+    numbers as float64 rounded to odd (:func:`_to_float_odd`)."""
     if isinstance(x, bool | np.bool_):
         raise TypeError(f"x must be real floating point, got {type(x).__name__}")
     if isinstance(x, numbers.Real) and not isinstance(x, np.generic):
-        return np.asarray(_to_float_odd(x), dtype=np.float64), True
+        return np.asarray(_to_float_odd(x), dtype=np.float64)
     a = np.asarray(x)
-    scalar = a.ndim == 0
     dt = a.dtype
     if dt == np.float32 or dt == np.float64:
-        return a, scalar
+        return a
     if dt == np.float16 or dt in (
         np.dtype(ml_dtypes.bfloat16),
         np.dtype(ml_dtypes.float8_e4m3fn),
         np.dtype(ml_dtypes.float8_e5m2),
     ):
-        return a.astype(np.float32), scalar
+        return a.astype(np.float32)
     if dt.kind == "c":
         raise TypeError(f"x must be real floating point, got complex dtype {dt}")
     raise TypeError(
@@ -162,7 +162,7 @@ def round_to(x, fmt, mode: str = "rne", *, rng=None, saturate: bool = False, ftz
         raise ValueError(
             "mode='stochastic' needs rng=np.random.default_rng(seed); none was given"
         )
-    a, scalar = _as_float_array(x)
+    a = _as_float_array(x)
     out = _round_array(a.reshape(1) if a.ndim == 0 else a, fmt, mode, rng, saturate, ftz)
     return out.reshape(())[()] if a.ndim == 0 else out
 
