@@ -583,9 +583,10 @@ def run(graph, inputs, *, mode, dtype, kernels=None, fusion=None, seed=None,
                     nonfinite[m] = _count_stored(c, S)
                     # consumers read it back, exactly, as fp32 values of S
                     vals[m] = c.astype(np.float32) if used.get(m) else None
-    outputs = {o: values[o] if o in values else _container(vals[o], S) for o in g.outputs}
     if mode == "reference":
         outputs = {o: vals[o] for o in g.outputs}
+    else:
+        outputs = {o: values[o] if o in values else _container(vals[o], S) for o in g.outputs}
     fp = fingerprint(
         graph, mode=mode, dtype=S, kernels=spec,
         library=lib if fused_mode else None, fusion=opts if fused_mode else None, align=align,
