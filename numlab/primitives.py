@@ -155,7 +155,7 @@ def _rto_of_sum(terms) -> np.ndarray:
 # ---------------------------------------------------------------------------
 # argument handling
 # ---------------------------------------------------------------------------
-def _prep(args, names, fmt, mode, rng):
+def _prep(args, names, fmt, mode):
     fmt = get_format(fmt)
     if fmt.p > 51:
         raise ValueError(
@@ -203,8 +203,8 @@ def _finish(rto, naive, fmt: Format, mode, rng, saturate, ftz, out_dt, scalar, z
     return out[()] if scalar else out
 
 
-def _binary(name, a, b, fmt, mode, rng, saturate, ftz, op):
-    fmt, (x, y), dt, scalar = _prep((a, b), ("a", "b"), fmt, mode, rng)
+def _binary(a, b, fmt, mode, rng, saturate, ftz, op):
+    fmt, (x, y), dt, scalar = _prep((a, b), ("a", "b"), fmt, mode)
     x, y = np.broadcast_arrays(x, y)
     with np.errstate(all="ignore"):
         naive, rto, zt = op(x, y)
@@ -240,7 +240,7 @@ def add(a, b, fmt="fp16", mode="rne", *, rng=None, saturate=False, ftz=False):
         s, e = _two_sum(x, y)
         return s, _odd_select(s, np.sign(e)), (x, y)
 
-    return _binary("add", a, b, fmt, mode, rng, saturate, ftz, op)
+    return _binary(a, b, fmt, mode, rng, saturate, ftz, op)
 
 
 def sub(a, b, fmt="fp16", mode="rne", *, rng=None, saturate=False, ftz=False):
@@ -248,7 +248,7 @@ def sub(a, b, fmt="fp16", mode="rne", *, rng=None, saturate=False, ftz=False):
         s, e = _two_sum(x, -y)
         return s, _odd_select(s, np.sign(e)), (x, -y)
 
-    return _binary("sub", a, b, fmt, mode, rng, saturate, ftz, op)
+    return _binary(a, b, fmt, mode, rng, saturate, ftz, op)
 
 
 def mul(a, b, fmt="fp16", mode="rne", *, rng=None, saturate=False, ftz=False):
@@ -256,7 +256,7 @@ def mul(a, b, fmt="fp16", mode="rne", *, rng=None, saturate=False, ftz=False):
         p, e = _two_prod(x, y)
         return p, _odd_select(p, np.sign(e)), None
 
-    return _binary("mul", a, b, fmt, mode, rng, saturate, ftz, op)
+    return _binary(a, b, fmt, mode, rng, saturate, ftz, op)
 
 
 def div(a, b, fmt="fp16", mode="rne", *, rng=None, saturate=False, ftz=False):
@@ -267,11 +267,11 @@ def div(a, b, fmt="fp16", mode="rne", *, rng=None, saturate=False, ftz=False):
         s = _sign_of_sum([x, -p, -e]) * np.sign(y)
         return q, _odd_select(q, s), None
 
-    return _binary("div", a, b, fmt, mode, rng, saturate, ftz, op)
+    return _binary(a, b, fmt, mode, rng, saturate, ftz, op)
 
 
 def sqrt(a, fmt="fp16", mode="rne", *, rng=None, saturate=False, ftz=False):
-    fmt, (x,), dt, scalar = _prep((a,), ("a",), fmt, mode, rng)
+    fmt, (x,), dt, scalar = _prep((a,), ("a",), fmt, mode)
     with np.errstate(all="ignore"):
         r = np.sqrt(x)
         p, e = _two_prod(r, r)
@@ -281,7 +281,7 @@ def sqrt(a, fmt="fp16", mode="rne", *, rng=None, saturate=False, ftz=False):
 
 
 def fma(a, b, c, fmt="fp16", mode="rne", *, rng=None, saturate=False, ftz=False):
-    fmt, (x, y, z), dt, scalar = _prep((a, b, c), ("a", "b", "c"), fmt, mode, rng)
+    fmt, (x, y, z), dt, scalar = _prep((a, b, c), ("a", "b", "c"), fmt, mode)
     x, y, z = np.broadcast_arrays(x, y, z)
     with np.errstate(all="ignore"):
         p, e = _two_prod(x, y)
@@ -291,7 +291,7 @@ def fma(a, b, c, fmt="fp16", mode="rne", *, rng=None, saturate=False, ftz=False)
 
 
 def sum3(a, b, c, fmt="fp16", mode="rne", *, rng=None, saturate=False, ftz=False):
-    fmt, (x, y, z), dt, scalar = _prep((a, b, c), ("a", "b", "c"), fmt, mode, rng)
+    fmt, (x, y, z), dt, scalar = _prep((a, b, c), ("a", "b", "c"), fmt, mode)
     x, y, z = np.broadcast_arrays(x, y, z)
     with np.errstate(all="ignore"):
         naive = (x + y) + z
@@ -305,7 +305,7 @@ def dot(x, y, fmt="fp16", mode="rne", *, axis=-1, rng=None, saturate=False, ftz=
     Cost grows as the square of the vector length (a Grow-Expansion of 2n
     terms per dot), so this is meant for n up to a few dozen.
     """
-    fmt, (u, v), dt, _ = _prep((x, y), ("x", "y"), fmt, mode, rng)
+    fmt, (u, v), dt, _ = _prep((x, y), ("x", "y"), fmt, mode)
     u, v = np.broadcast_arrays(u, v)
     u = np.moveaxis(u, axis, -1)
     v = np.moveaxis(v, axis, -1)
