@@ -769,13 +769,9 @@ class _Ctx:
         from .kernels import reduce as kreduce
 
         x = _f32(x)
-        nd = x.ndim
         axes = tuple(axes)
-        rest = [i for i in range(nd) if i not in axes]
-        moved = np.transpose(x, rest + list(axes))
-        lead = moved.shape[: len(rest)]
-        n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
-        flat = moved.reshape(lead + (n,))
+        flat = _axes_last(x, axes)
+        n = flat.shape[-1]
         if n == 0:  # empty sum is -0.0 + nothing: IEEE 0; mean/var 0/0 = NaN
             with np.errstate(all="ignore"):
                 fn = {"sum": np.sum, "mean": np.mean, "var": np.var}[op]
@@ -797,11 +793,7 @@ class _Ctx:
 
         x = _f32(x)
         axes = tuple(axes)
-        rest = [i for i in range(x.ndim) if i not in axes]
-        n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
-        flat = np.transpose(x, rest + list(axes)).reshape(
-            tuple(x.shape[i] for i in rest) + (n,))
-        m, v = _welford(flat, Arith(self.acc), 0)
+        m, v = _welford(_axes_last(x, axes), Arith(self.acc), 0)
         shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
         return self.r(m).reshape(shape), self.r(v).reshape(shape)
 
@@ -817,6 +809,14 @@ class _Ctx:
         if va:
             r = r[..., 0, :] if not vb else r[..., 0]
         return r
+
+
+def _axes_last(x: np.ndarray, axes: tuple) -> np.ndarray:
+    """``x`` with the reduced ``axes`` moved last and merged into one axis of
+    their total length (the other axes keep their order)."""
+    rest = [i for i in range(x.ndim) if i not in axes]
+    n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    return np.transpose(x, rest + list(axes)).reshape(tuple(x.shape[i] for i in rest) + (n,))
 
 
 def _welford(x: np.ndarray, ar, ddof: int):
