@@ -60,9 +60,13 @@ _TRANS = 2.0**-40  # relative slack of the float64 transcendental references
 _TINY = 2.0**-1000  # absolute slack floor of transcendental evaluations
 _INFL = 1 + 2.0**-40  # inflation of bound arithmetic done in float64
 
-_CORRECT = {"add", "sub", "mul", "div", "neg", "abs", "sqrt", "relu", "maximum", "minimum", "where",
-            "add_scalar", "sub_scalar", "rsub_scalar", "mul_scalar", "div_scalar", "rdiv_scalar", "max",
-            "min", "cast"}
+# float64 reference of these is exact (a selection, sign change or data movement)
+_EXACT = {"neg", "abs", "relu", "maximum", "minimum", "where", "max", "min", "cast",
+          "reshape", "transpose", "slice", "concat", "split", "broadcast_to", "gather"}
+# correctly rounded in float64, no underflow error (exact when subnormal)
+_CORRECT_NO_UNDERFLOW = {"add", "sub", "add_scalar", "sub_scalar", "rsub_scalar", "sqrt"}
+# correctly rounded in float64, may underflow
+_CORRECT_UNDERFLOW = {"mul", "div", "mul_scalar", "div_scalar", "rdiv_scalar"}
 
 
 @dataclass
@@ -91,12 +95,11 @@ def _f(a) -> np.ndarray:
 def _slack(op: str, v: np.ndarray, ins: list, attrs: dict) -> np.ndarray:
     """Bound on |float64 reference of op at ins - exact op at ins|."""
     av = np.abs(np.where(np.isfinite(v), v, 0.0))
-    if op in _CORRECT or op in ("reshape", "transpose", "slice", "concat", "split", "broadcast_to", "gather"):
-        if op in ("max", "min", "where", "neg", "abs", "relu", "maximum", "minimum", "cast") or op in (
-                "reshape", "transpose", "slice", "concat", "split", "broadcast_to", "gather"):
-            return np.zeros_like(av)
-        if op in ("add", "sub", "add_scalar", "sub_scalar", "rsub_scalar", "sqrt"):
-            return 2 * _U64 * av  # fp64 +, -, sqrt: no underflow term (exact when subnormal)
+    if op in _EXACT:
+        return np.zeros_like(av)
+    if op in _CORRECT_NO_UNDERFLOW:
+        return 2 * _U64 * av  # fp64 +, -, sqrt: no underflow term (exact when subnormal)
+    if op in _CORRECT_UNDERFLOW:
         return 2 * _U64 * av + 2.0**-1074
     if op in ("rsqrt", "reciprocal"):
         return 4 * _U64 * av + 2.0**-1074
