@@ -243,9 +243,8 @@ def get_format(fmt: "Format | str | np.dtype | type") -> Format:
 # --------------------------------------------------------------------------
 def _as_f64(x) -> np.ndarray:
     a = np.asarray(x)
-    if a.dtype.kind not in "fV" and a.dtype not in (ml_dtypes.bfloat16,):
-        if a.dtype.kind in "iub":
-            return a.astype(np.float64)
+    # floats, ml_dtypes' bfloat16/fp8 (kind "V" or "f"), and integers/bools
+    if a.dtype.kind not in "fViub":
         raise TypeError(f"x must be real floating point, got dtype {a.dtype}")
     return a.astype(np.float64)
 
