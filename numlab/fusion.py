@@ -707,9 +707,9 @@ def _decompose(graph):
     from . import ops
     from .graph import decompose
 
-    if not any(ops.CATALOGUE[n.op].category == "composite" for n in graph.nodes):
-        return graph, {}
     comps = {n.name for n in graph.nodes if ops.CATALOGUE[n.op].category == "composite"}
+    if not comps:
+        return graph, {}
     g = decompose(graph)
     origin = {n.name: n.attrs.get("origin") for n in g.nodes}
     return g, {k: v for k, v in origin.items() if v in comps}
