@@ -202,11 +202,12 @@ _ALIASES = {
 }
 
 
-def get_format(fmt: "Format | str | np.dtype | type") -> Format:
+def get_format(fmt: "Format | str | np.dtype | type", name: str = "fmt") -> Format:
     """Return the :class:`Format` named by ``fmt``.
 
     Accepts a Format, a name (``"fp16"``, ``"bf16"``, aliases such as
-    ``"float16"``), or a numpy/ml_dtypes dtype.
+    ``"float16"``), or a numpy/ml_dtypes dtype.  ``name`` is the argument
+    the error messages name (e.g. ``acc='fp7' is not a known format; ...``).
 
     Raises
     ------
@@ -223,19 +224,21 @@ def get_format(fmt: "Format | str | np.dtype | type") -> Format:
         if key in FORMATS:
             return FORMATS[key]
         raise ValueError(
-            f"fmt={fmt!r} is not a known format; valid names: {sorted(FORMATS)}"
+            f"{name}={fmt!r} is not a known format; valid names: {sorted(FORMATS)}"
             f" (aliases: {sorted(_ALIASES)})"
         )
     try:
         dt = np.dtype(fmt)
     except TypeError:
         raise TypeError(
-            f"fmt must be a Format, a format name or a dtype, got {type(fmt).__name__}"
+            f"{name} must be a Format, a format name or a dtype, got {type(fmt).__name__}"
         ) from None
+    except ValueError as e:  # a malformed dtype spec, e.g. ("f4", -1)
+        raise ValueError(f"{name}: {e}") from None
     for f in FORMATS.values():
         if f.dtype is not None and f.dtype == dt:
             return f
-    raise ValueError(f"fmt={dt} has no numlab format; valid names: {sorted(FORMATS)}")
+    raise ValueError(f"{name}={dt} has no numlab format; valid names: {sorted(FORMATS)}")
 
 
 # --------------------------------------------------------------------------

@@ -23,8 +23,7 @@ from ..primitives import _two_sum  # Knuth's TwoSum: s + e == a + b exactly
 from ..rounding import check_mode
 from ..rounding import round_to as _round_to
 
-__all__ = ["round_to", "as_values", "work_dtype", "Arith", "to_container", "round_sum2", "check_choice",
-           "format_arg"]
+__all__ = ["round_to", "as_values", "work_dtype", "Arith", "to_container", "round_sum2", "check_choice"]
 
 _NARROW = {
     np.dtype(np.float16),
@@ -45,17 +44,6 @@ def check_choice(name: str, value, choices) -> None:
     """Raise ValueError naming the knob, its value and the valid choices."""
     if value not in choices:
         raise ValueError(f"{name}={value!r} is not valid; valid choices: {list(choices)}")
-
-
-def format_arg(value, name: str) -> Format:
-    """:func:`numlab.formats.get_format` whose error names the argument ``name``
-    (e.g. ``acc='fp7' is not a known format; valid names: [...]``)."""
-    try:
-        return get_format(value)
-    except (ValueError, TypeError) as e:
-        msg = str(e)
-        msg = name + msg[3:] if msg.startswith("fmt") else f"{name}: {msg}"
-        raise type(e)(msg) from None
 
 
 def as_values(x, name: str = "x") -> np.ndarray:

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..formats import FP32, Format, get_format
-from ._common import Arith, as_values, check_choice, format_arg, round_to, to_container
+from ._common import Arith, as_values, check_choice, round_to, to_container
 
 __all__ = [
     "Table",
@@ -135,7 +135,7 @@ class Newton:
         object.__setattr__(self, "seed", _parse_seed(self.seed))
         if not isinstance(self.steps, int | np.integer) or isinstance(self.steps, bool) or self.steps < 0:
             raise ValueError(f"steps={self.steps!r} is not valid; it must be an int >= 0")
-        object.__setattr__(self, "step_fmt", format_arg(self.step_fmt, "step_fmt"))
+        object.__setattr__(self, "step_fmt", get_format(self.step_fmt, "step_fmt"))
 
     def __str__(self):
         return f"newton({self.seed},{self.steps},{self.step_fmt.name})"
@@ -151,7 +151,7 @@ class ExpPoly:
     def __post_init__(self):
         if not isinstance(self.degree, int | np.integer) or isinstance(self.degree, bool) or not 1 <= self.degree <= 12:
             raise ValueError(f"degree={self.degree!r} is not valid; it must be an int in [1, 12]")
-        object.__setattr__(self, "step_fmt", format_arg(self.step_fmt, "step_fmt"))
+        object.__setattr__(self, "step_fmt", get_format(self.step_fmt, "step_fmt"))
 
     def __str__(self):
         return f"exp_poly({self.degree},{self.step_fmt.name})"

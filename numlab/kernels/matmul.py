@@ -69,7 +69,6 @@ from ._common import (
     _two_sum,
     as_values,
     check_choice,
-    format_arg,
     round_odd_pair,
     round_sum2,
     round_to,
@@ -471,8 +470,8 @@ def matmul(
     check_choice("mode", mode, MATMUL_MODES)
     if not isinstance(k_tile, int | np.integer) or isinstance(k_tile, bool) or k_tile <= 0:
         raise ValueError(f"k_tile={k_tile!r} is not valid; it must be an int > 0")
-    acc = format_arg(acc, "acc")
-    outf = acc if out is None else format_arg(out, "out")
+    acc = get_format(acc, "acc")
+    outf = acc if out is None else get_format(out, "out")
     A0 = as_values(a, "a")
     B0 = as_values(b, "b")
     A, B = A0, B0  # float32 (or float64) containers; float64 copies where a mode needs them

@@ -51,8 +51,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..formats import Format
-from ._common import Arith, as_values, check_choice, format_arg, round_to, to_container
+from ..formats import Format, get_format
+from ._common import Arith, as_values, check_choice, round_to, to_container
 
 __all__ = [
     "Order",
@@ -499,8 +499,8 @@ def reduce(
     """
     check_choice("op", op, OPS)
     check_choice("variance", variance, VARIANCE_ALGORITHMS)
-    acc = format_arg(acc, "acc")
-    outf = acc if out is None else format_arg(out, "out")
+    acc = get_format(acc, "acc")
+    outf = acc if out is None else get_format(out, "out")
     order = _as_order(order)
     xw, ar, ax = _prepare(x, axis, acc, acc_mode)
     n = xw.shape[-1]

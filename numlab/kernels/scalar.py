@@ -33,7 +33,6 @@ from ..rounding import check_mode
 from ._common import (
     as_values,
     check_choice,
-    format_arg,
     round_sum2,
     round_to,
     to_container,
@@ -93,7 +92,7 @@ def scalar_mul(
     """
     check_choice("how", how, SCALAR_MUL_CHOICES)
     fmt = get_format(fmt)
-    st = fmt if storage is None else format_arg(storage, "storage")
+    st = fmt if storage is None else get_format(storage, "storage")
     check_mode(rounding, "rounding")
     check_mode(scalar_rounding, "scalar_rounding")
     check_mode(broadcast_rounding, "broadcast_rounding")

@@ -16,7 +16,7 @@ import numpy as np
 from ..formats import FP32, Format, get_format
 from ..rounding import check_mode
 from . import algorithms as _alg
-from ._common import as_values, check_choice, format_arg, round_to, to_container
+from ._common import as_values, check_choice, round_to, to_container
 from .hardware import Hardware
 from .matmul import MATMUL_MODES, matmul
 from .reduce import (
@@ -109,7 +109,7 @@ class KernelSpec:
 
     def __post_init__(self):
         check_choice("promotion", self.promotion, PROMOTIONS)
-        object.__setattr__(self, "acc", format_arg(self.acc, "acc"))
+        object.__setattr__(self, "acc", get_format(self.acc, "acc"))
         object.__setattr__(self, "reduce_inner", _as_order(self.reduce_inner, "reduce_inner"))
         object.__setattr__(self, "reduce_outer", _as_order(self.reduce_outer, "reduce_outer"))
         if self.reduce_order is not None:
