@@ -183,21 +183,30 @@ def _prep(args, names, fmt, mode):
     return fmt, arrs, out_dt, scalar
 
 
+def signed_exact_zero(val, terms, mode: str):
+    """Give the exact zeros of a sum the sign IEEE 754-2019 section 6.3 rules.
+
+    Where ``val`` (the exact sum of ``terms``, or its round-to-odd image) is
+    zero: +0 in every mode but ``"down"`` (roundTowardNegative), where it is
+    -0; a sum of zeros of one sign keeps that sign (``x + x = x``).  Other
+    entries pass through.
+    """
+    all_neg = np.ones(np.shape(val), dtype=bool)
+    all_pos = np.ones(np.shape(val), dtype=bool)
+    for t in terms:
+        all_neg &= (t == 0) & np.signbit(t)
+        all_pos &= (t == 0) & ~np.signbit(t)
+    sign = -1.0 if mode == "down" else 1.0
+    z = np.where(all_neg, -0.0, np.where(all_pos, 0.0, sign * 0.0))
+    return np.where(val == 0, z, val)
+
+
 def _finish(rto, naive, fmt: Format, mode, rng, saturate, ftz, out_dt, scalar, zero_terms=None):
     """Round the round-to-odd values; take IEEE special results from fp64."""
     special = ~np.isfinite(naive)
     val = np.where(special, naive, rto)
     if zero_terms is not None:
-        # exact zero of a sum: +0 (-0 in mode "down"), but x + x = x for zeros
-        all_neg = np.ones(val.shape, dtype=bool)
-        all_pos = np.ones(val.shape, dtype=bool)
-        for t in zero_terms:
-            all_neg &= (t == 0) & np.signbit(t)
-            all_pos &= (t == 0) & ~np.signbit(t)
-        zero = (val == 0) & ~special
-        sign = -1.0 if mode == "down" else 1.0
-        z = np.where(all_neg, -0.0, np.where(all_pos, 0.0, sign * 0.0))
-        val = np.where(zero, z, val)
+        val = np.where(special, val, signed_exact_zero(val, zero_terms, mode))
     with np.errstate(invalid="ignore"):
         out = round_to(val, fmt, mode, rng=rng, saturate=saturate, ftz=ftz).astype(out_dt)
     return out[()] if scalar else out

@@ -19,7 +19,7 @@ import ml_dtypes
 import numpy as np
 
 from ..formats import FP32, FP64, Format, get_format
-from ..primitives import _two_sum  # Knuth's TwoSum: s + e == a + b exactly
+from ..primitives import _two_sum, signed_exact_zero  # TwoSum: s + e == a + b exactly
 from ..rounding import check_mode
 from ..rounding import round_to as _round_to
 
@@ -178,6 +178,8 @@ def round_sum2(a, b, fmt, mode: str = "rne") -> np.ndarray:
     fmt = get_format(fmt)
     with np.errstate(invalid="ignore", over="ignore"):
         s, e = _two_sum(a, b)
+    if mode != "rne":  # float64 TwoSum gives +0 for exact zeros; "down" wants -0
+        s = signed_exact_zero(s, (a, b), mode)
     if fmt == FP64:
         return s
     return round_to(round_odd_pair(s, e), fmt, mode)
