@@ -191,3 +191,11 @@ def test_describe_lists_every_knob_readably():
     assert d["rsqrt"] == "newton(table12,1,fp32)" and d["reduce_inner"] == "lanes(64,tree,masked)"
     assert d["acc"] == "fp32" and d["hardware"] == "ascend910b" and d["fma"] is False
     assert K.CODEGEN.describe()["exp"] == "exp_poly(6,fp32)" and K.CODEGEN.describe()["live_buffers"] is None
+
+
+@pytest.mark.parametrize("bad", ["exp_poly()", "exp_poly(x)", "exp_poly(1,fp32,3)"])
+def test_malformed_exp_poly_names_the_knob(bad):
+    from numlab.kernels import KernelSpec
+
+    with pytest.raises(ValueError, match=r"exp='exp_poly\("):
+        KernelSpec(exp=bad)

@@ -176,7 +176,13 @@ def parse_algo(a, valid=RSQRT_ALGOS, knob: str = "algo"):
                 return Newton(args[0], steps, *(args[2:]))
         if t.startswith("exp_poly(") and t.endswith(")") and any(v.startswith("exp_poly") for v in valid):
             args = [p for p in t[9:-1].split(",") if p]
-            return ExpPoly(int(args[0]), *(args[1:]))
+            if 1 <= len(args) <= 2:
+                try:
+                    degree = int(args[0])
+                except ValueError:
+                    raise ValueError(f"{knob}={a!r}: degree={args[0]!r} is not valid; it must be an int "
+                                     "(e.g. 'exp_poly(5)')") from None
+                return ExpPoly(degree, *(args[1:]))
     raise ValueError(f"{knob}={a!r} is not valid; valid choices: {list(valid)}")
 
 
