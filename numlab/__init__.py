@@ -6,8 +6,7 @@ module only pulls in the layers below it (DESIGN.md section 2).
 
 from __future__ import annotations
 
-import importlib
-
+from ._lazy import lazy_loader
 from .formats import (
     BF16,
     FORMATS,
@@ -65,18 +64,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        mod = importlib.import_module(_LAZY[name])
-        globals()[name] = mod
-        return mod
-    if name in _LAZY_ATTRS:
-        modname, attr = _LAZY_ATTRS[name]
-        val = getattr(importlib.import_module(modname), attr)
-        globals()[name] = val
-        return val
-    raise AttributeError(f"module 'numlab' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY) | set(_LAZY_ATTRS))
+__getattr__, __dir__ = lazy_loader(globals(), _LAZY, _LAZY_ATTRS)

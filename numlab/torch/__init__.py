@@ -15,7 +15,7 @@ PyTorch (Python 3 has no implicit relative imports).
 
 from __future__ import annotations
 
-import importlib
+from numlab._lazy import lazy_loader
 
 _LAZY = {
     "orders": "numlab.torch.orders",
@@ -47,18 +47,4 @@ from .explain import explain as explain  # noqa: E402
 __all__ = sorted(set(_LAZY) | set(_ATTRS) | {"explain", "Explanation"})
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        mod = importlib.import_module(_LAZY[name])
-        globals()[name] = mod
-        return mod
-    if name in _ATTRS:
-        modname, attr = _ATTRS[name]
-        val = getattr(importlib.import_module(modname), attr)
-        globals()[name] = val
-        return val
-    raise AttributeError(f"module 'numlab.torch' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY) | set(_ATTRS))
+__getattr__, __dir__ = lazy_loader(globals(), _LAZY, _ATTRS)
