@@ -1,0 +1,398 @@
+"""Per-operator rules of the running error bounds (numlab.running_bounds).
+
+Every operator has two rules, each a named function of this module:
+
+* a **slack** rule ``slack(v, ins, attrs) -> array``: a bound on
+  ``|float64 reference of op at ins - exact op at ins|`` where ``v`` is the
+  float64 reference value and ``ins`` the (float64) inputs;
+* a **propagation** rule ``propagate(xs, bs, attrs, ref) -> (p, domain)``:
+  ``p`` bounds ``sup |f(t) - f(x)|`` over ``|t_i - x_i| <= b_i`` (plus the
+  evaluation slack of that sup where it is computed in float64), ``domain``
+  is a boolean mask of the elements whose uncertainty interval leaves the
+  operator's domain (bound inf there) or None.  ``ref`` is the operator's
+  float64 reference (``OpInfo.ref``): the data-movement rules move the bounds
+  with it, the monotone rules evaluate it at the interval ends.
+
+Composite operators (softmax, layer_norm, ...) have the pair
+:data:`DECOMPOSED`: :func:`slack_decomposed` / :func:`propagate_decomposed`
+mark "propagate through the operator's decomposition, with float64 slack at
+every primitive"; running_bounds does that walk (it needs the graph layer)
+and these two functions raise when called directly.
+
+:data:`RULES` maps each operator name to its pair; the operator registry
+(numlab.ops) is meant to reference the same functions, one
+``slack=R.x, propagate=R.y`` per registration.  :func:`rules_for` returns
+None for an operator without rules: running_bounds then gives an inf bound
+and flags the node ``no_rule`` (claims report such runs as undecided).
+
+This module sits below ops/graph (it imports only formats, rounding and
+numpy), so the registry can import it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .formats import get_format
+from .rounding import round_to
+
+__all__ = [
+    "GELU_LIPSCHITZ", "SILU_LIPSCHITZ", "RULES", "DECOMPOSED", "rules_for", "is_decomposed",
+    "slack_exact", "slack_correct", "slack_correct_underflow", "slack_two_roundings", "slack_sum",
+    "slack_mean", "slack_var", "slack_matmul", "slack_transcendental", "slack_transcendental_x",
+    "slack_decomposed",
+    "propagate_moved", "propagate_gathered", "propagate_add", "propagate_maximum", "propagate_mul",
+    "propagate_div", "propagate_identity", "propagate_mul_scalar", "propagate_div_scalar",
+    "propagate_rdiv_scalar", "propagate_reciprocal", "propagate_where", "propagate_gelu",
+    "propagate_silu", "propagate_monotone_ref", "propagate_log", "propagate_sqrt", "propagate_rsqrt",
+    "propagate_cast", "propagate_sum", "propagate_mean", "propagate_max", "propagate_var",
+    "propagate_matmul", "propagate_decomposed",
+]
+
+GELU_LIPSCHITZ = 1.13  # max |gelu'| = 1.1289 (erf and tanh forms)
+SILU_LIPSCHITZ = 1.1  # max |silu'| = 1.0998
+U64 = 2.0**-53
+TRANS = 2.0**-40  # relative slack of the float64 transcendental references
+TINY = 2.0**-1000  # absolute slack floor of transcendental evaluations
+INFL = 1 + 2.0**-40  # inflation of bound arithmetic done in float64
+_DENORM = 2.0**-1074
+
+
+def _f(a) -> np.ndarray:
+    return np.asarray(a, dtype=np.float64)
+
+
+def _absfinite(v) -> np.ndarray:
+    return np.abs(np.where(np.isfinite(v), v, 0.0))
+
+
+def _count(shape, axis) -> int:
+    return math.prod(shape) if axis is None else math.prod(shape[a] for a in np.atleast_1d(axis))
+
+
+# ---------------------------------------------------------------------------
+# slack rules: |float64 reference - exact| at the computed inputs
+# ---------------------------------------------------------------------------
+def slack_exact(v, ins, attrs):
+    """The float64 reference is exact (selection, sign change, data movement,
+    cast: the reference keeps the rounding)."""
+    return np.zeros(np.shape(v))
+
+
+def slack_correct(v, ins, attrs):
+    """Correctly rounded in float64 without an underflow term (+, -, sqrt:
+    exact when the result is subnormal): ``2**-52 |v|``."""
+    return 2 * U64 * _absfinite(v)
+
+
+def slack_correct_underflow(v, ins, attrs):
+    """Correctly rounded in float64, may underflow (*, /): ``2**-52 |v| + 2**-1074``."""
+    return 2 * U64 * _absfinite(v) + _DENORM
+
+
+def slack_two_roundings(v, ins, attrs):
+    """Two float64 roundings (rsqrt = 1/sqrt, reciprocal as 1/x with a
+    margin): ``2**-51 |v| + 2**-1074``."""
+    return 4 * U64 * _absfinite(v) + _DENORM
+
+
+def _sum_abs(ins, attrs):
+    x = np.abs(_f(ins[0]))
+    axis = attrs.get("axis")
+    n = _count(x.shape, axis)
+    return np.sum(x, axis=axis, keepdims=attrs.get("keepdims", False)), n
+
+
+def slack_sum(v, ins, attrs):
+    """float64 sum of n terms: ``(n + 2) 2**-52 sum |x|`` (plus one denormal)."""
+    s, n = _sum_abs(ins, attrs)
+    return (n + 2) * 2 * U64 * s * INFL + _DENORM
+
+
+def slack_mean(v, ins, attrs):
+    """float64 mean of n terms: ``(n + 2) 2**-52 sum |x| / n`` (plus one denormal)."""
+    s, n = _sum_abs(ins, attrs)
+    return (n + 2) * 2 * U64 * (s / max(n, 1)) * INFL + _DENORM
+
+
+def slack_var(v, ins, attrs):
+    """float64 two-pass variance: ``(4n + 16) 2**-52 4 n max|x|^2 / N``."""
+    x = _f(ins[0])
+    axis = attrs.get("axis")
+    n = _count(x.shape, axis)
+    N = max(n - attrs.get("correction", 0), 1)
+    m = np.max(np.abs(x), axis=axis, keepdims=attrs.get("keepdims", False)) if x.size else 0.0
+    return (4 * n + 16) * 2 * U64 * 4 * n * m * m / N + _DENORM
+
+
+def slack_matmul(v, ins, attrs):
+    """float64 BLAS product with inner size k: ``(k + 2) 2**-52 |A| |B|``."""
+    a, b = np.abs(_f(ins[0])), np.abs(_f(ins[1]))
+    k = a.shape[-1]
+    return (k + 2) * 2 * U64 * (a @ b) * INFL + _DENORM
+
+
+def slack_transcendental(v, ins, attrs):
+    """Transcendental references (tanh, sigmoid, erf, exp, log): ``2**-40 |v|
+    + 2**-1000`` (the catalogue documents erf to 1e-13)."""
+    return TRANS * _absfinite(v) + TINY
+
+
+def slack_transcendental_x(v, ins, attrs):
+    """``x * g(x)`` references (gelu, silu): ``2**-40 (|v| + |x|) + 2**-1000``."""
+    return TRANS * (_absfinite(v) + np.abs(_f(ins[0]))) + TINY
+
+
+def slack_decomposed(v, ins, attrs):
+    """Marker of composites: the slack is accumulated primitive by primitive
+    along the decomposition (running_bounds does that walk)."""
+    raise TypeError("slack_decomposed marks a composite operator; running_bounds propagates through its "
+                    "decomposition instead of calling it")
+
+
+# ---------------------------------------------------------------------------
+# propagation rules: sup |f(t) - f(x)| over |t - x| <= b
+# ---------------------------------------------------------------------------
+def propagate_moved(xs, bs, attrs, ref):
+    """Data movement: the bounds move with the data (``ref`` applied to the bounds)."""
+    return _f(ref(*bs, **attrs)), None
+
+
+def propagate_gathered(xs, bs, attrs, ref):
+    """gather: the bounds of the gathered input move with it; indices are exact."""
+    return _f(ref(bs[0], *xs[1:], **attrs)), None
+
+
+def propagate_add(xs, bs, attrs, ref):
+    """``a +- b``: ``b_a + b_b``."""
+    return bs[0] + bs[1], None
+
+
+def propagate_maximum(xs, bs, attrs, ref):
+    """maximum / minimum (1-Lipschitz in each input): ``max(b_a, b_b)``."""
+    return np.maximum(bs[0], bs[1]), None
+
+
+def propagate_mul(xs, bs, attrs, ref):
+    """``a * b``: ``|a| b_b + |b| b_a + b_a b_b``."""
+    return (np.abs(xs[0]) * bs[1] + np.abs(xs[1]) * bs[0] + bs[0] * bs[1]) * INFL, None
+
+
+def propagate_div(xs, bs, attrs, ref):
+    """``a / b``: ``(b_a |b| + |a| b_b) / (|b| (|b| - b_b))``; inf (domain)
+    when the interval of b contains 0."""
+    a, b = xs
+    ba, bb = bs
+    den = np.abs(b) * (np.abs(b) - bb)
+    dom = (np.abs(b) <= bb) & ((ba > 0) | (bb > 0))
+    r = np.where(dom, np.inf, (ba * np.abs(b) + np.abs(a) * bb) / np.where(den > 0, den, 1.0))
+    return np.where((ba == 0) & (bb == 0), 0.0, r) * INFL, dom
+
+
+def propagate_identity(xs, bs, attrs, ref):
+    """1-Lipschitz with constant 1 in the one input (x + s, x - s, s - x, -x,
+    |x|, relu): the input bound."""
+    return bs[0], None
+
+
+def propagate_mul_scalar(xs, bs, attrs, ref):
+    """``x * s``: ``|s| b``."""
+    return abs(attrs["scalar"]) * bs[0] * INFL, None
+
+
+def propagate_div_scalar(xs, bs, attrs, ref):
+    """``x / s``: ``b / |s|``."""
+    return bs[0] / abs(attrs["scalar"]) * INFL, None
+
+
+def _recip(s, x, b):
+    dom = (np.abs(x) <= b) & (b > 0)
+    r = abs(s) * b / np.where(dom, 1.0, np.abs(x) * (np.abs(x) - b))
+    return np.where(dom, np.inf, np.where(b == 0, 0.0, r * INFL)), dom
+
+
+def propagate_rdiv_scalar(xs, bs, attrs, ref):
+    """``s / x``: ``|s| b / (|x| (|x| - b))``; inf (domain) when the interval contains 0."""
+    return _recip(attrs["scalar"], xs[0], bs[0])
+
+
+def propagate_reciprocal(xs, bs, attrs, ref):
+    """``1 / x``: ``b / (|x| (|x| - b))``; inf (domain) when the interval contains 0."""
+    return _recip(1.0, xs[0], bs[0])
+
+
+def propagate_where(xs, bs, attrs, ref):
+    """``where(c, a, b)`` (c exact): the bound of the selected input."""
+    return np.where(_f(xs[0]) != 0, bs[1], bs[2]), None
+
+
+def propagate_gelu(xs, bs, attrs, ref):
+    """gelu: Lipschitz constant :data:`GELU_LIPSCHITZ`."""
+    return GELU_LIPSCHITZ * bs[0], None
+
+
+def propagate_silu(xs, bs, attrs, ref):
+    """silu: Lipschitz constant :data:`SILU_LIPSCHITZ`."""
+    return SILU_LIPSCHITZ * bs[0], None
+
+
+def _monotone(fn, x, b, lo_ok=None):
+    """sup |f(t) - f(x)| over |t - x| <= b for monotone f: the endpoints,
+    widened outward by one fp64 ulp, plus their evaluation slack."""
+    lo = np.nextafter(x - b, -np.inf)
+    hi = np.nextafter(x + b, np.inf)
+    fx, flo, fhi = fn(x), fn(lo), fn(hi)
+    d = np.maximum(np.abs(flo - fx), np.abs(fhi - fx))
+    d = np.where(b == 0, 0.0, d)
+    dom = np.zeros(np.shape(x), bool) if lo_ok is None else (~lo_ok(lo, hi) & (b > 0))
+    d = np.where(dom | np.isnan(d), np.inf, d)
+    sl = TRANS * (_absfinite(flo) + _absfinite(fhi) + _absfinite(fx))
+    return d + np.where(b == 0, 0.0, sl), dom
+
+
+def propagate_monotone_ref(xs, bs, attrs, ref):
+    """Monotone on the whole line (exp, tanh, sigmoid, erf): the operator's
+    reference at the interval ends."""
+    return _monotone(lambda t: _f(ref(t, **attrs)), xs[0], bs[0])
+
+
+def propagate_log(xs, bs, attrs, ref):
+    """log: monotone on x > 0; inf (domain) when the interval reaches <= 0."""
+    return _monotone(np.log, xs[0], bs[0], lambda lo, hi: lo > 0)
+
+
+def propagate_sqrt(xs, bs, attrs, ref):
+    """sqrt: monotone on x >= 0; inf (domain) when the interval reaches < 0."""
+    return _monotone(np.sqrt, xs[0], bs[0], lambda lo, hi: lo >= 0)
+
+
+def propagate_rsqrt(xs, bs, attrs, ref):
+    """rsqrt: monotone on x > 0; inf (domain) when the interval reaches <= 0."""
+    return _monotone(lambda t: 1.0 / np.sqrt(t), xs[0], bs[0], lambda lo, hi: lo > 0)
+
+
+def propagate_cast(xs, bs, attrs, ref):
+    """cast (round to ``to``, monotone): the rounded interval ends."""
+    to = get_format(attrs["to"])
+    return _monotone(lambda t: _f(round_to(_f(t), to)), xs[0], bs[0])
+
+
+def propagate_sum(xs, bs, attrs, ref):
+    """sum: the sum of the bounds."""
+    return np.sum(bs[0], axis=attrs.get("axis"), keepdims=attrs.get("keepdims", False)) * INFL, None
+
+
+def propagate_mean(xs, bs, attrs, ref):
+    """mean: the mean of the bounds."""
+    return np.mean(bs[0], axis=attrs.get("axis"), keepdims=attrs.get("keepdims", False)) * INFL, None
+
+
+def propagate_max(xs, bs, attrs, ref):
+    """max / min (1-Lipschitz in the sup norm): the largest bound."""
+    b = _f(bs[0])
+    return np.max(b, axis=attrs.get("axis"), keepdims=attrs.get("keepdims", False)) * INFL, None
+
+
+def propagate_var(xs, bs, attrs, ref):
+    """var: ``(2/N) sum |x - mean| b + (1/N) sum b^2`` (plus the float64
+    rounding of the mean); inf when N = n - correction <= 0."""
+    x, b = xs[0], bs[0]
+    axis, keep, corr = attrs.get("axis"), attrs.get("keepdims", False), attrs.get("correction", 0)
+    n = _count(x.shape, axis)
+    N = n - corr
+    if N <= 0:
+        return np.full(np.shape(ref(x, **attrs)), np.inf), None
+    mu = np.mean(x, axis=axis, keepdims=True)
+    t1 = np.sum(np.abs(x - mu) * b, axis=axis, keepdims=keep)
+    t2 = np.sum(b * b, axis=axis, keepdims=keep)
+    # |mean| rounding in fp64 shifts |x - mu| by at most n 2**-52 max|x|
+    mx = np.max(np.abs(x), axis=axis, keepdims=keep) if x.size else 0.0
+    t1 = t1 + np.sum(b, axis=axis, keepdims=keep) * (n + 2) * 2 * U64 * mx
+    return (2 * t1 + t2) / N * (1 + 2.0**-30), None
+
+
+def propagate_matmul(xs, bs, attrs, ref):
+    """matmul: ``|A| b_B + b_A |B| + b_A b_B`` (inflated for its float64 evaluation)."""
+    A, B = xs
+    bA, bB = bs
+    k = A.shape[-1]
+    r = np.abs(A) @ bB + bA @ np.abs(B) + bA @ bB
+    return r * (1 + (k + 4) * 2 * U64), None
+
+
+def propagate_decomposed(xs, bs, attrs, ref):
+    """Marker of composites: propagated through the decomposition evaluated
+    in float64 (running_bounds does that walk)."""
+    raise TypeError("propagate_decomposed marks a composite operator; running_bounds propagates through its "
+                    "decomposition instead of calling it")
+
+
+# ---------------------------------------------------------------------------
+# the table (to move into the operator registry, one pair per registration)
+# ---------------------------------------------------------------------------
+DECOMPOSED = (slack_decomposed, propagate_decomposed)
+
+RULES: dict = {
+    # elementwise
+    "neg": (slack_exact, propagate_identity),
+    "abs": (slack_exact, propagate_identity),
+    "relu": (slack_exact, propagate_identity),
+    "exp": (slack_transcendental, propagate_monotone_ref),
+    "log": (slack_transcendental, propagate_log),
+    "sqrt": (slack_correct, propagate_sqrt),
+    "rsqrt": (slack_two_roundings, propagate_rsqrt),
+    "reciprocal": (slack_two_roundings, propagate_reciprocal),
+    "tanh": (slack_transcendental, propagate_monotone_ref),
+    "sigmoid": (slack_transcendental, propagate_monotone_ref),
+    "erf": (slack_transcendental, propagate_monotone_ref),
+    "silu": (slack_transcendental_x, propagate_silu),
+    "gelu": (slack_transcendental_x, propagate_gelu),
+    "cast": (slack_exact, propagate_cast),
+    "add": (slack_correct, propagate_add),
+    "sub": (slack_correct, propagate_add),
+    "mul": (slack_correct_underflow, propagate_mul),
+    "div": (slack_correct_underflow, propagate_div),
+    "maximum": (slack_exact, propagate_maximum),
+    "minimum": (slack_exact, propagate_maximum),
+    "add_scalar": (slack_correct, propagate_identity),
+    "sub_scalar": (slack_correct, propagate_identity),
+    "rsub_scalar": (slack_correct, propagate_identity),
+    "mul_scalar": (slack_correct_underflow, propagate_mul_scalar),
+    "div_scalar": (slack_correct_underflow, propagate_div_scalar),
+    "rdiv_scalar": (slack_correct_underflow, propagate_rdiv_scalar),
+    "where": (slack_exact, propagate_where),
+    # reductions
+    "sum": (slack_sum, propagate_sum),
+    "mean": (slack_mean, propagate_mean),
+    "max": (slack_exact, propagate_max),
+    "min": (slack_exact, propagate_max),
+    "var": (slack_var, propagate_var),
+    # data movement
+    "reshape": (slack_exact, propagate_moved),
+    "transpose": (slack_exact, propagate_moved),
+    "slice": (slack_exact, propagate_moved),
+    "concat": (slack_exact, propagate_moved),
+    "split": (slack_exact, propagate_moved),
+    "broadcast_to": (slack_exact, propagate_moved),
+    "gather": (slack_exact, propagate_gathered),
+    # matmul
+    "matmul": (slack_matmul, propagate_matmul),
+    # composites: through their decomposition
+    "softmax": DECOMPOSED,
+    "log_softmax": DECOMPOSED,
+    "layer_norm": DECOMPOSED,
+    "rms_norm": DECOMPOSED,
+}
+"""op name -> (slack rule, propagation rule)."""
+
+
+def rules_for(op: str):
+    """The (slack, propagate) pair of ``op``, or None when it has no rule."""
+    return RULES.get(op)
+
+
+def is_decomposed(rule) -> bool:
+    """Whether a (slack, propagate) pair is the composite marker :data:`DECOMPOSED`."""
+    return rule is not None and rule[1] is propagate_decomposed
