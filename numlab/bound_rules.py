@@ -42,7 +42,7 @@ __all__ = [
     "GELU_LIPSCHITZ", "SILU_LIPSCHITZ", "RULES", "DECOMPOSED", "rules_for", "is_decomposed",
     "slack_exact", "slack_correct", "slack_correct_underflow", "slack_two_roundings", "slack_sum",
     "slack_mean", "slack_var", "slack_matmul", "slack_transcendental", "slack_transcendental_x",
-    "slack_decomposed",
+    "slack_decomposed", "slack_softmax", "propagate_softmax",
     "propagate_moved", "propagate_gathered", "propagate_add", "propagate_maximum", "propagate_mul",
     "propagate_div", "propagate_identity", "propagate_mul_scalar", "propagate_div_scalar",
     "propagate_rdiv_scalar", "propagate_reciprocal", "propagate_where", "propagate_gelu",
@@ -322,6 +322,32 @@ def propagate_matmul(xs, bs, attrs, ref):
     return r * (1 + (k + 4) * 2 * U64), None
 
 
+def slack_softmax(v, ins, attrs):
+    """float64 softmax ``exp(x - max) / sum``: relative ``2**-39 + (n + 4 + 2
+    max|x - max|) 2**-51`` of ``|v|`` (the difference, exp, the n-term sum and
+    the division), plus one denormal."""
+    x = _f(ins[0])
+    axis = attrs["axis"]
+    n = x.shape[axis]
+    spread = np.max(x, axis=axis, keepdims=True) - np.min(x, axis=axis, keepdims=True)
+    rel = 2 * TRANS + (n + 4 + 2 * spread) * 4 * U64
+    return (_absfinite(v) * rel) * INFL + _DENORM
+
+
+def propagate_softmax(xs, bs, attrs, ref):
+    """softmax: moving every input of a row by at most ``B`` (the row's
+    largest bound) scales each output by a factor in ``[e**-2B, e**2B]``, so
+    ``|softmax(t) - softmax(x)| <= min(softmax(x) expm1(2B), 1)``; softmax(x)
+    is bounded by its float64 reference plus :func:`slack_softmax`."""
+    x, b = xs[0], bs[0]
+    axis = attrs["axis"]
+    v = _f(ref(x, **attrs))
+    s = v + slack_softmax(v, xs, attrs)
+    B = np.max(b, axis=axis, keepdims=True)
+    r = np.minimum(s * np.expm1(2 * B) * INFL, 1.0)
+    return np.where(B == 0, 0.0, r), None
+
+
 def propagate_decomposed(xs, bs, attrs, ref):
     """Marker of composites: propagated through the decomposition evaluated
     in float64 (running_bounds does that walk)."""
@@ -380,7 +406,7 @@ RULES: dict = {
     # matmul
     "matmul": (slack_matmul, propagate_matmul),
     # composites: through their decomposition
-    "softmax": DECOMPOSED,
+    "softmax": (slack_softmax, propagate_softmax),
     "log_softmax": DECOMPOSED,
     "layer_norm": DECOMPOSED,
     "rms_norm": DECOMPOSED,

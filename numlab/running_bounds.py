@@ -35,9 +35,13 @@ The per-operator rules are named functions of :mod:`numlab.bound_rules`
 
 Overflow and NaN are explicit: a computed ``inf`` (or any sup that overflows)
 gives a bound of ``inf`` ("overflow possible"), a computed NaN gives ``inf``
-and is counted in ``flags[node]["nan"]``, and an interval that leaves an
+and is counted in ``flags[node]["nan"]``, an interval that leaves an
 operator's domain (log/sqrt/rsqrt of values that may be <= 0, division by an
-interval containing 0) gives ``inf`` counted in ``flags[node]["domain"]``.
+interval containing 0) gives ``inf`` counted in ``flags[node]["domain"]``,
+and an operator without a rule gives ``inf`` counted in
+``flags[node]["causes"]["no_rule"]``; :func:`inf_sources` names the nodes where inf
+bounds originate and why (claims report runs that rest on them as
+undecided).
 Every element with a non-NaN computed value satisfies
 ``|computed - exact| <= bound`` (tested on thousands of hypothesis-generated
 models against exact fractions/mpmath references).
@@ -62,11 +66,12 @@ GELU_LIPSCHITZ = R.GELU_LIPSCHITZ
 SILU_LIPSCHITZ = R.SILU_LIPSCHITZ
 _INFL = R.INFL
 
-#: why a node has inf bounds, in the order they are attributed: the computed
-#: value is NaN; the operator has no bound rule; an input interval leaves the
-#: operator's domain; the computed value, the float64 reference or the bound
-#: overflows; an input's bound is already inf (not this node's doing).
-CAUSES = ("nan", "no_rule", "domain", "overflow", "inherited")
+#: why a node has inf bounds: the operator (or a primitive of its
+#: decomposition) has no bound rule; an input interval leaves the operator's
+#: domain; an input's bound is already inf (not this node's doing); the
+#: computed value is NaN; the computed value, the float64 reference or the
+#: bound overflows.
+CAUSES = ("no_rule", "domain", "inherited", "nan", "overflow")
 
 
 @dataclass
@@ -75,8 +80,9 @@ class BoundedRun:
 
     ``result`` (numlab.execute.RunResult), ``bounds`` (node or input name ->
     float64 bound array), ``values`` (name -> computed float64 values used),
-    ``flags`` (node -> {"op", "nan", "inf_bound", "domain", "no_rule",
-    "overflow", "inherited"}: element counts, see :data:`CAUSES`),
+    ``flags`` (node -> {"op", "nan": NaN elements, "inf_bound": inf
+    elements, "domain": interval failures, "causes": {cause: inf elements}}
+    (:data:`CAUSES`)),
     ``reference`` (output -> float64 reference, when computed)."""
 
     result: object
@@ -99,7 +105,7 @@ def inf_sources(flags: dict) -> list:
     "causes": {cause: elements}}``."""
     out = []
     for name, f in flags.items():
-        causes = {c: f[c] for c in CAUSES if c != "inherited" and f.get(c, 0)}
+        causes = {c: n for c, n in f.get("causes", {}).items() if c != "inherited"}
         if causes:
             out.append({"node": name, "op": f.get("op"), "causes": causes})
     return out
@@ -180,7 +186,7 @@ def propagate(graph, values: dict, inputs: dict) -> tuple[dict, dict]:
     """Bounds for every node of ``graph`` given computed ``values`` (node ->
     array) and the exact S-valued ``inputs`` (bound 0).  Returns
     ``(bounds, flags)`` (module docstring; ``flags`` per :class:`BoundedRun`).
-    An operator without a rule gives inf bounds and ``flags[node]["no_rule"]``
+    An operator without a rule gives inf bounds and ``flags[node]["causes"]["no_rule"]``
     (never silently)."""
     vals = {k: _f(v) for k, v in inputs.items()}
     bounds = {k: np.zeros(np.shape(v)) for k, v in inputs.items()}
@@ -206,25 +212,31 @@ def propagate(graph, values: dict, inputs: dict) -> tuple[dict, dict]:
 
 
 def _flags(op, b, nan, dom, no_rule, inf_in) -> dict:
-    """Per-node counts: ``nan`` (NaN computed values), ``inf_bound``, ``domain``
-    (elements whose input interval leaves the domain; for composites summed
-    over the decomposition), ``no_rule`` (inf elements because the operator
-    or a primitive of its decomposition has no rule), ``overflow`` (the other
-    inf elements when every input bound is finite) or ``inherited`` (the other
-    inf elements when some input bound is inf)."""
+    """Per-node counts: ``nan`` (NaN computed values), ``inf_bound``,
+    ``domain`` (elements whose input interval leaves the domain; for a
+    composite, the failures inside its decomposition) and ``causes``: every
+    inf element counted once, under the first of :data:`CAUSES` (in the order
+    no_rule, domain, then inherited when some input bound is inf, else nan
+    or overflow) that explains it."""
     inf = np.isinf(b)
     ndom = dom if isinstance(dom, int) else (0 if dom is None else int(np.count_nonzero(dom)))
-    left = inf & ~nan
-    n_rule = int(np.count_nonzero(left)) if no_rule else 0
+    causes = dict.fromkeys(CAUSES, 0)
+    left = inf
     if no_rule:
-        rest = 0
-    elif dom is None or isinstance(dom, int):
-        rest = max(int(np.count_nonzero(left)) - ndom, 0)
+        causes["no_rule"], left = int(np.count_nonzero(left)), np.zeros_like(left)
+    elif isinstance(dom, int):  # composite: any failure inside explains its inf elements
+        if dom > 0:
+            causes["domain"], left = int(np.count_nonzero(left)), np.zeros_like(left)
+    elif dom is not None:
+        dm = np.broadcast_to(dom, left.shape)
+        causes["domain"], left = int(np.count_nonzero(left & dm)), left & ~dm
+    if inf_in:
+        causes["inherited"] = int(np.count_nonzero(left))
     else:
-        rest = int(np.count_nonzero(left & ~np.broadcast_to(dom, left.shape)))
+        causes["nan"] = int(np.count_nonzero(left & nan))
+        causes["overflow"] = int(np.count_nonzero(left & ~nan))
     return {"op": op, "nan": int(np.count_nonzero(nan)), "inf_bound": int(np.count_nonzero(inf)),
-            "domain": ndom, "no_rule": n_rule, "overflow": 0 if inf_in else rest,
-            "inherited": rest if inf_in else 0}
+            "domain": ndom, "causes": {k: v for k, v in causes.items() if v}}
 
 
 def bounds_for_result(result, inputs: dict) -> BoundedRun:
