@@ -49,7 +49,9 @@ import math
 
 import numpy as np
 
+from . import running_bounds
 from .formats import FP32, Format, get_format
+from .kernels.reduce import parse_order
 
 __all__ = [
     "unit_roundoff",
@@ -110,8 +112,6 @@ def as_order(order):
     any object with a ``depth`` method."""
     if hasattr(order, "depth"):
         return order
-    from .kernels.reduce import parse_order
-
     return parse_order(order)
 
 
@@ -408,8 +408,6 @@ def plan_bounds(graph, inputs, *, mode: str = "fused", dtype="fp16", **run_kwarg
     overflow is possible, NaN flagged).  Returns ``{output name: dict(bound=
     elementwise array, max=..., units=max bound / (u_S * max|exact|))}``.
     """
-    from . import running_bounds
-
     rb = running_bounds.run_with_bounds(graph, inputs, mode=mode, dtype=dtype, **run_kwargs)
     S = get_format(dtype)
     out = {}

@@ -12,10 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from numlab import bounds as B
+from numlab import claims, zoo
+from numlab.execute import run
 from numlab.formats import BF16, FP16, FP32
+from numlab.graph import trace
+from numlab.kernels.matmul import matmul as kernel_matmul
+from numlab.kernels.reduce import reduce as kernel_reduce
 from numlab.rounding import round_to
-
-reduce_mod = pytest.importorskip("numlab.kernels.reduce", reason="numlab.kernels.reduce not available yet")
 
 
 def test_gamma_and_unit_roundoff():
@@ -63,7 +66,7 @@ def test_sum_bound_holds_for_kernel_reduce(seed, order, acc, kind):
     else:
         x = rng.standard_normal((3, n)) * 2.0 ** rng.integers(-10, 10, (3, n))
     x = round_to(x, acc)  # values of the accumulator format
-    s_hat = np.asarray(reduce_mod.reduce(x, "sum", order=order, acc=acc), dtype=np.float64)
+    s_hat = np.asarray(kernel_reduce(x, "sum", order=order, acc=acc), dtype=np.float64)
     s = _exact_sum(x)
     err = np.abs(s_hat - s)  # s is rounded once to fp64: slack 2**-52 |s|
     bnd = B.sum_bound(np.abs(x).sum(axis=1) * (1 + 2.0**-40), n, order, acc)
@@ -73,7 +76,7 @@ def test_sum_bound_holds_for_kernel_reduce(seed, order, acc, kind):
 def test_sum_bound_with_output_rounding_and_overflow():
     rng = np.random.default_rng(1)
     x = rng.standard_normal((50, 2048)).astype(np.float16)
-    s_hat = reduce_mod.reduce(x, "sum", order="blocked(512,sequential,pairwise)", acc="fp32", out="fp16")
+    s_hat = kernel_reduce(x, "sum", order="blocked(512,sequential,pairwise)", acc="fp32", out="fp16")
     s = np.array([math.fsum(r) for r in x.astype(np.float64)])
     bnd = B.sum_bound(np.abs(x.astype(np.float64)).sum(1), 2048, "blocked(512,sequential,pairwise)", FP32, FP16,
                       s_abs=np.abs(s))
@@ -91,7 +94,7 @@ def test_sum_bound_is_attained_order_of_magnitude_sequential_fp16():
     n = 200
     x = np.full(n + 1, float(np.float16(2.0**-11 + 2.0**-21)))
     x[0] = 1.0
-    s_hat = float(reduce_mod.reduce(x.astype(np.float16), "sum", order="sequential", acc="fp16"))
+    s_hat = float(kernel_reduce(x.astype(np.float16), "sum", order="sequential", acc="fp16"))
     err = abs(s_hat - math.fsum(x))
     bnd = B.sum_bound(np.abs(x).sum(), n + 1, "sequential", FP16)
     assert err <= bnd and err > 0.3 * bnd
@@ -164,7 +167,7 @@ def test_probabilistic_bound_formulas_and_coverage():
     # empirical: random data, sequential fp32 sums exceed the probabilistic bound rarely
     rng = np.random.default_rng(4)
     x = rng.uniform(0, 1, (400, 1000)).astype(np.float32)
-    s_hat = reduce_mod.reduce(x, "sum", order="sequential", acc="fp32").astype(np.float64)
+    s_hat = kernel_reduce(x, "sum", order="sequential", acc="fp32").astype(np.float64)
     s = np.array([math.fsum(r) for r in x.astype(np.float64)])
     bnd, prob = B.prob_sum_bound(np.abs(x.astype(np.float64)).sum(1), 1000, u, prob=0.99)
     assert prob == pytest.approx(0.99)
@@ -174,10 +177,6 @@ def test_probabilistic_bound_formulas_and_coverage():
 
 
 def test_plan_bounds_hold_for_each_output():
-    pytest.importorskip("numlab.execute", reason="numlab.execute (issue 4) not available")
-    from numlab import claims, zoo
-    from numlab.execute import run
-
     for model in ("matmul_add_layernorm", "softmax", "residual_rmsnorm"):
         g = claims.get_model(model)
         x = zoo.make_inputs(g, seed=2, dtype="fp16")
@@ -195,14 +194,13 @@ def test_plan_bounds_hold_for_each_output():
 @given(st.integers(0, 2**31 - 1), st.sampled_from(["sequential", "block_fma", "split_k"]),
        st.sampled_from([FP16, BF16]), st.sampled_from([None, FP16]))
 def test_matmul_bound_holds_for_kernel_matmul_modes(seed, mode, low, out):
-    mm = pytest.importorskip("numlab.kernels.matmul", reason="numlab.kernels.matmul not available")
     rng = np.random.default_rng(seed)
     m, k, n = int(rng.integers(1, 6)), int(rng.integers(1, 80)), int(rng.integers(1, 6))
     kt = int(rng.integers(1, 40))
     a = round_to(rng.standard_normal((m, k)) * 10.0 ** rng.integers(-2, 3, (m, k)), low)
     b = round_to(rng.standard_normal((k, n)), low)
     outf = None if out is None else low
-    c = np.asarray(mm.matmul(a.astype(low.container), b.astype(low.container), k_tile=kt, acc="fp32", out=outf,
+    c = np.asarray(kernel_matmul(a.astype(low.container), b.astype(low.container), k_tile=kt, acc="fp32", out=outf,
                              mode=mode), dtype=np.float64)
     exact = np.array([[float(sum(Fraction(float(a[i, t])) * Fraction(float(b[t, j])) for t in range(k)))
                        for j in range(n)] for i in range(m)])
@@ -213,9 +211,6 @@ def test_matmul_bound_holds_for_kernel_matmul_modes(seed, mode, low, out):
 
 @given(st.integers(0, 2**31 - 1), st.integers(2, 6), st.sampled_from(["fp16", "bf16"]))
 def test_chain_bound_for_product_chains_eager_and_fused(seed, k, dtype):
-    pytest.importorskip("numlab.execute", reason="numlab.execute (issue 4) not available")
-    from numlab.execute import run
-    from numlab.graph import trace
 
     names = [f"x{i}" for i in range(k)]
 

@@ -13,13 +13,13 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
+from numlab import bound_rules as R
+from numlab import ops, zoo
 from numlab import running_bounds as RB
 from numlab.formats import get_format
+from numlab.graph import trace
 from numlab.rounding import round_to
 
-pytest.importorskip("numlab.execute", reason="numlab.execute (issue 4) not available")
-from numlab import ops  # noqa: E402
-from numlab.graph import trace  # noqa: E402
 
 mpmath.mp.dps = 60
 SHAPE = (2, 4)
@@ -340,8 +340,6 @@ def test_fused_needs_internals():
 
 
 # ---------------------------------------------------------------- rules table, finiteness, no_rule
-from numlab import bound_rules as R  # noqa: E402
-from numlab import zoo  # noqa: E402
 
 
 def test_every_catalogue_op_has_a_bound_rule():

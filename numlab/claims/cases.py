@@ -1,0 +1,116 @@
+"""Cases (model, sizes, storage format, fusion spec, inputs), their lazily
+computed runs, and the evaluation of a claim on one case."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import zoo
+from ..execute import run
+from ..formats import get_format
+from ._fusion import fusion_options, fusion_spec
+from .catalogue import CaseResult, get_claim, get_model, model_sizes
+
+__all__ = ["Case", "Runs", "make_case", "evaluate", "trial_seed", "data_inputs"]
+
+
+def trial_seed(seed: int, trial: int) -> int:
+    """Per-trial seed (independent of the executor and of the task split)."""
+    return int(np.random.SeedSequence([int(seed), int(trial)]).generate_state(1)[0])
+
+
+@dataclass
+class Case:
+    """One input configuration: model, sizes, storage format, fusion spec
+    (the canonical ``FusionOptions.spec`` string) and the S-valued inputs
+    (float64 arrays)."""
+
+    model: str
+    sizes: dict
+    dtype: str
+    fusion: str
+    inputs: dict
+    kind: str = "normal"
+    seed: int = 0
+    trial: int = 0
+    origin: str = "random"
+
+    def graph(self):
+        return get_model(self.model, self.sizes)
+
+    def n_elements(self) -> int:
+        return int(sum(np.asarray(v).size for v in self.inputs.values()))
+
+    def complexity(self) -> int:
+        """Total significant bits of the inputs (0 for a zero): the
+        "simplest values" measure the shrinker lowers."""
+        tot = 0
+        for v in self.inputs.values():
+            a = np.abs(np.asarray(v, dtype=np.float64).ravel())
+            a = a[np.isfinite(a) & (a > 0)]
+            if a.size == 0:
+                continue
+            m, _ = np.frexp(a)
+            ki = (m * 2.0**53).astype(np.uint64)  # the 53-bit significand, exact
+            low = ki & (~ki + np.uint64(1))  # its lowest set bit (a power of two)
+            tz = np.log2(low.astype(np.float64)).astype(np.int64)  # trailing zeros
+            tot += int(np.sum(53 - tz))
+        return tot
+
+
+class Runs:
+    """Lazily computed runs of one case (each mode at most once)."""
+
+    def __init__(self, case: Case, *, graph=None):
+        self.case = case
+        self.graph = graph if graph is not None else case.graph()
+        self.S = get_format(case.dtype)
+        self.fusion = fusion_options(case.fusion)
+        self._res: dict = {}
+
+    def run(self, mode: str, **kw):
+        key = (mode, tuple(sorted(kw.items())))
+        if key not in self._res:
+            fusion = self.fusion if mode in ("fused", "emulated_casts") else None
+            with np.errstate(all="ignore"):
+                self._res[key] = run(self.graph, self.case.inputs, mode=mode, dtype=self.S,
+                                     fusion=fusion, **kw)
+        return self._res[key]
+
+    def outputs(self, mode: str) -> dict:
+        return {k: np.asarray(v) for k, v in self.run(mode).outputs.items()}
+
+
+def make_case(model: str, *, sizes=None, dtype="fp16", fusion=None, kind="normal",
+              seed: int = 0, trial: int = 0, graph=None) -> Case:
+    """A case with zoo-generated inputs (``kind``) for trial ``trial``: the
+    inputs depend only on (model, sizes, dtype, kind, seed, trial).
+    ``fusion`` is a fusion spec or a FusionOptions (``FusionOptions.parse``;
+    None: the default ``"autofuse"``); the case keeps its canonical spec."""
+    S = get_format(dtype)
+    spec = fusion_spec(fusion)
+    sizes = model_sizes(model, sizes)
+    g = graph if graph is not None else get_model(model, sizes)
+    inputs = zoo.make_inputs(g, kind=kind, seed=trial_seed(seed, trial), dtype=S)
+    return Case(model, sizes, S.name, spec, inputs, kind, seed, trial)
+
+
+def evaluate(claim, case: Case, graph=None) -> CaseResult:
+    """Evaluate a per-case claim on one case (with the runs' outputs kept)."""
+    claim = get_claim(claim)
+    runs = Runs(case, graph=graph)
+    r = claim.evaluate(runs)
+    if not r.outputs:
+        r.outputs = {m: runs.outputs(m) for m in ("eager", "fused", "reference")
+                     if any(k[0] == m for k in runs._res)}
+    r.fingerprints = {**{m: runs.run(m).fingerprint for m in ("eager", "fused")
+                         if any(k[0] == m for k in runs._res)}, **r.fingerprints}
+    return r
+
+
+def data_inputs(graph) -> list:
+    """The graph inputs that hold data (not index or mask inputs): what the
+    mutations and the shrinker change."""
+    return [k for k in graph.inputs if graph.role(k) not in ("index", "mask")]

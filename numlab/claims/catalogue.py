@@ -1,0 +1,579 @@
+"""The claims and the models they are checked on.
+
+A claim maps the runs of one case (:class:`numlab.claims.cases.Runs`) to a
+:class:`CaseResult`: ``verdict`` "holds", "fails" or "undecided" and a
+``margin`` in comparable units (> 0 violated).  A case whose decision rests
+on an infinite, NaN, unknown or empty result is **undecided**, never
+"holds": comparing an infinite error with an infinite error, an infinite
+(unknown) running bound with anything, or nothing at all decides nothing.
+``CaseResult.undecided`` then says why and names the operators responsible
+(from the running bounds' per-node flags, :func:`numlab.running_bounds.inf_sources`).
+A violation found on the decided elements of a case still makes it "fails".
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import metrics
+from .. import running_bounds as RB
+from .. import zoo
+from ..execute import run
+from ..formats import Format
+from ..graph import trace
+from ..ops import CATALOGUE, concat, gelu, layer_norm
+from ..rounding import round_to
+
+__all__ = ["CaseResult", "Claim", "CLAIMS", "EXTRA_MODELS", "VERDICTS", "get_claim", "get_model",
+           "model_sizes"]
+
+VERDICTS = ("holds", "fails", "undecided")
+
+
+# ---------------------------------------------------------------------------
+# models
+# ---------------------------------------------------------------------------
+def _mul_add_gelu_mul(batch: int = 4, hidden: int = 64):
+    def mul_add_gelu_mul(x, b, w):
+        return {"y": gelu(x * 0.7 + b) * w}
+
+    return trace(mul_add_gelu_mul, x=(batch, hidden), b=(hidden,), w=(hidden,))
+
+
+def _matmul_add_layernorm(batch: int = 4, d_in: int = 32, hidden: int = 64):
+    def matmul_add_layernorm(x, w, b, gamma, beta):
+        return {"y": layer_norm(x @ w + b, gamma, beta)}
+
+    g = trace(matmul_add_layernorm, x=(batch, d_in), w=(d_in, hidden), b=(hidden,),
+              gamma=(hidden,), beta=(hidden,))
+    return g.with_roles(b="beta")
+
+
+def _movement(batch: int = 4, hidden: int = 16):
+    def movement(x):
+        t = x.transpose(1, 0)
+        c = concat([t, t], axis=0)
+        return {"y": c.reshape(2 * hidden * batch)}
+
+    return trace(movement, x=(batch, hidden))
+
+
+def _mul_scalar(batch: int = 8, hidden: int = 64):
+    def mul_scalar(x):
+        return {"y": x * 0.7}
+
+    return trace(mul_scalar, x=(batch, hidden))
+
+
+EXTRA_MODELS: dict[str, Callable] = {
+    "mul_add_gelu_mul": _mul_add_gelu_mul,
+    "matmul_add_layernorm": _matmul_add_layernorm,
+    "movement": _movement,
+    "mul_scalar": _mul_scalar,
+}
+"""Models used by the claims and the test plan in addition to ``numlab.zoo.MODELS``."""
+
+
+def _all_models() -> dict:
+    return {**zoo.MODELS, **EXTRA_MODELS}
+
+
+def get_model(name: str, sizes: dict | None = None):
+    """Graph of a zoo model or an :data:`EXTRA_MODELS` model with ``sizes``."""
+    models = _all_models()
+    if name not in models:
+        raise ValueError(f"model={name!r} is not known; valid models: {sorted(models)}")
+    return models[name](**(sizes or {}))
+
+
+def model_sizes(name: str, sizes: dict | None = None) -> dict:
+    """The full size dict of model ``name`` (defaults filled in)."""
+    models = _all_models()
+    if name not in models:
+        raise ValueError(f"model={name!r} is not known; valid models: {sorted(models)}")
+    sig = inspect.signature(models[name])
+    out = {k: p.default for k, p in sig.parameters.items()
+           if isinstance(p.default, int) and not isinstance(p.default, bool)}
+    for k, v in (sizes or {}).items():
+        if k not in sig.parameters:
+            raise ValueError(f"size {k!r} is not a parameter of model {name!r}; valid: {list(sig.parameters)}")
+        out[k] = v
+    return out
+
+
+# ---------------------------------------------------------------------------
+# results
+# ---------------------------------------------------------------------------
+@dataclass
+class CaseResult:
+    """Outcome of a claim on one case.
+
+    ``holds`` (True only for the verdict "holds"); ``margin`` (> 0 violated,
+    over the decided elements; the adversarial search maximises it; NaN
+    when nothing was decided); ``detail`` (the worst output, element and
+    numbers); ``outputs`` (mode -> {output -> array}, for saving);
+    ``fingerprints`` (mode -> compile fingerprint); ``stats`` (population
+    claims); ``undecided`` (empty, or ``{"reason": str, "responsible":
+    [{"node", "op", "causes"}], ...}`` when the decision rests on an
+    infinite, NaN, unknown or empty result)."""
+
+    holds: bool
+    margin: float
+    detail: dict = field(default_factory=dict)
+    outputs: dict = field(default_factory=dict)
+    fingerprints: dict = field(default_factory=dict)
+    stats: dict = field(default_factory=dict)
+    undecided: dict = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        """ "holds", "fails" or "undecided" (:data:`VERDICTS`)."""
+        if self.holds:
+            return "holds"
+        return "undecided" if self.undecided else "fails"
+
+    @property
+    def fails(self) -> bool:
+        """Whether the claim is violated (a decided counterexample)."""
+        return self.verdict == "fails"
+
+
+def _result(margin: float, detail: dict, undecided: dict | None = None, **kw) -> CaseResult:
+    """A violation on the decided part fails; else undecided parts make the
+    case undecided; else it holds."""
+    if margin > 0:
+        return CaseResult(False, margin, detail, **kw)
+    if undecided:
+        return CaseResult(False, margin, detail, undecided=undecided, **kw)
+    return CaseResult(True, margin, detail, **kw)
+
+
+def _bounded(runs, mode: str):
+    """The :class:`numlab.running_bounds.BoundedRun` of ``mode``, cached on ``runs``."""
+    key = ("bounds", mode)
+    if key not in runs._res:
+        fusion = runs.fusion if mode in ("fused", "emulated_casts") else None
+        runs._res[key] = RB.run_with_bounds(runs.graph, runs.case.inputs, mode=mode, dtype=runs.S,
+                                            reference=False, fusion=fusion)
+    return runs._res[key]
+
+
+def _run_bounds(runs, mode: str) -> dict:
+    """Running bounds of the outputs of ``mode`` (numlab.running_bounds), cached."""
+    return _bounded(runs, mode).output_bounds()
+
+
+def _responsible(runs, modes) -> list:
+    """The nodes where inf running bounds originate in ``modes`` (with mode)."""
+    out = []
+    for mode in modes:
+        out += [{"mode": mode, **s} for s in _bounded(runs, mode).inf_sources()]
+    return out
+
+
+def _undecided(reason: str, runs=None, modes=(), **extra) -> dict:
+    return {"reason": reason, "responsible": _responsible(runs, modes) if runs is not None else [], **extra}
+
+
+def responsible_ops(undecided: dict) -> list:
+    """``["op (node): cause n, ..."]`` from a CaseResult's ``undecided``."""
+    out = []
+    for s in undecided.get("responsible", []):
+        causes = ", ".join(f"{c} {n}" for c, n in s["causes"].items())
+        out.append(f"{s['op']} ({s.get('mode', '')} node {s['node']}: {causes})")
+    return out
+
+
+# ---------------------------------------------------------------------------
+# claims
+# ---------------------------------------------------------------------------
+def _worst(arr: np.ndarray) -> tuple:
+    if arr.size == 0:
+        return ()
+    return tuple(int(i) for i in np.unravel_index(int(np.argmax(arr)), arr.shape))
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A statement over runs.
+
+    Parameters
+    ----------
+    name : str
+        Registry key (CLI ``numlab check NAME``).
+    statement : str
+        The statement in words, with its source in the note.
+    fn : callable
+        ``fn(runs) -> CaseResult`` for per-case claims, or for population
+        claims ``fn(list of per-case stats) -> CaseResult`` with
+        ``case_fn(runs) -> stats``.
+    scope : {"case", "population"}
+    case_fn : callable, optional
+        Population claims: per-case statistics.
+    searchable : bool
+        Whether the adversarial search and shrinking apply (determinism and
+        structural claims have no margin to climb).
+    """
+
+    name: str
+    statement: str
+    fn: Callable
+    scope: str = "case"
+    case_fn: Callable | None = None
+    searchable: bool = True
+    requires: str = ""
+
+    def evaluate(self, runs) -> CaseResult:
+        if self.scope != "case":
+            raise ValueError(f"claim {self.name!r} is a population claim; use check()")
+        return self.fn(runs)
+
+
+def _errs(runs, mode: str, name: str):
+    ref = runs.outputs("reference")[name]
+    x = runs.outputs(mode)[name]
+    return metrics.abs_error(ref, x), ref
+
+
+def _claim_elementwise(runs) -> CaseResult:
+    worst_m, detail, n_und, n_all = -math.inf, {}, 0, 0
+    for name in runs.graph.outputs:
+        ef, ref = _errs(runs, "fused", name)
+        ee, _ = _errs(runs, "eager", name)
+        q = metrics.ref_ulp(ref, runs.S)
+        both_inf = np.isinf(ef) & np.isinf(ee)
+        n_und += int(np.count_nonzero(both_inf))
+        n_all += int(ef.size)
+        with np.errstate(invalid="ignore"):
+            d = np.where(both_inf, -np.inf, (ef - ee) / q)
+        d = np.where(np.isnan(d), np.inf, d)
+        if d.size == 0:
+            continue
+        idx = _worst(d)
+        m = float(d[idx])
+        if m > worst_m:
+            worst_m = m
+            detail = {"output": name, "index": list(idx), "fused_err": float(ef[idx]),
+                      "eager_err": float(ee[idx]), "reference": float(ref[idx]),
+                      "fused": float(runs.outputs("fused")[name][idx]),
+                      "eager": float(runs.outputs("eager")[name][idx]),
+                      "violations": int(np.count_nonzero(d > 0)), "elements": int(d.size)}
+    und = None
+    if n_all == 0:
+        und = _undecided("no output elements to compare")
+    elif n_und:
+        und = _undecided(f"fused and eager errors both infinite at {n_und} of {n_all} elements", runs,
+                         ("eager", "fused"), elements=n_und)
+    return _result(worst_m, detail, und)
+
+
+def _tensor_scale(ref: np.ndarray, S: Format) -> float:
+    """The unit of the tensor-level margins: ``u_S * max|ref|`` over the
+    finite references, at least ``u_S * smallest_normal``."""
+    return S.u * max(float(np.max(np.abs(np.where(np.isfinite(ref), ref, 0)))), S.smallest_normal)
+
+
+def _claim_tensor(runs) -> CaseResult:
+    worst_m, detail, und_out = -math.inf, {}, []
+    for name in runs.graph.outputs:
+        ef, ref = _errs(runs, "fused", name)
+        ee, _ = _errs(runs, "eager", name)
+        fmax, emax = float(ef.max()), float(ee.max())
+        scale = _tensor_scale(ref, runs.S)
+        if math.isinf(fmax) and math.isinf(emax):
+            und_out.append(name)
+            continue
+        if math.isinf(fmax):
+            m = math.inf
+        elif math.isinf(emax):
+            m = -math.inf
+        else:
+            m = (fmax - emax) / scale
+        if m > worst_m:
+            worst_m = m
+            idx = _worst(ef)
+            detail = {"output": name, "fused_max": fmax, "eager_max": emax, "index": list(idx),
+                      "margin_units": "u_S * max|ref|"}
+    und = None
+    if und_out:
+        und = _undecided(f"max fused and eager errors both infinite for outputs {und_out}", runs,
+                         ("eager", "fused"), outputs=und_out)
+    return _result(worst_m if detail or not und_out else math.nan, detail, und)
+
+
+def _population_stats(runs) -> dict:
+    out = {}
+    for name in runs.graph.outputs:
+        ef, _ = _errs(runs, "fused", name)
+        ee, _ = _errs(runs, "eager", name)
+        out[name] = (ef.ravel().astype(np.float64), ee.ravel().astype(np.float64))
+    return out
+
+
+def _claim_population(stats: list) -> CaseResult:
+    worst_m, detail = -math.inf, {}
+    names = list(stats[0]) if stats else []
+    res, und_out = {}, []
+    for name in names:
+        ef = np.concatenate([s[name][0] for s in stats])
+        ee = np.concatenate([s[name][1] for s in stats])
+        if ef.size == 0:
+            und_out.append(name)
+            continue
+        fp99, ep99 = metrics.percentile(ef, 99), metrics.percentile(ee, 99)
+        fmax, emax = float(ef.max()), float(ee.max())
+        res[name] = {"fused_p99": fp99, "eager_p99": ep99, "fused_max": fmax, "eager_max": emax,
+                     "elements": int(ef.size)}
+        if (math.isinf(fp99) and math.isinf(ep99)) or (math.isinf(fmax) and math.isinf(emax)):
+            und_out.append(name)
+            continue
+        scale = max(ep99, emax, 1e-300)
+        m = max((fp99 - ep99) / scale, (fmax - emax) / scale) if math.isfinite(scale) else 0.0
+        if math.isnan(m):
+            m = math.inf
+        if m > worst_m:
+            worst_m, detail = m, {"output": name, **res[name]}
+    und = None
+    if not names:
+        und = _undecided("no cases in the population")
+    elif und_out:
+        und = _undecided(f"P99 or max of fused and eager errors both infinite (or no elements) for outputs "
+                         f"{und_out}", outputs=und_out)
+    return _result(worst_m if detail or not und else math.nan, detail, und, stats=res)
+
+
+def _claim_bound(runs) -> CaseResult:
+    worst_m, detail, und_out = -math.inf, {}, []
+    bf = _run_bounds(runs, "fused")
+    be = _run_bounds(runs, "eager")
+    for name in runs.graph.outputs:
+        fmax, emax = float(np.max(bf[name])), float(np.max(be[name]))
+        if math.isinf(fmax) or math.isinf(emax):
+            und_out.append({"output": name, "fused_bound_max": fmax, "eager_bound_max": emax})
+            continue
+        ref = runs.outputs("reference")[name]
+        m = (fmax - emax) / _tensor_scale(ref, runs.S)
+        if m > worst_m:
+            worst_m, detail = m, {"output": name, "fused_bound_max": fmax, "eager_bound_max": emax}
+    und = None
+    if und_out:
+        und = _undecided("running bound infinite (unknown) for outputs "
+                         f"{[u['output'] for u in und_out]}", runs, ("eager", "fused"), outputs=und_out)
+        if not detail:
+            detail = dict(und_out[0])
+    return _result(worst_m if math.isfinite(worst_m) or not und else math.nan, detail, und)
+
+
+def _claim_within_bound(runs) -> CaseResult:
+    worst_m, detail, n_inf, n_all, modes = -math.inf, {}, 0, 0, []
+    for mode in ("eager", "fused"):
+        b = _run_bounds(runs, mode)
+        for name in runs.graph.outputs:
+            err, ref = _errs(runs, mode, name)
+            bb = b[name]
+            k = int(np.count_nonzero(np.isinf(bb)))
+            n_inf, n_all = n_inf + k, n_all + int(bb.size)
+            if k and mode not in modes:
+                modes.append(mode)
+            with np.errstate(invalid="ignore"):
+                over = np.where(np.isinf(bb), -np.inf, (err - bb) / np.maximum(bb, 1e-300))
+            if over.size == 0:
+                continue
+            idx = _worst(over)
+            m = float(over[idx]) if over.ndim else float(over)
+            if m > worst_m:
+                worst_m = m
+                detail = {"mode": mode, "output": name, "index": list(idx), "err": float(err[idx]),
+                          "bound": float(bb[idx]), "inf_bounds": k}
+    und = None
+    if n_all == 0:
+        und = _undecided("no output elements to check")
+    elif n_inf:
+        und = _undecided(f"running bound infinite (unknown) at {n_inf} of {n_all} output elements", runs,
+                         modes, elements=n_inf)
+    return _result(worst_m if n_inf < n_all else math.nan, detail, und)
+
+
+def _movement_only(graph) -> list:
+    return [n.name for n in graph.nodes if CATALOGUE[n.op].category != "data_movement"]
+
+
+def _claim_bitexact(runs) -> CaseResult:
+    bad_nodes = _movement_only(runs.graph)
+    if bad_nodes:
+        raise ValueError(
+            f"claim 'data_movement_bitexact' applies to pure data-movement models; model "
+            f"{runs.case.model!r} computes in nodes {bad_nodes[:5]} (use model 'movement')"
+        )
+    worst, detail, n_all = 0, {}, 0
+    for name in runs.graph.outputs:
+        e = runs.outputs("eager")[name]
+        f = runs.outputs("fused")[name]
+        r = np.asarray(round_to(runs.outputs("reference")[name], runs.S), dtype=np.float64)
+        neq = ~metrics.bitwise_equal(e, f)
+        neq_r = ~metrics.bitwise_equal(e.astype(np.float64), r)
+        n_all += int(neq.size)
+        n = int(np.count_nonzero(neq | neq_r))
+        if n > worst:
+            worst = n
+            detail = {"output": name, "mismatches": n, "index": list(_worst((neq | neq_r).astype(float)))}
+    und = _undecided("no output elements to compare") if n_all == 0 else None
+    return _result(float(worst), detail, und)
+
+
+def _claim_fp32_inside(runs) -> CaseResult:
+    res = runs.run("fused", keep_internals=True)
+    bad = [k for k in res.internals if np.asarray(res.values[k]).dtype != np.float32]
+    if bad:
+        return CaseResult(False, math.inf, {"non_fp32_internals": bad[:10]})
+    worst_m, detail, und_out = -math.inf, {"internals": len(res.internals)}, []
+    for name in runs.graph.outputs:
+        ef, ref = _errs(runs, "fused", name)
+        ec, _ = _errs(runs, "emulated_casts", name)
+        scale = _tensor_scale(ref, runs.S)
+        fmax, cmax = float(ef.max()), float(ec.max())
+        if math.isinf(fmax) and math.isinf(cmax):
+            und_out.append(name)
+            continue
+        m = (fmax - cmax) / scale
+        if math.isnan(m):
+            m = math.inf
+        if m > worst_m:
+            worst_m = m
+            detail = {"output": name, "fused_max": fmax, "emulated_casts_max": cmax,
+                      "internals": len(res.internals)}
+    und = None
+    if und_out:
+        und = _undecided(f"max fused and emulated-casts errors both infinite for outputs {und_out}", runs,
+                         ("fused",), outputs=und_out)
+    return _result(worst_m if math.isfinite(worst_m) or not und else math.nan, detail, und)
+
+
+def _claim_compile_det(runs) -> CaseResult:
+    r1 = runs.run("fused")
+    g2 = runs.case.graph()  # a second compile from scratch: a fresh graph object and plan
+    with np.errstate(all="ignore"):
+        r2 = run(g2, runs.case.inputs, mode="fused", dtype=runs.S, fusion=runs.fusion)
+    plan_equal = str(r1.plan) == str(r2.plan)
+    same = plan_equal and r1.fingerprint == r2.fingerprint
+    return CaseResult(same, 0.0 if same else 1.0,
+                      {"plan_equal": plan_equal, "fingerprint": r1.fingerprint, "fingerprint_2": r2.fingerprint},
+                      fingerprints={"fused": r1.fingerprint})
+
+
+def _claim_exec_det(runs) -> CaseResult:
+    n_bad, detail = 0, {}
+    for mode in ("eager", "fused"):
+        a = runs.outputs(mode)
+        with np.errstate(all="ignore"):
+            b = run(runs.graph, runs.case.inputs, mode=mode, dtype=runs.S,
+                    fusion=runs.fusion if mode == "fused" else None).outputs
+        for name in a:
+            neq = int(np.count_nonzero(~metrics.bitwise_equal(a[name], np.asarray(b[name]))))
+            if neq:
+                n_bad += neq
+                detail = {"mode": mode, "output": name, "mismatches": neq}
+    return CaseResult(n_bad == 0, float(n_bad), detail)
+
+
+def _claim_inductor(runs) -> CaseResult:
+    worst_m, detail, und_out = -math.inf, {}, []
+    for name in runs.graph.outputs:
+        ref = runs.outputs("reference")[name]
+        e, f = runs.outputs("eager")[name], runs.outputs("fused")[name]
+        r = metrics.inductor_check(np.asarray(ref, dtype=np.float64), e, f)
+        if r.reason == "rmse":
+            m = (r.res_error - r.threshold) / max(r.threshold, 1e-300)
+        else:
+            m = -1.0 if r.passed else math.inf
+        if math.isnan(m):  # inf - inf: both rmse values infinite (or NaN)
+            und_out.append({"output": name, "rmse_fused": r.res_error, "rmse_eager": r.ref_error})
+            continue
+        if m > worst_m:
+            worst_m = m
+            detail = {"output": name, "reason": r.reason, "rmse_fused": r.res_error,
+                      "rmse_eager": r.ref_error, "multiplier": r.multiplier, "threshold": r.threshold}
+    und = None
+    if und_out:
+        und = _undecided("rmse of fused and eager both infinite or NaN for outputs "
+                         f"{[u['output'] for u in und_out]}", runs, ("eager", "fused"), outputs=und_out)
+    return _result(worst_m if math.isfinite(worst_m) or not und else math.nan, detail, und)
+
+
+def _claim_emulated(runs) -> CaseResult:
+    res = runs.run("emulated_casts", align=("instruction", "tiling", "algorithm"))
+    n_bad, detail = 0, {}
+    for name in runs.graph.outputs:
+        e = runs.outputs("eager")[name]
+        f = np.asarray(res.outputs[name])
+        neq = ~metrics.bitwise_equal(e, f)
+        k = int(np.count_nonzero(neq))
+        if k > n_bad:
+            n_bad = k
+            idx = _worst(neq.astype(float))
+            detail = {"output": name, "mismatches": k, "elements": int(neq.size), "index": list(idx),
+                      "eager": float(np.asarray(e, dtype=np.float64)[idx]),
+                      "emulated": float(np.asarray(f, dtype=np.float64)[idx])}
+    return CaseResult(n_bad == 0, float(n_bad), detail, outputs={"eager": runs.outputs("eager"),
+                                                                 "emulated_casts": dict(res.outputs)})
+
+
+CLAIMS: dict[str, Claim] = {
+    c.name: c
+    for c in [
+        Claim("no_worse_elementwise",
+              "every element: |fused - ref| <= |eager - ref| (the autofusion note's 'fused is no worse than eager', read per element)",
+              _claim_elementwise),
+        Claim("no_worse_tensor",
+              "every output tensor: max |fused - ref| <= max |eager - ref| (the note's 'no worse than eager', per tensor)",
+              _claim_tensor),
+        Claim("no_worse_population",
+              "over the trial population: P99 and max of |fused - ref| <= those of eager "
+              "(the note's 'no worse than eager'; the test plan's verdict)",
+              _claim_population, scope="population", case_fn=_population_stats, searchable=False),
+        Claim("bound_no_worse",
+              "per output: max running error bound of fused <= that of eager "
+              "(the note: 'the accumulated rounding-error bound of autofusion <= eager')",
+              _claim_bound, requires="numlab.running_bounds"),
+        Claim("error_within_bound",
+              "every element of eager and fused: |computed - exact| <= running bound (rigorous)",
+              _claim_within_bound, requires="numlab.running_bounds"),
+        Claim("data_movement_bitexact",
+              "pure data movement is bit-exact: fused == eager == reference rounded to S (the note's data-movement claim)",
+              _claim_bitexact, searchable=False),
+        Claim("fp32_inside",
+              "fused blocks keep intermediates in fp32 (the note's fp32-inside claim): internals are float32 and the fused "
+              "max error <= the emulated-casts (intermediates rounded to S) max error per output",
+              _claim_fp32_inside),
+        Claim("compile_determinism",
+              "same model, shapes, dtype and options -> same plan and compile fingerprint (the note's determinism claim), "
+              "also across executor processes",
+              _claim_compile_det, searchable=False),
+        Claim("execution_determinism",
+              "same compiled plan and inputs -> bitwise identical outputs (the note's determinism claim)",
+              _claim_exec_det, searchable=False),
+        Claim("emulated_casts_match_eager",
+              "with emulated precision casts (TORCHINDUCTOR_EMULATE_PRECISION_CASTS) and eager's instructions, "
+              "tiling and algorithms, fused == eager bit for bit (the note's emulated-casts patch; decomposition must be patched off: "
+              "use --fusion autofuse+nodecompose)",
+              _claim_emulated),
+        Claim("inductor_rule",
+              "PyTorch Inductor's rule: rmse(fp64, fused) <= multiplier * rmse(fp64, eager) + tol/10 "
+              "(torch._dynamo.utils.same, https://github.com/pytorch/pytorch/blob/main/torch/_dynamo/utils.py)",
+              _claim_inductor),
+    ]
+}
+
+
+def get_claim(name) -> Claim:
+    """A built-in claim by name, or a Claim unchanged."""
+    if isinstance(name, Claim):
+        return name
+    if name not in CLAIMS:
+        raise ValueError(f"claim={name!r} is not known; valid claims: {sorted(CLAIMS)}")
+    return CLAIMS[name]

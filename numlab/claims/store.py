@@ -1,0 +1,130 @@
+"""Counterexample files: ``.npz`` (inputs and the eager / fused / reference
+outputs) plus ``.json`` (claim, model, sizes, dtype, fusion spec and
+options, seed, trial, compile fingerprints, hashes, margin, worst element);
+:func:`load_counterexample` + :func:`reproduce` recompute one and compare
+bit for bit."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import numpy as np
+
+from ._fusion import fusion_options, fusion_spec
+from .cases import Case, evaluate
+from .catalogue import CaseResult, get_claim
+
+__all__ = ["save_counterexample", "load_counterexample", "reproduce", "sha256_arrays"]
+
+
+def sha256_arrays(arrs: dict) -> str:
+    """SHA-256 over the named arrays (names, dtypes, shapes and bytes, sorted by name)."""
+    h = hashlib.sha256()
+    for k in sorted(arrs):
+        a = np.ascontiguousarray(arrs[k])
+        h.update(k.encode())
+        h.update(str(a.dtype).encode())
+        h.update(str(a.shape).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def save_counterexample(claim, case: Case, result: CaseResult, directory="data/counterexamples", *,
+                        extra: dict | None = None, force: bool = False) -> str:
+    """Save ``case`` as ``<dir>/<claim>__<model>__<dtype>__<hash12>.npz`` and
+    ``.json``; returns the path stem.  The name holds a hash of the inputs
+    and the claim, so the same counterexample maps to the same files; an
+    existing file with different content is never overwritten unless
+    ``force``."""
+    claim = get_claim(claim)
+    os.makedirs(directory, exist_ok=True)
+    arrs = {f"input/{k}": np.asarray(v, dtype=np.float64) for k, v in case.inputs.items()}
+    for mode, outs in result.outputs.items():
+        for k, v in outs.items():
+            arrs[f"output/{mode}/{k}"] = np.asarray(v)
+    ih = sha256_arrays({k: v for k, v in arrs.items() if k.startswith("input/")})
+    oh = sha256_arrays({k: v for k, v in arrs.items() if k.startswith("output/")})
+    stem = os.path.join(directory, f"{claim.name}__{case.model}__{case.dtype}__{ih[:12]}")
+    meta = {
+        "claim": claim.name,
+        "statement": claim.statement,
+        "model": case.model,
+        "sizes": case.sizes,
+        "dtype": case.dtype,
+        "fusion": case.fusion,
+        "fusion_options": fusion_options(case.fusion).canonical(),
+        "kernels": {"eager": "KernelSpec.handwritten()", "fused": "KernelSpec.codegen()",
+                    "fused_library": "KernelSpec.handwritten()"},
+        "kind": case.kind,
+        "seed": case.seed,
+        "trial": case.trial,
+        "origin": case.origin,
+        "fingerprints": result.fingerprints,
+        "inputs_sha256": ih,
+        "outputs_sha256": oh,
+        "margin": result.margin,
+        "verdict": result.verdict,
+        "detail": result.detail,
+        **(extra or {}),
+    }
+    jpath, npath = stem + ".json", stem + ".npz"
+    text = json.dumps(meta, indent=2, sort_keys=True, default=_json_default)
+    if os.path.exists(jpath) and not force:
+        with open(jpath) as fh:
+            old = json.load(fh)
+        if old.get("inputs_sha256") == ih and old.get("outputs_sha256") == oh:
+            return stem  # the same counterexample is already saved
+        raise FileExistsError(f"{jpath} exists with different content; pass force=True (--force) to overwrite")
+    np.savez(npath, **arrs)
+    with open(jpath, "w") as fh:
+        fh.write(text)
+    return stem
+
+
+def _json_default(o):
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
+
+
+def load_counterexample(path) -> tuple[Case, dict, dict]:
+    """Load a saved counterexample (``.npz``/``.json`` path or their stem):
+    returns (case, metadata, saved arrays)."""
+    stem = str(path)
+    for ext in (".json", ".npz"):
+        if stem.endswith(ext):
+            stem = stem[: -len(ext)]
+    with open(stem + ".json") as fh:
+        meta = json.load(fh)
+    with np.load(stem + ".npz") as z:
+        arrs = {k: z[k] for k in z.files}
+    inputs = {k.split("/", 1)[1]: v for k, v in arrs.items() if k.startswith("input/")}
+    case = Case(meta["model"], meta["sizes"], meta["dtype"], fusion_spec(meta["fusion"]), inputs,
+                meta.get("kind", "normal"), meta.get("seed", 0), meta.get("trial", 0), meta.get("origin", ""))
+    return case, meta, arrs
+
+
+def reproduce(path) -> dict:
+    """Re-run a saved counterexample: ``{"bitwise": all saved outputs equal bit
+    for bit, "violated": claim still violated (verdict "fails"), "verdict",
+    "fingerprints_equal": ..., "result": CaseResult}``."""
+    case, meta, arrs = load_counterexample(path)
+    res = evaluate(meta["claim"], case)
+    same = True
+    for k, v in arrs.items():
+        if not k.startswith("output/"):
+            continue
+        _, mode, name = k.split("/", 2)
+        got = res.outputs.get(mode, {}).get(name)
+        if got is None or got.dtype != v.dtype or not np.array_equal(
+                np.ascontiguousarray(got).view(np.uint8), np.ascontiguousarray(v).view(np.uint8)):
+            same = False
+    fp_equal = all(res.fingerprints.get(m) == f for m, f in meta.get("fingerprints", {}).items())
+    return {"bitwise": same, "violated": res.fails, "verdict": res.verdict, "fingerprints_equal": fp_equal,
+            "result": res}
