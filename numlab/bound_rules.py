@@ -325,13 +325,14 @@ def propagate_matmul(xs, bs, attrs, ref):
 def slack_softmax(v, ins, attrs):
     """float64 softmax ``exp(x - max) / sum``: relative ``2**-39 + (n + 4 + 2
     max|x - max|) 2**-51`` of ``|v|`` (the difference, exp, the n-term sum and
-    the division), plus one denormal."""
+    the division), plus two denormals (exp and the division may each lose
+    half a denormal when the result underflows)."""
     x = _f(ins[0])
     axis = attrs["axis"]
     n = x.shape[axis]
     spread = np.max(x, axis=axis, keepdims=True) - np.min(x, axis=axis, keepdims=True)
     rel = 2 * TRANS + (n + 4 + 2 * spread) * 4 * U64
-    return (_absfinite(v) * rel) * INFL + _DENORM
+    return (_absfinite(v) * rel) * INFL + 2 * _DENORM
 
 
 def propagate_softmax(xs, bs, attrs, ref):

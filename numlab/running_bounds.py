@@ -26,9 +26,11 @@ bounds are 0).  Then, by the triangle inequality,
   maximum, minimum, data movement: 1-Lipschitz (the bound moves with the
   data); sum/mean: the sum/mean of the bounds; var:
   ``(2/N) sum |x - mean| b + (1/N) sum b^2``; matmul:
-  ``|A| b_B + b_A |B| + b_A b_B``; composites (softmax, layer_norm, ...):
-  propagated through their decomposition evaluated in float64, with float64
-  slack at every primitive.
+  ``|A| b_B + b_A |B| + b_A b_B``; softmax: each output moves by at most
+  ``softmax(x) expm1(2B)`` (``B`` the row's largest input bound, capped at
+  1); the other composites (log_softmax, layer_norm, rms_norm): propagated
+  through their decomposition evaluated in float64, with float64 slack at
+  every primitive.
 
 The per-operator rules are named functions of :mod:`numlab.bound_rules`
 (one (slack, propagate) pair per operator, looked up by :func:`rules_for`).
