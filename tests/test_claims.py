@@ -344,6 +344,8 @@ def test_committed_counterexamples_are_intact():
         ins = {k: v for k, v in arrs.items() if k.startswith("input/")}
         assert C.sha256_arrays(ins) == meta["inputs_sha256"]  # the files were not altered
         assert os.path.basename(p).split("__")[-1][:12] == meta["inputs_sha256"][:12]
+        rr = C.reproduce(p)  # still reproduced bit for bit, and still a decided violation
+        assert rr["bitwise"] and rr["fingerprints_equal"] and rr["verdict"] == "fails"
 
 
 # ---------------------------------------------------------------- verdicts: never a vacuous "holds"
