@@ -13,8 +13,11 @@ Every operator has two rules, each a named function of this module:
   float64 reference (``OpInfo.ref``): the data-movement rules move the bounds
   with it, the monotone rules evaluate it at the interval ends.
 
-Composite operators (softmax, layer_norm, ...) have the pair
-:data:`DECOMPOSED`: :func:`slack_decomposed` / :func:`propagate_decomposed`
+softmax has a rule of its own (:func:`propagate_softmax`: the ratio of
+outputs at two inputs within ``B`` of each other lies in ``[e**-2B, e**2B]``;
+much tighter than the walk through exp / sum, which loses their
+correlation).  The other composites (log_softmax, layer_norm, rms_norm)
+have the pair :data:`DECOMPOSED`: :func:`slack_decomposed` / :func:`propagate_decomposed`
 mark "propagate through the operator's decomposition, with float64 slack at
 every primitive"; running_bounds does that walk (it needs the graph layer)
 and these two functions raise when called directly.
