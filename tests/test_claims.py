@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import csv
+import glob
+import inspect
 import json
 import math
 import os
@@ -15,6 +18,7 @@ from numlab import bound_rules as R
 from numlab import claims as C
 from numlab import metrics
 from numlab.cli import main as cli_main
+from numlab.execute import run
 from numlab.fusion import FusionOptions
 
 P = FusionOptions.parse
@@ -195,8 +199,6 @@ def test_plan_numbers_vs_independent(tmp_path):
 
 
 def test_plan_reports_every_requested_fusion_configuration(tmp_path):
-    import csv
-
     # default: the four configurations, each chain judged under each, in the table, text and CSV
     assert C.PLAN_FUSIONS == ("autofuse", "autofuse+nodecompose", "autofuse:--autofuse_enable_pass=reduce",
                               "inductor")
@@ -244,8 +246,6 @@ def test_plan_reports_every_requested_fusion_configuration(tmp_path):
 def test_nodecompose_layernorm_is_eager_bit_for_bit():
     # with composites kept whole, the fused plan runs layer_norm as the same library kernel as eager:
     # outputs are bitwise equal; decomposed (autofuse default) they are not (fp16 mean/variance in between)
-    from numlab.execute import run
-
     g = C.get_model("layernorm", {"batch": 4, "hidden": 64})
     whole, dec = P("autofuse+nodecompose"), P("autofuse")
     differs = 0
@@ -270,8 +270,6 @@ def _nearest_rank(v, q):
 
 def test_plan_verdicts_recomputed_from_raw_errors():
     # P99 (nearest rank), max and the verdict of each chain/configuration, recomputed from numlab.run outputs
-    from numlab.execute import run
-
     specs = ["autofuse", "autofuse+nodecompose", "inductor"]
     trials = 4
     res = C.run_plan(None, trials=trials, quick=True, fusion=specs, seed=5)
@@ -333,8 +331,6 @@ def test_emulated_casts_claim_needs_decomposition_off():
 
 
 def test_committed_counterexamples_are_intact():
-    import glob
-
     root = os.path.join(os.path.dirname(__file__), "..", "data", "counterexamples")
     paths = sorted(glob.glob(os.path.join(root, "*.json")))
     assert paths, "data/counterexamples holds the shipped counterexamples"
@@ -428,10 +424,6 @@ def test_fusion_object_is_kept_not_replaced_by_default():
 
 
 def test_claims_draw_no_figures():
-    import inspect
-
-    import numlab.claims as pkg
-
-    for mod in (pkg.catalogue, pkg.cases, pkg.search, pkg.shrink, pkg.store, pkg.plan):
+    for mod in (C.catalogue, C.cases, C.search, C.shrink, C.store, C.plan):
         src = inspect.getsource(mod)
         assert "matplotlib.use" not in src and "pyplot" not in src and "savefig" not in src, mod.__name__

@@ -16,10 +16,11 @@ from hypothesis import strategies as st
 from numlab import bound_rules as R
 from numlab import ops, zoo
 from numlab import running_bounds as RB
+from numlab.execute import run
 from numlab.formats import get_format
+from numlab.fusion import FusionOptions
 from numlab.graph import Graph, Node, trace
 from numlab.rounding import round_to
-
 
 mpmath.mp.dps = 60
 SHAPE = (2, 4)
@@ -253,8 +254,6 @@ def _inputs(seed, kind, S):
 
 
 def _check(chain, xs, dtype, mode, fusion=None):
-    from numlab.fusion import FusionOptions
-
     S = get_format(dtype)
     g = _graph(chain)
     kw = {}
@@ -294,8 +293,6 @@ def test_running_bound_never_violated(chain, seed, kind, dtype, mode):
 @given(st.lists(st.sampled_from(UNARY + BINARY + REDUCE + ["layer_norm", "softmax"]), min_size=2, max_size=5),
        st.integers(0, 2**31 - 1))
 def test_running_bound_inductor_fusion_fp16(chain, seed):
-    from numlab.fusion import FusionOptions
-
     xs = _inputs(seed, "normal", get_format("fp16"))
     _check(chain, xs, "fp16", "fused", FusionOptions.inductor())
 
@@ -328,8 +325,6 @@ def test_bounds_are_not_vacuous_and_overflow_is_inf():
 
 
 def test_fused_needs_internals():
-    from numlab.execute import run
-
     g = _graph(["mul", "exp"])
     xs = _inputs(0, "normal", get_format("fp16"))
     res = run(g, xs, mode="fused", dtype="fp16")
@@ -367,8 +362,6 @@ KNOWN_INF = {("bf16", "fused", "transformer_block"): [("rsqrt", {"domain": 8})]}
 @pytest.mark.parametrize("mode", ["eager", "fused"])
 def test_bounds_finite_on_normal_zoo_inputs(dtype, mode):
     # every operator in every zoo model: share of finite bounds == 1 on the "normal" inputs
-    from numlab.fusion import FusionOptions
-
     seen = set()
     for name, build in zoo.MODELS.items():
         g = build()
@@ -465,8 +458,6 @@ def _one_node(op, dtype, seed=0):
 
 @pytest.mark.parametrize("op", sorted(ops.CATALOGUE))
 def test_each_operator_bound_finite_on_ordinary_inputs(op):
-    from numlab.fusion import FusionOptions
-
     for dtype in ("fp16", "bf16"):
         g, xs = _one_node(op, dtype)
         for mode, kw in (("eager", {}), ("fused", {"fusion": FusionOptions()})):

@@ -40,7 +40,16 @@ objects, coerced by ``FusionOptions.parse``; a case keeps the canonical spec.
 from __future__ import annotations
 
 from .cases import Case, Runs, evaluate, make_case, trial_seed
-from .catalogue import CLAIMS, EXTRA_MODELS, VERDICTS, CaseResult, Claim, get_claim, get_model, model_sizes
+from .catalogue import (
+    CLAIMS,
+    EXTRA_MODELS,
+    VERDICTS,
+    CaseResult,
+    Claim,
+    get_claim,
+    get_model,
+    model_sizes,
+)
 from .plan import PLAN_CHAINS, PLAN_FUSIONS, plan_c1, plan_c2, plan_c3, run_plan
 from .search import EXIT_CODES, SEARCHES, CheckReport, SearchOptions, check, sweep
 from .shrink import shrink

@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import metrics
+from .. import metrics, zoo
 from .. import running_bounds as RB
-from .. import zoo
 from ..execute import run
 from ..formats import Format
 from ..graph import trace

@@ -33,6 +33,7 @@ import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from .. import metrics
 from ..formats import get_format
@@ -279,8 +280,6 @@ def _adversarial(claim, model, sizes, S, fusion, seed, results, opts, rep, progr
     rng = np.random.default_rng([int(seed), zlib.crc32(b"adversarial")])
     bar = None
     if progress:
-        from tqdm.auto import tqdm  # optional dependency, only for progress bars
-
         bar = tqdm(total=opts.adversarial_steps, desc=f"adversarial {claim.name}", leave=False)
     best_overall = (-math.inf, None)
     per_start = max(1, opts.adversarial_steps // max(len(starts), 1))
@@ -377,8 +376,6 @@ def sweep(fn, params: list, *, executor=None, progress: bool = False, desc: str 
     the executor."""
     bar = None
     if progress:
-        from tqdm.auto import tqdm  # optional dependency, only for progress bars
-
         bar = tqdm(total=len(params), desc=desc, leave=False)
     out = []
     try:
