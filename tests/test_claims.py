@@ -427,3 +427,11 @@ def test_claims_draw_no_figures():
     for mod in (C.catalogue, C.cases, C.search, C.shrink, C.store, C.plan):
         src = inspect.getsource(mod)
         assert "matplotlib.use" not in src and "pyplot" not in src and "savefig" not in src, mod.__name__
+
+
+def test_public_names_resolve():
+    for name in C.__all__:
+        assert getattr(C, name) is not None, name
+    for gone in ("parse_fusion", "parse_fusion_list", "describe_fusion"):
+        assert not hasattr(C, gone)  # one fusion parser: FusionOptions.parse
+    assert C.EXIT_CODES == {"holds": 0, "fails": 1, "undecided": 2} and C.VERDICTS == ("holds", "fails", "undecided")
