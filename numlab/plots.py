@@ -16,11 +16,12 @@ the older keyword ``dtype=`` is still accepted.
 from __future__ import annotations
 
 import io
+import os
 
 import numpy as np
 from matplotlib.figure import Figure
 
-from .formats import FP32, get_format
+from .formats import FP16, FP32, get_format
 from .kernels import gamma
 from .races import GROUPS_ORDER, SimResult, Stage, SyncAll
 
@@ -33,6 +34,8 @@ __all__ = [
     "error_scatter",
     "source_shares",
     "draw_timeline",
+    "plan_figures",
+    "save_figures",
     "figure_to_png",
 ]
 
@@ -264,6 +267,89 @@ def draw_timeline(ax, result: SimResult, *, mark_stale: bool = True):
     ax.set_ylabel("core")
     ax.legend(loc="lower right", fontsize=7)
     return ax
+
+
+def _ulp_share_bars(ax, groups: dict, label) -> None:
+    """Bars of the 0 / 1 / >= 2 ulp shares, one colour per group."""
+    xs = np.arange(3)
+    for i, (key, r) in enumerate(groups.items()):
+        ax.bar(xs + 0.4 * i, [r["ulp0"], r["ulp1"], r["ulp_ge2"]], 0.4, label=label(key))
+    ax.set_xticks(xs + 0.2, ["0 ulp", "1 ulp", ">=2 ulp"])
+    ax.set_ylabel("share of elements")
+    ax.legend()
+
+
+def plan_figures(result: dict) -> dict:
+    """The figures of a claims check plan (the dict ``numlab.claims`` returns
+    for the plan: keys ``c1``, ``c2``, ``c3``, ``chains``, ``fusions``,
+    ``trials``), as ``{file name: Figure}``: ``plan_c1.png`` (fp16 ``x*0.7``,
+    separate muls vs broadcast: ulp shares), ``plan_c2.png`` (blocked fp16
+    sum: error against tile size, log-log, with the a-priori bound),
+    ``plan_c3.png`` (fp16 rsqrt: ulp shares per Newton step count) and
+    ``plan_chains.png`` (chains: eager and fused P99/max error per fusion
+    configuration).  Save them with :func:`save_figures`."""
+    u16 = FP16.u
+    figs = {}
+    fig = figure((6, 3.5))
+    ax = fig.subplots()
+    _ulp_share_bars(ax, result["c1"], str)
+    ax.set_title("C1: fp16 x*0.7, muls vs broadcast")
+    figs["plan_c1.png"] = fig
+
+    fig = figure((6, 3.5))
+    ax = fig.subplots()
+    c2 = result["c2"]
+    tiles = list(c2)
+    ax.loglog(tiles, [c2[t]["fp32_err_max"] for t in tiles], "o-", label="fp32 accumulator error (max)")
+    ax.loglog(tiles, [c2[t]["out_err_max"] for t in tiles], "s-", label="after rounding to fp16 (max)")
+    ax.loglog(tiles, [c2[t]["bound_fp32_max"] for t in tiles], "k--", label="a-priori bound (fp32 acc)")
+    ax.axhline(u16, color="grey", lw=0.8, label="u (fp16)")
+    ax.set_xlabel("tile T (elements)")
+    ax.set_ylabel("|sum error| vs fp64")
+    ax.set_title("C2: fp16 [1,16384] sum, blocked tiles")
+    ax.legend(fontsize=7)
+    figs["plan_c2.png"] = fig
+
+    fig = figure((6, 3.5))
+    ax = fig.subplots()
+    _ulp_share_bars(ax, result["c3"], lambda s: f"{s} Newton steps")
+    ax.set_title("C3: fp16 rsqrt on U(0.01, 100)")
+    figs["plan_c3.png"] = fig
+
+    chains = result["chains"]
+    names, specs = list(chains), list(result["fusions"])
+    fig = figure((3.2 * len(specs) + 1, 3.8))
+    axes = fig.subplots(1, len(specs), sharey=True, squeeze=False)
+    xs = np.arange(len(names))
+    for j, (ax, spec) in enumerate(zip(axes[0], specs, strict=True)):
+        for i, (key, lab) in enumerate([("eager_p99", "eager P99"), ("fused_p99", "fused P99"),
+                                        ("eager_max", "eager max"), ("fused_max", "fused max")]):
+            ax.bar(xs + 0.2 * i, [max(chains[n][spec][key], 1e-12) for n in names], 0.2, label=lab)
+        ax.set_yscale("log")
+        ax.set_xticks(xs + 0.3, names, fontsize=6, rotation=30, ha="right")
+        ax.axhline(u16, color="grey", lw=0.8, label="u (fp16)")
+        verdicts = "".join("P" if chains[n][spec]["verdict"] == "PASS" else "F" for n in names)
+        ax.set_title(f"F{j + 1} {spec}\nverdicts {verdicts}", fontsize=7)
+        if j == 0:
+            ax.set_ylabel("|error| vs fp64 reference")
+            ax.legend(fontsize=6)
+    fig.suptitle(f"chains over {result['trials']} inputs: fused vs eager per fusion configuration", fontsize=9)
+    figs["plan_chains.png"] = fig
+    for f in figs.values():
+        f.tight_layout()
+    return figs
+
+
+def save_figures(figs: dict, out: str, dpi: int = 100) -> list[str]:
+    """Write ``{file name: Figure}`` into directory ``out`` (created if
+    needed); returns the paths written."""
+    os.makedirs(out, exist_ok=True)
+    paths = []
+    for name, fig in figs.items():
+        path = os.path.join(out, name)
+        fig.savefig(path, dpi=dpi)
+        paths.append(path)
+    return paths
 
 
 def figure_to_png(fig, dpi: int = 110) -> bytes:

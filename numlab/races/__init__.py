@@ -64,6 +64,7 @@ from .scenarios import SCENARIOS, Scenario, failure_rate_curve, get_scenario
 from .sim import LostWrite, Schedule, SimResult, StaleRead, schedule, simulate
 
 __all__ = [
+    "GROUPS_ORDER",
     "Latency",
     "Access",
     "Stage",

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-
 GROUPS_ORDER = ("vector", "cube")
 _DISTS = ("lognormal", "uniform", "fixed")
 _ROLES = ("input", "output", "workspace")
