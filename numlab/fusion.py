@@ -51,6 +51,10 @@ import heapq
 import os
 from dataclasses import dataclass, field
 
+from . import kernels, ops
+from .formats import get_format
+from .graph import decompose
+
 __all__ = [
     "KINDS",
     "AUTOFUSE_DEFAULT",
@@ -470,8 +474,6 @@ def op_kind(op: str) -> str:
     (elementwise -> "elementwise", reduction -> "reduce", matmul -> "matmul",
     composite -> "composite", data movement -> per op: reshape, broadcast,
     transpose, slice, concat (concat and split), gather)."""
-    from . import ops
-
     info = ops.CATALOGUE.get(op)
     if info is None:
         raise ValueError(f"op {op!r} is not in numlab.ops.CATALOGUE; known ops: {sorted(ops.CATALOGUE)}")
@@ -693,8 +695,6 @@ def live_buffers(graph, members, outputs) -> int:
 
 
 def _tile(hardware, nbuf: int, elem_bytes: int = 4) -> int:
-    from . import kernels
-
     return int(kernels.tile_elements(hardware, nbuf, elem_bytes))
 
 
@@ -709,8 +709,6 @@ def _op_tile(node, hardware, eb: int, library) -> tuple[int, int]:
 
 
 def _elem_bytes(dtype) -> int:
-    from .formats import get_format
-
     if dtype is None:
         return 2
     f = get_format(dtype)
@@ -746,8 +744,6 @@ def plan(graph, options: FusionOptions | None = None, hardware=None, dtype=None,
     Plan
         See the module docstring for the rules.
     """
-    from . import kernels
-
     if options is None:
         options = FusionOptions()
     if not isinstance(options, FusionOptions):
@@ -861,9 +857,6 @@ def plan(graph, options: FusionOptions | None = None, hardware=None, dtype=None,
 def _decompose(graph):
     """Replace composite nodes by their decompositions (numlab.graph.decompose);
     returns the new graph and node -> composite it came from."""
-    from . import ops
-    from .graph import decompose
-
     comps = {n.name for n in graph.nodes if ops.CATALOGUE[n.op].category == "composite"}
     if not comps:
         return graph, {}
