@@ -63,6 +63,7 @@ __all__ = [
     "MODIFIERS",
     "DEFAULT_SPEC",
     "GRAMMAR",
+    "split_specs",
     "Block",
     "Plan",
     "plan",
@@ -396,6 +397,29 @@ class FusionOptions:
 
 if FusionOptions.__doc__:  # None under python -OO
     FusionOptions.__doc__ = FusionOptions.__doc__.replace("<GRAMMAR>", GRAMMAR.replace("\n", "\n" + " " * 8))
+
+
+def split_specs(text: str) -> list[str]:
+    """Split a comma-separated list of fusion specs.
+
+    A comma inside an AUTOFUSE_FLAGS pass list stays in its spec: a new spec
+    starts only at a piece that begins with a preset name (:data:`PRESETS`)
+    or with ``--``, e.g. ``"autofuse:--autofuse_enable_pass=concat,reduce,inductor"``
+    -> ``["autofuse:--autofuse_enable_pass=concat,reduce", "inductor"]``.
+    Empty pieces are dropped; the specs are not parsed (see
+    :meth:`FusionOptions.parse`)."""
+    if not isinstance(text, str):
+        raise TypeError(f"fusion spec list must be a str, got {type(text).__name__}")
+    specs: list[str] = []
+    for piece in text.split(","):
+        piece = piece.strip()
+        if not piece:
+            continue
+        if specs and not piece.startswith((*PRESETS, "--")):
+            specs[-1] += "," + piece
+        else:
+            specs.append(piece)
+    return specs
 
 
 def _modifier(decompose: bool, preset_default: bool) -> str:
