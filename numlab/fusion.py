@@ -367,7 +367,7 @@ class FusionOptions:
         ``autofuse`` as ``autofuse[:FLAGS]`` with the difference from
         :data:`AUTOFUSE_DEFAULT` (``--enable_autofuse=false`` first, then
         ``--autofuse_enable_pass=`` and ``--autofuse_disable_pass=`` with
-        kinds in :data:`KINDS` order); ``+nodecompose`` / ``+decompose`` when
+        kinds sorted alphabetically); ``+nodecompose`` / ``+decompose`` when
         ``decompose`` differs from the preset's default.
 
         Options the grammar cannot name (an ``inductor`` or ``off`` preset
@@ -385,8 +385,8 @@ class FusionOptions:
         items = []
         if not self.enable_autofuse:
             items.append("--enable_autofuse=false")
-        more = [k for k in KINDS if k in self.enabled - AUTOFUSE_DEFAULT]
-        less = [k for k in KINDS if k in AUTOFUSE_DEFAULT - self.enabled]
+        more = sorted(self.enabled - AUTOFUSE_DEFAULT)
+        less = sorted(AUTOFUSE_DEFAULT - self.enabled)
         if more:
             items.append("--autofuse_enable_pass=" + ",".join(more))
         if less:

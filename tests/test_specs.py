@@ -13,6 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from numlab import cli, zoo
+from numlab import determinism as D
+from numlab.cli.options import coerce, join_spec_values
+from numlab.execute import run
 from numlab.formats import get_format
 from numlab.fusion import KINDS, FusionOptions
 from numlab.kernels import KernelSpec
@@ -171,3 +175,133 @@ def test_kernel_spec_round_trip(preset, changes, ub):
 def test_fusion_spec_round_trip(kinds, decompose, switch):
     o = FusionOptions(enabled=kinds, decompose=decompose, enable_autofuse=switch)
     assert FusionOptions.parse(o.spec) == o
+
+
+# ---------------------------------------------------------------------------
+# numlab.determinism
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("spec, expected", [g for g in GOOD_FUSION if g[0] is not None])
+def test_determinism_fusion_good(spec, expected):
+    cfg = D._config("softmax", "fp16", "fused", fusion=spec)
+    assert cfg["fusion"] == expected.spec
+    assert FusionOptions.parse(cfg["fusion"]) == expected
+
+
+@pytest.mark.parametrize("spec, words", BAD_FUSION)
+def test_determinism_fusion_bad(spec, words):
+    with pytest.raises(ValueError) as e:
+        D.check_determinism("softmax", runs=2, fusion=spec)
+    _check_message(str(e.value), "fusion=", repr(spec), words)
+
+
+@pytest.mark.parametrize("spec, expected", GOOD_KERNELS)
+def test_determinism_kernels_good(spec, expected):
+    cfg = D._config("softmax", "fp16", "fused", kernels=spec)
+    assert KernelSpec.parse(cfg["kernels"]) == expected
+
+
+@pytest.mark.parametrize("spec, words", BAD_KERNELS)
+def test_determinism_kernels_bad(spec, words):
+    with pytest.raises(ValueError) as e:
+        D.check_determinism("softmax", runs=2, kernels=spec)
+    _check_message(str(e.value), "kernels=", repr(spec), words)
+
+
+# ---------------------------------------------------------------------------
+# the CLI: every subcommand that takes --fusion / --kernels
+# ---------------------------------------------------------------------------
+FUSION_COMMANDS = {
+    "run": ["run", "layernorm", "--mode", "fused"],
+    "bisect": ["bisect", "layernorm"],
+    "demo": ["demo", "--quick"],
+    "check CLAIM": ["check", "no_worse_tensor", "layernorm"],
+    "check plan": ["check", "plan"],
+    "check determinism": ["check", "determinism", "softmax"],
+}
+KERNEL_COMMANDS = {
+    "run --kernels": (["run", "layernorm"], "--kernels"),
+    "bisect --kernels": (["bisect", "layernorm"], "--kernels"),
+    "bisect --library": (["bisect", "layernorm"], "--library"),
+    "check determinism --kernels": (["check", "determinism", "softmax"], "--kernels"),
+}
+
+
+def _parse(argv):
+    """What a subcommand receives: argv parsed and coerced exactly as
+    numlab.cli.main does, without running the command."""
+    args = cli.build_parser().parse_args(join_spec_values(argv))
+    return coerce(args)
+
+
+@pytest.mark.parametrize("cmd", FUSION_COMMANDS)
+@pytest.mark.parametrize("spec, expected", [g for g in GOOD_FUSION if g[0] is not None])
+def test_cli_fusion_good(cmd, spec, expected):
+    for argv in ([*FUSION_COMMANDS[cmd], "--fusion", spec], [*FUSION_COMMANDS[cmd], f"--fusion={spec}"]):
+        got = _parse(argv).fusion
+        assert (got == [expected]) if cmd == "check plan" else (got == expected), (argv, got)
+
+
+@pytest.mark.parametrize("cmd", FUSION_COMMANDS)
+@pytest.mark.parametrize("spec, words", BAD_FUSION)
+def test_cli_fusion_bad(cmd, spec, words, capsys):
+    assert cli.main([*FUSION_COMMANDS[cmd], "--fusion", spec]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""  # refused before anything ran
+    _check_message(err, "--fusion=", repr(spec), words)
+
+
+@pytest.mark.parametrize("cmd", KERNEL_COMMANDS)
+@pytest.mark.parametrize("spec, expected", GOOD_KERNELS)
+def test_cli_kernels_good(cmd, spec, expected):
+    base, opt = KERNEL_COMMANDS[cmd]
+    assert getattr(_parse([*base, opt, spec]), opt[2:]) == expected
+
+
+@pytest.mark.parametrize("cmd", KERNEL_COMMANDS)
+@pytest.mark.parametrize("spec, words", BAD_KERNELS)
+def test_cli_kernels_bad(cmd, spec, words, capsys):
+    base, opt = KERNEL_COMMANDS[cmd]
+    assert cli.main([*base, opt, spec]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    _check_message(err, f"{opt}=", repr(spec), words)
+
+
+def test_cli_check_plan_fusion_lists():
+    # repeatable and comma-separated; a comma inside a pass list stays in its spec
+    got = _parse(["check", "plan", "--fusion", "off,autofuse:--autofuse_enable_pass=concat,reduce",
+                  "--fusion", "--autofuse_enable_pass=gather"]).fusion
+    assert got == [FusionOptions.off(), FusionOptions().enable("concat", "reduce"), FusionOptions().enable("gather")]
+
+
+def test_join_spec_values():
+    assert join_spec_values(["run", "m", "--fusion", "--x=1", "--kernels", "codegen"]) == [
+        "run", "m", "--fusion=--x=1", "--kernels=codegen"]
+    assert join_spec_values(["--fusion=--x=1"]) == ["--fusion=--x=1"]
+    assert join_spec_values(["--", "--fusion", "--x"]) == ["--", "--fusion", "--x"]
+
+
+def test_cli_run_fusion_with_a_space_runs_the_flags(capsys):
+    """End to end: ``--fusion --autofuse_enable_pass=reduce`` (a space, a
+    value starting with --) runs reduce fusion, and the header prints the
+    canonical spec; the default is autofuse."""
+    assert cli.main(["run", "layernorm", "--mode", "fused", "--fusion", "--autofuse_enable_pass=reduce"]) == 0
+    out = capsys.readouterr().out
+    assert "fusion=autofuse:--autofuse_enable_pass=reduce " in out
+    g = zoo.layernorm()
+    r = run(g, zoo.make_inputs(g, seed=0), mode="fused", dtype="fp16", fusion=FusionOptions().enable("reduce"))
+    assert f"fingerprint={r.fingerprint[:16]}" in out
+    assert cli.main(["run", "layernorm", "--mode", "fused"]) == 0
+    assert "fusion=autofuse kernels=codegen " in capsys.readouterr().out
+
+
+def test_cli_help_shows_the_grammars_once(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    assert out.count('preset   := "autofuse" | "inductor" | "off"') == 1
+    assert out.count('preset   := "handwritten" | "codegen"') == 1
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    out = capsys.readouterr().out
+    assert "default 'autofuse'" in out and "numlab --help" in out
