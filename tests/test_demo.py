@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from numlab import cli, zoo
 from numlab.cli.demo import resolve_out_dir
-from numlab.experiments import chain_errors, chain_graph, demo_rows
 from numlab.execute import run
+from numlab.experiments import chain_errors, chain_graph, demo_rows
 from numlab.fusion import FusionOptions
 
 
