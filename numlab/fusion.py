@@ -743,6 +743,9 @@ def plan(graph, options: FusionOptions | None = None, hardware=None, dtype=None,
          codegen=None, library=None) -> Plan:
     """Group the nodes of ``graph`` into blocks.
 
+    (Over 100 lines with its docstring: the rules of the module docstring
+    share one block assignment and are applied in one pass, in order.)
+
     Parameters
     ----------
     graph : numlab.graph.Graph

@@ -150,7 +150,11 @@ def _sources_html(srows) -> str:
 
 def main(out="out", *, force=False, quick=False, fusion=None, kind="normal", seed=0,
          models=None, echo=print) -> dict:
-    """Run the demo; returns ``{"dir", "rows", "files", "table", "seconds"}``."""
+    """Run the demo; returns ``{"dir", "rows", "files", "table", "seconds"}``.
+
+    Longer than 100 lines because it is the demo's script, read top to
+    bottom: compute (numlab.experiments), print each table as it is ready,
+    then write figures, CSV, JSON and the HTML report in that order."""
     t0 = time.perf_counter()
     dtypes = ("fp16", "bf16")
     if models is None:
