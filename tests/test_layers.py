@@ -158,8 +158,6 @@ def _cli_imports_of_notebook(path: Path) -> list[str]:
     return found
 
 
-@pytest.mark.xfail(strict=True, reason="notebooks 01 and 03 import from numlab.cli_formats / "
-                   "numlab.cli_demo until that code moves to numlab.experiments")
 def test_notebooks_do_not_import_cli_modules():
     bad = {p.name: mods for p in sorted((ROOT / "notebooks").glob("*.ipynb"))
            if (mods := _cli_imports_of_notebook(p))}

@@ -80,33 +80,31 @@ def notebooks_dir() -> Path | None:
 
 
 def _figures(rows, dtypes, extra, chain, models_for_scatter, srows=()):
-    # matplotlib (a heavy import) only when figures are drawn: `numlab --help` stays fast
-    from matplotlib.figure import Figure
 
     figs = []
     for dt in dtypes:
-        fig = Figure(figsize=(9, 4))
+        fig = plots.figure(figsize=(9, 4))
         # P99, not max: a max relative error is set by the few outputs near zero
         # (cancellation), e.g. 9.2 for transformer_block in bf16 whatever the mode
         plots.error_bars(rows, dtype=dt, metric="rel_p99", ax=fig.subplots())
         figs.append((f"errors_{dt}.png", f"{dt}: P99 relative error of each mode against fp64 "
                      "(the max is in the table; it is set by outputs near zero)", fig))
-        fig = Figure(figsize=(9, 4))
+        fig = plots.figure(figsize=(9, 4))
         plots.ulp_shares(rows, dtype=dt, ax=fig.subplots())
         figs.append((f"ulp_{dt}.png", f"{dt}: share of output elements 0, 1, >= 2 ULP from the correctly rounded result", fig))
     for dt, (errs, _b) in chain.items():
-        fig = Figure(figsize=(6, 4))
+        fig = plots.figure(figsize=(6, 4))
         plots.chain_length(CHAIN_NS[: len(errs['eager'])], errs, dtype=dt, ax=fig.subplots())
         figs.append((f"chain_{dt}.png", f"{dt}: max relative error of a chain of n multiplies, with the a-priori bounds", fig))
     for (model, dt), res in extra["results"].items():
         if model not in models_for_scatter or dt != dtypes[0]:
             continue
-        fig = Figure(figsize=(4.5, 4.5))
+        fig = plots.figure(figsize=(4.5, 4.5))
         plots.error_scatter(flat_outputs(res["reference"]), flat_outputs(res["eager"]), flat_outputs(res["fused"]),
                             dtype=dt, ax=fig.subplots())
         figs.append((f"scatter_{model}_{dt}.png", f"{model} ({dt}): per-element error, eager vs fused", fig))
     if srows:
-        fig = Figure(figsize=(9, 0.55 * len(srows) + 1.5))
+        fig = plots.figure(figsize=(9, 0.55 * len(srows) + 1.5))
         plots.source_shares(srows, SOURCE_COLUMNS, ax=fig.subplots())
         figs.append(("sources.png", "where the bits part: share of elements differing from eager "
                      "with only one source left at the code generator's choice", fig))
