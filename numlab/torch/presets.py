@@ -271,13 +271,17 @@ class InductorCpu:
         """``Vectorized<float>`` math of the generated code, as ``numlab.kernels`` ``algo=`` names."""
         return {"exp": self.vec_exp, "tanh": self.vec_tanh, "erf": self.vec_erf, "gelu": self.vec_gelu}
 
-    def kernel_spec(self, storage: str = "fp32", threads: int = 1) -> KernelSpec:
+    def kernel_spec(self, storage: str = "fp32", threads: int | None = None) -> KernelSpec:
         """This preset as a :class:`numlab.kernels.KernelSpec`: fp32 inside, scalars fp32,
         no FMA (``-ffp-contract=off``), ``reduce_order=InductorLanes(lanes, n_vec,
         threads)`` (``n_vec`` 2 for 16-bit ``storage``) and the algorithms of
         :meth:`algorithms` (for the KernelSpec fields that exist).  Not a KernelSpec
         field: ``emulate_precision_casts`` (a rounding of every 16-bit value, which
-        :func:`numlab.torch.predict` applies), rsqrt as ``1/sqrt`` (two roundings)."""
+        :func:`numlab.torch.predict` applies), rsqrt as ``1/sqrt`` (two roundings).
+        ``threads`` None: the preset's ``threads``, 1 when that is 0 (the spec does not
+        ask torch; pass ``torch.get_num_threads()`` to model a threaded run)."""
+        if threads is None:
+            threads = self.threads or 1
         return KernelSpec(name="inductor_cpu", promotion="fp32_internal", scalar_mul="muls",
                           fma=False, reduce_order=self.reduce_order(storage, threads),
                           **_spec_algorithms(self.algorithms()))
