@@ -710,3 +710,21 @@ def test_softmax_uses_16_lanes_sum_uses_8(torch):
     want = sm(x).numpy()
     assert np.array_equal(predict(tr, (x,), mode="eager").outputs[0], want)
     assert not np.array_equal(predict(tr, (x,), mode="eager", preset=torch_cpu_eager(softmax_lanes=8)).outputs[0], want)
+
+
+def test_preset_algorithm_fields_are_live(torch):
+    """The presets' algorithm names reach numlab.kernels: the measured ones reproduce torch,
+    a different name changes the predicted bits (a knob that changes no bit is a bug)."""
+    from numlab.torch import from_torch, inductor_cpu, predict, torch_cpu_eager
+
+    rng = np.random.default_rng(21)
+    x = torch.from_numpy(normal(rng, (4, 256), "fp32", 3.0))
+    tr = from_torch(torch.sigmoid, (x,))
+    want = torch.sigmoid(x).numpy()
+    assert np.array_equal(predict(tr, (x,), mode="eager").outputs[0], want)
+    other = predict(tr, (x,), mode="eager", preset=torch_cpu_eager(vec_exp="exact")).outputs[0]
+    assert not np.array_equal(other, want)
+    tt = from_torch(torch.tanh, (x,))
+    base = predict(tt, (x,), mode="compiled").outputs[0]
+    alt = predict(tt, (x,), mode="compiled", preset=inductor_cpu(vec_tanh="exact")).outputs[0]
+    assert not np.array_equal(base, alt)
