@@ -306,6 +306,7 @@ def _aten_layer_norm(x, w, b, eps, out_dt, preset, ind=None, widen=False):
 
 
 # -- the interpreter ----------------------------------------------------------------
+_MATH = ("exp", "log", "tanh", "erf", "sqrt", "rsqrt", "reciprocal", "sigmoid", "silu", "gelu")
 _CMP = {"gt": np.greater, "lt": np.less, "ge": np.greater_equal, "le": np.less_equal,
         "eq": np.equal, "ne": np.not_equal}
 
@@ -397,6 +398,48 @@ class _Interp:
                 x = np.asarray(a[0], ft)
                 r = -x if base == "neg" else (np.abs(x) if base == "abs" else np.where(x > 0, x, ft(0)) + ft(0))
                 return self.out(r, dt)
+            if base in _MATH:
+                return self.math(node, base, a, kw)
+            if base == "pow":
+                if a[1] != 2:
+                    raise NotModelled(f"pow with exponent {a[1]!r} (2 is modelled)")
+                x = np.asarray(a[0], ft)
+                return self.out(x * x, dt)
+            if base in ("_to_copy", "convert_element_type", "clone", "alias", "detach"):
+                return self.out(np.asarray(a[0]), dt)
+            if base == "expand":  # torch's expand broadcasts like numpy (trailing dims)
+                return np.broadcast_to(np.asarray(a[0]), node.shape).copy()
+            if base in ("view", "_unsafe_view", "reshape", "unsqueeze", "squeeze"):
+                return np.asarray(a[0]).reshape(node.shape)
+            if base == "permute":
+                return np.transpose(np.asarray(a[0]), [int(p) for p in a[1]])
+            if base in ("t", "transpose"):
+                x = np.asarray(a[0])
+                if base == "t":
+                    return x.T
+                return np.swapaxes(x, int(a[1]), int(a[2]))
+            if base == "scalar_tensor":  # a 0-d tensor of the node dtype: its value is stored
+                if self.mode == "fp64":
+                    return np.float64(a[0])
+                return _rnd(np.float32(a[0]), dt)
+            if base == "getitem":
+                return a[0][a[1]]
+            if base in ("sum", "mean", "amax", "amin"):
+                return self.reduction(node, base, a, kw)
+            if base == "var_mean":
+                return self.var_mean(node, a, kw)
+            if base == "_softmax":
+                return self.softmax(node, a)
+            if base == "native_layer_norm":
+                return self.layer_norm(node, a)
+        raise NotModelled(f"aten.{op} is not modelled ({self.sw})")
+
+    def math(self, node, base, a, kw):
+        """Transcendental and math pointwise ops: exp, log, tanh, erf, sqrt, rsqrt,
+        reciprocal, sigmoid, silu, gelu."""
+        dt = node.dtype
+        ft = np.float64 if self.mode == "fp64" else np.float32
+        with np.errstate(all="ignore"):
             if base in ("exp", "log", "tanh", "erf", "sqrt"):
                 fn = {"exp": np.exp, "log": np.log, "tanh": np.tanh, "erf": erf_ref, "sqrt": np.sqrt}[base]
                 x = np.asarray(a[0])
@@ -437,39 +480,7 @@ class _Interp:
                 return self.out(x / (np.float32(1) + e), dt)
             if base == "gelu":
                 return self.gelu(np.asarray(a[0], ft), kw.get("approximate", "none"), dt)
-            if base == "pow":
-                if a[1] != 2:
-                    raise NotModelled(f"pow with exponent {a[1]!r} (2 is modelled)")
-                x = np.asarray(a[0], ft)
-                return self.out(x * x, dt)
-            if base in ("_to_copy", "convert_element_type", "clone", "alias", "detach"):
-                return self.out(np.asarray(a[0]), dt)
-            if base == "expand":  # torch's expand broadcasts like numpy (trailing dims)
-                return np.broadcast_to(np.asarray(a[0]), node.shape).copy()
-            if base in ("view", "_unsafe_view", "reshape", "unsqueeze", "squeeze"):
-                return np.asarray(a[0]).reshape(node.shape)
-            if base == "permute":
-                return np.transpose(np.asarray(a[0]), [int(p) for p in a[1]])
-            if base in ("t", "transpose"):
-                x = np.asarray(a[0])
-                if base == "t":
-                    return x.T
-                return np.swapaxes(x, int(a[1]), int(a[2]))
-            if base == "scalar_tensor":  # a 0-d tensor of the node dtype: its value is stored
-                if self.mode == "fp64":
-                    return np.float64(a[0])
-                return _rnd(np.float32(a[0]), dt)
-            if base == "getitem":
-                return a[0][a[1]]
-            if base in ("sum", "mean", "amax", "amin"):
-                return self.reduction(node, base, a, kw)
-            if base == "var_mean":
-                return self.var_mean(node, a, kw)
-            if base == "_softmax":
-                return self.softmax(node, a)
-            if base == "native_layer_norm":
-                return self.layer_norm(node, a)
-        raise NotModelled(f"aten.{op} is not modelled ({self.sw})")
+        raise NotModelled(f"aten.{node.op} is not modelled ({self.sw})")
 
     def dt_of(self, node, i):
         arg = node.args[i]

@@ -4,7 +4,7 @@ Every field below was measured against torch 2.13.0 (CPU build) on the
 project machine (2 cores, AVX-512 incl. avx512_fp16/avx512_bf16,
 ``torch.backends.cpu.get_cpu_capability() == "AVX512"``, 2 threads), by
 constructing inputs on which the candidate rules differ and counting
-bitwise-equal elements (scripts in the report of issue 8; the tests in
+bitwise-equal elements (the tests in
 ``tests/test_torch_faithfulness.py`` re-check them on every run).
 
 ATen eager (``TorchCpuEager``)
