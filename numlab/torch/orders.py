@@ -11,7 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.cpu_orders import AtenCascade, InductorLanes, butterfly, ceil_log2, inductor_splits_reduction
+from ..kernels.cpu_orders import (
+    AtenCascade,
+    InductorLanes,
+    butterfly,
+    ceil_log2,
+    inductor_splits_reduction,
+)
 from ..kernels.reduce import reduce
 
 __all__ = [
