@@ -650,7 +650,8 @@ def test_switches_and_preset_specs():
     assert es.promotion == "fp32_internal" and es.reduce_order == AtenCascade(8, widen=True)
     assert pe.kernel_spec().reduce_order == AtenCascade(8)
     assert np.array_equal(pe.kernel_spec().reduce(x, "sum", storage="fp32"), aten_sum(x))
-    assert pe.algorithms() == {"exp": "sleef_u10", "tanh": "sleef", "erf": "aten_vec", "gelu": "onednn"}
+    assert pe.algorithms() == {"exp": "sleef_u10", "tanh": "sleef", "erf": "aten_vec", "gelu": "onednn",
+                               "gelu_tanh": "aten_vec"}
     assert TorchCpuEager(onednn_gelu=False).gelu_algo == "aten_vec"
     with pytest.raises(ValueError, match="vec_exp='sleef'"):
         TorchCpuEager(vec_exp="sleef")

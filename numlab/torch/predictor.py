@@ -529,13 +529,14 @@ class _Interp:
             # eager: F.gelu runs oneDNN's kernel (mkldnn enabled) for approximate="none";
             # else ATen's GeluKernel (SLEEF tanhf / A&S erf, FMA in x + kappa x^3), whose
             # scalar tail loop calls libm tanhf / erff
-            algo = self.pe.gelu_algo if approximate == "none" else "aten_vec"
+            algo = self.pe.algorithms()["gelu" if approximate == "none" else "gelu_tanh"]
             r = np.asarray(k_gelu(x, fmt=FP32, approximate=approximate, algo=algo), np.float32)
             if algo == "aten_vec":
                 r = self.eager_tail(r, np.asarray(k_gelu(x, fmt=FP32, approximate=approximate,
                                                          algo="aten_scalar"), np.float32))
         else:  # Inductor: ATen's vectorised formulas (Vectorized<float>::erf / SLEEF tanhf)
-            r = np.asarray(k_gelu(x, fmt=FP32, approximate=approximate, algo=self.pi.vec_gelu), np.float32)
+            algo = self.pi.algorithms()["gelu" if approximate == "none" else "gelu_tanh"]
+            r = np.asarray(k_gelu(x, fmt=FP32, approximate=approximate, algo=algo), np.float32)
         return self.out(r, dt)
 
     def vec_exp(self) -> str:

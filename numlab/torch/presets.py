@@ -202,8 +202,10 @@ class TorchCpuEager:
         return "onednn" if self.onednn_gelu else "aten_vec"
 
     def algorithms(self) -> dict:
-        """The math routines of the vectorised kernels, as ``numlab.kernels`` ``algo=`` names."""
-        return {"exp": self.vec_exp, "tanh": "sleef", "erf": "aten_vec", "gelu": self.gelu_algo}
+        """The math routines of the vectorised kernels, as ``numlab.kernels`` ``algo=`` names
+        (``gelu``: ``approximate="none"``; ``gelu_tanh``: ``approximate="tanh"``)."""
+        return {"exp": self.vec_exp, "tanh": "sleef", "erf": "aten_vec", "gelu": self.gelu_algo,
+                "gelu_tanh": "aten_vec"}
 
     def kernel_spec(self, storage: str = "fp32") -> KernelSpec:
         """This preset as a :class:`numlab.kernels.KernelSpec` for tensors of ``storage``:
@@ -241,6 +243,11 @@ class InductorCpu:
         OpenMP threads; 0 = ``torch.get_num_threads()`` when predicting.
     min_chunk_size : int
         ``torch._inductor.config.cpp.min_chunk_size`` (parallel threshold).
+    vec_exp, vec_tanh, vec_erf, vec_gelu : str
+        ``numlab.kernels`` algorithms of the generated code's ``Vectorized<float>``
+        math: ``"sleef_u10"`` (exp), ``"sleef"`` (tanh), ``"aten_vec"`` (erf, and
+        gelu in both approximations; ``"onednn"`` is not valid here), all measured
+        bit for bit; ``"exact"`` (correctly rounded fp32) for what-if predictions.
     """
 
     name: str = "inductor_cpu"
@@ -258,7 +265,10 @@ class InductorCpu:
         parse_algo(self.vec_exp, EXP_ALGOS, "vec_exp")
         parse_algo(self.vec_tanh, TANH_ALGOS, "vec_tanh")
         parse_algo(self.vec_erf, ERF_ALGOS, "vec_erf")
-        parse_algo(self.vec_gelu, GELU_ALGOS, "vec_gelu")
+        if parse_algo(self.vec_gelu, GELU_ALGOS, "vec_gelu") == "onednn":
+            raise ValueError("vec_gelu='onednn' is not valid: Inductor's gelu is ATen's formula "
+                             f"(oneDNN serves only eager F.gelu); valid choices: "
+                             f"{[a for a in GELU_ALGOS if a != 'onednn']}")
 
     def reduce_order(self, storage: str = "fp32", threads: int = 1, n_vec: int | None = None) -> InductorLanes:
         """Inductor's row-reduction order: ``InductorLanes(lanes, n_vec, threads)`` with
@@ -269,7 +279,8 @@ class InductorCpu:
 
     def algorithms(self) -> dict:
         """``Vectorized<float>`` math of the generated code, as ``numlab.kernels`` ``algo=`` names."""
-        return {"exp": self.vec_exp, "tanh": self.vec_tanh, "erf": self.vec_erf, "gelu": self.vec_gelu}
+        return {"exp": self.vec_exp, "tanh": self.vec_tanh, "erf": self.vec_erf, "gelu": self.vec_gelu,
+                "gelu_tanh": self.vec_gelu}
 
     def kernel_spec(self, storage: str = "fp32", threads: int | None = None) -> KernelSpec:
         """This preset as a :class:`numlab.kernels.KernelSpec`: fp32 inside, scalars fp32,
@@ -295,7 +306,8 @@ _SPEC_FIELDS = {f.name for f in fields(KernelSpec)}
 
 
 def _spec_algorithms(algos: dict) -> dict:
-    """The ``{exp, tanh, erf, gelu}`` algorithm fields the installed KernelSpec has.
+    """The ``{exp, tanh, erf, gelu, gelu_tanh}`` algorithm fields the installed KernelSpec has
+    (``gelu``: the algorithm of ``approximate="none"``, ``gelu_tanh``: of ``"tanh"``).
 
     Transitional: KernelSpec gains ``tanh``/``erf``/``gelu`` fields (and accepts
     the PyTorch ``exp`` algorithms) together; until then a spec carries only the
