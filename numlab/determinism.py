@@ -1,7 +1,8 @@
 """Determinism checks: the same compile inputs give the same kernel, and the
 same kernel on the same inputs gives the same bits.
 
-Two layers (autofusion design note, seed 000 section 3.3):
+Two layers (``docs/design.md``, section "Determinism"; the autofusion
+design note's section 3.3):
 
 * **compile determinism** -- the compile fingerprint (sha256 of the canonical
   graph, storage format, mode, kernel specs, fusion options; see
@@ -19,8 +20,11 @@ Two layers (autofusion design note, seed 000 section 3.3):
 Python processes, each with its own ``PYTHONHASHSEED``, and compares
 fingerprints, plans and output bits.  :func:`determinism_plan` lists every
 option that can break either layer and whether it is active for the given
-settings.  ``numlab check determinism MODEL ...`` is registered by
-``numlab/cli_check.py`` through :func:`add_check_parser`.
+settings.  ``numlab check determinism MODEL ...`` (:mod:`numlab.cli.check`)
+calls :func:`check_determinism`.  ``kernels=`` and ``fusion=`` take spec
+strings or objects (:meth:`numlab.kernels.KernelSpec.parse`,
+:meth:`numlab.fusion.FusionOptions.parse`); the configuration holds their
+canonical spec strings, which every worker process parses back.
 
 The ``"atomic"`` reduction order models atomic adds: a
 :class:`numlab.kernels.Shuffled` order whose seed is the run's schedule seed
@@ -34,15 +38,23 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import inspect
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
+
+from . import execute, zoo
+from . import kernels as K
+from .formats import get_format
+from .fusion import FusionOptions
+from .kernels import KernelSpec, parse_order
+from .metrics import ulp_distance
 
 __all__ = [
     "Hazard",
@@ -51,15 +63,12 @@ __all__ = [
     "DeterminismReport",
     "run_once",
     "check_determinism",
-    "add_check_parser",
-    "KERNEL_PRESETS",
-    "FUSION_PRESETS",
+    "EXEC_MODES",
     "INJECTIONS",
 ]
 
-KERNEL_PRESETS = ("handwritten", "codegen")
-FUSION_PRESETS = ("default", "inductor", "off", "autofuse:<flags>")
-_EXEC_MODES = ("eager", "fused", "emulated_casts", "reference")
+EXEC_MODES = ("eager", "fused", "emulated_casts", "reference")
+"""Execution modes :func:`check_determinism` runs."""
 
 
 # --------------------------------------------------------------------------- the plan
@@ -102,13 +111,13 @@ def determinism_plan(*, order=None, seed=None, kernels=None, mode: str = "fused"
     seed : int or None
         Schedule seed of the run.
     kernels : KernelSpec, str or None
-        The spec (or preset name); inspected for stochastic rounding and
-        split-K.
+        The spec (or a kernel spec string, :meth:`KernelSpec.parse`);
+        inspected for stochastic rounding and split-K.
     mode : str
         Execution mode; ``reference`` has no reductions orders to break.
     """
     o = _order_name(order)
-    spec = _kernel_spec(kernels) if isinstance(kernels, str) else kernels
+    spec = None if kernels is None else KernelSpec.parse(kernels)
     rounding = {getattr(spec, f, "rne") for f in ("scalar_rounding", "vector_rounding")} if spec else set()
     split_k = getattr(spec, "matmul_mode", None) == "split_k"
     spec_order = _order_name(getattr(spec, "reduce_order", None)) if spec else None
@@ -169,33 +178,9 @@ def determinism_plan(*, order=None, seed=None, kernels=None, mode: str = "fused"
 # --------------------------------------------------------------------------- one run
 
 
-def _kernel_spec(name):
-    from . import kernels as K
-
-    if name is None:
-        return None
-    if name == "handwritten":
-        return K.KernelSpec.handwritten()
-    if name == "codegen":
-        return K.KernelSpec.codegen()
-    raise ValueError(f"kernels={name!r} is not a preset; choose one of {KERNEL_PRESETS}")
-
-
-def _fusion(name):
-    from . import fusion as F
-
-    if name is None:
-        return None
-    if name == "default":
-        return F.FusionOptions()
-    if name == "inductor":
-        return F.FusionOptions.inductor()
-    if name == "off":
-        return F.FusionOptions.off()
-    if isinstance(name, str) and name.startswith("autofuse"):
-        flags = name.partition(":")[2] or None
-        return F.FusionOptions.autofuse(flags)
-    raise ValueError(f"fusion={name!r} is not a preset; choose one of {FUSION_PRESETS}")
+def _default_kernels(mode: str) -> str:
+    """The kernel spec a mode uses when none is given (for the report)."""
+    return {"eager": "handwritten", "reference": "-"}.get(mode, "codegen")
 
 
 def _digest(a: np.ndarray) -> str:
@@ -239,10 +224,6 @@ INJECTIONS = (None, "set_order")
 
 def _config(model, dtype, mode, *, sizes=None, kernels=None, fusion=None, order=None, seed=None,
             input_kind="normal", input_seed=0, inject=None) -> dict:
-    import inspect
-
-    from . import zoo
-
     if model not in zoo.MODELS:
         raise ValueError(f"model {model!r} is not in the zoo; valid models: {sorted(zoo.MODELS)}")
     factory = zoo.MODELS[model]
@@ -260,19 +241,15 @@ def _config(model, dtype, mode, *, sizes=None, kernels=None, fusion=None, order=
         raise ValueError(f"input_kind={input_kind!r} is not valid; choose one of {zoo.KINDS}")
     if isinstance(input_seed, bool) or not isinstance(input_seed, (int, np.integer)) or input_seed < 0:
         raise ValueError(f"input_seed={input_seed!r} must be a non-negative int")
-    if mode not in _EXEC_MODES:
-        raise ValueError(f"mode={mode!r} is not an execution mode; valid modes: {list(_EXEC_MODES)}")
-    from .formats import get_format
-
-    get_format(dtype)
-    if kernels is not None and kernels not in KERNEL_PRESETS:
-        raise ValueError(f"kernels={kernels!r} is not a preset; choose one of {KERNEL_PRESETS}")
-    _fusion(fusion)
+    if mode not in EXEC_MODES:
+        raise ValueError(f"mode={mode!r} is not an execution mode; valid modes: {list(EXEC_MODES)}")
+    get_format(dtype, "dtype")
+    kernels = None if kernels is None else KernelSpec.parse(kernels).spec
     if mode in ("eager", "reference") and fusion is not None:
         raise ValueError(f"fusion= applies to modes 'fused' and 'emulated_casts', not {mode!r}")
+    # fused modes: the one default ("autofuse") when not given, so the report names it
+    fusion = FusionOptions.parse(fusion).spec if mode in ("fused", "emulated_casts") else None
     if order is not None and order != "atomic":
-        from .kernels import parse_order
-
         parse_order(order)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise ValueError(f"seed={seed!r} must be None or a non-negative int")
@@ -286,16 +263,11 @@ def _config(model, dtype, mode, *, sizes=None, kernels=None, fusion=None, order=
 def run_once(cfg: dict, *, save: str | None = None) -> RunRecord:
     """Compile and run one configuration in this process (what each worker
     process of :func:`check_determinism` does)."""
-    from dataclasses import replace
-
-    from . import execute, zoo
-    from . import kernels as K
-
     graph = zoo.MODELS[cfg["model"]](**cfg["sizes"])
     inputs = zoo.make_inputs(graph, kind=cfg["input_kind"], seed=cfg["input_seed"])
     mode = cfg["mode"]
-    spec = _kernel_spec(cfg["kernels"])
-    fusion = _fusion(cfg["fusion"])
+    spec = None if cfg["kernels"] is None else KernelSpec.parse(cfg["kernels"])
+    fusion = None if cfg["fusion"] is None else FusionOptions.parse(cfg["fusion"])
     order, seed = cfg["order"], cfg["seed"]
     order_seed = None
     library = None
@@ -385,7 +357,8 @@ class DeterminismReport:
         c = self.config
         lines = [f"determinism check: {c['model']} {c['mode']} {c['dtype']}, {self.runs} processes "
                  f"(PYTHONHASHSEED {', '.join(str(r.hashseed) for r in self.records)})",
-                 f"  options: kernels={c['kernels'] or 'default'} fusion={c['fusion'] or 'default'} "
+                 f"  options: kernels={c['kernels'] or _default_kernels(c['mode'])} "
+                 f"fusion={c['fusion'] or '-'} "
                  f"order={c['order'] or 'spec'} seed={c['seed']} inputs={c['input_kind']}/{c['input_seed']}"
                  + (f" INJECTED={c['inject']}" if c.get("inject") else ""),
                  f"  compile determinism:   {'yes' if self.compile_deterministic else 'NO'} "
@@ -426,9 +399,11 @@ def check_determinism(model: str, dtype="fp16", mode: str = "fused", runs: int =
         What to run (``sizes``: keyword arguments of the model factory).
     runs : int
         Number of processes (>= 2).
-    kernels : {"handwritten", "codegen"} or None
-        Kernel-spec preset (None: the mode's default).
-    fusion : {"default", "inductor", "off", "autofuse:<flags>"} or None
+    kernels : KernelSpec, kernel spec string or None
+        Kernel spec (:meth:`KernelSpec.parse`, e.g. ``"codegen"``,
+        ``"handwritten:fma=true"``); None: the mode's default.
+    fusion : FusionOptions, fusion spec string or None
+        Fused modes only (:meth:`FusionOptions.parse`; None: ``"autofuse"``).
     order : str or None
         Reduction order for every reduction: ``"atomic"`` (see module
         docstring) or an order string of :func:`numlab.kernels.parse_order`.
@@ -567,9 +542,6 @@ def _run_workers(jobs, *, timeout: float, workdir: str, parallel: int | None = N
 
 
 def _diffs(arrays: list, dtype) -> dict:
-    from .formats import get_format
-    from .metrics import ulp_distance
-
     fmt = get_format(dtype)
     out = {}
     for o in arrays[0]:
@@ -589,55 +561,7 @@ def _diffs(arrays: list, dtype) -> dict:
     return out
 
 
-# --------------------------------------------------------------------------- CLI
-
-
-def _cmd(args) -> int:
-    from .zoo import parse_sizes
-
-    rep = check_determinism(args.model, dtype=args.dtype, mode=args.mode, runs=args.runs,
-                            sizes=parse_sizes(args.sizes, "--sizes"), kernels=args.kernels, fusion=args.fusion,
-                            order=args.order, seed=args.seed, input_kind=args.input_kind,
-                            input_seed=args.input_seed, inject=args.inject, timeout=args.timeout)
-    if args.json:
-        print(json.dumps({"config": rep.config, "compile_deterministic": rep.compile_deterministic,
-                          "execution_deterministic": rep.execution_deterministic,
-                          "records": [r.to_json() for r in rep.records],
-                          "diffs": rep.diffs,
-                          "plan": [h.__dict__ for h in rep.plan]}, indent=1))
-    else:
-        print(rep)
-    return 0 if rep.ok else 1
-
-
-def add_check_parser(check_subparsers) -> argparse.ArgumentParser:
-    """Register ``determinism`` under ``numlab check`` (called by
-    ``numlab/cli_check.py``).  Exit code 0 when both layers are
-    deterministic, 1 otherwise."""
-    p = check_subparsers.add_parser(
-        "determinism", help="compile and run MODEL in N processes; compare fingerprints and bits",
-        description="Compile determinism (same fingerprint and plan in every process) and execution "
-                    "determinism (same output bits), each process with its own PYTHONHASHSEED.")
-    p.add_argument("model", metavar="MODEL", help="a zoo model (numlab.zoo.MODELS)")
-    p.add_argument("--dtype", default="fp16", help="storage format (default fp16)")
-    p.add_argument("--mode", default="fused", choices=_EXEC_MODES, help="execution mode (default fused)")
-    p.add_argument("--runs", type=int, default=3, help="processes (default 3, >= 2)")
-    p.add_argument("--sizes", default=None, help="model sizes, e.g. batch=4,hidden=64")
-    p.add_argument("--kernels", default=None, choices=KERNEL_PRESETS, help="kernel-spec preset")
-    p.add_argument("--fusion", default=None, help=f"fusion preset: {', '.join(FUSION_PRESETS)}")
-    p.add_argument("--order", default=None,
-                   help="reduction order for every reduction: 'atomic' (schedule order; unseeded without "
-                        "--seed) or an order string such as 'pairwise', 'shuffled(3)'")
-    p.add_argument("--seed", type=int, default=None, help="schedule seed (default none)")
-    p.add_argument("--input-kind", default="normal", help="zoo.make_inputs kind (default normal)")
-    p.add_argument("--input-seed", type=int, default=0, help="input seed (default 0)")
-    p.add_argument("--inject", default=None, choices=["set_order"],
-                   help="plant a PYTHONHASHSEED-dependent compile step to see the check catch it")
-    p.add_argument("--timeout", type=float, default=300.0,
-                   help="seconds for all worker processes together (default 300); on expiry they are killed")
-    p.add_argument("--json", action="store_true", help="print JSON instead of text")
-    p.set_defaults(func=_cmd)
-    return p
+# --------------------------------------------------------------------------- worker entry point
 
 
 def _worker_main(argv=None) -> int:

@@ -7,7 +7,8 @@ operator may join a neighbouring kernel.  numlab models two such compilers:
   broadcast) is on and, in the real tool, cannot be switched off; reduce,
   concat, slice, gather and transpose fusion are off by default and are
   enabled with ``--autofuse_enable_pass=...`` (source: the graph-autofusion
-  precision note, seed document 000, section 6.2, table "融合类型 / 默认状态").
+  precision note's section 6.2, table "融合类型 / 默认状态"; see
+  ``docs/design.md``, section "Fusion presets").
 * **PyTorch Inductor** (``FusionOptions.inductor()``): pointwise operators,
   reductions and views are fused; matmul is left to a library call
   (Inductor's default ``max_autotune=False`` path calls aten.mm/cuBLAS).
@@ -33,7 +34,7 @@ Rules of the planner (:func:`plan`)
    k distinct inputs holds k + 1.  The tile (elements per buffer) is
    ``numlab.kernels.tile_elements(hardware, live_buffers, elem_bytes)`` with
    ``elem_bytes = 4``: numlab's kernels compute in fp32 inside the buffer
-   (DESIGN.md section 1, source 3).  A fused block holds more live buffers
+   (``docs/design.md``, section "The four sources", source 3).  A fused block holds more live buffers
    than a one-operator kernel, so it gets smaller tiles; :meth:`Plan.op_tile`
    gives the tile the same operator would get as its own (eager) kernel,
    whose buffers hold S elements (2 bytes for fp16/bf16).
@@ -47,12 +48,22 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import os
 from dataclasses import dataclass, field
+
+from . import kernels, ops
+from .formats import get_format
+from .graph import decompose
 
 __all__ = [
     "KINDS",
     "AUTOFUSE_DEFAULT",
     "FusionOptions",
+    "PRESETS",
+    "MODIFIERS",
+    "DEFAULT_SPEC",
+    "GRAMMAR",
+    "split_specs",
     "Block",
     "Plan",
     "plan",
@@ -77,13 +88,44 @@ matmul-epilogue (template) fusion and is off in both presets.  Composite
 operators that are not decomposed are never fused (they are library kernels)."""
 
 AUTOFUSE_DEFAULT = frozenset({"elementwise", "broadcast", "reshape"})
-"""Kinds fused by Ascend autofusion with no flags (seed 000, section 6.2)."""
+"""Kinds fused by Ascend autofusion with no flags (the autofusion precision
+note's section 6.2; ``docs/design.md``, section "Fusion presets")."""
 
 INDUCTOR_DEFAULT = frozenset(
     {"elementwise", "broadcast", "reshape", "reduce", "concat", "slice", "gather", "transpose"}
 )
 """Kinds fused by the Inductor-like preset: pointwise, reductions and views;
 matmul left to a library call."""
+
+PRESETS = ("autofuse", "inductor", "off")
+"""Fusion presets of the spec grammar (:meth:`FusionOptions.parse`)."""
+
+MODIFIERS = ("decompose", "nodecompose")
+"""``+modifier`` suffixes of the spec grammar: set ``decompose`` on or off."""
+
+DEFAULT_SPEC = "autofuse"
+"""The one default fusion spec: ``FusionOptions.parse(None)`` and every CLI
+command without ``--fusion`` use it."""
+
+GRAMMAR = """\
+spec     := preset [":" FLAGS] ("+" modifier)*  |  FLAGS
+preset   := "autofuse" | "inductor" | "off"
+FLAGS    := an AUTOFUSE_FLAGS string: ";"-separated --key=value items,
+            keys enable_autofuse (true/false), autofuse_enable_pass and
+            autofuse_disable_pass (comma lists of kinds: elementwise,
+            broadcast, reshape, reduce, concat, slice, gather, transpose,
+            matmul), e.g.
+            "--enable_autofuse=true;--autofuse_enable_pass=concat,reduce"
+            (only with autofuse; a spec that starts with "--" means
+            "autofuse:" + spec)
+modifier := "decompose" | "nodecompose"   (composites decomposed or kept whole)
+default  := "autofuse"   (None gives the default)
+examples:   autofuse   inductor+nodecompose   off
+            autofuse:--autofuse_enable_pass=reduce+nodecompose
+            --autofuse_enable_pass=reduce   (= autofuse:--autofuse_enable_pass=reduce)"""
+"""The fusion spec grammar (shown by ``numlab --help`` and in
+:class:`FusionOptions`' docstring)."""
+
 
 # Names accepted in AUTOFUSE_FLAGS pass lists -> numlab kinds.
 _PASS_ALIASES = {
@@ -161,10 +203,22 @@ class FusionOptions:
         ``decompose`` False; with it True the decomposed primitives run as
         library kernels).
     name : str
-        Label shown in the plan and in reports.
+        Label shown in the plan and in reports: the preset the options
+        came from (``autofuse``, ``inductor`` or ``off``).
+
+    Spec grammar
+    ------------
+    :meth:`parse` turns a spec string into options and :attr:`spec` gives
+    the canonical string back (``FusionOptions.parse(o.spec) == o``)::
+
+        <GRAMMAR>
 
     Examples
     --------
+    >>> FusionOptions.parse("inductor+nodecompose").spec
+    'inductor+nodecompose'
+    >>> FusionOptions.parse("--autofuse_enable_pass=reduce").spec
+    'autofuse:--autofuse_enable_pass=reduce'
     >>> FusionOptions.autofuse("--enable_autofuse=true;--autofuse_enable_pass=concat,reduce")
     ... # doctest: +ELLIPSIS
     FusionOptions(enabled=frozenset({...}), decompose=True, enable_autofuse=True, name='autofuse')
@@ -200,8 +254,6 @@ class FusionOptions:
     def from_env(cls, environ=None) -> FusionOptions:
         """:meth:`autofuse` configured from the ``AUTOFUSE_FLAGS`` environment
         variable (of ``environ``, default ``os.environ``)."""
-        import os
-
         env = os.environ if environ is None else environ
         return parse_autofuse_flags(env.get("AUTOFUSE_FLAGS", ""))
 
@@ -242,6 +294,139 @@ class FusionOptions:
         """One line: ``autofuse[elementwise,broadcast,reshape] decompose=on``."""
         kinds = ",".join(k for k in KINDS if k in self.enabled) if self.enable_autofuse else "off"
         return f"{self.name}[{kinds}] decompose={'on' if self.decompose else 'off'}"
+
+    # ---- the spec grammar ----------------------------------------------
+    @classmethod
+    def parse(cls, spec: str | FusionOptions | None = None, *, arg: str = "fusion") -> FusionOptions:
+        """Options from a fusion spec (grammar in the class docstring).
+
+        ``None`` gives the default (:data:`DEFAULT_SPEC`, ``"autofuse"``); a
+        :class:`FusionOptions` is returned unchanged.  ``arg`` is the name
+        the error messages use for the argument (the CLI passes
+        ``"--fusion"``).
+
+        Raises
+        ------
+        TypeError
+            ``spec`` is neither a str, a FusionOptions nor None.
+        ValueError
+            Unknown preset, modifier, flag key or pass name; FLAGS after a
+            preset other than autofuse; an empty spec.  The message names
+            ``arg``, the offending part and the valid choices.
+        """
+        if spec is None:
+            return cls()
+        if isinstance(spec, FusionOptions):
+            return spec
+        if not isinstance(spec, str):
+            raise TypeError(
+                f"{arg} must be a fusion spec string (e.g. 'autofuse', 'inductor+nodecompose') or a "
+                f"FusionOptions, got {type(spec).__name__}"
+            )
+        text = spec.strip()
+        if not text:
+            raise ValueError(f"{arg}={spec!r} is empty; valid presets: {list(PRESETS)} (default {DEFAULT_SPEC!r})")
+        if text.startswith("--"):
+            text = "autofuse:" + text
+        head, *mods = text.split("+")
+        preset, colon, flags = head.partition(":")
+        preset = preset.strip()
+        if preset not in PRESETS:
+            raise ValueError(
+                f"{arg}={spec!r}: preset {preset!r} is unknown; valid presets: {list(PRESETS)}, or an "
+                "AUTOFUSE_FLAGS string starting with '--'"
+            )
+        if colon and preset != "autofuse":
+            raise ValueError(
+                f"{arg}={spec!r}: flags {flags!r} follow preset {preset!r}; AUTOFUSE_FLAGS apply only to "
+                "the 'autofuse' preset (write 'autofuse:FLAGS')"
+            )
+        try:
+            if preset == "autofuse":
+                opts = parse_autofuse_flags(flags)
+            elif preset == "inductor":
+                opts = cls.inductor()
+            else:
+                opts = cls.off()
+        except ValueError as e:
+            raise ValueError(f"{arg}={spec!r}: {e}") from None
+        for m in mods:
+            m = m.strip()
+            if m not in MODIFIERS:
+                raise ValueError(f"{arg}={spec!r}: modifier {'+' + m!r} is unknown; valid modifiers: "
+                                 f"{['+' + x for x in MODIFIERS]}")
+            opts = dataclasses.replace(opts, decompose=(m == "decompose"))
+        return opts
+
+    @property
+    def spec(self) -> str:
+        """The canonical spec string: ``FusionOptions.parse(o.spec) == o``.
+
+        A preset whose kinds and switch are the preset's is written by its
+        name (``"inductor"``, ``"off+decompose"``); options named
+        ``autofuse`` as ``autofuse[:FLAGS]`` with the difference from
+        :data:`AUTOFUSE_DEFAULT` (``--enable_autofuse=false`` first, then
+        ``--autofuse_enable_pass=`` and ``--autofuse_disable_pass=`` with
+        kinds sorted alphabetically); ``+nodecompose`` / ``+decompose`` when
+        ``decompose`` differs from the preset's default.
+
+        Options the grammar cannot name (an ``inductor`` or ``off`` preset
+        whose kinds or switch were changed with :meth:`enable` /
+        :meth:`disable`, or a custom ``name``) get the ``autofuse:FLAGS``
+        spec that fuses the same kinds the same way; parsing it gives equal
+        ``enabled``, ``decompose`` and ``enable_autofuse`` (the same bits)
+        with ``name="autofuse"``.
+        """
+        for preset in ("inductor", "off"):
+            base = FusionOptions.inductor() if preset == "inductor" else FusionOptions.off()
+            if (self.name == preset and self.enabled == base.enabled
+                    and self.enable_autofuse == base.enable_autofuse):
+                return preset + _modifier(self.decompose, base.decompose)
+        items = []
+        if not self.enable_autofuse:
+            items.append("--enable_autofuse=false")
+        more = sorted(self.enabled - AUTOFUSE_DEFAULT)
+        less = sorted(AUTOFUSE_DEFAULT - self.enabled)
+        if more:
+            items.append("--autofuse_enable_pass=" + ",".join(more))
+        if less:
+            items.append("--autofuse_disable_pass=" + ",".join(less))
+        head = "autofuse:" + ";".join(items) if items else "autofuse"
+        return head + _modifier(self.decompose, True)
+
+
+if FusionOptions.__doc__:  # None under python -OO
+    FusionOptions.__doc__ = FusionOptions.__doc__.replace("<GRAMMAR>", GRAMMAR.replace("\n", "\n" + " " * 8))
+
+
+def split_specs(text: str) -> list[str]:
+    """Split a comma-separated list of fusion specs.
+
+    A comma inside an AUTOFUSE_FLAGS pass list stays in its spec: a new spec
+    starts only at a piece that begins with a preset name (:data:`PRESETS`)
+    or with ``--``, e.g. ``"autofuse:--autofuse_enable_pass=concat,reduce,inductor"``
+    -> ``["autofuse:--autofuse_enable_pass=concat,reduce", "inductor"]``.
+    Empty pieces are dropped; the specs are not parsed (see
+    :meth:`FusionOptions.parse`)."""
+    if not isinstance(text, str):
+        raise TypeError(f"fusion spec list must be a str, got {type(text).__name__}")
+    specs: list[str] = []
+    for piece in text.split(","):
+        piece = piece.strip()
+        if not piece:
+            continue
+        if specs and not piece.startswith((*PRESETS, "--")):
+            specs[-1] += "," + piece
+        else:
+            specs.append(piece)
+    return specs
+
+
+def _modifier(decompose: bool, preset_default: bool) -> str:
+    """``""`` when ``decompose`` is the preset's default, else the modifier that sets it."""
+    if decompose == preset_default:
+        return ""
+    return "+decompose" if decompose else "+nodecompose"
 
 
 def _parse_bool(value: str, key: str) -> bool:
@@ -313,8 +498,6 @@ def op_kind(op: str) -> str:
     (elementwise -> "elementwise", reduction -> "reduce", matmul -> "matmul",
     composite -> "composite", data movement -> per op: reshape, broadcast,
     transpose, slice, concat (concat and split), gather)."""
-    from . import ops
-
     info = ops.CATALOGUE.get(op)
     if info is None:
         raise ValueError(f"op {op!r} is not in numlab.ops.CATALOGUE; known ops: {sorted(ops.CATALOGUE)}")
@@ -536,8 +719,6 @@ def live_buffers(graph, members, outputs) -> int:
 
 
 def _tile(hardware, nbuf: int, elem_bytes: int = 4) -> int:
-    from . import kernels
-
     return int(kernels.tile_elements(hardware, nbuf, elem_bytes))
 
 
@@ -552,8 +733,6 @@ def _op_tile(node, hardware, eb: int, library) -> tuple[int, int]:
 
 
 def _elem_bytes(dtype) -> int:
-    from .formats import get_format
-
     if dtype is None:
         return 2
     f = get_format(dtype)
@@ -563,6 +742,9 @@ def _elem_bytes(dtype) -> int:
 def plan(graph, options: FusionOptions | None = None, hardware=None, dtype=None, *,
          codegen=None, library=None) -> Plan:
     """Group the nodes of ``graph`` into blocks.
+
+    (Over 100 lines with its docstring: the rules of the module docstring
+    share one block assignment and are applied in one pass, in order.)
 
     Parameters
     ----------
@@ -589,8 +771,6 @@ def plan(graph, options: FusionOptions | None = None, hardware=None, dtype=None,
     Plan
         See the module docstring for the rules.
     """
-    from . import kernels
-
     if options is None:
         options = FusionOptions()
     if not isinstance(options, FusionOptions):
@@ -704,9 +884,6 @@ def plan(graph, options: FusionOptions | None = None, hardware=None, dtype=None,
 def _decompose(graph):
     """Replace composite nodes by their decompositions (numlab.graph.decompose);
     returns the new graph and node -> composite it came from."""
-    from . import ops
-    from .graph import decompose
-
     comps = {n.name for n in graph.nodes if ops.CATALOGUE[n.op].category == "composite"}
     if not comps:
         return graph, {}

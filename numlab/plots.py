@@ -1,24 +1,41 @@
-"""Matplotlib figures for eager vs fused errors (object-oriented API only).
+"""Matplotlib figures: every figure numlab draws is drawn here.
 
-Every function draws on an ``ax`` it is given (or creates ``fig, ax =
-plt.subplots()``) and returns the axes, so notebooks and the demo report
-share them.  Error plots use logarithmic axes; bounds are dashed lines and the
-unit roundoff ``u`` a horizontal dotted line, with labelled axes.
+Every function draws on an ``ax`` it is given and returns the axes, so
+notebooks, the demo report and the claims report share them.  Without an
+``ax`` a new :class:`matplotlib.figure.Figure` is made (:func:`figure`): it
+needs no pyplot and no backend, so nothing here calls ``matplotlib.use``;
+show it in a notebook with ``ax.figure`` or save it with
+``ax.figure.savefig(...)`` / :func:`figure_to_png`.  Error plots use
+logarithmic axes; bounds are dashed lines and the unit roundoff ``u`` a
+horizontal dotted line, with labelled axes.
+
+Format arguments are ``fmt`` (a :class:`numlab.formats.Format` or its name);
+the older keyword ``dtype=`` is still accepted.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import io
+import os
 
-from .formats import FP32, get_format
+import numpy as np
+from matplotlib.figure import Figure
+
+from .formats import FP16, FP32, get_format
+from .kernels import gamma
+from .races import GROUPS_ORDER, SimResult, Stage, SyncAll
 
 __all__ = [
     "MODE_COLORS",
+    "figure",
     "error_bars",
     "ulp_shares",
     "chain_length",
     "error_scatter",
     "source_shares",
+    "draw_timeline",
+    "plan_figures",
+    "save_figures",
     "figure_to_png",
 ]
 
@@ -30,12 +47,23 @@ MODE_COLORS = {
 }
 
 
-def _ax(ax, figsize=(8, 4)):
-    if ax is None:
-        import matplotlib.pyplot as plt
+def figure(figsize=(8, 4), **kwargs) -> Figure:
+    """A new :class:`matplotlib.figure.Figure` (no pyplot, no backend needed);
+    ``fig.subplots(...)`` gives its axes."""
+    return Figure(figsize=figsize, **kwargs)
 
-        _, ax = plt.subplots(figsize=figsize)
-    return ax
+
+def _ax(ax, figsize=(8, 4)):
+    return figure(figsize).subplots() if ax is None else ax
+
+
+def _fmt(fmt, dtype):
+    """The format from ``fmt=`` (or the older ``dtype=``), exactly one given."""
+    if fmt is not None and dtype is not None:
+        raise TypeError(f"give the format as fmt= only, got fmt={fmt!r} and dtype={dtype!r}")
+    if fmt is None and dtype is None:
+        raise TypeError("missing the format argument fmt= (e.g. fmt='fp16')")
+    return get_format(fmt if fmt is not None else dtype, "fmt")
 
 
 _METRIC_LABELS = {
@@ -46,15 +74,16 @@ _METRIC_LABELS = {
 }
 
 
-def error_bars(rows, *, dtype, metric="rel_max", modes=("eager", "fused", "emulated_casts"),
-               ax=None, u=None):
+def error_bars(rows, *, fmt=None, metric="rel_max", modes=("eager", "fused", "emulated_casts"),
+               ax=None, u=None, dtype=None):
     """Grouped bars of ``metric`` per model for one storage format, log y.
 
-    ``rows`` are the dicts of :func:`numlab.cli_demo.demo_rows`.  ``u`` (default
+    ``rows`` are the demo's per-(model, format, mode) metric dicts
+    (keys ``model``, ``dtype``, ``mode`` and the metric names).  ``u`` (default
     the format's unit roundoff) is drawn as a dotted horizontal line.
     """
     ax = _ax(ax)
-    fmt = get_format(dtype)
+    fmt = _fmt(fmt, dtype)
     sel = [r for r in rows if r["dtype"] == fmt.name]
     models = list(dict.fromkeys(r["model"] for r in sel))
     width = 0.8 / max(len(modes), 1)
@@ -78,11 +107,11 @@ def error_bars(rows, *, dtype, metric="rel_max", modes=("eager", "fused", "emula
     return ax
 
 
-def ulp_shares(rows, *, dtype, modes=("eager", "fused", "emulated_casts"), ax=None):
+def ulp_shares(rows, *, fmt=None, modes=("eager", "fused", "emulated_casts"), ax=None, dtype=None):
     """Stacked bars: share of output elements at 0, 1 and >= 2 ULP from the
     correctly rounded fp64 reference, per model and mode."""
     ax = _ax(ax)
-    fmt = get_format(dtype)
+    fmt = _fmt(fmt, dtype)
     sel = [r for r in rows if r["dtype"] == fmt.name and r["mode"] in modes]
     labels = [f"{r['model']}\n{r['mode'].replace('emulated_casts', 'emul.')}" for r in sel]
     x = np.arange(len(sel))
@@ -100,7 +129,7 @@ def ulp_shares(rows, *, dtype, modes=("eager", "fused", "emulated_casts"), ax=No
     return ax
 
 
-def chain_length(ns, errors: dict, *, dtype, ax=None, bounds=True):
+def chain_length(ns, errors: dict, *, fmt=None, ax=None, bounds=True, dtype=None):
     """Max relative error against chain length ``n`` on log-log axes.
 
     ``errors`` maps a mode to a sequence of errors (one per ``n``).  With
@@ -110,7 +139,7 @@ def chain_length(ns, errors: dict, *, dtype, ax=None, bounds=True):
     ``u_S`` is a dotted horizontal line.
     """
     ax = _ax(ax)
-    fmt = get_format(dtype)
+    fmt = _fmt(fmt, dtype)
     ns = np.asarray(ns, dtype=float)
     styles = {"eager": ("o-", 7), "fused": ("s-", 6), "emulated_casts": ("x:", 9)}
     for mode, errs in errors.items():
@@ -119,8 +148,6 @@ def chain_length(ns, errors: dict, *, dtype, ax=None, bounds=True):
         ax.plot(ns, np.where(e > 0, e, np.nan), st, ms=ms, color=MODE_COLORS.get(mode),
                 label=f"{mode} (measured)")
     if bounds:
-        from .kernels import gamma
-
         us, u32 = fmt.u, FP32.u
         g_s = np.array([gamma(n, us) for n in ns])
         g_32 = np.array([gamma(n, u32) for n in ns])
@@ -137,11 +164,11 @@ def chain_length(ns, errors: dict, *, dtype, ax=None, bounds=True):
     return ax
 
 
-def error_scatter(ref, eager, fused, *, dtype, ax=None, max_points=4000):
+def error_scatter(ref, eager, fused, *, fmt=None, ax=None, max_points=4000, dtype=None):
     """Per-element |error| of eager (x) against fused (y), log-log, with the
     diagonal: points below it are elements where fused is more accurate."""
     ax = _ax(ax, figsize=(4.5, 4.5))
-    fmt = get_format(dtype)
+    fmt = _fmt(fmt, dtype)
     r = np.asarray(ref, dtype=np.float64).ravel()
     e = np.abs(np.asarray(eager, dtype=np.float64).ravel() - r)
     f = np.abs(np.asarray(fused, dtype=np.float64).ravel() - r)
@@ -175,10 +202,10 @@ SOURCE_COLORS = {
 
 
 def source_shares(srows, columns, *, ax=None):
-    """Horizontal grouped bars: for each case (row of
-    :func:`numlab.cli_demo.source_rows`) the share of output elements whose
-    bits differ from eager, per column (fused, only one source left,
-    decomposition, all aligned).  Linear axis in percent (shares, not errors)."""
+    """Horizontal grouped bars: for each case (a row of the demo's source
+    table, keys ``case``, ``dtype`` and the columns) the share of output
+    elements whose bits differ from eager, per column (fused, only one source
+    left, decomposition, all aligned).  Linear axis in percent (shares, not errors)."""
     ax = _ax(ax, figsize=(9, 0.55 * len(srows) + 1.5))
     labels = [f"{r['case']} {r['dtype']}" for r in srows]
     y = np.arange(len(srows))
@@ -195,10 +222,138 @@ def source_shares(srows, columns, *, ax=None):
     return ax
 
 
+def draw_timeline(ax, result: SimResult, *, mark_stale: bool = True):
+    """Gantt chart of one simulated multi-core run (:func:`numlab.races.simulate`)
+    on ``ax`` (None: a new figure): one row per core, one bar per (stage,
+    core); SyncAll barriers as vertical lines; each stale read marked with a
+    red cross at its read time and an arrow to when the promised write
+    landed.  Returns ``ax``."""
+    ax = _ax(ax, figsize=(8, 4))
+    k = result.kernel
+    sched = result.schedule
+    rows = []
+    for g in (*[g for g in GROUPS_ORDER if g in k.cores], *[g for g in k.cores if g not in GROUPS_ORDER]):
+        rows += [(g, c) for c in range(int(k.cores[g]))]
+    ypos = {r: i for i, r in enumerate(rows)}
+    names = [s.name for s in k.stages]
+    colors = {n: f"C{i % 10}" for i, n in enumerate(names)}
+    for s in k.stages:
+        st, en = sched.start[s.name], sched.end[s.name]
+        for c in range(len(st)):
+            ax.barh(ypos[(s.group, c)], en[c] - st[c], left=st[c], color=colors[s.name], edgecolor="k",
+                    linewidth=0.3, height=0.8, label=s.name if c == 0 else None)
+    # barriers: a SyncAll releases at the start of the next stage's earliest core
+    order = list(k.items)
+    for i, it in enumerate(order):
+        if isinstance(it, SyncAll):
+            before = [s.name for s in order[:i] if isinstance(s, Stage)]
+            if before:
+                t = max(float(sched.end[n].max()) for n in before)
+                ax.axvline(t, color="k", ls="--", lw=1)
+                # name at the top of the line, inside the axes (clear of the time tick labels)
+                ax.text(t, -0.45, it.name, rotation=90, va="top", ha="right", fontsize=7,
+                        bbox=dict(facecolor="white", edgecolor="none", alpha=0.8, pad=1))
+    if mark_stale:
+        for j, r in enumerate(result.stale_reads):
+            y = ypos[(r.group, r.core)]
+            ax.plot([r.time], [y], "rx", ms=10, mew=2, label="stale read" if j == 0 else None)
+            if np.isfinite(r.late_by):
+                ax.annotate("", xy=(r.time + r.late_by, y), xytext=(r.time, y),
+                            arrowprops=dict(arrowstyle="->", color="r"))
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([f"{g}[{c}]" for g, c in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel("time (arbitrary units)")
+    ax.set_ylabel("core")
+    ax.legend(loc="lower right", fontsize=7)
+    return ax
+
+
+def _ulp_share_bars(ax, groups: dict, label) -> None:
+    """Bars of the 0 / 1 / >= 2 ulp shares, one colour per group."""
+    xs = np.arange(3)
+    for i, (key, r) in enumerate(groups.items()):
+        ax.bar(xs + 0.4 * i, [r["ulp0"], r["ulp1"], r["ulp_ge2"]], 0.4, label=label(key))
+    ax.set_xticks(xs + 0.2, ["0 ulp", "1 ulp", ">=2 ulp"])
+    ax.set_ylabel("share of elements")
+    ax.legend()
+
+
+def plan_figures(result: dict) -> dict:
+    """The figures of a claims check plan (the dict ``numlab.claims`` returns
+    for the plan: keys ``c1``, ``c2``, ``c3``, ``chains``, ``fusions``,
+    ``trials``), as ``{file name: Figure}``: ``plan_c1.png`` (fp16 ``x*0.7``,
+    separate muls vs broadcast: ulp shares), ``plan_c2.png`` (blocked fp16
+    sum: error against tile size, log-log, with the a-priori bound),
+    ``plan_c3.png`` (fp16 rsqrt: ulp shares per Newton step count) and
+    ``plan_chains.png`` (chains: eager and fused P99/max error per fusion
+    configuration).  Save them with :func:`save_figures`."""
+    u16 = FP16.u
+    figs = {}
+    fig = figure((6, 3.5))
+    ax = fig.subplots()
+    _ulp_share_bars(ax, result["c1"], str)
+    ax.set_title("C1: fp16 x*0.7, muls vs broadcast")
+    figs["plan_c1.png"] = fig
+
+    fig = figure((6, 3.5))
+    ax = fig.subplots()
+    c2 = result["c2"]
+    tiles = list(c2)
+    ax.loglog(tiles, [c2[t]["fp32_err_max"] for t in tiles], "o-", label="fp32 accumulator error (max)")
+    ax.loglog(tiles, [c2[t]["out_err_max"] for t in tiles], "s-", label="after rounding to fp16 (max)")
+    ax.loglog(tiles, [c2[t]["bound_fp32_max"] for t in tiles], "k--", label="a-priori bound (fp32 acc)")
+    ax.axhline(u16, color="grey", lw=0.8, label="u (fp16)")
+    ax.set_xlabel("tile T (elements)")
+    ax.set_ylabel("|sum error| vs fp64")
+    ax.set_title("C2: fp16 [1,16384] sum, blocked tiles")
+    ax.legend(fontsize=7)
+    figs["plan_c2.png"] = fig
+
+    fig = figure((6, 3.5))
+    ax = fig.subplots()
+    _ulp_share_bars(ax, result["c3"], lambda s: f"{s} Newton steps")
+    ax.set_title("C3: fp16 rsqrt on U(0.01, 100)")
+    figs["plan_c3.png"] = fig
+
+    chains = result["chains"]
+    names, specs = list(chains), list(result["fusions"])
+    fig = figure((3.2 * len(specs) + 1, 3.8))
+    axes = fig.subplots(1, len(specs), sharey=True, squeeze=False)
+    xs = np.arange(len(names))
+    for j, (ax, spec) in enumerate(zip(axes[0], specs, strict=True)):
+        for i, (key, lab) in enumerate([("eager_p99", "eager P99"), ("fused_p99", "fused P99"),
+                                        ("eager_max", "eager max"), ("fused_max", "fused max")]):
+            ax.bar(xs + 0.2 * i, [max(chains[n][spec][key], 1e-12) for n in names], 0.2, label=lab)
+        ax.set_yscale("log")
+        ax.set_xticks(xs + 0.3, names, fontsize=6, rotation=30, ha="right")
+        ax.axhline(u16, color="grey", lw=0.8, label="u (fp16)")
+        verdicts = "".join("P" if chains[n][spec]["verdict"] == "PASS" else "F" for n in names)
+        ax.set_title(f"F{j + 1} {spec}\nverdicts {verdicts}", fontsize=7)
+        if j == 0:
+            ax.set_ylabel("|error| vs fp64 reference")
+            ax.legend(fontsize=6)
+    fig.suptitle(f"chains over {result['trials']} inputs: fused vs eager per fusion configuration", fontsize=9)
+    figs["plan_chains.png"] = fig
+    for f in figs.values():
+        f.tight_layout()
+    return figs
+
+
+def save_figures(figs: dict, out: str, dpi: int = 100) -> list[str]:
+    """Write ``{file name: Figure}`` into directory ``out`` (created if
+    needed); returns the paths written."""
+    os.makedirs(out, exist_ok=True)
+    paths = []
+    for name, fig in figs.items():
+        path = os.path.join(out, name)
+        fig.savefig(path, dpi=dpi)
+        paths.append(path)
+    return paths
+
+
 def figure_to_png(fig, dpi: int = 110) -> bytes:
     """PNG bytes of a figure (for embedding in the HTML report)."""
-    import io
-
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight", metadata={"Software": None})
     return buf.getvalue()

@@ -81,7 +81,8 @@ pre{background:#f7f7f7;padding:0.6em;font-size:11px;overflow-x:auto}
 """
 
 
-def html_report(*, title: str, intro: str, rows, figures, plans=None, notes=(), extra_html: str = "") -> str:
+def html_report(*, title: str, intro: str, rows, figures, plans=None, notes=(), extra_html: str = "",
+                specs=None) -> str:
     """The whole report as one HTML string.
 
     Parameters
@@ -99,12 +100,21 @@ def html_report(*, title: str, intro: str, rows, figures, plans=None, notes=(), 
     extra_html : str
         Trusted HTML (built by the caller with escaped text) inserted after
         the notes, before the figures.
+    specs : mapping of str to str, optional
+        The specs the numbers were computed under, shown under the title,
+        e.g. ``{"fusion": options.spec, "kernels": kernel_spec.spec}`` (each
+        the canonical string that parses back to the same object).
     """
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
+    ]
+    if specs:
+        parts.append("<p class='note'>" + "<br>".join(
+            f"{html.escape(str(k))}: <code>{html.escape(str(v))}</code>" for k, v in specs.items()) + "</p>")
+    parts += [
         f"<p>{html.escape(intro)}</p>",
         "<h2>Errors against the fp64 reference</h2>",
         html_table(rows),

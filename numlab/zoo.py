@@ -284,7 +284,7 @@ def _index_range(graph: Graph, name: str) -> int:
     return 1
 
 
-def make_inputs(graph, kind: str = "normal", seed: int = 0, dtype=None) -> dict:
+def make_inputs(graph, kind: str = "normal", seed: int = 0, fmt=None, *, dtype=None) -> dict:
     """Seeded inputs for ``graph`` (a Graph or a name of :data:`MODELS`).
 
     Parameters
@@ -293,10 +293,12 @@ def make_inputs(graph, kind: str = "normal", seed: int = 0, dtype=None) -> dict:
         Distribution of the data inputs (see the module docstring).
     seed : int
         Non-negative; the same seed gives the same arrays in any process.
-    dtype : Format or str, optional
+    fmt : Format or str, optional
         Round the values to this format (RNE) before returning; for
         ``near_overflow`` also the format whose max is approached
         (default fp16).
+    dtype : Format or str, optional
+        The older name of ``fmt`` (still accepted; give one of them).
 
     Returns
     -------
@@ -311,7 +313,13 @@ def make_inputs(graph, kind: str = "normal", seed: int = 0, dtype=None) -> dict:
         raise ValueError(f"kind={kind!r} is not valid; choose one of {KINDS}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed={seed!r} must be a non-negative int")
-    fmt = None if dtype is None else get_format(dtype)
+    if fmt is not None and dtype is not None:
+        raise TypeError(f"make_inputs: give the format as fmt= only, got fmt={fmt!r} and dtype={dtype!r}")
+    if dtype is not None:
+        fmt, name = dtype, "dtype"
+    else:
+        name = "fmt"
+    fmt = None if fmt is None else get_format(fmt, name)
     out = {}
     for name, shape in graph.inputs.items():
         rng = _rng(int(seed), name)

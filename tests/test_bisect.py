@@ -193,8 +193,8 @@ def test_cli_run_compare_bisect(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "decomposed" in out and (tmp_path / "r.csv").exists()
     assert main(["run", "nope"]) == 2
-    assert main(["bisect", "transformer_block", "--dtype", "fp16", "--codegen",
-                 "rsqrt=newton(magic,0,fp32)", "--cosine", "0.9999", "--stages", "sources"]) == 0
+    assert main(["bisect", "transformer_block", "--dtype", "fp16", "--kernels",
+                 "codegen:rsqrt=newton(magic,0,fp32)", "--cosine", "0.9999", "--stages", "sources"]) == 0
     out = capsys.readouterr().out
     assert "align=algorithm" in out and "sources whose eager choice removes it: algorithm" in out
     assert out.count("align=algorithm") == 1  # each trial printed once, not again in the summary
@@ -208,7 +208,7 @@ def test_cli_run_compare_bisect(tmp_path, capsys):
                         (["run", "layernorm", "--size", "hiden=4"], ["hiden", "hidden=64", "batch=8"]),
                         (["run", "nope"], ["nope", "transformer_block"]),
                         (["run"], ["MODEL is required", "transformer_block"]),
-                        (["bisect", "layernorm", "--codegen", "rsqr=1"], ["--codegen", "rsqr", "rsqrt"])):
+                        (["bisect", "layernorm", "--kernels", "codegen:rsqr=1"], ["--kernels", "rsqr", "rsqrt"])):
         capsys.readouterr()
         assert main(argv) == 2, argv
         err = capsys.readouterr().err

@@ -613,8 +613,8 @@ def test_cli_compare(tmp_path, capsys):
 
 
 def test_cli_compare_refuses_existing_report_before_comparing(tmp_path, capsys, monkeypatch):
+    from numlab.cli import compare as cli_compare
     from numlab.cli import main
-    from numlab.compare import cli_compare
 
     g, m = _dumps(tmp_path)
     (tmp_path / "o.csv").write_text("my earlier report")

@@ -11,8 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from numlab import cli, zoo
-from numlab.cli_demo import chain_errors, chain_graph, demo_rows, parse_fusion, resolve_out_dir
+from numlab.cli.demo import resolve_out_dir
 from numlab.execute import run
+from numlab.experiments import chain_errors, chain_graph, demo_rows
 from numlab.fusion import FusionOptions
 
 
@@ -50,6 +51,7 @@ def test_demo_never_overwrites_without_force(quick_demo, capsys):
     fresh = out / "run-001"
     assert (fresh / "report.html").exists() and "run-001" in said and "--force" in said
     assert "notebooks" in said
+    assert "fusion autofuse (" in said  # the one default, as its canonical spec, in the header
     # --force overwrites in place
     assert cli.main(["demo", "--quick", "--out", str(fresh), "--models", "softmax", "--force"]) == 0
     assert not (fresh / "run-001").exists()
@@ -117,12 +119,14 @@ def test_chain_errors_within_the_a_priori_bounds(dtype):
         assert errs["eager"][-1] > 4 * errs["fused"][-1]  # long chains: fused is more accurate
 
 
-def test_parse_fusion_choices():
-    assert parse_fusion("inductor") == FusionOptions.inductor()
-    assert parse_fusion("autofuse") == FusionOptions()
-    assert parse_fusion("--autofuse_enable_pass=reduce").fuses("reduce")
-    with pytest.raises(ValueError, match="choose inductor, autofuse, off"):
-        parse_fusion("xla")
+def test_demo_fusion_goes_through_the_one_parser(capsys):
+    # the one default (autofuse), printed as its canonical spec in the header
+    rows, extra = demo_rows(["softmax"], ("fp16",))
+    assert extra["fusion"] == FusionOptions()
+    _, extra = demo_rows(["softmax"], ("fp16",), fusion="--autofuse_enable_pass=reduce")
+    assert extra["fusion"] == FusionOptions().enable("reduce")
+    with pytest.raises(ValueError, match="fusion='xla': preset 'xla' is unknown; valid presets"):
+        demo_rows(["softmax"], fusion="xla")
     with pytest.raises(ValueError, match="valid models"):
         demo_rows(["resnet"])
 
@@ -170,7 +174,7 @@ def test_sources_table_shows_every_source_and_aligns_to_eager(quick_demo):
     """The 'where the bits part' showcase: every source of difference (and
     the decomposition) moves bits in at least one case, and with all four
     aligned and decomposition off fused equals eager in every case."""
-    from numlab.cli_demo import SOURCE_COLUMNS, source_rows
+    from numlab.experiments import SOURCE_COLUMNS, source_rows
 
     out, _ = quick_demo
     rows = json.loads((out / "results.json").read_text())["meta"]["sources"]
@@ -196,11 +200,12 @@ def test_verdict_matrix_counts_and_the_autofuse_layernorm_loss():
     layer norm, reductions as library calls storing in S) is less accurate than
     eager on layer norm -- checked from the raw outputs -- and reduce fusion
     removes that loss."""
-    from numlab.cli_demo import verdict_matrix
+    from numlab.experiments import verdict_matrix
 
     models = ["layernorm", "gelu_mlp"]
     rows = verdict_matrix(models, ("fp16",), ("autofuse", "--autofuse_enable_pass=reduce"), ("normal",))
-    assert [r["fusion"] for r in rows] == ["autofuse", "--autofuse_enable_pass=reduce"]
+    # labelled by the canonical spec
+    assert [r["fusion"] for r in rows] == ["autofuse", "autofuse:--autofuse_enable_pass=reduce"]
     for r in rows:
         assert r["more"] + r["less"] + r["same"] + r["equal"] + r["nonfinite"] == 2
     g = zoo.layernorm()

@@ -3,14 +3,13 @@ processes, the atomic order breaking the second layer, replay, the plan, CLI."""
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 import pytest
 
 from numlab import determinism as D
 from numlab import execute, zoo
 from numlab import kernels as K
+from numlab.fusion import FusionOptions
 
 
 def test_default_fused_run_is_deterministic_across_processes():
@@ -134,25 +133,42 @@ def test_bad_arguments(kw, match):
 
 
 def test_check_parser_exit_codes(capsys):
-    ap = argparse.ArgumentParser(prog="numlab check")
-    sub = ap.add_subparsers(dest="what")
-    D.add_check_parser(sub)
-    args = ap.parse_args(["determinism", "softmax", "--runs", "2"])
-    assert args.func(args) == 0
-    assert "compile determinism:   yes" in capsys.readouterr().out
-    args = ap.parse_args(["determinism", "softmax", "--runs", "2", "--dtype", "fp32", "--mode", "eager",
-                          "--order", "atomic", "--json"])
-    assert args.func(args) == 1
+    from numlab.cli import main
+
+    assert main(["check", "determinism", "softmax", "--runs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "compile determinism:   yes" in out
+    assert "fusion=autofuse " in out  # the one default, printed as its canonical spec
+    assert main(["check", "determinism", "softmax", "--runs", "2", "--dtype", "fp32", "--mode", "eager",
+                 "--order", "atomic", "--json"]) == 1
     out = capsys.readouterr().out
     assert '"execution_deterministic": false' in out and '"compile_deterministic": true' in out
-    args = ap.parse_args(["determinism", "softmax", "--runs", "2", "--timeout", "0"])
-    with pytest.raises(ValueError, match="timeout=0.0 must be"):
-        args.func(args)
+    assert main(["check", "determinism", "softmax", "--runs", "2", "--timeout", "0"]) == 2
+    assert "timeout=0.0 must be" in capsys.readouterr().err
     from numlab.zoo import parse_sizes
 
     assert parse_sizes("batch=4,hidden=64", "--sizes") == {"batch": 4, "hidden": 64}
     with pytest.raises(ValueError, match="--sizes 'batch' is not NAME=VALUE"):
         parse_sizes("batch", "--sizes")
+
+
+def test_fusion_and_kernel_specs_reach_the_workers():
+    """The spec is parsed once and kept: flags change the fingerprint (before,
+    ``autofuse_enable_pass=reduce`` silently ran the defaults), and the
+    configuration holds the canonical spec strings."""
+    base = D.check_determinism("softmax", runs=2)
+    red = D.check_determinism("softmax", runs=2, fusion="--autofuse_enable_pass=reduce",
+                              kernels="codegen:fma=false")
+    assert base.config["fusion"] == "autofuse" and base.config["kernels"] is None
+    assert red.config["fusion"] == "autofuse:--autofuse_enable_pass=reduce"
+    assert red.config["kernels"] == "codegen:fma=false"
+    assert red.records[0].fingerprint != base.records[0].fingerprint
+    g = zoo.softmax()
+    r = execute.run(g, zoo.make_inputs(g, seed=0), mode="fused", dtype="fp16",
+                    fusion=FusionOptions().enable("reduce"), kernels=K.KernelSpec.codegen(fma=False))
+    assert red.records[0].fingerprint == r.fingerprint
+    with pytest.raises(ValueError, match="fusion='autofuse_enable_pass=reduce': preset"):
+        D.check_determinism("softmax", runs=2, fusion="autofuse_enable_pass=reduce")
 
 
 # --------------------------------------------------------------------------- worker processes

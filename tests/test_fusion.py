@@ -3,6 +3,8 @@ buffers and tiles (independent recomputation), readable printing."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -368,3 +370,83 @@ def test_str_plan_is_readable():
         assert f"reads {', '.join(b.inputs)}; writes {', '.join(b.outputs)}" in s
     d = p.to_dict()
     assert [x["members"] for x in d["blocks"]] == [b.members for b in p.blocks]
+
+
+# ---------------------------------------------------------------------------
+# the spec grammar: FusionOptions.parse / FusionOptions.spec
+# ---------------------------------------------------------------------------
+
+
+def test_parse_presets_default_and_passthrough():
+    assert FusionOptions.parse(None) == FusionOptions() == FusionOptions.parse("autofuse")
+    assert FusionOptions.parse("inductor") == FusionOptions.inductor()
+    assert FusionOptions.parse("off") == FusionOptions.off()
+    o = FusionOptions.inductor().enable("matmul")
+    assert FusionOptions.parse(o) is o
+    # a spec starting with "--" means "autofuse:" + spec
+    assert FusionOptions.parse("--autofuse_enable_pass=reduce") == FusionOptions.parse(
+        "autofuse:--autofuse_enable_pass=reduce") == FusionOptions().enable("reduce")
+    # modifiers apply left to right and set decompose
+    assert FusionOptions.parse("inductor+nodecompose") == FusionOptions.inductor(decompose=False)
+    assert FusionOptions.parse("off+decompose") == FusionOptions.off(decompose=True)
+    assert FusionOptions.parse("autofuse+nodecompose+decompose") == FusionOptions()
+    assert FusionOptions.parse(" inductor ") == FusionOptions.inductor()
+
+
+@pytest.mark.parametrize("spec", [
+    "autofuse", "inductor", "off", "autofuse+nodecompose", "inductor+nodecompose", "off+decompose",
+    "autofuse:--autofuse_enable_pass=reduce",
+    "autofuse:--enable_autofuse=false",
+    "autofuse:--autofuse_enable_pass=concat,reduce;--autofuse_disable_pass=broadcast+nodecompose",
+])
+def test_canonical_specs_are_fixed_points(spec):
+    o = FusionOptions.parse(spec)
+    assert o.spec == spec
+    assert FusionOptions.parse(o.spec) == o
+
+
+def test_spec_is_canonical_for_equivalent_spellings():
+    a = FusionOptions.parse("--autofuse_enable_pass=reduce,concat;--enable_autofuse=true")
+    b = FusionOptions.parse("autofuse:--autofuse_enable_pass=concat;--autofuse_enable_pass=reduction")
+    assert a == b and a.spec == b.spec == "autofuse:--autofuse_enable_pass=concat,reduce"
+
+
+@given(kinds=st.frozensets(st.sampled_from(KINDS)), decompose=st.booleans(), switch=st.booleans(),
+       preset=st.sampled_from(["autofuse", "inductor", "off"]))
+def test_spec_round_trip_over_kind_subsets(kinds, decompose, switch, preset):
+    # options named autofuse: any kind subset, switch and decompose round-trip exactly
+    o = FusionOptions(enabled=kinds, decompose=decompose, enable_autofuse=switch, name="autofuse")
+    assert FusionOptions.parse(o.spec) == o
+    # enable/disable variants of every preset: exact when the grammar can name
+    # them, otherwise the same kinds, switch and decompose (same bits) under autofuse
+    base = FusionOptions.parse(preset)
+    v = dataclasses.replace(base.disable(*KINDS).enable(*kinds), decompose=decompose)
+    back = FusionOptions.parse(v.spec)
+    assert (back.enabled, back.decompose, back.enable_autofuse) == (v.enabled, v.decompose, v.enable_autofuse)
+    if v.enabled == base.enabled or v.name == "autofuse":
+        assert back == v
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("xla", ["'xla'", "autofuse", "inductor", "off"]),
+    ("default", ["'default'", "autofuse", "inductor", "off"]),
+    ("autofuse_enable_pass=reduce", ["'autofuse_enable_pass=reduce'", "autofuse", "inductor"]),
+    ("inductor:--autofuse_enable_pass=reduce", ["inductor", "autofuse:FLAGS"]),
+    ("autofuse+fancy", ["'+fancy'", "+nodecompose", "+decompose"]),
+    ("autofuse:--autofuse_enable_pass=bogus", ["'bogus'", "reduce", "transpose"]),
+    ("--foo=1", ["'foo'", "autofuse_enable_pass", "enable_autofuse"]),
+    ("--enable_autofuse=maybe", ["'maybe'", "true", "false"]),
+    ("", ["empty", "autofuse"]),
+])
+def test_parse_errors_name_value_and_choices(spec, words):
+    with pytest.raises(ValueError) as e:
+        FusionOptions.parse(spec, arg="--fusion")
+    msg = str(e.value)
+    assert msg.startswith("--fusion=")
+    for w in words:
+        assert w in msg, (w, msg)
+
+
+def test_parse_type_error():
+    with pytest.raises(TypeError, match="fusion must be a fusion spec string.*int"):
+        FusionOptions.parse(3)

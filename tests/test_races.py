@@ -1,8 +1,9 @@
 """Tests of numlab.races: scheduler, visibility, detector (by mutation and
-against the simulator), the field scenario, bisection and the CLI."""
+against the simulator), the fused-linear scenario, bisection and the CLI."""
 
 from __future__ import annotations
 
+import inspect
 from fractions import Fraction
 
 import numpy as np
@@ -10,10 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from numlab import plots
 from numlab import races as R
 from numlab.cli import main as cli_main
 
-FIELD = R.get_scenario("fused_linear_online_max_sum")
+FUSED = R.get_scenario("fused_linear_online_max_sum")
 SOFTMAX = R.get_scenario("split_softmax")
 ATOMIC = R.get_scenario("atomic_rowsum")
 FIXED = R.Latency(1.0, dist="fixed")
@@ -81,27 +83,27 @@ def test_kernel_validation_names_the_problem():
 
 
 def test_bad_seeds_and_sizes_name_the_argument():
-    k, case = FIELD.build(), FIELD.cases(1, 0)[0]
+    k, case = FUSED.build(), FUSED.cases(1, 0)[0]
     for bad in (-1, "a", 1.5):
         with pytest.raises(ValueError, match=f"seed={bad!r} must be None, a non-negative int"):
             R.simulate(k, case, seed=bad)
         with pytest.raises(ValueError, match=f"seed={bad!r} must be None, a non-negative int"):
-            R.batch_run(k, [case], FIELD.reference, seed=bad)
+            R.batch_run(k, [case], FUSED.reference, seed=bad)
     with pytest.raises(ValueError, match="seed=-2"):
         R.schedule(k, seed=-2)
     with pytest.raises(ValueError, match="at least one case"):
-        R.batch_run(k, [], FIELD.reference)
+        R.batch_run(k, [], FUSED.reference)
     with pytest.raises(ValueError, match="n_cases=0 must be an int >= 1"):
-        R.failure_rate_curve(FIELD, [0.5], n_cases=0)
+        R.failure_rate_curve(FUSED, [0.5], n_cases=0)
     with pytest.raises(ValueError, match="n=-1"):
-        FIELD.cases(-1)
+        FUSED.cases(-1)
 
 
 # --------------------------------------------------------------------------- scheduler
 
 
 def test_schedule_rules_and_seed():
-    k = FIELD.build(fix=True, spread=0.8)
+    k = FUSED.build(fix=True, spread=0.8)
     s1, s2 = R.schedule(k, seed=7), R.schedule(k, seed=7)
     for n in s1.start:
         assert np.array_equal(s1.start[n], s2.start[n]) and np.array_equal(s1.end[n], s2.end[n])
@@ -178,8 +180,8 @@ def test_chunked_write_lands_part_by_part():
 
 
 def test_same_seed_same_bits_and_fill():
-    k = FIELD.build(fix=False, spread=0.8)
-    case = FIELD.cases(1, 3)[0]
+    k = FUSED.build(fix=False, spread=0.8)
+    case = FUSED.cases(1, 3)[0]
     for fill in ("zeros", "garbage"):
         a = R.simulate(k, case, seed=11, fill=fill)
         b = R.simulate(k, case, seed=11, fill=fill)
@@ -194,7 +196,7 @@ def test_same_seed_same_bits_and_fill():
 def _batch_digest(seed, spread=0.8, n=25):
     import hashlib
 
-    b = R.batch_run(FIELD.build(fix=False, spread=spread), FIELD.cases(n, 5), FIELD.reference, seed=seed,
+    b = R.batch_run(FUSED.build(fix=False, spread=spread), FUSED.cases(n, 5), FUSED.reference, seed=seed,
                     keep_outputs=True)
     h = hashlib.sha256()
     for c in b.cases:
@@ -226,12 +228,12 @@ def test_same_seed_same_bits_across_processes_different_seed_different_bits():
         assert out.stdout.strip() == d0
 
 
-# --------------------------------------------------------------------------- field scenario
+# --------------------------------------------------------------------------- fused-linear scenario
 
 
-def test_field_reference_against_exact_arithmetic():
-    case = FIELD.cases(1, 5)[0]
-    ref = FIELD.reference(case)
+def test_fused_linear_reference_against_exact_arithmetic():
+    case = FUSED.cases(1, 5)[0]
+    ref = FUSED.reference(case)
     vs, V = 96, case["weight"].shape[0]
     x, w, t = case["x"], case["weight"], case["target"]
     worst = 0.0
@@ -245,16 +247,16 @@ def test_field_reference_against_exact_arithmetic():
     assert worst < 1e-12
 
 
-def test_field_fixed_kernel_error_within_fp32_dot_bound():
+def test_fused_linear_fixed_kernel_error_within_fp32_dot_bound():
     """Fixed kernel: predicted logits within Higham's gamma_H sum|x w| (+ u for the store) of fp64."""
-    cases = FIELD.cases(20, 9)
-    k = FIELD.build(fix=True, spread=1.0)
+    cases = FUSED.cases(20, 9)
+    k = FUSED.build(fix=True, spread=1.0)
     mem = None
     u = 2.0**-24
     for i, case in enumerate(cases):
         r = R.simulate(k, case, seed=i, memory=mem)
         mem = r.memory
-        ref = FIELD.reference(case)
+        ref = FUSED.reference(case)
         x, w = case["x"].astype(np.float64), case["weight"].astype(np.float64)
         mt = ref["masked_target"].astype(int)
         H = x.shape[1]
@@ -263,20 +265,20 @@ def test_field_fixed_kernel_error_within_fp32_dot_bound():
         bound = (gamma * absdot + u * np.abs(ref["predicted_logits_local"])) * ref["target_mask"]
         err = np.abs(r.outputs["predicted_logits_local"] - ref["predicted_logits_local"])
         assert (err <= bound).all()
-        assert (bound <= 0.5 * FIELD.tol.atol).all()   # the stated tolerance is above the bound
+        assert (bound <= 0.5 * FUSED.tol.atol).all()   # the stated tolerance is above the bound
         assert not r.stale_reads and not r.lost_writes
 
 
-def test_field_without_barrier_fails_intermittently_only_on_dependent_output():
-    cases = FIELD.cases(120, 0)
+def test_fused_linear_without_barrier_fails_intermittently_only_on_dependent_output():
+    cases = FUSED.cases(120, 0)
     for spread in (0.4, 1.2):
-        good = R.batch_run(FIELD.build(fix=True, spread=spread), cases, FIELD.reference, seed=1)
+        good = R.batch_run(FUSED.build(fix=True, spread=spread), cases, FUSED.reference, seed=1)
         assert good.failure_rate == 0 and good.n_stale == 0
     rates = []
     for spread in (0.0, 0.2, 0.4, 0.8):
-        bad = R.batch_run(FIELD.build(fix=False, spread=spread), cases, FIELD.reference, seed=1)
+        bad = R.batch_run(FUSED.build(fix=False, spread=spread), cases, FUSED.reference, seed=1)
         fb = bad.failures_by_output()
-        assert set(o for o, n in fb.items() if n) <= set(FIELD.dependent)
+        assert set(o for o, n in fb.items() if n) <= set(FUSED.dependent)
         for c in bad.cases:   # every failure is explained by a stale read
             if not c.ok:
                 assert any(s.buffer in ("masked_target", "target_mask") for s in c.stale_reads)
@@ -288,8 +290,8 @@ def test_field_without_barrier_fails_intermittently_only_on_dependent_output():
 
 
 def test_failure_rate_curve_matches_batch_run():
-    curve = R.failure_rate_curve(FIELD, [0.0, 0.5], n_cases=40, seed=2)
-    direct = R.batch_run(FIELD.build(fix=False, spread=0.5), FIELD.cases(40, 2), FIELD.reference, seed=2)
+    curve = R.failure_rate_curve(FUSED, [0.0, 0.5], n_cases=40, seed=2)
+    direct = R.batch_run(FUSED.build(fix=False, spread=0.5), FUSED.cases(40, 2), FUSED.reference, seed=2)
     assert curve[0] == 0 and curve[1] == direct.failure_rate
 
 
@@ -297,19 +299,19 @@ def test_failure_rate_curve_matches_batch_run():
 
 
 def test_detector_findings_on_shipped_kernels():
-    f = R.detect_races(FIELD.build(fix=False))
+    f = R.detect_races(FUSED.build(fix=False))
     assert {(x.kind, x.buffer, x.first[0], x.second[0]) for x in f} == {
         ("RAW", "masked_target", "TargetProcess", "CVProcess.gather"),
         ("RAW", "target_mask", "TargetProcess", "CVProcess.gather")}
     assert all(x.fix == "SyncAll after 'TargetProcess'" for x in f)
     # 8 vector cores x 4 cube cores, each cube core overlaps exactly the 2 vector cores of its rows
     assert all(x.core_pairs == 8 for x in f)
-    assert R.detect_races(FIELD.build(fix=True)) == []
+    assert R.detect_races(FUSED.build(fix=True)) == []
     assert R.detect_races(SOFTMAX.build(fix=True)) == []
 
 
 def test_suggested_fix_removes_the_finding():
-    for sc in (FIELD, SOFTMAX):
+    for sc in (FUSED, SOFTMAX):
         k = sc.build(fix=False)
         for f in R.detect_races(k):
             if f.fix.startswith("SyncAll after"):
@@ -345,7 +347,7 @@ ESSENTIAL = {
 }
 
 
-@pytest.mark.parametrize("sc", [FIELD, SOFTMAX, ATOMIC], ids=lambda s: s.name)
+@pytest.mark.parametrize("sc", [FUSED, SOFTMAX, ATOMIC], ids=lambda s: s.name)
 @pytest.mark.parametrize("fix", [False, True])
 def test_mutation_remove_each_barrier(sc, fix):
     """Removing a barrier that matters is reported (and shows up dynamically);
@@ -371,13 +373,13 @@ def test_mutation_remove_each_barrier(sc, fix):
 
 def test_misrouted_flag_is_a_race():
     """A pairwise flag that waits for the wrong cube core orders nothing useful."""
-    k = FIELD.build(fix=True, spread=1.2)
+    k = FUSED.build(fix=True, spread=1.2)
     wrong = k.without("flag_logits").with_item(
         R.Flag("CVProcess.matmul", "CVProcess.reduce", name="wrong", cores=lambda j, n_p, n_c: [(j // 2 + 1) % n_p]))
     (f,) = R.detect_races(wrong)
     assert (f.kind, f.buffer, f.first[0], f.second[0]) == ("RAW", "logits", "CVProcess.matmul", "CVProcess.reduce")
     assert f.core_pairs == 8   # each vector core against its own (unflagged) cube core
-    dyn = R.batch_run(wrong, FIELD.cases(40, 0), FIELD.reference, seed=0)
+    dyn = R.batch_run(wrong, FUSED.cases(40, 0), FUSED.reference, seed=0)
     assert any(s.buffer == "logits" for c in dyn.cases for s in c.stale_reads)
     assert dyn.failures_by_output()["logits_max_local"] > 0
     with pytest.raises(ValueError, match="cores"):
@@ -525,9 +527,9 @@ def test_atomic_scenario_is_race_free_but_not_bitwise_reproducible():
 # --------------------------------------------------------------------------- bisection
 
 
-def test_bisect_field_finds_gather_and_masked_target():
-    cases = FIELD.cases(12, 0)
-    rep = R.bisect(FIELD.build(fix=False, spread=0.6), cases, runs=4, seed=0)
+def test_bisect_fused_linear_finds_gather_and_masked_target():
+    cases = FUSED.cases(12, 0)
+    rep = R.bisect(FUSED.build(fix=False, spread=0.6), cases, runs=4, seed=0)
     assert [s.varying for s in rep.steps[:3]] == [(), (), ()]
     assert rep.first_stage == "CVProcess.gather"
     assert rep.steps[-1].varying == ("predicted_logits_local",)
@@ -535,10 +537,10 @@ def test_bisect_field_finds_gather_and_masked_target():
     assert rep.writers["masked_target"] == ["TargetProcess"]
     assert rep.pattern["masked_target"] == 1.0   # every wrong read held the previous case's value
     assert "TargetProcess" in str(rep)
-    fixed = R.bisect(FIELD.build(fix=True, spread=0.6), cases, runs=3, seed=0)
-    assert fixed.first_stage is None and len(fixed.steps) == len(FIELD.build(fix=True).stages)
+    fixed = R.bisect(FUSED.build(fix=True, spread=0.6), cases, runs=3, seed=0)
+    assert fixed.first_stage is None and len(fixed.steps) == len(FUSED.build(fix=True).stages)
     with pytest.raises(ValueError, match="runs"):
-        R.bisect(FIELD.build(), cases, runs=1)
+        R.bisect(FUSED.build(), cases, runs=1)
 
 
 def test_bisect_softmax():
@@ -577,13 +579,8 @@ def test_cli_race(capsys):
 
 
 def test_draw_timeline_marks_stale_read():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    k = FIELD.build(fix=False, spread=0.6)
-    cases = FIELD.cases(30, 0)
+    k = FUSED.build(fix=False, spread=0.6)
+    cases = FUSED.cases(30, 0)
     mem = None
     for i, c in enumerate(cases):
         r = R.simulate(k, c, seed=i, memory=mem)
@@ -591,9 +588,24 @@ def test_draw_timeline_marks_stale_read():
         if r.stale_reads:
             break
     assert r.stale_reads
-    fig, ax = plt.subplots()
-    R.draw_timeline(ax, r)
+    ax = plots.draw_timeline(None, r)  # a matplotlib Figure, no pyplot or backend
     xs = [tuple(line.get_xdata()) for line in ax.lines if line.get_marker() == "x"]
     assert (r.stale_reads[0].time,) in xs
     assert len(ax.patches) == sum(int(k.cores[s.group]) for s in k.stages)
-    plt.close(fig)
+    assert plots.figure_to_png(ax.figure).startswith(b"\x89PNG")
+
+
+def test_draw_timeline_moved_to_plots():
+    with pytest.raises(AttributeError, match="numlab.plots.draw_timeline"):
+        R.draw_timeline  # noqa: B018
+
+
+def test_races_package_reexports_its_submodules():
+    from numlab.races import batch, bisection, detect, model, scenarios, sim
+
+    for mod in (model, sim, detect, batch, bisection, scenarios):
+        for name in getattr(mod, "__all__", [n for n in vars(mod) if not n.startswith("_")]):
+            obj = getattr(mod, name)
+            if (inspect.isclass(obj) or inspect.isfunction(obj)) and obj.__module__ == mod.__name__:
+                assert name in R.__all__, f"{mod.__name__}.{name} is not re-exported by numlab.races"
+                assert getattr(R, name) is obj

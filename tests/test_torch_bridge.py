@@ -629,7 +629,8 @@ def test_eager_preset_validates_knobs():
 
 
 def test_switches_and_preset_specs():
-    from numlab.kernels.reduce import Lanes
+    from numlab.kernels.cpu_orders import AtenCascade, InductorLanes
+    from numlab.kernels.reduce import Lanes, reduce
     from numlab.torch.predictor import COMPILED, EAGER, Switches
     from numlab.torch.presets import InductorCpu, TorchCpuEager
 
@@ -637,11 +638,25 @@ def test_switches_and_preset_specs():
         Switches(promotion="fp32")
     assert EAGER == Switches() and COMPILED.order == "inductor" and COMPILED.promotion == "fused"
     ks = InductorCpu(lanes=16).kernel_spec("bf16")
-    assert ks.reduce_order == Lanes(32, "tree", "masked") and ks.fma is False and ks.scalar_mul == "muls"
-    assert InductorCpu(lanes=16).kernel_spec("fp32").reduce_order == Lanes(16, "tree", "masked")
+    assert ks.reduce_order == InductorLanes(16, 2, 1) and ks.fma is False and ks.scalar_mul == "muls"
+    assert InductorCpu(lanes=16).kernel_spec("fp32", threads=2).reduce_order == InductorLanes(16, 1, 2)
+    # one thread, rows of 8 .. 4096: Inductor's lanes are numlab's Lanes(W, tree, masked)
+    x = cancelling_rows(np.random.default_rng(5), (16, 1000), "bf16").astype(np.float32)
+    assert np.array_equal(ks.reduce(x, "sum", storage="fp32"),
+                          reduce(x, "sum", order=Lanes(32, "tree", "masked"), acc="fp32"))
     pe = TorchCpuEager()
     assert pe.scalar_rule("add") == "storage" and pe.scalar_rule("mul") == "opmath"
-    assert pe.kernel_spec().promotion == "fp32_internal"
+    es = pe.kernel_spec("fp16")
+    assert es.promotion == "fp32_internal" and es.reduce_order == AtenCascade(8, widen=True)
+    assert pe.kernel_spec().reduce_order == AtenCascade(8)
+    assert np.array_equal(pe.kernel_spec().reduce(x, "sum", storage="fp32"), aten_sum(x))
+    assert pe.algorithms() == {"exp": "sleef_u10", "tanh": "sleef", "erf": "aten_vec", "gelu": "onednn",
+                               "gelu_tanh": "aten_vec"}
+    assert TorchCpuEager(onednn_gelu=False).gelu_algo == "aten_vec"
+    with pytest.raises(ValueError, match="vec_exp='sleef'"):
+        TorchCpuEager(vec_exp="sleef")
+    with pytest.raises(ValueError, match="vec_gelu='nope'"):
+        InductorCpu(vec_gelu="nope")
 
 
 def test_not_modelled_cases_raise(torch):
@@ -696,3 +711,21 @@ def test_softmax_uses_16_lanes_sum_uses_8(torch):
     want = sm(x).numpy()
     assert np.array_equal(predict(tr, (x,), mode="eager").outputs[0], want)
     assert not np.array_equal(predict(tr, (x,), mode="eager", preset=torch_cpu_eager(softmax_lanes=8)).outputs[0], want)
+
+
+def test_preset_algorithm_fields_are_live(torch):
+    """The presets' algorithm names reach numlab.kernels: the measured ones reproduce torch,
+    a different name changes the predicted bits (a knob that changes no bit is a bug)."""
+    from numlab.torch import from_torch, inductor_cpu, predict, torch_cpu_eager
+
+    rng = np.random.default_rng(21)
+    x = torch.from_numpy(normal(rng, (4, 256), "fp32", 3.0))
+    tr = from_torch(torch.sigmoid, (x,))
+    want = torch.sigmoid(x).numpy()
+    assert np.array_equal(predict(tr, (x,), mode="eager").outputs[0], want)
+    other = predict(tr, (x,), mode="eager", preset=torch_cpu_eager(vec_exp="exact")).outputs[0]
+    assert not np.array_equal(other, want)
+    tt = from_torch(torch.tanh, (x,))
+    base = predict(tt, (x,), mode="compiled").outputs[0]
+    alt = predict(tt, (x,), mode="compiled", preset=inductor_cpu(vec_tanh="exact")).outputs[0]
+    assert not np.array_equal(base, alt)

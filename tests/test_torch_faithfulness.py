@@ -1,6 +1,6 @@
 """numlab's predictions against real torch eager and torch.compile (Inductor C++).
 
-Targets of issue 8: 100% bitwise for pointwise chains without transcendental
+Targets: 100% bitwise for pointwise chains without transcendental
 functions and for fp32 row reductions, eager and compiled; the other cases
 at the residual the faithfulness table states.  Shapes are small and each
 compiled function is compiled once (``compile_fn`` caches it) to keep the

@@ -195,20 +195,25 @@ def test_near_overflow_brings_the_largest_intermediate_to_half_of_fp16_max(name)
     peak = max(np.max(np.abs(v)) for v in evaluate(d, inputs, all_values=True).values())
     target = zoo.NEAR_OVERFLOW_FRACTION * nl.FP16.max
     assert target * (1 - 1e-6) <= peak <= target
-    # and with dtype="fp16" the inputs are fp16 values (ml_dtypes round trip is exact)
-    r = zoo.make_inputs(g, "near_overflow", seed=2, dtype="fp16")
+    # and with fmt="fp16" the inputs are fp16 values (ml_dtypes round trip is exact)
+    r = zoo.make_inputs(g, "near_overflow", seed=2, fmt="fp16")
     for v in r.values():
         assert np.array_equal(v.astype(np.float16).astype(np.float64), v)
 
 
-def test_dtype_rounds_to_the_format():
-    r = zoo.make_inputs(zoo.softmax(), "normal", seed=0, dtype="bf16")["x"]
+def test_fmt_rounds_to_the_format():
+    r = zoo.make_inputs(zoo.softmax(), "normal", seed=0, fmt="bf16")["x"]
     raw = zoo.make_inputs(zoo.softmax(), "normal", seed=0)["x"]
     assert np.array_equal(r, raw.astype(ml_dtypes.bfloat16).astype(np.float64)) and not np.array_equal(r, raw)
     # near_overflow in bf16 targets bf16's max
     g = zoo.rmsnorm()
-    peak = max(np.max(np.abs(v)) for v in evaluate(decompose(g), zoo.make_inputs(g, "near_overflow", dtype="bf16"), all_values=True).values())
+    peak = max(np.max(np.abs(v)) for v in evaluate(decompose(g), zoo.make_inputs(g, "near_overflow", fmt="bf16"), all_values=True).values())
     assert peak > 1e37 and np.isfinite(peak)
+    # the older keyword dtype= gives the same arrays; both at once is an error
+    old = zoo.make_inputs(zoo.softmax(), "normal", seed=0, dtype="bf16")["x"]
+    assert np.array_equal(old, r)
+    with pytest.raises(TypeError, match="give the format as fmt= only"):
+        zoo.make_inputs(zoo.softmax(), fmt="bf16", dtype="bf16")
 
 
 def test_bad_arguments():
@@ -222,6 +227,8 @@ def test_bad_arguments():
     with pytest.raises(TypeError, match="graph must be a Graph or a model name"):
         zoo.make_inputs(3)
     with pytest.raises(ValueError, match="fmt='fp7'"):
+        zoo.make_inputs(g, fmt="fp7")
+    with pytest.raises(ValueError, match="dtype='fp7'"):
         zoo.make_inputs(g, dtype="fp7")
     with pytest.raises(ValueError, match="batch must be a positive int, got 0"):
         zoo.layernorm(batch=0)

@@ -18,19 +18,20 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
+from .. import metrics, zoo
+from ..claims import trial_seed
+from ..execute import run
+from . import best_of
+
 SHAPE = (64, 1024)
 
 
 def _chunk(args) -> list:
     lo, hi, batch, hidden = args
-    from numlab import metrics, zoo
-    from numlab.claims import trial_seed
-    from numlab.execute import run
-
     g = zoo.layernorm(batch=batch, hidden=hidden)
     out = []
     for t in range(lo, hi):
-        x = zoo.make_inputs(g, seed=trial_seed(0, t), dtype="fp16")
+        x = zoo.make_inputs(g, seed=trial_seed(0, t), fmt="fp16")
         ref = run(g, x, mode="reference", dtype="fp16").outputs["y"]
         row = [t]
         for mode in ("eager", "fused"):
@@ -52,9 +53,6 @@ def _numpy_layernorm(x, g, b):
 
 
 def main(quick: bool = False) -> str:
-    from numlab import zoo
-    from numlab.bench import best_of
-
     trials = 100 if quick else 1000
     workers = 2
     chunk = max(1, trials // (workers * 8))
@@ -65,7 +63,7 @@ def main(quick: bool = False) -> str:
     wall = time.perf_counter() - t0
     arr = np.array(rows)
     g = zoo.layernorm(batch=SHAPE[0], hidden=SHAPE[1])
-    x = zoo.make_inputs(g, seed=0, dtype="fp16")
+    x = zoo.make_inputs(g, seed=0, fmt="fp16")
     xs = [x[k].astype(np.float16) for k in ("x", "gamma", "beta")]
     base = best_of(lambda: _numpy_layernorm(*xs), repeat=5) * 3 * trials / workers
     lines = [

@@ -16,6 +16,18 @@ from __future__ import annotations
 
 import numpy as np
 
+# numlab.torch imports torch only inside the functions that need it
+from ..torch.bridge import from_torch
+from ..torch.data import cancelling_rows, normal
+from ..torch.explain import ulp_distance
+from ..torch.predictor import compile_fn, predict, run_torch
+from ..torch.presets import (
+    detect_cpu_capability,
+    detect_inductor_lanes,
+    inductor_cpu,
+    measure_aten_sum_lanes,
+)
+
 __all__ = ["main", "SUITE", "run_suite", "measure_case"]
 
 
@@ -101,8 +113,6 @@ _CAUSES = {
 def _inputs(name, nin, kind, shape, dt, rng):
     import torch
 
-    from ..torch.data import cancelling_rows, normal
-
     tdt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dt]
     xs = []
     for i in range(nin):
@@ -116,11 +126,6 @@ def _inputs(name, nin, kind, shape, dt, rng):
 
 def measure_case(name, dt, shape, seed=0, emulate=(False, True)):
     """One row: {'eager': (share, max_ulp), 'compiled': ..., 'compiled+emulate': ...}."""
-    from ..torch.bridge import from_torch
-    from ..torch.explain import ulp_distance
-    from ..torch.predictor import compile_fn, predict, run_torch
-    from ..torch.presets import inductor_cpu
-
     fn, nin, kind, _ = _suite()[name]
     rng = np.random.default_rng(seed)
     xs = _inputs(name, nin, kind, shape, dt, rng)
@@ -169,8 +174,6 @@ def main(quick: bool = False) -> str:
         msg = "faithfulness: torch is not installed (pip install torch==2.13.0); nothing measured"
         print(msg)
         return msg
-    from ..torch.presets import detect_cpu_capability, detect_inductor_lanes, measure_aten_sum_lanes
-
     lanes = detect_inductor_lanes()
     head = (f"torch {torch.__version__}, capability {detect_cpu_capability()}, "
             f"Inductor fp32 lanes {lanes}, ATen sum lanes {measure_aten_sum_lanes()}, "

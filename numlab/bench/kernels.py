@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import kernels as K
 from . import best_of
 
 
 def main(quick: bool = False) -> str:
-    from numlab import kernels as K
-
     rng = np.random.default_rng(0)
     n = 1024 if quick else 4096
     m = 256 if quick else 1024

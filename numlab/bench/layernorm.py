@@ -16,7 +16,7 @@ alike); the best time of each case is reported.
 * ``fused (autofuse)``: Ascend autofusion defaults (reductions are library
   calls), for information.
 
-Target (issue 4): eager and fused each within 6x of the numpy baseline.
+Target: eager and fused each within 6x of the numpy baseline.
 """
 
 from __future__ import annotations

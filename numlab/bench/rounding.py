@@ -15,7 +15,7 @@ measured in the same process as the baselines:
   ratio column divides the mode's best time by the cast's best time of the
   same pairing, and the ``cast rt ms`` column shows that time.
 
-Targets (issue 2): RNE within 1.5x of the cast round trip, other
+Targets: RNE within 1.5x of the cast round trip, other
 deterministic modes within 3x, stochastic within 6x.
 """
 

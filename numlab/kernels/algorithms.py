@@ -40,18 +40,33 @@ stated approximation for exp: ``k = rint(x log2 e)``, ``r = (x - k ln2_hi) -
 k ln2_lo`` (Cody-Waite, ``ln2_hi`` with 12 trailing zero bits so ``k ln2_hi`` is
 exact for ``|k| < 2^12``), ``p(r) = sum_{i<=degree} r^i / i!`` by Horner, and
 ``ldexp(p, k)``, every operation in ``step_fmt`` (fp32 by default).
+
+PyTorch's CPU routines, bit for bit (:mod:`numlab.kernels.libm`; fp32 in,
+fp32 out, then rounded to ``fmt``): ``exp(algo="sleef_u10")`` (SLEEF
+``expf_u10``, 1 ulp), ``tanh(algo="sleef")`` (SLEEF ``tanhf_u10``, 1 ulp),
+``erf(algo="aten_vec")`` (ATen's A&S 7.1.26, absolute error < 1.5e-7 + 5 * 2^-23),
+``gelu(algo="onednn")`` (oneDNN's gelu_erf), ``gelu(algo="aten_vec")`` and
+``gelu(algo="aten_scalar")`` (ATen's GeluKernel, vectorised loop / scalar
+loop).  ``gelu`` takes torch's ``approximate="none"|"tanh"``.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..formats import FP32, Format, get_format
+from . import libm
 from ._common import Arith, as_values, check_choice, round_to, to_container
+
+try:  # optional: a vectorised float64 erf; math.erf otherwise
+    from scipy.special import erf as _scipy_erf
+except ImportError:
+    _scipy_erf = None
 
 __all__ = [
     "Table",
@@ -75,6 +90,11 @@ __all__ = [
     "RSQRT_ALGOS",
     "RECIP_ALGOS",
     "DIV_ALGOS",
+    "EXP_ALGOS",
+    "TANH_ALGOS",
+    "ERF_ALGOS",
+    "GELU_ALGOS",
+    "GELU_APPROXIMATE",
     "GELU_FORMS",
 ]
 
@@ -82,7 +102,14 @@ RSQRT_ALGOS = ("exact", "sqrt_then_div", "newton(<seed>,<steps>[,<step_fmt>])")
 RECIP_ALGOS = ("exact", "newton(<seed>,<steps>[,<step_fmt>])")
 DIV_ALGOS = ("exact", "recip_mul", "newton(<seed>,<steps>[,<step_fmt>])")
 SEEDS = ("table8", "table12", "table14", "table<bits>", "magic")
+EXP_ALGOS = ("exact", "exp_poly(<degree>[,<step_fmt>])", "sleef_u10")
+TANH_ALGOS = ("exact", "sleef")
+ERF_ALGOS = ("exact", "aten_vec")
+GELU_ALGOS = ("exact", "onednn", "aten_vec", "aten_scalar")
+GELU_APPROXIMATE = ("none", "tanh")
 GELU_FORMS = ("tanh", "erf")
+"""Deprecated (the old ``form=`` vocabulary): use :data:`GELU_APPROXIMATE`."""
+_FORM_TO_APPROXIMATE = {"erf": "none", "tanh": "tanh"}
 FUNCS = ("rsqrt", "reciprocal")
 
 
@@ -158,13 +185,14 @@ class ExpPoly:
 
 
 def parse_algo(a, valid=RSQRT_ALGOS, knob: str = "algo"):
-    """Parse ``"exact"``, ``"sqrt_then_div"``, ``"recip_mul"``, ``"newton(table12,1,fp32)"``,
-    ``"exp_poly(5)"`` or pass an algorithm object through."""
+    """Parse an algorithm: a plain name listed in ``valid`` (``"exact"``,
+    ``"sqrt_then_div"``, ``"recip_mul"``, ``"sleef_u10"``, ``"aten_vec"``, ...),
+    ``"newton(table12,1,fp32)"``, ``"exp_poly(5)"``, or pass an algorithm object through."""
     if isinstance(a, Newton | ExpPoly):
         return a
     if isinstance(a, str):
         t = a.strip().lower().replace(" ", "")
-        if t in ("exact", "sqrt_then_div", "recip_mul") and t in valid:
+        if t in valid and "(" not in t:
             return t
         if t.startswith("newton(") and t.endswith(")") and any(v.startswith("newton") for v in valid):
             args = [p for p in t[7:-1].split(",") if p]
@@ -431,10 +459,23 @@ def _exp_poly(x64: np.ndarray, algo: ExpPoly) -> np.ndarray:
     return v
 
 
+def _fp32_in(x) -> np.ndarray:
+    """Values as the fp32 inputs of a vectorised fp32 routine (float64 rounded once, RNE)."""
+    return as_values(x).astype(np.float32)
+
+
 def exp(x, *, fmt, algo="exact", mode: str = "rne"):
-    """``exp(x)`` rounded to ``fmt``: ``"exact"`` or ``ExpPoly(degree, step_fmt)``."""
+    """``exp(x)`` rounded to ``fmt``.
+
+    algo : ``"exact"`` (float64 then one rounding), ``ExpPoly(degree, step_fmt)``
+        / ``"exp_poly(5)"``, or ``"sleef_u10"`` (SLEEF ``expf_u10`` in fp32, bit
+        for bit, :func:`numlab.kernels.libm.sleef_expf`; ATen's and Inductor's
+        ``Vectorized<float>::exp()``), whose fp32 result is then rounded to ``fmt``.
+    """
     fmt = get_format(fmt)
-    algo = parse_algo(algo, ("exact", "exp_poly(<degree>[,<step_fmt>])"))
+    algo = parse_algo(algo, EXP_ALGOS)
+    if algo == "sleef_u10":
+        return _finish(libm.sleef_expf(_fp32_in(x)), fmt, mode)
     x64 = as_values(x).astype(np.float64)
     with np.errstate(all="ignore"):
         v = np.exp(x64) if algo == "exact" else _exp_poly(x64, algo)
@@ -442,42 +483,98 @@ def exp(x, *, fmt, algo="exact", mode: str = "rne"):
 
 
 def tanh(x, *, fmt, algo="exact", mode: str = "rne"):
-    """``tanh(x)`` rounded to ``fmt`` (``algo="exact"``: float64 then one rounding)."""
+    """``tanh(x)`` rounded to ``fmt``.
+
+    algo : ``"exact"`` (float64 then one rounding) or ``"sleef"`` (SLEEF
+        ``tanhf_u10`` in fp32, bit for bit; Inductor's ``Vectorized<float>::tanh()``).
+    """
     fmt = get_format(fmt)
-    check_choice("algo", algo, ("exact",))
+    algo = parse_algo(algo, TANH_ALGOS)
+    if algo == "sleef":
+        return _finish(libm.sleef_tanhf(_fp32_in(x)), fmt, mode)
     return _finish(np.tanh(as_values(x).astype(np.float64)), fmt, mode)
 
 
 def _erf64(x64: np.ndarray) -> np.ndarray:
-    try:
-        from scipy.special import erf as _erf
-    except ImportError:  # pragma: no cover - scipy present on project machines
+    if _scipy_erf is None:
         return np.frompyfunc(math.erf, 1, 1)(x64).astype(np.float64)
-    return _erf(x64)
+    return _scipy_erf(x64)
 
 
 def erf(x, *, fmt, algo="exact", mode: str = "rne"):
-    """``erf(x)`` rounded to ``fmt`` (float64 via scipy.special.erf, or math.erf)."""
+    """``erf(x)`` rounded to ``fmt``.
+
+    algo : ``"exact"`` (float64 via scipy.special.erf, or math.erf, then one
+        rounding) or ``"aten_vec"`` (ATen's ``Vectorized<float>::erf()``,
+        Abramowitz & Stegun 7.1.26 in fp32, bit for bit).
+    """
     fmt = get_format(fmt)
-    check_choice("algo", algo, ("exact",))
+    algo = parse_algo(algo, ERF_ALGOS)
+    if algo == "aten_vec":
+        return _finish(libm.aten_vec_erf(_fp32_in(x)), fmt, mode)
     return _finish(_erf64(as_values(x).astype(np.float64)), fmt, mode)
 
 
-def gelu(x, *, fmt, form: str = "tanh", algo="exact", mode: str = "rne"):
-    """GELU rounded once to ``fmt``.
+def _gelu_approximate(approximate, form):
+    if form is not None:
+        warnings.warn("gelu(form=...) is deprecated; use approximate='none' (form='erf') or "
+                      "approximate='tanh' (form='tanh')", DeprecationWarning, stacklevel=3)
+        check_choice("form", form, GELU_FORMS)
+        return _FORM_TO_APPROXIMATE[form]
+    check_choice("approximate", approximate, GELU_APPROXIMATE)
+    return approximate
 
-    form : ``"erf"``: ``x/2 (1 + erf(x/sqrt 2))`` (Hendrycks & Gimpel 2016);
+
+_KAPPA = np.float32(0.044715)
+_KBETA = np.float32(math.sqrt(2) * (2 / math.sqrt(math.pi)) * 0.5)
+_SQRT1_2 = np.float32(1 / math.sqrt(2))
+
+
+def _aten_gelu(x32: np.ndarray, approximate: str, libm_vec: bool) -> np.ndarray:
+    """ATen's GeluKernel formulas in fp32 (``libm_vec``: SLEEF tanhf / A&S erf as the
+    vectorised loop calls them; else libm modelled as correctly rounded fp32)."""
+    f = np.float32
+    with np.errstate(all="ignore"):
+        if approximate == "tanh":
+            # kBeta * (x + kKappa * x^3), the add contracted to an FMA by GCC (measured)
+            x3 = (x32 * x32) * x32
+            inner = _KBETA * libm.fma32(np.full_like(x3, _KAPPA), x3, x32)
+            t = libm.sleef_tanhf(inner) if libm_vec else np.tanh(inner.astype(np.float64)).astype(f)
+            return (f(0.5) * x32) * (f(1) + t)
+        z = x32 * _SQRT1_2
+        e = libm.aten_vec_erf(z) if libm_vec else _erf64(z.astype(np.float64)).astype(f)
+        return (x32 * f(0.5)) * (f(1) + e)
+
+
+def gelu(x, *, fmt, approximate: str = "none", algo="exact", mode: str = "rne", form=None):
+    """GELU rounded to ``fmt`` (torch's vocabulary).
+
+    approximate : ``"none"``: ``x/2 (1 + erf(x/sqrt 2))`` (Hendrycks & Gimpel 2016);
         ``"tanh"``: ``x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``.
-    Both evaluated in float64 and rounded once (``algo="exact"``).
+    algo : ``"exact"`` (float64 then one rounding); ``"onednn"`` (oneDNN's
+        avx512 gelu_erf minimax kernel in fp32, bit for bit; ``approximate="none"``
+        only; eager ``F.gelu`` with mkldnn); ``"aten_vec"`` (ATen's vectorised
+        GeluKernel in fp32: ``(x*0.5)*(1 + erf_A&S(x*M_SQRT1_2))``, or
+        ``(0.5x)*(1 + tanhf_SLEEF(kBeta*fma(kKappa, x^3, x)))``); ``"aten_scalar"``
+        (the same formulas in ATen's scalar loop, libm ``erff``/``tanhf`` modelled
+        as correctly rounded fp32).  The fp32 algorithms' results are rounded to ``fmt``.
+    form : deprecated
+        ``"erf"`` (= ``approximate="none"``) or ``"tanh"``; warns DeprecationWarning.
     """
     fmt = get_format(fmt)
-    check_choice("form", form, GELU_FORMS)
-    check_choice("algo", algo, ("exact",))
+    approximate = _gelu_approximate(approximate, form)
+    algo = parse_algo(algo, GELU_ALGOS)
+    if algo == "onednn":
+        if approximate != "none":
+            raise ValueError(f"algo='onednn' models oneDNN's gelu_erf only; approximate={approximate!r} "
+                             "is not valid with it; valid: ['none']")
+        return _finish(libm.onednn_gelu_erf(_fp32_in(x)), fmt, mode)
+    if algo in ("aten_vec", "aten_scalar"):
+        return _finish(_aten_gelu(_fp32_in(x), approximate, algo == "aten_vec"), fmt, mode)
     x64 = as_values(x).astype(np.float64)
     with np.errstate(all="ignore"):
-        if form == "erf":
+        if approximate == "none":
             v = 0.5 * x64 * (1.0 + _erf64(x64 / math.sqrt(2.0)))
         else:
             v = 0.5 * x64 * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x64 + 0.044715 * x64**3)))
     return _finish(v, fmt, mode)
-

@@ -39,7 +39,11 @@ Orders (frozen dataclasses; :func:`parse_order` reads their string forms)
     a permutation drawn per row by ``numpy.random.default_rng(seed).permuted``
     of ``arange(items)`` broadcast over the rows.  Same seed -> same bits.
 
-All trees start from the data (``-0.0 + x == x`` exactly, so a fresh
+``AtenCascade(vec, widen)``, ``InductorLanes(lanes, n_vec, threads, ...)``
+    PyTorch's CPU orders (``"aten_cascade(8)"``, ``"inductor_lanes(16,2,2)"``):
+    see :mod:`numlab.kernels.cpu_orders`.
+
+All of numlab's own trees start from the data (``-0.0 + x == x`` exactly, so a fresh
 accumulator set to -0.0 is the same as starting from the first element).
 """
 
@@ -73,7 +77,8 @@ __all__ = [
 
 OPS = ("sum", "mean", "max", "min", "sumsq", "var")
 VARIANCE_ALGORITHMS = ("two_pass", "welford", "textbook")
-ORDER_NAMES = ("sequential", "pairwise", "lanes", "blocked", "kahan", "shuffled")
+ORDER_NAMES = ("sequential", "pairwise", "lanes", "blocked", "kahan", "shuffled", "aten_cascade",
+               "inductor_lanes")
 LANE_COMBINES = ("tree", "sequential")
 LANE_TAILS = ("masked", "epilogue")
 
@@ -366,7 +371,9 @@ class Shuffled(Order):
 # --------------------------------------------------------------------------
 _ORDER_HELP = (
     "'sequential', 'pairwise', 'kahan', 'lanes(L[,tree|sequential[,masked|epilogue]])', "
-    "'blocked(tile[,inner[,outer]])', 'shuffled(seed[,tile[,inner]])'"
+    "'blocked(tile[,inner[,outer]])', 'shuffled(seed[,tile[,inner]])', "
+    "'aten_cascade(vec[,widen])', "
+    "'inductor_lanes(lanes[,n_vec[,threads[,split[,cascade[,unroll[,min_chunk]]]]]])'"
 )
 
 
@@ -423,6 +430,9 @@ def parse_order(s: "str | Order") -> Order:
         tile = _int_arg("tile", args[1]) if len(args) > 1 else None
         inner = parse_order(args[2]) if len(args) > 2 else Sequential()
         return Shuffled(_int_arg("seed", args[0]), tile, inner)
+    cpu = cpu_orders.parse_cpu_order(name, args)
+    if cpu is not None:
+        return cpu
     raise ValueError(f"order={s!r} is not valid; valid orders: {_ORDER_HELP}")
 
 
@@ -551,3 +561,8 @@ def _variance(xw, order, ar, algo, ddof):
         m2 = ar.add(m2, ar.mul(d, ar.sub(xk, m)))
     return ar.div(m2, nd)
 
+
+
+# At the end, not the top: cpu_orders subclasses Order (defined above) and
+# parse_order looks its parser up at call time.
+from . import cpu_orders  # noqa: E402

@@ -16,6 +16,7 @@ import numpy as np
 from ..formats import FP32, Format, get_format
 from ..rounding import check_mode
 from . import algorithms as _alg
+from . import grammar as _grammar
 from ._common import as_values, check_choice, round_to, to_container
 from .hardware import Hardware
 from .matmul import MATMUL_MODES, matmul
@@ -324,6 +325,19 @@ class KernelSpec:
         """K-tiled matmul with this spec's mode, k_tile and accumulator."""
         return matmul(a, b, k_tile=self.k_tile, acc=self.acc_format(storage, fused),
                       out=self.out_format(storage, fused), mode=self.matmul_mode, fma=self.fma)
+
+    # ---------------------------------------------------------------- grammar
+    @classmethod
+    def parse(cls, spec, *, arg: str = "kernels") -> "KernelSpec":
+        """A KernelSpec from a kernel spec string (``"codegen:fma=false"``;
+        grammar in :mod:`numlab.kernels.grammar`); a KernelSpec passes
+        through.  Errors name ``arg``, the field, the value and the choices."""
+        return _grammar.parse_kernel_spec(cls, spec, arg)
+
+    @property
+    def spec(self) -> str:
+        """The canonical kernel spec string (``KernelSpec.parse(s.spec) == s``)."""
+        return _grammar.kernel_spec_string(self)
 
 
 HANDWRITTEN = KernelSpec.handwritten()

@@ -1,4 +1,4 @@
-"""numlab's PyTorch bridge (issue 8): trace real torch functions and predict
+"""numlab's PyTorch bridge: trace real torch functions and predict
 torch eager and ``torch.compile`` (Inductor C++) outputs bit for bit.
 
 * :func:`from_torch` -- trace to ATen ops (:class:`~numlab.torch.bridge.TorchTrace`),

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..graph import Graph, Node
+
 __all__ = [
     "Ref",
     "ANode",
@@ -268,8 +270,6 @@ class TorchTrace:
         Raises ValueError listing every ATen operator without a catalogue
         equivalent (never a partial graph).
         """
-        from ..graph import Graph, Node
-
         gnodes, missing = [], []
         alias = {}  # fx name -> graph name (for no-op nodes)
         consts = {}

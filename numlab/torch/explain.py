@@ -2,7 +2,8 @@
 
 :func:`explain` runs the real function eager and compiled (Inductor C++),
 numlab's two predictions and the fp64 reference, then attributes the
-eager/compiled difference to the four sources of DESIGN.md section 1 by
+eager/compiled difference to the four sources of difference (``docs/design.md``,
+"The four sources") by
 switching each one on its own (:class:`~numlab.torch.predict.Switches`):
 
 * **promotion** -- every ATen kernel rounds to fp16/bf16 vs one fused fp32
@@ -26,8 +27,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ..formats import get_format, ulp
+from ..rounding import round_to
 from .bridge import from_torch, import_torch
 from .predictor import COMPILED, EAGER, SOURCES, compile_fn, predict, run_torch
+from .presets import inductor_cpu, torch_cpu_eager
 
 __all__ = ["explain", "Explanation", "ulp_distance", "SOURCE_TEXT"]
 
@@ -48,8 +52,6 @@ def _join(words) -> str:
 def ulp_distance(a, b, fmt) -> np.ndarray:
     """|a - b| in units of the last place of ``fmt`` at max(|a|, |b|) (0 where equal,
     including equal infinities and NaN pairs; inf where exactly one is NaN or inf)."""
-    from ..formats import get_format, ulp
-
     f = get_format(fmt)
     a = np.asarray(a, np.float64)
     b = np.asarray(b, np.float64)
@@ -160,8 +162,6 @@ def explain(fn, inputs, *, emulate_precision_casts: bool = False, output: int = 
         An already compiled ``fn`` (reused; must match ``emulate_precision_casts``).
     """
     torch = import_torch()
-    from .presets import inductor_cpu, torch_cpu_eager
-
     if isinstance(inputs, torch.Tensor):
         inputs = (inputs,)
     tr = from_torch(fn, inputs)
@@ -200,8 +200,6 @@ def explain(fn, inputs, *, emulate_precision_casts: bool = False, output: int = 
     def err(x):
         with np.errstate(all="ignore"):
             ea = float(np.nanmax(np.abs(x.astype(np.float64) - ref))) if x.size else 0.0
-            from ..rounding import round_to
-
             r = np.asarray(round_to(ref, dt), np.float64) if dt in ("fp16", "bf16", "fp32") else ref
             eu = float(np.max(ulp_distance(x, r, dt))) if x.size else 0.0
         return ea, eu

@@ -18,13 +18,20 @@
     the eager ATen graph in float64 with no rounding (the reference).
 
 Values are float32 arrays holding values of their dtype (bool for masks).
-Math routines: SLEEF ``expf`` (sigmoid, softmax, compiled ``exp``), SLEEF
-``tanhf`` (compiled ``tanh``), ATen's vectorised A&S ``erf`` (compiled
-gelu/erf) and oneDNN's gelu_erf (eager ``F.gelu``) are reproduced bit for bit
-(:mod:`numlab.torch.libm`); eager unary ``exp``/``tanh``/``erf`` (MKL VML)
-and oneDNN's gelu_tanh are modelled as correctly rounded fp32 (fp64
-evaluation, one rounding): they may differ by an ulp -- the faithfulness
-table reports it.
+The numerics are :mod:`numlab.kernels`' (one engine): sums are
+:func:`numlab.kernels.reduce` with the presets' orders
+(:class:`~numlab.kernels.cpu_orders.AtenCascade`,
+:class:`~numlab.kernels.cpu_orders.InductorLanes`), math routines are
+``numlab.kernels.exp/tanh/erf/gelu`` with the presets' ``algo=`` names: SLEEF
+``expf`` (``"sleef_u10"``: sigmoid, softmax, compiled ``exp``), SLEEF ``tanhf``
+(``"sleef"``: compiled ``tanh``), ATen's vectorised A&S ``erf``
+(``"aten_vec"``: compiled gelu/erf) and oneDNN's gelu_erf (``"onednn"``: eager
+``F.gelu``) bit for bit; eager unary ``exp``/``tanh``/``erf`` (MKL VML) and
+the libm calls of scalar tail loops are modelled as correctly rounded fp32
+(``"exact"``): they may differ by an ulp -- the faithfulness table reports it.
+What stays here is what a KernelSpec does not express: the ATen graph walk,
+per-op scalar conversion rules, the scalar tails of vectorised loops, ATen's
+``RowwiseMoments`` (layer norm) and the fp64 reference mode.
 
 Not modelled (raise :class:`NotModelled` rather than guess): reductions over
 a dim other than the last, ATen's two-pass split of a single row longer than
@@ -40,12 +47,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..formats import get_format
+from ..formats import FP32, get_format
+from ..kernels.algorithms import erf as k_erf
+from ..kernels.algorithms import exp as k_exp
+from ..kernels.algorithms import gelu as k_gelu
+from ..kernels.algorithms import tanh as k_tanh
+from ..kernels.cpu_orders import InductorLanes, ceil_log2
+from ..kernels.libm import fma32
+from ..kernels.reduce import reduce
+from ..ops import erf_ref
 from ..rounding import round_to
 from .bridge import Ref, TorchTrace, as_numpy, import_torch
-from .libm import aten_vec_erf, onednn_gelu_erf, sleef_expf, sleef_tanhf
-from .orders import aten_sum, butterfly, inductor_sum
-from .presets import InductorCpu, TorchCpuEager
+from .presets import InductorCpu, TorchCpuEager, inductor_cpu, torch_cpu_eager
 
 __all__ = ["predict", "Prediction", "NotModelled", "MODES", "run_torch", "compile_fn", "Switches",
            "EAGER", "COMPILED", "SOURCES"]
@@ -96,24 +109,17 @@ def _is_num(a) -> bool:
     return isinstance(a, (int, float)) and not isinstance(a, bool)
 
 
-def _f64fn(fn, x):
-    with np.errstate(all="ignore"):
-        return fn(np.asarray(x, dtype=np.float64)).astype(np.float32)
+_UNARY = {"exp": k_exp, "tanh": k_tanh, "erf": k_erf}
 
 
-def _erf64(x):
-    from ..ops import erf_ref
+def _unary32(name: str, x, algo: str) -> np.ndarray:
+    """``numlab.kernels.<name>(x, fmt=FP32, algo=algo)`` as a float32 array."""
+    return np.asarray(_UNARY[name](np.asarray(x, np.float32), fmt=FP32, algo=algo), np.float32)
 
-    return erf_ref(x)
 
-
-def _fma32(a, b, c):
-    """fl32(a*b + c) with one rounding (a*b exact in float64; the sum rounded to odd then to fp32)."""
-    from ..kernels._common import round_sum2
-
-    p = np.asarray(a, np.float64) * np.asarray(b, np.float64)
-    c = np.broadcast_to(np.asarray(c, np.float64), p.shape)
-    return np.asarray(round_sum2(p, c, get_format("fp32")), dtype=np.float32)
+def _sum32(x, order) -> np.ndarray:
+    """fp32 sum of the last axis in ``order`` (:func:`numlab.kernels.reduce`)."""
+    return np.asarray(reduce(np.asarray(x, np.float32), "sum", -1, order=order, acc=FP32), np.float32)
 
 
 def _last_dim(node, dims, ndim):
@@ -151,8 +157,7 @@ def _aten_sum(x, dt_in, out_dt, preset, numel):
         raise NotModelled(
             f"ATen sums a single row of {numel} >= GRAIN_SIZE={preset.grain_size} elements in "
             "per-thread pieces (two-pass reduction); numlab does not model that split")
-    s = aten_sum(x, vec=preset.sum_lanes, widen=dt_in in _LOW)
-    return _rnd(s, out_dt)
+    return _rnd(_sum32(x, preset.sum_order(dt_in)), out_dt)
 
 
 def _aten_softmax(x, out_dt, preset):
@@ -161,23 +166,12 @@ def _aten_softmax(x, out_dt, preset):
     x = np.asarray(x, np.float32)
     m = np.max(x, axis=-1, keepdims=True)
     with np.errstate(all="ignore"):
-        e = sleef_expf(x - m)
+        e = _unary32("exp", x - m, preset.vec_exp)
     L = preset.softmax_lanes
-    n = x.shape[-1]
+    # the lane loop of Inductor's reductions, without thread split or cascade, and
+    # rows shorter than one vector summed sequentially
+    s = _sum32(e, InductorLanes(L, 1, 1, "false", False, L))
     with np.errstate(all="ignore"):
-        if n < L:
-            s = e[..., 0].copy()
-            for k in range(1, n):
-                s = s + e[..., k]
-        else:
-            nb = n // L
-            acc = e[..., :L].copy()
-            for b in range(1, nb):
-                acc = acc + e[..., b * L:(b + 1) * L]
-            t = n - nb * L
-            if t:
-                acc[..., :t] = acc[..., :t] + e[..., nb * L:]
-            s = butterfly(acc)
         inv = np.float32(1) / s
         out = e * inv[..., None]
     return _rnd(out, out_dt)
@@ -206,11 +200,10 @@ def _welford_rows(x, L, fma=(True, True, False, True), widen: bool = False):
     VL = 2 * L if widen else L  # elements per vector load
     n = N // VL
     m = -(-n // kChunk)
-    from .orders import ceil_log2
-
     f = np.float32
+
     def _ma(use):
-        return _fma32 if use else (lambda a, b, c: a * b + c)
+        return fma32 if use else (lambda a, b, c: a * b + c)
 
     ma_upd, ma_vec, ma_tail, ma_sc = (_ma(u) for u in fma)
     depth = ceil_log2(m) if m > 0 else 0
@@ -290,20 +283,21 @@ def _aten_layer_norm(x, w, b, eps, out_dt, preset, ind=None, widen=False):
         mean, var = _welford_rows(x, preset.layernorm_lanes, widen=widen)
     else:  # the order switched to Inductor's (two passes of lane sums, as its var_mean)
         n = np.float32(x.shape[-1])
-        mean = inductor_sum(x, lanes=ind.pi.lanes, n_vec=ind.n_vec, threads=ind.threads) / n
+        order = ind.pi.reduce_order(n_vec=ind.n_vec, threads=ind.threads)
+        mean = _sum32(x, order) / n
         d = x - mean[..., None]
-        var = inductor_sum(d * d, lanes=ind.pi.lanes, n_vec=ind.n_vec, threads=ind.threads) / n
+        var = _sum32(d * d, order) / n
     with np.errstate(all="ignore"):
         rstd = np.float32(1) / np.sqrt(var + np.float32(eps)).astype(np.float32)
         if widen and w is not None and b is not None:
             # 16-bit kernel: fma(fma(x, rstd, -rstd*mean), gamma, beta) (measured)
             bias = -(rstd * mean)
-            y = _fma32(_fma32(x, np.broadcast_to(rstd[..., None], x.shape),
+            y = fma32(fma32(x, np.broadcast_to(rstd[..., None], x.shape),
                               np.broadcast_to(bias[..., None], x.shape)), w, b)
             return _rnd(y, out_dt), mean[..., None], rstd[..., None]
         y = (x - mean[..., None]) * rstd[..., None]
         if w is not None and b is not None:
-            y = _fma32(y, w, b)
+            y = fma32(y, w, b)
         elif w is not None:
             y = y * w
         elif b is not None:
@@ -312,6 +306,7 @@ def _aten_layer_norm(x, w, b, eps, out_dt, preset, ind=None, widen=False):
 
 
 # -- the interpreter ----------------------------------------------------------------
+_MATH = ("exp", "log", "tanh", "erf", "sqrt", "rsqrt", "reciprocal", "sigmoid", "silu", "gelu")
 _CMP = {"gt": np.greater, "lt": np.less, "ge": np.greater_equal, "le": np.less_equal,
         "eq": np.equal, "ne": np.not_equal}
 
@@ -403,43 +398,8 @@ class _Interp:
                 x = np.asarray(a[0], ft)
                 r = -x if base == "neg" else (np.abs(x) if base == "abs" else np.where(x > 0, x, ft(0)) + ft(0))
                 return self.out(r, dt)
-            if base in ("exp", "log", "tanh", "erf", "sqrt"):
-                fn = {"exp": np.exp, "log": np.log, "tanh": np.tanh, "erf": _erf64, "sqrt": np.sqrt}[base]
-                x = np.asarray(a[0])
-                if self.mode == "fp64":
-                    return fn(x.astype(np.float64))
-                if self.sw.algorithm == "inductor" and base in ("exp", "erf", "tanh"):
-                    # Inductor's Vectorized<float>: exp() = SLEEF expf_u10, tanh() = SLEEF
-                    # tanhf_u10, erf() = ATen's A&S 7.1.26
-                    r = {"exp": sleef_expf, "erf": aten_vec_erf, "tanh": sleef_tanhf}[base](x)
-                else:
-                    # eager unary kernels go through MKL VML (vsExp, vsErf, ...) when MKL is
-                    # present: modelled as correctly rounded fp32 (the residual is MKL's)
-                    r = _f64fn(fn, x)
-                return self.out(r, dt)
-            if base == "rsqrt":
-                x = np.asarray(a[0], ft)
-                if self.mode == "fp64":
-                    return 1.0 / np.sqrt(x)
-                return self.out(np.float32(1) / np.sqrt(x), dt)  # 1/sqrt: two fp32 roundings
-            if base == "reciprocal":
-                return self.out(ft(1) / np.asarray(a[0], ft), dt)
-            if base == "sigmoid":  # ATen and Inductor: 1 / (1 + exp(-x)), exp by SLEEF
-                x = np.asarray(a[0], ft)
-                if self.mode == "fp64":
-                    return 1.0 / (1.0 + np.exp(-x))
-                r = np.float32(1) / (np.float32(1) + sleef_expf(-x))
-                if self.sw.algorithm == "aten":  # eager's scalar tail loop calls libm expf
-                    r = self.eager_tail(r, np.float32(1) / (np.float32(1) + _f64fn(np.exp, -x)))
-                return self.out(r, dt)
-            if base == "silu":
-                x = np.asarray(a[0], ft)
-                if self.mode == "fp64":
-                    return x / (1.0 + np.exp(-x))
-                e = sleef_expf(-x)
-                return self.out(x / (np.float32(1) + e), dt)
-            if base == "gelu":
-                return self.gelu(np.asarray(a[0], ft), kw.get("approximate", "none"), dt)
+            if base in _MATH:
+                return self.math(node, base, a, kw)
             if base == "pow":
                 if a[1] != 2:
                     raise NotModelled(f"pow with exponent {a[1]!r} (2 is modelled)")
@@ -474,6 +434,54 @@ class _Interp:
                 return self.layer_norm(node, a)
         raise NotModelled(f"aten.{op} is not modelled ({self.sw})")
 
+    def math(self, node, base, a, kw):
+        """Transcendental and math pointwise ops: exp, log, tanh, erf, sqrt, rsqrt,
+        reciprocal, sigmoid, silu, gelu."""
+        dt = node.dtype
+        ft = np.float64 if self.mode == "fp64" else np.float32
+        with np.errstate(all="ignore"):
+            if base in ("exp", "log", "tanh", "erf", "sqrt"):
+                fn = {"exp": np.exp, "log": np.log, "tanh": np.tanh, "erf": erf_ref, "sqrt": np.sqrt}[base]
+                x = np.asarray(a[0])
+                if self.mode == "fp64":
+                    return fn(x.astype(np.float64))
+                if self.sw.algorithm == "inductor" and base in ("exp", "erf", "tanh"):
+                    # Inductor's Vectorized<float>: exp() = SLEEF expf_u10, tanh() = SLEEF
+                    # tanhf_u10, erf() = ATen's A&S 7.1.26
+                    r = _unary32(base, x, self.pi.algorithms()[base])
+                elif base in _UNARY:
+                    # eager unary kernels go through MKL VML (vsExp, vsErf, ...) when MKL is
+                    # present: modelled as correctly rounded fp32 (the residual is MKL's)
+                    r = _unary32(base, x, self.pe.unary_algo)
+                else:  # log, sqrt: correctly rounded fp32
+                    r = fn(x.astype(np.float64)).astype(np.float32)
+                return self.out(r, dt)
+            if base == "rsqrt":
+                x = np.asarray(a[0], ft)
+                if self.mode == "fp64":
+                    return 1.0 / np.sqrt(x)
+                return self.out(np.float32(1) / np.sqrt(x), dt)  # 1/sqrt: two fp32 roundings
+            if base == "reciprocal":
+                return self.out(ft(1) / np.asarray(a[0], ft), dt)
+            if base == "sigmoid":  # ATen and Inductor: 1 / (1 + exp(-x)), exp by SLEEF
+                x = np.asarray(a[0], ft)
+                if self.mode == "fp64":
+                    return 1.0 / (1.0 + np.exp(-x))
+                r = np.float32(1) / (np.float32(1) + _unary32("exp", -x, self.vec_exp()))
+                if self.sw.algorithm == "aten":  # eager's scalar tail loop calls libm expf
+                    r = self.eager_tail(r, np.float32(1) / (np.float32(1)
+                                                            + _unary32("exp", -x, self.pe.tail_algo)))
+                return self.out(r, dt)
+            if base == "silu":
+                x = np.asarray(a[0], ft)
+                if self.mode == "fp64":
+                    return x / (1.0 + np.exp(-x))
+                e = _unary32("exp", -x, self.vec_exp())
+                return self.out(x / (np.float32(1) + e), dt)
+            if base == "gelu":
+                return self.gelu(np.asarray(a[0], ft), kw.get("approximate", "none"), dt)
+        raise NotModelled(f"aten.{node.op} is not modelled ({self.sw})")
+
     def dt_of(self, node, i):
         arg = node.args[i]
         return self.dt[arg.name] if isinstance(arg, Ref) else node.dtype
@@ -494,7 +502,7 @@ class _Interp:
         x = np.asarray(x, np.float32)
         y = np.asarray(y, np.float32)
         shape = np.broadcast_shapes(x.shape, y.shape)
-        body = _fma32(np.broadcast_to(y, shape), al, np.broadcast_to(x, shape))
+        body = fma32(np.broadcast_to(y, shape), al, np.broadcast_to(x, shape))
         if dt not in _LOW:
             return _rnd(body, dt)
         r = _rnd(body, dt)
@@ -514,25 +522,26 @@ class _Interp:
             if approximate == "tanh":
                 c = math.sqrt(2 / math.pi)
                 return 0.5 * x * (1 + np.tanh(c * (x + 0.044715 * x ** 3)))
-            return 0.5 * x * (1 + _erf64(x / math.sqrt(2)))
-        f = np.float32
-        if approximate == "tanh":
-            # ATen GeluKernel (measured: not oneDNN): kBeta * (x + kKappa * x^3) with the
-            # add contracted to an FMA by GCC, 0.5*x*(1 + tanh) with SLEEF tanhf, libm
-            # tanhf in the scalar tail
-            kb = f(math.sqrt(2) * (2 / math.sqrt(math.pi)) * 0.5)
-            x3 = (x * x) * x
-            inner = kb * _fma32(np.full_like(x3, f(0.044715)), x3, x)
-            r = (f(0.5) * x) * (f(1) + sleef_tanhf(inner))
-            if self.sw.algorithm == "aten":
-                r = self.eager_tail(r, (f(0.5) * x) * (f(1) + _f64fn(np.tanh, inner)))
-        elif self.sw.algorithm == "aten" and self.pe.onednn_gelu:
-            r = onednn_gelu_erf(x)  # eager F.gelu runs oneDNN's kernel (mkldnn enabled)
-        else:  # x * 0.5 * (1 + erf(x * M_SQRT1_2)), Vectorized<float>::erf (A&S 7.1.26)
-            r = (x * f(0.5)) * (f(1) + aten_vec_erf(x * f(1 / math.sqrt(2))))
-            if self.sw.algorithm == "aten":  # eager's scalar tail loop calls libm erff
-                r = self.eager_tail(r, (x * f(0.5)) * (f(1) + _f64fn(_erf64, x * f(1 / math.sqrt(2)))))
+            return 0.5 * x * (1 + erf_ref(x / math.sqrt(2)))
+        if approximate not in ("none", "tanh"):
+            raise NotModelled(f"gelu with approximate={approximate!r}")
+        if self.sw.algorithm == "aten":
+            # eager: F.gelu runs oneDNN's kernel (mkldnn enabled) for approximate="none";
+            # else ATen's GeluKernel (SLEEF tanhf / A&S erf, FMA in x + kappa x^3), whose
+            # scalar tail loop calls libm tanhf / erff
+            algo = self.pe.algorithms()["gelu" if approximate == "none" else "gelu_tanh"]
+            r = np.asarray(k_gelu(x, fmt=FP32, approximate=approximate, algo=algo), np.float32)
+            if algo == "aten_vec":
+                r = self.eager_tail(r, np.asarray(k_gelu(x, fmt=FP32, approximate=approximate,
+                                                         algo="aten_scalar"), np.float32))
+        else:  # Inductor: ATen's vectorised formulas (Vectorized<float>::erf / SLEEF tanhf)
+            algo = self.pi.algorithms()["gelu" if approximate == "none" else "gelu_tanh"]
+            r = np.asarray(k_gelu(x, fmt=FP32, approximate=approximate, algo=algo), np.float32)
         return self.out(r, dt)
+
+    def vec_exp(self) -> str:
+        """``Vectorized<float>::exp()`` of the kernel being modelled (eager or Inductor)."""
+        return self.pe.vec_exp if self.sw.algorithm == "aten" else self.pi.vec_exp
 
     def reduction(self, node, base, a, kw):
         x = np.asarray(a[0])
@@ -561,8 +570,7 @@ class _Interp:
             # the reduced value is also used later: Inductor keeps it in an fp32 local
             # buffer and that loop is tiled by fp32 (16 lanes), measured for softmax
             n_vec = 1
-        s = inductor_sum(np.asarray(x, np.float32), lanes=self.pi.lanes, n_vec=n_vec,
-                         threads=self.threads)
+        s = _sum32(x, self.pi.reduce_order(n_vec=n_vec, threads=self.threads))
         if base == "sum":
             return _keep(self.store(s, node.dtype), keep)
         return _keep(self.store(s / np.float32(n), node.dtype), keep)
@@ -586,14 +594,14 @@ class _Interp:
             v = v * np.float32(n) / np.float32(n - corr) if corr else v
         else:  # Inductor (generated code read): two passes, sum(x)/n then sum((x-mean)^2)
             xf = np.asarray(x, np.float32)
-            if inductor_splits(_rows(xf.shape), n, self.pi.lanes * self.n_vec, self.threads):
+            order = self.pi.reduce_order(n_vec=self.n_vec, threads=self.threads)
+            if order.splits(_rows(xf.shape), n):
                 raise NotModelled(
                     f"Inductor var_mean of {_rows(xf.shape)} row(s) of {n} split over threads "
                     "(measured to differ from the two-pass model; not modelled)")
-            s = inductor_sum(xf, lanes=self.pi.lanes, n_vec=self.n_vec, threads=self.threads)
-            m = s / np.float32(n)
+            m = _sum32(xf, order) / np.float32(n)
             d = xf - m[..., None]
-            m2 = inductor_sum(d * d, lanes=self.pi.lanes, n_vec=self.n_vec, threads=self.threads)
+            m2 = _sum32(d * d, order)
             v = m2 / np.float32(n - corr)
         return (_keep(self.store(v, "fp32"), keep), _keep(self.store(m, "fp32"), keep))
 
@@ -642,12 +650,6 @@ def _scalar_tail_mask(numel: int, preset: TorchCpuEager, threads: int) -> np.nda
         t = (hi - lo) % preset.elementwise_step
         mask[hi - t:hi] = True
     return mask
-
-
-def inductor_splits(R, n, W, threads):
-    from .orders import inductor_splits_reduction
-
-    return inductor_splits_reduction(R, n, W, threads)
 
 
 # -- public entry ---------------------------------------------------------------------
@@ -733,8 +735,6 @@ def predict(trace: TorchTrace, inputs=None, *, mode: str = "eager", preset=None,
     NotModelled
         For operators or shapes numlab does not reproduce (named in the message).
     """
-    from .presets import inductor_cpu, torch_cpu_eager
-
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} is not valid; choose one of {MODES}")
     if switches is None:

@@ -4,7 +4,7 @@ Every field below was measured against torch 2.13.0 (CPU build) on the
 project machine (2 cores, AVX-512 incl. avx512_fp16/avx512_bf16,
 ``torch.backends.cpu.get_cpu_capability() == "AVX512"``, 2 threads), by
 constructing inputs on which the candidate rules differ and counting
-bitwise-equal elements (scripts in the report of issue 8; the tests in
+bitwise-equal elements (the tests in
 ``tests/test_torch_faithfulness.py`` re-check them on every run).
 
 ATen eager (``TorchCpuEager``)
@@ -28,16 +28,16 @@ ATen eager (``TorchCpuEager``)
     is visible: 100% match with one rounding, 81.5% with two); the scalar
     tail of each vectorised loop (the last ``n mod 32`` elements of every
     parallel chunk for 16-bit dtypes) computes ``fl16(x + fl16(a' y))``.
-* Reductions: ``sum`` by ATen's ``cascade_sum`` (see
-  :mod:`numlab.torch.orders`) with ``Vectorized<float>`` of **8** lanes: the
+* Reductions: ``sum`` by ATen's ``cascade_sum`` (the order
+  :class:`numlab.kernels.cpu_orders.AtenCascade`) with ``Vectorized<float>`` of **8** lanes: the
   sum kernel runs its AVX2 build although the capability is AVX512
   (measured: the V=8 model matches 100% of rows, V=16 about 30%).
   ``mean`` of a 16-bit tensor is ``fl16(sum32(fp32(x)) / n)`` where the sum
   runs the fp32 path (the input is converted first); fp32 ``mean`` is
   ``fl32(sum / n)`` (a true division).  ``amax``/``amin``: exact.
 * Transcendental functions: vectorised code calls SLEEF's ``expf_u10``
-  (sigmoid, softmax, erf's exp; modelled bit for bit in
-  :mod:`numlab.torch.libm`) with libm in the scalar tails; the unary
+  (sigmoid, softmax, erf's exp; ``numlab.kernels.exp(algo="sleef_u10")``,
+  bit for bit) with libm in the scalar tails; the unary
   ``exp``/``tanh`` kernels are not SLEEF (measured: 90%/99% agreement) but
   ATen's VML path (MKL VML in this build, per ATen's sources), modelled as
   correctly rounded fp32 (98.9% agreement: the residual in the faithfulness
@@ -59,13 +59,25 @@ Inductor C++ (``InductorCpu``)
   compiles to ``x + y*a``, two fp32 roundings, unlike eager's FMA).
 * ``emulate_precision_casts=True``: every value whose dtype is fp16/bf16 is
   rounded to it where eager would store it; scalars stay fp32.
-* Reductions as :func:`numlab.torch.orders.inductor_sum`; reduction results
+* Reductions in the order :class:`numlab.kernels.cpu_orders.InductorLanes`;
+  ``Vectorized<float>`` math: ``exp``/``tanh`` by SLEEF (``algo="sleef_u10"``,
+  ``"sleef"``), ``erf`` and gelu by ATen's A&S formula (``"aten_vec"``); reduction results
   are stored (rounded to the node dtype) even inside a fused kernel.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from ..fusion import FusionOptions
+from ..kernels import KernelSpec
+from ..kernels.algorithms import ERF_ALGOS, EXP_ALGOS, GELU_ALGOS, TANH_ALGOS, parse_algo
+from ..kernels.cpu_orders import AtenCascade, InductorLanes
+from ..kernels.reduce import reduce
+from .bridge import import_torch
+from .data import cancelling_rows
 
 __all__ = [
     "TorchCpuEager",
@@ -118,9 +130,20 @@ class TorchCpuEager:
         ``add(x, y, alpha)`` uses one FMA (measured True).
     onednn_gelu : bool
         ``F.gelu(x)`` (erf form) runs oneDNN's minimax kernel
-        (:func:`numlab.torch.libm.onednn_gelu_erf`; measured True when
+        (``numlab.kernels.gelu(algo="onednn")``; measured True when
         ``torch.backends.mkldnn`` is enabled, the default); False models
-        ATen's own kernel (A&S erf + libm tail), what runs with mkldnn off.
+        ATen's own kernel (``algo="aten_vec"``, ``"aten_scalar"`` in the
+        scalar tail), what runs with mkldnn off.
+    vec_exp : str
+        ``Vectorized<float>::exp()`` of the fused kernels (sigmoid, silu,
+        softmax): ``"sleef_u10"`` (SLEEF ``expf_u10``, measured bit for bit).
+    unary_algo : str
+        The unary ``exp``/``tanh``/``erf`` kernels (ATen's VML path, MKL VML
+        in this build): ``"exact"``, correctly rounded fp32 (measured 90-99%
+        agreement; the residual is MKL's).
+    tail_algo : str
+        ``exp``/``tanh``/``erf`` of the scalar tail loops (libm ``expf``,
+        ``tanhf``, ``erff``): ``"exact"`` (correctly rounded model).
     capability : {"AVX512", "AVX2"}
         ATen's CPU dispatch level the preset describes
         (``torch.backends.cpu.get_cpu_capability()``; :func:`torch_cpu_eager`
@@ -139,6 +162,9 @@ class TorchCpuEager:
     fma_alpha: bool = True
     onednn_gelu: bool = True
     capability: str = "AVX512"
+    vec_exp: str = "sleef_u10"
+    unary_algo: str = "exact"
+    tail_algo: str = "exact"
 
     def __post_init__(self):
         if self.capability not in CAPABILITIES:
@@ -152,6 +178,11 @@ class TorchCpuEager:
             raise ValueError(f"grain_size={self.grain_size!r} is not valid; choose an int >= 1")
         if not isinstance(self.threads, int) or self.threads < 0:
             raise ValueError(f"threads={self.threads!r} is not valid; choose an int >= 0 (0 = torch's)")
+        parse_algo(self.vec_exp, EXP_ALGOS, "vec_exp")
+        for k in ("unary_algo", "tail_algo"):  # one name for exp, tanh and erf alike
+            v = getattr(self, k)
+            if v not in set(EXP_ALGOS) & set(TANH_ALGOS) & set(ERF_ALGOS):
+                raise ValueError(f"{k}={v!r} is not valid; valid choices: ['exact']")
         rules = dict(self.scalar_rules)
         if set(rules) != set(dict(SCALAR_RULES)) or not set(rules.values()) <= {"storage", "opmath"}:
             raise ValueError(f"scalar_rules={self.scalar_rules!r} is not valid; give each of "
@@ -160,18 +191,38 @@ class TorchCpuEager:
     def scalar_rule(self, op: str) -> str:
         return dict(self.scalar_rules)[op]
 
-    def kernel_spec(self):
-        """The closest :class:`numlab.kernels.KernelSpec` (where numlab has the knobs).
+    def sum_order(self, storage: str = "fp32") -> AtenCascade:
+        """ATen's ``sum`` order for a tensor of dtype ``storage`` (16-bit loads widen)."""
+        return AtenCascade(self.sum_lanes, storage in _LOW)
 
-        Knobs numlab.kernels lacks (implemented in numlab.torch instead):
-        ATen's cascade order (``multi_row_sum`` levels + 4-way ILP + widened
-        16-bit loads) and a per-op scalar conversion rule (KernelSpec has one
-        ``scalar_mul`` for all ops).
+    @property
+    def gelu_algo(self) -> str:
+        """``F.gelu`` (``approximate="none"``): ``"onednn"`` or ATen's ``"aten_vec"``;
+        ``approximate="tanh"`` always runs ATen's kernel (``"aten_vec"``)."""
+        return "onednn" if self.onednn_gelu else "aten_vec"
+
+    def algorithms(self) -> dict:
+        """The math routines of the vectorised kernels, as ``numlab.kernels`` ``algo=`` names
+        (``gelu``: ``approximate="none"``; ``gelu_tanh``: ``approximate="tanh"``)."""
+        return {"exp": self.vec_exp, "tanh": "sleef", "erf": "aten_vec", "gelu": self.gelu_algo,
+                "gelu_tanh": "aten_vec"}
+
+    def kernel_spec(self, storage: str = "fp32") -> KernelSpec:
+        """This preset as a :class:`numlab.kernels.KernelSpec` for tensors of ``storage``:
+        fp32 inside (``fp32_internal``), scalars kept fp32 (``muls``), no FMA,
+        ``reduce_order=AtenCascade(sum_lanes, widen)`` and the algorithms of
+        :meth:`algorithms` (for the KernelSpec fields that exist).
+
+        Not expressible as KernelSpec fields (preset fields, used by
+        :func:`numlab.torch.predict`): the per-op scalar conversion rule
+        (``scalar_rules``), the FMA of ``add(alpha)`` only (``fma_alpha``), the
+        scalar tail loops (``elementwise_step``, ``tail_algo``), the unary VML
+        kernels (``unary_algo``), softmax's and layer norm's own loops
+        (``softmax_lanes``, ``layernorm_lanes``: RowwiseMoments).
         """
-        from ..kernels import KernelSpec
-
         return KernelSpec(name="torch_cpu_eager", promotion="fp32_internal", scalar_mul="muls",
-                          fma=False)
+                          fma=False, reduce_order=self.sum_order(storage),
+                          **_spec_algorithms(self.algorithms()))
 
 
 @dataclass(frozen=True)
@@ -192,6 +243,11 @@ class InductorCpu:
         OpenMP threads; 0 = ``torch.get_num_threads()`` when predicting.
     min_chunk_size : int
         ``torch._inductor.config.cpp.min_chunk_size`` (parallel threshold).
+    vec_exp, vec_tanh, vec_erf, vec_gelu : str
+        ``numlab.kernels`` algorithms of the generated code's ``Vectorized<float>``
+        math: ``"sleef_u10"`` (exp), ``"sleef"`` (tanh), ``"aten_vec"`` (erf, and
+        gelu in both approximations; ``"onednn"`` is not valid here), all measured
+        bit for bit; ``"exact"`` (correctly rounded fp32) for what-if predictions.
     """
 
     name: str = "inductor_cpu"
@@ -200,22 +256,66 @@ class InductorCpu:
     threads: int = 0
     min_chunk_size: int = 512
 
-    def kernel_spec(self, storage: str = "fp32"):
-        """The closest :class:`numlab.kernels.KernelSpec`: fp32 inside, scalars fp32, no FMA,
-        lane-vector reduction ``Lanes(W, "tree", "masked")`` with ``W = lanes`` (fp32
-        inputs) or ``2 * lanes`` (16-bit inputs).  Missing knobs: the thread split of
-        reductions with few rows, and rsqrt as ``1/sqrt`` (two roundings)."""
-        from ..kernels import KernelSpec
-        from ..kernels.reduce import Lanes
+    vec_exp: str = "sleef_u10"
+    vec_tanh: str = "sleef"
+    vec_erf: str = "aten_vec"
+    vec_gelu: str = "aten_vec"
 
-        W = self.lanes * (2 if storage in ("fp16", "bf16") else 1)
+    def __post_init__(self):
+        parse_algo(self.vec_exp, EXP_ALGOS, "vec_exp")
+        parse_algo(self.vec_tanh, TANH_ALGOS, "vec_tanh")
+        parse_algo(self.vec_erf, ERF_ALGOS, "vec_erf")
+        if parse_algo(self.vec_gelu, GELU_ALGOS, "vec_gelu") == "onednn":
+            raise ValueError("vec_gelu='onednn' is not valid: Inductor's gelu is ATen's formula "
+                             f"(oneDNN serves only eager F.gelu); valid choices: "
+                             f"{[a for a in GELU_ALGOS if a != 'onednn']}")
+
+    def reduce_order(self, storage: str = "fp32", threads: int = 1, n_vec: int | None = None) -> InductorLanes:
+        """Inductor's row-reduction order: ``InductorLanes(lanes, n_vec, threads)`` with
+        ``n_vec`` 2 for 16-bit ``storage`` (two fp32 vectors per load), else 1."""
+        if n_vec is None:
+            n_vec = 2 if storage in _LOW else 1
+        return InductorLanes(self.lanes, n_vec, max(int(threads), 1), min_chunk=self.min_chunk_size)
+
+    def algorithms(self) -> dict:
+        """``Vectorized<float>`` math of the generated code, as ``numlab.kernels`` ``algo=`` names."""
+        return {"exp": self.vec_exp, "tanh": self.vec_tanh, "erf": self.vec_erf, "gelu": self.vec_gelu,
+                "gelu_tanh": self.vec_gelu}
+
+    def kernel_spec(self, storage: str = "fp32", threads: int | None = None) -> KernelSpec:
+        """This preset as a :class:`numlab.kernels.KernelSpec`: fp32 inside, scalars fp32,
+        no FMA (``-ffp-contract=off``), ``reduce_order=InductorLanes(lanes, n_vec,
+        threads)`` (``n_vec`` 2 for 16-bit ``storage``) and the algorithms of
+        :meth:`algorithms` (for the KernelSpec fields that exist).  Not a KernelSpec
+        field: ``emulate_precision_casts`` (a rounding of every 16-bit value, which
+        :func:`numlab.torch.predict` applies), rsqrt as ``1/sqrt`` (two roundings).
+        ``threads`` None: the preset's ``threads``, 1 when that is 0 (the spec does not
+        ask torch; pass ``torch.get_num_threads()`` to model a threaded run)."""
+        if threads is None:
+            threads = self.threads or 1
         return KernelSpec(name="inductor_cpu", promotion="fp32_internal", scalar_mul="muls",
-                          fma=False, reduce_order=Lanes(W, "tree", "masked"))
+                          fma=False, reduce_order=self.reduce_order(storage, threads),
+                          **_spec_algorithms(self.algorithms()))
 
     def fusion_options(self):
-        from ..fusion import FusionOptions
-
         return FusionOptions.inductor()
+
+
+_LOW = ("fp16", "bf16")
+_SPEC_FIELDS = {f.name for f in fields(KernelSpec)}
+
+
+def _spec_algorithms(algos: dict) -> dict:
+    """The ``{exp, tanh, erf, gelu, gelu_tanh}`` algorithm fields the installed KernelSpec has
+    (``gelu``: the algorithm of ``approximate="none"``, ``gelu_tanh``: of ``"tanh"``).
+
+    Transitional: KernelSpec gains ``tanh``/``erf``/``gelu`` fields (and accepts
+    the PyTorch ``exp`` algorithms) together; until then a spec carries only the
+    order, and :func:`numlab.torch.predict` reads the algorithms from the preset.
+    """
+    if "tanh" not in _SPEC_FIELDS:
+        return {}
+    return {k: v for k, v in algos.items() if k in _SPEC_FIELDS}
 
 
 CAPABILITIES = ("AVX512", "AVX2")
@@ -253,15 +353,15 @@ def inductor_cpu(emulate_precision_casts: bool = False, **overrides) -> Inductor
 
 def detect_cpu_capability() -> str:
     """``torch.backends.cpu.get_cpu_capability()`` (e.g. ``"AVX512"``)."""
-    import torch
+    torch = import_torch()
 
     return str(torch.backends.cpu.get_cpu_capability())
 
 
 def detect_inductor_lanes() -> int:
     """fp32 lanes of the vector ISA Inductor picks, the way Inductor does (``pick_vec_isa``)."""
-    import torch
-    from torch._inductor import cpu_vec_isa
+    torch = import_torch()
+    from torch._inductor import cpu_vec_isa  # torch is optional: imported when called
 
     isa = cpu_vec_isa.pick_vec_isa()
     if not isa:  # no vector ISA: scalar code
@@ -276,16 +376,11 @@ def measure_aten_sum_lanes(candidates=(4, 8, 16), seed: int = 0) -> int:
     Sums 8 rows of cancelling fp32 data of length 100 and returns the candidate
     whose cascade order reproduces every row; ValueError if none does.
     """
-    import numpy as np
-    import torch
-
-    from .data import cancelling_rows
-    from .orders import aten_sum
-
+    torch = import_torch()
     rng = np.random.default_rng(seed)
     x = cancelling_rows(rng, (8, 100), "fp32")
     got = torch.from_numpy(x).sum(-1).numpy()
     for v in candidates:
-        if np.array_equal(aten_sum(x, vec=v), got):
+        if np.array_equal(reduce(x, "sum", -1, order=AtenCascade(v), acc="fp32"), got):
             return int(v)
     raise ValueError(f"no lane count in {candidates} reproduces ATen's sum on this machine")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from .compare import DEFAULT_CHUNK, Thresholds, compare_dumps, report_path
+from ..compare.compare import DEFAULT_CHUNK, Thresholds, compare_dumps, report_path
 
 
 def add_parser(sub) -> None:

@@ -2,9 +2,9 @@
 
 ::
 
-    numlab check CLAIM --model M --dtype D --trials N [--search adversarial] [--save DIR]
+    numlab check CLAIM MODEL --dtype D --trials N [--search adversarial] [--save DIR]
     numlab check plan [--out DIR] [--trials N] [--quick] [--force] [--fusion SPEC[,SPEC...]]...
-    numlab check determinism ...        (numlab.determinism)
+    numlab check determinism MODEL [--runs N] [--mode M] [--order O] ...   (numlab.determinism)
     numlab check list                   (the built-in claims)
 
 Exit codes: 0 the claim holds, 1 a counterexample was found (the report names
@@ -12,6 +12,16 @@ the worst case and where it was saved), 2 bad usage.
 """
 
 from __future__ import annotations
+
+import json
+from concurrent.futures import ProcessPoolExecutor
+
+from .. import claims as C
+from ..determinism import EXEC_MODES, INJECTIONS, check_determinism
+from ..fusion import FusionOptions
+from .options import add_shared
+
+__all__ = ["add_parser", "EXECUTORS"]
 
 EXECUTORS = ("inprocess", "process", "dask")
 
@@ -24,22 +34,14 @@ def add_parser(sub) -> None:
         "exit 0 when it holds, 1 when a counterexample was found, 2 on bad usage.",
     )
     csub = p.add_subparsers(dest="check_command", metavar="CLAIM|plan|determinism|list")
-    from .claims import CLAIMS
-
-    for name, claim in sorted(CLAIMS.items()):
+    for name, claim in sorted(C.CLAIMS.items()):
         cp = csub.add_parser(name, help=claim.statement, description=claim.statement)
-        cp.add_argument("--model", required=True, help="zoo or claims.EXTRA_MODELS model name")
-        cp.add_argument("--dtype", default="fp16", help="storage format S (default fp16)")
+        add_shared(cp, model="zoo or claims.EXTRA_MODELS model name (or --model M)", dtype="fp16",
+                   fusion="", size="", seed=0,
+                   inputs=("normal,uniform,shifted_mean,heavy_tailed,near_overflow", ["--kinds"]))
         cp.add_argument("--trials", type=int, default=100, help="random trials (default 100)")
         cp.add_argument("--search", choices=("random", "adversarial"), default="random")
         cp.add_argument("--steps", type=int, default=200, help="adversarial mutations (default 200)")
-        cp.add_argument("--fusion", default="autofuse",
-                        help="autofuse | autofuse:AUTOFUSE_FLAGS | inductor | off (default autofuse)")
-        cp.add_argument("--kinds", default="normal,uniform,shifted_mean,heavy_tailed,near_overflow",
-                        help="comma-separated zoo input kinds cycled over the trials")
-        cp.add_argument("--size", action="append", default=[], metavar="NAME=INT",
-                        help="model size override, e.g. --size hidden=128 (repeatable)")
-        cp.add_argument("--seed", type=int, default=0)
         cp.add_argument("--save", default="data/counterexamples", metavar="DIR",
                         help="where counterexamples go (default data/counterexamples)")
         cp.add_argument("--no-save", action="store_true", help="do not save the counterexample")
@@ -51,16 +53,13 @@ def add_parser(sub) -> None:
         cp.set_defaults(func=_run_claim, claim=name)
 
     pp = csub.add_parser("plan", help="the autofusion precision test plan (C1, C2, C3, chains)")
-    pp.add_argument("--out", default="out/check_plan", help="directory for plan.csv, plan.txt and figures")
+    add_shared(pp, out="out/check_plan", seed=0, inputs=("normal", ["--kinds"]),
+               force="(an existing plan.csv)")
     pp.add_argument("--trials", type=int, default=1000, help="inputs per chain (default 1000)")
     pp.add_argument("--quick", action="store_true", help="smaller C1/C2/C3 sizes")
-    pp.add_argument("--kinds", default="normal", help="input kinds for the chains (default normal)")
     pp.add_argument("--fusion", action="append", default=None, metavar="SPEC[,SPEC...]",
-                    help="fusion configuration(s) the chains run under, repeatable or comma-separated: "
-                    "autofuse | autofuse:AUTOFUSE_FLAGS | inductor | off, each optionally +nodecompose "
-                    "(default: autofuse, autofuse+nodecompose, autofuse:--autofuse_enable_pass=reduce, inductor)")
-    pp.add_argument("--seed", type=int, default=0)
-    pp.add_argument("--force", action="store_true", help="overwrite an existing plan.csv")
+                    help="fusion spec(s) the chains run under, repeatable or comma-separated (grammar in "
+                    "`numlab --help`; default: " + ", ".join(C.PLAN_FUSIONS) + ")")
     pp.add_argument("--no-figures", action="store_true")
     pp.add_argument("--executor", choices=EXECUTORS, default="inprocess")
     pp.add_argument("--workers", type=int, default=2)
@@ -70,10 +69,52 @@ def add_parser(sub) -> None:
     lp = csub.add_parser("list", help="list the built-in claims")
     lp.set_defaults(func=_run_list)
 
-    from .determinism import add_check_parser
-
-    add_check_parser(csub)
+    _add_determinism_parser(csub)
     p.set_defaults(func=_no_sub(p))
+
+
+def _add_determinism_parser(csub) -> None:
+    """``numlab check determinism``: :func:`numlab.determinism.check_determinism`.
+    Exit code 0 when both layers are deterministic, 1 otherwise."""
+    p = csub.add_parser(
+        "determinism", help="compile and run MODEL in N processes; compare fingerprints and bits",
+        description="Compile determinism (same fingerprint and plan in every process) and execution "
+                    "determinism (same output bits), each process with its own PYTHONHASHSEED.")
+    add_shared(p, model="a zoo model (numlab.zoo.MODELS)", dtype="fp16",
+               fusion="(fused modes)", kernels="(default: the mode's)", inputs=("normal", ["--input-kind"]))
+    p.add_argument("--size", "--sizes", dest="size", action="append", default=[], metavar="NAME=INT",
+                   help="model size, e.g. --size batch=4 (repeatable; a=1,b=2 also works)")
+    p.add_argument("--mode", default="fused", choices=EXEC_MODES, help="execution mode (default fused)")
+    p.add_argument("--runs", type=int, default=3, help="processes (default 3, >= 2)")
+    p.add_argument("--order", default=None,
+                   help="reduction order for every reduction: 'atomic' (schedule order; unseeded without "
+                        "--seed) or an order string such as 'pairwise', 'shuffled(3)'")
+    p.add_argument("--seed", type=int, default=None, help="schedule seed (default none)")
+    p.add_argument("--input-seed", type=int, default=0, help="input seed (default 0)")
+    p.add_argument("--inject", default=None, choices=[i for i in INJECTIONS if i],
+                   help="plant a PYTHONHASHSEED-dependent compile step to see the check catch it")
+    p.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds for all worker processes together (default 300); on expiry they are killed")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(func=_run_determinism)
+
+
+def _run_determinism(args) -> int:
+    if args.model is None:
+        raise ValueError("MODEL is required (a zoo model)")
+    rep = check_determinism(args.model, dtype=args.dtype, mode=args.mode, runs=args.runs, sizes=args.size,
+                            kernels=args.kernels, fusion=args.fusion, order=args.order, seed=args.seed,
+                            input_kind=args.inputs, input_seed=args.input_seed, inject=args.inject,
+                            timeout=args.timeout)
+    if args.json:
+        print(json.dumps({"config": rep.config, "compile_deterministic": rep.compile_deterministic,
+                          "execution_deterministic": rep.execution_deterministic,
+                          "records": [r.to_json() for r in rep.records],
+                          "diffs": rep.diffs,
+                          "plan": [h.__dict__ for h in rep.plan]}, indent=1))
+    else:
+        print(rep)
+    return 0 if rep.ok else 1
 
 
 def _no_sub(parser):
@@ -90,11 +131,9 @@ def _executor(kind: str, workers: int):
     if workers < 1:
         raise ValueError(f"--workers={workers} must be >= 1")
     if kind == "process":
-        from concurrent.futures import ProcessPoolExecutor
-
         ex = ProcessPoolExecutor(max_workers=workers)
         return ex, ex.shutdown
-    from dask.distributed import Client, LocalCluster
+    from dask.distributed import Client, LocalCluster  # optional heavy dependency (the dask extra)
 
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
     client = Client(cluster)
@@ -107,17 +146,19 @@ def _executor(kind: str, workers: int):
 
 
 def _run_claim(args) -> int:
-    from . import claims as C
-
     if args.trials < 1:
         raise ValueError(f"--trials={args.trials} must be >= 1")
-    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    if args.model is None:
+        raise ValueError(f"MODEL is required (give it as MODEL or --model M); claim {args.claim!r}")
+    kinds = tuple(k.strip() for k in args.inputs.split(",") if k.strip())
+    fusion = FusionOptions.parse(args.fusion)
+    print(f"numlab check {args.claim} {args.model}: dtype={args.dtype.name} fusion={fusion.spec} "
+          f"inputs={','.join(kinds)} seed={args.seed} trials={args.trials} search={args.search}")
     opts = C.SearchOptions(trials=args.trials, search=args.search, adversarial_steps=args.steps, kinds=kinds)
     ex, close = _executor(args.executor, args.workers)
     try:
-        from .zoo import parse_sizes
-
-        rep = C.check(args.claim, args.model, dtype=args.dtype, sizes=parse_sizes(args.size), fusion=args.fusion,
+        # claims.check takes the spec string (it stores it in the case record)
+        rep = C.check(args.claim, args.model, dtype=args.dtype.name, sizes=args.size, fusion=fusion.spec,
                       seed=args.seed, executor=ex, save=None if args.no_save else args.save, options=opts,
                       progress=args.progress, shrink_cex=not args.no_shrink, force=args.force)
     finally:
@@ -133,13 +174,12 @@ def _run_claim(args) -> int:
 
 
 def _run_plan(args) -> int:
-    from . import claims as C
-
+    fusion = None if args.fusion is None else list(dict.fromkeys(o.spec for o in args.fusion))
     ex, close = _executor(args.executor, args.workers)
     try:
         res = C.run_plan(args.out, trials=args.trials, seed=args.seed, executor=ex, progress=args.progress,
-                         quick=args.quick, kinds=tuple(k for k in args.kinds.split(",") if k),
-                         figures=not args.no_figures, force=args.force, fusion=args.fusion)
+                         quick=args.quick, kinds=tuple(k for k in args.inputs.split(",") if k),
+                         figures=not args.no_figures, force=args.force, fusion=fusion)
     finally:
         if close:
             close()
@@ -155,9 +195,7 @@ def _run_plan(args) -> int:
 
 
 def _run_list(args) -> int:
-    from .claims import CLAIMS
-
-    for name, c in sorted(CLAIMS.items()):
+    for name, c in sorted(C.CLAIMS.items()):
         print(f"{name:<24} {c.statement}")
     return 0
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from . import races
+from .. import races
 
 
 def race_report(scenario: str, *, runs: int = 200, fix: bool = False, seed: int = 0, spread: float = 0.4,

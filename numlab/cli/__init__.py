@@ -1,0 +1,100 @@
+"""The ``numlab`` command line (layer 9: may import every other layer).
+
+Each subcommand lives in its own module of this package which defines
+``add_parser(sub)`` (register an ``argparse`` subparser and set ``func``);
+the options they share (model, ``--dtype``, ``--size``, ``--inputs``,
+``--fusion``, ``--kernels``, ``--seed``, ``--out``, ``--force``) come from
+:mod:`numlab.cli.options`, which also turns every spec into its object
+before the subcommand runs.  ``numlab --help`` shows the fusion and kernel
+spec grammars once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from .. import __version__
+from ..fusion import GRAMMAR as FUSION_GRAMMAR
+from ..kernels.grammar import GRAMMAR as KERNEL_GRAMMAR
+from .options import coerce, join_spec_values
+
+# subcommand -> (module, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("numlab.cli.demo", "eager vs fused vs fp64 on the built-in models (table + figures in out/)"),
+    "formats": ("numlab.cli.formats", "the formats table and a rounding demo"),
+    "run": ("numlab.cli.run", "run a zoo model in one mode, optionally dumping every node"),
+    "compare": ("numlab.cli.compare", "msit-style dump compare: -gp GOLDEN -mp MINE -o OUT"),
+    "bisect": ("numlab.cli.bisect", "find what causes a divergence between eager and fused"),
+    "check": ("numlab.cli.check", "check a claim (or `check plan`, `check determinism`)"),
+    "race": ("numlab.cli.race", "multi-core race scenarios: run, detect, fix"),
+    "bench": ("numlab.bench", "benchmarks, reported as ratios against numpy/ml_dtypes"),
+}
+
+
+EPILOG = (
+    "options shared by the subcommands: MODEL, --dtype FMT, --size NAME=INT (repeatable), "
+    "--inputs KIND,\n--fusion SPEC, --kernels SPEC, --seed N, --out DIR, --force.  "
+    "A spec value may start with '--' after a space\n(--fusion --autofuse_enable_pass=reduce).\n\n"
+    "fusion spec (--fusion; FusionOptions.parse):\n"
+    + "\n".join("  " + line for line in FUSION_GRAMMAR.splitlines())
+    + "\n\nkernel spec (--kernels; KernelSpec.parse):\n"
+    + "\n".join("  " + line for line in KERNEL_GRAMMAR.splitlines())
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="numlab",
+        description="numlab: why fused and eager kernels give different numbers, bit for bit.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"numlab {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (modname, help_) in SUBCOMMANDS.items():
+        try:
+            mod = importlib.import_module(modname)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not modname.startswith(exc.name):
+                raise
+            p = sub.add_parser(name, help=f"{help_} (not available in this build)")
+            p.set_defaults(func=_missing(name, modname))
+            continue
+        mod.add_parser(sub)
+    return parser
+
+
+def _missing(name: str, modname: str):
+    def func(args) -> int:
+        print(f"numlab {name}: module {modname} is not part of this build", file=sys.stderr)
+        return 2
+
+    return func
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser.parse_args(join_spec_values(argv))
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 0
+    try:
+        coerce(args)
+        rc = args.func(args)
+    except (ValueError, TypeError, FileNotFoundError, FileExistsError) as exc:
+        print(f"numlab {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # `numlab compare ... | head`: the reader left; results were already saved.
+        # Point stdout at devnull so the interpreter's final flush does not fail too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return int(rc or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

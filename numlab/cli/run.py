@@ -1,0 +1,112 @@
+"""``numlab run MODEL --dtype D --mode M --seed S [--fusion SPEC] [--kernels SPEC] [--dump DIR [--force]]``.
+
+Runs a zoo model in one execution mode on seeded inputs, prints a per-node
+summary, and with ``--dump`` writes one ``.npy`` per dumped node plus
+``manifest.json`` (see :mod:`numlab.compare.dump`).  An existing dump is
+never replaced without ``--force``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .. import zoo
+from ..compare.dump import check_target, dump_run
+from ..execute import run
+from ..fusion import FusionOptions
+from .options import add_shared, resolve_model
+
+__all__ = ["add_parser", "add_model_args", "build", "main"]
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run a zoo model in one mode, optionally dumping every node",
+        description="Run a zoo model (numlab.zoo.MODELS) on seeded inputs in one execution "
+                    "mode and optionally dump every node's value with a manifest.",
+    )
+    add_shared(p, model="zoo model name (see `numlab run --list`)")
+    p.add_argument("--list", action="store_true", help="list the zoo models and exit")
+    p.add_argument("--mode", default="eager",
+                   help="eager, fused, emulated_casts or reference (default eager)")
+    add_model_args(p, fused_only="(fused modes)")
+    add_shared(p, kernels="(default: the mode's, handwritten eager, codegen fused)",
+               force="(replace an existing dump directory)")
+    p.add_argument("--align", default="",
+                   help="fused modes: sources set to eager's choice "
+                        "(promotion,instruction,tiling,algorithm)")
+    p.add_argument("--keep-internals", action="store_true",
+                   help="fused modes: also dump block-internal fp32 values")
+    p.add_argument("--dump", default=None, metavar="DIR", help="write the dump to DIR")
+    p.set_defaults(func=main)
+
+
+def add_model_args(p, fused_only: str = "") -> None:
+    """The shared options ``run`` and ``bisect`` take: --dtype, --seed,
+    --inputs, --size, --fusion."""
+    add_shared(p, dtype="fp16", seed=0, inputs="normal", size="", fusion=fused_only)
+
+
+def build(model: str | None, sizes: dict):
+    """The zoo graph of ``model`` with ``sizes``; ValueError names MODEL and the choices."""
+    if not model:
+        raise ValueError(f"MODEL is required; valid: {sorted(zoo.MODELS)} (or --list)")
+    if model not in zoo.MODELS:
+        raise ValueError(f"MODEL {model!r} is not a zoo model; valid: {sorted(zoo.MODELS)}")
+    return zoo.get_model(model, **sizes)
+
+
+def main(args) -> int:
+    if args.list:
+        print("zoo models: " + ", ".join(sorted(zoo.MODELS)))
+        return 0
+    model = resolve_model(args)
+    if not model:
+        raise ValueError(f"MODEL is required; valid: {sorted(zoo.MODELS)} (or --list)")
+    if args.dump:  # refuse an existing dump before running, not after
+        check_target(Path(args.dump), args.force)
+    S = args.dtype
+    graph = build(model, args.size)
+    inputs = zoo.make_inputs(graph, kind=args.inputs, seed=args.seed)
+    kw = {}
+    fused = args.mode in ("fused", "emulated_casts")
+    if fused:
+        kw["fusion"] = FusionOptions.parse(args.fusion)
+        kw["keep_internals"] = args.keep_internals
+        align = tuple(a.strip() for a in args.align.split(",") if a.strip())
+        if align:
+            kw["align"] = align
+    elif args.fusion is not None or args.align or args.keep_internals:
+        raise ValueError("--fusion/--align/--keep-internals apply to --mode fused or emulated_casts")
+    if args.kernels is not None:
+        kw["kernels"] = args.kernels
+    res = run(graph, inputs, mode=args.mode, dtype=S, seed=args.seed, **kw)
+    head = f"{model}: mode={res.mode} dtype={res.dtype.name} seed={args.seed}"
+    if fused:
+        head += f" fusion={kw['fusion'].spec}"
+    if res.kernels is not None:
+        head += f" kernels={res.kernels.spec}"
+    print(f"{head} fingerprint={res.fingerprint[:16]}...")
+    if fused:
+        print(f"plan: {len(res.plan.blocks)} blocks ({res.plan.n_fused} fused)")
+    print(f"{'node':<28} {'shape':<16} {'dtype':<8} {'min':>11} {'max':>11} {'nan':>5} {'inf':>5}")
+    for name, v in res.values.items():
+        a = np.asarray(v, dtype=np.float64)
+        nan, inf = int(np.isnan(a).sum()), int(np.isinf(a).sum())
+        fin = a[np.isfinite(a)]
+        lo = f"{fin.min():.4g}" if fin.size else "-"
+        hi = f"{fin.max():.4g}" if fin.size else "-"
+        print(f"{name[:28]:<28} {str(tuple(a.shape))[:16]:<16} {str(np.asarray(v).dtype)[:8]:<8} "
+              f"{lo:>11} {hi:>11} {nan:>5} {inf:>5}")
+    if args.dump:
+        extra = {"inputs": args.inputs, "sizes": args.size}
+        if fused:
+            extra["fusion"] = kw["fusion"].spec
+        path = dump_run(res, args.dump, force=args.force, model=model, seed=args.seed, extra=extra)
+        print(f"dumped {len(res.values)} nodes to {path}")
+    sys.stdout.flush()
+    return 0

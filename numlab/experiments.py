@@ -1,0 +1,365 @@
+"""Experiments the demo and the notebooks share (no CLI code here).
+
+The tables behind ``numlab demo`` and notebooks 01 and 03: every zoo model
+in fp16 and bf16, eager vs fused vs emulated casts against the fp64
+reference (:func:`demo_rows`), the error of a chain of multiplies against
+its bounds (:func:`chain_errors`), the verdict matrix per fusion preset and
+input kind (:func:`verdict_matrix`), the share of bits each source of
+difference moves (:func:`source_rows`) and the formats table
+(:func:`formats_table`, :func:`rounding_demo`).
+
+Statistics come from :func:`numlab.metrics.error_stats` (relative errors use
+``tiny`` = the storage format's smallest normal, so exact-zero references do
+not give infinite relative errors; ULP distances are to the fp64 reference
+rounded to S, so 0 ULP means correctly rounded).  Fusion arguments are
+fusion specs or :class:`~numlab.fusion.FusionOptions`
+(:meth:`FusionOptions.parse`; default ``"autofuse"``).
+
+Figures and files are written by :mod:`numlab.cli.demo`; this module only
+computes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from . import metrics, ops, zoo
+from .execute import SOURCES, run
+from .formats import FORMATS, FP32, get_format
+from .fusion import FusionOptions
+from .graph import Graph, Node, trace
+from .kernels import gamma
+from .rounding import MODES, round_to
+
+__all__ = ["FUSED_MODES", "QUICK_MODELS", "CHAIN_NS", "demo_rows", "chain_graph", "chain_errors",
+           "source_cases", "MATRIX_PRESETS", "MATRIX_KINDS", "MATRIX_NOTE", "verdict_matrix",
+           "format_verdict_matrix", "SOURCE_COLUMNS", "source_rows", "format_source_table",
+           "formats_table", "rounding_demo", "flat_outputs", "bits"]
+
+FUSED_MODES = ("eager", "fused", "emulated_casts")
+QUICK_MODELS = ("layernorm", "softmax", "gelu_mlp", "residual_rmsnorm")
+CHAIN_NS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+def flat_outputs(result) -> np.ndarray:
+    """Every output of a run, flattened and concatenated (in output order)."""
+    return np.concatenate([np.asarray(v).ravel() for v in result.outputs.values()])
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    """The bit patterns of ``a`` (an unsigned view of the same width)."""
+    return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+
+
+def demo_rows(models=None, dtypes=("fp16", "bf16"), *, fusion=None, kind: str = "normal",
+              seed: int = 0, keep_results: bool = False):
+    """Run each model in each storage format in every mode and measure.
+
+    ``fusion`` is a fusion spec or FusionOptions (default ``"autofuse"``).
+
+    Returns
+    -------
+    rows : list of dict
+        One per (model, dtype, mode in eager/fused/emulated_casts) with the
+        keys of :data:`numlab.report.COLUMNS` plus every ``error_stats`` key.
+    extra : dict
+        ``plans`` (model -> str(fused plan)), ``fingerprints`` and, with
+        ``keep_results``, ``results[(model, dtype)] = {mode: RunResult}``.
+    """
+    fo = FusionOptions.parse(fusion)
+    models = list(zoo.MODELS) if models is None else list(models)
+    for m in models:
+        if m not in zoo.MODELS:
+            raise ValueError(f"model {m!r} is unknown; valid models: {sorted(zoo.MODELS)}")
+    rows, plans, fps, results = [], {}, {}, {}
+    for name in models:
+        g = zoo.MODELS[name]()
+        x = zoo.make_inputs(g, kind=kind, seed=seed)
+        for dt in dtypes:
+            S = get_format(dt)
+            res = {}
+            for mode in ("reference", *FUSED_MODES):
+                kw = {"fusion": fo} if mode in ("fused", "emulated_casts") else {}
+                res[mode] = run(g, x, mode=mode, dtype=S, **kw)
+            plans.setdefault(name, str(res["fused"].plan))
+            ref = flat_outputs(res["reference"])
+            eager = flat_outputs(res["eager"])
+            stats_e = None
+            for mode in FUSED_MODES:
+                out = flat_outputs(res[mode])
+                with np.errstate(all="ignore"):
+                    st = metrics.error_stats(ref, out, S, tiny=S.smallest_normal)
+                row = {"model": name, "dtype": S.name, "mode": mode, "fusion": fo.describe(),
+                       "kind": kind, "seed": seed, "n": int(out.size),
+                       "fingerprint": res[mode].fingerprint}
+                row.update(st)
+                row["bitwise_eq_eager"] = metrics.bitwise_equal_share(out, eager)
+                row["nonfinite"] = st["nan_x"] + st["inf_x"]  # NaN/inf among the outputs
+                if mode == "eager":
+                    stats_e = st
+                    row["verdict"] = "-"
+                else:
+                    row["verdict"] = _verdict(st, stats_e, row["bitwise_eq_eager"])
+                rows.append(row)
+                fps[(name, S.name, mode)] = res[mode].fingerprint
+            if keep_results:
+                results[(name, S.name)] = res
+    return rows, {"plans": plans, "fingerprints": fps, "results": results, "fusion": fo}
+
+
+def _verdict(st, eager_st, eq) -> str:
+    if eq == 1.0:
+        return "same bits"
+    a, b = st["abs_mean"], eager_st["abs_mean"]
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return "non-finite"
+    if a < b:
+        return f"more accurate ({b / a:.2f}x)" if a > 0 else "more accurate"
+    if a > b:
+        return f"less accurate ({a / b:.2f}x)" if b > 0 else "less accurate"
+    return "equally accurate"
+
+
+# ---------------------------------------------------------------------------
+# error against chain length (also used by notebook 03)
+# ---------------------------------------------------------------------------
+def chain_graph(n: int, size: int = 2048):
+    """``y = x * w1 * w2 * ... * wn``: a pointwise chain of n multiplies that
+    a fusion planner puts in one block."""
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"n={n!r} must be an int >= 1")
+    inputs = {"x": (size,), **{f"w{i}": (size,) for i in range(1, n + 1)}}
+    nodes, prev = [], "x"
+    for i in range(1, n + 1):
+        name = "y" if i == n else f"p{i}"
+        nodes.append(Node(name, "mul", (prev, f"w{i}")))
+        prev = name
+    return Graph(inputs, nodes, ["y"], name=f"chain{n}")
+
+
+def chain_errors(ns=CHAIN_NS, dtype="fp16", *, size: int = 2048, seed: int = 0):
+    """Max relative error (vs fp64) of eager, fused and emulated casts on
+    :func:`chain_graph` for each n.  Factors are uniform in [0.9, 1.1] and
+    x in [1, 2] (no overflow or underflow for n <= 128), so every product's
+    relative error obeys the bounds drawn by :func:`numlab.plots.chain_length`.
+
+    Returns dict mode -> list of errors, and the bounds dict
+    ``{"eager": gamma_n(u_S), "fused": u_S + gamma_n(u32)(1 + u_S)}``.
+    """
+    S = get_format(dtype)
+    out = {m: [] for m in FUSED_MODES}
+    bounds = {"eager": [], "fused": []}
+    for n in ns:
+        g = chain_graph(int(n), size)
+        rng = np.random.default_rng([seed, int(n)])
+        x = {k: rng.uniform(0.9, 1.1, size) for k in g.inputs}
+        x["x"] = rng.uniform(1.0, 2.0, size)
+        ref = run(g, x, mode="reference", dtype=S).outputs["y"]
+        for m in FUSED_MODES:
+            y = run(g, x, mode=m, dtype=S).outputs["y"].astype(np.float64)
+            out[m].append(float(np.max(np.abs(y - ref) / np.abs(ref))))
+        gs = gamma(n, S.u)
+        g32 = gamma(n, FP32.u)
+        bounds["eager"].append(gs)
+        bounds["fused"].append(S.u + g32 * (1 + S.u))
+    return out, bounds
+
+
+# ---------------------------------------------------------------------------
+# where the bits part: one case per source of difference
+# ---------------------------------------------------------------------------
+def _scaled_residual(x, r):
+    return x * 0.1 + r
+
+
+def _row_sum(x):
+    return x.sum(-1)
+
+
+def _rsqrt_scale(x, w):
+    return ops.rsqrt(ops.abs(x)) * w
+
+
+def source_cases(quick: bool = False) -> list:
+    """The showcase of :func:`source_rows`: ``(label, graph factory, input
+    kind, fusion, dtypes, what it shows)``.  Each case is chosen so that one
+    source of difference (``docs/design.md``, section "The four sources") or the decomposition of a
+    composite is visible; fp32 storage is included where fp16/bf16 hide the
+    source (a few fp32 ulps rarely move a value rounded to fp16)."""
+    hidden = 256 if quick else 1024
+    cols = 1024 if quick else 4096
+    return [
+        ("gelu_mlp", lambda: zoo.gelu_mlp(), "normal", "inductor", ("fp16",),
+         "promotion: the fused block keeps the matmul+bias, gelu and scale in fp32; "
+         "eager rounds each to S"),
+        ("x*0.1 + r", lambda: trace(_scaled_residual, x=(16, 256), r=(16, 256)), "normal", "inductor",
+         ("fp16",), "instruction: 0.1 broadcast in S (0.0999755859375 in fp16) vs a "
+         "scalar register in fp32 (muls), and FMA contraction of x*s + r"),
+        (f"row sum (64x{cols})", lambda: trace(_row_sum, x=(64, cols)), "normal", "inductor",
+         ("fp16", "fp32"), "tiling: pairwise tree in the fused tile vs 64 lanes + "
+         "butterfly in the library tile; visible in fp32 storage, hidden by fp16 rounding"),
+        ("rsqrt(|x|)*w", lambda: trace(_rsqrt_scale, x=(16, 256), w=(16, 256)), "normal", "inductor",
+         ("fp16", "fp32"), "algorithm: codegen rsqrt (8-bit estimate + 2 Newton steps) vs "
+         "library rsqrt (12-bit estimate + 1 step); in fp16 promotion dominates"),
+        (f"layernorm (8x{hidden})", lambda: zoo.layernorm(batch=8, hidden=hidden), "shifted_mean",
+         "inductor", ("fp16",), "decomposition: the compiler's mean / two-pass variance "
+         "graph vs eager's one Welford kernel, on rows with a large mean"),
+        (f"softmax (8x{hidden})", lambda: zoo.softmax(batch=8, n=hidden), "normal", "autofuse",
+         ("fp16", "fp32"), "decomposition under Ascend autofusion defaults: reductions are "
+         "library calls, so the decomposed softmax is stored in S between blocks; in fp32 "
+         "storage the codegen exp polynomial (algorithm) is what remains"),
+    ]
+
+
+MATRIX_PRESETS = ("inductor", "autofuse", "autofuse:--autofuse_enable_pass=reduce")
+MATRIX_KINDS = ("normal", "shifted_mean", "near_overflow", "heavy_tailed")
+
+
+def verdict_matrix(models=None, dtypes=("fp16", "bf16"), presets=MATRIX_PRESETS, kinds=MATRIX_KINDS,
+                   seed: int = 0) -> list:
+    """Is fused more or less accurate than eager, per fusion preset and input kind?
+
+    For every (preset, kind) the zoo models run eager, fused and in fp64 in
+    each storage format; a pair counts as ``same`` when fused has eager's bits,
+    else ``more``/``less``/``equal`` by the mean absolute error against fp64
+    (the demo table's verdict).  Returns one dict per (preset, kind) with the
+    counts and the model/format pairs where fused is less accurate, worst
+    first, with the ratio of mean absolute errors (fused / eager).
+    """
+    models = list(zoo.MODELS) if models is None else list(models)
+    out = []
+    for preset in presets:
+        fo = FusionOptions.parse(preset)
+        for kind in kinds:
+            label = fo.spec
+            c = {"fusion": label, "kind": kind, "more": 0, "less": 0, "same": 0, "equal": 0,
+                 "nonfinite": 0, "less_in": []}
+            for name in models:
+                g = zoo.MODELS[name]()
+                x = zoo.make_inputs(g, kind=kind, seed=seed)
+                for dt in dtypes:
+                    S = get_format(dt)
+                    ref = flat_outputs(run(g, x, mode="reference", dtype=S))
+                    e = flat_outputs(run(g, x, mode="eager", dtype=S))
+                    f = flat_outputs(run(g, x, mode="fused", dtype=S, fusion=fo))
+                    if np.array_equal(bits(e), bits(f)):
+                        c["same"] += 1
+                        continue
+                    with np.errstate(all="ignore"):
+                        se = metrics.error_stats(ref, e, S, tiny=S.smallest_normal)
+                        sf = metrics.error_stats(ref, f, S, tiny=S.smallest_normal)
+                    v = _verdict(sf, se, 0.0)
+                    key = {"m": "more", "l": "less", "e": "equal", "n": "nonfinite"}[v[0]]
+                    c[key] += 1
+                    if key == "less":  # with the ratio of mean |error|, fused / eager
+                        c["less_in"].append((sf["abs_mean"] / se["abs_mean"], f"{name}/{S.name}"))
+            # worst first
+            c["less_in"] = [f"{m} {q:.2f}x" for q, m in sorted(c["less_in"], key=lambda t: -t[0])]
+            out.append(c)
+    return out
+
+
+def format_verdict_matrix(mrows) -> str:
+    """Text of :func:`verdict_matrix`."""
+    w = max([6, *(len(r["fusion"]) for r in mrows)])
+    lines = [f"{'fusion':<{w}} {'inputs':<14} {'more':>5} {'less':>5} {'same bits':>9} {'other':>5}  "
+             "fused less accurate than eager in"]
+    for r in mrows:
+        other = r["equal"] + r["nonfinite"]
+        less = ", ".join(r["less_in"][:4]) + (f", ... ({len(r['less_in'])} pairs)" if len(r["less_in"]) > 4 else "")
+        lines.append(f"{r['fusion']:<{w}} {r['kind']:<14} {r['more']:>5} {r['less']:>5} {r['same']:>9} "
+                     f"{other:>5}  {less or '-'}")
+    return "\n".join(lines)
+
+
+SOURCE_COLUMNS = ("fused", *[f"only {s}" for s in ("promotion", "instruction", "tiling", "algorithm")],
+                  "decomposition", "all aligned")
+
+
+def source_rows(quick: bool = False, seed: int = 0) -> list:
+    """Share of output elements whose bits differ from eager, per source.
+
+    For every case of :func:`source_cases` and storage format: ``fused``
+    (nothing aligned); ``only <source>``: every other source set to eager's
+    choice (``run(..., align=...)``), so only this source (and the
+    decomposition, when the fusion decomposes) is left; ``decomposition``:
+    all four aligned, composites still decomposed; ``all aligned``: all four
+    aligned and decomposition off, which must be 0 (``docs/design.md``: with
+    all four sources aligned and composites whole, fused equals eager).
+    Sources interact, so the ``only`` shares need not add up to ``fused``.
+    """
+    rows = []
+    for label, make, kind, fusion, dts, why in source_cases(quick):
+        g = make()
+        x = zoo.make_inputs(g, kind=kind, seed=seed)
+        fo = FusionOptions.parse(fusion)
+        fo_nodec = dataclasses.replace(fo, decompose=False)
+        for dt in dts:
+            e = bits(flat_outputs(run(g, x, mode="eager", dtype=dt)))
+
+            def share(g=g, x=x, dt=dt, e=e, **kw):
+                return float(np.mean(bits(flat_outputs(run(g, x, mode="fused", dtype=dt, **kw))) != e))
+
+            row = {"case": label, "dtype": get_format(dt).name, "kind": kind, "fusion": fo.name,
+                   "why": why, "n": int(e.size), "fused": share(fusion=fo)}
+            for s in SOURCES:
+                row[f"only {s}"] = share(fusion=fo, align=tuple(q for q in SOURCES if q != s))
+            row["decomposition"] = share(fusion=fo, align=SOURCES) if fo.decompose else 0.0
+            row["all aligned"] = share(fusion=fo_nodec, align=SOURCES)
+            rows.append(row)
+    return rows
+
+
+def format_source_table(rows) -> str:
+    """Fixed-width text of :func:`source_rows` (shares in percent)."""
+    head = ["case", "S", "inputs", "fusion", *SOURCE_COLUMNS]
+    body = [[r["case"], r["dtype"], r["kind"], r["fusion"],
+             *[f"{100 * r[c]:.1f}%" for c in SOURCE_COLUMNS]] for r in rows]
+    w = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+    lines = ["  ".join(h.ljust(w[i]) if i < 4 else h.rjust(w[i]) for i, h in enumerate(head)),
+             "  ".join("-" * x for x in w)]
+    for b in body:
+        lines.append("  ".join(c.ljust(w[i]) if i < 4 else c.rjust(w[i]) for i, c in enumerate(b)))
+    return "\n".join(lines)
+
+
+
+MATRIX_NOTE = (
+    "The autofuse preset decomposes composites (FusionOptions.decompose=True) while its reductions "
+    "stay library calls, so a decomposed layer norm, rms norm or softmax is stored in S between "
+    "blocks where eager's one kernel keeps fp32: there 'fused is not less accurate than eager' "
+    "(the autofusion precision note's claim) fails. Enabling reduce fusion (--autofuse_enable_pass=reduce) keeps "
+    "the decomposition in one fp32 block; the losses left (ratio fused/eager of mean |error| "
+    "shown) are small: fewer roundings do not put every element closer to fp64.")
+
+
+
+
+def formats_table() -> str:
+    """The formats side by side, as plain text."""
+    head = f"{'format':<9} {'p':>3} {'emin':>6} {'emax':>5} {'u':>10} {'max':>12} {'min normal':>11} {'min subnormal':>13}  inf"
+    lines = [head, "-" * len(head)]
+    for f in FORMATS.values():
+        lines.append(
+            f"{f.name:<9} {f.p:>3} {f.emin:>6} {f.emax:>5} {f.u:>10.3e} {f.max:>12.5g} "
+            f"{f.smallest_normal:>11.3e} {f.smallest_subnormal:>13.3e}  {'yes' if f.inf else 'no'}"
+        )
+    return "\n".join(lines)
+
+
+def rounding_demo(x: float = 0.1, seed: int = 0) -> str:
+    """Where each mode sends ``x`` in each storage format."""
+    rng = np.random.default_rng(seed)
+    names = [n for n in FORMATS if n not in ("fp64", "fp32")]
+    lines = [f"x = {x!r} rounded by each mode (stochastic with seed {seed})",
+             f"{'mode':<11}" + "".join(f"{n:>16}" for n in names)]
+    for mode in MODES:
+        row = f"{mode:<11}"
+        for n in names:
+            v = round_to(x, n, mode, rng=rng if mode == "stochastic" else None)
+            row += f"{float(v):>16.9g}"
+        lines.append(row)
+    return "\n".join(lines)

@@ -1,0 +1,203 @@
+"""The kernel-spec grammar: one parser (:func:`parse_kernel_spec`) and its
+inverse (:func:`kernel_spec_string`) for :class:`numlab.kernels.KernelSpec`.
+
+``KernelSpec.parse(spec)`` and ``KernelSpec.spec`` call these; every API and
+CLI command that takes a kernel spec coerces through them.  Grammar::
+
+    spec     := preset [":" field "=" value ("," field "=" value)*]
+    preset   := "handwritten" | "codegen"
+    field    := a KernelSpec field name, or "hardware.<field>" for a field
+                of its Hardware
+    value    := the field's own string form: orders
+                "blocked(512,lanes(64),sequential)", algorithms
+                "newton(table8,2,fp32)", formats "fp32", booleans true/false,
+                ints, "none" for a field that may be None; commas inside
+                parentheses do not split
+
+Fields are found with :func:`dataclasses.fields`, so a new field of
+``KernelSpec`` or ``Hardware`` is part of the grammar with no change here;
+each value is checked by the field's own parser (``KernelSpec.__post_init__``:
+:func:`numlab.kernels.reduce.parse_order`,
+:func:`numlab.kernels.algorithms.parse_algo`,
+:func:`numlab.formats.get_format`, the choice checks).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..formats import Format
+from .hardware import Hardware
+
+__all__ = ["PRESETS", "GRAMMAR", "parse_kernel_spec", "kernel_spec_string", "split_top_level"]
+
+PRESETS = ("handwritten", "codegen")
+"""Kernel presets of the grammar (``KernelSpec.handwritten()`` / ``.codegen()``)."""
+
+GRAMMAR = """\
+spec     := preset [":" field "=" value ("," field "=" value)*]
+preset   := "handwritten" | "codegen"
+field    := a KernelSpec field, or "hardware.<field>" for a Hardware field
+value    := the field's own string form: orders
+            "blocked(512,lanes(64),sequential)", algorithms
+            "newton(table8,2,fp32)", formats "fp32", booleans true/false,
+            ints, "none"; commas inside parentheses do not split
+examples:   codegen   handwritten:fma=true,rsqrt=newton(table8,2,fp32)
+            codegen:reduce_inner=lanes(64,tree,masked),hardware.ub_bytes=16384"""
+"""The kernel spec grammar (shown by ``numlab --help``)."""
+
+_HW = "hardware."
+
+
+def split_top_level(text: str, sep: str = ",") -> list[str]:
+    """Split ``text`` at ``sep`` outside parentheses (``"a(1,2),b"`` ->
+    ``["a(1,2)", "b"]``).  Raises ValueError on unbalanced parentheses."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"{text!r} has an unmatched ')' at position {i}")
+        elif ch == sep and depth == 0:
+            out.append(text[start:i])
+            start = i + 1
+    if depth:
+        raise ValueError(f"{text!r} has an unclosed '('")
+    out.append(text[start:])
+    return out
+
+
+def _type_text(f: dataclasses.Field) -> str:
+    return f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+
+
+def _nullable(f: dataclasses.Field) -> bool:
+    return "None" in _type_text(f) or f.default is None
+
+
+def _parse_value(f: dataclasses.Field, key: str, value: str, arg: str):
+    """The Python value of ``key=value`` for field ``f``: bools and ints are
+    converted here; everything else is passed as the string the field's own
+    parser (in ``__post_init__``) reads."""
+    t = _type_text(f)
+    v = value.strip()
+    if _nullable(f) and v.lower() == "none":
+        return None
+    if t.split("|")[0].strip() == "bool":
+        low = v.lower()
+        if low in ("true", "false"):
+            return low == "true"
+        raise ValueError(f"{arg}: {key}={value!r} is not a boolean; valid values: ['true', 'false']")
+    if t.split("|")[0].strip() == "int":
+        try:
+            return int(v)
+        except ValueError:
+            valid = "an int or 'none'" if _nullable(f) else "an int"
+            raise ValueError(f"{arg}: {key}={value!r} is not an int; valid values: {valid}") from None
+    return v
+
+
+def _value_string(v) -> str:
+    if v is None:
+        return "none"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, Format | Hardware):
+        return v.name
+    return str(v)
+
+
+def parse_kernel_spec(cls, spec, arg: str = "kernels"):
+    """``cls`` (KernelSpec) from a kernel spec string (grammar in the module
+    docstring); an instance of ``cls`` is returned unchanged.
+
+    ``arg`` is the argument name used in messages (the CLI passes
+    ``"--kernels"``).
+
+    Raises
+    ------
+    TypeError
+        ``spec`` is neither a str nor a ``cls``.
+    ValueError
+        Unknown preset or field, a malformed ``field=value`` item, a field
+        given twice, or a value the field's parser rejects; the message
+        names ``arg``, the field, the value and the valid choices.
+    """
+    if isinstance(spec, cls):
+        return spec
+    if not isinstance(spec, str):
+        raise TypeError(
+            f"{arg} must be a kernel spec string (e.g. 'handwritten', 'codegen:fma=false') or a "
+            f"{cls.__name__}, got {type(spec).__name__}"
+        )
+    preset, colon, body = spec.strip().partition(":")
+    preset = preset.strip()
+    if preset not in PRESETS:
+        raise ValueError(f"{arg}={spec!r}: preset {preset!r} is unknown; valid presets: {list(PRESETS)}")
+    base = getattr(cls, preset)()
+    if not colon:
+        return base
+    spec_fields = {f.name: f for f in dataclasses.fields(cls)}
+    hw_fields = {_HW + f.name: f for f in dataclasses.fields(Hardware)}
+    valid = [k for k in spec_fields if k != "hardware"] + list(hw_fields)
+    changes, hw_changes = {}, {}
+    try:
+        items = split_top_level(body)
+    except ValueError as e:
+        raise ValueError(f"{arg}={spec!r}: {e}") from None
+    for item in items:
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise ValueError(f"{arg}={spec!r}: item {item.strip()!r} is not field=value; valid fields: {valid}")
+        if key in hw_fields:
+            target, f, name = hw_changes, hw_fields[key], key[len(_HW):]
+        elif key in spec_fields and key != "hardware":
+            target, f, name = changes, spec_fields[key], key
+        else:
+            raise ValueError(f"{arg}={spec!r}: field {key!r} is unknown; valid fields: {valid}")
+        if name in target:
+            raise ValueError(f"{arg}={spec!r}: field {key!r} is given twice")
+        target[name] = (key, _parse_value(f, key, value, f"{arg}={spec!r}"))
+    hardware = _apply(base.hardware, hw_changes, f"{arg}={spec!r}")
+    return _apply(base, {**changes, "hardware": ("hardware", hardware)}, f"{arg}={spec!r}")
+
+
+def _apply(obj, changes: dict, where: str):
+    """``obj`` with ``changes`` ({field: (key, value)}) applied one at a time,
+    so that a value the field's own parser rejects is reported with its key."""
+    for name, (key, v) in changes.items():
+        try:
+            obj = dataclasses.replace(obj, **{name: v})
+        except (TypeError, ValueError) as e:
+            msg = str(e)
+            where_key = where if msg.startswith(f"{name}=") else f"{where}: {key}={_value_string(v)!r}"
+            raise type(e)(f"{where_key}: {msg}") from None
+    return obj
+
+
+def _diff(obj, base) -> list[str]:
+    items = []
+    for f in dataclasses.fields(obj):
+        v, b = getattr(obj, f.name), getattr(base, f.name)
+        if f.name == "hardware":
+            items += [f"{_HW}{h.name}={_value_string(getattr(v, h.name))}"
+                      for h in dataclasses.fields(v) if getattr(v, h.name) != getattr(b, h.name)]
+        elif v != b:
+            items.append(f"{f.name}={_value_string(v)}")
+    return items
+
+
+def kernel_spec_string(obj) -> str:
+    """The canonical spec string of a KernelSpec: the preset named by
+    ``obj.name`` (else the preset with fewer differing fields, ties to
+    ``handwritten``), then ``field=value`` for every field that differs from
+    it, in field order (``hardware.<field>`` in place of ``hardware``).
+    ``parse_kernel_spec(type(obj), kernel_spec_string(obj)) == obj``."""
+    cls = type(obj)
+    diffs = {p: _diff(obj, getattr(cls, p)()) for p in PRESETS}
+    preset = obj.name if obj.name in PRESETS else min(PRESETS, key=lambda p: len(diffs[p]))
+    items = diffs[preset]
+    return preset + (":" + ",".join(items) if items else "")

@@ -1,0 +1,171 @@
+"""The layer diagram (docs/layers.md) is enforced, not just declared.
+
+* ``lint-imports`` checks the contracts in pyproject.toml's
+  ``[tool.importlinter]``: the layers (every import statement counts, inside
+  functions too), private modules imported only from their parent package, and
+  matplotlib imported only by ``numlab.plots``.
+* Imports sit at module top level.  A function-level import is allowed for an
+  optional heavy dependency (torch, dask, matplotlib, ipywidgets, IPython,
+  scipy) or when a comment on the import line, or the line just above it,
+  says why it has to be there.
+* Notebooks take experiment code from library modules, never from CLI
+  modules (``numlab.cli`` and ``cli_*`` modules).
+* docs/layers.md shows the same rows as the contract.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "numlab"
+OPTIONAL_HEAVY = {"torch", "dask", "distributed", "matplotlib", "ipywidgets", "IPython", "scipy"}
+
+
+def _contract_layers() -> list[str]:
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (layers,) = [c["layers"] for c in cfg["contracts"] if c["type"] == "layers"]
+    return layers
+
+
+# Remove these marks when the listed modules are fixed (strict: an unexpected
+# pass fails, so the mark cannot outlive the violations).
+_PENDING = ("violations remain only in modules this change does not touch: top-level "
+            "numlab/cli_*.py (to move into numlab/cli/), execute and torch importing "
+            "kernels._common, claims and cli_demo importing matplotlib")
+
+
+@pytest.mark.xfail(strict=True, reason=_PENDING)
+def test_import_contracts_hold():
+    """Run ``lint-imports`` on this checkout (not an installed copy of numlab)."""
+    pytest.importorskip("importlinter", reason="import-linter is in the dev extra")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-c",
+         "import sys; from importlinter.cli import lint_imports_command; "
+         "sys.exit(lint_imports_command())",
+         "--no-cache", "--no-logo", str(ROOT / "pyproject.toml")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    report = proc.stdout + proc.stderr
+    broken = report[report.find("Broken contracts"):] if "Broken contracts" in report else report
+    assert proc.returncode == 0, "import contracts broken:\n" + broken
+
+
+def _function_level_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import inside a function body of ``path``
+    that is neither an optional heavy dependency nor explained by a comment."""
+    src = path.read_text()
+    lines = src.splitlines()
+    found = []
+
+    def commented(lineno: int) -> bool:
+        line = lines[lineno - 1]
+        above = lines[lineno - 2].strip() if lineno >= 2 else ""
+        return "#" in line or above.startswith("#")
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if in_function and isinstance(child, (ast.Import, ast.ImportFrom)):
+                if isinstance(child, ast.Import):
+                    mods = [a.name for a in child.names]
+                elif child.module:
+                    mods = ["." * child.level + child.module]
+                else:  # from . import ops
+                    mods = ["." * child.level + a.name for a in child.names]
+                heavy = all(m.split(".")[0] in OPTIONAL_HEAVY for m in mods)
+                if not heavy and not commented(child.lineno):
+                    found.append((child.lineno, ", ".join(mods)))
+            visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+    visit(ast.parse(src), False)
+    return found
+
+
+@pytest.mark.xfail(strict=True, reason="131 function-level imports in bounds, claims, cli*, compare, "
+                   "determinism, execute, fusion, running_bounds and torch")
+def test_imports_at_module_top_level():
+    bad = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for lineno, mod in _function_level_imports(path):
+            bad.append(f"{path.relative_to(ROOT)}:{lineno}: {mod}")
+    assert not bad, (f"{len(bad)} function-level imports without a reason "
+                     "(move them to the top, or comment why not):\n" + "\n".join(bad))
+
+
+def test_function_level_import_check_can_fail(tmp_path):
+    """The checker above flags what it should and nothing else."""
+    p = tmp_path / "m.py"
+    p.write_text(
+        "import numpy\n"
+        "def f():\n"
+        "    from . import ops\n"
+        "    import torch\n"
+        "    # needs the planner, which imports this module\n"
+        "    from .fusion import plan\n"
+        "    from .graph import trace  # cycle: graph imports m\n"
+        "    import csv\n"
+    )
+    assert _function_level_imports(p) == [(3, ".ops"), (8, "csv")]
+
+
+def test_layers_doc_matches_contract():
+    """docs/layers.md lists the contract's rows, top row first, one per line."""
+    doc = (ROOT / "docs" / "layers.md").read_text()
+    block = re.search(r"```text\n(.*?)```", doc, re.S)
+    assert block, "docs/layers.md has no ```text block with the diagram"
+    rows = [ln for ln in block.group(1).splitlines() if ln.strip()]
+    layers = _contract_layers()
+    assert len(rows) == len(layers)
+    for row, layer in zip(rows, layers, strict=True):
+        # a row reads "9  cli" or "8  experiments : plots : ..."; compare the module names
+        names = re.sub(r"^\s*\d+\s+", "", row).split("#")[0]
+        norm = lambda s: re.sub(r"[()\s]", "", s)  # noqa: E731
+        assert norm(names) == norm(layer), (row, layer)
+
+
+_CLI_MODULE = re.compile(r"^numlab(\.\w+)*\.(cli|cli_\w+)(\.|$)")
+
+
+def _cli_imports_of_notebook(path: Path) -> list[str]:
+    """``numlab`` CLI modules imported by the code cells of a notebook."""
+    found = []
+    for cell in json.loads(path.read_text())["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        src = "".join(cell["source"])
+        # IPython magics and shell escapes are not Python
+        src = "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in src.splitlines())
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                # "from numlab.cli_demo import x" or "from numlab import cli"
+                mods = ([node.module] if _CLI_MODULE.match(node.module)
+                        else [f"{node.module}.{a.name}" for a in node.names])
+            else:
+                continue
+            found += [m for m in mods if _CLI_MODULE.match(m) and m not in found]
+    return found
+
+
+def test_notebooks_do_not_import_cli_modules():
+    bad = {p.name: mods for p in sorted((ROOT / "notebooks").glob("*.ipynb"))
+           if (mods := _cli_imports_of_notebook(p))}
+    assert not bad, f"notebooks import CLI modules (move that code to a library module): {bad}"
+
+
+def test_cli_module_pattern():
+    hits = [m for m in ("numlab.cli", "numlab.cli.demo", "numlab.cli_demo", "numlab.compare.cli_run",
+                        "numlab.client", "numlab.experiments", "numlab.compare.compare")
+            if _CLI_MODULE.match(m)]
+    assert hits == ["numlab.cli", "numlab.cli.demo", "numlab.cli_demo", "numlab.compare.cli_run"]
