@@ -16,7 +16,7 @@ fp64 reference on the same S-valued inputs (``docs/design.md``, section
 * :mod:`~numlab.claims.store` -- save, load and :func:`reproduce`
   counterexamples bit for bit;
 * :mod:`~numlab.claims.plan` -- the autofusion precision test plan
-  (:func:`run_plan`; its figures are drawn by :mod:`numlab.plots_claims`).
+  (:func:`run_plan`; its figures are drawn by :func:`numlab.plots.plan_figures`).
 
 Every evaluation returns a *margin* in comparable units (ULPs of S at the
 reference scale, or a count): ``margin > 0`` means violated; the adversarial

@@ -5,7 +5,7 @@ replaced by the default."""
 
 from __future__ import annotations
 
-from ..fusion import FusionOptions
+from ..fusion import FusionOptions, split_specs
 
 __all__ = ["fusion_options", "fusion_spec", "fusion_specs"]
 
@@ -28,8 +28,6 @@ def fusion_specs(fusion, default: tuple, arg: str = "fusion") -> list:
     tuple holds strs (each such a list) or FusionOptions.  Each element is
     parsed by ``FusionOptions.parse``; duplicates (same canonical spec) are
     dropped, order kept."""
-    from ..fusion import split_specs  # noqa: PLC0415  (moved to the top once numlab.fusion has it on main)
-
     if fusion is None:
         fusion = list(default)
     items = [fusion] if isinstance(fusion, (str, FusionOptions)) else fusion

@@ -247,7 +247,7 @@ def run_plan(out: str | None = "out/check_plan", *, trials: int = 1000, seed: in
 
 def _write_plan(out: str, res: dict, trials: int, figures: bool) -> None:
     """``plan.csv`` and ``plan.txt`` into ``out``; with ``figures`` also the
-    figures of :func:`numlab.plots_claims.plan_figures`."""
+    figures of :func:`numlab.plots.plan_figures`."""
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "plan.csv"), "w", newline="") as fh:
         w = csv.writer(fh)
@@ -271,8 +271,8 @@ def _write_plan(out: str, res: dict, trials: int, figures: bool) -> None:
     with open(os.path.join(out, "plan.txt"), "w") as fh:
         fh.write(res["table"] + "\n")
     if figures:
-        # temporary upward import (plots sits above claims): kept so that run_plan(figures=True) and the CLI
-        # keep working until `numlab check plan` calls plots.plan_figures itself; then `figures` goes
-        from ..plots_claims import plan_figures
+        # temporary upward import (plots sits above claims), kept so that run_plan(figures=True) and
+        # `numlab check plan` keep drawing until the CLI calls plots.plan_figures itself; then `figures` goes
+        from .. import plots
 
-        plan_figures(res, out, trials)
+        plots.save_figures(plots.plan_figures(res), out)
