@@ -211,7 +211,6 @@ def test_gelu_both_forms_against_mpmath():
     xs = np.array(POINTS)
     for approx, f in (
         ("none", lambda t: t / 2 * (1 + mpmath.erf(t / mpmath.sqrt(2)))),
-        ("erf", lambda t: t / 2 * (1 + mpmath.erf(t / mpmath.sqrt(2)))),
         ("tanh", lambda t: t / 2 * (1 + mpmath.tanh(mpmath.sqrt(2 / mpmath.pi) * (t + mpmath.mpf(0.044715) * t**3)))),
     ):
         got = ops.gelu(xs, approximate=approx)
@@ -389,7 +388,7 @@ def test_errors_name_node_value_and_choices():
         ops.CATALOGUE["sum"].check([(2, 3)], {"axis": 2}, node="s")
     with pytest.raises(TypeError, match="missing required attribute 'scalar'"):
         ops.CATALOGUE["mul_scalar"].check([(2,)])
-    with pytest.raises(ValueError, match=r"approximate='fast' is not valid; choose one of \('none', 'tanh'\)"):
+    with pytest.raises(ValueError, match=r"approximate='fast' is not valid; valid choices: \['none', 'tanh'\]"):
         ops.gelu(np.ones(2), approximate="fast")
     with pytest.raises(ValueError, match=r"to='fp12'.*valid names"):
         ops.cast(np.ones(2), "fp12")

@@ -6,8 +6,8 @@ every product ``a_ik b_kj`` is exact in float64 (it has at most 48 bits and its
 exponent stays inside float64's normal range).  K is cut into tiles of
 ``k_tile``; ``acc`` is the accumulator format and ``out`` the result's.
 
-Modes (what each one models)
-----------------------------
+Algorithms (``algo=``; what each one models)
+--------------------------------------------
 ``"sequential"``
     A vector unit's multiply-accumulate loop, per K tile: a fresh tile
     accumulator ``t = -0; t = fl(t + fl(a_k b_k))`` for k in the tile (or, with
@@ -76,9 +76,11 @@ from ._common import (
 )
 from .reduce import _as_order, gamma
 
-__all__ = ["matmul", "MATMUL_MODES", "exact_dot_round"]
+__all__ = ["matmul", "MATMUL_ALGOS", "MATMUL_MODES", "exact_dot_round"]
 
-MATMUL_MODES = ("sequential", "block_fma", "split_k")
+MATMUL_ALGOS = ("sequential", "block_fma", "split_k")
+MATMUL_MODES = MATMUL_ALGOS
+"""Deprecated name of :data:`MATMUL_ALGOS`."""
 
 
 def _rnd(v: np.ndarray, fmt: Format, mode: str) -> np.ndarray:
@@ -435,14 +437,15 @@ def matmul(
     k_tile: int,
     acc="fp32",
     out=None,
-    mode: str = "sequential",
+    algo: str = "sequential",
     fma: bool = False,
     split_order="pairwise",
     acc_mode: str = "rne",
     out_mode: str = "rne",
     stats: dict | None = None,
+    mode: str | None = None,
 ):
-    """K-tiled ``a @ b`` with accumulator ``acc`` (see module docstring for the modes).
+    """K-tiled ``a @ b`` with accumulator ``acc`` (see module docstring for the algorithms).
 
     Parameters
     ----------
@@ -454,7 +457,7 @@ def matmul(
         Accumulator format (fp32 default).
     out : Format or str, optional
         Result format (default ``acc``), rounded once from the accumulator.
-    mode : {"sequential", "block_fma", "split_k"}
+    algo : {"sequential", "block_fma", "split_k"}
     fma : bool
         ``sequential`` only: one rounding per multiply-add instead of two.
     split_order : Order or str
@@ -462,19 +465,25 @@ def matmul(
     stats : dict, optional
         If given, ``stats["uncertified"]`` receives the number of entries that
         needed the exact fallback (block_fma / split_k).
+    mode : str, optional
+        Deprecated name of ``algo`` (giving both is an error).
 
     Returns
     -------
     ndarray in ``out.container``.
     """
-    check_choice("mode", mode, MATMUL_MODES)
+    if mode is not None:
+        if algo != "sequential" and algo != mode:
+            raise TypeError(f"give the matmul algorithm once: algo={algo!r} and its deprecated name mode={mode!r}")
+        algo = mode
+    check_choice("algo", algo, MATMUL_ALGOS)
     if not isinstance(k_tile, int | np.integer) or isinstance(k_tile, bool) or k_tile <= 0:
         raise ValueError(f"k_tile={k_tile!r} is not valid; it must be an int > 0")
     acc = get_format(acc, "acc")
     outf = acc if out is None else get_format(out, "out")
     A0 = as_values(a, "a")
     B0 = as_values(b, "b")
-    A, B = A0, B0  # float32 (or float64) containers; float64 copies where a mode needs them
+    A, B = A0, B0  # float32 (or float64) containers; float64 copies where an algorithm needs them
     if A.ndim < 2 or B.ndim < 2:
         raise ValueError(f"a and b must be at least 2-D, got shapes {A.shape} and {B.shape}")
     K = A.shape[-1]
@@ -497,7 +506,7 @@ def matmul(
     kt = int(k_tile)
     tiles = [(s, min(s + kt, K)) for s in range(0, K, kt)]
     unc = 0
-    if mode == "sequential":
+    if algo == "sequential":
         A, B = A0.astype(np.float64), B0.astype(np.float64)
         ar = Arith(acc, acc_mode)
         C = np.full(shape, -0.0, dtype=ar.dtype)
@@ -544,7 +553,7 @@ def matmul(
                                     np.ascontiguousarray(B[..., s:e, :], dtype=np.float64), acc, acc_mode,
                                     LA[..., :, s:e], LB[..., s:e, :])
 
-        if mode == "block_fma":
+        if algo == "block_fma":
             C = np.float64(-0.0)  # a zero scalar: the first tile is one rounding of its exact sum
             for t_i, (s, e) in enumerate(tiles):
                 C, n_bad = tile(C, s, e, t_i % 2)
