@@ -38,6 +38,8 @@ __all__ = ["KernelSpec", "PROMOTIONS", "UNARY_OPS", "DEFAULT_FUSED_LIVE_BUFFERS"
 
 PROMOTIONS = ("native", "fp32_internal", "accumulator_only")
 UNARY_OPS = ("rsqrt", "reciprocal", "sqrt", "exp", "log", "tanh", "erf", "sigmoid", "gelu")
+KERNEL_ROUNDINGS = ("rne", "rtz", "up", "down", "odd")
+"""Rounding modes of ``scalar_rounding`` and ``vector_rounding``."""
 DEFAULT_FUSED_LIVE_BUFFERS = 4
 """Live buffers assumed for a fused block when the plan does not say (in, out, two temporaries)."""
 
@@ -126,8 +128,10 @@ class KernelSpec:
         if not isinstance(self.hardware, Hardware):
             raise TypeError(f"hardware must be a Hardware, got {type(self.hardware).__name__}")
         check_choice("scalar_mul", self.scalar_mul, SCALAR_MUL_CHOICES)
-        check_mode(self.scalar_rounding, "scalar_rounding")
-        check_mode(self.vector_rounding, "vector_rounding")
+        for knob in ("scalar_rounding", "vector_rounding"):
+            check_mode(getattr(self, knob), knob)
+            # stochastic rounding needs a random stream no kernel is given
+            check_choice(knob, getattr(self, knob), KERNEL_ROUNDINGS)
         if not isinstance(self.fma, bool):
             raise TypeError(f"fma must be a bool, got {self.fma!r}")
         object.__setattr__(self, "rsqrt", _alg.parse_algo(self.rsqrt, _alg.RSQRT_ALGOS, "rsqrt"))
