@@ -35,8 +35,9 @@ from numlab.execute.values import count_stored as _count_stored
 from numlab.kernels.engine import _fma_f32, _transpose2d, _welford
 from numlab.kernels.engine import store as _store
 from numlab.fusion import KINDS, FusionOptions
-from numlab.graph import Graph, Node, trace
+from numlab.graph import Graph, Node, evaluate, trace
 from numlab.kernels import KernelSpec, fma
+from numlab.kernels import engine as E
 from numlab.kernels import reduce as kreduce
 from numlab.kernels._common import Arith
 
@@ -175,8 +176,6 @@ def test_sequential_reduction_against_python_loop():
 
 
 def test_reference_equals_catalogue_evaluate_on_rounded_inputs():
-    from numlab.graph import evaluate
-
     for name in ("layernorm", "softmax", "transformer_block"):
         g = zoo.MODELS[name]()
         x = zoo.make_inputs(g, seed=1)
@@ -714,8 +713,6 @@ def test_relu_special_values():
 def test_every_catalogue_op_has_an_engine_kernel():
     """A new op in numlab.ops must name its engine kernel (else run() cannot
     compute it); data movement never goes through arithmetic."""
-    from numlab.kernels import engine as E
-
     missing = sorted(k for k, v in ops.CATALOGUE.items() if not callable(v.kernel))
     assert missing == []
     for name, info in ops.CATALOGUE.items():

@@ -3,6 +3,7 @@ it models, including entries that need the exact fallback."""
 
 from __future__ import annotations
 
+import sys
 from fractions import Fraction
 
 import _scalar_orders as R
@@ -234,8 +235,6 @@ def test_block_fma_large_shapes_chunked_path():
 
 def test_lowest_set_bit_helpers_agree():
     """The float32 lowest-set-bit helper equals the float64 one and the definition x = odd * 2**e."""
-    import sys
-
     M = sys.modules["numlab.kernels.matmul"]
     rng = np.random.default_rng(4)
     codes = rng.integers(0, 2**32, 20000, dtype=np.uint64).astype(np.uint32)
@@ -255,8 +254,6 @@ def test_lowest_set_bit_helpers_agree():
 
 
 def _matmul_module():
-    import sys
-
     return sys.modules["numlab.kernels.matmul"]
 
 

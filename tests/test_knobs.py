@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -82,8 +83,6 @@ def _promotion_case():
 
 
 def _acc_case():
-    import ml_dtypes
-
     x = _rng(2).uniform(0, 1, (8, 4096)).astype(ml_dtypes.bfloat16)
     return _eager_sum_case("acc", K.KernelSpec().acc, "fp16", S="bf16", data=x)
 

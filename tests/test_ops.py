@@ -4,6 +4,7 @@ decompositions of the composites, error messages."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from fractions import Fraction
@@ -24,7 +25,7 @@ except ImportError:  # pragma: no cover - depends on the machine
     mpmath = None
 needs_mpmath = pytest.mark.skipif(mpmath is None, reason="mpmath is not installed: it is the independent high-precision reference")
 
-# the list of issue #4 item 2, written out independently of the catalogue
+# the operator list, written out independently of the catalogue
 EXPECTED = {
     "elementwise": {
         "add", "sub", "mul", "div", "add_scalar", "sub_scalar", "rsub_scalar", "mul_scalar",
@@ -432,8 +433,6 @@ def test_graph_level_errors_come_from_the_catalogue():
 # data movement against explicit index arithmetic (test-only loops, small arrays)
 # ---------------------------------------------------------------------------
 def test_data_movement_against_index_arithmetic():
-    import itertools
-
     x = np.arange(2 * 3 * 4, dtype=np.float64).reshape(2, 3, 4)
 
     def at(flat_index):  # element of x by its row-major flat index

@@ -44,6 +44,21 @@ DEFAULT_FUSED_LIVE_BUFFERS = 4
 """Live buffers assumed for a fused block when the plan does not say (in, out, two temporaries)."""
 
 
+_RENAMED = {"matmul_mode": "matmul_algo"}
+"""Deprecated field names still accepted by the presets and ``replace``."""
+
+
+def _renamed(changes: dict) -> dict:
+    """``changes`` with deprecated field names mapped to the current ones."""
+    out = {}
+    for k, v in changes.items():
+        new = _RENAMED.get(k, k)
+        if new in out or (new != k and new in changes):
+            raise TypeError(f"give {new}= once (matmul_mode is its deprecated name)")
+        out[new] = v
+    return out
+
+
 def _storage_bytes(fmt: Format) -> int:
     return int(np.dtype(fmt.container).itemsize)
 
@@ -181,7 +196,7 @@ class KernelSpec:
             # the library picks the largest K tile its L0 buffers hold
             k_tile=256,
         )
-        return replace(spec, **changes) if changes else spec
+        return replace(spec, **_renamed(changes)) if changes else spec
 
     @classmethod
     def codegen(cls, **changes) -> "KernelSpec":
@@ -215,7 +230,7 @@ class KernelSpec:
             # a smaller K tile: the fused matmul epilogue takes buffer space
             k_tile=128,
         )
-        return replace(spec, **changes) if changes else spec
+        return replace(spec, **_renamed(changes)) if changes else spec
 
     def describe(self) -> dict:
         """``{field: readable value}`` for tables and notebooks (orders and
@@ -227,8 +242,9 @@ class KernelSpec:
         return out
 
     def replace(self, **changes) -> "KernelSpec":
-        """A copy with some fields changed (``dataclasses.replace``)."""
-        return replace(self, **changes)
+        """A copy with some fields changed (``dataclasses.replace``;
+        ``matmul_mode`` is accepted as the deprecated name of ``matmul_algo``)."""
+        return replace(self, **_renamed(changes))
 
     # ---------------------------------------------------------------- formats
     def compute_format(self, storage, fused: bool = False) -> Format:
