@@ -32,14 +32,14 @@ from numlab.execute import (
 )
 from numlab.execute.values import count as _count
 from numlab.execute.values import count_stored as _count_stored
-from numlab.kernels.engine import _fma_f32, _transpose2d, _welford
-from numlab.kernels.engine import store as _store
 from numlab.fusion import KINDS, FusionOptions
 from numlab.graph import Graph, Node, evaluate, trace
 from numlab.kernels import KernelSpec, fma
 from numlab.kernels import engine as E
 from numlab.kernels import reduce as kreduce
 from numlab.kernels._common import Arith
+from numlab.kernels.engine import _fma_f32, _transpose2d, _welford
+from numlab.kernels.engine import store as _store
 
 H = KernelSpec.handwritten()
 C = KernelSpec.codegen()

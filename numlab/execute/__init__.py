@@ -70,9 +70,9 @@ eager bit for bit (tested on every zoo model).
 
 from __future__ import annotations
 
+from .executor import run
 from .fingerprint import canonical, fingerprint
 from .result import RunResult
-from .executor import run
 from .validate import MODES, SOURCE_FIELDS, SOURCES
 
 __all__ = ["MODES", "SOURCES", "SOURCE_FIELDS", "run", "RunResult", "fingerprint", "canonical"]

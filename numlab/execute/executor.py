@@ -161,7 +161,6 @@ def _run_blocks(plan, vals, S, gen, lib, *, fused_mode, align, seed, keep_intern
     for block in plan.blocks:
         codegen = fused_mode and block.codegen
         bspec = gen if codegen else lib
-        outs = set(block.outputs)
         # a multiply that an FMA will absorb is not computed on its own
         # (its value would be thrown away) unless internals are dumped
         folded = (E.folded_muls(g, block) if codegen and not emulate and bspec.fma

@@ -65,6 +65,7 @@ value and the valid choices.
 
 from __future__ import annotations
 
+from . import engine
 from .algorithms import (
     DIV_ALGOS,
     GELU_FORMS,
@@ -89,7 +90,6 @@ from .algorithms import (
     steps_table,
     tanh,
 )
-from . import engine
 from .engine import Ctx
 from .hardware import ASCEND_910B, SMALL, Hardware, tile_elements
 from .matmul import MATMUL_ALGOS, MATMUL_MODES, matmul

@@ -44,7 +44,7 @@ import inspect
 
 import numpy as np
 
-from ..formats import FP32, Format, get_format
+from ..formats import FP32, get_format
 from . import algorithms as _alg
 from ._common import Arith, check_choice
 from ._common import round_to as _round_to
