@@ -28,6 +28,7 @@ from numlab.execute import (
     MODES,
     SOURCE_FIELDS,
     SOURCES,
+    fingerprint,
     run,
 )
 from numlab.execute.values import count as _count
@@ -720,3 +721,54 @@ def test_every_catalogue_op_has_an_engine_kernel():
             assert info.kernel.__doc__.startswith("Data movement"), name
         else:  # the engine's own function, named after the op
             assert info.kernel is getattr(E, name, None) or info.kernel is getattr(E, name + "_", None), name
+
+
+def test_fmt_is_the_storage_format_and_dtype_its_deprecated_name():
+    g = zoo.softmax(batch=2, n=8)
+    x = zoo.make_inputs(g)
+    a = run(g, x, mode="eager", fmt="bf16")
+    b = run(g, x, mode="eager", dtype="bf16")
+    assert all_same(a, b) and a.fingerprint == b.fingerprint and a.fmt == a.dtype
+    with pytest.raises(TypeError, match=r"fmt='bf16' and its deprecated name dtype='fp16'"):
+        run(g, x, mode="eager", fmt="bf16", dtype="fp16")
+    with pytest.raises(TypeError, match="needs the storage format"):
+        run(g, x, mode="eager")
+    with pytest.raises(ValueError, match=r"^fmt='fp12' is not a known format"):
+        run(g, x, mode="eager", fmt="fp12")
+    with pytest.raises(ValueError, match=r"^dtype='fp64' is not a storage format for mode 'eager'"):
+        run(g, x, mode="eager", dtype="fp64")
+
+
+def test_one_input_checker_for_run_and_evaluate():
+    """run() and Graph.evaluate check inputs with Graph.check_inputs: the same
+    messages, integer arrays only for gather indices."""
+    g = zoo.layernorm(batch=2, hidden=8)
+    x = zoo.make_inputs(g)
+    bad = {k: v for k, v in x.items() if k != "beta"}
+    msgs = []
+    for call in (lambda: run(g, bad, mode="eager", fmt="fp16"), lambda: evaluate(g, bad)):
+        with pytest.raises(ValueError) as e:
+            call()
+        msgs.append(str(e.value))
+    assert msgs[0] == msgs[1] == ("graph 'layernorm': missing inputs ['beta']; the graph's inputs are "
+                                  "['x', 'gamma', 'beta']")
+    with pytest.raises(TypeError, match="integer arrays are only for gather indices"):
+        evaluate(g, {**x, "x": np.ones((2, 8), dtype=np.int64)})
+    gi = trace(lambda x, i: ops.gather(x, i, axis=0), x=(4, 3), i=(2,))
+    xi = {"x": np.arange(12.0).reshape(4, 3), "i": np.array([3, 0])}
+    assert np.array_equal(run(gi, xi, mode="eager", fmt="fp32").output, xi["x"][[3, 0]])
+    assert np.array_equal(evaluate(gi, xi)["gather_0"], xi["x"][[3, 0]])
+
+
+def test_fingerprint_encodes_the_graph_by_its_canonical_form(monkeypatch):
+    """The fingerprint hashes Graph.to_dict() (the encoding of Graph.canonical):
+    a graph that differs only in an attribute value or its name changes it."""
+    g1 = trace(lambda x: ops.mul_scalar(x, 0.1), x=(4,))
+    g2 = trace(lambda x: ops.mul_scalar(x, 0.1000001), x=(4,))
+    fps = {fingerprint(g, mode="eager", dtype="fp16", kernels=H)
+           for g in (g1, g2, Graph(g1.inputs, g1.nodes, g1.outputs, name="other"))}
+    assert len(fps) == 3
+    calls = []
+    monkeypatch.setattr(Graph, "to_dict", lambda self, _f=Graph.to_dict: calls.append(1) or _f(self))
+    fingerprint(g1, mode="eager", dtype="fp16", kernels=H)
+    assert calls == [1]

@@ -64,6 +64,11 @@ class RunResult:
     input_nonfinite: dict = field(default_factory=dict)
 
     @property
+    def fmt(self) -> Format:
+        """The storage format S (the same as ``dtype``)."""
+        return self.dtype
+
+    @property
     def output(self) -> np.ndarray:
         """The single output (ValueError when the graph has several)."""
         if len(self.outputs) != 1:

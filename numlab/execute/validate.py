@@ -56,16 +56,17 @@ def check_align(align) -> tuple:
     return tuple(s for s in SOURCES if s in items)
 
 
-def check_run_args(graph, *, mode, dtype, kernels, library, fusion, seed, keep_internals,
-                   align) -> tuple[Format, tuple]:
+def check_run_args(graph, *, mode, fmt, kernels, library, fusion, seed, keep_internals,
+                   align, fmt_arg: str = "fmt") -> tuple[Format, tuple]:
     """Validate :func:`run`'s arguments; return (S, align) with ``align``
-    normalised (``emulated_casts`` implies ``"promotion"``)."""
+    normalised (``emulated_casts`` implies ``"promotion"``).  ``fmt_arg`` is
+    the name the storage format was given by (messages name it)."""
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} is not an execution mode; valid modes: {list(MODES)}")
-    S = get_format(dtype, "dtype")
+    S = get_format(fmt, fmt_arg)
     if S.p > 24 and mode != "reference":
         raise ValueError(
-            f"dtype={S.name!r} is not a storage format for mode {mode!r}: kernels compute in "
+            f"{fmt_arg}={S.name!r} is not a storage format for mode {mode!r}: kernels compute in "
             "fp32, so S must fit in fp32; valid: fp32, tf32, bf16, fp16, fp8_e4m3, fp8_e5m2 "
             "(mode='reference' is the fp64 run)"
         )
