@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from numlab import kernels as K
-from numlab import ops, round_to
+from numlab import get_format, ops, round_to
 from numlab.execute import run
 from numlab.fusion import FusionOptions
 from numlab.graph import trace
@@ -43,12 +43,13 @@ def _same(a, b) -> bool:
 
 def _to(v, S, rounding="rne"):
     """Values rounded to S in S's container (the final store of a kernel)."""
-    fmt = K.KernelSpec().out_format(S)
+    fmt = get_format(S)
     return np.asarray(round_to(np.asarray(v, dtype=np.float64), fmt, rounding)).astype(fmt.container)
 
 
-def _blocked(spec, S, eb):
-    """The eager one-operator reduction order of ``spec`` (2 live buffers)."""
+def _blocked(spec, eb):
+    """The eager one-operator reduction order of ``spec`` (its live buffers,
+    elements of ``eb`` bytes)."""
     return K.Blocked(K.tile_elements(spec.hardware, spec.live_buffers, eb), spec.reduce_inner, spec.reduce_outer)
 
 
@@ -70,7 +71,7 @@ def _eager_sum_case(field, a, b, S="fp32", shape=(32, 8192), base=None, data=Non
     def direct(v, xs):
         sp = base.replace(**{field: v})
         eb = 4 if S == "fp32" else 2
-        order = sp.reduce_order if sp.reduce_order is not None else _blocked(sp, S, eb)
+        order = sp.reduce_order if sp.reduce_order is not None else _blocked(sp, eb)
         acc = sp.acc_format(S)
         return K.reduce(xs["x"], "sum", -1, order=order, acc=acc, out=S)
 
@@ -139,7 +140,7 @@ def _variance_case():
         return {"kernels": H.replace(variance=v)}
 
     def direct(v, xs):
-        return K.reduce(xs["x"], "var", -1, order=_blocked(H, "fp32", 4), acc="fp32", out="fp32", variance=v)
+        return K.reduce(xs["x"], "var", -1, order=_blocked(H, 4), acc="fp32", out="fp32", variance=v)
 
     return "eager", g, {"x": x}, "fp32", "welford", "textbook", build, direct
 
@@ -210,7 +211,7 @@ def _hardware_case(field, a, b, ub=16000):
 
     def direct(v, xs):
         sp = base.replace(hardware=hw(v))
-        return K.reduce(xs["x"], "sum", -1, order=_blocked(sp, S, 4), acc="fp32", out=S)
+        return K.reduce(xs["x"], "sum", -1, order=_blocked(sp, 4), acc="fp32", out=S)
 
     return mode, g, xs, S, a, b, build, direct
 
@@ -339,3 +340,17 @@ def test_knob_names_follow_the_convention():
     names = set(_fields(K.KernelSpec))
     assert "matmul_algo" in names and "matmul_mode" not in names and "gelu_form" not in names
     assert "vector_bytes" not in _fields(K.Hardware)
+
+
+@pytest.mark.parametrize("rounding", ["rtz", "up", "down", "odd"])
+def test_vector_rounding_reaches_fused_block_stores(rounding):
+    """A code-generated block computes in fp32 and rounds to S only at its
+    outputs, with the code generator's vector_rounding."""
+    g = trace(lambda x: ops.exp(x) * x, x=(64, 64))
+    x = _rng(10).standard_normal((64, 64)).astype(np.float16)
+    gen = _GEN.replace(vector_rounding=rounding)
+    got = run(g, {"x": x}, mode="fused", dtype="fp16", kernels=gen, library=_LIB).output
+    x32 = x.astype(np.float32)
+    want = _to(K.exp(x32, fmt="fp32") * x32, "fp16", rounding)
+    assert _same(got, want)
+    assert not _same(got, run(g, {"x": x}, mode="fused", dtype="fp16", kernels=_GEN, library=_LIB).output)
