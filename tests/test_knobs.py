@@ -16,8 +16,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from numlab import kernels as K
 from numlab import get_format, ops, round_to
+from numlab import kernels as K
 from numlab.execute import run
 from numlab.fusion import FusionOptions
 from numlab.graph import trace
