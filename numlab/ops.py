@@ -381,13 +381,13 @@ _unary("relu", lambda x: np.where(x < 0, 0.0, x), E.relu,
        "0 where x < 0, else x (NaN and -0.0 pass through, as torch.relu)")
 
 #: values of gelu's ``approximate`` (torch's vocabulary)
-GELU_APPROXIMATIONS = E.GELU_APPROXIMATIONS
+GELU_APPROXIMATE = E.GELU_APPROXIMATE
 
 
 def _infer_gelu(shapes, attrs):
-    if attrs["approximate"] not in GELU_APPROXIMATIONS:
+    if attrs["approximate"] not in GELU_APPROXIMATE:
         raise ValueError(f"approximate={attrs['approximate']!r} is not valid; valid choices: "
-                         f"{list(GELU_APPROXIMATIONS)}")
+                         f"{list(GELU_APPROXIMATE)}")
     return attrs, shapes[0]
 
 

@@ -66,7 +66,9 @@ __all__ = [
     "layer_norm", "rms_norm", "softmax", "log_softmax",
 ]
 
-GELU_APPROXIMATIONS = ("none", "tanh")
+GELU_APPROXIMATE = ("none", "tanh")
+"""Values of gelu's ``approximate`` (torch's vocabulary; the same tuple as
+``kernels.algorithms.GELU_APPROXIMATE`` once that module takes ``approximate=``)."""
 
 
 def _f32(x) -> np.ndarray:
@@ -254,7 +256,7 @@ class Ctx:
     def gelu(self, x, approximate: str = "none"):
         """GELU as the op says (``approximate`` "none": erf form, "tanh"),
         float64 then one rounding to inner (``kernels.gelu``, algo exact)."""
-        check_choice("approximate", approximate, GELU_APPROXIMATIONS)
+        check_choice("approximate", approximate, GELU_APPROXIMATE)
         return _f32(_gelu_kernel(x, self.inner, approximate))
 
     # -- reductions ------------------------------------------------------------
