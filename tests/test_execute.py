@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import json
 import math
 import os
@@ -712,14 +713,17 @@ def test_relu_special_values():
 
 
 def test_every_catalogue_op_has_an_engine_kernel():
-    """A new op in numlab.ops must name its engine kernel (else run() cannot
-    compute it); data movement never goes through arithmetic."""
+    """A new op in numlab.ops must name its kernel, a function (ctx, *inputs,
+    **attrs) computing it with the engine's Ctx (else run() cannot compute
+    it); data movement never goes through arithmetic."""
     missing = sorted(k for k, v in ops.CATALOGUE.items() if not callable(v.kernel))
     assert missing == []
     for name, info in ops.CATALOGUE.items():
+        params = list(inspect.signature(info.kernel).parameters)
+        assert params[0] == "ctx", name
         if info.category == "data_movement":
             assert info.kernel.__doc__.startswith("Data movement"), name
-        else:  # the engine's own function, named after the op
+        elif hasattr(E, name) or hasattr(E, name + "_"):  # the engine's function named after the op
             assert info.kernel is getattr(E, name, None) or info.kernel is getattr(E, name + "_", None), name
 
 
