@@ -544,7 +544,7 @@ def test_run_result_objects_compare_in_memory():
 
 
 def test_real_executors_eager_vs_fused():
-    zoo = pytest.importorskip("numlab.zoo", reason="needs the zoo (issue 4)")
+    zoo = pytest.importorskip("numlab.zoo", reason="needs numlab.zoo")
     g = zoo.MODELS["transformer_block"]()
     x = zoo.make_inputs(g, seed=0)
     e = numlab.run(g, x, mode="eager", dtype="fp16")

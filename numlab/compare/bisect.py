@@ -6,8 +6,9 @@ the fused run diverge from eager" in three stages, each a sequence of fused
 runs compared with :func:`numlab.compare.compare_dumps` against the eager run:
 
 1. **Fusion kinds off, one at a time** -- the analogue of Ascend's
-   ``fusion_switch_file`` (seed 003: "对于GE图，可关闭算子融合规则
-   （fusion_switch_file），排除算子融合问题"): for every enabled kind of the
+   ``fusion_switch_file``, with which the graph-mode accuracy guide of
+   Ascend's TorchAir rules out operator fusion on a GE graph by switching
+   fusion rules off (docs/design.md, "Compare and bisect"): for every enabled kind of the
    :class:`~numlab.fusion.FusionOptions`, the same run with that kind
    disabled; then composite decomposition off, then all fusion off.
 2. **The four sources set to eager's choice, one at a time**
@@ -22,8 +23,9 @@ runs compared with :func:`numlab.compare.compare_dumps` against the eager run:
 A run *diverges* when some row of the compare fails the thresholds
 (:meth:`Thresholds.fails`; msprobe's accuracy rule by default).
 
-:func:`precision_workflow` runs the workflow of the graph-mode precision
-guide (seed 003, "精度比对流程"): each operator alone first (its own graph,
+:func:`precision_workflow` runs the workflow of Ascend TorchAir's
+graph-mode accuracy-comparison guide (docs/design.md, "Compare and
+bisect"): each operator alone first (its own graph,
 eager and fused, against the fp64 reference), then the whole model eager
 against fp64, then fused against eager by dump compare (first divergence),
 then fusion rules switched off.
@@ -409,7 +411,7 @@ def bisect_run(
 
 
 # --------------------------------------------------------------------------
-# the graph-mode precision workflow (seed 003)
+# the graph-mode precision workflow (docs/design.md, "Compare and bisect")
 # --------------------------------------------------------------------------
 @dataclass
 class WorkflowReport:
@@ -470,7 +472,7 @@ def precision_workflow(
     model: str | None = None,
     log=None,
 ) -> WorkflowReport:
-    """The graph-mode precision workflow of seed 003, runnable.
+    """The graph-mode precision workflow (TorchAir's accuracy guide), runnable.
 
     1. **Each operator alone** -- every node as its own one-node graph fed the
        golden (eager) values of its inputs, run eager and fused and compared

@@ -166,66 +166,82 @@ def compare_dumps(
                 cmp_fail_reason=f"{side} path {str(d.path)!r} contains no dumped arrays (.npy files).",
                 **{f"{side}_path": str(d.path)},
             ))
+    sides = _Sides(gd, md, blocks, member_of, decomposed, fmt, th, chunk_elems)
     for key in order:
-        gname, mname = gk.get(key), mk.get(key)
-        meta = info(key)
-        block = member_of.get(key, "")
+        row = sides.row(key, gk.get(key), mk.get(key), info(key))
+        if row is not None:
+            rows.append(row)
+    for i, r in enumerate(rows):
+        r["index"] = i
+    report = CompareReport(rows, str(gd.path), str(md.path), th, notes)
+    _mark_origins(report, gd, md, blocks, member_of, set(decomposed.values()))
+    return report
+
+
+class _Sides:
+    """The two dumps with their block and decomposition maps: builds the row
+    of one node key (:meth:`row`)."""
+
+    def __init__(self, gd: Dump, md: Dump, blocks: dict, member_of: dict, decomposed: dict,
+                 fmt, th: Thresholds, chunk: int):
+        self.gd, self.md, self.blocks, self.member_of = gd, md, blocks, member_of
+        self.decomposed, self.fmt, self.th, self.chunk = decomposed, fmt, th, chunk
+
+    def row(self, key: str, gname: str | None, mname: str | None, meta: dict) -> dict | None:
+        """The row of node ``key`` (golden file ``gname``, mine ``mname``,
+        either may be None); None for a node with no data and nothing to say."""
+        block = self.member_of.get(key, "")
         base = {
             "node": key, "op": meta.get("op", ""), "category": meta.get("category") or "",
             "block": block or "",
         }
         if gname is None and mname is None:
-            if key in decomposed and decomposed[key] != key and gname is None:
-                comp = decomposed[key]
-                rows.append(_blank_row(
+            if key in self.decomposed and self.decomposed[key] != key and gname is None:
+                comp = self.decomposed[key]
+                return (_blank_row(
                     **base, match="decomposed",
                     cmp_fail_reason=f"internal node of composite {comp} (decomposed by the fused "
                                     f"compiler); fused into block {block or '-'}; compared at {comp}.",
                 ))
-            elif block and key not in _block_outputs(blocks, block):
-                outs = ", ".join(_block_outputs(blocks, block))
-                rows.append(_blank_row(
+            elif block and key not in _block_outputs(self.blocks, block):
+                outs = ", ".join(_block_outputs(self.blocks, block))
+                return (_blank_row(
                     **base, match="inside_block",
                     cmp_fail_reason=f"fused into block {block}; no dump of its own, the block output "
                                     f"is compared at node {outs}.",
                 ))
-            continue
+            return None
         if gname is not None and mname is not None:
-            row = _compare_pair(gd, gname, md, mname, fmt, th, chunk_elems)
+            row = _compare_pair(self.gd, gname, self.md, mname, self.fmt, self.th, self.chunk)
             row.update(base, match="matched")
             if mname != key:
                 row["cmp_fail_reason"] = (f"my {mname} (block output) matched to its last member {key}. "
                                           + row.get("cmp_fail_reason", "")).strip()
         elif gname is not None:
-            b_mine = member_of.get(key)
-            if b_mine and key not in _block_outputs(blocks, b_mine):
-                outs = ", ".join(_block_outputs(blocks, b_mine))
+            b_mine = self.member_of.get(key)
+            if b_mine and key not in _block_outputs(self.blocks, b_mine):
+                outs = ", ".join(_block_outputs(self.blocks, b_mine))
                 row = _blank_row(**base, match="inside_block",
                                  cmp_fail_reason=f"fused into block {b_mine}; no dump of its own in my "
                                                  f"data, the block output is compared at node {outs}.")
             else:
                 row = _blank_row(**base, match="missing_mine",
                                  cmp_fail_reason="No my data matched (node missing from my dump).")
-            row["golden_path"] = _path_of(gd, gname)
-            _add_problem(row, gd, gname, "golden")
-        elif key in decomposed and decomposed[key] != key:
-            comp = decomposed[key]
+            row["golden_path"] = _path_of(self.gd, gname)
+            _add_problem(row, self.gd, gname, "golden")
+        elif key in self.decomposed and self.decomposed[key] != key:
+            comp = self.decomposed[key]
             row = _blank_row(**base, match="decomposed",
                              cmp_fail_reason=f"internal node of composite {comp} (decomposed by the "
                                              f"fused compiler, not run by the golden side); compared "
                                              f"at {comp}.")
-            row["my_path"] = _path_of(md, mname)
+            row["my_path"] = _path_of(self.md, mname)
         else:
             row = _blank_row(**base, match="missing_golden",
                              cmp_fail_reason="No bench data matched (node missing from golden dump).")
-            row["my_path"] = _path_of(md, mname)
-            _add_problem(row, md, mname, "my")
-        rows.append(row)
-    for i, r in enumerate(rows):
-        r["index"] = i
-    report = CompareReport(rows, str(gd.path), str(md.path), th, notes)
-    _mark_origins(report, gd, md, blocks, member_of, set(decomposed.values()))
-    return report
+            row["my_path"] = _path_of(self.md, mname)
+            _add_problem(row, self.md, mname, "my")
+        return row
 
 
 def _single_file(d: Dump) -> bool:
@@ -404,21 +420,29 @@ def _mark_origins(report: CompareReport, gd: Dump, md: Dump, blocks, member_of,
         if any(th.fails(by_node[e]) for e in eff):
             r["error_origin"] = "carried"
         else:
-            r["error_origin"] = "introduced"
-            unknown = [i for i in ins if by_node.get(i, {}).get("match") == "matched"
-                       and th.fails(by_node[i]) is None]
-            if unknown:  # an input that could not be compared may be where it started
-                r["cmp_fail_reason"] = (r["cmp_fail_reason"] + f" Input(s) {', '.join(unknown)} could "
-                                        "not be compared: the error may be introduced there.").strip()
-            differ = [(_to_float(by_node[e].get("bitwise_equal_ratio")), e) for e in eff
-                      if _to_float(by_node[e].get("bitwise_equal_ratio")) < 1.0]
-            if differ:  # passing inputs that still differ: the node may only amplify their error
-                share, worst = min(differ)
-                r["cmp_fail_reason"] = (
-                    r["cmp_fail_reason"] + f" Its inputs pass but are not bit-identical (bitwise-equal "
-                    f"share {share:.3g} at {worst}): the error may be theirs, amplified here; running the "
-                    "node on golden inputs (numlab bisect, stage 'ranges') tells."
-                ).strip()
+            _mark_introduced(r, ins, eff, by_node, th)
             if first is None:
                 first = r
     report.first_divergence = first
+
+
+def _mark_introduced(r: dict, ins: list[str], eff: list[str], by_node: dict, th: Thresholds) -> None:
+    """Mark row ``r`` (failing, every effective input ``eff`` passing) as
+    where its error is introduced, with the caveats: an input that could not
+    be compared, or passing inputs that are not bit-identical (the node may
+    only amplify their error)."""
+    r["error_origin"] = "introduced"
+    unknown = [i for i in ins if by_node.get(i, {}).get("match") == "matched"
+               and th.fails(by_node[i]) is None]
+    if unknown:  # an input that could not be compared may be where it started
+        r["cmp_fail_reason"] = (r["cmp_fail_reason"] + f" Input(s) {', '.join(unknown)} could "
+                                "not be compared: the error may be introduced there.").strip()
+    differ = [(_to_float(by_node[e].get("bitwise_equal_ratio")), e) for e in eff
+              if _to_float(by_node[e].get("bitwise_equal_ratio")) < 1.0]
+    if differ:  # passing inputs that still differ: the node may only amplify their error
+        share, worst = min(differ)
+        r["cmp_fail_reason"] = (
+            r["cmp_fail_reason"] + f" Its inputs pass but are not bit-identical (bitwise-equal "
+            f"share {share:.3g} at {worst}): the error may be theirs, amplified here; running the "
+            "node on golden inputs (numlab bisect, stage 'ranges') tells."
+        ).strip()
