@@ -42,7 +42,10 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import fusion as F
+from ..execute import SOURCES, run
 from ..formats import get_format
+from ..graph import Graph
 from .compare import CompareReport, Thresholds, compare_dumps
 from .dump import check_target, dump_run
 
@@ -146,8 +149,6 @@ class BisectReport:
 # helpers
 # --------------------------------------------------------------------------
 def _run(graph, inputs, mode, dtype, **kw):
-    from ..execute import run
-
     return run(graph, inputs, mode=mode, dtype=dtype, **kw)
 
 
@@ -174,8 +175,6 @@ def range_graph(graph, lo: int, hi: int):
     outputs of ``graph`` (the last node when there are none), so values
     internal to the range may still be fused.
     """
-    from ..graph import Graph
-
     n = len(graph.nodes)
     if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo < hi <= n):
         raise ValueError(f"range [{lo}, {hi}) is not valid for a graph of {n} nodes")
@@ -305,9 +304,6 @@ def bisect_run(
     -------
     BisectReport
     """
-    from .. import fusion as F
-    from ..execute import SOURCES
-
     valid = ("fusion", "sources", "ranges")
     bad = [s for s in stages if s not in valid]
     if bad:
