@@ -65,7 +65,7 @@ import ml_dtypes
 import numpy as np
 
 from .formats import NARROW_DTYPES, Format, get_format, ulp
-from .rounding import round_to
+from .rounding import resolve_rounding, round_to
 
 __all__ = [
     "NONFINITE_MODES",
@@ -252,10 +252,10 @@ def ordinal(v, fmt) -> np.ndarray:
     return np.where(np.signbit(a), -ordv, ordv)
 
 
-def ulp_distance(a, b, fmt, *, mode: str = "rne") -> np.ndarray:
+def ulp_distance(a, b, fmt, *, rounding: str = "rne", mode: str | None = None) -> np.ndarray:
     """Number of ``fmt`` numbers between ``a`` and ``b`` (0: same value).
 
-    Both are first rounded to ``fmt`` with ``mode`` (a no-op for values that
+    Both are first rounded to ``fmt`` with ``rounding`` (a no-op for values that
     are already numbers of ``fmt``; so for ``a`` an fp64 reference this is the
     distance from the correctly rounded result), then the distance is
     ``|ordinal(a) - ordinal(b)|`` (sign-magnitude ordering, as
@@ -266,8 +266,9 @@ def ulp_distance(a, b, fmt, *, mode: str = "rne") -> np.ndarray:
     """
     fmt = get_format(fmt)
     r, y = _pair(a, b)
-    ra = round_to(r, fmt, mode)
-    rb = round_to(y, fmt, mode)
+    rounding = resolve_rounding(rounding, mode, "ulp_distance")
+    ra = round_to(r, fmt, rounding)
+    rb = round_to(y, fmt, rounding)
     na, nb = np.isnan(ra), np.isnan(rb)
     oa = ordinal(np.where(na, 0.0, ra), fmt)
     ob = ordinal(np.where(nb, 0.0, rb), fmt)

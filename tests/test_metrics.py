@@ -509,3 +509,13 @@ def test_msprobe_accuracy_rule_with_other_thresholds(cos, mae):
     assert M.msprobe_accuracy_reached(cos, mae, **kw) is expect
     assert M.msprobe_accuracy_reached(math.inf, 0.0) is False
     assert M.msprobe_accuracy_reached(1.0, math.inf) is False
+
+
+def test_ulp_distance_rounding_keyword():
+    """``rounding=`` picks the rounding of both sides; ``mode=`` is its
+    deprecated old name (same result, DeprecationWarning)."""
+    a, b = np.array([1 + 2.0**-11]), np.array([1.0])  # a tie in fp16: rne keeps 1.0
+    assert M.ulp_distance(a, b, FP16).tolist() == [0.0]
+    assert M.ulp_distance(a, b, FP16, rounding="up").tolist() == [1.0]
+    with pytest.warns(DeprecationWarning):
+        assert M.ulp_distance(a, b, FP16, mode="up").tolist() == [1.0]

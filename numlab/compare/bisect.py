@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import tempfile
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,8 +149,22 @@ class BisectReport:
 # --------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------
-def _run(graph, inputs, mode, dtype, **kw):
-    return run(graph, inputs, mode=mode, dtype=dtype, **kw)
+def _run(graph, inputs, mode, storage, **kw):
+    return run(graph, inputs, mode=mode, dtype=storage, **kw)
+
+
+def _storage_arg(storage, dtype, where: str):
+    """The storage format S of a call that may still use the deprecated
+    keyword ``dtype=`` (renamed ``storage=``, docs/design.md "Naming")."""
+    if dtype is not None:
+        if storage is not None:
+            raise TypeError(f"{where}: give storage= only (dtype= is its deprecated old name), not both")
+        warnings.warn(f"{where}: the keyword dtype= is deprecated; use storage=",
+                      DeprecationWarning, stacklevel=3)
+        storage = dtype
+    if storage is None:
+        raise TypeError(f"{where}: storage= (the storage format S, e.g. 'fp16') is required")
+    return get_format(storage, "storage")
 
 
 def _verdict(stage: str, change: str, rep: CompareReport, detail: str = "") -> Trial:
@@ -195,14 +210,17 @@ def range_graph(graph, lo: int, hi: int):
     return Graph(ins, nodes, outs, name=f"{graph.name}[{lo}:{hi}]", roles=roles)
 
 
-def range_diverges(graph, golden_values: Mapping, lo: int, hi: int, *, dtype, fused_kw: Mapping,
-                   eager_kw: Mapping | None = None, thresholds: Thresholds | None = None):
-    """Run ``graph.nodes[lo:hi]`` alone, eager and fused, on golden inputs;
-    return ``(diverges, report)``."""
+def range_diverges(graph, golden_values: Mapping, lo: int, hi: int, *, storage=None,
+                   fused_kw: Mapping, eager_kw: Mapping | None = None,
+                   thresholds: Thresholds | None = None, dtype=None):
+    """Run ``graph.nodes[lo:hi]`` alone, eager and fused, on golden inputs
+    in the storage format ``storage``; return ``(diverges, report)``.
+    ``dtype=`` is the deprecated old name of ``storage=``."""
+    S = _storage_arg(storage, dtype, "range_diverges")
     sub = range_graph(graph, lo, hi)
     xs = _f64_inputs(golden_values, sub)
-    e = _run(sub, xs, "eager", dtype, **dict(eager_kw or {}))
-    f = _run(sub, xs, "fused", dtype, **dict(fused_kw))
+    e = _run(sub, xs, "eager", S, **dict(eager_kw or {}))
+    f = _run(sub, xs, "fused", S, **dict(fused_kw))
     rep = compare_dumps(e, f, thresholds=thresholds)
     return bool(rep.failing), rep
 
@@ -262,7 +280,7 @@ def bisect_run(
     graph,
     inputs: Mapping,
     *,
-    dtype,
+    storage=None,
     fusion=None,
     kernels=None,
     library=None,
@@ -272,6 +290,7 @@ def bisect_run(
     stages: tuple = ("fusion", "sources", "ranges"),
     log=print,
     max_culprits: int = 4,
+    dtype=None,
 ) -> BisectReport:
     """Find what makes the fused run of ``graph`` diverge from eager.
 
@@ -279,9 +298,9 @@ def bisect_run(
     ----------
     graph : numlab.graph.Graph
     inputs : dict
-        Graph inputs (rounded to ``dtype`` by the executors).
-    dtype : Format or str
-        Storage format.
+        Graph inputs (rounded to ``storage`` by the executors).
+    storage : Format or str
+        The storage format S (``dtype=`` is its deprecated old name).
     fusion : FusionOptions, optional
         The fused configuration under suspicion (default ``FusionOptions()``).
     kernels, library : KernelSpec, optional
@@ -304,13 +323,13 @@ def bisect_run(
     -------
     BisectReport
     """
+    S = _storage_arg(storage, dtype, "bisect_run")
     valid = ("fusion", "sources", "ranges")
     bad = [s for s in stages if s not in valid]
     if bad:
         raise ValueError(f"stages={tuple(stages)!r} has unknown stages {bad}; valid: {valid}")
     if isinstance(max_culprits, bool) or not isinstance(max_culprits, int) or max_culprits < 1:
         raise ValueError(f"max_culprits={max_culprits!r} is not valid; it must be an int >= 1")
-    S = get_format(dtype)
     opts = fusion if fusion is not None else F.FusionOptions()
     th = thresholds or Thresholds()
     say = log or (lambda *a, **k: None)
@@ -401,7 +420,7 @@ class _Bisection:
         last: dict = {}
 
         def test(lo, hi):
-            d, r = range_diverges(graph, golden, lo, hi, dtype=self.S, fused_kw=fkw,
+            d, r = range_diverges(graph, golden, lo, hi, storage=self.S, fused_kw=fkw,
                                   eager_kw=self.eager_kw, thresholds=self.th)
             last["report"] = r
             return d
@@ -482,7 +501,7 @@ def precision_workflow(
     graph,
     inputs: Mapping,
     *,
-    dtype,
+    storage=None,
     fusion=None,
     kernels=None,
     library=None,
@@ -491,6 +510,7 @@ def precision_workflow(
     force: bool = False,
     model: str | None = None,
     log=None,
+    dtype=None,
 ) -> WorkflowReport:
     """The graph-mode precision workflow (TorchAir's accuracy guide), runnable.
 
@@ -504,9 +524,10 @@ def precision_workflow(
        and compared with :func:`compare_dumps`: first divergence.
     4. **Fusion rules off** -- stage 1 of :func:`bisect_run`.
 
-    The thresholds (default msprobe's) decide every "fails".
+    ``storage`` is the storage format S (``dtype=`` is its deprecated old
+    name).  The thresholds (default msprobe's) decide every "fails".
     """
-    S = get_format(dtype)
+    S = _storage_arg(storage, dtype, "precision_workflow")
     th = thresholds or Thresholds()
     say = log or (lambda *a, **k: None)
     lib_kw = {"kernels": library} if library is not None else {}
@@ -542,7 +563,7 @@ def precision_workflow(
     # 4. fusion rules off
     if rep.fused_vs_eager.failing:
         say("step 4: fusion rules switched off one at a time")
-        rep.bisect = bisect_run(graph, inputs, dtype=S, fusion=fusion, kernels=kernels, library=library,
+        rep.bisect = bisect_run(graph, inputs, storage=S, fusion=fusion, kernels=kernels, library=library,
                                 thresholds=th, model=rep.model, stages=("fusion",), log=log)
 
     rep.conclusion = _conclusion(rep)
