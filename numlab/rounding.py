@@ -40,10 +40,9 @@ import numbers
 import warnings
 from fractions import Fraction
 
-import ml_dtypes
 import numpy as np
 
-from .formats import FP32, Format, get_format
+from .formats import BF16, FP16, FP32, NARROW_DTYPES, Format, get_format
 
 __all__ = ["ROUNDINGS", "round_to", "check_rounding", "MODES", "check_mode"]
 
@@ -66,8 +65,8 @@ execution mode, see docs/design.md "Naming")."""
 # used.  Both fast paths are tested bit for bit against the bit path and the
 # exact reference.
 _FAST_RNE = {
-    (np.dtype(np.float64), np.dtype(np.float16)),
-    (np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16)),
+    (np.dtype(np.float64), FP16.dtype),
+    (np.dtype(np.float32), BF16.dtype),
 }
 
 
@@ -128,11 +127,7 @@ def _as_float_array(x) -> np.ndarray:
     dt = a.dtype
     if dt == np.float32 or dt == np.float64:
         return a
-    if dt == np.float16 or dt in (
-        np.dtype(ml_dtypes.bfloat16),
-        np.dtype(ml_dtypes.float8_e4m3fn),
-        np.dtype(ml_dtypes.float8_e5m2),
-    ):
+    if dt in NARROW_DTYPES:  # float16, bfloat16, fp8: exact in float32
         return a.astype(np.float32)
     if dt.kind == "c":
         raise TypeError(f"x must be real floating point, got complex dtype {dt}")
