@@ -51,6 +51,13 @@ Sources of the tool-specific formulas
   ``cos < 0.9 or max_abs_err > 1``, else ``Yes``
   (``CompareConst.COS_THRESHOLD = 0.99``, ``MAX_ABS_ERR_THRESHOLD = 0.001``,
   ``COS_MAX_THRESHOLD = 0.9``, ``MAX_ABS_ERR_MAX_THRESHOLD = 1``).
+* All msit/msprobe columns at once, streamed: :class:`CompareAccumulator`
+  (fed chunks, O(chunk) memory; numlab.compare streams memory-mapped dumps
+  through it) and its one-shot form :func:`compare_columns`.  Its
+  elementwise formulas are the private kernels the one-shot functions above
+  call (``_msit_rel``, ``_msit_abs``, ``_msprobe_rel``), so each formula
+  exists once; msprobe's accuracy rule is :func:`msprobe_accuracy_reached`
+  with the thresholds as parameters.
 * PyTorch Inductor's acceptance rule: :func:`inductor_check`, a transcription
   of ``torch._dynamo.utils.same`` and ``rmse`` in torch 2.13.0
   (``torch/_dynamo/utils.py``).
