@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import numlab as nl
 from numlab.formats import Format
-from numlab.rounding import ROUNDINGS as MODES, _round_bits, _round_generic
+from numlab.rounding import ROUNDINGS, _round_bits, _round_generic
 
 DET_MODES = ("rne", "rtz", "up", "down", "odd")
 C5 = Format("c5", p=5, emax=10)  # emin = -9, with subnormals
@@ -94,7 +94,7 @@ def test_every_code_is_fixed_by_every_mode(name, wdt):
         v = codes.view(dt).astype(wdt)
     rng = np.random.default_rng(0)
     for path, f in PATHS.items():
-        for mode in MODES:
+        for mode in ROUNDINGS:
             kw = {"rng": rng} if mode == "stochastic" else {}
             assert_same_bits(f(v, name, mode, **kw), v, v, f"{path} {mode}")
 
@@ -291,7 +291,7 @@ def test_overflow_thresholds_each_mode(wdt):
 
 
 def test_specials_and_signed_zero():
-    for mode in MODES:
+    for mode in ROUNDINGS:
         kw = {"rng": np.random.default_rng(0)} if mode == "stochastic" else {}
         for wdt in (np.float32, np.float64):
             x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -1e-30, 1e-30], dtype=wdt)
