@@ -643,6 +643,9 @@ class CompareAccumulator:
         # online log-sum-exp for KL(softmax(g) || softmax(m))
         self.Mg = self.Mm = -np.inf
         self.Zg = self.Sg = self.Dg = self.Zm = 0.0
+        # sum of exp(g - Mg) * ((g - Mg) - (m - Mm)): KL's first term relative to
+        # the running maxima, for when the two softmaxes are far apart
+        self.T = 0.0
 
     def update(self, g, m) -> CompareAccumulator:
         """Add one chunk (1-d arrays of equal length); returns ``self``."""
@@ -737,20 +740,25 @@ class CompareAccumulator:
         gmax = float(np.max(g))
         if gmax > self.Mg:
             f = math.exp(self.Mg - gmax)
+            if self.Zg > 0:  # (g - Mg_new) = (g - Mg_old) + (Mg_old - Mg_new)
+                self.T = f * (self.T + (self.Mg - gmax) * self.Zg)
             self.Zg *= f
             self.Sg *= f
             self.Dg *= f
             self.Mg = gmax
-        eg = np.exp(g - self.Mg)
-        self.Zg += float(eg.sum())
-        self.Sg += _dot(eg, d)
-        with np.errstate(over="ignore", invalid="ignore"):
-            self.Dg += _dot(eg, np.expm1(d))
         # log-sum-exp of m too, for when E_p[exp(delta)] under- or overflows
         mmax = float(np.max(m))
         if mmax > self.Mm:
+            if self.Zg > 0:  # -(m - Mm_new) = -(m - Mm_old) + (Mm_new - Mm_old)
+                self.T += (mmax - self.Mm) * self.Zg
             self.Zm *= math.exp(self.Mm - mmax)
             self.Mm = mmax
+        eg = np.exp(g - self.Mg)
+        self.Zg += float(eg.sum())
+        self.Sg += _dot(eg, d)
+        self.T += _dot(eg, (g - self.Mg) - (m - self.Mm))
+        with np.errstate(over="ignore", invalid="ignore"):
+            self.Dg += _dot(eg, np.expm1(d))
         self.Zm += float(np.exp(m - self.Mm).sum())
 
     def _ssq(self, key: str, v: np.ndarray, cmax: float) -> None:
@@ -793,8 +801,9 @@ class CompareAccumulator:
         ratio = self.Dg / self.Zg if math.isfinite(self.Dg) else math.inf
         if math.isfinite(ratio) and ratio > -0.5:
             kl = math.log1p(ratio) - self.Sg / self.Zg
-        else:  # softmaxes far apart: no cancellation to avoid, use the two log-sum-exps
-            kl = (self.Mm + math.log(self.Zm)) - (self.Mg + math.log(self.Zg)) - self.Sg / self.Zg
+        else:  # softmaxes far apart: KL = E_p[log p - log q] with both log-softmaxes
+            # taken relative to their own maxima (no terms of the size of max|g|)
+            kl = self.T / self.Zg + (math.log(self.Zm) - math.log(self.Zg))
         return max(kl, 0.0)
 
     def finish(self) -> tuple[dict, list[str]]:
