@@ -1,6 +1,6 @@
 """Executors: run a graph eager, fused, fused with emulated casts, or in fp64.
 
-The numerics contract is ``docs/design.md`` ("Modes", "The four sources");
+The numerics contract is ``docs/design.md`` ("Execution modes", "The four sources of difference");
 this package implements it.  Modules: :mod:`~numlab.execute.executor` (the
 executor: plan, feed blocks, store to S, dump), :mod:`~numlab.execute.validate`
 (argument checks, modes and sources), :mod:`~numlab.execute.fingerprint`

@@ -27,7 +27,7 @@ SOURCE_FIELDS = {
                   "matmul_algo"),
 }
 """KernelSpec fields of each source of difference (``docs/design.md``, "The
-four sources").  ``name`` is the only field in none of them (tests check the
+four sources of difference").  ``name`` is the only field in none of them (tests check the
 partition)."""
 
 

@@ -1,6 +1,6 @@
 """numlab.kernels: the four sources of eager/fused difference as switches.
 
-``docs/design.md`` ("The four sources") lists four sources of difference;
+``docs/design.md`` ("The four sources of difference") lists four sources of difference;
 each is a knob here and a field of :class:`KernelSpec`:
 
 1. precision promotion -- ``KernelSpec.promotion`` (``native``,

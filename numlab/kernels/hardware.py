@@ -14,7 +14,7 @@ Ascend), so the element count is rounded *down* to a multiple of
 A single-operator kernel (``live_buffers`` = 2: one input, one output) gets
 large tiles; a fused block that keeps five intermediates on chip gets tiles
 about 2.5x smaller, so its reduction is split at different points, and the
-bits of its sums differ (``docs/design.md``, "The four sources", tiling).
+bits of its sums differ (``docs/design.md``, "The four sources of difference", tiling).
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ def _storage_bytes(fmt: Format) -> int:
 
 @dataclass(frozen=True)
 class KernelSpec:
-    """All kernel knobs (``docs/design.md``, "The four sources").
+    """All kernel knobs (``docs/design.md``, "The four sources of difference").
 
     Parameters
     ----------
