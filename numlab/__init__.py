@@ -1,7 +1,7 @@
 """numlab: see, bit for bit, why fused and eager kernels differ, and check claims about it.
 
 The public names are loaded lazily so that ``import numlab`` stays fast and a
-module only pulls in the layers below it (DESIGN.md section 2).
+module only pulls in the layers below it (docs/design.md, "Layers").
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from .formats import (
     next_up,
     ulp,
 )
-from .rounding import MODES, round_to
+from .rounding import MODES, ROUNDINGS, round_to
 
 __version__ = "0.1.0"
 
@@ -59,7 +59,8 @@ _LAZY_ATTRS = {
 
 __all__ = [
     "Format", "FP64", "FP32", "TF32", "FP16", "BF16", "FP8_E4M3", "FP8_E5M2", "FORMATS",
-    "get_format", "ulp", "next_up", "next_down", "encode", "decode", "MODES", "round_to",
+    "get_format", "ulp", "next_up", "next_down", "encode", "decode", "ROUNDINGS", "round_to",
+    "MODES",  # deprecated alias of ROUNDINGS (rounding modes, not execution modes)
     *_LAZY, *_LAZY_ATTRS,
 ]
 

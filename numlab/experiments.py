@@ -186,7 +186,7 @@ def _rsqrt_scale(x, w):
 def source_cases(quick: bool = False) -> list:
     """The showcase of :func:`source_rows`: ``(label, graph factory, input
     kind, fusion, dtypes, what it shows)``.  Each case is chosen so that one
-    source of difference (``docs/design.md``, section "The four sources") or the decomposition of a
+    source of difference (``docs/design.md``, section "The four sources of difference") or the decomposition of a
     composite is visible; fp32 storage is included where fp16/bf16 hide the
     source (a few fp32 ulps rarely move a value rounded to fp16)."""
     hidden = 256 if quick else 1024

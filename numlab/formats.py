@@ -37,6 +37,9 @@ __all__ = [
     "next_down",
     "encode",
     "decode",
+    "format_of_dtype",
+    "NARROW_DTYPES",
+    "STORAGE_DTYPES",
 ]
 
 _NAN_KINDS = ("ieee", "extended", "none")
@@ -160,6 +163,48 @@ class Format:
             return self.dtype
         return np.dtype(np.float64) if self.p > 24 else np.dtype(np.float32)
 
+    # --- storage layout, derived from p and bits (formats with a dtype) --
+    @property
+    def uint(self) -> np.dtype | None:
+        """The unsigned integer dtype of the same width as the storage dtype
+        (``encode`` returns codes of it); None without a storage dtype."""
+        return None if self.bits is None else np.dtype(f"uint{self.bits}")
+
+    @property
+    def exponent_bits(self) -> int | None:
+        """Width of the exponent field: ``bits - p`` (1 sign bit + exponent
+        field + ``p - 1`` stored significand bits); None without storage."""
+        return None if self.bits is None else self.bits - self.p
+
+    @property
+    def exponent_mask(self) -> int | None:
+        """The exponent field's bits in a code (fp16: 0x7C00)."""
+        if self.bits is None:
+            return None
+        return ((1 << self.exponent_bits) - 1) << (self.p - 1)
+
+    @property
+    def nonfinite_mask(self) -> int | None:
+        """Bits that are all set in a code exactly when it is inf or NaN.
+
+        IEEE formats: the exponent field (fp16 0x7C00, bf16 0x7F80, e5m2
+        0x7C).  ``nan="extended"`` (e4m3fn) has no inf and one NaN code per
+        sign, all exponent and significand bits set (0x7F).  None for
+        ``nan="none"`` or no storage dtype.  A vectorised test:
+        ``(codes & m) == m``.
+        """
+        if self.bits is None or self.nan == "none":
+            return None
+        if self.nan == "extended":
+            return (1 << (self.bits - 1)) - 1
+        return self.exponent_mask
+
+    @property
+    def narrow(self) -> bool:
+        """Whether the storage dtype is narrower than float32 (values are
+        widened to float32 exactly for arithmetic)."""
+        return self.bits is not None and self.bits < 32
+
     def __str__(self) -> str:
         return self.name
 
@@ -192,6 +237,15 @@ FP8_E5M2 = Format("fp8_e5m2", 3, 15, dtype=ml_dtypes.float8_e5m2, bits=8)
 FORMATS: dict[str, Format] = {
     f.name: f for f in (FP64, FP32, TF32, FP16, BF16, FP8_E4M3, FP8_E5M2)
 }
+STORAGE_DTYPES: dict[np.dtype, Format] = {
+    f.dtype: f for f in FORMATS.values() if f.dtype is not None
+}
+"""Storage dtype -> format, derived from :data:`FORMATS` (float64, float32,
+float16, bfloat16, float8_e4m3fn, float8_e5m2)."""
+
+NARROW_DTYPES: frozenset[np.dtype] = frozenset(d for d, f in STORAGE_DTYPES.items() if f.narrow)
+"""Storage dtypes narrower than float32, derived from :data:`FORMATS`."""
+
 _ALIASES = {
     "float64": "fp64", "double": "fp64", "f64": "fp64",
     "float32": "fp32", "float": "fp32", "single": "fp32", "f32": "fp32",
@@ -235,10 +289,26 @@ def get_format(fmt: "Format | str | np.dtype | type", name: str = "fmt") -> Form
         ) from None
     except ValueError as e:  # a malformed dtype spec, e.g. ("f4", -1)
         raise ValueError(f"{name}: {e}") from None
-    for f in FORMATS.values():
-        if f.dtype is not None and f.dtype == dt:
-            return f
+    f = STORAGE_DTYPES.get(dt)
+    if f is not None:
+        return f
     raise ValueError(f"{name}={dt} has no numlab format; valid names: {sorted(FORMATS)}")
+
+
+def format_of_dtype(dtype) -> Format | None:
+    """The format whose storage dtype is ``dtype`` (a numpy/ml_dtypes dtype,
+    or a dtype name such as ``"float16"``/``"bfloat16"``, which is also the
+    spelling of torch's dtypes after ``str(t.dtype).removeprefix("torch.")``);
+    None for any other dtype (integers, bool, complex, unknown names)."""
+    if isinstance(dtype, str):
+        try:
+            dtype = np.dtype(getattr(ml_dtypes, dtype, dtype))
+        except TypeError:
+            return None
+    try:
+        return STORAGE_DTYPES.get(np.dtype(dtype))
+    except TypeError:
+        return None
 
 
 # --------------------------------------------------------------------------
@@ -319,9 +389,6 @@ def next_down(x, fmt: "Format | str") -> np.ndarray:
     return _step_quiet(x, get_format(fmt), -1)
 
 
-_UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
-
-
 def encode(x, fmt: "Format | str") -> np.ndarray:
     """Integer codes (bit patterns) of ``x`` in ``fmt``'s storage dtype.
 
@@ -345,7 +412,7 @@ def encode(x, fmt: "Format | str") -> np.ndarray:
             a = a.astype(np.float64)
         with np.errstate(invalid="ignore", over="ignore"):
             a = np.asarray(round_to(a, fmt)).astype(fmt.dtype)  # exact: values of fmt
-    return a.view(_UINT[fmt.bits])
+    return a.view(fmt.uint)
 
 
 def decode(codes, fmt: "Format | str") -> np.ndarray:
@@ -356,4 +423,4 @@ def decode(codes, fmt: "Format | str") -> np.ndarray:
     c = np.asarray(codes)
     if c.dtype.kind not in "iu":
         raise TypeError(f"codes must be integers, got dtype {c.dtype}")
-    return c.astype(_UINT[fmt.bits]).view(fmt.dtype)
+    return c.astype(fmt.uint).view(fmt.dtype)

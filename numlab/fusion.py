@@ -34,7 +34,7 @@ Rules of the planner (:func:`plan`)
    k distinct inputs holds k + 1.  The tile (elements per buffer) is
    ``numlab.kernels.tile_elements(hardware, live_buffers, elem_bytes)`` with
    ``elem_bytes = 4``: numlab's kernels compute in fp32 inside the buffer
-   (``docs/design.md``, section "The four sources", source 3).  A fused block holds more live buffers
+   (``docs/design.md``, section "The four sources of difference", source 3).  A fused block holds more live buffers
    than a one-operator kernel, so it gets smaller tiles; :meth:`Plan.op_tile`
    gives the tile the same operator would get as its own (eager) kernel,
    whose buffers hold S elements (2 bytes for fp16/bf16).

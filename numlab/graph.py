@@ -28,6 +28,7 @@ import inspect
 import json
 import math
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -320,22 +321,42 @@ class Graph:
         return evaluate(self, inputs, all_values=all_values)
 
     def check_inputs(self, inputs) -> dict:
-        """Validate an input dict: every input present, no extra, shapes equal,
-        real numeric arrays.  Returns ``{name: ndarray}`` (dtype unchanged)."""
-        if not isinstance(inputs, dict):
-            raise TypeError(f"inputs must be a dict name -> array, got {type(inputs).__name__}")
+        """Validate an input dict (the one input checker: the executor and
+        :func:`evaluate` both call it).
+
+        Every input present, none extra, shapes equal, floating-point arrays
+        (float16/bfloat16/fp8/float32/float64 containers); integer or bool
+        arrays only for gather's index inputs (role ``"index"``).  Returns
+        ``{name: ndarray}`` in the graph's input order (dtype unchanged).
+
+        Raises
+        ------
+        TypeError
+            ``inputs`` not a mapping; an input of the wrong dtype.
+        ValueError
+            Missing or unexpected inputs; a wrong shape.
+        """
+        if not isinstance(inputs, Mapping):
+            raise TypeError(
+                f"inputs must be a dict name -> array for graph inputs {list(self.inputs)}, "
+                f"got {type(inputs).__name__}"
+            )
         missing = [k for k in self.inputs if k not in inputs]
         extra = [k for k in inputs if k not in self.inputs]
         if missing or extra:
-            raise ValueError(
-                f"graph {self.name!r}: missing inputs {missing}, extra inputs {extra}; "
-                f"expected {list(self.inputs)}"
-            )
+            parts = ([f"missing inputs {missing}"] if missing else []) + (
+                [f"unexpected inputs {extra}"] if extra else [])
+            raise ValueError(f"graph {self.name!r}: {'; '.join(parts)}; the graph's inputs are {list(self.inputs)}")
         out = {}
         for k, shape in self.inputs.items():
             a = np.asarray(inputs[k])
-            if a.dtype.kind not in "fiub" and a.dtype.name not in ("bfloat16",) and not a.dtype.name.startswith("float8"):
-                raise TypeError(f"input {k!r} has dtype {a.dtype}; expected a real floating or integer array")
+            floating = a.dtype.kind == "f" or a.dtype.name == "bfloat16" or a.dtype.name.startswith("float8")
+            if not floating and not (a.dtype.kind in "iub" and self.role(k) == "index"):
+                raise TypeError(
+                    f"input {k!r} has dtype {a.dtype}; give a floating-point array "
+                    "(float16/bfloat16/float32/float64; the executor rounds it to the storage format)"
+                    + ("" if a.dtype.kind not in "iub" else "; integer arrays are only for gather indices")
+                )
             if a.shape != shape:
                 raise ValueError(f"input {k!r} has shape {a.shape}; graph {self.name!r} expects {shape}")
             out[k] = a

@@ -51,6 +51,13 @@ Sources of the tool-specific formulas
   ``cos < 0.9 or max_abs_err > 1``, else ``Yes``
   (``CompareConst.COS_THRESHOLD = 0.99``, ``MAX_ABS_ERR_THRESHOLD = 0.001``,
   ``COS_MAX_THRESHOLD = 0.9``, ``MAX_ABS_ERR_MAX_THRESHOLD = 1``).
+* All msit/msprobe columns at once, streamed: :class:`CompareAccumulator`
+  (fed chunks, O(chunk) memory; numlab.compare streams memory-mapped dumps
+  through it) and its one-shot form :func:`compare_columns`.  Its
+  elementwise formulas are the private kernels the one-shot functions above
+  call (``_msit_rel``, ``_msit_abs``, ``_msprobe_rel``), so each formula
+  exists once; msprobe's accuracy rule is :func:`msprobe_accuracy_reached`
+  with the thresholds as parameters.
 * PyTorch Inductor's acceptance rule: :func:`inductor_check`, a transcription
   of ``torch._dynamo.utils.same`` and ``rmse`` in torch 2.13.0
   (``torch/_dynamo/utils.py``).
@@ -64,8 +71,8 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from .formats import Format, get_format, ulp
-from .rounding import round_to
+from .formats import NARROW_DTYPES, Format, get_format, ulp
+from .rounding import resolve_rounding, round_to
 
 __all__ = [
     "NONFINITE_MODES",
@@ -91,6 +98,9 @@ __all__ = [
     "msprobe_accuracy_reached",
     "msit_relative_error",
     "msit_absolute_error",
+    "MSPROBE_THRESHOLDS",
+    "CompareAccumulator",
+    "compare_columns",
     "InductorResult",
     "inductor_multiplier",
     "inductor_check",
@@ -99,11 +109,7 @@ __all__ = [
 
 NONFINITE_MODES = ("propagate", "zero_matching")
 _EPS64 = float(np.finfo(np.float64).eps)
-_EXTRA_FLOATS = (
-    np.dtype(ml_dtypes.bfloat16),
-    np.dtype(ml_dtypes.float8_e4m3fn),
-    np.dtype(ml_dtypes.float8_e5m2),
-)
+_EXTRA_FLOATS = NARROW_DTYPES  # float16, bfloat16, fp8: derived from formats.FORMATS
 
 
 # --------------------------------------------------------------------------
@@ -253,10 +259,10 @@ def ordinal(v, fmt) -> np.ndarray:
     return np.where(np.signbit(a), -ordv, ordv)
 
 
-def ulp_distance(a, b, fmt, *, mode: str = "rne") -> np.ndarray:
+def ulp_distance(a, b, fmt, *, rounding: str = "rne", mode: str | None = None) -> np.ndarray:
     """Number of ``fmt`` numbers between ``a`` and ``b`` (0: same value).
 
-    Both are first rounded to ``fmt`` with ``mode`` (a no-op for values that
+    Both are first rounded to ``fmt`` with ``rounding`` (a no-op for values that
     are already numbers of ``fmt``; so for ``a`` an fp64 reference this is the
     distance from the correctly rounded result), then the distance is
     ``|ordinal(a) - ordinal(b)|`` (sign-magnitude ordering, as
@@ -267,8 +273,9 @@ def ulp_distance(a, b, fmt, *, mode: str = "rne") -> np.ndarray:
     """
     fmt = get_format(fmt)
     r, y = _pair(a, b)
-    ra = round_to(r, fmt, mode)
-    rb = round_to(y, fmt, mode)
+    rounding = resolve_rounding(rounding, mode, "ulp_distance")
+    ra = round_to(r, fmt, rounding)
+    rb = round_to(y, fmt, rounding)
     na, nb = np.isnan(ra), np.isnan(rb)
     oa = ordinal(np.where(na, 0.0, ra), fmt)
     ob = ordinal(np.where(nb, 0.0, rb), fmt)
@@ -458,12 +465,45 @@ def msprobe_relative_error(ref, x) -> np.ndarray:
     r0, y0 = _pair(ref, x)
     if p is None:
         return np.full(r0.shape, np.nan)
-    r, y = p[0].copy(), p[1].copy()
-    z = r == 0
-    r[z] += _EPS64
-    y[z] += _EPS64
-    with np.errstate(over="ignore"):
-        return np.abs((y - r) / r)
+    r, y = p
+    return _msprobe_rel(r, y, np.abs(y - r), np.abs(r))
+
+
+# The elementwise msprobe/msit formulas, on float64 arrays of equal shape
+# (already widened and checked).  The one-shot functions here and the
+# streaming CompareAccumulator (numlab.compare) both call these, so there is
+# one implementation of each formula.
+def _msprobe_rel(g: np.ndarray, m: np.ndarray, ad: np.ndarray, ag: np.ndarray) -> np.ndarray:
+    """``|m - g| / |g|`` (= ``|(m - g) / g|``: IEEE division is sign-symmetric),
+    with ``eps(float64)`` added to both sides where ``g == 0``; ``ad = |m - g|``,
+    ``ag = |g|`` are passed in because callers have them already."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        q = np.divide(ad, ag)
+    zero = np.flatnonzero(g == 0)
+    if zero.size:
+        gz = g.ravel()[zero] + _EPS64
+        q.ravel()[zero] = np.abs(((m.ravel()[zero] + _EPS64) - gz) / gz)
+    return q
+
+
+def _msit_mask(g: np.ndarray) -> np.ndarray:
+    """msit computes its relative and absolute errors only where ``|g| > eps``."""
+    return np.abs(g) > _EPS64
+
+
+def _msit_rel(g: np.ndarray, m: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """``|m / g - 1|`` where ``mask``, else 0."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        q = np.divide(m, g)
+    q -= 1.0
+    np.abs(q, out=q)
+    q[~mask] = 0.0
+    return q
+
+
+def _msit_abs(ad: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """``|m - g|`` (given as ``ad``) where ``mask``, else 0."""
+    return np.where(mask, ad, 0.0)
 
 
 def error_ratio(ref, x, rtol: float = 1e-3) -> float:
@@ -479,15 +519,33 @@ def error_ratio(ref, x, rtol: float = 1e-3) -> float:
     return float(np.count_nonzero(rel < rtol)) / rel.size
 
 
-def msprobe_accuracy_reached(cos: float, max_abs_err: float) -> bool:
-    """msprobe's "Accuracy Reached or Not" (``check_accuracy``): False when
-    ``cos < 0.99 and max_abs_err > 0.001`` or ``cos < 0.9 or
-    max_abs_err > 1``; a NaN input (msprobe's "N/A") is False; else True."""
-    if math.isnan(cos) or math.isnan(max_abs_err):
+MSPROBE_THRESHOLDS = {"cosine": 0.99, "max_abs_err": 1e-3, "cosine_min": 0.9, "max_abs_err_max": 1.0}
+"""msprobe's ``check_accuracy`` constants (``CompareConst`` in
+msprobe/core/common/const.py: ``COS_THRESHOLD``, ``MAX_ABS_ERR_THRESHOLD``,
+``COS_MAX_THRESHOLD``, ``MAX_ABS_ERR_MAX_THRESHOLD``)."""
+
+
+def msprobe_accuracy_reached(
+    cos: float,
+    max_abs_err: float,
+    *,
+    cosine: float = 0.99,
+    max_abs_err_threshold: float = 1e-3,
+    cosine_min: float = 0.9,
+    max_abs_err_max: float = 1.0,
+) -> bool:
+    """msprobe's "Accuracy Reached or Not" (``check_accuracy``), the one
+    implementation of the rule (numlab.compare's ``Thresholds`` calls it).
+
+    False when ``cos < cosine and max_abs_err > max_abs_err_threshold`` or
+    ``cos < cosine_min or max_abs_err > max_abs_err_max``; a NaN or infinite
+    input (msprobe's "N/A"; neither value can be a finite comparison then) is
+    False; else True.  Defaults: :data:`MSPROBE_THRESHOLDS`."""
+    if not (math.isfinite(cos) and math.isfinite(max_abs_err)):
         return False
-    if cos < 0.99 and max_abs_err > 0.001:
+    if cos < cosine and max_abs_err > max_abs_err_threshold:
         return False
-    if cos < 0.9 or max_abs_err > 1:
+    if cos < cosine_min or max_abs_err > max_abs_err_max:
         return False
     return True
 
@@ -499,8 +557,7 @@ def msit_relative_error(ref, x) -> tuple[float, float]:
     r, y = _pair(ref, x)
     if r.size == 0:
         return math.nan, math.nan
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        e = np.where(np.abs(r) > _EPS64, np.abs(y / np.where(r == 0, 1.0, r) - 1.0), 0.0)
+    e = _msit_rel(r, y, _msit_mask(r))
     return float(np.max(e)), float(np.mean(e))
 
 
@@ -512,8 +569,305 @@ def msit_absolute_error(ref, x) -> tuple[float, float]:
     if r.size == 0:
         return math.nan, math.nan
     with np.errstate(invalid="ignore", over="ignore"):
-        e = np.where(np.abs(r) > _EPS64, np.abs(y - r), 0.0)
+        e = _msit_abs(np.abs(y - r), _msit_mask(r))
     return float(np.max(e)), float(np.mean(e))
+
+
+# --------------------------------------------------------------------------
+# all msit/msprobe columns in one streaming pass
+# --------------------------------------------------------------------------
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """Dot product by numpy's own (single-threaded, deterministic) loop, not
+    a multithreaded BLAS whose summation order depends on the thread count."""
+    return float(np.einsum("i,i->", a, b))
+
+
+def _safe(c: float) -> bool:
+    """Whether sums of squares of values up to ``c`` in magnitude can be
+    formed unscaled in float64 (no overflow, no underflow)."""
+    return 1e-100 < c < 1e100
+
+
+class CompareAccumulator:
+    """The msit/msprobe/ULP columns of two tensors, fed in chunks.
+
+    Feed equal-length 1-d chunks of the flattened golden (``g``) and mine
+    (``m``) arrays with :meth:`update` (any numeric dtype; widened exactly to
+    float64), then :meth:`finish` returns the columns.  This is what
+    :func:`numlab.compare.compare_arrays` streams memory-mapped dumps
+    through (O(chunk) memory); :func:`compare_columns` is the one-shot form.
+
+    * Elementwise columns use this module's formulas (``_msit_rel``,
+      ``_msit_abs``, ``_msprobe_rel``, the ulp of :func:`ref_ulp`): max and
+      counts do not depend on the chunking; a mean is a sum of per-chunk
+      sums (so it can differ in the last bits between chunkings).  With one
+      chunk every elementwise column equals the one-shot function
+      (:func:`msit_relative_error`, :func:`msit_absolute_error`,
+      :func:`msprobe_relative_error`, :func:`error_ratio`, :func:`ulp_error`)
+      bit for bit (tested).
+    * Aggregates (cosine, Euclidean distances, KL over the flattened tensor)
+      are accumulated in float64 with running scales (LAPACK ``dnrm2``
+      style, no overflow or underflow) and an online log-sum-exp; they agree
+      with :func:`cosine_similarity`, :func:`euclidean`,
+      :func:`relative_euclidean` and :func:`kl_divergence` (of the flattened
+      tensors, ``nonfinite="zero_matching"``) to rounding.
+    * NaN/inf follow msprobe's ``handle_inf_nan``: pairs with the same class
+      at the same position are set to 0 on both sides (counted); any other
+      non-finite pair is a mismatch and makes every error column NaN.
+
+    Parameters
+    ----------
+    fmt : Format or str
+        Format of the ULP columns (``|m - g| / ulp_fmt(g)``).
+    """
+
+    def __init__(self, fmt: Format | str = "fp32"):
+        self.fmt = get_format(fmt)
+        self.n = 0
+        self.bits_equal = 0
+        self.g_nan = self.g_inf = self.m_nan = self.m_inf = 0
+        self.mismatch = 0
+        self.matched_nonfinite = 0
+        self.g_max = self.m_max = -np.inf
+        self.g_min = self.m_min = np.inf
+        self.g_sum = self.m_sum = 0.0
+        self.dot = 0.0  # sum of (g/scale_g)(m/scale_m)
+        self.scale = {"g": 0.0, "m": 0.0, "d": 0.0}
+        self.ssq = {"g": 0.0, "m": 0.0, "d": 0.0}
+        self.maxabs = 0.0  # msprobe, unmasked
+        self.msit_maxrel = self.msit_sumrel = 0.0
+        self.msit_maxabs = self.msit_sumabs = 0.0
+        self.mp_maxrel = 0.0
+        self.cnt_1e3 = self.cnt_5e3 = 0
+        self.max_ulp = self.sum_ulp = 0.0
+        # online log-sum-exp for KL(softmax(g) || softmax(m))
+        self.Mg = self.Mm = -np.inf
+        self.Zg = self.Sg = self.Dg = self.Zm = 0.0
+        # sum of exp(g - Mg) * ((g - Mg) - (m - Mm)): KL's first term relative to
+        # the running maxima, for when the two softmaxes are far apart
+        self.T = 0.0
+
+    def update(self, g, m) -> CompareAccumulator:
+        """Add one chunk (1-d arrays of equal length); returns ``self``."""
+        g, m = np.asarray(g), np.asarray(m)
+        if g.shape != m.shape or g.ndim != 1:
+            raise ValueError(f"chunks must be 1-d of equal length, got {g.shape} and {m.shape}")
+        if g.size == 0:
+            return self
+        for side, a in (("golden", g), ("mine", m)):
+            if a.dtype.kind not in "biuf" and a.dtype not in _EXTRA_FLOATS:
+                raise TypeError(f"{side} chunk has dtype {a.dtype}; valid: floats, fp8, "
+                                "integers, bool")
+        g = g.view(np.uint8) if g.dtype.kind == "b" else g
+        m = m.view(np.uint8) if m.dtype.kind == "b" else m
+        self.n += g.size
+        self.bits_equal += int(np.count_nonzero(bitwise_equal(g, m)))
+        # plain widening (integers beyond 2**53 round, as msprobe's float64 does)
+        self._update(g.astype(np.float64), m.astype(np.float64))
+        return self
+
+    def _update(self, g: np.ndarray, m: np.ndarray) -> None:
+        """One chunk in float64: value statistics, NaN/inf classes, the
+        elementwise columns, then the aggregates (``_aggregates``)."""
+        with np.errstate(invalid="ignore", over="ignore"):  # inf + -inf: NaN, as IEEE says
+            sum_g, sum_m = float(np.sum(g)), float(np.sum(m))
+        if math.isfinite(sum_g) and math.isfinite(sum_m):
+            nonfin = None  # a finite sum means no NaN/inf in the chunk
+        else:
+            gn, mn = np.isnan(g), np.isnan(m)
+            gi, mi = np.isinf(g), np.isinf(m)
+            self.g_nan += int(np.count_nonzero(gn))
+            self.m_nan += int(np.count_nonzero(mn))
+            self.g_inf += int(np.count_nonzero(gi))
+            self.m_inf += int(np.count_nonzero(mi))
+            nonfin = gn | mn | gi | mi
+        # value statistics of each side, IEEE (a NaN makes max/min/mean NaN; finish())
+        gmax, gmin = float(np.max(g)), float(np.min(g))
+        mmax, mmin = float(np.max(m)), float(np.min(m))
+        self.g_max, self.g_min = max(self.g_max, gmax), min(self.g_min, gmin)
+        self.m_max, self.m_min = max(self.m_max, mmax), min(self.m_min, mmin)
+        self.g_sum += sum_g
+        self.m_sum += sum_m
+        if nonfin is not None and nonfin.any():
+            bad = (gn != mn) | (gi != mi) | (gi & mi & (g != m))
+            nbad = int(np.count_nonzero(bad))
+            self.mismatch += nbad
+            self.matched_nonfinite += int(np.count_nonzero(nonfin)) - nbad
+            g = np.where(nonfin, 0.0, g)
+            m = np.where(nonfin, 0.0, m)
+            gmax, gmin = float(np.max(g)), float(np.min(g))
+            mmax, mmin = float(np.max(m)), float(np.min(m))
+        # elementwise columns: this module's formulas
+        d = m - g
+        ad = np.abs(d)
+        ag = np.abs(g)
+        dmax = float(ad.max())
+        self.maxabs = max(self.maxabs, dmax)
+        mask = _msit_mask(g)
+        q = _msit_rel(g, m, mask)
+        self.msit_maxrel = max(self.msit_maxrel, float(q.max()))
+        self.msit_sumrel += float(q.sum())
+        q = _msit_abs(ad, mask)
+        self.msit_maxabs = max(self.msit_maxabs, float(q.max()))
+        self.msit_sumabs += float(q.sum())
+        q = _msprobe_rel(g, m, ad, ag)
+        self.mp_maxrel = max(self.mp_maxrel, float(q.max()))
+        self.cnt_1e3 += int(np.count_nonzero(q < 0.001))
+        self.cnt_5e3 += int(np.count_nonzero(q < 0.005))
+        with np.errstate(over="ignore"):  # inf when the error dwarfs a subnormal ulp
+            q = ad / ref_ulp(ag, self.fmt)
+        self.max_ulp = max(self.max_ulp, float(q.max()))
+        self.sum_ulp += float(q.sum())
+        del q, ag, ad, mask
+        self._aggregates(g, m, d, max(gmax, -gmin), max(mmax, -mmin), dmax)
+
+    def _aggregates(self, g, m, d, cg: float, cm: float, dmax: float) -> None:
+        """Sums of squares, the dot product and the KL sums of one chunk
+        (``cg``, ``cm``, ``dmax``: the chunk's max |g|, |m|, |m - g|)."""
+        self._ssq("g", g, cg)
+        self._ssq("m", m, cm)
+        self._ssq("d", d, dmax)
+        sg, sm = self.scale["g"], self.scale["m"]
+        if sg > 0 and sm > 0:
+            if _safe(cg) and _safe(cm):
+                self.dot += _dot(g, m) / sg / sm
+            else:
+                self.dot += _dot(g / sg, m / sm)
+        # KL(softmax(g) || softmax(m)) over the flattened tensor, online
+        # log-sum-exp; with delta = m - g and p = softmax(g):
+        #   KL = log E_p[exp(delta)] - E_p[delta] = log1p(E_p[expm1(delta)]) - E_p[delta]
+        # (no cancellation between two log-sum-exps of nearly equal size)
+        gmax = float(np.max(g))
+        if gmax > self.Mg:
+            f = math.exp(self.Mg - gmax)
+            if self.Zg > 0:  # (g - Mg_new) = (g - Mg_old) + (Mg_old - Mg_new)
+                self.T = f * (self.T + (self.Mg - gmax) * self.Zg)
+            self.Zg *= f
+            self.Sg *= f
+            self.Dg *= f
+            self.Mg = gmax
+        # log-sum-exp of m too, for when E_p[exp(delta)] under- or overflows
+        mmax = float(np.max(m))
+        if mmax > self.Mm:
+            if self.Zg > 0:  # -(m - Mm_new) = -(m - Mm_old) + (Mm_new - Mm_old)
+                self.T += (mmax - self.Mm) * self.Zg
+            self.Zm *= math.exp(self.Mm - mmax)
+            self.Mm = mmax
+        eg = np.exp(g - self.Mg)
+        self.Zg += float(eg.sum())
+        self.Sg += _dot(eg, d)
+        self.T += _dot(eg, (g - self.Mg) - (m - self.Mm))
+        with np.errstate(over="ignore", invalid="ignore"):
+            self.Dg += _dot(eg, np.expm1(d))
+        self.Zm += float(np.exp(m - self.Mm).sum())
+
+    def _ssq(self, key: str, v: np.ndarray, cmax: float) -> None:
+        """Update the scaled sum of squares ``sum (v/scale)^2`` of ``key``
+        (``cmax`` = max |v| of the chunk); rescales the running dot product
+        when the g or m scale grows."""
+        old = self.scale[key]
+        acc = self.ssq[key]
+        if cmax > old:
+            if old > 0:
+                f = old / cmax
+                acc *= f * f
+                if key in ("g", "m"):
+                    self.dot *= f
+            self.scale[key] = old = cmax
+        if old > 0 and cmax > 0:
+            if _safe(cmax):
+                acc += _dot(v, v) / old / old
+            else:
+                w = v / old
+                acc += _dot(w, w)
+        self.ssq[key] = acc
+
+    def _norm(self, key: str) -> float:
+        return self.scale[key] * math.sqrt(self.ssq[key])
+
+    def _cosine(self, notes: list[str]) -> float:
+        gnorm, mnorm = self._norm("g"), self._norm("m")
+        if gnorm <= _EPS64 and mnorm <= _EPS64:
+            return 1.0
+        if mnorm <= _EPS64:
+            notes.append("Cannot compare by Cosine Similarity, all the data is zero in my dump data.")
+            return math.nan
+        if gnorm <= _EPS64:
+            notes.append("Cannot compare by Cosine Similarity, all the data is zero in golden dump data.")
+            return math.nan
+        return min(1.0, max(-1.0, self.dot / (math.sqrt(self.ssq["g"]) * math.sqrt(self.ssq["m"]))))
+
+    def _kl(self) -> float:
+        ratio = self.Dg / self.Zg if math.isfinite(self.Dg) else math.inf
+        if math.isfinite(ratio) and ratio > -0.5:
+            kl = math.log1p(ratio) - self.Sg / self.Zg
+        else:  # softmaxes far apart: KL = E_p[log p - log q] with both log-softmaxes
+            # taken relative to their own maxima (no terms of the size of max|g|)
+            kl = self.T / self.Zg + (math.log(self.Zm) - math.log(self.Zg))
+        return max(kl, 0.0)
+
+    def finish(self) -> tuple[dict, list[str]]:
+        """``(columns, notes)``: the columns by their report names (msit's,
+        msprobe's, ``max_ulp_error``/``mean_ulp_error``, value statistics,
+        NaN/inf counts, ``bitwise_equal_ratio``) and the notes explaining
+        NaN columns or zeroed NaN/inf.  Raises ValueError when nothing was fed."""
+        n = self.n
+        if n == 0:
+            raise ValueError("CompareAccumulator.finish: no elements were fed (empty data)")
+        gnan, mnan = bool(self.g_nan), bool(self.m_nan)
+        notes: list[str] = []
+        row = {
+            "golden_max_value": np.nan if gnan else self.g_max,
+            "golden_min_value": np.nan if gnan else self.g_min,
+            "golden_mean_value": np.nan if gnan else self.g_sum / n,
+            "my_max_value": np.nan if mnan else self.m_max,
+            "my_min_value": np.nan if mnan else self.m_min,
+            "my_mean_value": np.nan if mnan else self.m_sum / n,
+            "golden_nan": self.g_nan, "golden_inf": self.g_inf,
+            "my_nan": self.m_nan, "my_inf": self.m_inf,
+            "nonfinite_mismatch": self.mismatch,
+            "bitwise_equal_ratio": self.bits_equal / n,
+        }
+        gnorm, dnorm = self._norm("g"), self._norm("d")
+        cols = {
+            "cosine_similarity": self._cosine(notes),
+            "max_relative_error": self.msit_maxrel,
+            "mean_relative_error": self.msit_sumrel / n,
+            "max_absolute_error": self.msit_maxabs,
+            "mean_absolute_error": self.msit_sumabs / n,
+            "kl_divergence": self._kl(),
+            "relative_euclidean_distance": 0.0 if gnorm <= _EPS64 else dnorm / gnorm,
+            "EucDist": dnorm,
+            "MaxAbsErr": self.maxabs,
+            "MaxRelativeErr": self.mp_maxrel,
+            "One Thousandth Err Ratio": self.cnt_1e3 / n,
+            "Five Thousandths Err Ratio": self.cnt_5e3 / n,
+            "max_ulp_error": self.max_ulp,
+            "mean_ulp_error": self.sum_ulp / n,
+        }
+        if self.mismatch:
+            cols = dict.fromkeys(cols, np.nan)
+            notes.append(
+                f"The position of inf or nan in golden and my data do not match "
+                f"({self.mismatch} of {n} elements; golden nan={self.g_nan} inf={self.g_inf}, "
+                f"mine nan={self.m_nan} inf={self.m_inf})."
+            )
+        elif self.matched_nonfinite:
+            notes.append(
+                f"{self.matched_nonfinite} nan/inf at the same positions on both sides were set to 0 "
+                "before comparing (msprobe handle_inf_nan)."
+            )
+        row.update(cols)
+        return row, notes
+
+
+def compare_columns(golden, mine, fmt: Format | str = "fp32") -> tuple[dict, list[str]]:
+    """All columns of :class:`CompareAccumulator` for two whole arrays (one
+    chunk; shapes must be equal, flattened in C order)."""
+    g, m = np.asarray(golden), np.asarray(mine)
+    if g.shape != m.shape:
+        raise ValueError(f"golden and mine must have the same shape, got {g.shape} and {m.shape}")
+    return CompareAccumulator(fmt).update(g.reshape(-1), m.reshape(-1)).finish()
 
 
 # --------------------------------------------------------------------------

@@ -19,6 +19,10 @@ Each operator has an :class:`OpInfo` in :data:`CATALOGUE` with
   float64 sum / float64 BLAS).  Data-movement refs never change a value and
   keep their input's dtype, so an executor may call them on storage-format
   arrays directly;
+* ``kernel(ctx, *arrays, **attrs)`` -- the operator's function in the engine
+  (:mod:`numlab.kernels.engine`): how a kernel computes it under a
+  ``KernelSpec`` (``ctx`` is an ``engine.Ctx``).  The executor computes a
+  node only through it.  Data movement: ``engine.data_movement(ref)``;
 * for composites, ``decompose(*tensors, **attrs)``: the primitive subgraph a
   compiler fuses instead, written with the functions of this module (see
   :func:`numlab.graph.decompose`).
@@ -44,6 +48,7 @@ from typing import Callable
 import numpy as np
 
 from .formats import get_format
+from .kernels import engine as E
 from .rounding import round_to
 
 __all__ = [
@@ -96,6 +101,7 @@ class OpInfo:
     decompose: Callable | None = field(default=None, repr=False)
     accumulator: str = "none"
     doc: str = ""
+    kernel: Callable | None = field(default=None, repr=False)
 
     def ref(self, *arrays, **attrs):
         """float64 reference (data movement: dtype-preserving).  Meta
@@ -145,9 +151,12 @@ class OpInfo:
 CATALOGUE: dict[str, OpInfo] = {}
 
 
-def _register(name, category, arity, attrs, infer, ref, *, decompose=None, accumulator="none", doc=""):
+def _register(name, category, arity, attrs, infer, ref, *, kernel, decompose=None, accumulator="none", doc=""):
     assert category in CATEGORIES
-    CATALOGUE[name] = OpInfo(name, category, arity, dict(attrs), infer, ref, decompose, accumulator, doc)
+    if kernel is None or not callable(kernel):
+        raise TypeError(f"op {name!r}: kernel must be the engine function that computes it")
+    CATALOGUE[name] = OpInfo(name, category, arity, dict(attrs), infer, ref, decompose, accumulator, doc,
+                             kernel=kernel)
 
 
 def get_op(name: str) -> OpInfo:
@@ -353,37 +362,38 @@ def _infer_bcast(shapes, attrs):
     return attrs, broadcast_shapes(*shapes)
 
 
-def _unary(name, fn, doc):
-    _register(name, "elementwise", (1, 1), {}, _infer_same, lambda x: fn(_f64(x)), doc=doc)
+def _unary(name, fn, kernel, doc):
+    _register(name, "elementwise", (1, 1), {}, _infer_same, lambda x: fn(_f64(x)), kernel=kernel, doc=doc)
 
 
-_unary("neg", np.negative, "-x")
-_unary("abs", np.abs, "|x|")
-_unary("exp", np.exp, "e**x")
-_unary("log", np.log, "natural log (log 0 = -inf, log x<0 = NaN)")
-_unary("sqrt", np.sqrt, "square root (sqrt x<0 = NaN)")
-_unary("rsqrt", lambda x: 1.0 / np.sqrt(x), "1/sqrt(x) (float64: two roundings)")
-_unary("reciprocal", lambda x: 1.0 / x, "1/x")
-_unary("tanh", np.tanh, "tanh x")
-_unary("sigmoid", _sigmoid, "1/(1+e**-x), evaluated without overflow")
-_unary("erf", erf_ref, "error function (vectorised series/continued fraction, rel err < 1e-13)")
-_unary("silu", lambda x: x * _sigmoid(x), "x * sigmoid(x); silu(-inf) = NaN (-inf * 0, as torch)")
-_unary("relu", lambda x: np.where(x < 0, 0.0, x), "0 where x < 0, else x (NaN and -0.0 pass through, as torch.relu)")
+_unary("neg", np.negative, E.neg, "-x")
+_unary("abs", np.abs, E.abs_, "|x|")
+_unary("exp", np.exp, E.exp, "e**x")
+_unary("log", np.log, E.log, "natural log (log 0 = -inf, log x<0 = NaN)")
+_unary("sqrt", np.sqrt, E.sqrt, "square root (sqrt x<0 = NaN)")
+_unary("rsqrt", lambda x: 1.0 / np.sqrt(x), E.rsqrt, "1/sqrt(x) (float64: two roundings)")
+_unary("reciprocal", lambda x: 1.0 / x, E.reciprocal, "1/x")
+_unary("tanh", np.tanh, E.tanh, "tanh x")
+_unary("sigmoid", _sigmoid, E.sigmoid, "1/(1+e**-x), evaluated without overflow")
+_unary("erf", erf_ref, E.erf, "error function (vectorised series/continued fraction, rel err < 1e-13)")
+_unary("silu", lambda x: x * _sigmoid(x), E.silu, "x * sigmoid(x); silu(-inf) = NaN (-inf * 0, as torch)")
+_unary("relu", lambda x: np.where(x < 0, 0.0, x), E.relu,
+       "0 where x < 0, else x (NaN and -0.0 pass through, as torch.relu)")
 
-_GELU_FORMS = ("none", "tanh")
+#: values of gelu's ``approximate`` (torch's vocabulary)
+GELU_APPROXIMATE = E.GELU_APPROXIMATE
 
 
 def _infer_gelu(shapes, attrs):
-    if attrs["approximate"] == "erf":
-        attrs["approximate"] = "none"
-    if attrs["approximate"] not in _GELU_FORMS:
-        raise ValueError(f"approximate={attrs['approximate']!r} is not valid; choose one of {_GELU_FORMS}")
+    if attrs["approximate"] not in GELU_APPROXIMATE:
+        raise ValueError(f"approximate={attrs['approximate']!r} is not valid; valid choices: "
+                         f"{list(GELU_APPROXIMATE)}")
     return attrs, shapes[0]
 
 
 _register(
     "gelu", "elementwise", (1, 1), {"approximate": "none"}, _infer_gelu,
-    lambda x, approximate: _gelu(_f64(x), approximate),
+    lambda x, approximate: _gelu(_f64(x), approximate), kernel=E.gelu,
     doc="GELU: approximate='none' 0.5x(1+erf(x/sqrt2)); 'tanh' 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))); "
         "gelu(-inf) = NaN (-inf * 0, as torch)",
 )
@@ -400,20 +410,20 @@ def _infer_cast(shapes, attrs):
 
 _register(
     "cast", "elementwise", (1, 1), {"to": REQUIRED}, _infer_cast,
-    lambda x, to: _f64(round_to(_f64(x), to)),
+    lambda x, to: _f64(round_to(_f64(x), to)), kernel=E.cast,
     doc="round to format `to` (round-to-nearest-even); the reference keeps the rounding",
 )
 
-for _name, _fn, _doc in (
-    ("add", np.add, "a + b"),
-    ("sub", np.subtract, "a - b"),
-    ("mul", np.multiply, "a * b"),
-    ("div", np.divide, "a / b"),
-    ("maximum", np.maximum, "IEEE 754-2019 maximum (NaN propagates)"),
-    ("minimum", np.minimum, "IEEE 754-2019 minimum (NaN propagates)"),
+for _name, _fn, _kernel, _doc in (
+    ("add", np.add, E.add, "a + b"),
+    ("sub", np.subtract, E.sub, "a - b"),
+    ("mul", np.multiply, E.mul, "a * b"),
+    ("div", np.divide, E.div, "a / b"),
+    ("maximum", np.maximum, E.maximum, "IEEE 754-2019 maximum (NaN propagates)"),
+    ("minimum", np.minimum, E.minimum, "IEEE 754-2019 minimum (NaN propagates)"),
 ):
     _register(_name, "elementwise", (2, 2), {}, _infer_bcast,
-              (lambda f: lambda a, b: f(_f64(a), _f64(b)))(_fn), doc=_doc)
+              (lambda f: lambda a, b: f(_f64(a), _f64(b)))(_fn), kernel=_kernel, doc=_doc)
 
 
 def _infer_scalar(shapes, attrs):
@@ -432,11 +442,11 @@ SCALAR_OPS = {
 }
 for _name, (_fn, _doc) in SCALAR_OPS.items():
     _register(_name, "elementwise", (1, 1), {"scalar": REQUIRED}, _infer_scalar,
-              (lambda f: lambda x, scalar: f(_f64(x), scalar))(_fn),
+              (lambda f: lambda x, scalar: f(_f64(x), scalar))(_fn), kernel=getattr(E, _name),
               doc=f"{_doc} with a Python-float scalar s (attr 'scalar', kept exactly)")
 
 _register("where", "elementwise", (3, 3), {}, _infer_bcast,
-          lambda c, a, b: np.where(np.asarray(c) != 0, _f64(a), _f64(b)),
+          lambda c, a, b: np.where(np.asarray(c) != 0, _f64(a), _f64(b)), kernel=E.where,
           doc="where(cond, a, b): a where cond != 0 else b (broadcast)")
 
 
@@ -466,12 +476,12 @@ def _var_ref(x, axis, keepdims, correction):
 
 
 _register("sum", "reduction", (1, 1), {"axis": None, "keepdims": False}, _infer_reduce,
-          lambda x, axis, keepdims: np.sum(_f64(x), axis=axis, keepdims=keepdims),
+          lambda x, axis, keepdims: np.sum(_f64(x), axis=axis, keepdims=keepdims), kernel=E.sum_,
           accumulator="float64", doc="sum over axis (numpy pairwise float64)")
 _register("mean", "reduction", (1, 1), {"axis": None, "keepdims": False}, _infer_reduce,
-          lambda x, axis, keepdims: np.mean(_f64(x), axis=axis, keepdims=keepdims),
+          lambda x, axis, keepdims: np.mean(_f64(x), axis=axis, keepdims=keepdims), kernel=E.mean,
           accumulator="float64", doc="sum / n (numpy pairwise float64)")
-for _name, _fn in (("max", np.max), ("min", np.min)):
+for _name, _fn, _kernel in (("max", np.max, E.max_), ("min", np.min, E.min_)):
     def _inf(shapes, attrs, _n=_name):
         (shape,) = shapes
         axes = _axes(attrs["axis"], len(shape))
@@ -480,9 +490,9 @@ for _name, _fn in (("max", np.max), ("min", np.min)):
         return _infer_reduce(shapes, attrs)
     _register(_name, "reduction", (1, 1), {"axis": None, "keepdims": False}, _inf,
               (lambda f: lambda x, axis, keepdims: f(_f64(x), axis=axis, keepdims=keepdims))(_fn),
-              accumulator="float64", doc=f"{_name} over axis (exact; NaN propagates)")
+              kernel=_kernel, accumulator="float64", doc=f"{_name} over axis (exact; NaN propagates)")
 _register("var", "reduction", (1, 1), {"axis": None, "keepdims": False, "correction": 0},
-          _infer_reduce, _var_ref, accumulator="float64",
+          _infer_reduce, _var_ref, kernel=E.var, accumulator="float64",
           doc="variance sum((x-mean)^2)/(n-correction), two-pass in float64")
 
 
@@ -631,21 +641,37 @@ def _gather_ref(x, idx=None, *, axis, indices=None):
     return np.take(x, idx, axis=axis)
 
 
-_register("reshape", "data_movement", (1, 1), {"shape": REQUIRED}, _infer_reshape,
-          lambda x, shape: np.reshape(np.asarray(x), shape), doc="reshape (one -1 allowed)")
-_register("transpose", "data_movement", (1, 1), {"perm": None}, _infer_transpose,
-          lambda x, perm: np.transpose(np.asarray(x), perm), doc="permute axes (default: reverse)")
-_register("slice", "data_movement", (1, 1), {"begin": None, "end": None, "step": None},
-          _infer_slice, _slice_ref, doc="basic slice x[b0:e0:s0, ...], positive steps")
-_register("concat", "data_movement", (1, None), {"axis": 0}, _infer_concat,
-          lambda *xs, axis: np.concatenate([np.asarray(x) for x in xs], axis=axis), doc="concatenate along axis")
-_register("split", "data_movement", (1, 1), {"axis": 0, "sizes": REQUIRED, "index": REQUIRED},
-          _infer_split, _split_ref,
-          doc="piece `index` of x cut along axis into pieces of `sizes` (one node per piece)")
-_register("broadcast_to", "data_movement", (1, 1), {"shape": REQUIRED}, _infer_broadcast,
-          lambda x, shape: np.broadcast_to(np.asarray(x), shape).copy(), doc="numpy broadcast_to")
-_register("gather", "data_movement", (1, 2), {"axis": 0, "indices": None}, _infer_gather,
-          _gather_ref, doc="np.take(x, indices, axis); indices an attribute or an integer-valued second input")
+def _move(name, arity, attrs, infer, ref, doc):
+    """Register a data-movement op: its kernel is its (dtype-preserving) reference."""
+    _register(name, "data_movement", arity, attrs, infer, ref, kernel=E.data_movement(ref), doc=doc)
+
+
+def _reshape_ref(x, shape):
+    return np.reshape(np.asarray(x), shape)
+
+
+def _transpose_ref(x, perm):
+    return np.transpose(np.asarray(x), perm)
+
+
+def _concat_ref(*xs, axis):
+    return np.concatenate([np.asarray(x) for x in xs], axis=axis)
+
+
+def _broadcast_ref(x, shape):
+    return np.broadcast_to(np.asarray(x), shape).copy()
+
+
+_move("reshape", (1, 1), {"shape": REQUIRED}, _infer_reshape, _reshape_ref, "reshape (one -1 allowed)")
+_move("transpose", (1, 1), {"perm": None}, _infer_transpose, _transpose_ref, "permute axes (default: reverse)")
+_move("slice", (1, 1), {"begin": None, "end": None, "step": None}, _infer_slice, _slice_ref,
+      "basic slice x[b0:e0:s0, ...], positive steps")
+_move("concat", (1, None), {"axis": 0}, _infer_concat, _concat_ref, "concatenate along axis")
+_move("split", (1, 1), {"axis": 0, "sizes": REQUIRED, "index": REQUIRED}, _infer_split, _split_ref,
+      "piece `index` of x cut along axis into pieces of `sizes` (one node per piece)")
+_move("broadcast_to", (1, 1), {"shape": REQUIRED}, _infer_broadcast, _broadcast_ref, "numpy broadcast_to")
+_move("gather", (1, 2), {"axis": 0, "indices": None}, _infer_gather, _gather_ref,
+      "np.take(x, indices, axis); indices an attribute or an integer-valued second input")
 
 
 # ---------------------------------------------------------------------------
@@ -669,7 +695,7 @@ def _infer_matmul(shapes, attrs):
 
 
 _register("matmul", "matmul", (2, 2), {}, _infer_matmul,
-          lambda a, b: np.matmul(_f64(a), _f64(b)), accumulator="float64",
+          lambda a, b: np.matmul(_f64(a), _f64(b)), kernel=E.matmul, accumulator="float64",
           doc="numpy matmul semantics (batch broadcasting), float64 BLAS")
 
 
@@ -769,16 +795,16 @@ def _rms_norm_dec(x, weight=None, *, axis, eps):
 
 
 _register("softmax", "composite", (1, 1), {"axis": -1}, _infer_softmax, _softmax_ref,
-          decompose=_softmax_dec, accumulator="float64",
+          kernel=E.softmax, decompose=_softmax_dec, accumulator="float64",
           doc="exp(x - max) / sum(exp(x - max)); decomposes to max, sub, exp, sum, div")
 _register("log_softmax", "composite", (1, 1), {"axis": -1}, _infer_softmax, _log_softmax_ref,
-          decompose=_log_softmax_dec, accumulator="float64",
+          kernel=E.log_softmax, decompose=_log_softmax_dec, accumulator="float64",
           doc="(x - max) - log(sum(exp(x - max))); decomposes to max, sub, exp, sum, log, sub")
 _register("layer_norm", "composite", (1, 3), {"axis": -1, "eps": 1e-5}, _infer_norm, _layer_norm_ref,
-          decompose=_layer_norm_dec, accumulator="float64",
+          kernel=E.layer_norm, decompose=_layer_norm_dec, accumulator="float64",
           doc="(x - mean) / sqrt(var + eps) * gamma + beta (biased var, two-pass); inputs x[, gamma[, beta]]")
 _register("rms_norm", "composite", (1, 2), {"axis": -1, "eps": 1e-6}, _infer_norm, _rms_norm_ref,
-          decompose=_rms_norm_dec, accumulator="float64",
+          kernel=E.rms_norm, decompose=_rms_norm_dec, accumulator="float64",
           doc="x / sqrt(mean(x^2) + eps) * weight; inputs x[, weight]")
 
 
@@ -861,7 +887,7 @@ relu = _unary_fn("relu")
 
 
 def gelu(x, approximate: str = "none"):
-    """GELU, ``approximate`` in {"none" (erf form; "erf" is an alias), "tanh"}."""
+    """GELU, ``approximate`` in {"none" (erf form), "tanh"} (torch's vocabulary)."""
     return _apply("gelu", [x], {"approximate": approximate})
 
 

@@ -2,9 +2,9 @@
 
 ``add, sub, mul, div, sqrt, fma, sum3, dot`` return the exact mathematical
 result of their (float32/float64) arguments rounded *once* into ``fmt`` with
-any mode of :data:`numlab.rounding.MODES`::
+any rounding mode of :data:`numlab.rounding.ROUNDINGS`::
 
-    nl.primitives.fma(a, b, c, fmt="fp16", mode="rne")
+    nl.primitives.fma(a, b, c, fmt="fp16", rounding="rne")
 
 The rule
 --------
@@ -46,7 +46,7 @@ inputs raise ``ValueError``.
 
 IEEE 754 special cases follow fp64 arithmetic: NaN and inf propagate, x/0 is
 ±inf, sqrt of a negative number is NaN, and an exact zero sum has sign +0
-except in mode ``"down"`` (-0) unless every term is -0 (section 6.3).
+except in rounding mode ``"down"`` (-0) unless every term is -0 (section 6.3).
 Stochastic rounding rounds the round-to-odd value, whose distance to the
 exact value is below 2**-52 relative, so P(round up) is exact to ~1e-15.
 """
@@ -56,7 +56,7 @@ from __future__ import annotations
 import numpy as np
 
 from .formats import Format, get_format
-from .rounding import _as_float_array, check_mode, round_to
+from .rounding import _as_float_array, check_rounding, resolve_rounding, round_to
 
 __all__ = ["add", "sub", "mul", "div", "sqrt", "fma", "sum3", "dot", "FMA_FP16_COUNTEREXAMPLE"]
 
@@ -155,14 +155,14 @@ def _rto_of_sum(terms) -> np.ndarray:
 # ---------------------------------------------------------------------------
 # argument handling
 # ---------------------------------------------------------------------------
-def _prep(args, names, fmt, mode):
+def _prep(args, names, fmt, rounding):
     fmt = get_format(fmt)
     if fmt.p > 51:
         raise ValueError(
             f"fmt={fmt.name!r} has p={fmt.p}; primitives round through fp64 round-to-odd and "
             "need p <= 51 (every numlab format except fp64)"
         )
-    check_mode(mode)
+    check_rounding(rounding)
     arrs, dts = [], []
     for name, v in zip(names, args, strict=True):
         try:
@@ -183,11 +183,11 @@ def _prep(args, names, fmt, mode):
     return fmt, arrs, out_dt, scalar
 
 
-def signed_exact_zero(val, terms, mode: str):
+def signed_exact_zero(val, terms, rounding: str):
     """Give the exact zeros of a sum the sign IEEE 754-2019 section 6.3 rules.
 
     Where ``val`` (the exact sum of ``terms``, or its round-to-odd image) is
-    zero: +0 in every mode but ``"down"`` (roundTowardNegative), where it is
+    zero: +0 in every rounding mode but ``"down"`` (roundTowardNegative), where it is
     -0; a sum of zeros of one sign keeps that sign (``x + x = x``).  Other
     entries pass through.
     """
@@ -196,28 +196,28 @@ def signed_exact_zero(val, terms, mode: str):
     for t in terms:
         all_neg &= (t == 0) & np.signbit(t)
         all_pos &= (t == 0) & ~np.signbit(t)
-    sign = -1.0 if mode == "down" else 1.0
+    sign = -1.0 if rounding == "down" else 1.0
     z = np.where(all_neg, -0.0, np.where(all_pos, 0.0, sign * 0.0))
     return np.where(val == 0, z, val)
 
 
-def _finish(rto, naive, fmt: Format, mode, rng, saturate, ftz, out_dt, scalar, zero_terms=None):
+def _finish(rto, naive, fmt: Format, rounding, rng, saturate, ftz, out_dt, scalar, zero_terms=None):
     """Round the round-to-odd values; take IEEE special results from fp64."""
     special = ~np.isfinite(naive)
     val = np.where(special, naive, rto)
     if zero_terms is not None:
-        val = np.where(special, val, signed_exact_zero(val, zero_terms, mode))
+        val = np.where(special, val, signed_exact_zero(val, zero_terms, rounding))
     with np.errstate(invalid="ignore"):
-        out = round_to(val, fmt, mode, rng=rng, saturate=saturate, ftz=ftz).astype(out_dt)
+        out = round_to(val, fmt, rounding, rng=rng, saturate=saturate, ftz=ftz).astype(out_dt)
     return out[()] if scalar else out
 
 
-def _binary(a, b, fmt, mode, rng, saturate, ftz, op):
-    fmt, (x, y), dt, scalar = _prep((a, b), ("a", "b"), fmt, mode)
+def _binary(a, b, fmt, rounding, rng, saturate, ftz, op):
+    fmt, (x, y), dt, scalar = _prep((a, b), ("a", "b"), fmt, rounding)
     x, y = np.broadcast_arrays(x, y)
     with np.errstate(all="ignore"):
         naive, rto, zt = op(x, y)
-    return _finish(rto, naive, fmt, mode, rng, saturate, ftz, dt, scalar, zt)
+    return _finish(rto, naive, fmt, rounding, rng, saturate, ftz, dt, scalar, zt)
 
 
 # ---------------------------------------------------------------------------
@@ -231,8 +231,8 @@ _DOC = """
         magnitude, or inf/NaN.
     fmt : Format or str
         Target format (p <= 51; default ``"fp16"``).
-    mode : {{"rne", "rtz", "up", "down", "odd", "stochastic"}}
-        Rounding mode of the single rounding into ``fmt``.
+    rounding : {{"rne", "rtz", "up", "down", "odd", "stochastic"}}
+        Rounding rounding of the single rounding into ``fmt``.
     rng, saturate, ftz
         As in :func:`numlab.round_to`.
 
@@ -244,31 +244,39 @@ _DOC = """
 """
 
 
-def add(a, b, fmt="fp16", mode="rne", *, rng=None, saturate=False, ftz=False):
+def add(a, b, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False, mode=None):
+    rounding = resolve_rounding(rounding, mode, "add")
+
     def op(x, y):
         s, e = _two_sum(x, y)
         return s, _odd_select(s, np.sign(e)), (x, y)
 
-    return _binary(a, b, fmt, mode, rng, saturate, ftz, op)
+    return _binary(a, b, fmt, rounding, rng, saturate, ftz, op)
 
 
-def sub(a, b, fmt="fp16", mode="rne", *, rng=None, saturate=False, ftz=False):
+def sub(a, b, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False, mode=None):
+    rounding = resolve_rounding(rounding, mode, "sub")
+
     def op(x, y):
         s, e = _two_sum(x, -y)
         return s, _odd_select(s, np.sign(e)), (x, -y)
 
-    return _binary(a, b, fmt, mode, rng, saturate, ftz, op)
+    return _binary(a, b, fmt, rounding, rng, saturate, ftz, op)
 
 
-def mul(a, b, fmt="fp16", mode="rne", *, rng=None, saturate=False, ftz=False):
+def mul(a, b, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False, mode=None):
+    rounding = resolve_rounding(rounding, mode, "mul")
+
     def op(x, y):
         p, e = _two_prod(x, y)
         return p, _odd_select(p, np.sign(e)), None
 
-    return _binary(a, b, fmt, mode, rng, saturate, ftz, op)
+    return _binary(a, b, fmt, rounding, rng, saturate, ftz, op)
 
 
-def div(a, b, fmt="fp16", mode="rne", *, rng=None, saturate=False, ftz=False):
+def div(a, b, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False, mode=None):
+    rounding = resolve_rounding(rounding, mode, "div")
+
     def op(x, y):
         q = x / y
         p, e = _two_prod(q, y)
@@ -276,45 +284,49 @@ def div(a, b, fmt="fp16", mode="rne", *, rng=None, saturate=False, ftz=False):
         s = _sign_of_sum([x, -p, -e]) * np.sign(y)
         return q, _odd_select(q, s), None
 
-    return _binary(a, b, fmt, mode, rng, saturate, ftz, op)
+    return _binary(a, b, fmt, rounding, rng, saturate, ftz, op)
 
 
-def sqrt(a, fmt="fp16", mode="rne", *, rng=None, saturate=False, ftz=False):
-    fmt, (x,), dt, scalar = _prep((a,), ("a",), fmt, mode)
+def sqrt(a, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False, mode=None):
+    rounding = resolve_rounding(rounding, mode, "sqrt")
+    fmt, (x,), dt, scalar = _prep((a,), ("a",), fmt, rounding)
     with np.errstate(all="ignore"):
         r = np.sqrt(x)
         p, e = _two_prod(r, r)
         s = _sign_of_sum([x, -p, -e])  # sign(sqrt(x) - r) = sign(x - r*r)
         rto = _odd_select(r, s)
-    return _finish(rto, r, fmt, mode, rng, saturate, ftz, dt, scalar)
+    return _finish(rto, r, fmt, rounding, rng, saturate, ftz, dt, scalar)
 
 
-def fma(a, b, c, fmt="fp16", mode="rne", *, rng=None, saturate=False, ftz=False):
-    fmt, (x, y, z), dt, scalar = _prep((a, b, c), ("a", "b", "c"), fmt, mode)
+def fma(a, b, c, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False, mode=None):
+    rounding = resolve_rounding(rounding, mode, "fma")
+    fmt, (x, y, z), dt, scalar = _prep((a, b, c), ("a", "b", "c"), fmt, rounding)
     x, y, z = np.broadcast_arrays(x, y, z)
     with np.errstate(all="ignore"):
         p, e = _two_prod(x, y)
         naive = p + z
         rto = _rto_of_sum([p, e, z])
-    return _finish(rto, naive, fmt, mode, rng, saturate, ftz, dt, scalar, (p, z))
+    return _finish(rto, naive, fmt, rounding, rng, saturate, ftz, dt, scalar, (p, z))
 
 
-def sum3(a, b, c, fmt="fp16", mode="rne", *, rng=None, saturate=False, ftz=False):
-    fmt, (x, y, z), dt, scalar = _prep((a, b, c), ("a", "b", "c"), fmt, mode)
+def sum3(a, b, c, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False, mode=None):
+    rounding = resolve_rounding(rounding, mode, "sum3")
+    fmt, (x, y, z), dt, scalar = _prep((a, b, c), ("a", "b", "c"), fmt, rounding)
     x, y, z = np.broadcast_arrays(x, y, z)
     with np.errstate(all="ignore"):
         naive = (x + y) + z
         rto = _rto_of_sum([x, y, z])
-    return _finish(rto, naive, fmt, mode, rng, saturate, ftz, dt, scalar, (x, y, z))
+    return _finish(rto, naive, fmt, rounding, rng, saturate, ftz, dt, scalar, (x, y, z))
 
 
-def dot(x, y, fmt="fp16", mode="rne", *, axis=-1, rng=None, saturate=False, ftz=False):
+def dot(x, y, fmt="fp16", rounding="rne", *, axis=-1, rng=None, saturate=False, ftz=False, mode=None):
     """Exactly rounded dot product of short vectors along ``axis``.
 
     Cost grows as the square of the vector length (a Grow-Expansion of 2n
     terms per dot), so this is meant for n up to a few dozen.
     """
-    fmt, (u, v), dt, _ = _prep((x, y), ("x", "y"), fmt, mode)
+    rounding = resolve_rounding(rounding, mode, "dot")
+    fmt, (u, v), dt, _ = _prep((x, y), ("x", "y"), fmt, rounding)
     u, v = np.broadcast_arrays(u, v)
     u = np.moveaxis(u, axis, -1)
     v = np.moveaxis(v, axis, -1)
@@ -326,7 +338,7 @@ def dot(x, y, fmt="fp16", mode="rne", *, axis=-1, rng=None, saturate=False, ftz=
         terms = [t for pe in prods for t in pe] or [np.zeros(u.shape[:-1])]
         rto = _rto_of_sum(terms)
     zt = [p for p, _ in prods] or None
-    return _finish(rto, naive, fmt, mode, rng, saturate, ftz, dt, scalar, zt)
+    return _finish(rto, naive, fmt, rounding, rng, saturate, ftz, dt, scalar, zt)
 
 
 for _f, _args, _rule, _how in (

@@ -1,6 +1,6 @@
 """Bit-exact rounding of float32/float64 values to any :class:`~numlab.formats.Format`.
 
-``round_to(x, fmt, mode)`` returns values of ``fmt`` held in the input's dtype
+``round_to(x, fmt, rounding)`` returns values of ``fmt`` held in the input's dtype
 (float32 or float64).  The rule it implements is IEEE 754-2019 section 4.3:
 the exact value of ``x`` is rounded, with unbounded exponent range, onto the
 grid of ``fmt`` (multiples of ``2**(max(e, emin) - p + 1)`` where
@@ -37,20 +37,24 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import warnings
 from fractions import Fraction
 
-import ml_dtypes
 import numpy as np
 
-from .formats import FP32, Format, get_format
+from .formats import BF16, FP16, FP32, NARROW_DTYPES, Format, get_format
 
-__all__ = ["MODES", "round_to", "check_mode"]
+__all__ = ["ROUNDINGS", "round_to", "check_rounding", "MODES", "check_mode"]
 
-MODES = ("rne", "rtz", "up", "down", "odd", "stochastic")
-"""Rounding modes: to nearest ties-to-even, toward zero, toward +inf, toward
--inf, to odd (Boldo & Melquiond 2008: truncate, then set the last bit when
+ROUNDINGS = ("rne", "rtz", "up", "down", "odd", "stochastic")
+"""Rounding modes (the argument is called ``rounding`` everywhere): to
+nearest ties-to-even, toward zero, toward +inf, toward -inf, to odd (Boldo & Melquiond 2008: truncate, then set the last bit when
 inexact), and stochastic (round away from zero with probability equal to the
 distance from the truncated value, in ulps)."""
+
+MODES = ROUNDINGS
+"""Deprecated alias of :data:`ROUNDINGS` (the old name; ``mode`` now means an
+execution mode, see docs/design.md "Naming")."""
 
 # Storage-dtype casts that are IEEE round-to-nearest-even *and* faster than
 # the bit path here (numpy 2.4 / ml_dtypes 0.6, 2-core machine, 10^7 values):
@@ -61,16 +65,38 @@ distance from the truncated value, in ulps)."""
 # used.  Both fast paths are tested bit for bit against the bit path and the
 # exact reference.
 _FAST_RNE = {
-    (np.dtype(np.float64), np.dtype(np.float16)),
-    (np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16)),
+    (np.dtype(np.float64), FP16.dtype),
+    (np.dtype(np.float32), BF16.dtype),
 }
 
 
-def check_mode(mode, name: str = "mode") -> str:
+def check_rounding(rounding, name: str = "rounding") -> str:
     """Validate a rounding-mode name, raising ValueError naming the argument
     ``name``, its value and the choices."""
-    if not isinstance(mode, str) or mode not in MODES:
-        raise ValueError(f"{name}={mode!r} is not a rounding mode; valid modes: {list(MODES)}")
+    if not isinstance(rounding, str) or rounding not in ROUNDINGS:
+        raise ValueError(
+            f"{name}={rounding!r} is not a rounding mode; valid modes: {list(ROUNDINGS)}"
+        )
+    return rounding
+
+
+check_mode = check_rounding
+"""Deprecated alias of :func:`check_rounding`."""
+
+
+def resolve_rounding(rounding: str, mode: str | None, where: str) -> str:
+    """The rounding mode of a call that may still use the deprecated keyword
+    ``mode=`` (renamed ``rounding=``): ``mode`` wins when given alone, with a
+    DeprecationWarning; both given is a TypeError."""
+    if mode is None:
+        return rounding
+    if rounding != "rne":
+        raise TypeError(f"{where}: give rounding= only (mode= is its deprecated old name), not both")
+    warnings.warn(
+        f"{where}: the keyword mode= is deprecated; use rounding={mode!r}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
     return mode
 
 
@@ -101,11 +127,7 @@ def _as_float_array(x) -> np.ndarray:
     dt = a.dtype
     if dt == np.float32 or dt == np.float64:
         return a
-    if dt == np.float16 or dt in (
-        np.dtype(ml_dtypes.bfloat16),
-        np.dtype(ml_dtypes.float8_e4m3fn),
-        np.dtype(ml_dtypes.float8_e5m2),
-    ):
+    if dt in NARROW_DTYPES:  # float16, bfloat16, fp8: exact in float32
         return a.astype(np.float32)
     if dt.kind == "c":
         raise TypeError(f"x must be real floating point, got complex dtype {dt}")
@@ -115,8 +137,17 @@ def _as_float_array(x) -> np.ndarray:
     )
 
 
-def round_to(x, fmt, mode: str = "rne", *, rng=None, saturate: bool = False, ftz: bool = False):
-    """Round ``x`` to the format ``fmt`` with rounding mode ``mode``.
+def round_to(
+    x,
+    fmt,
+    rounding: str = "rne",
+    *,
+    rng=None,
+    saturate: bool = False,
+    ftz: bool = False,
+    mode: str | None = None,
+):
+    """Round ``x`` to the format ``fmt`` with rounding mode ``rounding``.
 
     Parameters
     ----------
@@ -126,16 +157,18 @@ def round_to(x, fmt, mode: str = "rne", *, rng=None, saturate: bool = False, ftz
     fmt : Format or str
         Target format (``"fp16"``, ``"bf16"``, ``nl.FP8_E4M3``, a custom
         :class:`Format`, ...).
-    mode : {"rne", "rtz", "up", "down", "odd", "stochastic"}
-        Rounding mode (see :data:`MODES`).
+    rounding : {"rne", "rtz", "up", "down", "odd", "stochastic"}
+        Rounding mode (see :data:`ROUNDINGS`).
     rng : numpy.random.Generator, optional
-        Required for ``mode="stochastic"``; the same generator state gives the
+        Required for ``rounding="stochastic"``; the same generator state gives the
         same bits.
     saturate : bool
         Overflow (and ±inf input to a format without inf) gives ±max instead
         of ±inf (or NaN).
     ftz : bool
         Flush results below ``smallest_normal`` to a zero of the same sign.
+    mode : str, optional
+        Deprecated old name of ``rounding`` (DeprecationWarning).
 
     Returns
     -------
@@ -151,23 +184,24 @@ def round_to(x, fmt, mode: str = "rne", *, rng=None, saturate: bool = False, ftz
     rounds up past ``max``.  A format without infinities (fp8 e4m3fn)
     overflows to NaN, as ml_dtypes does.
     """
+    rounding = resolve_rounding(rounding, mode, "round_to")
     fmt = get_format(fmt)
-    check_mode(mode)
+    check_rounding(rounding, "rounding")
     if rng is not None and not isinstance(rng, np.random.Generator):
         raise TypeError(
             f"rng must be a numpy.random.Generator (np.random.default_rng(seed)), "
             f"got {type(rng).__name__}"
         )
-    if mode == "stochastic" and rng is None:
+    if rounding == "stochastic" and rng is None:
         raise ValueError(
-            "mode='stochastic' needs rng=np.random.default_rng(seed); none was given"
+            "rounding='stochastic' needs rng=np.random.default_rng(seed); none was given"
         )
     a = _as_float_array(x)
-    out = _round_array(a.reshape(1) if a.ndim == 0 else a, fmt, mode, rng, saturate, ftz)
+    out = _round_array(a.reshape(1) if a.ndim == 0 else a, fmt, rounding, rng, saturate, ftz)
     return out.reshape(())[()] if a.ndim == 0 else out
 
 
-def _round_array(a: np.ndarray, fmt: Format, mode: str, rng, saturate: bool, ftz: bool):
+def _round_array(a: np.ndarray, fmt: Format, rounding: str, rng, saturate: bool, ftz: bool):
     w = a.dtype
     # Identity: the format holds every value of the working dtype.
     if fmt.p >= 53 or (fmt is FP32 and w == np.float32):
@@ -178,7 +212,7 @@ def _round_array(a: np.ndarray, fmt: Format, mode: str, rng, saturate: bool, ftz
     if a.size == 0:
         return a.copy()
     if (
-        mode == "rne"
+        rounding == "rne"
         and not saturate
         and not ftz
         and fmt.dtype is not None
@@ -187,7 +221,7 @@ def _round_array(a: np.ndarray, fmt: Format, mode: str, rng, saturate: bool, ftz
         with np.errstate(over="ignore"):  # overflow to inf is the defined result
             return a.astype(fmt.dtype).astype(w)
     with np.errstate(over="ignore", invalid="ignore"):
-        return _round_bits(a, fmt, mode, rng, saturate, ftz)
+        return _round_bits(a, fmt, rounding, rng, saturate, ftz)
 
 
 # working dtype -> (unsigned view, signed view, stored significand bits)
@@ -230,7 +264,7 @@ def _bit_consts(fmt: Format, w: np.dtype):
     return U, I, nbits, k, low, keep, hi, lo, sn_bits
 
 
-def _round_bits(a: np.ndarray, fmt: Format, mode: str, rng, saturate: bool, ftz: bool):
+def _round_bits(a: np.ndarray, fmt: Format, rounding: str, rng, saturate: bool, ftz: bool):
     """Integer bit-manipulation rounding (vectorised; the fast path of every mode).
 
     Where ``2**emin <= |x| <= max`` the target's quantum is ``2**(m+1-p)``
@@ -264,30 +298,30 @@ def _round_bits(a: np.ndarray, fmt: Format, mode: str, rng, saturate: bool, ftz:
         span = U(2 * (hi - lo))
         if t.max() > span:
             m = t > span
-            m &= t != U((1 << nbits) - 2 * lo)  # +-0 is exact in every mode
+            m &= t != U((1 << nbits) - 2 * lo)  # +-0 is exact in every rounding
             idx = np.flatnonzero(m)
         del t
 
     # --- the bit path ---------------------------------------------------------
     if k == 0:
         out = b.copy()
-    elif mode == "rtz":
+    elif rounding == "rtz":
         out = np.bitwise_and(b, keep)
-    elif mode == "rne":
+    elif rounding == "rne":
         out = np.right_shift(b, U(k))
         out &= U(1)  # lowest kept bit: ties go to even
         out += U((1 << (k - 1)) - 1)
         out += b
         out &= keep
-    elif mode in ("up", "down"):
+    elif rounding in ("up", "down"):
         out = np.empty_like(b)
         np.right_shift(b.view(I), I(nbits - 1), out=out.view(I))  # all ones if negative
-        if mode == "up":
+        if rounding == "up":
             np.invert(out, out=out)  # round the magnitude up for positive x
         out &= low
         out += b
         out &= keep
-    elif mode == "odd":
+    elif rounding == "odd":
         out = np.bitwise_and(b, low)
         out += low  # bit k is set iff some low bit was set (inexact)
         out &= U(1 << k)
@@ -300,7 +334,7 @@ def _round_bits(a: np.ndarray, fmt: Format, mode: str, rng, saturate: bool, ftz:
         out &= keep
 
     if idx is not None and idx.size:
-        _fix_specials(out, b, flat, idx, fmt, mode, rng, saturate, ftz)
+        _fix_specials(out, b, flat, idx, fmt, rounding, rng, saturate, ftz)
     if ftz:
         t = np.left_shift(out, U(1))
         tiny = t < U(2 * sn_bits)
@@ -308,7 +342,7 @@ def _round_bits(a: np.ndarray, fmt: Format, mode: str, rng, saturate: bool, ftz:
     return out.view(w).reshape(a.shape)
 
 
-def _fix_specials(out, b, flat, idx, fmt: Format, mode, rng, saturate, ftz) -> None:
+def _fix_specials(out, b, flat, idx, fmt: Format, rounding, rng, saturate, ftz) -> None:
     """Results of the elements ``idx`` outside ``[2**emin, max]``, in place.
 
     Finite values above ``max`` are normal numbers, so the bit path's result
@@ -333,12 +367,12 @@ def _fix_specials(out, b, flat, idx, fmt: Format, mode, rng, saturate, ftz) -> N
     neg = (bi & sign) != 0
     over = big & ((r & absmask) > U(hi))
     if over.any():
-        if saturate or mode in ("rtz", "odd"):
+        if saturate or rounding in ("rtz", "odd"):
             to_inf = np.zeros_like(over)
-        elif mode in ("rne", "stochastic"):
+        elif rounding in ("rne", "stochastic"):
             to_inf = np.ones_like(over)
         else:  # up: +inf for positive, -max for negative; down: the mirror
-            to_inf = neg if mode == "down" else ~neg
+            to_inf = neg if rounding == "down" else ~neg
         top = U(infbits if fmt.inf else nanbits)
         np.copyto(r, np.where(to_inf, top, U(hi)) | (bi & sign), where=over)
     if nonfinite.any():
@@ -350,10 +384,10 @@ def _fix_specials(out, b, flat, idx, fmt: Format, mode, rng, saturate, ftz) -> N
     out[idx] = r
     if tiny.any():
         t = idx[tiny]
-        out[t] = _round_generic(flat[t], fmt, mode, rng, saturate, ftz).view(U)
+        out[t] = _round_generic(flat[t], fmt, rounding, rng, saturate, ftz).view(U)
 
 
-def _round_generic(a: np.ndarray, fmt: Format, mode: str, rng, saturate: bool, ftz: bool):
+def _round_generic(a: np.ndarray, fmt: Format, rounding: str, rng, saturate: bool, ftz: bool):
     """The scale-round-scale algorithm (see module docstring), vectorised.
 
     float32 input is widened to float64 (exact) so that the scaling can never
@@ -374,22 +408,22 @@ def _round_generic(a: np.ndarray, fmt: Format, mode: str, rng, saturate: bool, f
         qexp = np.where(e >= fmt.emin, e - (fmt.p - 1), fmt.emin)
     qexp = qexp.astype(np.int32)
     s = np.ldexp(absx, -qexp)  # exact unless it underflows (then s < 2**-1022)
-    if mode == "rne":
+    if rounding == "rne":
         r = np.rint(s)
     else:
         r = np.floor(s)
-        if mode == "stochastic":
+        if rounding == "stochastic":
             u = rng.random(size=s.shape)
             bump = u < (s - r)  # s - r is exact (Sterbenz, or r == 0)
-        elif mode != "rtz":
+        elif rounding != "rtz":
             inexact = np.ldexp(r, qexp) != absx  # robust even if s underflowed
-            if mode == "up":
+            if rounding == "up":
                 bump = inexact & ~np.signbit(x)
-            elif mode == "down":
+            elif rounding == "down":
                 bump = inexact & np.signbit(x)
             else:  # odd
                 bump = inexact & ((r.astype(np.int64) & 1) == 0)
-        if mode != "rtz":
+        if rounding != "rtz":
             r += bump
     out = np.ldexp(r, qexp)
     np.copysign(out, x, out=out)
@@ -399,11 +433,11 @@ def _round_generic(a: np.ndarray, fmt: Format, mode: str, rng, saturate: bool, f
     if over.any():
         big = np.inf if fmt.inf else np.nan
         neg = np.signbit(x)
-        if saturate or mode in ("rtz", "odd"):
+        if saturate or rounding in ("rtz", "odd"):
             mag = np.full(x.shape, fmt.max)
-        elif mode in ("rne", "stochastic"):
+        elif rounding in ("rne", "stochastic"):
             mag = np.full(x.shape, big)
-        elif mode == "up":  # +inf for positive, -max for negative
+        elif rounding == "up":  # +inf for positive, -max for negative
             mag = np.where(neg, fmt.max, big)
         else:  # down: -inf for negative, +max for positive
             mag = np.where(neg, big, fmt.max)

@@ -134,7 +134,7 @@ def test_bisect_nothing_to_do_and_bad_stage():
 
 
 # --------------------------------------------------------------------------
-# the precision workflow (seed 003)
+# the graph-mode precision workflow (docs/design.md, "Compare and bisect")
 # --------------------------------------------------------------------------
 def test_workflow_on_planted_problem(tmp_path, monkeypatch):
     g, x = _tb()

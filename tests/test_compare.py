@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import numlab
-from numlab import metrics
+from numlab import metrics, zoo
 from numlab.compare import (
     COLUMNS,
     MSIT_COLUMNS,
@@ -29,6 +29,7 @@ from numlab.compare import (
     compare_dumps,
     write_dump,
 )
+from numlab.compare.bisect import bisect_run, range_diverges
 from numlab.compare.dump import MANIFEST
 from numlab.formats import ulp
 
@@ -544,7 +545,7 @@ def test_run_result_objects_compare_in_memory():
 
 
 def test_real_executors_eager_vs_fused():
-    zoo = pytest.importorskip("numlab.zoo", reason="needs the zoo (issue 4)")
+    zoo = pytest.importorskip("numlab.zoo", reason="needs numlab.zoo")
     g = zoo.MODELS["transformer_block"]()
     x = zoo.make_inputs(g, seed=0)
     e = numlab.run(g, x, mode="eager", dtype="fp16")
@@ -725,3 +726,22 @@ def test_large_dump_compared_with_bounded_memory(tmp_path):
     # numpy allocations stay O(chunk); the resident set does not grow with the dump
     assert res["traced_peak"] < dump_bytes / 10
     assert (res["hwm_kib"] - res["base_kib"]) * 1024 < dump_bytes / 4
+
+
+# --------------------------------------------------------------------------
+# bisect: the storage format is storage= (dtype= its deprecated old name)
+# --------------------------------------------------------------------------
+def test_bisect_storage_keyword_and_deprecated_dtype():
+    g = zoo.MODELS["layernorm"]()
+    x = zoo.make_inputs(g, seed=0)
+    new = bisect_run(g, x, storage="fp16", stages=("fusion",), log=None)
+    with pytest.warns(DeprecationWarning, match="dtype= is deprecated; use storage="):
+        old = bisect_run(g, x, dtype="fp16", stages=("fusion",), log=None)
+    assert [t.line() for t in new.trials] == [t.line() for t in old.trials]
+    assert new.dtype == old.dtype == "fp16"
+    with pytest.raises(TypeError, match="not both"):
+        bisect_run(g, x, storage="fp16", dtype="fp16", log=None)
+    with pytest.raises(TypeError, match=r"storage= \(the storage format S, e.g. 'fp16'\) is required"):
+        bisect_run(g, x, log=None)
+    with pytest.raises(ValueError, match="storage='fp7' is not a known format"):
+        range_diverges(g, x, 0, 1, storage="fp7", fused_kw={})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import json
 import math
 import os
@@ -28,19 +29,19 @@ from numlab.execute import (
     MODES,
     SOURCE_FIELDS,
     SOURCES,
-    _count,
-    _count_stored,
-    _fma_f32,
-    _store,
-    _transpose2d,
-    _welford,
+    fingerprint,
     run,
 )
+from numlab.execute.values import count as _count
+from numlab.execute.values import count_stored as _count_stored
 from numlab.fusion import KINDS, FusionOptions
-from numlab.graph import Graph, Node, trace
+from numlab.graph import Graph, Node, evaluate, trace
 from numlab.kernels import KernelSpec, fma
+from numlab.kernels import engine as E
 from numlab.kernels import reduce as kreduce
 from numlab.kernels._common import Arith
+from numlab.kernels.engine import _fma_f32, _transpose2d, _welford
+from numlab.kernels.engine import store as _store
 
 H = KernelSpec.handwritten()
 C = KernelSpec.codegen()
@@ -177,8 +178,6 @@ def test_sequential_reduction_against_python_loop():
 
 
 def test_reference_equals_catalogue_evaluate_on_rounded_inputs():
-    from numlab.graph import evaluate
-
     for name in ("layernorm", "softmax", "transformer_block"):
         g = zoo.MODELS[name]()
         x = zoo.make_inputs(g, seed=1)
@@ -254,7 +253,7 @@ def test_data_movement_is_bitwise_identical_fused_or_not(g, seed, dt):
 # emulated casts == eager on pointwise chains with the same kernels
 # ---------------------------------------------------------------------------
 
-_UN = ["exp", "tanh", "sigmoid", "silu", "neg", "abs", "relu", "rsqrt_abs", "gelu", "gelu_erf",
+_UN = ["exp", "tanh", "sigmoid", "silu", "neg", "abs", "relu", "rsqrt_abs", "gelu", "gelu_none",
        "sqrt_abs", "reciprocal", "log_abs", "erf"]
 _BIN = ["add", "sub", "mul", "div", "maximum", "minimum"]
 _SC = ["add_scalar", "mul_scalar", "sub_scalar", "rsub_scalar", "div_scalar", "rdiv_scalar"]
@@ -273,7 +272,7 @@ def pointwise_chains(draw):
                     v = getattr(ops, u[:-4])(ops.abs_(a) + 0.5)
                 elif u == "gelu":
                     v = ops.gelu(a, "tanh")
-                elif u == "gelu_erf":
+                elif u == "gelu_none":
                     v = ops.gelu(a, "none")
                 else:
                     v = getattr(ops, u)(a) if u != "abs" else ops.abs_(a)
@@ -507,7 +506,7 @@ def test_bad_input_errors_name_the_argument():
         run(g, {k: v for k, v in x.items() if k != "beta"}, mode="eager", dtype="fp16")
     with pytest.raises(ValueError, match=r"unexpected inputs \['z'\]"):
         run(g, {**x, "z": x["x"]}, mode="eager", dtype="fp16")
-    with pytest.raises(ValueError, match=r"input 'gamma' has shape \(7,\); the graph expects \(8,\)"):
+    with pytest.raises(ValueError, match=r"input 'gamma' has shape \(7,\); graph 'layernorm' expects \(8,\)"):
         run(g, {**x, "gamma": np.ones(7)}, mode="eager", dtype="fp16")
     with pytest.raises(TypeError, match="input 'x' has dtype complex128"):
         run(g, {**x, "x": x["x"].astype(complex)}, mode="eager", dtype="fp16")
@@ -713,12 +712,67 @@ def test_relu_special_values():
         assert np.signbit(y[1:]).tolist() == [False, False, True, False, False]
 
 
-def test_every_catalogue_op_has_an_executor():
-    """A new op in numlab.ops must get an implementation here (else run() fails
-    on it with 'has no executor implementation')."""
-    from numlab.execute import _IMPL, _MOVES
-
-    missing = sorted(k for k in ops.CATALOGUE if k not in _IMPL and k not in _MOVES)
+def test_every_catalogue_op_has_an_engine_kernel():
+    """A new op in numlab.ops must name its kernel, a function (ctx, *inputs,
+    **attrs) computing it with the engine's Ctx (else run() cannot compute
+    it); data movement never goes through arithmetic."""
+    missing = sorted(k for k, v in ops.CATALOGUE.items() if not callable(v.kernel))
     assert missing == []
-    moves = {k for k, v in ops.CATALOGUE.items() if v.category == "data_movement"}
-    assert moves == set(_MOVES)  # data movement never goes through arithmetic
+    for name, info in ops.CATALOGUE.items():
+        params = list(inspect.signature(info.kernel).parameters)
+        assert params[0] == "ctx", name
+        if info.category == "data_movement":
+            assert info.kernel.__doc__.startswith("Data movement"), name
+        elif hasattr(E, name) or hasattr(E, name + "_"):  # the engine's function named after the op
+            assert info.kernel is getattr(E, name, None) or info.kernel is getattr(E, name + "_", None), name
+
+
+def test_fmt_is_the_storage_format_and_dtype_its_deprecated_name():
+    g = zoo.softmax(batch=2, n=8)
+    x = zoo.make_inputs(g)
+    a = run(g, x, mode="eager", fmt="bf16")
+    b = run(g, x, mode="eager", dtype="bf16")
+    assert all_same(a, b) and a.fingerprint == b.fingerprint and a.fmt == a.dtype
+    with pytest.raises(TypeError, match=r"fmt='bf16' and its deprecated name dtype='fp16'"):
+        run(g, x, mode="eager", fmt="bf16", dtype="fp16")
+    with pytest.raises(TypeError, match="needs the storage format"):
+        run(g, x, mode="eager")
+    with pytest.raises(ValueError, match=r"^fmt='fp12' is not a known format"):
+        run(g, x, mode="eager", fmt="fp12")
+    with pytest.raises(ValueError, match=r"^dtype='fp64' is not a storage format for mode 'eager'"):
+        run(g, x, mode="eager", dtype="fp64")
+
+
+def test_one_input_checker_for_run_and_evaluate():
+    """run() and Graph.evaluate check inputs with Graph.check_inputs: the same
+    messages, integer arrays only for gather indices."""
+    g = zoo.layernorm(batch=2, hidden=8)
+    x = zoo.make_inputs(g)
+    bad = {k: v for k, v in x.items() if k != "beta"}
+    msgs = []
+    for call in (lambda: run(g, bad, mode="eager", fmt="fp16"), lambda: evaluate(g, bad)):
+        with pytest.raises(ValueError) as e:
+            call()
+        msgs.append(str(e.value))
+    assert msgs[0] == msgs[1] == ("graph 'layernorm': missing inputs ['beta']; the graph's inputs are "
+                                  "['x', 'gamma', 'beta']")
+    with pytest.raises(TypeError, match="integer arrays are only for gather indices"):
+        evaluate(g, {**x, "x": np.ones((2, 8), dtype=np.int64)})
+    gi = trace(lambda x, i: ops.gather(x, i, axis=0), x=(4, 3), i=(2,))
+    xi = {"x": np.arange(12.0).reshape(4, 3), "i": np.array([3, 0])}
+    assert np.array_equal(run(gi, xi, mode="eager", fmt="fp32").output, xi["x"][[3, 0]])
+    assert np.array_equal(evaluate(gi, xi)["gather_0"], xi["x"][[3, 0]])
+
+
+def test_fingerprint_encodes_the_graph_by_its_canonical_form(monkeypatch):
+    """The fingerprint hashes Graph.to_dict() (the encoding of Graph.canonical):
+    a graph that differs only in an attribute value or its name changes it."""
+    g1 = trace(lambda x: ops.mul_scalar(x, 0.1), x=(4,))
+    g2 = trace(lambda x: ops.mul_scalar(x, 0.1000001), x=(4,))
+    fps = {fingerprint(g, mode="eager", dtype="fp16", kernels=H)
+           for g in (g1, g2, Graph(g1.inputs, g1.nodes, g1.outputs, name="other"))}
+    assert len(fps) == 3
+    calls = []
+    monkeypatch.setattr(Graph, "to_dict", lambda self, _f=Graph.to_dict: calls.append(1) or _f(self))
+    fingerprint(g1, mode="eager", dtype="fp16", kernels=H)
+    assert calls == [1]

@@ -10,7 +10,7 @@ import pytest
 from _exact import fmt_max
 
 import numlab as nl
-from numlab.formats import Format
+from numlab.formats import NARROW_DTYPES, STORAGE_DTYPES, Format, format_of_dtype
 
 FINFO = [
     (nl.FP64, np.finfo(np.float64)),
@@ -211,3 +211,50 @@ def test_cli_formats(capsys):
     # the rne row shows fp16(0.3) = 0.300048828
     rne = next(line for line in out.splitlines() if line.startswith("rne"))
     assert f"{float(np.float16(0.3)):.9g}" in rne
+
+
+# --------------------------------------------------------------------------
+# storage layout derived from FORMATS (one table instead of per-module copies)
+# --------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(nl.FORMATS))
+def test_storage_layout_of_every_format(name):
+    """``uint``, ``exponent_mask``, ``nonfinite_mask``, ``narrow`` and
+    ``format_of_dtype`` agree with the values the codes decode to: every code
+    of the 8- and 16-bit formats, edge and random codes of fp32/fp64."""
+    f = nl.FORMATS[name]
+    if f.dtype is None:  # tf32: stored in float32 containers, no codes of its own
+        assert f.uint is None and f.nonfinite_mask is None and f.exponent_mask is None
+        assert not f.narrow and format_of_dtype(np.float32) is nl.FP32
+        return
+    assert f.uint.itemsize * 8 == f.bits == f.dtype.itemsize * 8
+    assert format_of_dtype(f.dtype) is f and STORAGE_DTYPES[f.dtype] is f
+    assert format_of_dtype(f.dtype.name) is f  # "float16", "bfloat16", "float8_e4m3fn", ...
+    assert f.narrow == (f.bits < 32) == (f.dtype in NARROW_DTYPES)
+    if f.bits <= 16:
+        codes = np.arange(1 << f.bits, dtype=np.int64).astype(f.uint)
+    else:
+        rng = np.random.default_rng(7)
+        edge = [0, 1, f.exponent_mask, f.exponent_mask - 1, f.exponent_mask + 1,
+                (1 << (f.bits - 1)) - 1, 1 << (f.bits - 1), (1 << f.bits) - 1]
+        codes = np.concatenate([np.array(edge, dtype=f.uint),
+                                rng.integers(0, 1 << f.bits, 100_000, dtype=f.uint)])
+    with np.errstate(invalid="ignore", over="ignore"):
+        v = nl.decode(codes, f).astype(np.float64)
+    m, e = f.nonfinite_mask, f.exponent_mask
+    np.testing.assert_array_equal((codes & f.uint.type(m)) == m, ~np.isfinite(v))
+    # exponent field zero <=> zero or subnormal; all ones <=> inf/NaN (IEEE formats)
+    expo = codes & f.uint.type(e)
+    fin = np.isfinite(v)
+    np.testing.assert_array_equal(expo == 0, fin & (np.abs(v) < f.smallest_normal))
+    if f.nan == "ieee":
+        assert m == e
+    else:  # e4m3fn: the top exponent holds finite numbers too
+        assert m == (1 << (f.bits - 1)) - 1 and ((expo == e) & fin).any()
+    assert f.exponent_bits == f.bits - f.p
+
+
+def test_format_of_dtype_rejects_other_dtypes():
+    for d in (np.int32, np.bool_, np.complex64, "int8", "nope", np.uint16):
+        assert format_of_dtype(d) is None
+    assert {f.name for f in (format_of_dtype(d) for d in ("float16", "bfloat16", "float32"))} == {
+        "fp16", "bf16", "fp32"}

@@ -244,7 +244,7 @@ def test_graph_validation_errors():
 
 def test_check_inputs_names_missing_extra_and_shape():
     g = trace(lambda x, y: x + y, x=(2,), y=(2,))
-    with pytest.raises(ValueError, match=r"missing inputs \['y'\], extra inputs \['z'\]; expected \['x', 'y'\]"):
+    with pytest.raises(ValueError, match=r"graph 'graph': missing inputs \['y'\]; unexpected inputs \['z'\]; the graph's inputs are \['x', 'y'\]"):
         g.check_inputs({"x": np.ones(2), "z": np.ones(2)})
     with pytest.raises(ValueError, match=r"input 'y' has shape \(3,\); graph 'graph' expects \(2,\)"):
         evaluate(g, {"x": np.ones(2), "y": np.ones(3)})

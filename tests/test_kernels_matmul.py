@@ -3,6 +3,7 @@ it models, including entries that need the exact fallback."""
 
 from __future__ import annotations
 
+import sys
 from fractions import Fraction
 
 import _scalar_orders as R
@@ -79,7 +80,7 @@ def _data(rng, fmt, M, Kd, N, spread=0):
 def test_block_fma_equals_exact_rational_reference(fmt, spread, k_tile):
     rng = np.random.default_rng(k_tile + spread)
     a, b = _data(rng, fmt, 4, 37, 3, spread)
-    got = K.matmul(a, b, k_tile=k_tile, mode="block_fma")
+    got = K.matmul(a, b, k_tile=k_tile, algo="block_fma")
     assert got.dtype == np.float32
     assert np.array_equal(got.astype(np.float64), ref_block_fma(a, b, k_tile))
 
@@ -88,7 +89,7 @@ def test_block_fma_equals_exact_rational_reference(fmt, spread, k_tile):
 def test_block_fma_narrow_accumulator(acc):
     rng = np.random.default_rng(7)
     a, b = _data(rng, "fp16", 3, 40, 3)
-    got = K.matmul(a, b, k_tile=8, acc=acc, mode="block_fma")
+    got = K.matmul(a, b, k_tile=8, acc=acc, algo="block_fma")
     assert np.array_equal(got.astype(np.float64), ref_block_fma(a, b, 8, acc))
 
 
@@ -99,18 +100,18 @@ def test_block_fma_exact_fallback_is_exercised_and_right():
     b = np.array([[1.0], [2.0**-4], [2.0**-60], [2.0**-90], [2.0**-130]], dtype=np.float32)
     # bf16-range values in fp32 containers: products span ~2^-150 .. 1
     st = {}
-    got = K.matmul(a, b, k_tile=5, mode="block_fma", stats=st)
+    got = K.matmul(a, b, k_tile=5, algo="block_fma", stats=st)
     assert got[0, 0] == ref_block_fma(a, b, 5)[0, 0]
     rng = np.random.default_rng(3)
     a, b = _data(rng, "bf16", 6, 32, 6, spread=60)
     st = {}
-    got = K.matmul(a, b, k_tile=32, mode="block_fma", stats=st)
+    got = K.matmul(a, b, k_tile=32, algo="block_fma", stats=st)
     assert np.array_equal(got.astype(np.float64), ref_block_fma(a, b, 32))
     # construct certain ties: sum = 1 + 2^-24 exactly (a midpoint of fp32)
     a = np.array([[1.0, 2.0**-12, 2.0**-100]], dtype=np.float32)
     b = np.array([[1.0], [2.0**-12], [2.0**-100]], dtype=np.float32)
     st = {}
-    got = K.matmul(a, b, k_tile=3, mode="block_fma", stats=st)
+    got = K.matmul(a, b, k_tile=3, algo="block_fma", stats=st)
     # exact value 1 + 2^-24 + 2^-200 is just above the tie: rounds up
     assert got[0, 0] == np.float32(1 + 2.0**-23)
     assert st["uncertified"] >= 1  # decided by the exact Python path
@@ -121,9 +122,9 @@ def test_block_fma_exact_fallback_is_exercised_and_right():
 def test_sequential_equals_scalar_loop(k_tile, fma):
     rng = np.random.default_rng(11)
     a, b = _data(rng, "fp16", 3, 23, 4, 4)
-    got = K.matmul(a, b, k_tile=k_tile, mode="sequential", fma=fma)
+    got = K.matmul(a, b, k_tile=k_tile, algo="sequential", fma=fma)
     assert np.array_equal(got.astype(np.float64), ref_sequential(a, b, k_tile, fma=fma))
-    got16 = K.matmul(a, b, k_tile=k_tile, acc="fp16", mode="sequential", fma=fma)
+    got16 = K.matmul(a, b, k_tile=k_tile, acc="fp16", algo="sequential", fma=fma)
     assert np.array_equal(got16.astype(np.float64), ref_sequential(a, b, k_tile, "fp16", fma=fma))
 
 
@@ -131,25 +132,25 @@ def test_sequential_equals_scalar_loop(k_tile, fma):
 def test_split_k_equals_reference(k_tile):
     rng = np.random.default_rng(5)
     a, b = _data(rng, "fp16", 3, 29, 3, 3)
-    got = K.matmul(a, b, k_tile=k_tile, mode="split_k")
+    got = K.matmul(a, b, k_tile=k_tile, algo="split_k")
     assert np.array_equal(got.astype(np.float64), ref_split_k(a, b, k_tile))
 
 
 def test_default_mode_is_sequential_per_contract():
     rng = np.random.default_rng(9)
     a, b = _data(rng, "fp16", 3, 20, 3)
-    assert np.array_equal(K.matmul(a, b, k_tile=8), K.matmul(a, b, k_tile=8, mode="sequential"))
+    assert np.array_equal(K.matmul(a, b, k_tile=8), K.matmul(a, b, k_tile=8, algo="sequential"))
 
 
 def test_modes_differ_and_out_format():
     rng = np.random.default_rng(6)
     a, b = _data(rng, "fp16", 16, 256, 16)
-    r = {m: K.matmul(a, b, k_tile=32, mode=m) for m in K.MATMUL_MODES}
+    r = {m: K.matmul(a, b, k_tile=32, algo=m) for m in K.MATMUL_ALGOS}
     assert not np.array_equal(r["sequential"], r["block_fma"])
-    o = K.matmul(a, b, k_tile=32, out="fp16", mode="block_fma")
+    o = K.matmul(a, b, k_tile=32, out="fp16", algo="block_fma")
     assert o.dtype == np.float16 and np.array_equal(o, r["block_fma"].astype(np.float16))
     # one K tile covering K: block_fma is the correctly rounded dot product
-    full = K.matmul(a[:2], b[:, :2], k_tile=256, mode="block_fma")
+    full = K.matmul(a[:2], b[:, :2], k_tile=256, algo="block_fma")
     assert np.array_equal(full.astype(np.float64), ref_block_fma(a[:2], b[:, :2], 256))
 
 
@@ -157,19 +158,19 @@ def test_batched_matmul():
     rng = np.random.default_rng(8)
     a = rng.standard_normal((2, 3, 10)).astype(np.float16)
     b = rng.standard_normal((10, 4)).astype(np.float16)
-    for mode in K.MATMUL_MODES:
-        got = K.matmul(a, b, k_tile=4, mode=mode)
+    for mode in K.MATMUL_ALGOS:
+        got = K.matmul(a, b, k_tile=4, algo=mode)
         for i in range(2):
-            assert np.array_equal(got[i], K.matmul(a[i], b, k_tile=4, mode=mode))
+            assert np.array_equal(got[i], K.matmul(a[i], b, k_tile=4, algo=mode))
 
 
 def test_nonfinite_inputs_follow_ieee():
     a = np.array([[1.0, np.inf], [np.nan, 1.0], [65504.0, 65504.0]], dtype=np.float16)
     b = np.array([[1.0, 0.0], [1.0, 1.0]], dtype=np.float16)
-    for m in K.MATMUL_MODES:
-        r = K.matmul(a, b, k_tile=1, mode=m)
+    for m in K.MATMUL_ALGOS:
+        r = K.matmul(a, b, k_tile=1, algo=m)
         assert r[0, 0] == np.inf and np.isnan(r[1]).all()
-        r16 = K.matmul(a, b, k_tile=2, mode=m, out="fp16")
+        r16 = K.matmul(a, b, k_tile=2, algo=m, out="fp16")
         assert r16[2, 0] == np.inf  # overflow of fp16 storage
 
 
@@ -178,8 +179,12 @@ def test_bad_matmul_arguments():
     b = np.ones((3, 2), np.float16)
     with pytest.raises(ValueError, match=r"k_tile=0.*> 0"):
         K.matmul(a, b, k_tile=0)
-    with pytest.raises(ValueError, match=r"mode='tensor'.*sequential.*block_fma.*split_k"):
+    with pytest.raises(ValueError, match=r"algo='tensor'.*sequential.*block_fma.*split_k"):
+        K.matmul(a, b, k_tile=2, algo="tensor")
+    with pytest.raises(ValueError, match=r"algo='tensor'"):  # the deprecated name still works
         K.matmul(a, b, k_tile=2, mode="tensor")
+    with pytest.raises(TypeError, match=r"algo='split_k' and its deprecated name mode='sequential'"):
+        K.matmul(a, b, k_tile=2, algo="split_k", mode="sequential")
     with pytest.raises(ValueError, match="inner dimensions"):
         K.matmul(a, a, k_tile=2)
     with pytest.raises(ValueError, match=r"^acc='fp12' is not a known format"):
@@ -207,10 +212,10 @@ def test_block_fma_and_split_k_vs_fraction_hypothesis(data):
         b[1] = b[0]
         b = (np.round(b.astype(np.float32) * 4) / 4).astype(b.dtype)
     acc = data.draw(st.sampled_from(["fp32", "fp16"])) if fmt == "fp16" else "fp32"
-    got = K.matmul(a, b, k_tile=k_tile, acc=acc, mode="block_fma")
+    got = K.matmul(a, b, k_tile=k_tile, acc=acc, algo="block_fma")
     assert np.array_equal(got.astype(np.float64), ref_block_fma(a, b, k_tile, acc))
     if acc == "fp32":
-        got = K.matmul(a, b, k_tile=k_tile, mode="split_k")
+        got = K.matmul(a, b, k_tile=k_tile, algo="split_k")
         assert np.array_equal(got.astype(np.float64), ref_split_k(a, b, k_tile))
 
 
@@ -219,19 +224,17 @@ def test_block_fma_large_shapes_chunked_path():
     Fraction reference, and the transposed problem gives the same bits."""
     rng = np.random.default_rng(21)
     a, b = _data(rng, "fp16", 70, 96, 1024, 2)
-    got = K.matmul(a, b, k_tile=32, mode="block_fma")
-    got_t = K.matmul(np.ascontiguousarray(b.T), np.ascontiguousarray(a.T), k_tile=32, mode="block_fma").T
+    got = K.matmul(a, b, k_tile=32, algo="block_fma")
+    got_t = K.matmul(np.ascontiguousarray(b.T), np.ascontiguousarray(a.T), k_tile=32, algo="block_fma").T
     assert np.array_equal(got, got_t)
     idx = rng.integers(0, [70, 1024], size=(25, 2))
     for i, j in idx:
         assert got[i, j] == ref_block_fma(a[i:i + 1], b[:, j:j + 1], 32)[0, 0]
-    assert np.array_equal(got[7:9], K.matmul(a[7:9], b, k_tile=32, mode="block_fma"))
+    assert np.array_equal(got[7:9], K.matmul(a[7:9], b, k_tile=32, algo="block_fma"))
 
 
 def test_lowest_set_bit_helpers_agree():
     """The float32 lowest-set-bit helper equals the float64 one and the definition x = odd * 2**e."""
-    import sys
-
     M = sys.modules["numlab.kernels.matmul"]
     rng = np.random.default_rng(4)
     codes = rng.integers(0, 2**32, 20000, dtype=np.uint64).astype(np.uint32)
@@ -251,8 +254,6 @@ def test_lowest_set_bit_helpers_agree():
 
 
 def _matmul_module():
-    import sys
-
     return sys.modules["numlab.kernels.matmul"]
 
 
@@ -288,7 +289,7 @@ def test_block_fma_fp32_midpoint_after_exact_tile_sum(monkeypatch):
                   [-1, 0, -2.0**-12, -2.0**-35],        # mirrored signs
                   [-1, -2.0**-12, -2.0**-12, 2.0**-35]], dtype=np.float32)
     b = np.array([[1], [2.0**-11], [2.0**-12], [2.0**-35]], dtype=np.float32)
-    got = K.matmul(a, b, k_tile=2, mode="block_fma")[:, 0].astype(np.float64)
+    got = K.matmul(a, b, k_tile=2, algo="block_fma")[:, 0].astype(np.float64)
     want = np.array([1 + u, 1 + u, -(1 + u), -(1 + u)])
     assert np.array_equal(got, want)
     assert np.array_equal(got, ref_block_fma(a, b, 2)[:, 0])
@@ -300,7 +301,7 @@ def test_block_fma_fp32_midpoint_after_exact_tile_sum(monkeypatch):
     a = np.array([[fmax, 0, 2.0**64, -2.0**40], [fmax, 0, 2.0**64, 2.0**40]], dtype=np.float32)
     b = np.array([[1], [0], [2.0**39], [2.0**20]], dtype=np.float32)
     with np.errstate(over="ignore"):
-        got = K.matmul(a, b, k_tile=2, mode="block_fma")[:, 0]
+        got = K.matmul(a, b, k_tile=2, algo="block_fma")[:, 0]
         naive = np.float32(np.float64(fmax) + (2.0**103 - 2.0**60))
     assert got[0] == np.float32(fmax) and naive == np.inf  # just below the threshold: stays finite
     assert got[1] == np.inf
@@ -323,13 +324,13 @@ def test_block_fma_certified_path_equals_interval_path(fmt, spread, acc, n_certi
     for mode in ("block_fma", "split_k"):
         with monkeypatch.context() as mp:
             seen = _count_tile_paths(mp)
-            got = K.matmul(a, b, k_tile=16, acc=acc, mode=mode)
+            got = K.matmul(a, b, k_tile=16, acc=acc, algo=mode)
             assert seen["exact"] == n_certified and seen["interval"] == 3 - n_certified
         with monkeypatch.context() as mp:
             mp.setattr(M, "_tile_certified_exact", lambda *args, **kw: None)
-            old = K.matmul(a, b, k_tile=16, acc=acc, mode=mode)
+            old = K.matmul(a, b, k_tile=16, acc=acc, algo=mode)
         assert np.array_equal(got, old, equal_nan=True)
-    got = K.matmul(a, b, k_tile=16, acc=acc, mode="block_fma")
+    got = K.matmul(a, b, k_tile=16, acc=acc, algo="block_fma")
     for i, j in [(3, 2), (0, 0)] + [tuple(x) for x in rng.integers(0, [40, 36], size=(6, 2))]:
         assert got[i, j] == ref_block_fma(a[i:i + 1], b[:, j:j + 1], 16, acc)[0, 0]
 
@@ -350,7 +351,7 @@ def test_block_fma_uncertified_entries_are_gathered_and_right():
     ra, rb, *_ = M._exact_tile_factors(a64, b64, la, lb)
     fails = ~(np.multiply.outer(ra, rb) <= 2.0**52)
     assert fails[2, 4] and fails.sum() == 1
-    got = K.matmul(a, b, k_tile=16, mode="block_fma")
+    got = K.matmul(a, b, k_tile=16, algo="block_fma")
     assert np.array_equal(got.astype(np.float64), ref_block_fma(a, b, 16))
     # an uncertified sum whose float64 value is wrong where it matters:
     # 64 + 2^-18 + 2^-48 rounds in float64 to the fp32 midpoint 64 + 2^-18 (whose tie
@@ -361,7 +362,7 @@ def test_block_fma_uncertified_entries_are_gathered_and_right():
     a[0] = b[:, 0] = [8, 2.0**-9, 2.0**-24]
     assert np.float32(64 + 2.0**-18 + 2.0**-48) == 64  # the float64 route is wrong here
     for dt in (np.float16, np.float32):
-        got = K.matmul(a.astype(dt), b.astype(dt), k_tile=3, mode="block_fma")
+        got = K.matmul(a.astype(dt), b.astype(dt), k_tile=3, algo="block_fma")
         assert got[0, 0] == np.float32(64 + 2.0**-17)
         assert np.array_equal(got.astype(np.float64), ref_block_fma(a, b, 3))
 
@@ -373,17 +374,17 @@ def test_batched_b_uses_the_interval_path_and_agrees():
     a = rng.standard_normal((2, 5, 20)).astype(np.float16)
     b = rng.standard_normal((2, 20, 3)).astype(np.float16)
     for mode in ("block_fma", "split_k"):
-        got = K.matmul(a, b, k_tile=8, mode=mode)
+        got = K.matmul(a, b, k_tile=8, algo=mode)
         for i in range(2):
-            assert np.array_equal(got[i], K.matmul(a[i], b[i], k_tile=8, mode=mode))
+            assert np.array_equal(got[i], K.matmul(a[i], b[i], k_tile=8, algo=mode))
 
 
-@pytest.mark.parametrize("mode", K.MATMUL_MODES)
+@pytest.mark.parametrize("mode", K.MATMUL_ALGOS)
 @pytest.mark.parametrize("sa,sb", [((0, 4), (4, 3)), ((3, 4), (4, 0)), ((3, 0), (0, 2)), ((2, 0, 4), (4, 3))])
 def test_empty_shapes(sa, sb, mode):
     """Empty products: numpy's shape, +0 where K = 0 (an empty sum), the out container."""
     a, b = np.ones(sa, np.float16), np.ones(sb, np.float16)
-    r = K.matmul(a, b, k_tile=2, mode=mode, out="fp16")
+    r = K.matmul(a, b, k_tile=2, algo=mode, out="fp16")
     assert r.shape == np.matmul(a, b).shape and r.dtype == np.float16
     assert np.all(r == 0) and not np.any(np.signbit(r))
 
@@ -396,10 +397,10 @@ def test_block_fma_directed_accumulator_modes(acc_mode, monkeypatch):
     a, b = _data(rng, "fp16", 24, 40, 20, 2)
     got = {}
     for mode in ("block_fma", "split_k"):
-        got[mode] = K.matmul(a, b, k_tile=8, mode=mode, acc_mode=acc_mode)
+        got[mode] = K.matmul(a, b, k_tile=8, algo=mode, acc_mode=acc_mode)
         with monkeypatch.context() as mp:
             mp.setattr(_matmul_module(), "_tile_certified_exact", lambda *args, **kw: None)
-            assert np.array_equal(got[mode], K.matmul(a, b, k_tile=8, mode=mode, acc_mode=acc_mode))
+            assert np.array_equal(got[mode], K.matmul(a, b, k_tile=8, algo=mode, acc_mode=acc_mode))
     for i, j in [(0, 0), (5, 7), (23, 19)]:
         c = Fraction(0)
         for s in range(0, 40, 8):

@@ -14,6 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from numlab import kernels as K
+from numlab import primitives
+from numlab.kernels._common import Arith
 
 
 def _all_finite(dtype, bits=16):
@@ -144,9 +146,6 @@ def test_exact_zero_sums_have_the_ieee_sign(mode):
     """IEEE 754-2019 section 6.3: an exact zero sum is +0 except under
     roundTowardNegative (-0); x + x = x for zeros.  The kernels' directed
     adds (round_sum2) must agree with the primitives' exactly rounded add."""
-    from numlab import primitives
-    from numlab.kernels._common import Arith
-
     a = np.array([1.0, -1.0, 0.0, -0.0, 0.0, -0.0, 2.5, 0.0])
     b = np.array([-1.0, 1.0, 0.0, -0.0, -0.0, 0.0, -2.5, 0.0])
     got = np.asarray(Arith("fp16", mode).add(a, b), dtype=np.float64)

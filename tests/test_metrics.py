@@ -375,3 +375,156 @@ def test_error_stats_bundle():
     assert s2["abs_max"] == math.inf and s2["ulp_max"] == math.inf and math.isnan(s2["rmse"])
     s0 = M.error_stats(np.zeros(0), np.zeros(0), "fp16")
     assert s0["n"] == 0 and math.isnan(s0["abs_max"])
+
+
+# --------------------------------------------------------------------------
+# the streaming accumulator: the same formulas as the one-shot functions
+# --------------------------------------------------------------------------
+def _stream_cases():
+    rng = np.random.default_rng(20261201)
+    n = 2000
+    g = rng.standard_normal(n) * np.exp2(rng.integers(-30, 30, n))
+    m = g * (1 + rng.standard_normal(n) * 1e-3)
+    g[rng.random(n) < 0.05] = 0.0  # exact zeros on the golden side (msprobe adds eps there)
+    m[rng.random(n) < 0.02] = 0.0
+    g[:3] = [0.0, 2.0**-60, -(2.0**-55)]  # below / at msit's eps mask
+    cases = {"random": (g, m)}
+    g2, m2 = g.copy(), m.copy()
+    for arr in (g2, m2):  # matching NaN/inf at the same positions
+        arr[[10, 20, 30]] = [np.nan, np.inf, -np.inf]
+    cases["matching_nonfinite"] = (g2, m2)
+    m3 = m2.copy()
+    m3[40] = np.nan  # one mismatch
+    cases["mismatched_nonfinite"] = (g2, m3)
+    small = np.clip(g, -6e4, 6e4), np.clip(m, -6e4, 6e4)
+    cases["fp16"] = (small[0].astype(np.float16), small[1].astype(np.float16))
+    cases["all_zero_mine"] = (g, np.zeros(n))
+    return cases
+
+
+ELEMENTWISE = ["max_relative_error", "mean_relative_error", "max_absolute_error",
+               "mean_absolute_error", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio",
+               "Five Thousandths Err Ratio", "max_ulp_error", "mean_ulp_error",
+               "bitwise_equal_ratio", "golden_nan", "golden_inf", "my_nan", "my_inf",
+               "nonfinite_mismatch"]
+MAX_AND_COUNTS = [c for c in ELEMENTWISE if not c.startswith("mean")]
+
+
+def _same(a, b) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or np.float64(a).tobytes() == np.float64(b).tobytes()
+
+
+@pytest.mark.parametrize("case", list(_stream_cases()))
+def test_accumulator_one_chunk_equals_one_shot_functions_bitwise(case):
+    g, m = _stream_cases()[case]
+    cols, notes = M.compare_columns(g, m, "fp16")
+    r, y = g.astype(np.float64), m.astype(np.float64)
+    masks = M.nonfinite_masks(r, y)
+    mismatch = bool(masks["mismatch"].any())
+    rz, yz = np.where(masks["match"], 0.0, r), np.where(masks["match"], 0.0, y)
+    want = {
+        "bitwise_equal_ratio": M.bitwise_equal(g, m).sum() / g.size,
+        "golden_nan": int(np.isnan(r).sum()), "golden_inf": int(np.isinf(r).sum()),
+        "my_nan": int(np.isnan(y).sum()), "my_inf": int(np.isinf(y).sum()),
+        "nonfinite_mismatch": int(masks["mismatch"].sum()),
+    }
+    if mismatch:  # every error column is NaN, with a note naming the mismatch
+        assert all(math.isnan(cols[c]) for c in ELEMENTWISE if c not in want)
+        assert "do not match" in " ".join(notes)
+    else:
+        mp = M.msprobe_relative_error(r, y)
+        ue = M.ulp_error(rz, yz, "fp16")
+        want.update({
+            "max_relative_error": M.msit_relative_error(rz, yz)[0],
+            "mean_relative_error": M.msit_relative_error(rz, yz)[1],
+            "max_absolute_error": M.msit_absolute_error(rz, yz)[0],
+            "mean_absolute_error": M.msit_absolute_error(rz, yz)[1],
+            "MaxAbsErr": float(np.max(np.abs(yz - rz))),
+            "MaxRelativeErr": float(mp.max()),
+            "One Thousandth Err Ratio": M.error_ratio(r, y, 1e-3),
+            "Five Thousandths Err Ratio": M.error_ratio(r, y, 5e-3),
+            "max_ulp_error": float(ue.max()), "mean_ulp_error": float(ue.mean()),
+        })
+        # aggregates: metrics' whole-array functions, to rounding
+        agg = {"cosine_similarity": M.cosine_similarity(r, y, nonfinite="zero_matching"),
+               "EucDist": M.euclidean(r, y, nonfinite="zero_matching"),
+               "relative_euclidean_distance": M.relative_euclidean(r, y, nonfinite="zero_matching"),
+               "kl_divergence": M.kl_divergence(r.ravel(), y.ravel(), nonfinite="zero_matching")}
+        for k, v in agg.items():
+            if math.isnan(v):
+                assert math.isnan(cols[k]), k
+            else:
+                assert cols[k] == pytest.approx(v, rel=1e-12, abs=1e-300), k
+    for k, v in want.items():
+        assert _same(cols[k], v), (k, cols[k], v)
+
+
+@pytest.mark.parametrize("case", list(_stream_cases()))
+@pytest.mark.parametrize("chunk", [1, 7, 1000])
+def test_accumulator_chunking_changes_no_max_or_count(case, chunk):
+    """Max and count columns are bitwise independent of the chunking; means
+    and aggregates agree to rounding."""
+    g, m = _stream_cases()[case]
+    one, _ = M.compare_columns(g, m, "fp16")
+    acc = M.CompareAccumulator("fp16")
+    for s in range(0, g.size, chunk):
+        acc.update(g[s:s + chunk], m[s:s + chunk])
+    many, _ = acc.finish()
+    assert set(many) == set(one)
+    for k in MAX_AND_COUNTS:
+        assert _same(many[k], one[k]), (k, many[k], one[k])
+    for k, v in one.items():
+        if isinstance(v, float) and math.isfinite(v):
+            assert many[k] == pytest.approx(v, rel=1e-9, abs=1e-300), k
+        elif isinstance(v, float):
+            assert _same(many[k], v) or (math.isinf(v) and many[k] == v), k
+
+
+def test_accumulator_errors():
+    acc = M.CompareAccumulator("fp16")
+    with pytest.raises(ValueError, match="no elements were fed"):
+        acc.finish()
+    with pytest.raises(ValueError, match="1-d of equal length"):
+        acc.update(np.zeros(3), np.zeros(4))
+    with pytest.raises(TypeError, match="golden chunk has dtype complex128"):
+        acc.update(np.zeros(3, complex), np.zeros(3))
+    with pytest.raises(ValueError, match="fmt='fp7' is not a known format"):
+        M.CompareAccumulator("fp7")
+
+
+@pytest.mark.parametrize("cos, mae", [(0.995, 0.5), (0.98, 0.0005), (0.98, 0.002), (0.95, 0.5),
+                                      (0.85, 0.0), (1.0, 1.5), (0.999, 0.9), (0.92, 0.02)])
+def test_msprobe_accuracy_rule_with_other_thresholds(cos, mae):
+    """The thresholds are parameters; a tightened rule is the same rule with
+    other constants (checked against the rule written out here)."""
+    kw = dict(cosine=0.999, max_abs_err_threshold=0.01, cosine_min=0.95, max_abs_err_max=0.8)
+    expect = not ((cos < 0.999 and mae > 0.01) or cos < 0.95 or mae > 0.8)
+    assert M.msprobe_accuracy_reached(cos, mae, **kw) is expect
+    assert M.msprobe_accuracy_reached(math.inf, 0.0) is False
+    assert M.msprobe_accuracy_reached(1.0, math.inf) is False
+
+
+def test_ulp_distance_rounding_keyword():
+    """``rounding=`` picks the rounding of both sides; ``mode=`` is its
+    deprecated old name (same result, DeprecationWarning)."""
+    a, b = np.array([1 + 2.0**-11]), np.array([1.0])  # a tie in fp16: rne keeps 1.0
+    assert M.ulp_distance(a, b, FP16).tolist() == [0.0]
+    assert M.ulp_distance(a, b, FP16, rounding="up").tolist() == [1.0]
+    with pytest.warns(DeprecationWarning):
+        assert M.ulp_distance(a, b, FP16, mode="up").tolist() == [1.0]
+
+
+def test_accumulator_kl_far_apart_softmaxes():
+    """KL of softmaxes that are far apart is accurate to rounding, not to
+    rounding of max|g|: golden has one value 2**30 above the rest, mine is
+    all zero, so KL = log(n) - log(1 + (n-1) e^(-2**30)) = log(n) exactly in
+    float64 (checked against the closed form, and chunked the same)."""
+    n = 1000
+    g = np.zeros(n)
+    g[123] = 2.0**30
+    m = np.zeros(n)
+    for chunk in (n, 10, 1):
+        acc = M.CompareAccumulator("fp32")
+        for s in range(0, n, chunk):
+            acc.update(g[s:s + chunk], m[s:s + chunk])
+        assert acc.finish()[0]["kl_divergence"] == pytest.approx(math.log(n), rel=1e-14), chunk

@@ -4,6 +4,7 @@ decompositions of the composites, error messages."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from fractions import Fraction
@@ -24,7 +25,7 @@ except ImportError:  # pragma: no cover - depends on the machine
     mpmath = None
 needs_mpmath = pytest.mark.skipif(mpmath is None, reason="mpmath is not installed: it is the independent high-precision reference")
 
-# the list of issue #4 item 2, written out independently of the catalogue
+# the operator list, written out independently of the catalogue
 EXPECTED = {
     "elementwise": {
         "add", "sub", "mul", "div", "add_scalar", "sub_scalar", "rsub_scalar", "mul_scalar",
@@ -211,7 +212,6 @@ def test_gelu_both_forms_against_mpmath():
     xs = np.array(POINTS)
     for approx, f in (
         ("none", lambda t: t / 2 * (1 + mpmath.erf(t / mpmath.sqrt(2)))),
-        ("erf", lambda t: t / 2 * (1 + mpmath.erf(t / mpmath.sqrt(2)))),
         ("tanh", lambda t: t / 2 * (1 + mpmath.tanh(mpmath.sqrt(2 / mpmath.pi) * (t + mpmath.mpf(0.044715) * t**3)))),
     ):
         got = ops.gelu(xs, approximate=approx)
@@ -389,7 +389,7 @@ def test_errors_name_node_value_and_choices():
         ops.CATALOGUE["sum"].check([(2, 3)], {"axis": 2}, node="s")
     with pytest.raises(TypeError, match="missing required attribute 'scalar'"):
         ops.CATALOGUE["mul_scalar"].check([(2,)])
-    with pytest.raises(ValueError, match=r"approximate='fast' is not valid; choose one of \('none', 'tanh'\)"):
+    with pytest.raises(ValueError, match=r"approximate='fast' is not valid; valid choices: \['none', 'tanh'\]"):
         ops.gelu(np.ones(2), approximate="fast")
     with pytest.raises(ValueError, match=r"to='fp12'.*valid names"):
         ops.cast(np.ones(2), "fp12")
@@ -433,8 +433,6 @@ def test_graph_level_errors_come_from_the_catalogue():
 # data movement against explicit index arithmetic (test-only loops, small arrays)
 # ---------------------------------------------------------------------------
 def test_data_movement_against_index_arithmetic():
-    import itertools
-
     x = np.arange(2 * 3 * 4, dtype=np.float64).reshape(2, 3, 4)
 
     def at(flat_index):  # element of x by its row-major flat index

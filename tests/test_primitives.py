@@ -181,13 +181,13 @@ def test_dot_vs_fractions():
 def test_signed_zero_and_specials():
     z, nz = 0.0, -0.0
     assert np.signbit(P.add(nz, nz)) and not np.signbit(P.add(z, nz))
-    assert np.signbit(P.add(z, nz, mode="down")) and not np.signbit(P.add(z, z, mode="down"))
-    assert not np.signbit(P.sub(1.5, 1.5)) and np.signbit(P.sub(1.5, 1.5, mode="down"))
+    assert np.signbit(P.add(z, nz, rounding="down")) and not np.signbit(P.add(z, z, rounding="down"))
+    assert not np.signbit(P.sub(1.5, 1.5)) and np.signbit(P.sub(1.5, 1.5, rounding="down"))
     assert np.signbit(P.mul(nz, 3.0)) and np.signbit(P.sqrt(nz))
     assert np.signbit(P.fma(nz, 1.0, nz)) and not np.signbit(P.fma(1.0, 2.0, -2.0))
-    assert np.signbit(P.sum3(1.0, -1.0, 0.0, mode="down"))
+    assert np.signbit(P.sum3(1.0, -1.0, 0.0, rounding="down"))
     assert np.signbit(P.mul(-1e-30, 1e-30, "fp16"))  # underflow keeps the sign
-    assert P.div(1.0, 0.0, mode="rtz") == np.inf  # division by zero is exact inf
+    assert P.div(1.0, 0.0, rounding="rtz") == np.inf  # division by zero is exact inf
     assert P.div(-1.0, 0.0) == -np.inf
     assert np.isnan(P.sqrt(-1.0)) and np.isnan(P.add(np.inf, -np.inf)) and np.isnan(P.mul(0.0, np.inf))
     assert P.add(np.inf, 1.0) == np.inf and np.isnan(P.add(np.nan, 1.0))
@@ -213,13 +213,13 @@ def test_bad_input():
         P.add(1.0, 2.0, "fp64")
     with pytest.raises(ValueError, match=r"fmt='fp9' is not a known format; valid names"):
         P.add(1.0, 2.0, "fp9")
-    with pytest.raises(ValueError, match=r"mode='near' is not a rounding mode; valid modes"):
+    with pytest.raises(ValueError, match=r"rounding='near' is not a rounding mode; valid modes"):
         P.mul(1.0, 2.0, "fp16", "near")
     with pytest.raises(TypeError, match=r"b: x must be a float32 or float64 array.*got dtype int64"):
         P.add(1.0, np.arange(3), "fp16")
     with pytest.raises(ValueError, match=r"a has finite values of magnitude >= 2\*\*200"):
         P.fma(1e300, 1.0, 1.0)
-    with pytest.raises(ValueError, match=r"mode='stochastic' needs rng"):
+    with pytest.raises(ValueError, match=r"rounding='stochastic' needs rng"):
         P.add(1.0, 2.0, "fp16", "stochastic")
 
 
@@ -242,3 +242,18 @@ def test_div_sqrt_just_beside_a_grid_point():
     for mode in MODES:
         assert P.sqrt(a, "fp16", mode) == round_exact(_sqrt_fraction(Fraction(a)), nl.FP16, mode)
     assert P.sqrt(a, "fp16", "rtz") == 1.0 and P.div(x, y, "fp16", "rtz") == 1.0
+
+
+def test_rounding_keyword_and_deprecated_mode_keyword():
+    """Every primitive takes ``rounding=``; ``mode=`` is its deprecated old name."""
+    args = {"add": (1.0, 2.0**-11), "sub": (1.0, -(2.0**-11)), "mul": (1 + 2.0**-10, 1 + 2.0**-10),
+            "div": (1.0, 3.0), "sqrt": (2.0,), "fma": (1 + 2.0**-10, 1 + 2.0**-10, 0.0),
+            "sum3": (1.0, 2.0**-11, 2.0**-30), "dot": (np.array([1.0, 2.0**-11]), np.array([1.0, 1.0]))}
+    for name, a in args.items():
+        f = getattr(P, name)
+        up, down = f(*a, rounding="up"), f(*a, rounding="down")
+        assert up > down, name  # every case is inexact in fp16
+        with pytest.warns(DeprecationWarning):
+            assert f(*a, mode="up") == up, name
+        with pytest.raises(TypeError, match="not both"):
+            f(*a, rounding="up", mode="down")

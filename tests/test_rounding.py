@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import numlab as nl
 from numlab.formats import Format
-from numlab.rounding import MODES, _round_bits, _round_generic
+from numlab.rounding import ROUNDINGS, _round_bits, _round_generic
 
 DET_MODES = ("rne", "rtz", "up", "down", "odd")
 C5 = Format("c5", p=5, emax=10)  # emin = -9, with subnormals
@@ -94,7 +94,7 @@ def test_every_code_is_fixed_by_every_mode(name, wdt):
         v = codes.view(dt).astype(wdt)
     rng = np.random.default_rng(0)
     for path, f in PATHS.items():
-        for mode in MODES:
+        for mode in ROUNDINGS:
             kw = {"rng": rng} if mode == "stochastic" else {}
             assert_same_bits(f(v, name, mode, **kw), v, v, f"{path} {mode}")
 
@@ -291,7 +291,7 @@ def test_overflow_thresholds_each_mode(wdt):
 
 
 def test_specials_and_signed_zero():
-    for mode in MODES:
+    for mode in ROUNDINGS:
         kw = {"rng": np.random.default_rng(0)} if mode == "stochastic" else {}
         for wdt in (np.float32, np.float64):
             x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -1e-30, 1e-30], dtype=wdt)
@@ -409,11 +409,11 @@ def test_dtypes_shapes_scalars():
     ("call", "exc", "pattern"),
     [
         (lambda: nl.round_to(1.0, "fp17"), ValueError, r"fmt='fp17' is not a known format; valid names: \[.*'fp16'"),
-        (lambda: nl.round_to(1.0, "fp16", "nearest"), ValueError, r"mode='nearest' is not a rounding mode; valid modes: \['rne', 'rtz'"),
+        (lambda: nl.round_to(1.0, "fp16", "nearest"), ValueError, r"rounding='nearest' is not a rounding mode; valid modes: \['rne', 'rtz'"),
         (lambda: nl.round_to(np.arange(3), "fp16"), TypeError, r"x must be a float32 or float64 array.*got dtype int64"),
         (lambda: nl.round_to(np.ones(2, complex), "fp16"), TypeError, r"x must be real floating point, got complex dtype complex128"),
         (lambda: nl.round_to(True, "fp16"), TypeError, r"x must be real floating point, got bool"),
-        (lambda: nl.round_to(1.0, "fp16", "stochastic"), ValueError, r"mode='stochastic' needs rng=np.random.default_rng\(seed\)"),
+        (lambda: nl.round_to(1.0, "fp16", "stochastic"), ValueError, r"rounding='stochastic' needs rng=np.random.default_rng\(seed\)"),
         (lambda: nl.round_to(1.0, "fp16", "stochastic", rng=42), TypeError, r"rng must be a numpy.random.Generator.*got int"),
         (lambda: nl.round_to(1.0, "fp16", rng=np.random.RandomState(0)), TypeError, r"rng must be a numpy.random.Generator.*got RandomState"),
     ],
@@ -454,3 +454,22 @@ def test_float64_to_fp32_rne_equals_numpy_cast():
     with np.errstate(all="ignore"):
         ref = x.astype(np.float32).astype(np.float64)
     assert_same_bits(nl.round_to(x, "fp32"), ref, x, "fp32 rne")
+
+
+def test_rounding_keyword_and_deprecated_mode_keyword():
+    """``rounding=`` is the argument's name; the old ``mode=`` still gives the
+    same bits (with a DeprecationWarning), and both at once is an error."""
+    from numlab import rounding as R
+
+    x = np.array([1 + 2.0**-11, -(1 + 3 * 2.0**-11), 2.0**-25], dtype=np.float64)
+    for rmode in ("rtz", "up", "down", "odd"):
+        new = nl.round_to(x, "fp16", rounding=rmode)
+        with pytest.warns(DeprecationWarning, match="mode= is deprecated"):
+            old = nl.round_to(x, "fp16", mode=rmode)
+        assert_same_bits(new, old, x, rmode)
+    assert nl.round_to(1 + 2.0**-11, "fp16", rounding="up") == 1 + 2.0**-10
+    assert nl.round_to(1 + 2.0**-11, "fp16", rounding="down") == 1.0
+    with pytest.raises(TypeError, match="not both"):
+        nl.round_to(1.0, "fp16", rounding="up", mode="down")
+    assert R.MODES is R.ROUNDINGS and R.check_mode is R.check_rounding
+    assert R.ROUNDINGS == ("rne", "rtz", "up", "down", "odd", "stochastic")

@@ -86,7 +86,7 @@ def add_parser(sub) -> None:
     p.add_argument("scenario", nargs="?", default=None, metavar="SCENARIO",
                    help=f"one of {sorted(races.SCENARIOS)}")
     p.add_argument("--runs", type=int, default=200, help="cases in the batch (default 200)")
-    p.add_argument("--fix", action="store_true", help="apply the scenario's fix (field report: SyncAll after TargetProcess)")
+    p.add_argument("--fix", action="store_true", help="apply the scenario's fix (a SyncAll after TargetProcess)")
     p.add_argument("--seed", type=int, default=0, help="seed for cases and schedules (default 0)")
     p.add_argument("--spread", type=float, default=0.4,
                    help="latency spread: sigma of log(stage duration) (default 0.4)")

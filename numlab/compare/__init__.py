@@ -4,8 +4,13 @@
   (atomic writes, checksums): :func:`dump_run`, :func:`write_dump`,
   :func:`load_dump`.
 * :mod:`numlab.compare.compare` -- node-by-node compare of two dumps with
-  msit's and msprobe's columns, fused-block matching and the first divergence:
-  :func:`compare_dumps`, :func:`compare_arrays`, :class:`Thresholds`.
+  msit's and msprobe's columns, fused-block matching and the first divergence
+  (formulas in its docstring), re-exporting the pieces it is built from:
+  :mod:`~numlab.compare.columns` (:data:`COLUMNS`, :class:`Thresholds`),
+  :mod:`~numlab.compare.stream` (:func:`compare_arrays`, chunked over
+  memory-mapped arrays with :class:`numlab.metrics.CompareAccumulator`),
+  :mod:`~numlab.compare.match` (:func:`compare_dumps`, :func:`as_dump`) and
+  :mod:`~numlab.compare.table` (:class:`CompareReport`, CSV).
 * :mod:`numlab.compare.bisect` -- what causes a divergence: fusion kinds off,
   the four sources switched to eager's choice, delta debugging over node
   ranges; and the graph-mode precision workflow (:func:`precision_workflow`).
@@ -16,10 +21,10 @@ CLI: ``numlab run ... --dump DIR``, ``numlab compare -gp G -mp M -o OUT``,
 
 from __future__ import annotations
 
-import importlib
-
+from .._lazy import lazy_loader
 from .compare import (
     COLUMNS,
+    DEFAULT_CHUNK,
     MSIT_COLUMNS,
     MSPROBE_COLUMNS,
     CompareReport,
@@ -27,6 +32,7 @@ from .compare import (
     as_dump,
     compare_arrays,
     compare_dumps,
+    report_path,
 )
 from .dump import (
     MANIFEST,
@@ -39,8 +45,9 @@ from .dump import (
     write_dump,
 )
 
-_LAZY = {
-    "bisect": "numlab.compare.bisect",
+# bisect runs the executors (a higher layer): imported on first use
+_LAZY = {"bisect": "numlab.compare.bisect"}
+_LAZY_ATTRS = {
     "BisectReport": ("numlab.compare.bisect", "BisectReport"),
     "bisect_run": ("numlab.compare.bisect", "bisect_run"),
     "precision_workflow": ("numlab.compare.bisect", "precision_workflow"),
@@ -48,20 +55,9 @@ _LAZY = {
 }
 
 __all__ = [
-    "COLUMNS", "MSIT_COLUMNS", "MSPROBE_COLUMNS", "CompareReport", "Thresholds", "as_dump",
-    "compare_arrays", "compare_dumps", "MANIFEST", "Dump", "DumpEntry", "DumpError", "dump_run",
-    "file_name_for", "load_dump", "write_dump", *_LAZY,
+    "COLUMNS", "MSIT_COLUMNS", "MSPROBE_COLUMNS", "DEFAULT_CHUNK", "CompareReport", "Thresholds",
+    "as_dump", "compare_arrays", "compare_dumps", "report_path", "MANIFEST", "Dump", "DumpEntry",
+    "DumpError", "dump_run", "file_name_for", "load_dump", "write_dump", *_LAZY, *_LAZY_ATTRS,
 ]
 
-
-def __getattr__(name: str):
-    # bisect needs the executors (a higher layer's dependency); import it lazily
-    if name in _LAZY:
-        target = _LAZY[name]
-        if isinstance(target, str):
-            val = importlib.import_module(target)
-        else:
-            val = getattr(importlib.import_module(target[0]), target[1])
-        globals()[name] = val
-        return val
-    raise AttributeError(f"module 'numlab.compare' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_loader(globals(), _LAZY, _LAZY_ATTRS)

@@ -6,8 +6,9 @@ the fused run diverge from eager" in three stages, each a sequence of fused
 runs compared with :func:`numlab.compare.compare_dumps` against the eager run:
 
 1. **Fusion kinds off, one at a time** -- the analogue of Ascend's
-   ``fusion_switch_file`` (seed 003: "对于GE图，可关闭算子融合规则
-   （fusion_switch_file），排除算子融合问题"): for every enabled kind of the
+   ``fusion_switch_file``, with which the graph-mode accuracy guide of
+   Ascend's TorchAir rules out operator fusion on a GE graph by switching
+   fusion rules off (docs/design.md, "Compare and bisect"): for every enabled kind of the
    :class:`~numlab.fusion.FusionOptions`, the same run with that kind
    disabled; then composite decomposition off, then all fusion off.
 2. **The four sources set to eager's choice, one at a time**
@@ -22,8 +23,9 @@ runs compared with :func:`numlab.compare.compare_dumps` against the eager run:
 A run *diverges* when some row of the compare fails the thresholds
 (:meth:`Thresholds.fails`; msprobe's accuracy rule by default).
 
-:func:`precision_workflow` runs the workflow of the graph-mode precision
-guide (seed 003, "精度比对流程"): each operator alone first (its own graph,
+:func:`precision_workflow` runs the workflow of Ascend TorchAir's
+graph-mode accuracy-comparison guide (docs/design.md, "Compare and
+bisect"): each operator alone first (its own graph,
 eager and fused, against the fp64 reference), then the whole model eager
 against fp64, then fused against eager by dump compare (first divergence),
 then fusion rules switched off.
@@ -34,13 +36,17 @@ from __future__ import annotations
 import dataclasses
 import math
 import tempfile
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from .. import fusion as F
+from ..execute import SOURCES, run
 from ..formats import get_format
+from ..graph import Graph
 from .compare import CompareReport, Thresholds, compare_dumps
 from .dump import check_target, dump_run
 
@@ -143,10 +149,22 @@ class BisectReport:
 # --------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------
-def _run(graph, inputs, mode, dtype, **kw):
-    from ..execute import run
+def _run(graph, inputs, mode, storage, **kw):
+    return run(graph, inputs, mode=mode, dtype=storage, **kw)
 
-    return run(graph, inputs, mode=mode, dtype=dtype, **kw)
+
+def _storage_arg(storage, dtype, where: str):
+    """The storage format S of a call that may still use the deprecated
+    keyword ``dtype=`` (renamed ``storage=``, docs/design.md "Naming")."""
+    if dtype is not None:
+        if storage is not None:
+            raise TypeError(f"{where}: give storage= only (dtype= is its deprecated old name), not both")
+        warnings.warn(f"{where}: the keyword dtype= is deprecated; use storage=",
+                      DeprecationWarning, stacklevel=3)
+        storage = dtype
+    if storage is None:
+        raise TypeError(f"{where}: storage= (the storage format S, e.g. 'fp16') is required")
+    return get_format(storage, "storage")
 
 
 def _verdict(stage: str, change: str, rep: CompareReport, detail: str = "") -> Trial:
@@ -172,8 +190,6 @@ def range_graph(graph, lo: int, hi: int):
     outputs of ``graph`` (the last node when there are none), so values
     internal to the range may still be fused.
     """
-    from ..graph import Graph
-
     n = len(graph.nodes)
     if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo < hi <= n):
         raise ValueError(f"range [{lo}, {hi}) is not valid for a graph of {n} nodes")
@@ -194,14 +210,17 @@ def range_graph(graph, lo: int, hi: int):
     return Graph(ins, nodes, outs, name=f"{graph.name}[{lo}:{hi}]", roles=roles)
 
 
-def range_diverges(graph, golden_values: Mapping, lo: int, hi: int, *, dtype, fused_kw: Mapping,
-                   eager_kw: Mapping | None = None, thresholds: Thresholds | None = None):
-    """Run ``graph.nodes[lo:hi]`` alone, eager and fused, on golden inputs;
-    return ``(diverges, report)``."""
+def range_diverges(graph, golden_values: Mapping, lo: int, hi: int, *, storage=None,
+                   fused_kw: Mapping, eager_kw: Mapping | None = None,
+                   thresholds: Thresholds | None = None, dtype=None):
+    """Run ``graph.nodes[lo:hi]`` alone, eager and fused, on golden inputs
+    in the storage format ``storage``; return ``(diverges, report)``.
+    ``dtype=`` is the deprecated old name of ``storage=``."""
+    S = _storage_arg(storage, dtype, "range_diverges")
     sub = range_graph(graph, lo, hi)
     xs = _f64_inputs(golden_values, sub)
-    e = _run(sub, xs, "eager", dtype, **dict(eager_kw or {}))
-    f = _run(sub, xs, "fused", dtype, **dict(fused_kw))
+    e = _run(sub, xs, "eager", S, **dict(eager_kw or {}))
+    f = _run(sub, xs, "fused", S, **dict(fused_kw))
     rep = compare_dumps(e, f, thresholds=thresholds)
     return bool(rep.failing), rep
 
@@ -261,7 +280,7 @@ def bisect_run(
     graph,
     inputs: Mapping,
     *,
-    dtype,
+    storage=None,
     fusion=None,
     kernels=None,
     library=None,
@@ -271,6 +290,7 @@ def bisect_run(
     stages: tuple = ("fusion", "sources", "ranges"),
     log=print,
     max_culprits: int = 4,
+    dtype=None,
 ) -> BisectReport:
     """Find what makes the fused run of ``graph`` diverge from eager.
 
@@ -278,9 +298,9 @@ def bisect_run(
     ----------
     graph : numlab.graph.Graph
     inputs : dict
-        Graph inputs (rounded to ``dtype`` by the executors).
-    dtype : Format or str
-        Storage format.
+        Graph inputs (rounded to ``storage`` by the executors).
+    storage : Format or str
+        The storage format S (``dtype=`` is its deprecated old name).
     fusion : FusionOptions, optional
         The fused configuration under suspicion (default ``FusionOptions()``).
     kernels, library : KernelSpec, optional
@@ -303,16 +323,13 @@ def bisect_run(
     -------
     BisectReport
     """
-    from .. import fusion as F
-    from ..execute import SOURCES
-
+    S = _storage_arg(storage, dtype, "bisect_run")
     valid = ("fusion", "sources", "ranges")
     bad = [s for s in stages if s not in valid]
     if bad:
         raise ValueError(f"stages={tuple(stages)!r} has unknown stages {bad}; valid: {valid}")
     if isinstance(max_culprits, bool) or not isinstance(max_culprits, int) or max_culprits < 1:
         raise ValueError(f"max_culprits={max_culprits!r} is not valid; it must be an int >= 1")
-    S = get_format(dtype)
     opts = fusion if fusion is not None else F.FusionOptions()
     th = thresholds or Thresholds()
     say = log or (lambda *a, **k: None)
@@ -338,44 +355,73 @@ def bisect_run(
         say("no divergence under the thresholds: nothing to bisect")
         return rep
 
-    def trial(stage, change, **kw):
-        r = compare_dumps(eager, _run(graph, inputs, "fused", S, **{**base_kw, **kw}), thresholds=th)
-        tr = _verdict(stage, change, r)
-        rep.trials.append(tr)
-        say(tr.line())
+    b = _Bisection(graph, inputs, S, eager, base_kw, eager_kw, th, rep, say)
+    if "fusion" in stages:
+        b.fusion_stage(opts)
+    if "sources" in stages:
+        b.sources_stage()
+    if "ranges" in stages:
+        b.ranges_stage(max_culprits)
+    say("found: " + "; ".join(
+        [f"fusion switches {', '.join(rep.fixing_kinds) or 'none'}"] * ("fusion" in stages)
+        + [f"sources {', '.join(rep.fixing_sources) or 'none'}"] * ("sources" in stages)
+        + [f"culprit range {', '.join(rep.culprit_range) or 'none'}"] * ("ranges" in stages)
+        + [f"another culprit {', '.join(c)}" for c in rep.more_culprits]))
+    return rep
+
+
+class _Bisection:
+    """The trials of one :func:`bisect_run`: each stage runs fused variants
+    against the same eager run and records the verdicts in ``rep``."""
+
+    def __init__(self, graph, inputs, S, eager, base_kw, eager_kw, th, rep, say):
+        self.graph, self.inputs, self.S, self.eager = graph, inputs, S, eager
+        self.base_kw, self.eager_kw, self.th, self.rep, self.say = base_kw, eager_kw, th, rep, say
+
+    def trial(self, stage, change, **kw):
+        fused = _run(self.graph, self.inputs, "fused", self.S, **{**self.base_kw, **kw})
+        tr = _verdict(stage, change, compare_dumps(self.eager, fused, thresholds=self.th))
+        self.rep.trials.append(tr)
+        self.say(tr.line())
         return tr
 
-    if "fusion" in stages:
-        say("stage 1: fusion kinds switched off one at a time")
+    def fusion_stage(self, opts) -> None:
+        """Stage 1: each enabled fusion kind off, then decomposition, then all fusion."""
+        rep = self.rep
+        self.say("stage 1: fusion kinds switched off one at a time")
         for kind in [k for k in F.KINDS if k in opts.enabled]:
-            if not trial("fusion", f"--autofuse_disable_pass={kind}", fusion=opts.disable(kind)).diverges:
+            if not self.trial("fusion", f"--autofuse_disable_pass={kind}",
+                              fusion=opts.disable(kind)).diverges:
                 rep.fixing_kinds.append(kind)
         if opts.decompose:
-            if not trial("fusion", "decompose=off (composites kept whole)",
-                         fusion=dataclasses.replace(opts, decompose=False)).diverges:
+            if not self.trial("fusion", "decompose=off (composites kept whole)",
+                              fusion=dataclasses.replace(opts, decompose=False)).diverges:
                 rep.fixing_kinds.append("decompose")
-        if not trial("fusion", "all fusion off (--enable_autofuse=false)",
-                     fusion=dataclasses.replace(opts, enable_autofuse=False)).diverges:
+        if not self.trial("fusion", "all fusion off (--enable_autofuse=false)",
+                          fusion=dataclasses.replace(opts, enable_autofuse=False)).diverges:
             rep.fixing_kinds.append("all")
 
-    if "sources" in stages:
-        say("stage 2: each source of difference set to eager's choice")
+    def sources_stage(self) -> None:
+        """Stage 2: each source of difference set to eager's choice."""
+        self.say("stage 2: each source of difference set to eager's choice")
         for src in SOURCES:
-            if not trial("source", f"align={src}", align=(src,)).diverges:
-                rep.fixing_sources.append(src)
+            if not self.trial("source", f"align={src}", align=(src,)).diverges:
+                self.rep.fixing_sources.append(src)
 
-    if "ranges" in stages:
+    def ranges_stage(self, max_culprits: int) -> None:
+        """Stage 3: ddmin over node ranges fed golden inputs, then more
+        culprits after the first one."""
+        rep, say, graph = self.rep, self.say, self.graph
         say("stage 3: delta debugging over node ranges (golden inputs fed to each range)")
-        golden = dict(eager.values)
-        golden.update({k: np.asarray(v) for k, v in inputs.items()})
+        golden = dict(self.eager.values)
+        golden.update({k: np.asarray(v) for k, v in self.inputs.items()})
         nodes = graph.nodes
-        fkw = {k: v for k, v in base_kw.items()}
-
+        fkw = dict(self.base_kw)
         last: dict = {}
 
         def test(lo, hi):
-            d, r = range_diverges(graph, golden, lo, hi, dtype=S, fused_kw=fkw, eager_kw=eager_kw,
-                                  thresholds=th)
+            d, r = range_diverges(graph, golden, lo, hi, storage=self.S, fused_kw=fkw,
+                                  eager_kw=self.eager_kw, thresholds=self.th)
             last["report"] = r
             return d
 
@@ -388,28 +434,23 @@ def bisect_run(
 
         n = len(nodes)
         found = ddmin_range(test, n, log=log_range)
-        if found is not None:
-            rep.culprit_range = [nd.name for nd in nodes[found[0]:found[1]]]
-            # ddmin returns one minimal culprit; look for more in the nodes after it
-            hi = found[1]
-            while hi < n and len(rep.more_culprits) < max_culprits - 1:
-                off = hi
-                more = ddmin_range(lambda a, b, off=off: test(off + a, off + b), n - off,
-                                   log=lambda a, b, d, off=off: log_range(off + a, off + b, d))
-                if more is None:
-                    break
-                rep.more_culprits.append([nd.name for nd in nodes[off + more[0]:off + more[1]]])
-                hi = off + more[1]
-    say("found: " + "; ".join(
-        [f"fusion switches {', '.join(rep.fixing_kinds) or 'none'}"] * ("fusion" in stages)
-        + [f"sources {', '.join(rep.fixing_sources) or 'none'}"] * ("sources" in stages)
-        + [f"culprit range {', '.join(rep.culprit_range) or 'none'}"] * ("ranges" in stages)
-        + [f"another culprit {', '.join(c)}" for c in rep.more_culprits]))
-    return rep
+        if found is None:
+            return
+        rep.culprit_range = [nd.name for nd in nodes[found[0]:found[1]]]
+        # ddmin returns one minimal culprit; look for more in the nodes after it
+        hi = found[1]
+        while hi < n and len(rep.more_culprits) < max_culprits - 1:
+            off = hi
+            more = ddmin_range(lambda a, b, off=off: test(off + a, off + b), n - off,
+                               log=lambda a, b, d, off=off: log_range(off + a, off + b, d))
+            if more is None:
+                break
+            rep.more_culprits.append([nd.name for nd in nodes[off + more[0]:off + more[1]]])
+            hi = off + more[1]
 
 
 # --------------------------------------------------------------------------
-# the graph-mode precision workflow (seed 003)
+# the graph-mode precision workflow (docs/design.md, "Compare and bisect")
 # --------------------------------------------------------------------------
 @dataclass
 class WorkflowReport:
@@ -460,7 +501,7 @@ def precision_workflow(
     graph,
     inputs: Mapping,
     *,
-    dtype,
+    storage=None,
     fusion=None,
     kernels=None,
     library=None,
@@ -469,8 +510,9 @@ def precision_workflow(
     force: bool = False,
     model: str | None = None,
     log=None,
+    dtype=None,
 ) -> WorkflowReport:
-    """The graph-mode precision workflow of seed 003, runnable.
+    """The graph-mode precision workflow (TorchAir's accuracy guide), runnable.
 
     1. **Each operator alone** -- every node as its own one-node graph fed the
        golden (eager) values of its inputs, run eager and fused and compared
@@ -482,9 +524,10 @@ def precision_workflow(
        and compared with :func:`compare_dumps`: first divergence.
     4. **Fusion rules off** -- stage 1 of :func:`bisect_run`.
 
-    The thresholds (default msprobe's) decide every "fails".
+    ``storage`` is the storage format S (``dtype=`` is its deprecated old
+    name).  The thresholds (default msprobe's) decide every "fails".
     """
-    S = get_format(dtype)
+    S = _storage_arg(storage, dtype, "precision_workflow")
     th = thresholds or Thresholds()
     say = log or (lambda *a, **k: None)
     lib_kw = {"kernels": library} if library is not None else {}
@@ -502,22 +545,8 @@ def precision_workflow(
     golden = dict(eager.values)
     golden.update({k: np.asarray(v) for k, v in inputs.items()})
 
-    # 1. single operators
     say("step 1: each operator alone")
-    for i, nd in enumerate(graph.nodes):
-        sub = range_graph(graph, i, i + 1)
-        xs = _f64_inputs(golden, sub)
-        ref = _run(sub, xs, "reference", S)
-        e = _run(sub, xs, "eager", S, **lib_kw)
-        f = _run(sub, xs, "fused", S, **fkw)
-        re_ = compare_dumps(ref, e, fmt=S, thresholds=th).row(nd.name)
-        rf_ = compare_dumps(ref, f, fmt=S, thresholds=th).row(nd.name)
-        rep.single_ops.append({
-            "node": nd.name, "op": nd.op,
-            "eager_max_ulp": _num(re_["max_ulp_error"]), "fused_max_ulp": _num(rf_["max_ulp_error"]),
-            "eager_cosine": _num(re_["cosine_similarity"]), "fused_cosine": _num(rf_["cosine_similarity"]),
-            "fails": bool(th.fails(re_) or th.fails(rf_)),
-        })
+    rep.single_ops = _single_ops(graph, golden, S, lib_kw, fkw, th)
 
     # 2. eager vs fp64
     say("step 2: eager vs fp64 reference")
@@ -527,6 +556,45 @@ def precision_workflow(
     # 3. fused vs eager through dumps on disk
     say("step 3: fused vs eager by dump compare")
     fused = _run(graph, inputs, "fused", S, **fkw)
+    rep.fused_vs_eager, paths = _compare_on_disk(eager, fused, dump_dir, force, rep.model, th)
+    if dump_dir is not None:
+        rep.dumps = paths
+
+    # 4. fusion rules off
+    if rep.fused_vs_eager.failing:
+        say("step 4: fusion rules switched off one at a time")
+        rep.bisect = bisect_run(graph, inputs, storage=S, fusion=fusion, kernels=kernels, library=library,
+                                thresholds=th, model=rep.model, stages=("fusion",), log=log)
+
+    rep.conclusion = _conclusion(rep)
+    say(rep.conclusion)
+    return rep
+
+
+def _single_ops(graph, golden: dict, S, lib_kw: dict, fkw: dict, th: Thresholds) -> list[dict]:
+    """Workflow step 1: every node alone, fed golden inputs, eager and fused
+    against its fp64 reference."""
+    out = []
+    for i, nd in enumerate(graph.nodes):
+        sub = range_graph(graph, i, i + 1)
+        xs = _f64_inputs(golden, sub)
+        ref = _run(sub, xs, "reference", S)
+        e = _run(sub, xs, "eager", S, **lib_kw)
+        f = _run(sub, xs, "fused", S, **fkw)
+        re_ = compare_dumps(ref, e, fmt=S, thresholds=th).row(nd.name)
+        rf_ = compare_dumps(ref, f, fmt=S, thresholds=th).row(nd.name)
+        out.append({
+            "node": nd.name, "op": nd.op,
+            "eager_max_ulp": _num(re_["max_ulp_error"]), "fused_max_ulp": _num(rf_["max_ulp_error"]),
+            "eager_cosine": _num(re_["cosine_similarity"]), "fused_cosine": _num(rf_["cosine_similarity"]),
+            "fails": bool(th.fails(re_) or th.fails(rf_)),
+        })
+    return out
+
+
+def _compare_on_disk(eager, fused, dump_dir, force: bool, model: str, th: Thresholds):
+    """Workflow step 3: both runs dumped (to ``dump_dir`` or a temporary
+    directory) and compared from disk; returns (report, dump paths)."""
     tmp = None
     if dump_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="numlab-workflow-")
@@ -534,40 +602,31 @@ def precision_workflow(
     else:
         base = Path(dump_dir)
     try:
-        pe = dump_run(eager, base / "eager", force=force, model=rep.model)
-        pf = dump_run(fused, base / "fused", force=force, model=rep.model)
-        rep.fused_vs_eager = compare_dumps(pe, pf, thresholds=th)
-        if tmp is None:
-            rep.dumps = {"eager": str(pe), "fused": str(pf)}
+        pe = dump_run(eager, base / "eager", force=force, model=model)
+        pf = dump_run(fused, base / "fused", force=force, model=model)
+        return compare_dumps(pe, pf, thresholds=th), {"eager": str(pe), "fused": str(pf)}
     finally:
         if tmp is not None:
             tmp.cleanup()
 
-    # 4. fusion rules off
-    if rep.fused_vs_eager.failing:
-        say("step 4: fusion rules switched off one at a time")
-        rep.bisect = bisect_run(graph, inputs, dtype=S, fusion=fusion, kernels=kernels, library=library,
-                                thresholds=th, model=rep.model, stages=("fusion",), log=log)
 
-    # conclusion
+def _conclusion(rep: WorkflowReport) -> str:
+    """The workflow's one-line conclusion, in the guide's order of suspects."""
     bad_ops = rep.bad_single_ops
     fd = rep.fused_vs_eager.first_divergence
     if bad_ops:
-        rep.conclusion = ("single-operator precision is already off for "
-                          + ", ".join(f"{s['node']} ({s['op']})" for s in bad_ops)
-                          + ": fix the operator before looking at fusion")
-    elif rep.eager_vs_ref.failing:
-        rep.conclusion = "eager itself is off against fp64: a model-level (eager) precision problem"
-    elif fd is None:
-        rep.conclusion = "fused matches eager under the thresholds: no graph-mode precision problem"
-    else:
-        kinds = rep.bisect.fixing_kinds if rep.bisect else []
-        rep.conclusion = (f"error introduced by the fused graph at {fd['node']} (op {fd['op']}"
-                          + (f", fused block {fd['block']}" if fd["block"] else "") + ")"
-                          + (f"; switching off {', '.join(kinds)} removes it" if kinds else
-                             "; no single fusion switch removes it"))
-    say(rep.conclusion)
-    return rep
+        return ("single-operator precision is already off for "
+                + ", ".join(f"{s['node']} ({s['op']})" for s in bad_ops)
+                + ": fix the operator before looking at fusion")
+    if rep.eager_vs_ref.failing:
+        return "eager itself is off against fp64: a model-level (eager) precision problem"
+    if fd is None:
+        return "fused matches eager under the thresholds: no graph-mode precision problem"
+    kinds = rep.bisect.fixing_kinds if rep.bisect else []
+    return (f"error introduced by the fused graph at {fd['node']} (op {fd['op']}"
+            + (f", fused block {fd['block']}" if fd["block"] else "") + ")"
+            + (f"; switching off {', '.join(kinds)} removes it" if kinds else
+               "; no single fusion switch removes it"))
 
 
 def _num(v) -> float:

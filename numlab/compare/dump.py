@@ -55,6 +55,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import __version__, ops
 from ..formats import FORMATS, Format, get_format
 
 __all__ = [
@@ -268,8 +269,6 @@ def write_dump(
     FileExistsError
         ``path`` exists and is not empty and ``force`` is False.
     """
-    from .. import __version__
-
     path = Path(path)
     check_target(path, force)
     if not isinstance(arrays, Mapping):
@@ -400,11 +399,7 @@ def describe_graph(graph, plan=None) -> tuple[dict[str, dict], dict]:
     run_meta: dict = {}
     if graph is None:
         return node_meta, run_meta
-    catalogue = {}
-    try:
-        from ..ops import CATALOGUE as catalogue  # noqa: N811
-    except Exception:  # pragma: no cover - ops not built yet
-        catalogue = {}
+    catalogue = ops.CATALOGUE
     block_of = {}
     if plan is not None:
         blocks = {}

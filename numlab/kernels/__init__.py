@@ -1,7 +1,7 @@
 """numlab.kernels: the four sources of eager/fused difference as switches.
 
-DESIGN.md section 1 lists four sources; each is a knob here and a field of
-:class:`KernelSpec`:
+``docs/design.md`` ("The four sources of difference") lists four sources of difference;
+each is a knob here and a field of :class:`KernelSpec`:
 
 1. precision promotion -- ``KernelSpec.promotion`` (``native``,
    ``fp32_internal``, ``accumulator_only``) and the accumulator ``acc``;
@@ -13,7 +13,13 @@ DESIGN.md section 1 lists four sources; each is a knob here and a field of
 4. algorithm -- :func:`rsqrt`, :func:`reciprocal`, :func:`divide` (exact,
    two roundings, or a table/bit-trick seed plus :class:`Newton` steps),
    :func:`exp` (exact or :class:`ExpPoly`), :func:`tanh`, :func:`erf`,
-   :func:`gelu`; variance two-pass/Welford/textbook.
+   :func:`gelu`; variance two-pass/Welford/textbook; matmul ``algo``.
+
+The engine (:mod:`numlab.kernels.engine`) is the one place a node is
+computed under a spec: a :class:`~numlab.kernels.engine.Ctx` and one kernel
+function per operator (``engine.layer_norm(ctx, x, gamma, beta, axis=..,
+eps=..)``); every operator of :mod:`numlab.ops` names its kernel
+(``OpInfo.kernel``) and the executor calls only that.
 
 How an executor calls this package
 ----------------------------------
@@ -30,7 +36,7 @@ The easy way: a :class:`KernelSpec` applied to a storage format ``S``::
     y = spec.reduce(x, "sum", axis=-1, storage="fp16")
     y = spec.reduce(x, "var", axis=-1, storage="fp16", ddof=0)
     y = spec.mul_scalar(x, 0.125, storage="fp16")
-    y = spec.unary("rsqrt", x, storage="fp16")   # also reciprocal sqrt exp tanh erf gelu
+    y = spec.unary("rsqrt", x, storage="fp16")   # also reciprocal sqrt exp log tanh erf sigmoid gelu
     y = spec.div(a, b, storage="fp16")
     y = spec.multiply_add(a, b, c, storage="fp16")
     y = spec.matmul(a, b, storage="fp16")
@@ -49,7 +55,7 @@ The explicit way: call the functions with the formats spelled out::
     K.reduce(x, "sum", -1, order="blocked(4096,lanes(64),sequential)", acc="fp32", out="fp16")
     K.scalar_mul(x, s, fmt="fp16", how="broadcast")
     K.rsqrt(x, fmt="fp32", algo="newton(table12,1,fp32)")
-    K.matmul(a, b, k_tile=128, acc="fp32", out="fp16", mode="block_fma")
+    K.matmul(a, b, k_tile=128, acc="fp32", out="fp16", algo="block_fma")
 
 ``S`` is always passed as ``storage=`` (spec methods) or as ``fmt=``/``out=``
 (the result format); the accumulator as ``acc=``; the spec as the object whose
@@ -59,11 +65,17 @@ value and the valid choices.
 
 from __future__ import annotations
 
+from . import engine
+from .cpu_orders import AtenCascade, InductorLanes
 from .algorithms import (
     DIV_ALGOS,
-    GELU_FORMS,
+    ERF_ALGOS,
+    EXP_ALGOS,
+    GELU_ALGOS,
+    GELU_APPROXIMATE,
     RECIP_ALGOS,
     RSQRT_ALGOS,
+    TANH_ALGOS,
     ExpPoly,
     Magic,
     Newton,
@@ -83,8 +95,9 @@ from .algorithms import (
     steps_table,
     tanh,
 )
+from .engine import Ctx
 from .hardware import ASCEND_910B, SMALL, Hardware, tile_elements
-from .matmul import MATMUL_MODES, matmul
+from .matmul import MATMUL_ALGOS, MATMUL_MODES, matmul
 from .reduce import (
     OPS,
     ORDER_NAMES,
@@ -117,7 +130,8 @@ __all__ = [
     "scalar_mul", "fma", "mul_add", "multiply_add", "SCALAR_MUL_CHOICES",
     "Table", "Magic", "Newton", "ExpPoly", "parse_algo", "rsqrt", "reciprocal", "divide", "sqrt",
     "exp", "tanh", "erf", "gelu", "seed_estimate", "seed_error_bound", "newton_recurrence",
-    "steps_needed", "steps_table", "RSQRT_ALGOS", "RECIP_ALGOS", "DIV_ALGOS", "GELU_FORMS",
-    "matmul", "MATMUL_MODES",
+    "steps_needed", "steps_table", "RSQRT_ALGOS", "RECIP_ALGOS", "DIV_ALGOS", "EXP_ALGOS",
+    "TANH_ALGOS", "ERF_ALGOS", "GELU_ALGOS", "GELU_APPROXIMATE", "AtenCascade", "InductorLanes",
+    "matmul", "MATMUL_ALGOS", "MATMUL_MODES", "engine", "Ctx",
     "KernelSpec", "HANDWRITTEN", "CODEGEN", "PROMOTIONS", "UNARY_OPS", "DEFAULT_FUSED_LIVE_BUFFERS",
 ]

@@ -14,7 +14,7 @@ Ascend), so the element count is rounded *down* to a multiple of
 A single-operator kernel (``live_buffers`` = 2: one input, one output) gets
 large tiles; a fused block that keeps five intermediates on chip gets tiles
 about 2.5x smaller, so its reduction is split at different points, and the
-bits of its sums differ (DESIGN.md section 1, source 3).
+bits of its sums differ (``docs/design.md``, "The four sources of difference", tiling).
 """
 
 from __future__ import annotations
@@ -39,9 +39,6 @@ class Hardware:
     double_buffer : bool
         Whether each live buffer is split in two (ping-pong) so loads overlap
         compute; default True (the norm for streaming kernels).
-    vector_bytes : int
-        Bytes one vector instruction processes; default 256 (an Ascend
-        "repeat" of 8 blocks).  ``lanes(elem_bytes)`` lanes per vector.
     name : str
         Label for tables.
     """
@@ -49,11 +46,10 @@ class Hardware:
     ub_bytes: int = 192 * 1024
     align_bytes: int = 32
     double_buffer: bool = True
-    vector_bytes: int = 256
     name: str = "ascend910b"
 
     def __post_init__(self) -> None:
-        for knob in ("ub_bytes", "align_bytes", "vector_bytes"):
+        for knob in ("ub_bytes", "align_bytes"):
             v = getattr(self, knob)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise ValueError(f"{knob}={v!r} is not valid; it must be a positive int")
@@ -62,18 +58,13 @@ class Hardware:
         if not isinstance(self.double_buffer, bool):
             raise TypeError(f"double_buffer must be a bool, got {self.double_buffer!r}")
 
-    def lanes(self, elem_bytes: int) -> int:
-        """Vector lanes for elements of ``elem_bytes`` bytes (``vector_bytes // elem_bytes``)."""
-        _check_elem_bytes(elem_bytes)
-        return max(1, self.vector_bytes // elem_bytes)
-
     def tile(self, live_buffers: int, elem_bytes: int) -> int:
         """Same as :func:`tile_elements` (``tile_elements(self, live_buffers, elem_bytes)``)."""
         return tile_elements(self, live_buffers, elem_bytes)
 
 
 ASCEND_910B = Hardware()
-"""The default: 192 KiB UB, 32-byte blocks, double buffering, 256-byte vectors."""
+"""The default: 192 KiB UB, 32-byte blocks, double buffering."""
 
 SMALL = Hardware(ub_bytes=16 * 1024, name="small16k")
 """A 16 KiB buffer: tiles short enough that a notebook can show them."""

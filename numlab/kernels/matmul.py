@@ -6,8 +6,8 @@ every product ``a_ik b_kj`` is exact in float64 (it has at most 48 bits and its
 exponent stays inside float64's normal range).  K is cut into tiles of
 ``k_tile``; ``acc`` is the accumulator format and ``out`` the result's.
 
-Modes (what each one models)
-----------------------------
+Algorithms (``algo=``; what each one models)
+--------------------------------------------
 ``"sequential"``
     A vector unit's multiply-accumulate loop, per K tile: a fresh tile
     accumulator ``t = -0; t = fl(t + fl(a_k b_k))`` for k in the tile (or, with
@@ -76,9 +76,11 @@ from ._common import (
 )
 from .reduce import _as_order, gamma
 
-__all__ = ["matmul", "MATMUL_MODES", "exact_dot_round"]
+__all__ = ["matmul", "MATMUL_ALGOS", "MATMUL_MODES", "exact_dot_round"]
 
-MATMUL_MODES = ("sequential", "block_fma", "split_k")
+MATMUL_ALGOS = ("sequential", "block_fma", "split_k")
+MATMUL_MODES = MATMUL_ALGOS
+"""Deprecated name of :data:`MATMUL_ALGOS`."""
 
 
 def _rnd(v: np.ndarray, fmt: Format, mode: str) -> np.ndarray:
@@ -209,49 +211,57 @@ def _tile_exact_plus(c: np.ndarray, a_t: np.ndarray, b_t: np.ndarray, acc: Forma
             ok = lo == hi
             res = lo
         # NaN entries fail ok and are settled (as NaN) by the exact path below
-    n_exact = 0
-    if not ok.all():
-        bad = np.unravel_index(np.flatnonzero(~ok), v.shape)
-        *bidx, ii, jj = bad
-        bidx = tuple(bidx)
-        a_b = np.broadcast_to(a_t, v.shape[:-2] + a_t.shape[-2:])
-        b_b = np.broadcast_to(b_t, v.shape[:-2] + b_t.shape[-2:])
-        cb = np.broadcast_to(c, v.shape)
-        # certificate (2), cheap: the exact c + S is a multiple of
-        # q = 2**min(min_k lsb(a_ik) + lsb(b_kj), lsb(c_ij)); with B < q/2 it is rint(v/q) q.
-        if la_t is None:
-            la_t = _lsb_exp(np.ascontiguousarray(a_t)).astype(np.int16)
-        if lb_t is None:
-            lb_t = _lsb_exp(np.ascontiguousarray(b_t)).astype(np.int16)
-        # contiguous rows (A) and transposed columns (B) so the gathers read rows
-        la_t = np.broadcast_to(np.ascontiguousarray(la_t), a_b.shape)
-        lb_t = np.broadcast_to(np.ascontiguousarray(np.swapaxes(lb_t, -1, -2)), b_b.shape[:-2] + b_b.shape[:-3:-1])
-        la = la_t[bidx + (ii,)]  # (nbad, kt) int16: sums stay within +-8192
-        lb = lb_t[bidx + (jj,)]
-        la += lb
-        qe = np.minimum(np.min(la, axis=1).astype(np.int64), _lsb_exp(cb[bad].astype(np.float64)))
-        qe = np.clip(qe, -1074, 1023)
-        q = np.ldexp(1.0, qe.astype(np.int32))
-        vb, tb = v[bad], t[bad]
-        with np.errstate(over="ignore", invalid="ignore"):
-            grid = (tb < q / 2) & (np.abs(vb) < np.ldexp(q, 52)) & np.isfinite(vb)
-            ve = np.rint(vb / q) * q
-        fixed = np.where(grid, _rnd(ve, acc, mode), np.asarray(res[bad], dtype=np.float64))
-        if not grid.all():
-            sel = np.nonzero(~grid)[0]
-            sub = tuple(ix[sel] for ix in bad)
-            *sbidx, sii, sjj = sub
-            sbidx = tuple(sbidx)
-            rows = a_b[sbidx + (sii,)]  # (nsel, kt)
-            cols = np.swapaxes(b_b, -1, -2)[sbidx + (sjj,)]
-            terms = np.concatenate([rows * cols, cb[sub].astype(np.float64)[:, None]], axis=1)
-            fx, still = _certify_rows(terms, acc, mode)
-            for r in np.nonzero(still)[0]:  # rare: exact summation in Python
-                fx[r] = exact_dot_round(terms[r], acc, mode)
-            n_exact = int(still.sum())
-            fixed[sel] = fx
-        res[bad] = fixed
+    n_exact = 0 if ok.all() else _settle_uncertain(v, t, ok, res, a_t, b_t, c, la_t, lb_t, acc, mode)
     return res, n_exact
+
+
+def _settle_uncertain(v, t, ok, res, a_t, b_t, c, la_t, lb_t, acc: Format, mode: str) -> int:
+    """The entries of :func:`_tile_exact_plus` certificate (1) left open
+    (``~ok``): certificate (2) on the grid of the inputs' lowest set bits, then
+    :func:`_certify_rows`, then exact summation.  Writes them into ``res``;
+    returns the number summed exactly."""
+    n_exact = 0
+    bad = np.unravel_index(np.flatnonzero(~ok), v.shape)
+    *bidx, ii, jj = bad
+    bidx = tuple(bidx)
+    a_b = np.broadcast_to(a_t, v.shape[:-2] + a_t.shape[-2:])
+    b_b = np.broadcast_to(b_t, v.shape[:-2] + b_t.shape[-2:])
+    cb = np.broadcast_to(c, v.shape)
+    # certificate (2), cheap: the exact c + S is a multiple of
+    # q = 2**min(min_k lsb(a_ik) + lsb(b_kj), lsb(c_ij)); with B < q/2 it is rint(v/q) q.
+    if la_t is None:
+        la_t = _lsb_exp(np.ascontiguousarray(a_t)).astype(np.int16)
+    if lb_t is None:
+        lb_t = _lsb_exp(np.ascontiguousarray(b_t)).astype(np.int16)
+    # contiguous rows (A) and transposed columns (B) so the gathers read rows
+    la_t = np.broadcast_to(np.ascontiguousarray(la_t), a_b.shape)
+    lb_t = np.broadcast_to(np.ascontiguousarray(np.swapaxes(lb_t, -1, -2)), b_b.shape[:-2] + b_b.shape[:-3:-1])
+    la = la_t[bidx + (ii,)]  # (nbad, kt) int16: sums stay within +-8192
+    lb = lb_t[bidx + (jj,)]
+    la += lb
+    qe = np.minimum(np.min(la, axis=1).astype(np.int64), _lsb_exp(cb[bad].astype(np.float64)))
+    qe = np.clip(qe, -1074, 1023)
+    q = np.ldexp(1.0, qe.astype(np.int32))
+    vb, tb = v[bad], t[bad]
+    with np.errstate(over="ignore", invalid="ignore"):
+        grid = (tb < q / 2) & (np.abs(vb) < np.ldexp(q, 52)) & np.isfinite(vb)
+        ve = np.rint(vb / q) * q
+    fixed = np.where(grid, _rnd(ve, acc, mode), np.asarray(res[bad], dtype=np.float64))
+    if not grid.all():
+        sel = np.nonzero(~grid)[0]
+        sub = tuple(ix[sel] for ix in bad)
+        *sbidx, sii, sjj = sub
+        sbidx = tuple(sbidx)
+        rows = a_b[sbidx + (sii,)]  # (nsel, kt)
+        cols = np.swapaxes(b_b, -1, -2)[sbidx + (sjj,)]
+        terms = np.concatenate([rows * cols, cb[sub].astype(np.float64)[:, None]], axis=1)
+        fx, still = _certify_rows(terms, acc, mode)
+        for r in np.nonzero(still)[0]:  # rare: exact summation in Python
+            fx[r] = exact_dot_round(terms[r], acc, mode)
+        n_exact = int(still.sum())
+        fixed[sel] = fx
+    res[bad] = fixed
+    return n_exact
 
 
 _EXACT_LIM = 2.0**52  # ra_i rb_j <= 2^52 (three roundings of 2^-53 to spare) => exact sums
@@ -316,7 +326,6 @@ def _tile_certified_exact(c, a_t, b_t, la_t, lb_t, acc: Format, mode: str, work:
     buf = work["s"]
     if buf.size == 0:
         return None
-    kt = a_t.shape[-1]
     ra, rb, qmin, amax, bmax = _exact_tile_factors(a_t, b_t, la_t, lb_t)
     lim = _EXACT_LIM
     with np.errstate(invalid="ignore", over="ignore"):
@@ -375,25 +384,36 @@ def _tile_certified_exact(c, a_t, b_t, la_t, lb_t, acc: Format, mode: str, work:
         res = round_sum2(np.asarray(cb, dtype=np.float64), buf, acc, mode)
     n_exact = 0
     if fail_i.size:
-        fflat = fail_i * buf.shape[1] + fail_j
-        cf = cb[fail_i, fail_j].astype(np.float64)
-        g = gamma(kt, 2.0**-53)
-        with np.errstate(over="ignore", invalid="ignore"):
-            v = cf + buf.reshape(-1)[fflat]
-            t = (g * (1 + 2.0**-50) + 2.0**-51) * kt * amax[fail_i] * bmax[fail_j] + 2.0**-51 * np.abs(cf)
-            lo, hi = _rnd(v - t, acc, mode), _rnd(v + t, acc, mode)
-        fixed = lo  # certificate (1); NaN bounds fail it and are settled below
-        bad = np.flatnonzero(~(lo == hi))
-        if bad.size:
-            bi, bj = fail_i[bad], fail_j[bad]
-            terms = np.concatenate([a_t[bi] * b_t[:, bj].T, cf[bad][:, None]], axis=1)
-            fx, still = _certify_rows(terms, acc, mode)
-            for r_ in np.nonzero(still)[0]:  # rare: exact summation in Python
-                fx[r_] = exact_dot_round(terms[r_], acc, mode)
-            n_exact = int(still.sum())
-            fixed[bad] = fx
-        res.reshape(-1)[fflat] = fixed  # res is C-contiguous (M, N): a view
+        n_exact = _settle_failed(res, buf, cb, a_t, b_t, fail_i, fail_j, amax, bmax, acc, mode)
     return res, n_exact
+
+
+def _settle_failed(res, buf, cb, a_t, b_t, fail_i, fail_j, amax, bmax, acc: Format, mode: str) -> int:
+    """The entries ``(fail_i, fail_j)`` of :func:`_tile_certified_exact` whose
+    float64 sums were not certified exact: certificate (1) of
+    :func:`_tile_exact_plus`, then :func:`_certify_rows`, then exact
+    summation.  Writes them into ``res``; returns the number summed exactly."""
+    kt = a_t.shape[-1]
+    n_exact = 0
+    fflat = fail_i * buf.shape[1] + fail_j
+    cf = cb[fail_i, fail_j].astype(np.float64)
+    g = gamma(kt, 2.0**-53)
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = cf + buf.reshape(-1)[fflat]
+        t = (g * (1 + 2.0**-50) + 2.0**-51) * kt * amax[fail_i] * bmax[fail_j] + 2.0**-51 * np.abs(cf)
+        lo, hi = _rnd(v - t, acc, mode), _rnd(v + t, acc, mode)
+    fixed = lo  # certificate (1); NaN bounds fail it and are settled below
+    bad = np.flatnonzero(~(lo == hi))
+    if bad.size:
+        bi, bj = fail_i[bad], fail_j[bad]
+        terms = np.concatenate([a_t[bi] * b_t[:, bj].T, cf[bad][:, None]], axis=1)
+        fx, still = _certify_rows(terms, acc, mode)
+        for r_ in np.nonzero(still)[0]:  # rare: exact summation in Python
+            fx[r_] = exact_dot_round(terms[r_], acc, mode)
+        n_exact = int(still.sum())
+        fixed[bad] = fx
+    res.reshape(-1)[fflat] = fixed  # res is C-contiguous (M, N): a view
+    return n_exact
 
 
 def _certify_rows(terms: np.ndarray, acc: Format, mode: str):
@@ -435,14 +455,15 @@ def matmul(
     k_tile: int,
     acc="fp32",
     out=None,
-    mode: str = "sequential",
+    algo: str = "sequential",
     fma: bool = False,
     split_order="pairwise",
     acc_mode: str = "rne",
     out_mode: str = "rne",
     stats: dict | None = None,
+    mode: str | None = None,
 ):
-    """K-tiled ``a @ b`` with accumulator ``acc`` (see module docstring for the modes).
+    """K-tiled ``a @ b`` with accumulator ``acc`` (see module docstring for the algorithms).
 
     Parameters
     ----------
@@ -454,7 +475,7 @@ def matmul(
         Accumulator format (fp32 default).
     out : Format or str, optional
         Result format (default ``acc``), rounded once from the accumulator.
-    mode : {"sequential", "block_fma", "split_k"}
+    algo : {"sequential", "block_fma", "split_k"}
     fma : bool
         ``sequential`` only: one rounding per multiply-add instead of two.
     split_order : Order or str
@@ -462,24 +483,59 @@ def matmul(
     stats : dict, optional
         If given, ``stats["uncertified"]`` receives the number of entries that
         needed the exact fallback (block_fma / split_k).
+    mode : str, optional
+        Deprecated name of ``algo`` (giving both is an error).
 
     Returns
     -------
     ndarray in ``out.container``.
     """
-    check_choice("mode", mode, MATMUL_MODES)
+    if mode is not None:
+        if algo != "sequential" and algo != mode:
+            raise TypeError(f"give the matmul algorithm once: algo={algo!r} and its deprecated name mode={mode!r}")
+        algo = mode
+    check_choice("algo", algo, MATMUL_ALGOS)
     if not isinstance(k_tile, int | np.integer) or isinstance(k_tile, bool) or k_tile <= 0:
         raise ValueError(f"k_tile={k_tile!r} is not valid; it must be an int > 0")
     acc = get_format(acc, "acc")
     outf = acc if out is None else get_format(out, "out")
+    A0, B0 = _check_operands(a, b)
+    K = A0.shape[-1]
+    shape = np.broadcast_shapes(A0.shape[:-2], B0.shape[:-2]) + (A0.shape[-2], B0.shape[-1])
+    if K == 0 or 0 in shape:  # empty sums are +0; nothing to round
+        if stats is not None:
+            stats["uncertified"] = 0
+        return np.zeros(shape, dtype=outf.container)
+    kt = int(k_tile)
+    tiles = [(s, min(s + kt, K)) for s in range(0, K, kt)]
+    unc = 0
+    if algo == "sequential":
+        C = _sequential(A0, B0, shape, tiles, acc, acc_mode, fma)
+    elif acc == FP64 or acc.p > 51:
+        # fp64 accumulation: BLAS per tile, its internal order is not specified
+        A, B = A0.astype(np.float64), B0.astype(np.float64)
+        C = np.full(shape, -0.0)
+        with np.errstate(over="ignore", invalid="ignore"):
+            for s, e in tiles:
+                C = C + A[..., :, s:e] @ B[..., s:e, :]
+    else:
+        C, unc = _tiled(a, b, A0, B0, shape, tiles, algo, acc, acc_mode, split_order)
+    if stats is not None:
+        stats["uncertified"] = unc
+    res = C if (outf == acc and out_mode == "rne") else round_to(C, outf, out_mode)
+    return to_container(np.asarray(res), outf)
+
+
+def _check_operands(a, b):
+    """``a`` and ``b`` as float32/float64 value arrays; ValueError when they are
+    not at least 2-D, their inner dimensions differ or they hold values wider
+    than fp32."""
     A0 = as_values(a, "a")
     B0 = as_values(b, "b")
-    A, B = A0, B0  # float32 (or float64) containers; float64 copies where a mode needs them
-    if A.ndim < 2 or B.ndim < 2:
-        raise ValueError(f"a and b must be at least 2-D, got shapes {A.shape} and {B.shape}")
-    K = A.shape[-1]
-    if B.shape[-2] != K:
-        raise ValueError(f"inner dimensions differ: a is {A.shape}, b is {B.shape}")
+    if A0.ndim < 2 or B0.ndim < 2:
+        raise ValueError(f"a and b must be at least 2-D, got shapes {A0.shape} and {B0.shape}")
+    if B0.shape[-2] != A0.shape[-1]:
+        raise ValueError(f"inner dimensions differ: a is {A0.shape}, b is {B0.shape}")
     for name, M in (("a", A0), ("b", B0)):
         if M.dtype == np.float32:
             continue  # float32 (or a narrower widened container): <= 24 bits by construction
@@ -489,78 +545,73 @@ def matmul(
                     f"{name} holds values with more than 24 significant bits (or beyond fp32's "
                     "range); matmul models fp32-and-narrower inputs only (round them first)"
                 )
-    shape = np.broadcast_shapes(A.shape[:-2], B.shape[:-2]) + (A.shape[-2], B.shape[-1])
-    if K == 0 or 0 in shape:  # empty sums are +0; nothing to round
-        if stats is not None:
-            stats["uncertified"] = 0
-        return np.zeros(shape, dtype=outf.container)
-    kt = int(k_tile)
-    tiles = [(s, min(s + kt, K)) for s in range(0, K, kt)]
+    return A0, B0
+
+
+def _sequential(A0, B0, shape, tiles, acc: Format, acc_mode: str, fma: bool) -> np.ndarray:
+    """``algo="sequential"``: per K tile a fresh accumulator of rounded
+    products (or FMAs), added into C; float64 values of ``acc``."""
+    A, B = A0.astype(np.float64), B0.astype(np.float64)
+    ar = Arith(acc, acc_mode)
+    C = np.full(shape, -0.0, dtype=ar.dtype)
+    for s, e in tiles:
+        t = np.full(shape, -0.0, dtype=ar.dtype)
+        for k in range(s, e):
+            p = A[..., :, k, None] * B[..., None, k, :]  # exact in float64
+            if fma:
+                t = ar.round(round_sum2(t.astype(np.float64), p, acc, acc_mode))
+            else:
+                t = ar.add(t, ar.round(p))
+        C = ar.add(C, t)
+    return C.astype(np.float64)
+
+
+def _tiled(a, b, A0, B0, shape, tiles, algo, acc: Format, acc_mode: str, split_order):
+    """``block_fma`` and ``split_k``: each K tile's exact sum rounded once
+    (certified, module docstring).  Returns (C, number of exactly summed
+    entries)."""
+    A, B = A0, B0
+    K = A0.shape[-1]
     unc = 0
-    if mode == "sequential":
-        A, B = A0.astype(np.float64), B0.astype(np.float64)
-        ar = Arith(acc, acc_mode)
-        C = np.full(shape, -0.0, dtype=ar.dtype)
-        for s, e in tiles:
-            t = np.full(shape, -0.0, dtype=ar.dtype)
-            for k in range(s, e):
-                p = A[..., :, k, None] * B[..., None, k, :]  # exact in float64
-                if fma:
-                    t = ar.round(round_sum2(t.astype(np.float64), p, acc, acc_mode))
-                else:
-                    t = ar.add(t, ar.round(p))
-            C = ar.add(C, t)
-        C = C.astype(np.float64)
-    elif acc == FP64 or acc.p > 51:
-        # fp64 accumulation: BLAS per tile, its internal order is not specified
-        A, B = A0.astype(np.float64), B0.astype(np.float64)
-        C = np.full(shape, -0.0)
-        with np.errstate(over="ignore", invalid="ignore"):
-            for s, e in tiles:
-                C = C + A[..., :, s:e] @ B[..., s:e, :]
-    else:
-        LA, LB = _lsb_of_input(np.asarray(a), A0), _lsb_of_input(np.asarray(b), B0)  # once for all tiles
-        flat = B.ndim == 2  # (..., M, K) @ (K, N): one 2-D problem of M' = prod(...) M rows
+    LA, LB = _lsb_of_input(np.asarray(a), A0), _lsb_of_input(np.asarray(b), B0)  # once for all tiles
+    flat = B.ndim == 2  # (..., M, K) @ (K, N): one 2-D problem of M' = prod(...) M rows
+    if flat:
+        A2, LA2 = A.reshape(-1, K), LA.reshape(-1, K)
+        mn = (A2.shape[0], B.shape[-1])
+        work = {"s": np.empty(mn), "v": np.empty((max(1, 65536 // max(mn[1], 1)), mn[1])),
+                "flag": np.empty(mn, bool)}
+        c32 = [np.empty(mn, np.float32) for _ in range(2)] if acc == FP32 and acc_mode == "rne" else None
+
+    def tile(c, s, e, parity):
+        """fl_acc(c + A[:, s:e] @ B[s:e]) with one rounding: certified-exact float64
+        sums when the cheap certificate holds, else the interval certificates."""
         if flat:
-            A2, LA2 = A.reshape(-1, K), LA.reshape(-1, K)
-            mn = (A2.shape[0], B.shape[-1])
-            work = {"s": np.empty(mn), "v": np.empty((max(1, 65536 // max(mn[1], 1)), mn[1])),
-                    "flag": np.empty(mn, bool)}
-            c32 = [np.empty(mn, np.float32) for _ in range(2)] if acc == FP32 and acc_mode == "rne" else None
+            a_t = np.ascontiguousarray(A2[:, s:e], dtype=np.float64)
+            c2 = c.reshape(mn) if np.ndim(c) else c
+            got = _tile_certified_exact(c2, a_t, np.ascontiguousarray(B[s:e], dtype=np.float64), LA2[:, s:e], LB[s:e], acc, acc_mode, work,
+                                        None if c32 is None else c32[parity])
+            if got is not None:
+                return got[0].reshape(shape), got[1]
+        if not np.ndim(c):
+            c = np.full(shape, c)
+        return _tile_exact_plus(c, np.ascontiguousarray(A[..., :, s:e], dtype=np.float64),
+                                np.ascontiguousarray(B[..., s:e, :], dtype=np.float64), acc, acc_mode,
+                                LA[..., :, s:e], LB[..., s:e, :])
 
-        def tile(c, s, e, parity):
-            """fl_acc(c + A[:, s:e] @ B[s:e]) with one rounding: certified-exact float64
-            sums when the cheap certificate holds, else the interval certificates."""
-            if flat:
-                a_t = np.ascontiguousarray(A2[:, s:e], dtype=np.float64)
-                c2 = c.reshape(mn) if np.ndim(c) else c
-                got = _tile_certified_exact(c2, a_t, np.ascontiguousarray(B[s:e], dtype=np.float64), LA2[:, s:e], LB[s:e], acc, acc_mode, work,
-                                            None if c32 is None else c32[parity])
-                if got is not None:
-                    return got[0].reshape(shape), got[1]
-            if not np.ndim(c):
-                c = np.full(shape, c)
-            return _tile_exact_plus(c, np.ascontiguousarray(A[..., :, s:e], dtype=np.float64),
-                                    np.ascontiguousarray(B[..., s:e, :], dtype=np.float64), acc, acc_mode,
-                                    LA[..., :, s:e], LB[..., s:e, :])
-
-        if mode == "block_fma":
-            C = np.float64(-0.0)  # a zero scalar: the first tile is one rounding of its exact sum
-            for t_i, (s, e) in enumerate(tiles):
-                C, n_bad = tile(C, s, e, t_i % 2)
-                unc += n_bad
-            # C: float32 (fp32 fast path) or float64, values of acc
-        else:
-            order = _as_order(split_order, "split_order")
-            parts = []
-            for s, e in tiles:
-                P, n_bad = tile(np.float64(-0.0), s, e, 0)
-                unc += n_bad
-                parts.append(P.astype(np.float64))
-            ar = Arith(acc, acc_mode)
-            stack = ar.round(np.stack(parts, axis=-1))
-            C = order._sum(stack, ar).astype(np.float64) if parts else np.zeros(shape)
-    if stats is not None:
-        stats["uncertified"] = unc
-    res = C if (outf == acc and out_mode == "rne") else round_to(C, outf, out_mode)
-    return to_container(np.asarray(res), outf)
+    if algo == "block_fma":
+        C = np.float64(-0.0)  # a zero scalar: the first tile is one rounding of its exact sum
+        for t_i, (s, e) in enumerate(tiles):
+            C, n_bad = tile(C, s, e, t_i % 2)
+            unc += n_bad
+        # C: float32 (fp32 fast path) or float64, values of acc
+    else:
+        order = _as_order(split_order, "split_order")
+        parts = []
+        for s, e in tiles:
+            P, n_bad = tile(np.float64(-0.0), s, e, 0)
+            unc += n_bad
+            parts.append(P.astype(np.float64))
+        ar = Arith(acc, acc_mode)
+        stack = ar.round(np.stack(parts, axis=-1))
+        C = order._sum(stack, ar).astype(np.float64) if parts else np.zeros(shape)
+    return C, unc

@@ -2,9 +2,11 @@
 
 Two presets are data: :meth:`KernelSpec.handwritten` (the eager library) and
 :meth:`KernelSpec.codegen` (a code generator's fused kernels).  The methods
-``reduce``, ``scalar_mul``, ``unary``, ``divide``, ``fma`` and ``matmul`` apply
-the spec to a storage format ``S`` so that an executor needs to pass only the
-data, ``storage=S`` and whether the call is inside a fused block.
+``reduce``, ``mul_scalar``, ``unary``, ``div``, ``multiply_add`` and ``matmul``
+apply the spec to a storage format ``S``: each is a thin call into the engine
+(:mod:`numlab.kernels.engine`), the same code :func:`numlab.execute.run`
+computes every node with, so a method's result is bit for bit an eager
+one-node run.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ import numpy as np
 from ..formats import FP32, Format, get_format
 from ..rounding import check_mode
 from . import algorithms as _alg
+from . import engine as _E
 from . import grammar as _grammar
-from ._common import as_values, check_choice, round_to, to_container
+from ._common import check_choice
 from .hardware import Hardware
-from .matmul import MATMUL_MODES, matmul
+from .matmul import MATMUL_ALGOS
 from .reduce import (
     OPS,
     VARIANCE_ALGORITHMS,
@@ -29,16 +32,32 @@ from .reduce import (
     Pairwise,
     Sequential,
     _as_order,
-    reduce,
 )
-from .scalar import SCALAR_MUL_CHOICES, multiply_add, scalar_mul
+from .scalar import SCALAR_MUL_CHOICES
 
 __all__ = ["KernelSpec", "PROMOTIONS", "UNARY_OPS", "DEFAULT_FUSED_LIVE_BUFFERS", "HANDWRITTEN", "CODEGEN"]
 
 PROMOTIONS = ("native", "fp32_internal", "accumulator_only")
-UNARY_OPS = ("rsqrt", "reciprocal", "sqrt", "exp", "tanh", "erf", "gelu", "gelu_erf", "gelu_tanh")
+UNARY_OPS = ("rsqrt", "reciprocal", "sqrt", "exp", "log", "tanh", "erf", "sigmoid", "gelu")
+KERNEL_ROUNDINGS = ("rne", "rtz", "up", "down", "odd")
+"""Rounding modes of ``scalar_rounding`` and ``vector_rounding``."""
 DEFAULT_FUSED_LIVE_BUFFERS = 4
 """Live buffers assumed for a fused block when the plan does not say (in, out, two temporaries)."""
+
+
+_RENAMED = {"matmul_mode": "matmul_algo"}
+"""Deprecated field names still accepted by the presets and ``replace``."""
+
+
+def _renamed(changes: dict) -> dict:
+    """``changes`` with deprecated field names mapped to the current ones."""
+    out = {}
+    for k, v in changes.items():
+        new = _RENAMED.get(k, k)
+        if new in out or (new != k and new in changes):
+            raise TypeError(f"give {new}= once (matmul_mode is its deprecated name)")
+        out[new] = v
+    return out
 
 
 def _storage_bytes(fmt: Format) -> int:
@@ -47,7 +66,7 @@ def _storage_bytes(fmt: Format) -> int:
 
 @dataclass(frozen=True)
 class KernelSpec:
-    """All kernel knobs (DESIGN.md section 1, the four sources).
+    """All kernel knobs (``docs/design.md``, "The four sources of difference").
 
     Parameters
     ----------
@@ -72,17 +91,31 @@ class KernelSpec:
     hardware : Hardware
     scalar_mul : {"muls", "broadcast"}
         Source 2, ``x * s`` instruction.
-    scalar_rounding, vector_rounding : str
-        Rounding mode of the scalar unit and of vector results.
+    scalar_rounding : str
+        Rounding mode in which the scalar unit holds a scalar in fp32
+        (``scalar_mul="muls"``).
+    vector_rounding : str
+        Rounding mode of a kernel's result written out (to S, or to fp32 in
+        a fused block) and of the vector multiply of ``x * s``; a kernel's
+        fp32 intermediates round to nearest even.
     fma : bool
         Source 2: ``a*b + c`` as one fused operation (one rounding).
     rsqrt, reciprocal, divide, exp : algorithm or str
         Source 4 (see :mod:`numlab.kernels.algorithms`).
-    gelu_form : {"tanh", "erf"}
-        Form of ``gelu`` when the op does not say.
+    tanh, erf : str
+        Source 4: ``"exact"`` (correctly rounded model) or a library's
+        routine (tanh ``"sleef"``; erf ``"aten_vec"``, ATen's vectorised
+        Abramowitz-Stegun form).
+    gelu, gelu_tanh : str
+        Source 4: the algorithm of ``gelu`` nodes with ``approximate="none"``
+        (``gelu``: ``"exact"``, ``"onednn"``, ``"aten_vec"``,
+        ``"aten_scalar"``) and with ``approximate="tanh"`` (``gelu_tanh``:
+        the same without ``"onednn"``).  The node's ``approximate`` attribute
+        chooses the formula; these fields choose how it is evaluated.
     variance : {"two_pass", "welford", "textbook"}
         Source 4, variance algorithm.
-    matmul_mode : {"sequential", "block_fma", "split_k"}
+    matmul_algo : {"sequential", "block_fma", "split_k"}
+        Matmul algorithm (:func:`numlab.kernels.matmul` ``algo=``).
     k_tile : int
         Matmul K tile.
     """
@@ -103,9 +136,12 @@ class KernelSpec:
     reciprocal: object = "exact"
     divide: object = "exact"
     exp: object = "exact"
-    gelu_form: str = "tanh"
+    tanh: str = "exact"
+    erf: str = "exact"
+    gelu: str = "exact"
+    gelu_tanh: str = "exact"
     variance: str = "two_pass"
-    matmul_mode: str = "block_fma"
+    matmul_algo: str = "block_fma"
     k_tile: int = 128
 
     def __post_init__(self):
@@ -122,17 +158,22 @@ class KernelSpec:
         if not isinstance(self.hardware, Hardware):
             raise TypeError(f"hardware must be a Hardware, got {type(self.hardware).__name__}")
         check_choice("scalar_mul", self.scalar_mul, SCALAR_MUL_CHOICES)
-        check_mode(self.scalar_rounding, "scalar_rounding")
-        check_mode(self.vector_rounding, "vector_rounding")
+        for knob in ("scalar_rounding", "vector_rounding"):
+            check_mode(getattr(self, knob), knob)
+            # stochastic rounding needs a random stream no kernel is given
+            check_choice(knob, getattr(self, knob), KERNEL_ROUNDINGS)
         if not isinstance(self.fma, bool):
             raise TypeError(f"fma must be a bool, got {self.fma!r}")
         object.__setattr__(self, "rsqrt", _alg.parse_algo(self.rsqrt, _alg.RSQRT_ALGOS, "rsqrt"))
         object.__setattr__(self, "reciprocal", _alg.parse_algo(self.reciprocal, _alg.RECIP_ALGOS, "reciprocal"))
         object.__setattr__(self, "divide", _alg.parse_algo(self.divide, _alg.DIV_ALGOS, "divide"))
-        object.__setattr__(self, "exp", _alg.parse_algo(self.exp, ("exact", "exp_poly(<degree>[,<step_fmt>])"), "exp"))
-        check_choice("gelu_form", self.gelu_form, _alg.GELU_FORMS)
+        object.__setattr__(self, "exp", _alg.parse_algo(self.exp, _alg.EXP_ALGOS, "exp"))
+        check_choice("tanh", self.tanh, _alg.TANH_ALGOS)
+        check_choice("erf", self.erf, _alg.ERF_ALGOS)
+        check_choice("gelu", self.gelu, _alg.GELU_ALGOS)
+        check_choice("gelu_tanh", self.gelu_tanh, tuple(a for a in _alg.GELU_ALGOS if a != "onednn"))
         check_choice("variance", self.variance, VARIANCE_ALGORITHMS)
-        check_choice("matmul_mode", self.matmul_mode, MATMUL_MODES)
+        check_choice("matmul_algo", self.matmul_algo, MATMUL_ALGOS)
         if not isinstance(self.k_tile, int) or isinstance(self.k_tile, bool) or self.k_tile <= 0:
             raise ValueError(f"k_tile={self.k_tile!r} is not valid; it must be an int > 0")
 
@@ -167,15 +208,14 @@ class KernelSpec:
             divide="exact",
             # a libm-quality exp (correctly rounded model)
             exp="exact",
-            gelu_form="tanh",
             # layer-norm style kernels use Welford's single pass over the tile
             variance="welford",
             # cube unit: exact products, one rounding per K tile into fp32
-            matmul_mode="block_fma",
+            matmul_algo="block_fma",
             # the library picks the largest K tile its L0 buffers hold
             k_tile=256,
         )
-        return replace(spec, **changes) if changes else spec
+        return replace(spec, **_renamed(changes)) if changes else spec
 
     @classmethod
     def codegen(cls, **changes) -> "KernelSpec":
@@ -203,14 +243,13 @@ class KernelSpec:
             divide="exact",
             # fast exp: Cody-Waite reduction + degree-6 polynomial in fp32
             exp=_alg.ExpPoly(6, FP32),
-            gelu_form="tanh",
             # decomposed layer norm: mean, then mean of squared deviations
             variance="two_pass",
-            matmul_mode="block_fma",
+            matmul_algo="block_fma",
             # a smaller K tile: the fused matmul epilogue takes buffer space
             k_tile=128,
         )
-        return replace(spec, **changes) if changes else spec
+        return replace(spec, **_renamed(changes)) if changes else spec
 
     def describe(self) -> dict:
         """``{field: readable value}`` for tables and notebooks (orders and
@@ -222,8 +261,9 @@ class KernelSpec:
         return out
 
     def replace(self, **changes) -> "KernelSpec":
-        """A copy with some fields changed (``dataclasses.replace``)."""
-        return replace(self, **changes)
+        """A copy with some fields changed (``dataclasses.replace``;
+        ``matmul_mode`` is accepted as the deprecated name of ``matmul_algo``)."""
+        return replace(self, **_renamed(changes))
 
     # ---------------------------------------------------------------- formats
     def compute_format(self, storage, fused: bool = False) -> Format:
@@ -263,68 +303,57 @@ class KernelSpec:
             return self.reduce_order
         return Blocked(self.tile(storage, fused, live_buffers), self.reduce_inner, self.reduce_outer)
 
-    # ---------------------------------------------------------------- kernels
-    def _finish(self, r, storage, fused):
-        outf = self.out_format(storage, fused)
-        r = as_values(r)
-        return to_container(np.asarray(round_to(r, outf, self.vector_rounding)), outf)
+    @property
+    def matmul_mode(self) -> str:
+        """Deprecated name of :attr:`matmul_algo`."""
+        return self.matmul_algo
 
-    def reduce(self, x, op: str, axis: int = -1, *, storage, fused: bool = False,
+    # ---------------------------------------------------------------- kernels
+    def ctx(self, storage, fused: bool = False, live_buffers: int | None = None) -> "_E.Ctx":
+        """The engine context of a kernel of this spec on storage format S
+        (tile ``self.tile(S, fused, live_buffers)``)."""
+        return _E.Ctx(storage, self, fused=fused, live_buffers=live_buffers)
+
+    def reduce(self, x, op: str, axis: int | None = -1, *, storage, fused: bool = False,
                live_buffers: int | None = None, keepdims: bool = False, ddof: int = 0):
-        """:func:`~numlab.kernels.reduce` with this spec's order, accumulator and variance."""
+        """``op`` over ``axis`` (an int, a tuple or None for all) with this
+        spec's order, accumulator and variance algorithm; the result in S
+        (eager) or fp32 (``fused``), rounded with ``vector_rounding``."""
         check_choice("op", op, OPS)
-        return reduce(
-            x, op, axis,
-            order=self.order(storage, fused, live_buffers),
-            acc=self.acc_format(storage, fused),
-            out=self.out_format(storage, fused),
-            keepdims=keepdims, variance=self.variance, ddof=ddof,
-        )
+        c = self.ctx(storage, fused, live_buffers)
+        x = _E._f32(x)
+        return c.store(c.reduce(x, op, _E._axes_of(x, axis), keepdims, ddof))
 
     def mul_scalar(self, x, s, *, storage, fused: bool = False):
-        """``x * s`` by this spec's instruction: the product is rounded to the
-        compute format, then to the output format (S eager, fp32 fused)."""
-        comp = self.compute_format(storage, fused)
-        r = scalar_mul(x, s, fmt=comp, how=self.scalar_mul, storage=get_format(storage),
-                       rounding=self.vector_rounding, scalar_rounding=self.scalar_rounding)
-        return self._finish(r, storage, fused)
+        """``x * s`` by this spec's instruction (``scalar_mul``,
+        ``scalar_rounding``, ``vector_rounding``); the result in S (eager) or
+        fp32 (``fused``)."""
+        c = self.ctx(storage, fused)
+        return c.store(_E.mul_scalar(c, x, scalar=s))
 
-    def unary(self, op: str, x, *, storage, fused: bool = False):
-        """rsqrt / reciprocal / sqrt / exp / tanh / erf / gelu with this spec's algorithms,
-        rounded to the compute format, then to the output format."""
+    def unary(self, op: str, x, *, storage, fused: bool = False, approximate: str = "none"):
+        """One of :data:`UNARY_OPS` with this spec's algorithms (``approximate``
+        is gelu's: "none" or "tanh"); the result in S (eager) or fp32 (``fused``)."""
         check_choice("op", op, UNARY_OPS)
-        comp = self.compute_format(storage, fused)
-        if op == "rsqrt":
-            r = _alg.rsqrt(x, fmt=comp, algo=self.rsqrt)
-        elif op == "reciprocal":
-            r = _alg.reciprocal(x, fmt=comp, algo=self.reciprocal)
-        elif op == "sqrt":
-            r = _alg.sqrt(x, fmt=comp)
-        elif op == "exp":
-            r = _alg.exp(x, fmt=comp, algo=self.exp)
-        elif op == "tanh":
-            r = _alg.tanh(x, fmt=comp)
-        elif op == "erf":
-            r = _alg.erf(x, fmt=comp)
-        else:
-            form = {"gelu": self.gelu_form, "gelu_erf": "erf", "gelu_tanh": "tanh"}[op]
-            r = _alg.gelu(x, fmt=comp, form=form)
-        return self._finish(r, storage, fused)
+        c = self.ctx(storage, fused)
+        if op == "gelu":
+            return c.store(_E.gelu(c, x, approximate=approximate))
+        return c.store(getattr(_E, op)(c, x))
 
     def div(self, a, b, *, storage, fused: bool = False):
         """``a / b`` with this spec's division algorithm."""
-        comp = self.compute_format(storage, fused)
-        return self._finish(_alg.divide(a, b, fmt=comp, algo=self.divide), storage, fused)
+        c = self.ctx(storage, fused)
+        return c.store(_E.div(c, a, b))
 
     def multiply_add(self, a, b, c, *, storage, fused: bool = False):
         """``a*b + c``: one rounding with ``fma=True``, else two (in the compute format)."""
-        comp = self.compute_format(storage, fused)
-        return self._finish(multiply_add(a, b, c, fmt=comp, fused=self.fma), storage, fused)
+        k = self.ctx(storage, fused)
+        return k.store(k.muladd(a, b, c))
 
     def matmul(self, a, b, *, storage, fused: bool = False):
-        """K-tiled matmul with this spec's mode, k_tile and accumulator."""
-        return matmul(a, b, k_tile=self.k_tile, acc=self.acc_format(storage, fused),
-                      out=self.out_format(storage, fused), mode=self.matmul_mode, fma=self.fma)
+        """K-tiled matmul with this spec's algorithm, k_tile and accumulator."""
+        c = self.ctx(storage, fused)
+        return c.store(_E.matmul(c, a, b))
 
     # ---------------------------------------------------------------- grammar
     @classmethod

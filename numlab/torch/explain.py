@@ -3,7 +3,7 @@
 :func:`explain` runs the real function eager and compiled (Inductor C++),
 numlab's two predictions and the fp64 reference, then attributes the
 eager/compiled difference to the four sources of difference (``docs/design.md``,
-"The four sources") by
+"The four sources of difference") by
 switching each one on its own (:class:`~numlab.torch.predict.Switches`):
 
 * **promotion** -- every ATen kernel rounds to fp16/bf16 vs one fused fp32

@@ -1,0 +1,196 @@
+"""The compare report: rows, summary, fixed-width table and CSV output."""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .columns import COLUMNS, Thresholds
+from .dump import atomic_write_bytes
+
+__all__ = ["CompareReport", "report_path"]
+
+
+def report_path(path: str | os.PathLike, *, force: bool = False) -> Path:
+    """The CSV file a report goes to: ``path`` itself when it ends in ``.csv``,
+    else ``path/numlab_cmp_report_<UTC timestamp>.csv`` (as msit's ``-o``);
+    parent directories are created.
+
+    Raises
+    ------
+    FileExistsError
+        The file exists and ``force`` is False (checked before any compare
+        runs when the CLI calls this first).
+    """
+    p = Path(path)
+    if p.suffix.lower() != ".csv":
+        if p.exists() and not p.is_dir():
+            raise FileExistsError(f"output {str(p)!r} exists and is not a directory; give a .csv file "
+                                  "or a directory for numlab_cmp_report_<time>.csv")
+        p.mkdir(parents=True, exist_ok=True)
+        p = p / f"numlab_cmp_report_{time.strftime('%Y%m%d%H%M%S', time.gmtime())}.csv"
+    else:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    if p.exists() and not force:
+        raise FileExistsError(f"report {str(p)!r} already exists; pass force=True (CLI: --force)")
+    return p
+
+
+class CompareReport:
+    """The result of :func:`compare_dumps`: rows (dicts keyed by
+    :data:`COLUMNS`) in topological order, and the first divergence."""
+
+    def __init__(self, rows: list[dict], golden: str, mine: str, thresholds: Thresholds,
+                 notes: list[str] | None = None):
+        self.rows = rows
+        self.golden = golden
+        self.mine = mine
+        self.thresholds = thresholds
+        self.notes = list(notes or [])
+        self.first_divergence: dict | None = None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def row(self, node: str) -> dict:
+        """The row of ``node``; KeyError lists the nodes."""
+        for r in self.rows:
+            if r["node"] == node:
+                return r
+        raise KeyError(f"node {node!r} has no row; nodes: {[r['node'] for r in self.rows]}")
+
+    @property
+    def compared(self) -> list[dict]:
+        """Rows with metrics."""
+        return [r for r in self.rows if r.get("Accuracy Reached or Not") in ("Yes", "No")]
+
+    @property
+    def failing(self) -> list[dict]:
+        return [r for r in self.rows if self.thresholds.fails(r)]
+
+    @property
+    def uncompared(self) -> list[dict]:
+        """Rows matched on both sides that have no metrics: unreadable,
+        corrupt or missing files, empty or unsupported data (the reason is in
+        ``cmp_fail_reason``)."""
+        return [r for r in self.rows if r["match"] == "matched" and self.thresholds.fails(r) is None]
+
+    def column(self, name: str, rows: list[dict] | None = None) -> np.ndarray:
+        """A numeric column as float64 (NaN where empty), over ``rows``
+        (default: the compared rows)."""
+        if name not in COLUMNS:
+            raise ValueError(f"column={name!r} is not a report column; valid: {COLUMNS}")
+        rows = self.compared if rows is None else rows
+        return np.array([_to_float(r.get(name)) for r in rows], dtype=np.float64)
+
+    # -- output ------------------------------------------------------------
+    def to_csv_text(self) -> str:
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
+        w.writeheader()
+        for r in self.rows:
+            w.writerow({k: _cell(r.get(k, "")) for k in COLUMNS})
+        return buf.getvalue()
+
+    def to_csv(self, path: str | os.PathLike, *, force: bool = False) -> Path:
+        """Write the report as CSV (atomically).  ``path`` ending in ``.csv`` is
+        the file; otherwise a directory that gets
+        ``numlab_cmp_report_<UTC timestamp>.csv`` (as msit's ``-o`` does).
+        An existing file is never overwritten unless ``force``."""
+        p = report_path(path, force=force)
+        atomic_write_bytes(p, self.to_csv_text().encode())
+        return p
+
+    def summary(self) -> str:
+        n_cmp = len(self.compared)
+        kinds: dict[str, int] = {}
+        for r in self.rows:
+            kinds[r["match"]] = kinds.get(r["match"], 0) + 1
+        lines = [
+            f"golden: {self.golden}",
+            f"mine:   {self.mine}",
+            f"{len(self.rows)} rows: " + ", ".join(f"{v} {k}" for k, v in kinds.items())
+            + f"; {n_cmp} compared, {len(self.failing)} failing",
+        ]
+        unc = self.uncompared
+        if unc:
+            lines.append(f"{len(unc)} matched node(s) could not be compared (unreadable, corrupt or "
+                         f"empty data; see cmp_fail_reason): " + ", ".join(r["node"] for r in unc[:8])
+                         + (" ..." if len(unc) > 8 else ""))
+        fd = self.first_divergence
+        if fd is None:
+            lines.append("first divergence: none (no node crosses the thresholds with passing inputs)")
+        else:
+            lines.append(
+                f"first divergence: {fd['node']} (op {fd['op'] or '?'}"
+                + (f", block {fd['block']}" if fd["block"] else "")
+                + f"): cosine {_fmt(fd['cosine_similarity'], 8)}, max rel err "
+                f"{_fmt(fd['max_relative_error'])}, max ulp {_fmt(fd['max_ulp_error'])} -- "
+                + ("error introduced here, inputs pass (" + (fd['inputs'] or 'graph inputs') + ")"
+                   if fd["error_origin"] == "introduced" else "first failing node (no graph edges known)")
+            )
+        lines.extend(self.notes)
+        return "\n".join(lines)
+
+    def table(self, max_rows: int | None = 60) -> str:
+        """A readable fixed-width table of the main columns."""
+        head = (f"{'#':>3} {'node':<18} {'op':<11} {'block':<9} {'cosine':>10} {'max_rel':>10} "
+                f"{'max_abs':>10} {'max_ulp':>9} {'bits=':>6} {'acc':>4} {'origin':<10} reason")
+        out = [head, "-" * len(head)]
+        rows = self.rows if max_rows is None else self.rows[:max_rows]
+        for r in rows:
+            out.append(
+                f"{r['index']:>3} {str(r['node'])[:18]:<18} {str(r['op'])[:11]:<11} "
+                f"{str(r['block'])[:9]:<9} {_fmt(r['cosine_similarity'], 8):>10} "
+                f"{_fmt(r['max_relative_error']):>10} {_fmt(r['MaxAbsErr']):>10} "
+                f"{_fmt(r['max_ulp_error'], 3):>9} {_fmt(r['bitwise_equal_ratio'], 2):>6} "
+                f"{str(r['Accuracy Reached or Not'] or '-')[:4]:>4} {r['error_origin'] or '':<10} "
+                f"{str(r['cmp_fail_reason'])[:70]}"
+            )
+        if max_rows is not None and len(self.rows) > max_rows:
+            out.append(f"... {len(self.rows) - max_rows} more rows (see the CSV)")
+        return "\n".join(out)
+
+    def __str__(self) -> str:
+        return self.summary() + "\n" + self.table()
+
+    def _repr_html_(self) -> str:  # pragma: no cover - notebook display
+        return "<pre>" + html.escape(str(self)) + "</pre>"
+
+
+def _to_float(v) -> float:
+    if v is None or v == "":
+        return np.nan
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return np.nan
+
+
+def _fmt(v, digits: int = 3) -> str:
+    if v is None or v == "":
+        return "-"
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return str(v)
+    if digits >= 6 and np.isfinite(f) and abs(f) <= 1:
+        return f"{f:.{digits}f}"
+    return f"{f:.{digits}g}"
+
+
+def _cell(v):
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return str(list(v))
+    return v

@@ -1,0 +1,218 @@
+"""The executor: plan a graph, feed its blocks, store to S, dump.
+
+Every value is computed by the engine (:mod:`numlab.kernels.engine`) through
+the operator registry: ``get_op(node.op).kernel(ctx, *inputs, **attrs)``.
+This module only decides which spec, tile and precision each node runs with
+and where values are written out (rounded to S by the spec's
+``vector_rounding``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import fusion as F
+from ..kernels import KernelSpec
+from ..kernels import engine as E
+from ..ops import get_op
+from .fingerprint import fingerprint
+from .result import RunResult
+from .validate import aligned_spec, check_run_args
+from .values import container, count, count_stored, node_seed, to_storage
+
+__all__ = ["run"]
+
+
+def run(graph, inputs, *, mode, fmt=None, dtype=None, kernels=None, fusion=None, seed=None,
+        keep_internals=False, library=None, align=()):
+    """Run ``graph`` on ``inputs`` in one execution mode.
+
+    Parameters
+    ----------
+    graph : numlab.graph.Graph
+    inputs : dict
+        Graph input name -> floating-point array of the declared shape
+        (integer arrays only for gather indices).  Every input is rounded to
+        the storage format first (round to nearest even), in every mode.
+    mode : {"eager", "fused", "emulated_casts", "reference"}
+        See :mod:`numlab.execute`.
+    fmt : Format or str
+        Storage format S (``"fp16"``, ``"bf16"``, ``nl.FP32``, ...).
+    dtype : Format or str
+        Deprecated name of ``fmt`` (give one of them).
+    kernels : KernelSpec, optional
+        The kernels of this mode: eager, the hand-written library (default
+        ``KernelSpec.handwritten()``); fused modes, the code generator's
+        (default ``KernelSpec.codegen()``).  Ignored by ``reference``.
+    fusion : FusionOptions, optional
+        Fused modes only (default ``FusionOptions()``, Ascend autofusion
+        defaults).  Passing it with ``eager`` or ``reference`` is an error.
+    seed : int, optional
+        Schedule seed for nondeterministic reduction orders (each node gets
+        ``default_rng([seed, crc32(node name)])``).  Not part of the compile
+        fingerprint (a run-time input).
+    keep_internals : bool
+        Fused modes: also dump every block-internal value, in float32.
+    library : KernelSpec, optional
+        Fused modes: the hand-written library used for blocks the code
+        generator does not take, and "eager's choice" for ``align`` (default
+        ``KernelSpec.handwritten()``).
+    align : tuple of str
+        Fused modes: sources of difference set to eager's choice, any of
+        ``("promotion", "instruction", "tiling", "algorithm")`` (``True``: all).
+
+    Returns
+    -------
+    RunResult
+
+    Raises
+    ------
+    ValueError, TypeError
+        Unknown mode, format, source or option type; missing or unexpected
+        inputs; wrong shapes or dtypes (each message names the argument or
+        input and the valid choices).
+    """
+    fmt, fmt_arg = _storage_arg(fmt, dtype)
+    S, align = check_run_args(graph, mode=mode, fmt=fmt, fmt_arg=fmt_arg, kernels=kernels, library=library,
+                              fusion=fusion, seed=seed, keep_internals=keep_internals, align=align)
+    fused_mode = mode in ("fused", "emulated_casts")
+    vals, input_nonfinite = _feed_inputs(graph, inputs, S, mode)
+    spec, lib, opts = _choose_specs(mode, kernels, library, fusion)
+    hw = (spec if spec is not None else KernelSpec.handwritten()).hardware
+    plan = F.plan(graph, opts, hw, dtype=S, codegen=spec if fused_mode else None, library=lib)
+    g = plan.graph
+    if mode == "reference":
+        values, nonfinite, internals = _run_reference(g, vals)
+        outputs = {o: vals[o] for o in g.outputs}
+    else:
+        gen = aligned_spec(spec, lib, align) if fused_mode else spec
+        values, nonfinite, internals = _run_blocks(plan, vals, S, gen, lib, fused_mode=fused_mode,
+                                                   align=align, seed=seed, keep_internals=keep_internals)
+        outputs = {o: values[o] if o in values else container(vals[o], S) for o in g.outputs}
+    fp = fingerprint(graph, mode=mode, dtype=S, kernels=spec, library=lib if fused_mode else None,
+                     fusion=opts if fused_mode else None, align=align)
+    return RunResult(outputs=outputs, values=values, plan=plan, fingerprint=fp,
+                     nonfinite=nonfinite, mode=mode, dtype=S, graph=g, source=graph,
+                     kernels=spec, library=lib if fused_mode else None,
+                     fusion=opts if fused_mode else None, align=align, seed=seed,
+                     internals=internals, input_nonfinite=input_nonfinite)
+
+
+def _storage_arg(fmt, dtype):
+    """(the storage format given, the name it was given by): ``fmt`` or its
+    deprecated name ``dtype``, exactly one of them."""
+    if fmt is not None and dtype is not None:
+        raise TypeError(f"give the storage format once: fmt={fmt!r} and its deprecated name dtype={dtype!r}")
+    if fmt is None and dtype is None:
+        raise TypeError("run() needs the storage format: fmt='fp16' (or 'bf16', 'fp32', ...)")
+    return (fmt, "fmt") if fmt is not None else (dtype, "dtype")
+
+
+def _feed_inputs(graph, inputs, S, mode):
+    """Checked inputs rounded to S (float64 in the reference; gather indices
+    as given) and their (NaN, inf) counts after rounding."""
+    xs = graph.check_inputs(inputs)
+    vals = {}
+    for k, v in xs.items():
+        if graph.role(k) == "index":
+            vals[k] = v  # indices are not values: never rounded
+        elif mode == "reference":
+            vals[k] = to_storage(v, S).astype(np.float64)
+        else:
+            vals[k] = to_storage(v, S)
+    input_nonfinite = {k: count(v) for k, v in vals.items() if graph.role(k) != "index"}
+    return vals, input_nonfinite
+
+
+def _choose_specs(mode, kernels, library, fusion):
+    """(spec of the mode's kernels, library spec, fusion options)."""
+    if mode == "eager":
+        spec = kernels if kernels is not None else KernelSpec.handwritten()
+        return spec, spec, F.FusionOptions.off(decompose=False)
+    if mode == "reference":
+        return None, None, F.FusionOptions.off(decompose=False)
+    spec = kernels if kernels is not None else KernelSpec.codegen()
+    lib = library if library is not None else KernelSpec.handwritten()
+    return spec, lib, fusion if fusion is not None else F.FusionOptions()
+
+
+def _run_reference(g, vals):
+    """Every node by its fp64 reference (no rounding)."""
+    values, nonfinite = {}, {}
+    for node in g.nodes:
+        with np.errstate(all="ignore"):
+            v = np.asarray(get_op(node.op).ref(*[vals[p] for p in node.inputs], **node.op_attrs))
+        v = v if v.dtype == np.float64 else v.astype(np.float64)
+        vals[node.name] = values[node.name] = v
+        nonfinite[node.name] = count(v)
+    return values, nonfinite, []
+
+
+def compute(node, ins, ctx) -> np.ndarray:
+    """The value of ``node`` under ``ctx``: its operator's engine kernel."""
+    kernel = get_op(node.op).kernel
+    if kernel is None:
+        raise ValueError(f"node {node.name!r}: op {node.op!r} has no kernel in the operator registry")
+    with np.errstate(all="ignore"):
+        v = kernel(ctx, *ins, **node.op_attrs)
+    v = np.asarray(v)
+    return v if v.dtype.kind in "iu" or v.dtype == np.float32 else v.astype(np.float32)
+
+
+def _run_blocks(plan, vals, S, gen, lib, *, fused_mode, align, seed, keep_internals):
+    """Eager and fused modes: every block of the plan, node by node.
+
+    A code-generated block (fused modes) computes with ``gen`` in fp32 and
+    writes only its outputs (rounded to S with ``gen.vector_rounding``); every
+    other block is a library kernel (``lib``) written to S.  With
+    ``"promotion"`` aligned (emulated casts) every node of the graph as given
+    is written to S as eager would."""
+    g = plan.graph
+    values, nonfinite, internals = {}, {}, []
+    used = {p for node in g.nodes for p in node.inputs}
+    emulate = "promotion" in align
+    for block in plan.blocks:
+        codegen = fused_mode and block.codegen
+        bspec = gen if codegen else lib
+        # a multiply that an FMA will absorb is not computed on its own
+        # (its value would be thrown away) unless internals are dumped
+        folded = (E.folded_muls(g, block) if codegen and not emulate and bspec.fma
+                  and not keep_internals else set())
+        for m in block.members:
+            if m in folded:
+                continue
+            node = g.node(m)
+            ctx, in_kernel = _node_ctx(plan, block, m, S, bspec, codegen=codegen, align=align, seed=seed)
+            v = E.contract(node, g, block, vals, ctx) if codegen and ctx.fused and bspec.fma else None
+            if v is None:
+                v = compute(node, [vals[p] for p in node.inputs], ctx)
+            if in_kernel:
+                vals[m] = v
+                nonfinite[m] = count(v)
+                if keep_internals:
+                    values[m] = np.asarray(v, dtype=np.float32)
+                    internals.append(m)
+            else:
+                c = E.store(v, S, bspec.vector_rounding)  # written to memory in S
+                values[m] = c
+                nonfinite[m] = count_stored(c, S)
+                # consumers read it back, exactly, as fp32 values of S
+                vals[m] = c.astype(np.float32) if m in used else None
+    return values, nonfinite, internals
+
+
+def _node_ctx(plan, block, m, S, bspec, *, codegen, align, seed):
+    """(engine Ctx of node ``m``, whether its value stays inside the kernel)."""
+    if codegen:
+        emulate = "promotion" in align
+        tile = plan.op_tile(m) if "tiling" in align else block.tile
+        # eager rounds at every node of the graph as written, not inside a
+        # composite it runs as one kernel
+        inner_node = m in plan.decomposed and plan.decomposed[m] != m
+        in_kernel = m not in block.outputs and (not emulate or inner_node)
+        fused_ctx = not emulate
+    else:
+        tile = plan.op_tile(m)
+        in_kernel = fused_ctx = False
+    ctx = E.Ctx(S, bspec, fused=fused_ctx, tile=tile, seed=node_seed(seed, m), name=m)
+    return ctx, in_kernel

@@ -1,0 +1,87 @@
+"""Canonical form of run knobs and the compile fingerprint of a run."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+from collections.abc import Mapping
+
+import numpy as np
+
+from .. import __version__
+from ..formats import Format, get_format
+
+__all__ = ["canonical", "fingerprint"]
+
+
+def canonical(obj):
+    """A JSON-able canonical form of ``obj`` that does not depend on the
+    process, memory addresses or ``PYTHONHASHSEED``: dicts with sorted string
+    keys, sets sorted, floats as ``float.hex`` (exact), arrays as dtype, shape
+    and the sha256 of their bytes, dataclasses as their type name and fields.
+
+    Raises
+    ------
+    TypeError
+        For an object with no canonical form (its ``repr`` could hold an
+        address).
+    """
+    if obj is None or isinstance(obj, bool | str):
+        return obj
+    if isinstance(obj, int | np.integer):
+        return int(obj)
+    if isinstance(obj, float | np.floating):
+        return {"f": float(obj).hex()}
+    if isinstance(obj, Format):
+        return {"format": obj.name, "p": obj.p, "emin": obj.emin, "emax": obj.emax,
+                "subnormals": obj.subnormals, "inf": obj.inf, "nan": obj.nan}
+    if isinstance(obj, enum.Enum):
+        return {"enum": type(obj).__name__, "value": canonical(obj.value)}
+    if isinstance(obj, np.ndarray):
+        a = np.ascontiguousarray(obj)
+        return {"array": str(a.dtype), "shape": list(a.shape),
+                "sha256": hashlib.sha256(a.tobytes()).hexdigest()}
+    if isinstance(obj, np.dtype):
+        return {"dtype": str(obj)}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out = {"__type__": type(obj).__name__}
+        for f in dataclasses.fields(obj):
+            if f.name.startswith("_"):
+                continue
+            out[f.name] = canonical(getattr(obj, f.name))
+        return out
+    if isinstance(obj, Mapping):
+        return {"__map__": sorted([str(k), canonical(v)] for k, v in obj.items())}
+    if isinstance(obj, set | frozenset):
+        return {"__set__": sorted(json.dumps(canonical(v), sort_keys=True) for v in obj)}
+    if isinstance(obj, list | tuple):
+        return [canonical(v) for v in obj]
+    if callable(obj) and hasattr(obj, "__qualname__"):
+        return {"callable": f"{getattr(obj, '__module__', '')}.{obj.__qualname__}"}
+    raise TypeError(f"no canonical form for {type(obj).__name__} {obj!r}")
+
+
+def fingerprint(graph, *, mode, dtype, kernels=None, library=None, fusion=None, align=()) -> str:
+    """Compile fingerprint: sha256 (hex) of the canonical JSON of the graph
+    (:meth:`numlab.graph.Graph.to_dict`, the graph's one canonical encoding:
+    name, inputs, nodes with ops, attributes and shapes, outputs), the
+    storage format, the mode, the kernel specs, the fusion options,
+    ``align`` and the numlab version.
+
+    Input values and the schedule seed are run-time inputs and are not
+    included (compile determinism vs execution determinism).
+    """
+    doc = {
+        "numlab": __version__,
+        "graph": graph.to_dict(),
+        "dtype": canonical(get_format(dtype)),
+        "mode": mode,
+        "kernels": canonical(kernels),
+        "library": canonical(library),
+        "fusion": None if fusion is None else fusion.canonical(),
+        "align": sorted(align),
+    }
+    blob = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(blob.encode("ascii")).hexdigest()

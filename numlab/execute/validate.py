@@ -1,0 +1,107 @@
+"""Argument checks of :func:`numlab.execute.run`, the execution modes and the
+sources of difference with their KernelSpec fields.
+
+Graph inputs are checked by :meth:`numlab.graph.Graph.check_inputs` (the one
+input checker)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..formats import Format, get_format
+from ..fusion import FusionOptions
+from ..kernels import KernelSpec
+
+__all__ = ["MODES", "SOURCES", "SOURCE_FIELDS", "check_run_args", "aligned_spec"]
+
+MODES = ("eager", "fused", "emulated_casts", "reference")
+SOURCES = ("promotion", "instruction", "tiling", "algorithm")
+
+SOURCE_FIELDS = {
+    "promotion": ("promotion", "acc"),
+    "instruction": ("scalar_mul", "scalar_rounding", "vector_rounding", "fma"),
+    "tiling": ("reduce_inner", "reduce_outer", "reduce_order", "live_buffers", "hardware", "k_tile"),
+    "algorithm": ("rsqrt", "reciprocal", "divide", "exp", "tanh", "erf", "gelu", "gelu_tanh", "variance",
+                  "matmul_algo"),
+}
+"""KernelSpec fields of each source of difference (``docs/design.md``, "The
+four sources of difference").  ``name`` is the only field in none of them (tests check the
+partition)."""
+
+
+def check_spec(spec, arg: str):
+    """``spec`` if it is a KernelSpec or None, else TypeError naming ``arg``."""
+    if spec is not None and not isinstance(spec, KernelSpec):
+        raise TypeError(
+            f"{arg} must be a numlab.kernels.KernelSpec (KernelSpec.handwritten(), "
+            f"KernelSpec.codegen()) or None, got {type(spec).__name__}"
+        )
+    return spec
+
+
+def check_align(align) -> tuple:
+    """``align`` as a tuple of sources in :data:`SOURCES` order (``True``: all)."""
+    if isinstance(align, str):
+        align = (align,)
+    if align is True:
+        return SOURCES
+    try:
+        items = tuple(align)
+    except TypeError:
+        raise TypeError(f"align must be a tuple of sources {list(SOURCES)}, got {align!r}") from None
+    for a in items:
+        if a not in SOURCES:
+            raise ValueError(f"align: {a!r} is not a source of difference; valid sources: {list(SOURCES)}")
+    return tuple(s for s in SOURCES if s in items)
+
+
+def check_run_args(graph, *, mode, fmt, kernels, library, fusion, seed, keep_internals,
+                   align, fmt_arg: str = "fmt") -> tuple[Format, tuple]:
+    """Validate :func:`run`'s arguments; return (S, align) with ``align``
+    normalised (``emulated_casts`` implies ``"promotion"``).  ``fmt_arg`` is
+    the name the storage format was given by (messages name it)."""
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r} is not an execution mode; valid modes: {list(MODES)}")
+    S = get_format(fmt, fmt_arg)
+    if S.p > 24 and mode != "reference":
+        raise ValueError(
+            f"{fmt_arg}={S.name!r} is not a storage format for mode {mode!r}: kernels compute in "
+            "fp32, so S must fit in fp32; valid: fp32, tf32, bf16, fp16, fp8_e4m3, fp8_e5m2 "
+            "(mode='reference' is the fp64 run)"
+        )
+    for attr in ("inputs", "nodes", "outputs", "check_inputs"):
+        if not hasattr(graph, attr):
+            raise TypeError(f"graph must be a numlab.graph.Graph, got {type(graph).__name__}")
+    check_spec(kernels, "kernels")
+    check_spec(library, "library")
+    if fusion is not None and not isinstance(fusion, FusionOptions):
+        raise TypeError(
+            f"fusion must be a numlab.fusion.FusionOptions (FusionOptions(), "
+            f"FusionOptions.inductor(), FusionOptions.autofuse(flags)), got {type(fusion).__name__}"
+        )
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0):
+        raise ValueError(f"seed={seed!r} must be None or a non-negative int")
+    if not isinstance(keep_internals, bool):
+        raise TypeError(f"keep_internals must be a bool, got {keep_internals!r}")
+    align = check_align(align)
+    if mode not in ("fused", "emulated_casts"):
+        for arg, value in (("fusion", fusion), ("align", align), ("library", library)):
+            if value is not None and value != ():
+                raise ValueError(f"{arg}= applies to modes 'fused' and 'emulated_casts', not {mode!r}")
+    if mode == "emulated_casts" and "promotion" not in align:
+        align = check_align(("promotion", *align))
+    return S, align
+
+
+def aligned_spec(gen, lib, align):
+    """``gen`` with the fields of each aligned source taken from ``lib``."""
+    if not align or gen is None:
+        return gen
+    changes = {}
+    for src in align:
+        for f in SOURCE_FIELDS[src]:
+            if hasattr(lib, f):
+                changes[f] = getattr(lib, f)
+    return dataclasses.replace(gen, **changes) if changes else gen

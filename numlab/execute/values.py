@@ -1,0 +1,89 @@
+"""Values at the executor's boundaries: graph inputs rounded to S, outputs in
+S's container, NaN/inf counts and per-node schedule seeds."""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+from ..formats import FP32, FP64, Format
+from ..rounding import round_to
+
+__all__ = ["to_storage", "container", "count", "count_stored", "node_seed"]
+
+
+def _f32(x) -> np.ndarray:
+    a = np.asarray(x)
+    return a if a.dtype == np.float32 else a.astype(np.float32)
+
+
+def to_storage(a: np.ndarray, S: Format) -> np.ndarray:
+    """Round an input array to S (RNE), held in float32 (float64 for FP64).
+    Integer arrays (gather indices) are returned as given."""
+    if a.dtype.kind in "iu":
+        return a
+    if S is FP64 or S.p > 24:
+        return a.astype(np.float64)
+    if S.dtype is not None and a.dtype == S.dtype:
+        return a.astype(np.float32)  # already S values: exact widening
+    if a.dtype != np.float64 and a.dtype != np.float32:
+        a = a.astype(np.float32)  # fp16/bf16/fp8 widen exactly
+    if S == FP32:
+        return a.astype(np.float32)  # IEEE RNE (numpy cast)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _f32(round_to(a, S))  # round once from the given values; exact in fp32
+
+
+def container(v: np.ndarray, S: Format) -> np.ndarray:
+    """``v`` (values of S) in S's container; integer arrays unchanged."""
+    if v.dtype.kind in "iub":
+        return v
+    return v.astype(S.container)
+
+
+def count(v: np.ndarray) -> tuple[int, int]:
+    """(number of NaN, number of inf) in ``v``.  Fast path: a finite sum
+    (accumulated in at least float32) means there is neither -- any NaN or
+    inf makes the sum NaN or inf; a sum that overflows from finite values
+    only sends us to the exact count."""
+    if v.dtype.kind not in "fV" and str(v.dtype) not in ("bfloat16",):
+        return (0, 0)
+    if v.size == 0:
+        return (0, 0)
+    acc = np.float64 if v.dtype == np.float64 else np.float32
+    with np.errstate(all="ignore"):
+        if np.isfinite(np.sum(v, dtype=acc)):
+            return (0, 0)
+    return (int(np.count_nonzero(np.isnan(v))), int(np.count_nonzero(np.isinf(v))))
+
+
+# storage format -> (unsigned view, mask): a value is NaN or inf iff
+# (bits & mask) == mask (IEEE: all-ones exponent; e4m3fn: the NaN codes)
+_NONFINITE_BITS = {
+    "fp16": (np.uint16, 0x7C00),
+    "bf16": (np.uint16, 0x7F80),
+    "fp8_e5m2": (np.uint8, 0x7C),
+    "fp8_e4m3": (np.uint8, 0x7F),
+}
+
+
+def count_stored(c: np.ndarray, S: Format) -> tuple[int, int]:
+    """:func:`count` for an array in S's container: a bit test on the
+    exponent field (two cheap integer passes) before the exact count."""
+    hit = _NONFINITE_BITS.get(S.name)
+    if hit is None or c.dtype != S.container or c.size == 0:
+        return count(c)
+    U, mask = hit
+    if (c.view(U) & U(mask)).max() != mask:
+        return (0, 0)
+    w = c.astype(np.float32)
+    return (int(np.count_nonzero(np.isnan(w))), int(np.count_nonzero(np.isinf(w))))
+
+
+def node_seed(seed, name: str):
+    """Per-node schedule seed: crc32 of the node name mixed with the run seed
+    (independent of PYTHONHASHSEED)."""
+    if seed is None:
+        return None
+    return int(np.random.default_rng([int(seed), zlib.crc32(name.encode("utf-8"))]).integers(2**31))

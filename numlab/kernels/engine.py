@@ -1,0 +1,718 @@
+"""The engine: the one piece of code that computes a node under a :class:`KernelSpec`.
+
+A node is computed by calling its operator's kernel function with a
+:class:`Ctx` (how the node computes: storage format S, spec, whether it is
+inside a fused block, its tile, its schedule seed) and its input values::
+
+    ctx = Ctx("fp16", KernelSpec.handwritten())
+    v = layer_norm(ctx, x, gamma, beta, axis=(1,), eps=1e-5)   # fp32 values
+    y = ctx.store(v)                                           # S, rounded per spec
+
+Every operator of :mod:`numlab.ops` names its kernel function here
+(``OpInfo.kernel``); :func:`numlab.execute.run` only orchestrates (plans,
+feeds blocks, stores to S) and :class:`KernelSpec`'s methods (``reduce``,
+``mul_scalar``, ``unary``, ``div``, ``multiply_add``, ``matmul``) are thin
+calls into the same :class:`Ctx` code, so there is exactly one code path
+for every number.
+
+Kernel functions take ``(ctx, *inputs, **attrs)`` with the node's canonical
+attributes and return float32 arrays of values of ``ctx.inner`` (a kernel's
+result before it is written out).  Names that would shadow Python builtins
+carry a trailing underscore (``sum_``, ``max_``, ``min_``, ``abs_``), as in
+:mod:`numlab.ops`.  Data-movement operators never change a value: their
+kernel is :func:`data_movement` of the operator's reference.
+
+Rounding
+--------
+* Primitives inside a kernel round to ``ctx.inner``
+  (``spec.compute_format``) to nearest even.
+* A kernel's result written to memory (:meth:`Ctx.store`; the executor's
+  stores to S) rounds with ``spec.vector_rounding``; round to nearest even
+  uses the storage dtype's own cast (fast path).
+* Scalar operands follow ``spec.scalar_mul``: ``broadcast`` materialises the
+  scalar in S (nearest even), ``muls`` holds it in fp32 rounded with
+  ``spec.scalar_rounding``; the vector multiply of ``mul_scalar`` rounds
+  with ``spec.vector_rounding``.
+* ``cast`` rounds to its target format to nearest even (the operator's
+  meaning, as ``torch.Tensor.to``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..formats import FP32, get_format
+from . import algorithms as _alg
+from ._common import Arith, check_choice
+from ._common import round_to as _round_to
+from .matmul import matmul as _kmatmul
+from .reduce import OPS as _REDUCE_OPS
+from .reduce import Blocked, Shuffled
+from .reduce import reduce as _kreduce
+from .scalar import fma as _kfma
+from .scalar import multiply_add as _kmultiply_add
+from .scalar import scalar_mul as _kscalar_mul
+
+__all__ = [
+    "Ctx", "store", "data_movement", "contract", "folded_muls",
+    "add", "sub", "mul", "div", "maximum", "minimum",
+    "add_scalar", "sub_scalar", "rsub_scalar", "mul_scalar", "div_scalar", "rdiv_scalar",
+    "neg", "abs_", "relu", "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid",
+    "erf", "silu", "gelu", "where", "cast",
+    "sum_", "mean", "max_", "min_", "var", "matmul",
+    "layer_norm", "rms_norm", "softmax", "log_softmax",
+]
+
+GELU_APPROXIMATE = _alg.GELU_APPROXIMATE
+"""Values of gelu's ``approximate`` (torch's vocabulary)."""
+
+
+def _f32(x) -> np.ndarray:
+    a = np.asarray(x)
+    return a if a.dtype == np.float32 else a.astype(np.float32)
+
+
+# ---------------------------------------------------------------------------
+# stores
+# ---------------------------------------------------------------------------
+def store(v, fmt, rounding: str = "rne") -> np.ndarray:
+    """Round fp32 values ``v`` to ``fmt`` with ``rounding`` and return them
+    in ``fmt.container``.
+
+    With ``rounding="rne"``, fp16 and bf16 use the container dtype's own cast
+    from float32 (numpy's and ml_dtypes' casts are IEEE round-to-nearest-even,
+    overflow to inf; tested bit for bit against :func:`numlab.round_to`),
+    which rounds and converts in one pass; everything else goes through
+    ``round_to``."""
+    fmt = get_format(fmt, "fmt")
+    v = _f32(v)
+    if rounding == "rne":
+        if fmt == FP32:
+            return v
+        if fmt.name in ("fp16", "bf16"):
+            with np.errstate(over="ignore", invalid="ignore"):
+                return v.astype(fmt.dtype)
+    r = np.asarray(_round_to(v, fmt, rounding))
+    return r if r.dtype == fmt.container else r.astype(fmt.container)
+
+
+# ---------------------------------------------------------------------------
+# the context
+# ---------------------------------------------------------------------------
+class Ctx:
+    """How one node computes.
+
+    Parameters
+    ----------
+    storage : Format or str
+        The storage format S (what the node's inputs hold and what eager
+        writes).  Must fit in fp32 (the engine computes in float32 arrays).
+    spec : KernelSpec
+    fused : bool
+        True inside a code-generated block that keeps fp32 intermediates:
+        ``inner`` is then fp32 whatever ``spec.promotion`` says and the
+        kernel's output format ``out`` is fp32.  Otherwise the node is a
+        one-operator kernel: ``spec.promotion`` decides ``inner``
+        (``fp32_internal``: fp32, ``accumulator_only``: S with ``acc``
+        accumulators, ``native``: S everywhere) and ``out`` is S.
+    tile : int, optional
+        Reduction tile (elements); default ``spec.tile(S, fused, live_buffers)``.
+    seed : int, optional
+        Schedule seed for a ``Shuffled`` order.
+    name : str
+        The node's name (for messages).
+    live_buffers : int, optional
+        Only used for the default ``tile``.
+
+    Attributes: ``S``, ``spec``, ``fused``, ``tile``, ``seed``, ``name``,
+    ``inner`` (format of a kernel's primitives), ``acc`` (accumulator),
+    ``out`` (format of :meth:`store`), ``ar`` (``Arith(inner)``).
+    """
+
+    def __init__(self, storage, spec, *, fused: bool = False, tile: int | None = None, seed=None,
+                 name: str = "", live_buffers: int | None = None):
+        S = get_format(storage, "storage")
+        if S.p > 24:
+            raise ValueError(f"storage={S.name!r} does not fit in fp32; the engine computes in fp32 "
+                             "(valid: fp32, tf32, bf16, fp16, fp8_e4m3, fp8_e5m2)")
+        self.S = S
+        self.spec = spec
+        self.name = name
+        self.fused = bool(fused)
+        self.tile = int(spec.tile(S, fused, live_buffers) if tile is None else tile)
+        self.seed = seed
+        self.inner = spec.compute_format(S, fused)
+        self.acc = spec.acc_format(S, fused)
+        self.out = spec.out_format(S, fused)
+        self.ar = Arith(self.inner)
+
+    # -- rounding ----------------------------------------------------------
+    def r(self, x) -> np.ndarray:
+        """Round to the inner precision (float32 container), nearest even."""
+        return _f32(self.ar.round(x))
+
+    def store(self, v) -> np.ndarray:
+        """The kernel's result as written out: rounded to ``out`` (S, or fp32
+        in a fused block) with ``spec.vector_rounding``, in ``out.container``."""
+        return store(v, self.out, self.spec.vector_rounding)
+
+    # -- scalars (instruction choice) ----------------------------------------
+    def scalar(self, s: float) -> np.float32:
+        """The scalar operand as the instruction holds it: ``broadcast``
+        materialises it in S (nearest even), ``muls`` (a scalar register)
+        holds it in fp32 rounded with ``spec.scalar_rounding``."""
+        if self.spec.scalar_mul == "broadcast":
+            return np.float32(_round_to(float(s), self.S))
+        return np.float32(_round_to(float(s), FP32, self.spec.scalar_rounding))
+
+    def mul_scalar(self, x, s) -> np.ndarray:
+        """``x * s`` by ``spec.scalar_mul`` (:func:`numlab.kernels.scalar_mul`),
+        the product rounded to ``inner`` with ``spec.vector_rounding``."""
+        return _f32(_kscalar_mul(
+            x, float(s), fmt=self.inner, how=self.spec.scalar_mul, storage=self.S,
+            rounding=self.spec.vector_rounding, scalar_rounding=self.spec.scalar_rounding,
+        ))
+
+    # -- arithmetic ------------------------------------------------------------
+    def add(self, a, b):
+        return self.r(self.ar.add(_f32(a), _f32(b)))
+
+    def sub(self, a, b):
+        return self.r(self.ar.sub(_f32(a), _f32(b)))
+
+    def mul(self, a, b):
+        return self.r(self.ar.mul(_f32(a), _f32(b)))
+
+    def _inplace_ok(self, a, b) -> bool:
+        return (self.ar.native and isinstance(a, np.ndarray) and a.dtype == np.float32
+                and np.asarray(b).dtype == np.float32 and a.flags.writeable
+                and np.broadcast_shapes(a.shape, np.shape(b)) == a.shape)
+
+    def mul_(self, a, b):
+        """``mul`` writing into ``a`` (a temporary of this kernel) when the
+        arithmetic is native fp32: the same IEEE operation, one allocation
+        fewer; otherwise ``mul``."""
+        b = _f32(b)
+        if self._inplace_ok(a, b):
+            with np.errstate(all="ignore"):
+                return np.multiply(a, b, out=a)
+        return self.mul(a, b)
+
+    def add_(self, a, b):
+        """``add`` into ``a`` (see :meth:`mul_`)."""
+        b = _f32(b)
+        if self._inplace_ok(a, b):
+            with np.errstate(all="ignore"):
+                return np.add(a, b, out=a)
+        return self.add(a, b)
+
+    def div(self, a, b):
+        """``a / b`` by ``spec.divide``."""
+        return _f32(_alg.divide(a, b, fmt=self.inner, algo=self.spec.divide))
+
+    def muladd(self, a, b, c):
+        """``a*b + c``: one rounding with ``spec.fma``, else two."""
+        if self.inner == FP32 and not self.spec.fma:
+            return self.add(self.mul(a, b), c)  # native fp32: two roundings
+        if self.inner == FP32:
+            return _fma_f32(_f32(a), _f32(b), _f32(c))
+        a, b, c = np.broadcast_arrays(_f32(a), _f32(b), _f32(c))
+        return _f32(_kmultiply_add(a, b, c, fmt=self.inner, fused=self.spec.fma))
+
+    # -- functions (algorithms) ------------------------------------------------
+    def rsqrt(self, x):
+        return _f32(_alg.rsqrt(x, fmt=self.inner, algo=self.spec.rsqrt))
+
+    def reciprocal(self, x):
+        return _f32(_alg.reciprocal(x, fmt=self.inner, algo=self.spec.reciprocal))
+
+    def sqrt(self, x):
+        return _f32(_alg.sqrt(x, fmt=self.inner))
+
+    def exp(self, x):
+        return _f32(_alg.exp(x, fmt=self.inner, algo=self.spec.exp))
+
+    def log(self, x):
+        """float64 log rounded once to inner (correctly rounded model)."""
+        with np.errstate(all="ignore"):
+            return self.r(np.log(np.asarray(x, dtype=np.float64)))
+
+    def tanh(self, x):
+        return _f32(_alg.tanh(x, fmt=self.inner, algo=self.spec.tanh))
+
+    def erf(self, x):
+        return _f32(_alg.erf(x, fmt=self.inner, algo=self.spec.erf))
+
+    def sigmoid(self, x):
+        """``1 / (1 + exp(-x))``: exp (spec.exp), add, reciprocal
+        (spec.reciprocal), each rounded to inner."""
+        e = self.exp(-_f32(x))
+        return self.reciprocal(self.add(np.float32(1.0), e))
+
+    def gelu(self, x, approximate: str = "none"):
+        """GELU as the op says (``approximate`` "none": erf form, "tanh"),
+        evaluated by ``spec.gelu`` (erf form) or ``spec.gelu_tanh`` (tanh
+        form) and rounded to inner (``kernels.gelu``)."""
+        check_choice("approximate", approximate, GELU_APPROXIMATE)
+        algo = self.spec.gelu if approximate == "none" else self.spec.gelu_tanh
+        return _f32(_alg.gelu(x, fmt=self.inner, approximate=approximate, algo=algo))
+
+    # -- reductions ------------------------------------------------------------
+    def order(self):
+        """``spec.reduce_order`` if set, else ``Blocked(tile, reduce_inner,
+        reduce_outer)``; a Shuffled (atomic-add-like) order takes the
+        schedule seed when one was given."""
+        o = self.spec.reduce_order
+        if o is None:
+            o = Blocked(self.tile, self.spec.reduce_inner, self.spec.reduce_outer)
+        if self.seed is not None:
+            o = _reseed(o, self.seed)
+        return o
+
+    def reduce(self, x, op, axes, keepdims=False, correction=0):
+        """``op`` (sum, mean, max, min, sumsq, var) over ``axes`` (a tuple of
+        non-negative axes) by :func:`numlab.kernels.reduce` with this node's
+        order, accumulator and variance algorithm, rounded to inner."""
+        check_choice("op", op, _REDUCE_OPS)
+        x = _f32(x)
+        axes = tuple(int(a) for a in axes)
+        flat = _axes_last(x, axes)
+        n = flat.shape[-1]
+        if n == 0 and op in ("sum", "mean", "var", "sumsq"):
+            # empty sum is IEEE 0; mean/var are 0/0 = NaN
+            with np.errstate(all="ignore"):
+                fn = {"sum": np.sum, "sumsq": np.sum, "mean": np.mean, "var": np.var}[op]
+                r = fn(flat.astype(np.float64), axis=-1).astype(np.float32)
+        elif (op == "var" and self.spec.variance == "welford" and self.acc == FP32
+              and self.inner == FP32):
+            r = _welford(flat, self.ar, int(correction))[1]
+        else:
+            r = _kreduce(flat, op, -1, order=self.order(), acc=self.acc, out=self.inner,
+                         variance=self.spec.variance, ddof=int(correction))
+        r = _f32(r)
+        if keepdims:
+            r = r.reshape(tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
+        return r
+
+    def welford(self, x, axes):
+        """(mean, var) by Welford in the accumulator format, keepdims."""
+        x = _f32(x)
+        axes = tuple(axes)
+        m, v = _welford(_axes_last(x, axes), Arith(self.acc), 0)
+        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+        return self.r(m).reshape(shape), self.r(v).reshape(shape)
+
+    def matmul(self, a, b):
+        """numpy matmul rules; K-tiled by ``spec.matmul_algo`` and
+        ``spec.k_tile`` with the accumulator ``acc``, rounded to inner."""
+        a, b = _f32(a), _f32(b)
+        va, vb = a.ndim == 1, b.ndim == 1  # numpy matmul's vector rules
+        r = _f32(_kmatmul(a[None, :] if va else a, b[:, None] if vb else b, k_tile=self.spec.k_tile,
+                          acc=self.acc, out=self.inner, algo=self.spec.matmul_algo, fma=self.spec.fma))
+        if vb:
+            r = r[..., 0]
+        if va:
+            r = r[..., 0, :] if not vb else r[..., 0]
+        return r
+
+
+# ---------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------
+def _axes_last(x: np.ndarray, axes: tuple) -> np.ndarray:
+    """``x`` with the reduced ``axes`` moved last and merged into one axis of
+    their total length (the other axes keep their order)."""
+    rest = [i for i in range(x.ndim) if i not in axes]
+    n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    return np.transpose(x, rest + list(axes)).reshape(tuple(x.shape[i] for i in rest) + (n,))
+
+
+def _welford(x: np.ndarray, ar, ddof: int):
+    """Welford's mean and variance along the last axis with every operation
+    rounded by ``ar`` (a ``kernels._common.Arith``): the same operations in
+    the same order as ``kernels.reduce(op="var", variance="welford")``
+    (``d = x_k - m; m = m + d/fl(k+1); M2 = M2 + d*(x_k - m)``; var
+    ``M2/fl(n - ddof)``), so the variance is bitwise the kernel's (tested).
+    Runs on a transposed contiguous copy (each step reads one contiguous
+    row) with preallocated buffers when ``ar`` is native fp32.
+
+    Returns (mean, var) in ``ar``'s working dtype, shape ``x.shape[:-1]``.
+    """
+    n = x.shape[-1]
+    lead = x.shape[:-1]
+    xt = _transpose2d(np.asarray(ar.round(x)).reshape(-1, n))  # (n, rows)
+    m = np.zeros(xt.shape[1:], dtype=ar.dtype)
+    m2 = np.zeros_like(m)
+    with np.errstate(all="ignore"):
+        if ar.native and ar.dtype == np.float32:
+            d = np.empty_like(m)
+            t = np.empty_like(m)
+            for k in range(n):
+                xk = xt[k]
+                np.subtract(xk, m, out=d)
+                np.divide(d, np.float32(k + 1), out=t)
+                np.add(m, t, out=m)
+                np.subtract(xk, m, out=t)
+                np.multiply(d, t, out=t)
+                np.add(m2, t, out=m2)
+        else:
+            for k in range(n):
+                xk = xt[k]
+                d = ar.sub(xk, m)
+                m = ar.add(m, ar.div(d, ar.round(np.float64(k + 1))))
+                m2 = ar.add(m2, ar.mul(d, ar.sub(xk, m)))
+        var = ar.div(m2, ar.round(np.float64(n - ddof)))
+    return np.asarray(m).reshape(lead), np.asarray(var).reshape(lead)
+
+
+def _transpose2d(a: np.ndarray, block: int = 128) -> np.ndarray:
+    """A contiguous copy of ``a.T`` made tile by tile (``block`` x ``block``),
+    so reads and writes stay in cache (a plain strided transpose of a large
+    array is several times slower)."""
+    r, n = a.shape
+    out = np.empty((n, r), dtype=a.dtype)
+    if r * n <= block * block * 4:
+        out[...] = a.T
+        return out
+    for i in range(0, r, block):
+        for j in range(0, n, block):
+            out[j:j + block, i:i + block] = a[i:i + block, j:j + block].T
+    return out
+
+
+def _fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``a*b + c`` rounded once to fp32.
+
+    The product of two fp32 values is exact in float64; ``s = fl64(p + c)``
+    is then rounded to fp32.  That double rounding can be wrong only when
+    ``s`` lies exactly halfway between two fp32 numbers (its 29 low
+    significand bits are ``1 0...0``): there the exact error of ``s``
+    (Knuth's TwoSum) says on which side the exact value lies (zero: a true
+    tie, round to even).  Results in fp32's subnormal range are redone by
+    the kernels' exact path (:func:`numlab.kernels.fma`).  Works on chunks
+    of rows so the float64 temporaries stay in cache."""
+    a, b, c = np.broadcast_arrays(_f32(a), _f32(b), _f32(c))
+    out = np.empty(a.shape, dtype=np.float32)
+    if a.size == 0:
+        return out
+    if a.ndim == 0:
+        return _f32(_kfma(a, b, c, fmt=FP32)).reshape(())
+    per_row = max(1, a.size // a.shape[0])
+    step = max(1, 65536 // per_row)
+    low = np.uint64(0x1FFFFFFF)
+    half = np.uint64(0x10000000)
+    tiny = 2.0**-126
+    # chunk buffers, reused: no fresh allocation per chunk
+    shape = (min(step, a.shape[0]),) + a.shape[1:]
+    p_buf = np.empty(shape, dtype=np.float64)
+    q_buf = np.empty(shape, dtype=np.float64)
+    t_buf = np.empty(shape, dtype=np.uint64)
+    m_buf = np.empty(shape, dtype=bool)
+    with np.errstate(all="ignore"):
+        for i in range(0, a.shape[0], step):
+            sl = slice(i, i + step)
+            k = min(step, a.shape[0] - i)
+            p, q, t, mid = p_buf[:k], q_buf[:k], t_buf[:k], m_buf[:k]
+            np.multiply(a[sl], b[sl], out=p, dtype=np.float64)  # exact
+            np.add(p, c[sl], out=p)
+            o = out[sl]
+            o[...] = p  # numpy's float64 -> float32 cast: RNE
+            np.bitwise_and(p.view(np.uint64), low, out=t)
+            np.equal(t, half, out=mid)
+            if mid.any():  # an fp32 midpoint: which side was the exact value on?
+                av = a[sl][mid].astype(np.float64)
+                prod = av * b[sl][mid]  # exact
+                cv = c[sl][mid].astype(np.float64)
+                sm = p[mid]
+                bb = sm - prod  # TwoSum (Knuth): e is the exact error of sm
+                e = (prod - (sm - bb)) + (cv - bb)
+                r0 = o[mid]
+                other = np.nextafter(r0, np.where(sm > r0, np.float32(np.inf), np.float32(-np.inf)))
+                up, dn = np.maximum(r0, other), np.minimum(r0, other)
+                o[mid] = np.where(e > 0, up, np.where(e < 0, dn, r0))
+            np.abs(p, out=q)
+            if q.min() < tiny:  # zeros or fp32 subnormal results
+                sub_ = (q < tiny) & (p != 0)
+                if sub_.any():  # fp32 subnormal results: exact kernel
+                    o[sub_] = _f32(_kfma(a[sl][sub_], b[sl][sub_], c[sl][sub_], fmt=FP32))
+    return out
+
+
+def _reseed(o, seed):
+    if isinstance(o, Shuffled):
+        return dataclasses.replace(o, seed=int(seed))
+    if isinstance(o, Blocked):
+        return dataclasses.replace(o, inner=_reseed(o.inner, seed), outer=_reseed(o.outer, seed))
+    return o
+
+
+# ---------------------------------------------------------------------------
+# FMA contraction in a code-generated block
+# ---------------------------------------------------------------------------
+_CONTRACTIBLE = ("add", "sub", "add_scalar", "sub_scalar", "rsub_scalar")
+
+
+def _folded_mul(node, g, block):
+    """The ``mul`` input of ``node`` that :func:`contract` folds into an
+    FMA (the same rule, in the same order), or None."""
+    if node.op not in _CONTRACTIBLE:
+        return None
+    for p in node.inputs:
+        if p not in block.members or p in block.outputs:
+            continue
+        pn = g.node(p)
+        if pn.op != "mul" or len(g.consumers(p)) != 1:
+            continue
+        return p
+    return None
+
+
+def folded_muls(g, block) -> set:
+    """Multiplies of a code-generated block absorbed by FMA contraction."""
+    out = set()
+    for m in block.members:
+        p = _folded_mul(g.node(m), g, block)
+        if p is not None:
+            out.add(p)
+    return out
+
+
+def contract(node, g, block, vals, ctx: Ctx):
+    """FMA contraction in a code-generated block (``spec.fma``): an add or
+    subtract whose operand is a ``mul`` of the same block, used only there
+    and never written out, is computed as one fused multiply-add (one
+    rounding), as compilers contract ``a*b + c`` (LLVM/NVPTX ``fmuladd``,
+    Ascend ``vmla``).  ``g`` is the graph, ``block`` the plan's block (its
+    ``members`` and ``outputs``), ``vals`` the values computed so far.
+    Returns None when the pattern does not apply."""
+    p = _folded_mul(node, g, block)
+    if p is None:
+        return None
+    i = node.inputs.index(p)
+    pn = g.node(p)
+    a, b = _f32(vals[pn.inputs[0]]), _f32(vals[pn.inputs[1]])
+    op = node.op
+    if op == "add":
+        return ctx.muladd(a, b, vals[node.inputs[1 - i]])
+    if op == "sub":
+        c = _f32(vals[node.inputs[1 - i]])
+        return ctx.muladd(a, b, -c) if i == 0 else ctx.muladd(-a, b, c)
+    s = ctx.scalar(node.op_attrs["scalar"])
+    if op == "add_scalar":
+        return ctx.muladd(a, b, np.float32(s))
+    if op == "sub_scalar":
+        return ctx.muladd(a, b, np.float32(-s))
+    return ctx.muladd(-a, b, np.float32(s))  # rsub_scalar: s - a*b
+
+
+# ---------------------------------------------------------------------------
+# kernel functions, one per operator: (ctx, *inputs, **attrs) -> float32
+# ---------------------------------------------------------------------------
+def data_movement(ref):
+    """The kernel of a data-movement operator: its reference ``ref``
+    (dtype-preserving, never changes a value), as a contiguous array."""
+    def kernel(ctx, *xs, **attrs):
+        return np.ascontiguousarray(ref(*xs, **attrs))
+    kernel.__name__ = getattr(ref, "__name__", "data_movement")
+    kernel.__doc__ = "Data movement: the operator's reference (values unchanged)."
+    return kernel
+
+
+def add(ctx, a, b):
+    return ctx.add(a, b)
+
+
+def sub(ctx, a, b):
+    return ctx.sub(a, b)
+
+
+def mul(ctx, a, b):
+    return ctx.mul(a, b)
+
+
+def div(ctx, a, b):
+    return ctx.div(a, b)
+
+
+def maximum(ctx, a, b):
+    return np.maximum(_f32(a), _f32(b))
+
+
+def minimum(ctx, a, b):
+    return np.minimum(_f32(a), _f32(b))
+
+
+def add_scalar(ctx, x, *, scalar):
+    return ctx.add(x, np.float32(ctx.scalar(scalar)))
+
+
+def sub_scalar(ctx, x, *, scalar):
+    return ctx.sub(x, np.float32(ctx.scalar(scalar)))
+
+
+def rsub_scalar(ctx, x, *, scalar):
+    return ctx.sub(np.float32(ctx.scalar(scalar)), x)
+
+
+def mul_scalar(ctx, x, *, scalar):
+    return ctx.mul_scalar(x, scalar)
+
+
+def div_scalar(ctx, x, *, scalar):
+    return ctx.div(x, np.full_like(_f32(x), ctx.scalar(scalar)))
+
+
+def rdiv_scalar(ctx, x, *, scalar):
+    return ctx.div(np.full_like(_f32(x), ctx.scalar(scalar)), x)
+
+
+def neg(ctx, x):
+    return -_f32(x)
+
+
+def abs_(ctx, x):
+    return np.abs(_f32(x))
+
+
+def relu(ctx, x):
+    """0 where x < 0, else x: NaN and -0.0 pass through (as torch.relu and
+    the catalogue's reference)."""
+    x = _f32(x)
+    return np.where(x < 0, np.float32(0.0), x)
+
+
+def exp(ctx, x):
+    return ctx.exp(x)
+
+
+def log(ctx, x):
+    return ctx.log(x)
+
+
+def sqrt(ctx, x):
+    return ctx.sqrt(x)
+
+
+def rsqrt(ctx, x):
+    return ctx.rsqrt(x)
+
+
+def reciprocal(ctx, x):
+    return ctx.reciprocal(x)
+
+
+def tanh(ctx, x):
+    return ctx.tanh(x)
+
+
+def sigmoid(ctx, x):
+    return ctx.sigmoid(x)
+
+
+def erf(ctx, x):
+    return ctx.erf(x)
+
+
+def silu(ctx, x):
+    return ctx.mul(x, ctx.sigmoid(x))
+
+
+def gelu(ctx, x, *, approximate="none"):
+    return ctx.gelu(x, approximate)
+
+
+def where(ctx, cond, a, b):
+    return np.where(np.asarray(cond) != 0, _f32(a), _f32(b))
+
+
+def cast(ctx, x, *, to):
+    """Round to the format ``to``, nearest even (the operator's meaning)."""
+    return _f32(_round_to(_f32(x), to))
+
+
+def _axes_of(x, axis):
+    nd = np.ndim(x)
+    if axis is None:
+        return tuple(range(nd))
+    if isinstance(axis, int | np.integer):
+        return (int(axis) % nd,)
+    return tuple(int(a) % nd for a in axis)
+
+
+def sum_(ctx, x, *, axis=None, keepdims=False):
+    return ctx.reduce(x, "sum", _axes_of(x, axis), keepdims)
+
+
+def mean(ctx, x, *, axis=None, keepdims=False):
+    return ctx.reduce(x, "mean", _axes_of(x, axis), keepdims)
+
+
+def max_(ctx, x, *, axis=None, keepdims=False):
+    return ctx.reduce(x, "max", _axes_of(x, axis), keepdims)
+
+
+def min_(ctx, x, *, axis=None, keepdims=False):
+    return ctx.reduce(x, "min", _axes_of(x, axis), keepdims)
+
+
+def var(ctx, x, *, axis=None, keepdims=False, correction=0):
+    return ctx.reduce(x, "var", _axes_of(x, axis), keepdims, correction)
+
+
+def matmul(ctx, a, b):
+    return ctx.matmul(a, b)
+
+
+def layer_norm(ctx, x, gamma=None, beta=None, *, axis, eps):
+    """One kernel: mean and variance by ``spec.variance`` (welford: one
+    pass giving both, as hand-written kernels do; two_pass: mean, then the
+    mean of squared deviations; textbook: kernels.reduce "var"), centre,
+    rsqrt by ``spec.rsqrt``, scale, then ``y*gamma + beta`` (FMA per spec)."""
+    axis = _axes_of(x, axis)
+    if ctx.spec.variance == "welford":
+        mu, var_ = ctx.welford(x, axis)
+        d = ctx.sub(x, mu)
+    else:
+        mu = ctx.reduce(x, "mean", axis, True)
+        d = ctx.sub(x, mu)
+        if ctx.spec.variance == "two_pass":
+            var_ = ctx.reduce(ctx.mul(d, d), "mean", axis, True)
+        else:
+            var_ = ctx.reduce(x, "var", axis, True)
+    r = ctx.rsqrt(ctx.add(var_, np.float32(ctx.scalar(eps))))
+    y = ctx.mul_(d, r)  # d is this kernel's own temporary
+    if gamma is not None and beta is not None:
+        if ctx.spec.fma or not ctx.ar.native:
+            return ctx.muladd(y, gamma, beta)
+        return ctx.add_(ctx.mul_(y, gamma), beta)  # two roundings, as muladd
+    if gamma is not None:
+        return ctx.mul_(y, gamma)
+    return y
+
+
+def rms_norm(ctx, x, weight=None, *, axis, eps):
+    """One kernel: mean of squares, rsqrt by ``spec.rsqrt``, scale."""
+    axis = _axes_of(x, axis)
+    ms = ctx.reduce(ctx.mul(x, x), "mean", axis, True)
+    r = ctx.rsqrt(ctx.add(ms, np.float32(ctx.scalar(eps))))
+    y = ctx.mul(x, r)
+    return ctx.mul_(y, weight) if weight is not None else y
+
+
+def softmax(ctx, x, *, axis=-1):
+    """One kernel: max, exp of the difference, sum, divide."""
+    axis = _axes_of(x, axis)
+    m = ctx.reduce(x, "max", axis, True)
+    e = ctx.exp(ctx.sub(x, m))
+    s = ctx.reduce(e, "sum", axis, True)
+    return ctx.div(e, s)
+
+
+def log_softmax(ctx, x, *, axis=-1):
+    """One kernel: ``(x - max) - log(sum(exp(x - max)))``."""
+    axis = _axes_of(x, axis)
+    d = ctx.sub(x, ctx.reduce(x, "max", axis, True))
+    s = ctx.reduce(ctx.exp(d), "sum", axis, True)
+    return ctx.sub(d, ctx.log(s))
