@@ -399,7 +399,7 @@ def prob_sum_bound(abs_sum, n: int, u=FP32, *, lam: float | None = None, prob: f
 # --------------------------------------------------------------------------
 # a plan (eager or fused) and a model: a bound for each output
 # --------------------------------------------------------------------------
-def plan_bounds(graph, inputs, *, mode: str = "fused", dtype="fp16", **run_kwargs) -> dict:
+def plan_bounds(graph, inputs, *, mode: str = "fused", fmt=None, dtype=None, **run_kwargs) -> dict:
     """Per-output error bounds for running ``graph`` in ``mode`` on ``inputs``.
 
     Runs the plan and propagates a rigorous elementwise bound through it
@@ -407,9 +407,11 @@ def plan_bounds(graph, inputs, *, mode: str = "fused", dtype="fp16", **run_kwarg
     every output satisfies ``|computed - exact| <= bound`` (``inf`` where
     overflow is possible, NaN flagged).  Returns ``{output name: dict(bound=
     elementwise array, max=..., units=max bound / (u_S * max|exact|))}``.
+    ``fmt`` is the storage format S (default fp16; ``dtype`` its deprecated
+    name); ``run_kwargs`` go to :func:`numlab.execute.run`.
     """
-    rb = running_bounds.run_with_bounds(graph, inputs, mode=mode, dtype=dtype, **run_kwargs)
-    S = get_format(dtype)
+    S = running_bounds.fmt_or_dtype(fmt, dtype)
+    rb = running_bounds.run_with_bounds(graph, inputs, mode=mode, fmt=S, **run_kwargs)
     out = {}
     for name in graph.outputs:
         bnd = rb.bounds[name]
@@ -427,7 +429,7 @@ def plan_bounds(graph, inputs, *, mode: str = "fused", dtype="fp16", **run_kwarg
 
 
 
-def rounding_counts(plan, dtype="fp16") -> dict:
+def rounding_counts(plan) -> dict:
     """A-priori rounding counts of a plan (eager or fused), per output.
 
     Walks ``plan.graph`` in topological order; along every path a node adds
@@ -438,7 +440,8 @@ def rounding_counts(plan, dtype="fp16") -> dict:
     the largest counts over the paths reaching the output.  This is the
     quantity behind the autofusion note's section 3.2 argument ("eager rounds
     to fp16 at every operator boundary, a fused block only at its
-    boundary").
+    boundary").  (The counts do not depend on the format: the former
+    ``dtype`` argument changed nothing and is gone.)
     """
     owner = {}
     for b in plan.blocks:
@@ -457,7 +460,7 @@ def rounding_counts(plan, dtype="fp16") -> dict:
     return {o: {"S": cnt[o][0], "fp32": cnt[o][1]} for o in plan.graph.outputs}
 
 
-def chain_bound(counts: dict, dtype="fp16", acc=FP32) -> float:
+def chain_bound(counts: dict, fmt=None, acc=FP32, *, dtype=None) -> float:
     """Relative error bound ``(1 + u_S)^k_S (1 + u_32)^k_32 - 1`` for the
     counts of :func:`rounding_counts`.
 
@@ -469,6 +472,8 @@ def chain_bound(counts: dict, dtype="fp16", acc=FP32) -> float:
     error also carries their condition numbers; use the running bounds
     (:func:`plan_bounds`).  Eager with ``k`` operators: ``gamma``-like
     ``(1 + u_S)^k - 1``; fused in one block: ``(1 + u_S)(1 + u_32)^(k-1) - 1``.
+    ``fmt`` is the storage format S (default fp16; ``dtype`` its deprecated
+    name), ``acc`` the format of fused intermediates.
     """
-    uS, u32 = get_format(dtype).u, get_format(acc).u
+    uS, u32 = running_bounds.fmt_or_dtype(fmt, dtype).u, get_format(acc).u
     return math.expm1(counts["S"] * math.log1p(uS) + counts["fp32"] * math.log1p(u32)) * _F64_SLACK

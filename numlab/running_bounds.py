@@ -57,12 +57,13 @@ import numpy as np
 
 from . import bound_rules as R
 from .execute import run as _run
+from .formats import get_format
 from .graph import Graph, Node, decompose, evaluate
 from .ops import get_op
 from .rounding import round_to
 
 __all__ = ["BoundedRun", "run_with_bounds", "bounds_for_result", "propagate", "rules_for", "inf_sources",
-           "GELU_LIPSCHITZ", "SILU_LIPSCHITZ", "CAUSES"]
+           "GELU_LIPSCHITZ", "SILU_LIPSCHITZ", "CAUSES", "fmt_or_dtype"]
 
 GELU_LIPSCHITZ = R.GELU_LIPSCHITZ
 SILU_LIPSCHITZ = R.SILU_LIPSCHITZ
@@ -115,6 +116,14 @@ def inf_sources(flags: dict) -> list:
 
 def _f(a) -> np.ndarray:
     return np.asarray(a, dtype=np.float64)
+
+
+def fmt_or_dtype(fmt, dtype, default="fp16"):
+    """The storage format given as ``fmt`` or by its deprecated name
+    ``dtype`` (not both; neither: ``default``)."""
+    if fmt is not None and dtype is not None:
+        raise TypeError(f"give the storage format once: fmt={fmt!r} and its deprecated name dtype={dtype!r}")
+    return get_format(default if fmt is None and dtype is None else (fmt if fmt is not None else dtype))
 
 
 def rules_for(op: str):
@@ -258,20 +267,22 @@ def bounds_for_result(result, inputs: dict) -> BoundedRun:
     return BoundedRun(result, bounds, {**ex, **{k: _f(v) for k, v in result.values.items()}}, flags)
 
 
-def run_with_bounds(graph, inputs, *, mode: str = "fused", dtype="fp16", reference: bool = True,
+def run_with_bounds(graph, inputs, *, mode: str = "fused", fmt=None, reference: bool = True, dtype=None,
                     **kw) -> BoundedRun:
     """Run ``graph`` (``numlab.execute.run``; fused modes keep internals) and
-    propagate running bounds.  With ``reference`` also attach the fp64
-    reference outputs."""
+    propagate running bounds.  ``fmt`` is the storage format S (default
+    fp16; ``dtype`` is its deprecated name).  With ``reference`` also attach
+    the fp64 reference outputs."""
+    fmt = fmt_or_dtype(fmt, dtype)
     if mode == "reference":
         raise ValueError("mode='reference' has no rounding to bound; use 'eager', 'fused' or 'emulated_casts'")
     if mode in ("fused", "emulated_casts"):
         kw = {**kw, "keep_internals": True}
     with np.errstate(all="ignore"):
-        res = _run(graph, inputs, mode=mode, dtype=dtype, **kw)
+        res = _run(graph, inputs, mode=mode, fmt=fmt, **kw)
     br = bounds_for_result(res, inputs)
     if reference:
         with np.errstate(all="ignore"):
-            ref = _run(graph, inputs, mode="reference", dtype=dtype)
+            ref = _run(graph, inputs, mode="reference", fmt=fmt)
         br.reference = {k: _f(v) for k, v in ref.outputs.items()}
     return br

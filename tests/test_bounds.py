@@ -182,7 +182,7 @@ def test_plan_bounds_hold_for_each_output():
         x = zoo.make_inputs(g, seed=2, dtype="fp16")
         ref = run(g, x, mode="reference", dtype="fp16").outputs
         for mode in ("eager", "fused"):
-            pb = B.plan_bounds(g, x, mode=mode, dtype="fp16")
+            pb = B.plan_bounds(g, x, mode=mode, fmt="fp16")
             assert set(pb) == set(g.outputs)
             y = run(g, x, mode=mode, dtype="fp16").outputs
             for name, d in pb.items():
@@ -228,7 +228,7 @@ def test_chain_bound_for_product_chains_eager_and_fused(seed, k, dtype):
         exact = exact * np.vectorize(lambda v: Fraction(float(v)), otypes=[object])(xs[nm])
     for mode in ("eager", "fused"):
         r = run(g, xs, mode=mode, dtype=dtype)
-        c = B.rounding_counts(r.plan, dtype)["y"]
+        c = B.rounding_counts(r.plan)["y"]
         assert c["S"] + c["fp32"] == k - 1
         bnd = B.chain_bound(c, dtype)
         y = r.outputs["y"].astype(np.float64)

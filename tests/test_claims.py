@@ -446,3 +446,15 @@ def test_cli_exit_code_2_for_undecided(capsys):
     out = capsys.readouterr().out
     assert "UNDECIDED" in out and "responsible operators" in out
     assert rc == 2 and "counterexample" not in out
+
+
+def test_fmt_and_its_deprecated_name_dtype():
+    a = C.make_case("softmax", fmt="bf16", trial=1)
+    b = C.make_case("softmax", dtype="bf16", trial=1)
+    assert a.dtype == b.dtype == "bf16" and all(np.array_equal(a.inputs[k], b.inputs[k]) for k in a.inputs)
+    assert C.make_case("softmax").dtype == "fp16"
+    with pytest.raises(TypeError, match="once"):
+        C.make_case("softmax", fmt="bf16", dtype="bf16")
+    with pytest.raises(TypeError, match="once"):
+        C.check("no_worse_tensor", "softmax", fmt="fp16", dtype="fp16", trials=1)
+    assert C.check("no_worse_tensor", "softmax", fmt="bf16", trials=1, shrink_cex=False).dtype == "bf16"

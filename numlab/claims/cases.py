@@ -10,6 +10,7 @@ import numpy as np
 from .. import zoo
 from ..execute import run
 from ..formats import get_format
+from ..running_bounds import fmt_or_dtype
 from ._fusion import fusion_options, fusion_spec
 from .catalogue import CaseResult, get_claim, get_model, model_sizes
 
@@ -75,7 +76,7 @@ class Runs:
         if key not in self._res:
             fusion = self.fusion if mode in ("fused", "emulated_casts") else None
             with np.errstate(all="ignore"):
-                self._res[key] = run(self.graph, self.case.inputs, mode=mode, dtype=self.S,
+                self._res[key] = run(self.graph, self.case.inputs, mode=mode, fmt=self.S,
                                      fusion=fusion, **kw)
         return self._res[key]
 
@@ -83,13 +84,14 @@ class Runs:
         return {k: np.asarray(v) for k, v in self.run(mode).outputs.items()}
 
 
-def make_case(model: str, *, sizes=None, dtype="fp16", fusion=None, kind="normal",
-              seed: int = 0, trial: int = 0, graph=None) -> Case:
+def make_case(model: str, *, sizes=None, fmt=None, fusion=None, kind="normal",
+              seed: int = 0, trial: int = 0, graph=None, dtype=None) -> Case:
     """A case with zoo-generated inputs (``kind``) for trial ``trial``: the
-    inputs depend only on (model, sizes, dtype, kind, seed, trial).
+    inputs depend only on (model, sizes, fmt, kind, seed, trial).  ``fmt``
+    is the storage format S (default fp16; ``dtype`` its deprecated name).
     ``fusion`` is a fusion spec or a FusionOptions (``FusionOptions.parse``;
     None: the default ``"autofuse"``); the case keeps its canonical spec."""
-    S = get_format(dtype)
+    S = fmt_or_dtype(fmt, dtype)
     spec = fusion_spec(fusion)
     sizes = model_sizes(model, sizes)
     g = graph if graph is not None else get_model(model, sizes)

@@ -157,7 +157,7 @@ def _bounded(runs, mode: str):
     key = ("bounds", mode)
     if key not in runs._res:
         fusion = runs.fusion if mode in ("fused", "emulated_casts") else None
-        runs._res[key] = RB.run_with_bounds(runs.graph, runs.case.inputs, mode=mode, dtype=runs.S,
+        runs._res[key] = RB.run_with_bounds(runs.graph, runs.case.inputs, mode=mode, fmt=runs.S,
                                             reference=False, fusion=fusion)
     return runs._res[key]
 
@@ -457,7 +457,7 @@ def _claim_compile_det(runs) -> CaseResult:
     r1 = runs.run("fused")
     g2 = runs.case.graph()  # a second compile from scratch: a fresh graph object and plan
     with np.errstate(all="ignore"):
-        r2 = run(g2, runs.case.inputs, mode="fused", dtype=runs.S, fusion=runs.fusion)
+        r2 = run(g2, runs.case.inputs, mode="fused", fmt=runs.S, fusion=runs.fusion)
     plan_equal = str(r1.plan) == str(r2.plan)
     same = plan_equal and r1.fingerprint == r2.fingerprint
     return CaseResult(same, 0.0 if same else 1.0,
@@ -470,7 +470,7 @@ def _claim_exec_det(runs) -> CaseResult:
     for mode in ("eager", "fused"):
         a = runs.outputs(mode)
         with np.errstate(all="ignore"):
-            b = run(runs.graph, runs.case.inputs, mode=mode, dtype=runs.S,
+            b = run(runs.graph, runs.case.inputs, mode=mode, fmt=runs.S,
                     fusion=runs.fusion if mode == "fused" else None).outputs
         for name in a:
             neq = int(np.count_nonzero(~metrics.bitwise_equal(a[name], np.asarray(b[name]))))

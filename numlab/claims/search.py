@@ -38,6 +38,7 @@ from tqdm.auto import tqdm
 from .. import metrics
 from ..formats import get_format
 from ..rounding import round_to
+from ..running_bounds import fmt_or_dtype
 from ._fusion import fusion_spec
 from .cases import Case, Runs, data_inputs, evaluate, make_case
 from .catalogue import CLAIMS, get_claim, get_model, model_sizes, responsible_ops
@@ -164,7 +165,7 @@ def _task(payload: dict) -> list:
     out = []
     for t in range(payload["lo"], payload["hi"]):
         kind = payload["kinds"][t % len(payload["kinds"])]
-        case = make_case(payload["model"], sizes=payload["sizes"], dtype=payload["dtype"],
+        case = make_case(payload["model"], sizes=payload["sizes"], fmt=payload["dtype"],
                          fusion=payload["fusion"], kind=kind, seed=payload["seed"], trial=t, graph=graph)
         runs = Runs(case, graph=graph)
         if claim.scope == "population":
@@ -187,13 +188,14 @@ def _key(margin: float) -> float:
     return -math.inf if math.isnan(margin) else margin
 
 
-def check(claim, model: str, *, dtype="fp16", sizes=None, fusion=None, trials: int = 100,
+def check(claim, model: str, *, fmt=None, sizes=None, fusion=None, trials: int = 100,
           search: str = "random", seed: int = 0, executor=None, save: str | None = None,
           options: SearchOptions | None = None, progress: bool = False, shrink_cex: bool = True,
-          force: bool = False) -> CheckReport:
+          force: bool = False, dtype=None) -> CheckReport:
     """Check ``claim`` on ``model``.
 
-    ``fusion`` is a fusion spec or a :class:`numlab.fusion.FusionOptions`
+    ``fmt`` is the storage format S (default fp16; ``dtype`` its deprecated
+    name).  ``fusion`` is a fusion spec or a :class:`numlab.fusion.FusionOptions`
     (coerced by ``FusionOptions.parse``; None: ``"autofuse"``).  Random
     trials run as executor tasks of ``options.chunk`` trials (per-trial
     seeds from :func:`numlab.claims.cases.trial_seed`; identical results
@@ -207,7 +209,7 @@ def check(claim, model: str, *, dtype="fp16", sizes=None, fusion=None, trials: i
     """
     claim = get_claim(claim)
     opts = options if options is not None else SearchOptions(trials=trials, search=search)
-    S = get_format(dtype)
+    S = fmt_or_dtype(fmt, dtype)
     sizes = model_sizes(model, sizes)
     spec = fusion_spec(fusion)
     payloads = [{"claim": claim.name if claim.name in CLAIMS and CLAIMS[claim.name] is claim else claim,
@@ -227,7 +229,7 @@ def check(claim, model: str, *, dtype="fp16", sizes=None, fusion=None, trials: i
     cex = None
     if viol:
         t = viol[int(np.argmax([r[2][1] for r in viol]))]
-        cex = make_case(model, sizes=sizes, dtype=S.name, fusion=spec, kind=t[1], seed=seed, trial=t[0])
+        cex = make_case(model, sizes=sizes, fmt=S.name, fusion=spec, kind=t[1], seed=seed, trial=t[0])
     elif opts.search == "adversarial" and claim.searchable:
         cex = _adversarial(claim, model, sizes, S, spec, seed, results, opts, rep, progress)
     if cex is not None:
@@ -285,7 +287,7 @@ def _adversarial(claim, model, sizes, S, fusion, seed, results, opts, rep, progr
     per_start = max(1, opts.adversarial_steps // max(len(starts), 1))
     try:
         for t, kind, (_, margin, _, _), _ in starts:
-            case = make_case(model, sizes=sizes, dtype=S.name, fusion=fusion, kind=kind, seed=seed, trial=t,
+            case = make_case(model, sizes=sizes, fmt=S.name, fusion=fusion, kind=kind, seed=seed, trial=t,
                              graph=graph)
             best = _key(margin)
             for _ in range(per_start):
