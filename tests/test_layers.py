@@ -91,8 +91,6 @@ def _function_level_imports(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-@pytest.mark.xfail(strict=True, reason="131 function-level imports in bounds, claims, cli*, compare, "
-                   "determinism, execute, fusion, running_bounds and torch")
 def test_imports_at_module_top_level():
     bad = []
     for path in sorted(PACKAGE.rglob("*.py")):

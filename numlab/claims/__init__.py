@@ -3,7 +3,7 @@ counterexamples.
 
 A :class:`Claim` is a statement over runs of a model: eager, fused and the
 fp64 reference on the same S-valued inputs (``docs/design.md``, section
-"Modes").  The package is split along its seams:
+"Execution modes").  The package is split along its seams:
 
 * :mod:`~numlab.claims.catalogue` -- :class:`Claim`, :class:`CaseResult`,
   the built-in claims (:data:`CLAIMS`) and the models they run on;
