@@ -66,7 +66,7 @@ def test_counterexample_found_shrunk_saved_and_reproduced(tmp_path):
     st = rep.shrink_stats
     assert st["elements_after"] < st["elements_before"] and st["complexity_after"] < st["complexity_before"]
     assert not res.holds
-    # files: npz + json with the metadata the issue asks for
+    # files: npz + json with the metadata needed to reproduce the case (numlab.claims.store)
     meta = json.load(open(rep.saved + ".json"))
     for key in ("claim", "model", "sizes", "dtype", "fusion", "fusion_options", "seed", "trial", "fingerprints",
                 "inputs_sha256", "outputs_sha256", "margin"):
