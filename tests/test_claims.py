@@ -17,7 +17,7 @@ import pytest
 
 from numlab import bound_rules as R
 from numlab import claims as C
-from numlab import metrics
+from numlab import metrics, plots
 from numlab.cli import main as cli_main
 from numlab.execute import run
 from numlab.fusion import FusionOptions
@@ -204,6 +204,15 @@ def test_plan_numbers_vs_independent(tmp_path):
     rows = list(csv.DictReader(open(tmp_path / "cli" / "plan.csv")))
     verdicts = {r["value"] for r in rows if r["check"] == "chain" and r["metric"] == "verdict"}
     assert rc == (1 if "FAIL" in verdicts else 2 if "UNDECIDED" in verdicts else 0)
+    # the chains figure marks each verdict by its first letter: P, F and U (UNDECIDED is not an F)
+    spec = next(iter(res["fusions"]))
+    labels = list(res["chains"])
+    want = {labels[0]: "PASS", labels[1]: "FAIL", labels[2]: "UNDECIDED"}
+    for lb, v in want.items():
+        res["chains"][lb][spec]["verdict"] = v
+    figs = plots.plan_figures(res)
+    title = figs["plan_chains.png"].axes[0].get_title()
+    assert title.endswith("verdicts PFU" + res["chains"][labels[3]][spec]["verdict"][0]), title
 
 
 @pytest.mark.parametrize("verdicts, code", [(("PASS", "PASS"), 0), (("PASS", "UNDECIDED"), 2),
