@@ -39,12 +39,8 @@ def _contract_layers() -> list[str]:
 
 # Remove these marks when the listed modules are fixed (strict: an unexpected
 # pass fails, so the mark cannot outlive the violations).
-_PENDING = ("violations remain only in modules this change does not touch: top-level "
-            "numlab/cli_*.py (to move into numlab/cli/), execute and torch importing "
-            "kernels._common, claims and cli_demo importing matplotlib")
 
 
-@pytest.mark.xfail(strict=True, reason=_PENDING)
 def test_import_contracts_hold():
     """Run ``lint-imports`` on this checkout (not an installed copy of numlab)."""
     pytest.importorskip("importlinter", reason="import-linter is in the dev extra")
