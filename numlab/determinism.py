@@ -117,7 +117,7 @@ def determinism_plan(*, order=None, seed=None, kernels=None, mode: str = "fused"
         Execution mode; ``reference`` has no reductions orders to break.
     """
     o = _order_name(order)
-    spec = None if kernels is None else KernelSpec.parse(kernels)
+    spec = None if kernels is None else KernelSpec.parse(kernels, arg="kernels")
     rounding = {getattr(spec, f, "rne") for f in ("scalar_rounding", "vector_rounding")} if spec else set()
     split_k = getattr(spec, "matmul_mode", None) == "split_k"
     spec_order = _order_name(getattr(spec, "reduce_order", None)) if spec else None
@@ -244,11 +244,11 @@ def _config(model, dtype, mode, *, sizes=None, kernels=None, fusion=None, order=
     if mode not in EXEC_MODES:
         raise ValueError(f"mode={mode!r} is not an execution mode; valid modes: {list(EXEC_MODES)}")
     get_format(dtype, "dtype")
-    kernels = None if kernels is None else KernelSpec.parse(kernels).spec
+    kernels = None if kernels is None else KernelSpec.parse(kernels, arg="kernels").spec
     if mode in ("eager", "reference") and fusion is not None:
         raise ValueError(f"fusion= applies to modes 'fused' and 'emulated_casts', not {mode!r}")
     # fused modes: the one default ("autofuse") when not given, so the report names it
-    fusion = FusionOptions.parse(fusion).spec if mode in ("fused", "emulated_casts") else None
+    fusion = FusionOptions.parse(fusion, arg="fusion").spec if mode in ("fused", "emulated_casts") else None
     if order is not None and order != "atomic":
         parse_order(order)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):

@@ -232,7 +232,7 @@ def verdict_matrix(models=None, dtypes=("fp16", "bf16"), presets=MATRIX_PRESETS,
     models = list(zoo.MODELS) if models is None else list(models)
     out = []
     for preset in presets:
-        fo = FusionOptions.parse(preset)
+        fo = FusionOptions.parse(preset, arg="presets")
         for kind in kinds:
             label = fo.spec
             c = {"fusion": label, "kind": kind, "more": 0, "less": 0, "same": 0, "equal": 0,

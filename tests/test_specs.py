@@ -1,9 +1,12 @@
 """One table of good and bad fusion and kernel specs, run against every entry
-point that takes them: ``FusionOptions.parse``, ``KernelSpec.parse``,
-``numlab.determinism`` and every CLI subcommand's ``--fusion``/``--kernels``.
-Good specs give the object ``parse`` gives; bad ones raise (Python) or exit 2
-(CLI) with a message naming the argument or CLI option, the value and the
-valid choices."""
+point that takes them: ``FusionOptions.parse``, ``KernelSpec.parse``, the
+Python APIs that take a spec (``numlab.execute.run``, ``run_with_bounds``,
+``plan_bounds``, ``bisect_run``, ``precision_workflow``, ``demo_rows``,
+``claims.make_case``, ``numlab.determinism``) and every CLI subcommand's
+``--fusion``/``--kernels``.  Good specs give the object ``parse`` gives (the
+runs keep it, with the fingerprint of passing the object); bad ones raise
+(Python) or exit 2 (CLI) with a message naming the argument or CLI option,
+the value and the valid choices."""
 
 from __future__ import annotations
 
@@ -15,14 +18,19 @@ from hypothesis import strategies as st
 
 from numlab import cli, zoo
 from numlab import determinism as D
+from numlab.bounds import plan_bounds
+from numlab.claims import Runs, make_case
 from numlab.cli.options import coerce, join_spec_values
-from numlab.execute import run
+from numlab.compare.bisect import bisect_run, precision_workflow
+from numlab.execute import executor, run
+from numlab.experiments import demo_rows
 from numlab.formats import get_format
 from numlab.fusion import KINDS, FusionOptions
 from numlab.kernels import KernelSpec
 from numlab.kernels.algorithms import ExpPoly, Newton
 from numlab.kernels.grammar import split_top_level
 from numlab.kernels.reduce import Blocked, Lanes, Pairwise, Sequential, Shuffled
+from numlab.running_bounds import run_with_bounds
 
 # (spec, expected options)
 GOOD_FUSION = [
@@ -205,6 +213,110 @@ def test_determinism_kernels_bad(spec, words):
     with pytest.raises(ValueError) as e:
         D.check_determinism("softmax", runs=2, kernels=spec)
     _check_message(str(e.value), "kernels=", repr(spec), words)
+
+
+# ---------------------------------------------------------------------------
+# the Python APIs that take a spec: each coerces through the parser and
+# keeps the object
+# ---------------------------------------------------------------------------
+_G = zoo.softmax()
+_X = zoo.make_inputs(_G, seed=0)
+
+# entry point -> call(argument name, value); every one runs numlab.execute.run
+API_ENTRIES = {
+    "execute.run": lambda a, v: run(_G, _X, mode="fused", fmt="fp16", **{a: v}),
+    "run_with_bounds": lambda a, v: run_with_bounds(_G, _X, mode="fused", fmt="fp16", **{a: v}),
+    "plan_bounds": lambda a, v: plan_bounds(_G, _X, mode="fused", fmt="fp16", **{a: v}),
+    "bisect_run": lambda a, v: bisect_run(_G, _X, storage="fp16", log=None, **{a: v}),
+    "precision_workflow": lambda a, v: precision_workflow(_G, _X, storage="fp16", **{a: v}),
+    "demo_rows": lambda a, v: demo_rows(models=["softmax"], dtypes=("fp16",), **{a: v}),
+    "claims.make_case": lambda a, v: Runs(make_case("softmax", fmt="fp16", **{a: v})).run("fused"),
+}
+# entry point -> the spec arguments it takes
+API_ARGS = {
+    "execute.run": ("fusion", "kernels", "library"),
+    "run_with_bounds": ("fusion", "kernels", "library"),
+    "plan_bounds": ("fusion", "kernels", "library"),
+    "bisect_run": ("fusion", "kernels", "library"),
+    "precision_workflow": ("fusion", "kernels", "library"),
+    "demo_rows": ("fusion",),
+    "claims.make_case": ("fusion",),
+}
+FUSION_APIS = [e for e in API_ENTRIES if "fusion" in API_ARGS[e]]
+KERNEL_APIS = [(e, a) for e in API_ENTRIES for a in API_ARGS[e] if a != "fusion"]
+
+
+def _runs(monkeypatch, call) -> list:
+    """(mode, fingerprint, kernels, library, fusion) of every run ``call``
+    makes, taken from the RunResult numlab.execute.run builds."""
+    seen = []
+
+    def spy(**kw):
+        seen.append((kw["mode"], kw["fingerprint"], kw["kernels"], kw["library"], kw["fusion"]))
+        return real(**kw)
+
+    real = executor.RunResult
+    monkeypatch.setattr(executor, "RunResult", spy)
+    call()
+    monkeypatch.setattr(executor, "RunResult", real)
+    return seen
+
+
+@pytest.mark.parametrize("entry", FUSION_APIS)
+@pytest.mark.parametrize("spec, expected", GOOD_FUSION)
+def test_api_fusion_good(entry, spec, expected, monkeypatch):
+    by_spec = _runs(monkeypatch, lambda: API_ENTRIES[entry]("fusion", spec))
+    by_object = _runs(monkeypatch, lambda: API_ENTRIES[entry]("fusion", expected))
+    fused = [r for r in by_spec if r[0] == "fused"]
+    assert fused, entry
+    # the first fused run is the configuration asked for (bisect's later
+    # trials switch kinds off); it holds the parsed object
+    assert isinstance(fused[0][4], FusionOptions) and fused[0][4] == expected, (entry, fused[0][4])
+    assert by_spec == by_object  # same runs, same fingerprints as passing the object
+
+
+@pytest.mark.parametrize("entry, arg", KERNEL_APIS)
+@pytest.mark.parametrize("spec, expected", GOOD_KERNELS)
+def test_api_kernels_good(entry, arg, spec, expected, monkeypatch):
+    by_spec = _runs(monkeypatch, lambda: API_ENTRIES[entry](arg, spec))
+    by_object = _runs(monkeypatch, lambda: API_ENTRIES[entry](arg, expected))
+    fused = [r for r in by_spec if r[0] == "fused"]
+    assert fused, entry
+    kept = fused[0][2] if arg == "kernels" else fused[0][3]
+    assert isinstance(kept, KernelSpec) and kept == expected, (entry, arg, kept)
+    assert by_spec == by_object
+
+
+@pytest.mark.parametrize("entry", FUSION_APIS)
+@pytest.mark.parametrize("spec, words", BAD_FUSION)
+def test_api_fusion_bad(entry, spec, words):
+    with pytest.raises(ValueError) as e:
+        API_ENTRIES[entry]("fusion", spec)
+    _check_message(str(e.value), "fusion=", repr(spec), words)
+
+
+@pytest.mark.parametrize("entry, arg", KERNEL_APIS)
+@pytest.mark.parametrize("spec, words", BAD_KERNELS)
+def test_api_kernels_bad(entry, arg, spec, words):
+    with pytest.raises(ValueError) as e:
+        API_ENTRIES[entry](arg, spec)
+    _check_message(str(e.value), f"{arg}=", repr(spec), words)
+
+
+@pytest.mark.parametrize("entry, arg", [(e, a) for e in API_ENTRIES for a in API_ARGS[e]])
+@pytest.mark.parametrize("value", [3, {"fma": False}])
+def test_api_spec_wrong_type(entry, arg, value):
+    with pytest.raises(TypeError, match=rf"^{arg} must be a .*spec string.*got {type(value).__name__}"):
+        API_ENTRIES[entry](arg, value)
+
+
+def test_run_eager_kernels_string_and_fusion_refused():
+    r = run(_G, _X, mode="eager", fmt="fp16", kernels="codegen:fma=false")
+    assert r.kernels == KernelSpec.codegen(fma=False)
+    assert r.fingerprint == run(_G, _X, mode="eager", fmt="fp16", kernels=KernelSpec.codegen(fma=False)).fingerprint
+    assert r.fingerprint != run(_G, _X, mode="eager", fmt="fp16", kernels="codegen").fingerprint
+    with pytest.raises(ValueError, match="fusion= applies to modes 'fused' and 'emulated_casts', not 'eager'"):
+        run(_G, _X, mode="eager", fmt="fp16", fusion="inductor")
 
 
 # ---------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from .. import fusion as F
 from ..execute import SOURCES, run
 from ..formats import get_format
 from ..graph import Graph
+from ..kernels import KernelSpec
 from .compare import CompareReport, Thresholds, compare_dumps
 from .dump import check_target, dump_run
 
@@ -165,6 +166,14 @@ def _storage_arg(storage, dtype, where: str):
     if storage is None:
         raise TypeError(f"{where}: storage= (the storage format S, e.g. 'fp16') is required")
     return get_format(storage, "storage")
+
+
+def _kernel_args(kernels, library):
+    """(kernels, library) as KernelSpecs (spec strings parsed by
+    :meth:`KernelSpec.parse`, objects kept); None stays None (executor
+    defaults)."""
+    return tuple(None if k is None else KernelSpec.parse(k, arg=arg)
+                 for k, arg in ((kernels, "kernels"), (library, "library")))
 
 
 def _verdict(stage: str, change: str, rep: CompareReport, detail: str = "") -> Trial:
@@ -301,9 +310,11 @@ def bisect_run(
         Graph inputs (rounded to ``storage`` by the executors).
     storage : Format or str
         The storage format S (``dtype=`` is its deprecated old name).
-    fusion : FusionOptions, optional
-        The fused configuration under suspicion (default ``FusionOptions()``).
-    kernels, library : KernelSpec, optional
+    fusion : FusionOptions or str, optional
+        The fused configuration under suspicion (default ``FusionOptions()``;
+        a fusion spec string is parsed by :meth:`FusionOptions.parse`).
+    kernels, library : KernelSpec or str, optional
+        KernelSpecs or kernel spec strings (:meth:`KernelSpec.parse`).
         Fused code-generator kernels and the hand-written library (eager's
         kernels and eager's choice for the sources); executor defaults.
     thresholds : Thresholds, optional
@@ -330,7 +341,8 @@ def bisect_run(
         raise ValueError(f"stages={tuple(stages)!r} has unknown stages {bad}; valid: {valid}")
     if isinstance(max_culprits, bool) or not isinstance(max_culprits, int) or max_culprits < 1:
         raise ValueError(f"max_culprits={max_culprits!r} is not valid; it must be an int >= 1")
-    opts = fusion if fusion is not None else F.FusionOptions()
+    opts = F.FusionOptions.parse(fusion, arg="fusion")
+    kernels, library = _kernel_args(kernels, library)
     th = thresholds or Thresholds()
     say = log or (lambda *a, **k: None)
     eager_kw = {"seed": seed}
@@ -525,9 +537,12 @@ def precision_workflow(
     4. **Fusion rules off** -- stage 1 of :func:`bisect_run`.
 
     ``storage`` is the storage format S (``dtype=`` is its deprecated old
-    name).  The thresholds (default msprobe's) decide every "fails".
+    name).  ``fusion``, ``kernels`` and ``library`` are objects or spec
+    strings, as in :func:`bisect_run`.  The thresholds (default msprobe's) decide every "fails".
     """
     S = _storage_arg(storage, dtype, "precision_workflow")
+    fusion = None if fusion is None else F.FusionOptions.parse(fusion, arg="fusion")
+    kernels, library = _kernel_args(kernels, library)
     th = thresholds or Thresholds()
     say = log or (lambda *a, **k: None)
     lib_kw = {"kernels": library} if library is not None else {}

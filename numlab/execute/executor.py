@@ -40,11 +40,15 @@ def run(graph, inputs, *, mode, fmt=None, dtype=None, kernels=None, fusion=None,
         Storage format S (``"fp16"``, ``"bf16"``, ``nl.FP32``, ...).
     dtype : Format or str
         Deprecated name of ``fmt`` (give one of them).
-    kernels : KernelSpec, optional
+    kernels : KernelSpec or str, optional
+        A KernelSpec or a kernel spec string (``"codegen:fma=false"``,
+        :meth:`KernelSpec.parse`; the result keeps the parsed object).
         The kernels of this mode: eager, the hand-written library (default
         ``KernelSpec.handwritten()``); fused modes, the code generator's
         (default ``KernelSpec.codegen()``).  Ignored by ``reference``.
-    fusion : FusionOptions, optional
+    fusion : FusionOptions or str, optional
+        FusionOptions or a fusion spec string (``"inductor+nodecompose"``,
+        :meth:`FusionOptions.parse`; the result keeps the parsed object).
         Fused modes only (default ``FusionOptions()``, Ascend autofusion
         defaults).  Passing it with ``eager`` or ``reference`` is an error.
     seed : int, optional
@@ -53,9 +57,10 @@ def run(graph, inputs, *, mode, fmt=None, dtype=None, kernels=None, fusion=None,
         fingerprint (a run-time input).
     keep_internals : bool
         Fused modes: also dump every block-internal value, in float32.
-    library : KernelSpec, optional
-        Fused modes: the hand-written library used for blocks the code
-        generator does not take, and "eager's choice" for ``align`` (default
+    library : KernelSpec or str, optional
+        A KernelSpec or kernel spec string, as ``kernels``.  Fused modes:
+        the hand-written library used for blocks the code generator does
+        not take, and "eager's choice" for ``align`` (default
         ``KernelSpec.handwritten()``).
     align : tuple of str
         Fused modes: sources of difference set to eager's choice, any of
@@ -68,13 +73,15 @@ def run(graph, inputs, *, mode, fmt=None, dtype=None, kernels=None, fusion=None,
     Raises
     ------
     ValueError, TypeError
-        Unknown mode, format, source or option type; missing or unexpected
-        inputs; wrong shapes or dtypes (each message names the argument or
+        Unknown mode, format, source or option type; a bad kernel or fusion
+        spec string (ValueError) or a spec of the wrong type (TypeError);
+        missing or unexpected inputs; wrong shapes or dtypes (each message names the argument or
         input and the valid choices).
     """
     fmt, fmt_arg = _storage_arg(fmt, dtype)
-    S, align = check_run_args(graph, mode=mode, fmt=fmt, fmt_arg=fmt_arg, kernels=kernels, library=library,
-                              fusion=fusion, seed=seed, keep_internals=keep_internals, align=align)
+    S, align, kernels, library, fusion = check_run_args(
+        graph, mode=mode, fmt=fmt, fmt_arg=fmt_arg, kernels=kernels, library=library, fusion=fusion, seed=seed,
+        keep_internals=keep_internals, align=align)
     fused_mode = mode in ("fused", "emulated_casts")
     vals, input_nonfinite = _feed_inputs(graph, inputs, S, mode)
     spec, lib, opts = _choose_specs(mode, kernels, library, fusion)

@@ -14,7 +14,7 @@ from ..formats import Format, get_format
 from ..fusion import FusionOptions
 from ..kernels import KernelSpec
 
-__all__ = ["MODES", "SOURCES", "SOURCE_FIELDS", "check_run_args", "aligned_spec"]
+__all__ = ["MODES", "SOURCES", "SOURCE_FIELDS", "check_run_args", "check_spec", "check_fusion", "aligned_spec"]
 
 MODES = ("eager", "fused", "emulated_casts", "reference")
 SOURCES = ("promotion", "instruction", "tiling", "algorithm")
@@ -32,13 +32,15 @@ partition)."""
 
 
 def check_spec(spec, arg: str):
-    """``spec`` if it is a KernelSpec or None, else TypeError naming ``arg``."""
-    if spec is not None and not isinstance(spec, KernelSpec):
-        raise TypeError(
-            f"{arg} must be a numlab.kernels.KernelSpec (KernelSpec.handwritten(), "
-            f"KernelSpec.codegen()) or None, got {type(spec).__name__}"
-        )
-    return spec
+    """``spec`` as a KernelSpec (a kernel spec string is parsed by
+    :meth:`KernelSpec.parse`, a KernelSpec kept), or None.  Errors name ``arg``."""
+    return None if spec is None else KernelSpec.parse(spec, arg=arg)
+
+
+def check_fusion(fusion, arg: str = "fusion"):
+    """``fusion`` as FusionOptions (a fusion spec string is parsed by
+    :meth:`FusionOptions.parse`, FusionOptions kept), or None.  Errors name ``arg``."""
+    return None if fusion is None else FusionOptions.parse(fusion, arg=arg)
 
 
 def check_align(align) -> tuple:
@@ -58,10 +60,14 @@ def check_align(align) -> tuple:
 
 
 def check_run_args(graph, *, mode, fmt, kernels, library, fusion, seed, keep_internals,
-                   align, fmt_arg: str = "fmt") -> tuple[Format, tuple]:
-    """Validate :func:`run`'s arguments; return (S, align) with ``align``
-    normalised (``emulated_casts`` implies ``"promotion"``).  ``fmt_arg`` is
-    the name the storage format was given by (messages name it)."""
+                   align, fmt_arg: str = "fmt") -> tuple[Format, tuple, KernelSpec | None, KernelSpec | None,
+                                                         FusionOptions | None]:
+    """Validate :func:`run`'s arguments; return (S, align, kernels, library,
+    fusion) with ``align`` normalised (``emulated_casts`` implies
+    ``"promotion"``) and the specs coerced to their objects (spec strings
+    parsed by :meth:`KernelSpec.parse` / :meth:`FusionOptions.parse`; None
+    stays None).  ``fmt_arg`` is the name the storage format was given by
+    (messages name it)."""
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} is not an execution mode; valid modes: {list(MODES)}")
     S = get_format(fmt, fmt_arg)
@@ -74,13 +80,9 @@ def check_run_args(graph, *, mode, fmt, kernels, library, fusion, seed, keep_int
     for attr in ("inputs", "nodes", "outputs", "check_inputs"):
         if not hasattr(graph, attr):
             raise TypeError(f"graph must be a numlab.graph.Graph, got {type(graph).__name__}")
-    check_spec(kernels, "kernels")
-    check_spec(library, "library")
-    if fusion is not None and not isinstance(fusion, FusionOptions):
-        raise TypeError(
-            f"fusion must be a numlab.fusion.FusionOptions (FusionOptions(), "
-            f"FusionOptions.inductor(), FusionOptions.autofuse(flags)), got {type(fusion).__name__}"
-        )
+    kernels = check_spec(kernels, "kernels")
+    library = check_spec(library, "library")
+    fusion = check_fusion(fusion, "fusion")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0):
         raise ValueError(f"seed={seed!r} must be None or a non-negative int")
     if not isinstance(keep_internals, bool):
@@ -92,7 +94,7 @@ def check_run_args(graph, *, mode, fmt, kernels, library, fusion, seed, keep_int
                 raise ValueError(f"{arg}= applies to modes 'fused' and 'emulated_casts', not {mode!r}")
     if mode == "emulated_casts" and "promotion" not in align:
         align = check_align(("promotion", *align))
-    return S, align
+    return S, align, kernels, library, fusion
 
 
 def aligned_spec(gen, lib, align):
