@@ -743,8 +743,9 @@ def plan(graph, options: FusionOptions | None = None, hardware=None, dtype=None,
          codegen=None, library=None) -> Plan:
     """Group the nodes of ``graph`` into blocks.
 
-    (Over 100 lines with its docstring: the rules of the module docstring
-    share one block assignment and are applied in one pass, in order.)
+    Longer than 100 lines because the rules of the module docstring share
+    one block assignment and are applied in one pass, in order (the
+    docstring is a third of it).
 
     Parameters
     ----------

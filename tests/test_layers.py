@@ -11,6 +11,9 @@
 * Notebooks take experiment code from library modules, never from CLI
   modules (``numlab.cli`` and ``cli_*`` modules).
 * docs/layers.md shows the same rows as the contract.
+* No function or method in numlab/ is over 100 lines (``def`` line to last
+  line, docstring included) unless its docstring says why, with the words
+  "Longer than 100 lines because".
 """
 
 from __future__ import annotations
@@ -110,6 +113,45 @@ def test_function_level_import_check_can_fail(tmp_path):
         "    import csv\n"
     )
     assert _function_level_imports(p) == [(3, ".ops"), (8, "csv")]
+
+
+MAX_FUNCTION_LINES = 100
+LONG_REASON = re.compile(r"longer than 100 lines because\s+\S", re.IGNORECASE)
+
+
+def _long_functions(path: Path) -> list[tuple[int, str, int]]:
+    """(line, name, length) of every function or method of ``path`` (nested
+    ones too) over :data:`MAX_FUNCTION_LINES` lines whose docstring gives no
+    reason ("Longer than 100 lines because ...")."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            length = node.end_lineno - node.lineno + 1
+            if length > MAX_FUNCTION_LINES and not LONG_REASON.search(ast.get_docstring(node) or ""):
+                found.append((node.lineno, node.name, length))
+    return found
+
+
+def test_no_long_function_without_a_reason():
+    bad = [f"{path.relative_to(ROOT)}:{lineno}: {name} ({length} lines)"
+           for path in sorted(PACKAGE.rglob("*.py")) for lineno, name, length in _long_functions(path)]
+    assert not bad, (f"{len(bad)} functions over {MAX_FUNCTION_LINES} lines without a reason in their "
+                     "docstring (split them, or say 'Longer than 100 lines because ...'):\n" + "\n".join(bad))
+
+
+def test_long_function_check_can_fail(tmp_path):
+    """The checker above flags a long function without the reason, and only it."""
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    p = tmp_path / "m.py"
+    p.write_text(
+        "def long_no_reason():\n    \"\"\"Just long.\"\"\"\n" + body
+        + "def long_with_reason():\n    \"\"\"Does it.\n\n    Longer than 100 lines because the steps\n"
+          "    read top to bottom.\"\"\"\n" + body
+        + "class C:\n    def method(self):\n" + body.replace("    ", "        ")
+        + "def short():\n" + "".join(f"    y{i} = {i}\n" for i in range(MAX_FUNCTION_LINES - 1))
+    )
+    n = MAX_FUNCTION_LINES
+    assert _long_functions(p) == [(1, "long_no_reason", n + 2), (2 * n + 9, "method", n + 1)]
 
 
 def test_layers_doc_matches_contract():

@@ -356,11 +356,7 @@ def _mark_origins(report: CompareReport, gd: Dump, md: Dump, blocks, member_of,
             return out
         return node_inputs(key)
 
-    dec_map: dict[str, str] = {}
-    for d in (gd, md):
-        dm = (d.manifest or {}).get("decomposed") or {}
-        if isinstance(dm, Mapping):
-            dec_map.update({str(k): str(v) for k, v in dm.items()})
+    dec_map = _decomposed_map(gd, md)
 
     def composites_of(name: str) -> str | None:
         return dec_map.get(name) if dec_map.get(name) != name else None
@@ -386,20 +382,8 @@ def _mark_origins(report: CompareReport, gd: Dump, md: Dump, blocks, member_of,
         memo[name] = out
         return out
 
-    has_graph = any(
-        (d.manifest or {}).get("order") or any((d.node_info(n) or {}).get("inputs") for n in d.entries)
-        for d in (gd, md)
-    )
-    if not has_graph:
-        # plain folders: no edges, so introduced-vs-carried cannot be told apart
-        first = next((r for r in report.rows if r["node"] and th.fails(r)), None)
-        if first is not None:
-            first["error_origin"] = "first_failing"
-            report.notes.append(
-                "no graph information (no manifest with node inputs): the first failing node in "
-                "name order is reported; whether its error is introduced or carried needs a manifest."
-            )
-        report.first_divergence = first
+    if not _has_graph(gd, md):
+        _mark_first_failing(report)
         return
 
     first = None
@@ -423,6 +407,37 @@ def _mark_origins(report: CompareReport, gd: Dump, md: Dump, blocks, member_of,
             _mark_introduced(r, ins, eff, by_node, th)
             if first is None:
                 first = r
+    report.first_divergence = first
+
+
+def _decomposed_map(gd: Dump, md: Dump) -> dict[str, str]:
+    """Decomposed node -> the composite it came from, from both manifests."""
+    dec_map: dict[str, str] = {}
+    for d in (gd, md):
+        dm = (d.manifest or {}).get("decomposed") or {}
+        if isinstance(dm, Mapping):
+            dec_map.update({str(k): str(v) for k, v in dm.items()})
+    return dec_map
+
+
+def _has_graph(gd: Dump, md: Dump) -> bool:
+    """Whether either dump records graph edges (a manifest order or node inputs)."""
+    return any(
+        (d.manifest or {}).get("order") or any((d.node_info(n) or {}).get("inputs") for n in d.entries)
+        for d in (gd, md)
+    )
+
+
+def _mark_first_failing(report: CompareReport) -> None:
+    """Plain folders: no edges, so introduced-vs-carried cannot be told
+    apart; the first failing row in name order is the first divergence."""
+    first = next((r for r in report.rows if r["node"] and report.thresholds.fails(r)), None)
+    if first is not None:
+        first["error_origin"] = "first_failing"
+        report.notes.append(
+            "no graph information (no manifest with node inputs): the first failing node in "
+            "name order is reported; whether its error is introduced or carried needs a manifest."
+        )
     report.first_divergence = first
 
 
