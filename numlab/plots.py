@@ -328,7 +328,7 @@ def plan_figures(result: dict) -> dict:
         ax.set_yscale("log")
         ax.set_xticks(xs + 0.3, names, fontsize=6, rotation=30, ha="right")
         ax.axhline(u16, color="grey", lw=0.8, label="u (fp16)")
-        verdicts = "".join("P" if chains[n][spec]["verdict"] == "PASS" else "F" for n in names)
+        verdicts = "".join(chains[n][spec]["verdict"][0] for n in names)  # P(ASS), F(AIL), U(NDECIDED)
         ax.set_title(f"F{j + 1} {spec}\nverdicts {verdicts}", fontsize=7)
         if j == 0:
             ax.set_ylabel("|error| vs fp64 reference")

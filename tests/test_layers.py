@@ -39,12 +39,8 @@ def _contract_layers() -> list[str]:
 
 # Remove these marks when the listed modules are fixed (strict: an unexpected
 # pass fails, so the mark cannot outlive the violations).
-_PENDING = ("violations remain only in modules this change does not touch: top-level "
-            "numlab/cli_*.py (to move into numlab/cli/), execute and torch importing "
-            "kernels._common, claims and cli_demo importing matplotlib")
 
 
-@pytest.mark.xfail(strict=True, reason=_PENDING)
 def test_import_contracts_hold():
     """Run ``lint-imports`` on this checkout (not an installed copy of numlab)."""
     pytest.importorskip("importlinter", reason="import-linter is in the dev extra")
@@ -91,8 +87,6 @@ def _function_level_imports(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-@pytest.mark.xfail(strict=True, reason="131 function-level imports in bounds, claims, cli*, compare, "
-                   "determinism, execute, fusion, running_bounds and torch")
 def test_imports_at_module_top_level():
     bad = []
     for path in sorted(PACKAGE.rglob("*.py")):

@@ -3,7 +3,7 @@ counterexamples.
 
 A :class:`Claim` is a statement over runs of a model: eager, fused and the
 fp64 reference on the same S-valued inputs (``docs/design.md``, section
-"Modes").  The package is split along its seams:
+"Execution modes").  The package is split along its seams:
 
 * :mod:`~numlab.claims.catalogue` -- :class:`Claim`, :class:`CaseResult`,
   the built-in claims (:data:`CLAIMS`) and the models they run on;
@@ -24,7 +24,8 @@ search maximises it.  Verdicts are "holds", "fails" or "undecided": a
 decision that rests on an infinite, NaN, unknown or empty result (an
 infinite running bound, infinite errors on both sides, no elements) is
 undecided, never "holds", and names the operators responsible
-(:attr:`CheckReport.exit_code`: 0 holds, 1 fails, 2 undecided).
+(:attr:`CheckReport.exit_code`: 0 holds, 1 fails, 2 undecided;
+``docs/design.md``, section "Verdicts").
 
 Built-in claims (:data:`CLAIMS`) cover every statement of the autofusion
 precision note: pure data movement is bit-exact; fused blocks compute in

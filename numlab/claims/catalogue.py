@@ -314,6 +314,31 @@ def _population_stats(runs) -> dict:
     return out
 
 
+def _population_margin(fp99: float, ep99: float, fmax: float, emax: float) -> tuple[float, bool]:
+    """Margin of "fused P99 <= eager P99 and fused max <= eager max" from
+    the statistics that decide it, and whether a part stays undecided.
+
+    Each statistic is compared on its own (errors are never NaN): both
+    finite, ``(fused - eager) / scale`` with ``scale`` the largest *finite*
+    eager statistic (so an infinite eager max does not scale a worse fused
+    P99 down to 0); fused infinite and eager finite, ``+inf`` (violated);
+    fused finite and eager infinite, ``-inf`` (satisfied); both infinite,
+    undecided (left out of the margin).  ``-inf`` when nothing was decided."""
+    finite_eager = [v for v in (ep99, emax) if math.isfinite(v)]
+    scale = max(finite_eager + [1e-300])
+    margins, undecided = [], False
+    for f, e in ((fp99, ep99), (fmax, emax)):
+        if math.isinf(f) and math.isinf(e):
+            undecided = True
+        elif math.isinf(f):
+            margins.append(math.inf)
+        elif math.isinf(e):
+            margins.append(-math.inf)
+        else:
+            margins.append((f - e) / scale)
+    return max(margins, default=-math.inf), undecided
+
+
 def _claim_population(stats: list) -> CaseResult:
     worst_m, detail = -math.inf, {}
     names = list(stats[0]) if stats else []
@@ -328,14 +353,10 @@ def _claim_population(stats: list) -> CaseResult:
         fmax, emax = float(ef.max()), float(ee.max())
         res[name] = {"fused_p99": fp99, "eager_p99": ep99, "fused_max": fmax, "eager_max": emax,
                      "elements": int(ef.size)}
-        if (math.isinf(fp99) and math.isinf(ep99)) or (math.isinf(fmax) and math.isinf(emax)):
+        m, undecided = _population_margin(fp99, ep99, fmax, emax)
+        if undecided:
             und_out.append(name)
-            continue
-        scale = max(ep99, emax, 1e-300)
-        m = max((fp99 - ep99) / scale, (fmax - emax) / scale) if math.isfinite(scale) else 0.0
-        if math.isnan(m):
-            m = math.inf
-        if m > worst_m:
+        if m > worst_m or not detail:
             worst_m, detail = m, {"output": name, **res[name]}
     und = None
     if not names:

@@ -162,8 +162,8 @@ def _plan_task(payload: dict) -> list:
 
 
 def run_plan(out: str | None = "out/check_plan", *, trials: int = 1000, seed: int = 0, executor=None,
-             progress: bool = False, quick: bool = False, kinds=("normal",), figures: bool = True,
-             force: bool = False, fusion=None, chunk: int = 50) -> dict:
+             progress: bool = False, quick: bool = False, kinds=("normal",), force: bool = False,
+             fusion=None, chunk: int = 50) -> dict:
     """Run the whole test plan: C1, C2, C3 and the four chains (``trials``
     inputs each) under every fusion configuration of ``fusion`` (see
     :func:`numlab.claims._fusion.fusion_specs`: a comma-separated spec
@@ -173,10 +173,11 @@ def run_plan(out: str | None = "out/check_plan", *, trials: int = 1000, seed: in
     chain and configuration: "fused P99 and max <= eager P99 and max" over
     the pooled elementwise absolute errors against the fp64 reference
     (= claim ``no_worse_population``, same inputs for every configuration).
-    Writes ``plan.csv`` (with a ``fusion`` column), ``plan.txt`` and figures
-    ``plan_c1.png``, ``plan_c2.png``, ``plan_c3.png``, ``plan_chains.png``
-    into ``out`` (unless None); refuses to overwrite an existing
-    ``plan.csv`` without ``force``.
+    Writes ``plan.csv`` (with a ``fusion`` column) and ``plan.txt`` into
+    ``out`` (unless None); refuses to overwrite an existing ``plan.csv``
+    without ``force``.  The figures are drawn from the returned dict by
+    :func:`numlab.plots.plan_figures` (a layer above; ``numlab check plan``
+    does it).
 
     Returns ``{"c1", "c2", "c3", "chains", "fusions", "trials", "table"}``:
     ``chains[label][spec]`` holds ``fused_p99``, ``eager_p99``,
@@ -242,13 +243,12 @@ def run_plan(out: str | None = "out/check_plan", *, trials: int = 1000, seed: in
               "fusions": {spec: _meaning(fusion_options(spec)) for spec in fusions}, "trials": trials,
               "table": table}
     if out is not None:
-        _write_plan(out, result, trials, figures)
+        _write_plan(out, result, trials)
     return result
 
 
-def _write_plan(out: str, res: dict, trials: int, figures: bool) -> None:
-    """``plan.csv`` and ``plan.txt`` into ``out``; with ``figures`` also the
-    figures of :func:`numlab.plots.plan_figures`."""
+def _write_plan(out: str, res: dict, trials: int) -> None:
+    """``plan.csv`` and ``plan.txt`` into ``out``."""
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "plan.csv"), "w", newline="") as fh:
         w = csv.writer(fh)
@@ -271,9 +271,3 @@ def _write_plan(out: str, res: dict, trials: int, figures: bool) -> None:
                 w.writerow(["chain", label, spec, "meaning", res["fusions"][spec]])
     with open(os.path.join(out, "plan.txt"), "w") as fh:
         fh.write(res["table"] + "\n")
-    if figures:
-        # temporary upward import (plots sits above claims), kept so that run_plan(figures=True) and
-        # `numlab check plan` keep drawing until the CLI calls plots.plan_figures itself; then `figures` goes
-        from .. import plots
-
-        plots.save_figures(plots.plan_figures(res), out)

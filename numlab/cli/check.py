@@ -7,8 +7,12 @@
     numlab check determinism MODEL [--runs N] [--mode M] [--order O] ...   (numlab.determinism)
     numlab check list                   (the built-in claims)
 
-Exit codes: 0 the claim holds, 1 a counterexample was found (the report names
-the worst case and where it was saved), 2 bad usage.
+Exit codes (``docs/design.md``, section "Verdicts"): 0 the claim holds; 1 it
+fails (a counterexample was found: the report names the worst case and where
+it was saved); 2 undecided (some case's decision rests on an infinite, NaN,
+unknown or empty result: the report names the operators responsible and the
+causes) or bad usage.  ``check plan``: 1 if any chain FAILs, else 2 if any is
+UNDECIDED, else 0.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import json
 from concurrent.futures import ProcessPoolExecutor
 
 from .. import claims as C
+from .. import plots
 from ..determinism import EXEC_MODES, INJECTIONS, check_determinism
 from ..fusion import FusionOptions
 from .options import add_shared
@@ -31,7 +36,9 @@ def add_parser(sub) -> None:
         "check",
         help="check a claim (or `check plan`, `check determinism`)",
         description="Check a claim about fused vs eager numerics by random and adversarial search; "
-        "exit 0 when it holds, 1 when a counterexample was found, 2 on bad usage.",
+        "exit 0 when it holds, 1 when it fails (a counterexample was found), 2 when it is undecided "
+        "(a decision rests on an infinite, NaN, unknown or empty result; the operators responsible are "
+        "named) or on bad usage.",
     )
     csub = p.add_subparsers(dest="check_command", metavar="CLAIM|plan|determinism|list")
     for name, claim in sorted(C.CLAIMS.items()):
@@ -52,7 +59,10 @@ def add_parser(sub) -> None:
         cp.add_argument("--progress", action="store_true", help="tqdm progress bar")
         cp.set_defaults(func=_run_claim, claim=name)
 
-    pp = csub.add_parser("plan", help="the autofusion precision test plan (C1, C2, C3, chains)")
+    pp = csub.add_parser("plan", help="the autofusion precision test plan (C1, C2, C3, chains)",
+                         description="The autofusion precision test plan (C1, C2, C3, chains under each "
+                         "fusion configuration); exit 1 if any chain FAILs, else 2 if any is UNDECIDED "
+                         "(or on bad usage), else 0.")
     add_shared(pp, out="out/check_plan", seed=0, inputs=("normal", ["--kinds"]),
                force="(an existing plan.csv)")
     pp.add_argument("--trials", type=int, default=1000, help="inputs per chain (default 1000)")
@@ -165,12 +175,16 @@ def _run_claim(args) -> int:
         if close:
             close()
     print(rep.summary())
-    if not rep.holds:
+    if rep.verdict == "fails":
         where = f"{rep.saved}.npz/.json" if rep.saved else "(not saved)"
         print(f"counterexample: claim {rep.claim} fails on {rep.model}; worst case trial {rep.worst_trial}, "
               f"margin {rep.worst_margin:.4g}; saved {where}")
-        return 1
-    return 0
+    elif rep.verdict == "undecided":
+        print(f"undecided: claim {rep.claim} on {rep.model} is neither shown to hold nor to fail; "
+              f"{rep.undecided} of {rep.trials} cases rest on: {rep.undecided_detail.get('reason')}")
+        for line in rep.responsible or ["(no operator named)"]:
+            print(f"  responsible: {line}")
+    return rep.exit_code
 
 
 def _run_plan(args) -> int:
@@ -179,18 +193,27 @@ def _run_plan(args) -> int:
     try:
         res = C.run_plan(args.out, trials=args.trials, seed=args.seed, executor=ex, progress=args.progress,
                          quick=args.quick, kinds=tuple(k for k in args.inputs.split(",") if k),
-                         figures=not args.no_figures, force=args.force, fusion=fusion)
+                         force=args.force, fusion=fusion)
     finally:
         if close:
             close()
+    if not args.no_figures:
+        plots.save_figures(plots.plan_figures(res), args.out)
     print(res["table"])
     print(f"wrote {args.out}/plan.csv, plan.txt" + ("" if args.no_figures else " and plan_*.png"))
-    fails = [f"{label} under {spec}" for label, per in res["chains"].items() for spec, r in per.items()
-             if r["verdict"] != "PASS"]
-    if fails:
-        print(f"verdict 'fused P99 and max <= eager P99 and max' fails for: {'; '.join(fails)}")
+    by = {v: [f"{label} under {spec}" for label, per in res["chains"].items() for spec, r in per.items()
+              if r["verdict"] == v] for v in ("FAIL", "UNDECIDED")}
+    rule = "'fused P99 and max <= eager P99 and max'"
+    if by["FAIL"]:
+        print(f"verdict {rule} fails for: {'; '.join(by['FAIL'])}")
+    if by["UNDECIDED"]:
+        print(f"verdict {rule} is undecided (infinite errors on both sides, or no elements) for: "
+              f"{'; '.join(by['UNDECIDED'])}")
+    if by["FAIL"]:
         return 1
-    print("verdict 'fused P99 and max <= eager P99 and max' holds for every chain and configuration")
+    if by["UNDECIDED"]:
+        return 2
+    print(f"verdict {rule} holds for every chain and configuration")
     return 0
 
 

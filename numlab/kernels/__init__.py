@@ -66,7 +66,6 @@ value and the valid choices.
 from __future__ import annotations
 
 from . import engine
-from .cpu_orders import AtenCascade, InductorLanes
 from .algorithms import (
     DIV_ALGOS,
     ERF_ALGOS,
@@ -95,6 +94,7 @@ from .algorithms import (
     steps_table,
     tanh,
 )
+from .cpu_orders import AtenCascade, InductorLanes
 from .engine import Ctx
 from .hardware import ASCEND_910B, SMALL, Hardware, tile_elements
 from .matmul import MATMUL_ALGOS, MATMUL_MODES, matmul
