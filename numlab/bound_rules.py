@@ -22,11 +22,12 @@ mark "propagate through the operator's decomposition, with float64 slack at
 every primitive"; running_bounds does that walk (it needs the graph layer)
 and these two functions raise when called directly.
 
-:data:`RULES` maps each operator name to its pair; the operator registry
-(numlab.ops) is meant to reference the same functions, one
-``slack=R.x, propagate=R.y`` per registration.  :func:`rules_for` returns
-None for an operator without rules: running_bounds then gives an inf bound
-and flags the node ``no_rule`` (claims report such runs as undecided).
+The operator registry (:mod:`numlab.ops`) holds the pair of every operator:
+each registration names its ``slack=`` and ``propagate=`` functions of this
+module (``OpInfo.slack`` / ``OpInfo.propagate``), and registering an operator
+without them is an error.  This module keeps only the functions (and the
+composite marker :data:`DECOMPOSED`); :func:`numlab.running_bounds.rules_for`
+reads the pair from the registry.
 
 This module sits below ops/graph (it imports only formats, rounding and
 numpy), so the registry can import it.
@@ -42,20 +43,27 @@ from .formats import get_format
 from .rounding import round_to
 
 __all__ = [
-    "GELU_LIPSCHITZ", "SILU_LIPSCHITZ", "RULES", "DECOMPOSED", "rules_for", "is_decomposed",
-    "slack_exact", "slack_correct", "slack_correct_underflow", "slack_two_roundings", "slack_sum",
+    "GELU_LIPSCHITZ", "SILU_LIPSCHITZ", "HARDSWISH_LIPSCHITZ", "SOFTPLUS_THRESHOLD", "SOFTPLUS_JUMP",
+    "DECOMPOSED", "is_decomposed",
+    "slack_exact", "slack_correct", "slack_correct_underflow", "slack_two_roundings",
+    "slack_three_roundings", "slack_sum",
     "slack_mean", "slack_var", "slack_matmul", "slack_transcendental", "slack_transcendental_x",
     "slack_decomposed", "slack_softmax", "propagate_softmax",
     "propagate_moved", "propagate_gathered", "propagate_add", "propagate_maximum", "propagate_mul",
     "propagate_div", "propagate_identity", "propagate_mul_scalar", "propagate_div_scalar",
     "propagate_rdiv_scalar", "propagate_reciprocal", "propagate_where", "propagate_gelu",
-    "propagate_silu", "propagate_monotone_ref", "propagate_log", "propagate_sqrt", "propagate_rsqrt",
+    "propagate_silu", "propagate_lipschitz", "propagate_hardswish", "propagate_monotone_ref",
+    "propagate_softplus", "propagate_log", "propagate_sqrt", "propagate_rsqrt",
     "propagate_cast", "propagate_sum", "propagate_mean", "propagate_max", "propagate_var",
     "propagate_matmul", "propagate_decomposed",
 ]
 
 GELU_LIPSCHITZ = 1.13  # max |gelu'| = 1.1289 (erf and tanh forms)
 SILU_LIPSCHITZ = 1.1  # max |silu'| = 1.0998
+HARDSWISH_LIPSCHITZ = 1.5  # hardswish' = (2x + 3)/6 on (-3, 3): in [-0.5, 1.5]; 0 below, 1 above
+SOFTPLUS_THRESHOLD = 20.0  # torch's default: softplus(x) = x for x > 20
+# softplus's downward jump at the threshold: log1p(exp(20)) - 20 = log1p(exp(-20)) = 2.0612e-9
+SOFTPLUS_JUMP = 2.0613e-9
 U64 = 2.0**-53
 TRANS = 2.0**-40  # relative slack of the float64 transcendental references
 TINY = 2.0**-1000  # absolute slack floor of transcendental evaluations
@@ -98,6 +106,15 @@ def slack_correct_underflow(v, ins, attrs):
 def slack_two_roundings(v, ins, attrs):
     """Two float64 roundings (rsqrt = 1/sqrt, reciprocal as 1/x with a
     margin): ``2**-51 |v| + 2**-1074``."""
+    return 4 * U64 * _absfinite(v) + _DENORM
+
+
+def slack_three_roundings(v, ins, attrs):
+    """Three float64 roundings, each relative to the exact result of its
+    operation (hardswish's ``x * (x + 3) / 6``: the sum's rounding is
+    relative to ``x + 3`` itself, so there is no cancellation term):
+    ``((1 + 2**-53)**3 - 1) |v| < 2**-51 |v|``, plus one denormal for the
+    product's and the quotient's underflow (each at most half a denormal)."""
     return 4 * U64 * _absfinite(v) + _DENORM
 
 
@@ -241,6 +258,22 @@ def propagate_silu(xs, bs, attrs, ref):
     return SILU_LIPSCHITZ * bs[0], None
 
 
+def propagate_lipschitz(L: float):
+    """A propagation rule for an operator that is ``L``-Lipschitz in its one
+    input: ``L b`` (inflated for its float64 evaluation)."""
+    def rule(xs, bs, attrs, ref):
+        return L * bs[0] * INFL, None
+    rule.__name__ = rule.__qualname__ = f"propagate_lipschitz_{L:g}"
+    rule.__doc__ = f"{L:g}-Lipschitz in the one input: ``{L:g} b``."
+    return rule
+
+
+propagate_hardswish = propagate_lipschitz(HARDSWISH_LIPSCHITZ)
+propagate_hardswish.__doc__ = (
+    "hardswish ``x relu6(x + 3) / 6``: Lipschitz constant :data:`HARDSWISH_LIPSCHITZ` = 1.5 "
+    "(its slope ``(2x + 3)/6`` on (-3, 3) lies in [-0.5, 1.5]; 0 below -3, 1 above 3).")
+
+
 def _monotone(fn, x, b, lo_ok=None):
     """sup |f(t) - f(x)| over |t - x| <= b for monotone f: the endpoints,
     widened outward by one fp64 ulp, plus their evaluation slack."""
@@ -259,6 +292,21 @@ def propagate_monotone_ref(xs, bs, attrs, ref):
     """Monotone on the whole line (exp, tanh, sigmoid, erf): the operator's
     reference at the interval ends."""
     return _monotone(lambda t: _f(ref(t, **attrs)), xs[0], bs[0])
+
+
+def propagate_softplus(xs, bs, attrs, ref):
+    """softplus with torch's threshold (``x`` for ``x > 20``, else
+    ``log1p(exp(x))``): increasing on each side of 20 with a downward jump
+    of :data:`SOFTPLUS_JUMP` at 20, so the reference at the interval ends
+    (:func:`propagate_monotone_ref`) plus twice the jump where the interval
+    contains 20 and a point above it (a value on either side of the jump
+    may sit up to one jump outside the ends' range)."""
+    x, b = xs[0], bs[0]
+    d, dom = _monotone(lambda t: _f(ref(t, **attrs)), x, b)
+    lo = np.nextafter(x - b, -np.inf)
+    hi = np.nextafter(x + b, np.inf)
+    straddle = (lo <= SOFTPLUS_THRESHOLD) & (hi > SOFTPLUS_THRESHOLD) & (b > 0)
+    return d + np.where(straddle, 2 * SOFTPLUS_JUMP, 0.0), dom
 
 
 def propagate_log(xs, bs, attrs, ref):
@@ -360,69 +408,16 @@ def propagate_decomposed(xs, bs, attrs, ref):
 
 
 # ---------------------------------------------------------------------------
-# the table (to move into the operator registry, one pair per registration)
+# the composite marker
 # ---------------------------------------------------------------------------
 DECOMPOSED = (slack_decomposed, propagate_decomposed)
-
-RULES: dict = {
-    # elementwise
-    "neg": (slack_exact, propagate_identity),
-    "abs": (slack_exact, propagate_identity),
-    "relu": (slack_exact, propagate_identity),
-    "exp": (slack_transcendental, propagate_monotone_ref),
-    "log": (slack_transcendental, propagate_log),
-    "sqrt": (slack_correct, propagate_sqrt),
-    "rsqrt": (slack_two_roundings, propagate_rsqrt),
-    "reciprocal": (slack_two_roundings, propagate_reciprocal),
-    "tanh": (slack_transcendental, propagate_monotone_ref),
-    "sigmoid": (slack_transcendental, propagate_monotone_ref),
-    "erf": (slack_transcendental, propagate_monotone_ref),
-    "silu": (slack_transcendental_x, propagate_silu),
-    "gelu": (slack_transcendental_x, propagate_gelu),
-    "cast": (slack_exact, propagate_cast),
-    "add": (slack_correct, propagate_add),
-    "sub": (slack_correct, propagate_add),
-    "mul": (slack_correct_underflow, propagate_mul),
-    "div": (slack_correct_underflow, propagate_div),
-    "maximum": (slack_exact, propagate_maximum),
-    "minimum": (slack_exact, propagate_maximum),
-    "add_scalar": (slack_correct, propagate_identity),
-    "sub_scalar": (slack_correct, propagate_identity),
-    "rsub_scalar": (slack_correct, propagate_identity),
-    "mul_scalar": (slack_correct_underflow, propagate_mul_scalar),
-    "div_scalar": (slack_correct_underflow, propagate_div_scalar),
-    "rdiv_scalar": (slack_correct_underflow, propagate_rdiv_scalar),
-    "where": (slack_exact, propagate_where),
-    # reductions
-    "sum": (slack_sum, propagate_sum),
-    "mean": (slack_mean, propagate_mean),
-    "max": (slack_exact, propagate_max),
-    "min": (slack_exact, propagate_max),
-    "var": (slack_var, propagate_var),
-    # data movement
-    "reshape": (slack_exact, propagate_moved),
-    "transpose": (slack_exact, propagate_moved),
-    "slice": (slack_exact, propagate_moved),
-    "concat": (slack_exact, propagate_moved),
-    "split": (slack_exact, propagate_moved),
-    "broadcast_to": (slack_exact, propagate_moved),
-    "gather": (slack_exact, propagate_gathered),
-    # matmul
-    "matmul": (slack_matmul, propagate_matmul),
-    # composites: through their decomposition
-    "softmax": (slack_softmax, propagate_softmax),
-    "log_softmax": DECOMPOSED,
-    "layer_norm": DECOMPOSED,
-    "rms_norm": DECOMPOSED,
-}
-"""op name -> (slack rule, propagation rule)."""
-
-
-def rules_for(op: str):
-    """The (slack, propagate) pair of ``op``, or None when it has no rule."""
-    return RULES.get(op)
+"""The (slack, propagate) pair of a composite bounded through its decomposition."""
 
 
 def is_decomposed(rule) -> bool:
-    """Whether a (slack, propagate) pair is the composite marker :data:`DECOMPOSED`."""
-    return rule is not None and rule[1] is propagate_decomposed
+    """Whether a (slack, propagate) pair (or a propagation rule alone) is the
+    composite marker :data:`DECOMPOSED`."""
+    if rule is None:
+        return False
+    prop = rule[1] if isinstance(rule, tuple) else rule
+    return prop is propagate_decomposed

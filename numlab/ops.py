@@ -23,9 +23,30 @@ Each operator has an :class:`OpInfo` in :data:`CATALOGUE` with
   (:mod:`numlab.kernels.engine`): how a kernel computes it under a
   ``KernelSpec`` (``ctx`` is an ``engine.Ctx``).  The executor computes a
   node only through it.  Data movement: ``engine.data_movement(ref)``;
+* ``slack`` and ``propagate`` -- the operator's running-bound rules, named
+  functions of :mod:`numlab.bound_rules`: ``slack(v, ins, attrs)`` bounds
+  the float64 reference's own error, ``propagate(xs, bs, attrs, ref)``
+  bounds how far the exact result moves when the inputs move within their
+  bounds (:mod:`numlab.running_bounds` reads them through
+  :func:`numlab.running_bounds.rules_for`).  Composites bounded through
+  their decomposition carry the marker pair ``bound_rules.DECOMPOSED``;
 * for composites, ``decompose(*tensors, **attrs)``: the primitive subgraph a
   compiler fuses instead, written with the functions of this module (see
-  :func:`numlab.graph.decompose`).
+  :func:`numlab.graph.decompose`); None for every other category;
+* ``aten`` -- the PyTorch ATen operators this op stands for: a base name
+  (``"add"``, ``"amax"``, ``"_softmax"``) when the ATen operator maps to it
+  directly (:data:`numlab.torch.bridge.CATALOGUE_MAP` is derived from these
+  entries), or ``"name.overload"`` (``"add.Scalar"``, ``"view.default"``,
+  ``"_to_copy.default"``) when the bridge reaches it through an argument
+  rewrite (a Python-scalar operand, a view, a dtype conversion).  ``()``
+  only for :data:`NO_ATEN` (no ATen counterpart).
+
+:func:`_register` takes every field as a required keyword (a missing rule,
+kernel or ATen list is a registration error, never a silent default), so an
+operator lives in one registration: adding one (see ``softplus`` and
+``hardswish`` at the end of the elementwise section, and ``docs/design.md``,
+"Adding an operator, order, format or fusion preset") touches this file and
+its tests.
 
 The functions of this module (``add``, ``rsqrt``, ``softmax``, ``concat``,
 ...) work on symbolic tensors while tracing (``numlab.graph.trace``) and on
@@ -47,6 +68,7 @@ from typing import Callable
 
 import numpy as np
 
+from . import bound_rules as R
 from .formats import get_format
 from .kernels import engine as E
 from .rounding import round_to
@@ -63,6 +85,7 @@ __all__ = [
     "erfc_ref",
     "ops_in",
     "describe",
+    "NO_ATEN",
 ]
 
 CATEGORIES = ("elementwise", "reduction", "data_movement", "matmul", "composite")
@@ -102,6 +125,9 @@ class OpInfo:
     accumulator: str = "none"
     doc: str = ""
     kernel: Callable | None = field(default=None, repr=False)
+    slack: Callable | None = field(default=None, repr=False)
+    propagate: Callable | None = field(default=None, repr=False)
+    aten: tuple = ()
 
     def ref(self, *arrays, **attrs):
         """float64 reference (data movement: dtype-preserving).  Meta
@@ -150,13 +176,43 @@ class OpInfo:
 
 CATALOGUE: dict[str, OpInfo] = {}
 
+#: operators without an ATen counterpart (registered with ``aten=()``):
+#: torch computes ``s / x`` as ``reciprocal`` then ``mul`` (there is no
+#: reversed-division ATen operator; the bridge maps ``div`` with a number
+#: first to ``rdiv_scalar``).
+NO_ATEN = ("rdiv_scalar",)
 
-def _register(name, category, arity, attrs, infer, ref, *, kernel, decompose=None, accumulator="none", doc=""):
-    assert category in CATEGORIES
+
+def _register(name, category, arity, attrs, infer, ref, *, kernel, slack, propagate, aten,
+              decompose=None, accumulator="none", doc=""):
+    """Add one operator to :data:`CATALOGUE`.  ``kernel``, ``slack``,
+    ``propagate`` and ``aten`` are required (module docstring); errors name
+    the operator and the missing or invalid field."""
+    if category not in CATEGORIES:
+        raise ValueError(f"op {name!r}: category={category!r} is not valid; choose one of {CATEGORIES}")
+    if name in CATALOGUE:
+        raise ValueError(f"op {name!r} is already registered (one registration per operator)")
     if kernel is None or not callable(kernel):
-        raise TypeError(f"op {name!r}: kernel must be the engine function that computes it")
+        raise TypeError(f"op {name!r}: kernel must be the engine function that computes it, got {kernel!r}")
+    for what, rule in (("slack", slack), ("propagate", propagate)):
+        if not callable(rule):
+            raise TypeError(f"op {name!r}: {what} must be a {what} rule of numlab.bound_rules "
+                            f"(every operator has running-bound rules), got {rule!r}")
+    if (slack is R.slack_decomposed) != (propagate is R.propagate_decomposed):
+        raise TypeError(f"op {name!r}: slack_decomposed and propagate_decomposed go together "
+                        "(bound_rules.DECOMPOSED)")
+    if (decompose is not None) != (category == "composite"):
+        raise TypeError(f"op {name!r}: a decomposition is required for composites and only for them "
+                        f"(category {category!r}, decompose={decompose!r})")
+    if R.is_decomposed(propagate) and decompose is None:
+        raise TypeError(f"op {name!r}: bound_rules.DECOMPOSED needs a decomposition")
+    if not isinstance(aten, tuple) or not all(isinstance(a, str) and a for a in aten):
+        raise TypeError(f"op {name!r}: aten must be a tuple of ATen operator names, got {aten!r}")
+    if not aten and name not in NO_ATEN:
+        raise TypeError(f"op {name!r}: aten=() is only for operators without an ATen counterpart "
+                        f"({list(NO_ATEN)}); give the ATen names it maps from")
     CATALOGUE[name] = OpInfo(name, category, arity, dict(attrs), infer, ref, decompose, accumulator, doc,
-                             kernel=kernel)
+                             kernel=kernel, slack=slack, propagate=propagate, aten=aten)
 
 
 def get_op(name: str) -> OpInfo:
@@ -362,22 +418,29 @@ def _infer_bcast(shapes, attrs):
     return attrs, broadcast_shapes(*shapes)
 
 
-def _unary(name, fn, kernel, doc):
-    _register(name, "elementwise", (1, 1), {}, _infer_same, lambda x: fn(_f64(x)), kernel=kernel, doc=doc)
+def _unary(name, fn, kernel, slack, propagate, doc):
+    """Register a one-input elementwise op whose ATen counterpart has its name."""
+    _register(name, "elementwise", (1, 1), {}, _infer_same, lambda x: fn(_f64(x)), kernel=kernel,
+              slack=slack, propagate=propagate, aten=(name,), doc=doc)
 
 
-_unary("neg", np.negative, E.neg, "-x")
-_unary("abs", np.abs, E.abs_, "|x|")
-_unary("exp", np.exp, E.exp, "e**x")
-_unary("log", np.log, E.log, "natural log (log 0 = -inf, log x<0 = NaN)")
-_unary("sqrt", np.sqrt, E.sqrt, "square root (sqrt x<0 = NaN)")
-_unary("rsqrt", lambda x: 1.0 / np.sqrt(x), E.rsqrt, "1/sqrt(x) (float64: two roundings)")
-_unary("reciprocal", lambda x: 1.0 / x, E.reciprocal, "1/x")
-_unary("tanh", np.tanh, E.tanh, "tanh x")
-_unary("sigmoid", _sigmoid, E.sigmoid, "1/(1+e**-x), evaluated without overflow")
-_unary("erf", erf_ref, E.erf, "error function (vectorised series/continued fraction, rel err < 1e-13)")
-_unary("silu", lambda x: x * _sigmoid(x), E.silu, "x * sigmoid(x); silu(-inf) = NaN (-inf * 0, as torch)")
-_unary("relu", lambda x: np.where(x < 0, 0.0, x), E.relu,
+_unary("neg", np.negative, E.neg, R.slack_exact, R.propagate_identity, "-x")
+_unary("abs", np.abs, E.abs_, R.slack_exact, R.propagate_identity, "|x|")
+_unary("exp", np.exp, E.exp, R.slack_transcendental, R.propagate_monotone_ref, "e**x")
+_unary("log", np.log, E.log, R.slack_transcendental, R.propagate_log,
+       "natural log (log 0 = -inf, log x<0 = NaN)")
+_unary("sqrt", np.sqrt, E.sqrt, R.slack_correct, R.propagate_sqrt, "square root (sqrt x<0 = NaN)")
+_unary("rsqrt", lambda x: 1.0 / np.sqrt(x), E.rsqrt, R.slack_two_roundings, R.propagate_rsqrt,
+       "1/sqrt(x) (float64: two roundings)")
+_unary("reciprocal", lambda x: 1.0 / x, E.reciprocal, R.slack_two_roundings, R.propagate_reciprocal, "1/x")
+_unary("tanh", np.tanh, E.tanh, R.slack_transcendental, R.propagate_monotone_ref, "tanh x")
+_unary("sigmoid", _sigmoid, E.sigmoid, R.slack_transcendental, R.propagate_monotone_ref,
+       "1/(1+e**-x), evaluated without overflow")
+_unary("erf", erf_ref, E.erf, R.slack_transcendental, R.propagate_monotone_ref,
+       "error function (vectorised series/continued fraction, rel err < 1e-13)")
+_unary("silu", lambda x: x * _sigmoid(x), E.silu, R.slack_transcendental_x, R.propagate_silu,
+       "x * sigmoid(x); silu(-inf) = NaN (-inf * 0, as torch)")
+_unary("relu", lambda x: np.where(x < 0, 0.0, x), E.relu, R.slack_exact, R.propagate_identity,
        "0 where x < 0, else x (NaN and -0.0 pass through, as torch.relu)")
 
 #: values of gelu's ``approximate`` (torch's vocabulary)
@@ -394,6 +457,7 @@ def _infer_gelu(shapes, attrs):
 _register(
     "gelu", "elementwise", (1, 1), {"approximate": "none"}, _infer_gelu,
     lambda x, approximate: _gelu(_f64(x), approximate), kernel=E.gelu,
+    slack=R.slack_transcendental_x, propagate=R.propagate_gelu, aten=("gelu",),
     doc="GELU: approximate='none' 0.5x(1+erf(x/sqrt2)); 'tanh' 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))); "
         "gelu(-inf) = NaN (-inf * 0, as torch)",
 )
@@ -411,19 +475,24 @@ def _infer_cast(shapes, attrs):
 _register(
     "cast", "elementwise", (1, 1), {"to": REQUIRED}, _infer_cast,
     lambda x, to: _f64(round_to(_f64(x), to)), kernel=E.cast,
+    slack=R.slack_exact, propagate=R.propagate_cast,
+    aten=("_to_copy.default", "convert_element_type.default"),
     doc="round to format `to` (round-to-nearest-even); the reference keeps the rounding",
 )
 
-for _name, _fn, _kernel, _doc in (
-    ("add", np.add, E.add, "a + b"),
-    ("sub", np.subtract, E.sub, "a - b"),
-    ("mul", np.multiply, E.mul, "a * b"),
-    ("div", np.divide, E.div, "a / b"),
-    ("maximum", np.maximum, E.maximum, "IEEE 754-2019 maximum (NaN propagates)"),
-    ("minimum", np.minimum, E.minimum, "IEEE 754-2019 minimum (NaN propagates)"),
+for _name, _fn, _kernel, _slack, _prop, _doc in (
+    ("add", np.add, E.add, R.slack_correct, R.propagate_add, "a + b"),
+    ("sub", np.subtract, E.sub, R.slack_correct, R.propagate_add, "a - b"),
+    ("mul", np.multiply, E.mul, R.slack_correct_underflow, R.propagate_mul, "a * b"),
+    ("div", np.divide, E.div, R.slack_correct_underflow, R.propagate_div, "a / b"),
+    ("maximum", np.maximum, E.maximum, R.slack_exact, R.propagate_maximum,
+     "IEEE 754-2019 maximum (NaN propagates)"),
+    ("minimum", np.minimum, E.minimum, R.slack_exact, R.propagate_maximum,
+     "IEEE 754-2019 minimum (NaN propagates)"),
 ):
     _register(_name, "elementwise", (2, 2), {}, _infer_bcast,
-              (lambda f: lambda a, b: f(_f64(a), _f64(b)))(_fn), kernel=_kernel, doc=_doc)
+              (lambda f: lambda a, b: f(_f64(a), _f64(b)))(_fn), kernel=_kernel,
+              slack=_slack, propagate=_prop, aten=(_name,), doc=_doc)
 
 
 def _infer_scalar(shapes, attrs):
@@ -440,14 +509,74 @@ SCALAR_OPS = {
     "div_scalar": (lambda x, s: x / s, "x / s"),
     "rdiv_scalar": (lambda x, s: s / x, "s / x"),
 }
+# running-bound rules and ATen operators of the scalar forms (the bridge rewrites
+# aten.add.Tensor(x, 0.5) and aten.add.Scalar to add_scalar, ...)
+_SCALAR_RULES = {
+    "add_scalar": (R.slack_correct, R.propagate_identity, ("add.Scalar",)),
+    "sub_scalar": (R.slack_correct, R.propagate_identity, ("sub.Scalar",)),
+    "rsub_scalar": (R.slack_correct, R.propagate_identity, ("rsub.Scalar",)),
+    "mul_scalar": (R.slack_correct_underflow, R.propagate_mul_scalar, ("mul.Scalar",)),
+    "div_scalar": (R.slack_correct_underflow, R.propagate_div_scalar, ("div.Scalar",)),
+    "rdiv_scalar": (R.slack_correct_underflow, R.propagate_rdiv_scalar, ()),
+}
 for _name, (_fn, _doc) in SCALAR_OPS.items():
+    _slack, _prop, _aten = _SCALAR_RULES[_name]
     _register(_name, "elementwise", (1, 1), {"scalar": REQUIRED}, _infer_scalar,
               (lambda f: lambda x, scalar: f(_f64(x), scalar))(_fn), kernel=getattr(E, _name),
+              slack=_slack, propagate=_prop, aten=_aten,
               doc=f"{_doc} with a Python-float scalar s (attr 'scalar', kept exactly)")
 
 _register("where", "elementwise", (3, 3), {}, _infer_bcast,
           lambda c, a, b: np.where(np.asarray(c) != 0, _f64(a), _f64(b)), kernel=E.where,
+          slack=R.slack_exact, propagate=R.propagate_where, aten=("where",),
           doc="where(cond, a, b): a where cond != 0 else b (broadcast)")
+
+
+# -- softplus and hardswish: each operator in one place (reference, kernel, rules, ATen) -------
+def _softplus_ref(x):
+    """torch's softplus (beta 1, threshold 20) in float64: ``x`` for ``x > 20``,
+    else ``log1p(exp(x))`` (exp of at most 20: no overflow; NaN propagates)."""
+    x = _f64(x)
+    t = R.SOFTPLUS_THRESHOLD
+    return np.where(x > t, x, np.log1p(np.exp(np.minimum(x, t))))
+
+
+def _softplus_kernel(ctx, x):
+    """softplus as torch's CPU kernel computes it (beta 1, threshold 20):
+    ``x`` itself where ``x > 20`` (no rounding), else ``log1p(exp(x))`` with
+    ``exp`` by ``spec.exp`` rounded to ``ctx.inner`` and ``log1p`` of that
+    rounded once to ``ctx.inner`` (the engine's correctly rounded model; no
+    separate rounding of ``1 + e``).  NaN propagates."""
+    x = np.asarray(x, dtype=np.float32)
+    t = np.float32(R.SOFTPLUS_THRESHOLD)
+    return np.where(x > t, x, ctx.log1p(ctx.exp(np.minimum(x, t))))
+
+
+_register("softplus", "elementwise", (1, 1), {}, _infer_same, _softplus_ref, kernel=_softplus_kernel,
+          slack=R.slack_transcendental, propagate=R.propagate_softplus, aten=("softplus",),
+          doc="log(1 + e**x), x itself for x > 20 (torch's beta=1, threshold=20)")
+
+
+def _hardswish_ref(x):
+    """``x * min(max(x + 3, 0), 6) / 6`` in float64; exactly ``x`` for
+    ``x >= 3`` and ``x * 0 = -0.0`` for ``x <= -3`` (NaN at ``-inf``, as torch)."""
+    x = _f64(x)
+    return np.where(x >= 3.0, x, x * np.clip(x + 3.0, 0.0, 6.0) / 6.0)
+
+
+def _hardswish_kernel(ctx, x):
+    """hardswish as torch's CPU kernel computes it, ``x * min(max(x + 3, 0), 6) / 6``:
+    ``x + 3`` rounded to ``ctx.inner``, the clamp exact, the product rounded
+    to ``ctx.inner``, the division by ``spec.divide`` (3 and 6 are exact in
+    every format)."""
+    x = np.asarray(x, dtype=np.float32)
+    t = np.clip(ctx.add(x, np.float32(3.0)), np.float32(0.0), np.float32(6.0))
+    return ctx.div(ctx.mul(x, t), np.full(x.shape, 6.0, dtype=np.float32))
+
+
+_register("hardswish", "elementwise", (1, 1), {}, _infer_same, _hardswish_ref, kernel=_hardswish_kernel,
+          slack=R.slack_three_roundings, propagate=R.propagate_hardswish, aten=("hardswish",),
+          doc="x * relu6(x + 3) / 6 (0 below -3, x above 3)")
 
 
 # ---------------------------------------------------------------------------
@@ -477,11 +606,13 @@ def _var_ref(x, axis, keepdims, correction):
 
 _register("sum", "reduction", (1, 1), {"axis": None, "keepdims": False}, _infer_reduce,
           lambda x, axis, keepdims: np.sum(_f64(x), axis=axis, keepdims=keepdims), kernel=E.sum_,
+          slack=R.slack_sum, propagate=R.propagate_sum, aten=("sum",),
           accumulator="float64", doc="sum over axis (numpy pairwise float64)")
 _register("mean", "reduction", (1, 1), {"axis": None, "keepdims": False}, _infer_reduce,
           lambda x, axis, keepdims: np.mean(_f64(x), axis=axis, keepdims=keepdims), kernel=E.mean,
+          slack=R.slack_mean, propagate=R.propagate_mean, aten=("mean",),
           accumulator="float64", doc="sum / n (numpy pairwise float64)")
-for _name, _fn, _kernel in (("max", np.max, E.max_), ("min", np.min, E.min_)):
+for _name, _fn, _kernel, _aten in (("max", np.max, E.max_, "amax"), ("min", np.min, E.min_, "amin")):
     def _inf(shapes, attrs, _n=_name):
         (shape,) = shapes
         axes = _axes(attrs["axis"], len(shape))
@@ -490,9 +621,11 @@ for _name, _fn, _kernel in (("max", np.max, E.max_), ("min", np.min, E.min_)):
         return _infer_reduce(shapes, attrs)
     _register(_name, "reduction", (1, 1), {"axis": None, "keepdims": False}, _inf,
               (lambda f: lambda x, axis, keepdims: f(_f64(x), axis=axis, keepdims=keepdims))(_fn),
-              kernel=_kernel, accumulator="float64", doc=f"{_name} over axis (exact; NaN propagates)")
+              kernel=_kernel, slack=R.slack_exact, propagate=R.propagate_max, aten=(_aten,),
+              accumulator="float64", doc=f"{_name} over axis (exact; NaN propagates)")
 _register("var", "reduction", (1, 1), {"axis": None, "keepdims": False, "correction": 0},
-          _infer_reduce, _var_ref, kernel=E.var, accumulator="float64",
+          _infer_reduce, _var_ref, kernel=E.var, slack=R.slack_var, propagate=R.propagate_var,
+          aten=("var",), accumulator="float64",
           doc="variance sum((x-mean)^2)/(n-correction), two-pass in float64")
 
 
@@ -641,9 +774,12 @@ def _gather_ref(x, idx=None, *, axis, indices=None):
     return np.take(x, idx, axis=axis)
 
 
-def _move(name, arity, attrs, infer, ref, doc):
-    """Register a data-movement op: its kernel is its (dtype-preserving) reference."""
-    _register(name, "data_movement", arity, attrs, infer, ref, kernel=E.data_movement(ref), doc=doc)
+def _move(name, arity, attrs, infer, ref, aten, doc, propagate=R.propagate_moved):
+    """Register a data-movement op: its kernel is its (dtype-preserving)
+    reference, its float64 reference is exact and the bounds move with the
+    data (``propagate``)."""
+    _register(name, "data_movement", arity, attrs, infer, ref, kernel=E.data_movement(ref),
+              slack=R.slack_exact, propagate=propagate, aten=aten, doc=doc)
 
 
 def _reshape_ref(x, shape):
@@ -662,16 +798,22 @@ def _broadcast_ref(x, shape):
     return np.broadcast_to(np.asarray(x), shape).copy()
 
 
-_move("reshape", (1, 1), {"shape": REQUIRED}, _infer_reshape, _reshape_ref, "reshape (one -1 allowed)")
-_move("transpose", (1, 1), {"perm": None}, _infer_transpose, _transpose_ref, "permute axes (default: reverse)")
+_move("reshape", (1, 1), {"shape": REQUIRED}, _infer_reshape, _reshape_ref,
+      ("view.default", "_unsafe_view.default", "reshape.default", "unsqueeze.default", "squeeze.dim",
+       "squeeze.default"), "reshape (one -1 allowed)")
+_move("transpose", (1, 1), {"perm": None}, _infer_transpose, _transpose_ref,
+      ("permute.default", "transpose.int", "t.default"), "permute axes (default: reverse)")
 _move("slice", (1, 1), {"begin": None, "end": None, "step": None}, _infer_slice, _slice_ref,
-      "basic slice x[b0:e0:s0, ...], positive steps")
-_move("concat", (1, None), {"axis": 0}, _infer_concat, _concat_ref, "concatenate along axis")
+      ("slice",), "basic slice x[b0:e0:s0, ...], positive steps")
+_move("concat", (1, None), {"axis": 0}, _infer_concat, _concat_ref, ("cat",), "concatenate along axis")
 _move("split", (1, 1), {"axis": 0, "sizes": REQUIRED, "index": REQUIRED}, _infer_split, _split_ref,
+      ("split", "split_with_sizes"),
       "piece `index` of x cut along axis into pieces of `sizes` (one node per piece)")
-_move("broadcast_to", (1, 1), {"shape": REQUIRED}, _infer_broadcast, _broadcast_ref, "numpy broadcast_to")
-_move("gather", (1, 2), {"axis": 0, "indices": None}, _infer_gather, _gather_ref,
-      "np.take(x, indices, axis); indices an attribute or an integer-valued second input")
+_move("broadcast_to", (1, 1), {"shape": REQUIRED}, _infer_broadcast, _broadcast_ref, ("expand.default",),
+      "numpy broadcast_to")
+_move("gather", (1, 2), {"axis": 0, "indices": None}, _infer_gather, _gather_ref, ("index_select",),
+      "np.take(x, indices, axis); indices an attribute or an integer-valued second input",
+      propagate=R.propagate_gathered)
 
 
 # ---------------------------------------------------------------------------
@@ -695,7 +837,8 @@ def _infer_matmul(shapes, attrs):
 
 
 _register("matmul", "matmul", (2, 2), {}, _infer_matmul,
-          lambda a, b: np.matmul(_f64(a), _f64(b)), kernel=E.matmul, accumulator="float64",
+          lambda a, b: np.matmul(_f64(a), _f64(b)), kernel=E.matmul,
+          slack=R.slack_matmul, propagate=R.propagate_matmul, aten=("matmul", "mm", "bmm"), accumulator="float64",
           doc="numpy matmul semantics (batch broadcasting), float64 BLAS")
 
 
@@ -795,16 +938,20 @@ def _rms_norm_dec(x, weight=None, *, axis, eps):
 
 
 _register("softmax", "composite", (1, 1), {"axis": -1}, _infer_softmax, _softmax_ref,
-          kernel=E.softmax, decompose=_softmax_dec, accumulator="float64",
+          kernel=E.softmax, slack=R.slack_softmax, propagate=R.propagate_softmax, aten=("_softmax",),
+          decompose=_softmax_dec, accumulator="float64",
           doc="exp(x - max) / sum(exp(x - max)); decomposes to max, sub, exp, sum, div")
 _register("log_softmax", "composite", (1, 1), {"axis": -1}, _infer_softmax, _log_softmax_ref,
-          kernel=E.log_softmax, decompose=_log_softmax_dec, accumulator="float64",
+          kernel=E.log_softmax, slack=R.slack_decomposed, propagate=R.propagate_decomposed,
+          aten=("_log_softmax",), decompose=_log_softmax_dec, accumulator="float64",
           doc="(x - max) - log(sum(exp(x - max))); decomposes to max, sub, exp, sum, log, sub")
 _register("layer_norm", "composite", (1, 3), {"axis": -1, "eps": 1e-5}, _infer_norm, _layer_norm_ref,
-          kernel=E.layer_norm, decompose=_layer_norm_dec, accumulator="float64",
+          kernel=E.layer_norm, slack=R.slack_decomposed, propagate=R.propagate_decomposed,
+          aten=("native_layer_norm",), decompose=_layer_norm_dec, accumulator="float64",
           doc="(x - mean) / sqrt(var + eps) * gamma + beta (biased var, two-pass); inputs x[, gamma[, beta]]")
 _register("rms_norm", "composite", (1, 2), {"axis": -1, "eps": 1e-6}, _infer_norm, _rms_norm_ref,
-          kernel=E.rms_norm, decompose=_rms_norm_dec, accumulator="float64",
+          kernel=E.rms_norm, slack=R.slack_decomposed, propagate=R.propagate_decomposed,
+          aten=("rms_norm",), decompose=_rms_norm_dec, accumulator="float64",
           doc="x / sqrt(mean(x^2) + eps) * weight; inputs x[, weight]")
 
 
@@ -884,6 +1031,8 @@ sigmoid = _unary_fn("sigmoid")
 erf = _unary_fn("erf")
 silu = _unary_fn("silu")
 relu = _unary_fn("relu")
+softplus = _unary_fn("softplus")
+hardswish = _unary_fn("hardswish")
 
 
 def gelu(x, approximate: str = "none"):

@@ -13,7 +13,7 @@ bounds are 0).  Then, by the triangle inequality,
   reference (numlab.ops) on the computed inputs, and the float64 evaluation
   error is accounted for by an explicit slack per operator (correctly rounded
   operations: ``2**-52 |v|``; sums and matrix products: ``(n + 2) 2**-52``
-  times the sum of magnitudes; erf/gelu/tanh/sigmoid/silu/exp/log: ``2**-40``
+  times the sum of magnitudes; erf/gelu/tanh/sigmoid/silu/exp/log/softplus: ``2**-40``
   relative plus an absolute term -- the catalogue documents erf to 1e-13);
 * the **propagated** term is bounded by an exact rule per operator:
   ``a +- b``: ``b_a + b_b``; ``a * b``: ``|a| b_b + |b| b_a + b_a b_b``;
@@ -21,8 +21,11 @@ bounds are 0).  Then, by the triangle inequality,
   ``b_b >= |b|``); monotone functions (exp, log, sqrt, rsqrt, reciprocal on
   one side of 0, tanh, sigmoid, erf, cast): the larger change at the two
   endpoints of ``[x - b, x + b]`` (widened outward by one fp64 ulp), inf when
-  the interval leaves the domain; gelu and silu: Lipschitz constants 1.13 and
-  1.1 (max |gelu'| = 1.1289, max |silu'| = 1.0998); relu, abs, neg, max, min,
+  the interval leaves the domain; softplus: the same plus twice its jump at
+  torch's threshold 20 (``log1p(exp(-20))``) when the interval contains 20
+  and a point above; gelu, silu and hardswish: Lipschitz constants 1.13,
+  1.1 and 1.5 (max |gelu'| = 1.1289, max |silu'| = 1.0998, max
+  |hardswish'| = 1.5); relu, abs, neg, max, min,
   maximum, minimum, data movement: 1-Lipschitz (the bound moves with the
   data); sum/mean: the sum/mean of the bounds; var:
   ``(2/N) sum |x - mean| b + (1/N) sum b^2``; matmul:
@@ -32,8 +35,10 @@ bounds are 0).  Then, by the triangle inequality,
   through their decomposition evaluated in float64, with float64 slack at
   every primitive.
 
-The per-operator rules are named functions of :mod:`numlab.bound_rules`
-(one (slack, propagate) pair per operator, looked up by :func:`rules_for`).
+The per-operator rules are named functions of :mod:`numlab.bound_rules`;
+each operator's registration in :mod:`numlab.ops` names its pair
+(``OpInfo.slack`` / ``OpInfo.propagate``) and :func:`rules_for` reads it
+from there.
 
 Overflow and NaN are explicit: a computed ``inf`` (or any sup that overflows)
 gives a bound of ``inf`` ("overflow possible"), a computed NaN gives ``inf``
@@ -127,9 +132,17 @@ def fmt_or_dtype(fmt, dtype, default="fp16"):
 
 
 def rules_for(op: str):
-    """The (slack, propagate) rules of ``op`` (numlab.bound_rules), None when
-    it has none.  The one place running_bounds looks rules up."""
-    return R.rules_for(op)
+    """The (slack, propagate) rules of ``op``: its registration's
+    ``OpInfo.slack`` / ``OpInfo.propagate`` (functions of numlab.bound_rules).
+    None when either is missing -- impossible for a registered operator
+    (numlab.ops refuses one without rules) but kept so that an operator whose
+    rule was removed (a test patching ``ops.CATALOGUE``) gives flagged inf
+    bounds (``no_rule``), never a silent pass.  The one place running_bounds
+    looks rules up."""
+    info = get_op(op)
+    if info.slack is None or info.propagate is None:
+        return None
+    return info.slack, info.propagate
 
 
 def _primitive(op: str, attrs: dict, xs: list, bs: list, v=None):

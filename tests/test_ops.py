@@ -16,8 +16,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from numlab import bound_rules as R
 from numlab import ops
+from numlab.execute import run
 from numlab.graph import Graph, Node, decompose, evaluate, trace
+from numlab.rounding import round_to
+from numlab.torch import bridge
 
 try:  # mpmath ships with sympy (a torch dependency); only the tests that need it skip
     import mpmath
@@ -31,12 +35,26 @@ EXPECTED = {
         "add", "sub", "mul", "div", "add_scalar", "sub_scalar", "rsub_scalar", "mul_scalar",
         "div_scalar", "rdiv_scalar", "neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal",
         "tanh", "sigmoid", "erf", "gelu", "silu", "relu", "maximum", "minimum", "where", "cast",
+        "softplus", "hardswish",
     },
     "reduction": {"sum", "mean", "max", "min", "var"},
     "data_movement": {"reshape", "transpose", "slice", "concat", "split", "broadcast_to", "gather"},
     "matmul": {"matmul"},
     "composite": {"softmax", "log_softmax", "layer_norm", "rms_norm"},
 }
+
+
+# the bridge's literal ATen -> catalogue table before it was derived from the registrations
+OLD_CATALOGUE_MAP = {
+    "add": "add", "sub": "sub", "mul": "mul", "div": "div", "neg": "neg", "abs": "abs",
+    "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "reciprocal": "reciprocal",
+    "tanh": "tanh", "sigmoid": "sigmoid", "erf": "erf", "relu": "relu", "silu": "silu",
+    "gelu": "gelu", "where": "where", "maximum": "maximum", "minimum": "minimum",
+    "sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "_softmax": "softmax",
+    "native_layer_norm": "layer_norm",
+}
+# operators with no ATen counterpart (torch computes s / x as reciprocal then mul)
+NO_ATEN = {"rdiv_scalar"}
 
 
 def test_catalogue_has_exactly_the_issue_ops_with_their_categories():
@@ -502,3 +520,205 @@ def test_describe_lists_every_op_once():
     assert [line.split()[0] for line in ops.describe("composite").splitlines()[1:]] == ops.ops_in("composite")
     with pytest.raises(ValueError, match="category='x' is not valid"):
         ops.describe("x")
+
+
+# ---------------------------------------------------------------------------
+# one registration holds everything: completeness, refusal, the derived ATen table
+# ---------------------------------------------------------------------------
+def test_every_registration_is_complete():
+    """Every operator has its fp64 reference, kernel, slack and propagation
+    rules (functions of numlab.bound_rules), a decomposition iff composite,
+    and its ATen names (empty only for the operators listed in NO_ATEN)."""
+    incomplete = {}
+    for name, info in ops.CATALOGUE.items():
+        bad = [f for f in ("_ref", "kernel", "slack", "propagate") if not callable(getattr(info, f))]
+        if (info.decompose is not None) != (info.category == "composite"):
+            bad.append("decompose")
+        if not (isinstance(info.aten, tuple) and all(isinstance(a, str) and a for a in info.aten)
+                and (bool(info.aten) or name in NO_ATEN)):
+            bad.append("aten")
+        if bad:
+            incomplete[name] = bad
+    assert incomplete == {}
+    assert {k for k, v in ops.CATALOGUE.items() if not v.aten} == NO_ATEN == set(ops.NO_ATEN)
+    for name, info in ops.CATALOGUE.items():
+        for rule in (info.slack, info.propagate):
+            assert rule.__module__ == "numlab.bound_rules", (name, rule)
+        # the composite marker goes as a pair, and only on composites with a decomposition
+        assert (info.slack is R.slack_decomposed) == (info.propagate is R.propagate_decomposed), name
+        if R.is_decomposed((info.slack, info.propagate)):
+            assert info.category == "composite" and info.decompose is not None, name
+    # what the registry says for the two operators added in one place each
+    sp, hs = ops.CATALOGUE["softplus"], ops.CATALOGUE["hardswish"]
+    assert (sp.slack, sp.propagate, sp.aten) == (R.slack_transcendental, R.propagate_softplus, ("softplus",))
+    assert (hs.slack, hs.propagate, hs.aten) == (R.slack_three_roundings, R.propagate_hardswish, ("hardswish",))
+    assert sp.category == hs.category == "elementwise" and sp.decompose is None and hs.decompose is None
+
+
+def _reg(name="test_only_op", category="elementwise", **kw):
+    args = dict(kernel=ops.CATALOGUE["neg"].kernel, slack=R.slack_exact, propagate=R.propagate_identity,
+                aten=("neg",))
+    args.update(kw)
+    ops._register(name, category, (1, 1), {}, lambda shapes, attrs: (attrs, shapes[0]), np.negative, **args)
+
+
+def test_registration_refuses_an_incomplete_operator():
+    before = dict(ops.CATALOGUE)
+    for missing in ("kernel", "slack", "propagate", "aten"):
+        with pytest.raises(TypeError, match=missing):  # required keywords: no silent default
+            ops._register("test_only_op", "elementwise", (1, 1), {}, None, np.negative,
+                          **{k: v for k, v in dict(kernel=np.negative, slack=R.slack_exact,
+                                                   propagate=R.propagate_identity, aten=("neg",)).items()
+                             if k != missing})
+    with pytest.raises(TypeError, match="'test_only_op': slack must be a slack rule"):
+        _reg(slack=None)
+    with pytest.raises(TypeError, match="'test_only_op': propagate must be a propagate rule"):
+        _reg(propagate="propagate_identity")
+    with pytest.raises(TypeError, match="'test_only_op': kernel must be the engine function"):
+        _reg(kernel=None)
+    with pytest.raises(TypeError, match=r"aten=\(\) is only for operators without an ATen counterpart"):
+        _reg(aten=())
+    with pytest.raises(TypeError, match="aten must be a tuple of ATen operator names"):
+        _reg(aten="neg")
+    with pytest.raises(TypeError, match="decomposition is required for composites and only for them"):
+        _reg(category="composite", slack=R.slack_decomposed, propagate=R.propagate_decomposed)
+    with pytest.raises(TypeError, match="decomposition is required for composites and only for them"):
+        _reg(decompose=lambda x: x)
+    with pytest.raises(TypeError, match="slack_decomposed and propagate_decomposed go together"):
+        _reg(category="composite", propagate=R.propagate_decomposed, decompose=lambda x: x)
+    with pytest.raises(ValueError, match="category='pointwise' is not valid"):
+        _reg(category="pointwise")
+    with pytest.raises(ValueError, match="'softplus' is already registered"):
+        _reg(name="softplus")
+    assert ops.CATALOGUE == before
+
+
+def test_bridge_catalogue_map_is_derived_from_the_registry_and_unchanged():
+    bases = {p.split(".")[0] for p in bridge.PREDICTABLE}
+    derived = {a: name for name, info in ops.CATALOGUE.items() for a in info.aten if a in bases}
+    assert bridge.CATALOGUE_MAP == derived
+    for base in sorted(bases | set(OLD_CATALOGUE_MAP)):
+        assert bridge.CATALOGUE_MAP.get(base) == OLD_CATALOGUE_MAP.get(base), base
+    # every ATen name of a registration names one catalogue op (no base claimed twice)
+    owners = {}
+    for name, info in ops.CATALOGUE.items():
+        for a in info.aten:
+            assert owners.setdefault(a, name) == name, (a, owners[a], name)
+
+
+def test_aten_names_are_real_torch_operators(torch):
+    for name, info in ops.CATALOGUE.items():
+        for a in info.aten:
+            base, _, overload = a.partition(".")
+            ns = torch.ops.prims if base == "convert_element_type" else torch.ops.aten
+            packet = getattr(ns, base, None)
+            assert packet is not None, (name, a)
+            if overload:
+                assert overload in packet.overloads(), (name, a, packet.overloads())
+
+
+# ---------------------------------------------------------------------------
+# softplus and hardswish: references, kernels, tracing
+# ---------------------------------------------------------------------------
+SOFTPLUS_EDGES = [-800.0, -745.5, -740.0, -100.0, -37.0, -20.0, -1e-300, -0.0, 0.0, 5e-324, 1e-8,
+                  19.999999999999996, 20.0, 20.000000000000004, 20.5, 36.0, 1e10, 1e308]
+
+
+def _softplus_mp(t):
+    with mpmath.workdps(60):
+        t = mpmath.mpf(t)
+        return t if t > 20 else mpmath.log1p(mpmath.exp(t))
+
+
+def _hardswish_exact(t):
+    # exact rational arithmetic (Fractions), independent of numpy
+    f = Fraction(t)
+    return f * min(max(f + 3, Fraction(0)), Fraction(6)) / 6
+
+
+@needs_mpmath
+def test_softplus_reference_against_mpmath():
+    rng = np.random.default_rng(11)
+    xs = np.array(POINTS + SOFTPLUS_EDGES + list(rng.standard_normal(300) * 15))
+    got = ops.softplus(xs)
+    assert got.dtype == np.float64
+    slack = R.slack_transcendental(got, [xs], {})
+    for x, g, sl in zip(xs, got, slack, strict=True):
+        want = _softplus_mp(x)
+        assert abs(mpmath.mpf(g) - want) <= sl, (x, g, want)  # the slack rule covers the reference
+        if want > 1e-300:
+            assert _rel(g, float(want)) < 2e-15, (x, g, want)
+    # torch's threshold: x itself above 20, log1p(exp(x)) at 20; NaN and the infinities
+    assert ops.softplus(np.array([20.5]))[0] == 20.5 and ops.softplus(np.array([20.0]))[0] > 20.0
+    sp = ops.softplus(np.array([np.inf, -np.inf, np.nan]))
+    assert sp[0] == np.inf and sp[1] == 0.0 and np.isnan(sp[2])
+
+
+def test_hardswish_reference_against_fractions():
+    rng = np.random.default_rng(12)
+    xs = np.array(POINTS + [-3.0, -2.9999999999999996, 3.0, 2.9999999999999996, -1e-310, 5e-324, 1e308]
+                  + list(rng.standard_normal(500) * 4))
+    got = ops.hardswish(xs)
+    slack = R.slack_three_roundings(got, [xs], {})
+    for x, g, sl in zip(xs, got, slack, strict=True):
+        want = _hardswish_exact(x)
+        assert abs(Fraction(g) - want) <= Fraction(sl), (x, g)
+        if x >= 3 or x <= -3:
+            assert g == float(want), x  # exact outside (-3, 3)
+    # as torch: -0.0 at and below -3 (x * 0), NaN at -inf, inf at inf
+    hs = ops.hardswish(np.array([-4.0, -3.0, -np.inf, np.inf, np.nan]))
+    assert hs[0] == 0 and np.signbit(hs[0]) and np.signbit(hs[1]) and np.isnan(hs[2])
+    assert hs[3] == np.inf and np.isnan(hs[4])
+
+
+@given(hnp.arrays(np.float64, st.integers(1, 8),
+                  elements=st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False)))
+def test_hardswish_lipschitz_constant_holds(x):
+    # |hardswish(x) - hardswish(y)| <= 1.5 |x - y|, checked in exact arithmetic on random pairs
+    y = x[::-1]
+    for a, b in zip(x, y, strict=True):
+        assert abs(_hardswish_exact(a) - _hardswish_exact(b)) <= Fraction(R.HARDSWISH_LIPSCHITZ) * abs(
+            Fraction(a) - Fraction(b))
+    assert R.SOFTPLUS_JUMP > math.log1p(math.exp(-R.SOFTPLUS_THRESHOLD))
+
+
+def test_softplus_and_hardswish_trace_and_evaluate():
+    g = trace(lambda x: {"a": ops.softplus(x), "b": ops.hardswish(x * 2.0)}, x=(3, 5))
+    assert [n.op for n in g.nodes] == ["softplus", "mul_scalar", "hardswish"]
+    x = np.linspace(-6, 24, 15).reshape(3, 5)
+    out = evaluate(g, {"x": x})
+    assert np.array_equal(out["a"], ops.softplus(x))
+    assert np.array_equal(out["b"], ops.hardswish(x * 2.0))
+    assert g.nodes[0].shape == (3, 5)
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "bf16"])
+@pytest.mark.parametrize("op", ["softplus", "hardswish"])
+def test_softplus_hardswish_kernels_round_the_reference_closely(op, fmt):
+    # eager (one kernel, stored to S) and fused (fp32 inside the block, then stored) stay within one
+    # S ulp of the float64 reference rounded to S; at most a few elements are not the nearest
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.standard_normal(4000) * 8, np.linspace(-12, 30, 4000)])
+    xs = np.asarray(round_to(x, fmt), dtype=np.float64)
+    g = trace(lambda x: getattr(ops, op)(x), x=xs.shape)
+    want = np.asarray(round_to(getattr(ops, op)(xs), fmt), dtype=np.float64)
+    for mode in ("eager", "fused"):
+        y = np.asarray(run(g, {"x": xs}, mode=mode, fmt=fmt).outputs[g.outputs[0]], dtype=np.float64)
+        assert np.array_equal(np.isnan(y), np.isnan(want))
+        ok = ~np.isnan(y)
+        assert np.mean(y[ok] == want[ok]) > 0.99, (op, fmt, mode)
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "bf16"])
+def test_softplus_hardswish_kernels_match_torch_bit_for_bit(fmt, torch):
+    rng = np.random.default_rng(6)
+    x = np.concatenate([rng.standard_normal(5000) * 8, np.linspace(-12, 30, 5000), [-np.inf, np.inf, np.nan, -0.0]])
+    xs = np.asarray(round_to(x, fmt), dtype=np.float64)
+    tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}[fmt]
+    for op in ("softplus", "hardswish"):
+        g = trace(lambda x, op=op: getattr(ops, op)(x), x=xs.shape)
+        t = getattr(torch.nn.functional, op)(torch.tensor(xs).to(tdt)).float().numpy().astype(np.float64)
+        for mode in ("eager", "fused"):
+            y = np.asarray(run(g, {"x": xs}, mode=mode, fmt=fmt).outputs[g.outputs[0]], dtype=np.float64)
+            same = (y == t) & (np.signbit(y) == np.signbit(t)) | (np.isnan(y) & np.isnan(t))
+            assert same.all(), (op, fmt, mode, xs[~same][:5], y[~same][:5], t[~same][:5])

@@ -5,6 +5,7 @@ checked element by element against an exact reference evaluated with mpmath at
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import mpmath
@@ -25,8 +26,8 @@ from numlab.rounding import round_to
 mpmath.mp.dps = 60
 SHAPE = (2, 4)
 
-UNARY = ["neg", "abs", "exp", "tanh", "sigmoid", "erf", "gelu", "silu", "relu", "sqrt_abs", "rsqrt_pos",
-         "recip_pos", "log_pos", "mul_scalar", "add_scalar", "div_scalar", "cast_bf16"]
+UNARY = ["neg", "abs", "exp", "tanh", "sigmoid", "erf", "gelu", "silu", "relu", "softplus", "hardswish",
+         "sqrt_abs", "rsqrt_pos", "recip_pos", "log_pos", "mul_scalar", "add_scalar", "div_scalar", "cast_bf16"]
 BINARY = ["add", "sub", "mul", "div_pos", "maximum"]
 REDUCE = ["sum", "mean", "max", "var"]
 COMPOSITE = ["softmax", "layer_norm", "log_softmax", "rms_norm"]
@@ -40,7 +41,7 @@ def _apply_sym(op, x, y, w):
         return -x
     if op == "abs":
         return abs(x)
-    if op in ("exp", "tanh", "sigmoid", "erf", "gelu", "silu", "relu"):
+    if op in ("exp", "tanh", "sigmoid", "erf", "gelu", "silu", "relu", "softplus", "hardswish"):
         return getattr(ops, op)(x)
     if op == "sqrt_abs":
         return ops.sqrt(abs(x))
@@ -149,6 +150,10 @@ def _apply_exact(op, x, y, w):
         return _v(lambda t: t * _sig(t))(x)
     if op == "relu":
         return _v(lambda t: t if t > 0 else M(0))(x)
+    if op == "softplus":  # torch's threshold 20: x itself above it
+        return _v(lambda t: t if t > 20 else (mpmath.exp(t) if t < -1e9 else mpmath.log1p(mpmath.exp(t))))(x)
+    if op == "hardswish":
+        return _v(lambda t: t * min(max(t + 3, M(0)), M(6)) / 6)(x)
     if op == "sqrt_abs":
         return _v(lambda t: mpmath.sqrt(abs(t)))(x)
     if op == "rsqrt_pos":
@@ -338,17 +343,27 @@ def test_fused_needs_internals():
 
 
 def test_every_catalogue_op_has_a_bound_rule():
-    missing = sorted(op for op in ops.CATALOGUE if R.rules_for(op) is None)
+    # rules_for reads each operator's registration (numlab.ops refuses an operator without rules)
+    missing = sorted(op for op in ops.CATALOGUE if RB.rules_for(op) is None)
     assert not missing, f"operators without running-bound rules: {missing}"
     for op, info in ops.CATALOGUE.items():
-        slack, prop = R.rules_for(op)
+        slack, prop = RB.rules_for(op)
+        assert (slack, prop) == (info.slack, info.propagate)
         assert callable(slack) and callable(prop)
         # only composites may go through their decomposition (softmax has a rule of its own)
         if R.is_decomposed((slack, prop)):
             assert info.category == "composite" and info.decompose is not None, op
-    assert set(R.RULES) <= set(ops.CATALOGUE), sorted(set(R.RULES) - set(ops.CATALOGUE))
+    assert not hasattr(R, "RULES") and not hasattr(R, "rules_for")  # one table: the registry
     with pytest.raises(TypeError, match="composite"):
         R.propagate_decomposed([np.zeros(2)], [np.zeros(2)], {}, None)
+    with pytest.raises(ValueError, match="unknown op 'conv2d'"):
+        RB.rules_for("conv2d")
+
+
+def _without_rule(monkeypatch, op, field="propagate"):
+    """Remove one rule from ``op``'s registration for a test (registering an
+    operator without rules is refused, so this is the only way to get one)."""
+    monkeypatch.setitem(ops.CATALOGUE, op, dataclasses.replace(ops.CATALOGUE[op], **{field: None}))
 
 
 # The one zoo case whose running bound is inf on normal inputs, and why: in bf16 the worst-case
@@ -382,8 +397,8 @@ def test_bounds_finite_on_normal_zoo_inputs(dtype, mode):
 
 
 def test_op_without_rule_gives_inf_flagged_no_rule(monkeypatch):
-    # an operator known to ops and execute but not to bound_rules: inf bounds, flagged, never silent
-    monkeypatch.delitem(R.RULES, "gelu")
+    # an operator whose rule was removed from its registration: inf bounds, flagged, never silent
+    _without_rule(monkeypatch, "gelu")
     g = _graph(["mul", "gelu", "mul_scalar"])
     xs = _inputs(0, "normal", get_format("fp16"))
     br = RB.run_with_bounds(g, xs, mode="eager", dtype="fp16", reference=False)
@@ -394,7 +409,7 @@ def test_op_without_rule_gives_inf_flagged_no_rule(monkeypatch):
     src = br.inf_sources()
     assert src == [{"node": gelu, "op": "gelu", "causes": {"no_rule": 8}}]
     # a primitive inside a composite's decomposition without a rule: the composite is flagged no_rule
-    monkeypatch.delitem(R.RULES, "exp")
+    _without_rule(monkeypatch, "exp", "slack")
     g2 = _graph(["log_softmax"])
     br2 = RB.run_with_bounds(g2, xs, mode="eager", dtype="fp16", reference=False)
     (s,) = br2.inf_sources()
@@ -469,3 +484,67 @@ def test_each_operator_bound_finite_on_ordinary_inputs(op):
             # check is test_running_bound_never_violated)
             y = br.result.outputs["out"].astype(np.float64)
             assert np.all(np.abs(y - br.reference["out"]) <= b), (op, dtype, mode)
+
+
+# ---------------------------------------------------------------- softplus and hardswish (one registration each)
+_EDGE = [-20.0, -3.0, -2.984375, 0.0, -0.0, 2.984375, 3.0, 19.984375, 20.0, 20.015625, 20.5, 32.0]
+
+
+@settings(max_examples=600, phases=[Phase.explicit, Phase.generate])
+@given(st.lists(st.one_of(st.floats(-40, 40, allow_nan=False, width=16), st.sampled_from(_EDGE)),
+                min_size=8, max_size=8),
+       st.sampled_from(["softplus", "hardswish"]),
+       st.sampled_from([None, "mul_scalar", "add_scalar", "silu", "mul"]),
+       st.sampled_from(["fp16", "bf16"]), st.sampled_from(["eager", "fused"]), st.integers(0, 2**31 - 1))
+def test_softplus_hardswish_bounds_cover_the_exact_value(vals, op, pre, dtype, mode, seed):
+    # the new operators alone and behind an operator that gives their input a non-zero bound,
+    # against mpmath's exact value (softplus around its threshold 20, hardswish around +-3)
+    S = get_format(dtype)
+    xs = _inputs(seed, "normal", S)
+    xs["x"] = np.asarray(round_to(np.array(vals, dtype=np.float64).reshape(SHAPE), S), dtype=np.float64)
+    chain = [op] if pre is None else [pre, op]
+    n, br = _check(chain, xs, dtype, mode)
+    assert n == 8 or pre is not None  # alone, every element is finite and checked
+
+
+def test_softplus_hardswish_bounds_finite_and_tight_on_ordinary_inputs():
+    for op in ("softplus", "hardswish"):
+        for dtype in ("fp16", "bf16"):
+            S = get_format(dtype)
+            xs = _inputs(3, "normal", S)
+            for mode in ("eager", "fused"):
+                n, br = _check(["mul", op], xs, dtype, mode)
+                b = br.bounds["out"]
+                assert n == 8 and np.all(np.isfinite(b))
+                # a few S ulps of values of size ~1, not a vacuous bound
+                assert b.max() < 64 * 2.0 ** (1 - S.p), (op, dtype, mode, b.max())
+
+
+def test_softplus_rule_covers_the_jump_at_the_threshold():
+    # softplus (torch's threshold 20) drops by log1p(exp(-20)) just above 20: with x = 20 and a bound
+    # b below that jump, the sup over [20 - b, 20 + b] is the jump itself (t -> 20+), which the
+    # interval ends alone miss; propagate_softplus adds it
+    info = ops.CATALOGUE["softplus"]
+    jump = mpmath.log1p(mpmath.exp(-20))
+    x, b = np.array([20.0]), np.array([1e-9])
+    p, dom = info.propagate([x], [b], {}, info.ref)
+    assert dom is None or not dom.any()
+    assert M(float(p[0])) >= jump
+    p_ends, _ = R.propagate_monotone_ref([x], [b], {}, info.ref)
+    assert M(float(p_ends[0])) < jump
+    # away from the threshold the two rules agree
+    for xv in (0.5, -4.0, 25.0):
+        a = info.propagate([np.array([xv])], [np.array([1e-3])], {}, info.ref)[0]
+        c = R.propagate_monotone_ref([np.array([xv])], [np.array([1e-3])], {}, info.ref)[0]
+        assert a == c, xv
+
+
+def test_hardswish_rule_is_its_lipschitz_constant():
+    info = ops.CATALOGUE["hardswish"]
+    b = np.array([1e-3, 0.0, 2.0])
+    p, dom = info.propagate([np.array([2.9, 0.0, -10.0])], [b], {}, info.ref)
+    assert dom is None and np.all(p >= 1.5 * b) and np.all(p <= 1.5 * b * (1 + 2.0**-30))
+    # attained: the slope just below 3 is (2*3 + 3)/6 = 1.5
+    t0, t1 = M(2.999), M(2.998)
+    f = lambda t: t * min(max(t + 3, M(0)), M(6)) / 6  # noqa: E731
+    assert abs(f(t0) - f(t1)) / (t0 - t1) > M(1.499)

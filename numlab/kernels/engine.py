@@ -239,6 +239,12 @@ class Ctx:
         with np.errstate(all="ignore"):
             return self.r(np.log(np.asarray(x, dtype=np.float64)))
 
+    def log1p(self, x):
+        """float64 ``log(1 + x)`` rounded once to inner (correctly rounded
+        model, as :meth:`log`; no rounding of ``1 + x``)."""
+        with np.errstate(all="ignore"):
+            return self.r(np.log1p(np.asarray(x, dtype=np.float64)))
+
     def tanh(self, x):
         return _f32(_alg.tanh(x, fmt=self.inner, algo=self.spec.tanh))
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import ops as _ops
 from ..graph import Graph, Node
 
 __all__ = [
@@ -69,15 +70,10 @@ _MOVEMENT = (
 PREDICTABLE = frozenset(_ELEMENTWISE + _REDUCTION + _COMPOSITE + _MOVEMENT + ("getitem",))
 """ATen operators (``name.overload``, namespace dropped) numlab can predict."""
 
-# ATen op -> numlab catalogue op (scalar variants resolved in _map_node)
-CATALOGUE_MAP = {
-    "add": "add", "sub": "sub", "mul": "mul", "div": "div", "neg": "neg", "abs": "abs",
-    "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "reciprocal": "reciprocal",
-    "tanh": "tanh", "sigmoid": "sigmoid", "erf": "erf", "relu": "relu", "silu": "silu",
-    "gelu": "gelu", "where": "where", "maximum": "maximum", "minimum": "minimum",
-    "sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "_softmax": "softmax",
-    "native_layer_norm": "layer_norm",
-}
+# ATen base name -> numlab catalogue op, derived from the registrations' ``aten``
+# names (numlab.ops) for the predictable bases (scalar variants resolved in _map_node)
+_PREDICTABLE_BASES = frozenset(p.split(".")[0] for p in PREDICTABLE)
+CATALOGUE_MAP = {a: name for name, info in _ops.CATALOGUE.items() for a in info.aten if a in _PREDICTABLE_BASES}
 
 
 def import_torch():
