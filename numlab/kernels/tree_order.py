@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..primitives import _rto_of_sum  # fp64 round-to-odd of an exact sum
+from ..primitives import _rto_of_sum, signed_exact_zero  # fp64 round-to-odd of an exact sum
 from ._common import Arith, round_to
 from .reduce import Order
 
@@ -295,8 +295,9 @@ def _fused(terms: np.ndarray, ar) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         naive = t64.sum(axis=1)  # inf/nan propagation for non-finite rows
     safe = [np.where(finite, c, 0.0) for c in cols]
-    rto = _rto_of_sum(safe)
-    r = np.where(finite, rto, naive)
+    with np.errstate(invalid="ignore"):  # nextafter(x, 0 * inf) on exact sums, discarded
+        rto = _rto_of_sum(safe)
+    r = np.where(finite, signed_exact_zero(rto, safe, getattr(ar, "mode", "rne")), naive)
     if getattr(ar, "native", False) and ar.dtype == np.float64:
         return r
     return round_to(r, ar.fmt, ar.mode).astype(ar.dtype)
