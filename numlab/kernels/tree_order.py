@@ -248,7 +248,7 @@ class Tree(Order):
         out = []
         for lev in sorted(levels):
             groups = []
-            for arity, items in sorted(levels[lev].items()):
+            for _arity, items in sorted(levels[lev].items()):
                 ids = np.array([i for i, _ in items], dtype=np.int64)
                 kids = np.array([c for _, c in items], dtype=np.int64)
                 groups.append((ids, kids))
