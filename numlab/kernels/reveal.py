@@ -50,6 +50,7 @@ __all__ = ["reveal", "check", "rowwise", "Revealed", "CheckResult", "RevealError
 INPUT_FORMATS = ("fp32", "fp16", "bf16")
 _CONTAINER = {"fp32": np.float32, "fp16": np.float16, "bf16": ml_dtypes.bfloat16}
 _PROBE_VALUES_PER_CALL = 1 << 22
+_COUNT_CAP = {"bf16": 256, "fp16": 2048}  # unit counts exact in the format's outputs
 
 
 class RevealError(RuntimeError):
@@ -153,32 +154,41 @@ class _Prober:
         self.rows_per_call = max(8, min(1024, _PROBE_VALUES_PER_CALL // n))
 
     def run(self, pi: np.ndarray, pj: np.ndarray) -> np.ndarray:
-        """``a(i, j)`` for the pairs ``(pi[k], pj[k])``."""
+        """``a(i, j)`` for the pairs ``(pi[k], pj[k])``.
+
+        When a count could exceed what the output format holds exactly (``cap``:
+        256 for bf16, 2048 for fp16), each pair is probed once per window of
+        ``cap`` leaves, units only inside the window (``+0.0`` elsewhere), and the
+        window counts are added."""
         n = self.n
-        out = np.empty(pi.size, dtype=np.int64)
+        cap = _COUNT_CAP.get(self.fmt, n)
+        windows = [(w, min(n, w + cap)) for w in range(0, n, cap)]
+        surv = np.zeros(pi.size, dtype=np.int64)
         step = self.rows_per_call
-        for s in range(0, pi.size, step):
-            i, j = pi[s:s + step], pj[s:s + step]
-            # every call has `step` rows (the rest are plain unit rows), so a function whose
-            # order depends on the number of rows (Inductor's split rule) sees one shape
-            x = np.full((step, n), self.e, dtype=self.dtype)
-            r = np.arange(i.size)
-            x[r, i] = self.M
-            x[r, j] = -self.M
-            y = _call(self.fn, x)[: i.size] / self.e
-            self.calls += 1
-            self.probes += i.size
-            cnt = np.rint(y)
-            bad = ~np.isfinite(y) | (cnt != y) | (cnt < 0) | (cnt > n - 2)
-            if bad.any():
-                k = int(np.flatnonzero(bad)[0])
-                raise RevealError(
-                    f"probe (M at {int(i[k])}, -M at {int(j[k])}) gave {y[k] * self.e!r}, not a "
-                    f"count of units in [0, {n - 2}] x {self.e}: the function does not add its "
-                    "inputs in one summation tree that swamps (e.g. it accumulates in a wider "
-                    "format, reorders by magnitude or is not a sum)")
-            out[s:s + step] = n - cnt.astype(np.int64)
-        return out
+        for lo, hi in windows:
+            for s in range(0, pi.size, step):
+                i, j = pi[s:s + step], pj[s:s + step]
+                # every call has `step` rows (the rest are plain unit rows), so a function whose
+                # order depends on the number of rows (Inductor's split rule) sees one shape
+                x = np.zeros((step, n), dtype=self.dtype)
+                x[:, lo:hi] = self.e
+                r = np.arange(i.size)
+                x[r, i] = self.M
+                x[r, j] = -self.M
+                y = _call(self.fn, x)[: i.size] / self.e
+                self.calls += 1
+                self.probes += i.size
+                cnt = np.rint(y)
+                bad = ~np.isfinite(y) | (cnt != y) | (cnt < 0) | (cnt > hi - lo)
+                if bad.any():
+                    k = int(np.flatnonzero(bad)[0])
+                    raise RevealError(
+                        f"probe (M at {int(i[k])}, -M at {int(j[k])}, units at {lo}..{hi - 1}) gave "
+                        f"{y[k] * self.e!r}, not a count of units in [0, {hi - lo}] x {self.e}: the "
+                        "function does not add its inputs in one summation tree that swamps (e.g. "
+                        "it accumulates in a wider format, reorders by magnitude or is not a sum)")
+                surv[s:s + step] += cnt.astype(np.int64)
+        return n - surv
 
 
 def reveal(fn, n: int, fmt="fp32", *, check_rows: int = 10_000, seed: int = 0,
