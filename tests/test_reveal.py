@@ -16,6 +16,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+import numlab.cli.reveal as cli_reveal
 from numlab.cli import main
 from numlab.kernels import Blocked, Lanes, Pairwise, Sequential, parse_order, reduce
 from numlab.kernels.cpu_orders import AtenCascade, InductorLanes
@@ -219,6 +220,12 @@ def test_reveal_fused_adders(text):
 
 # --------------------------------------------------------------------------------------
 # errors
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_tiny_rows(n):
+    r = reveal_order("numpy.sum", n, "fp32", check_rows=ROWS)
+    assert r.check.ok and r.order.n == n and r.probes <= n
+
+
 def test_not_a_sum_raises_reveal_error():
     with pytest.raises(RevealError, match="summation tree"):
         reveal(lambda x: np.max(x, axis=-1), 16, "fp32")
@@ -244,8 +251,6 @@ def test_cli_reproduced_exit_0(capsys):
 
 
 def test_cli_not_reproduced_exit_1(monkeypatch, capsys):
-    import numlab.cli.reveal as cli_reveal
-
     # a pairwise tree accumulated in fp64: the probes see the tree, the fp32 check does not match
     monkeypatch.setattr(cli_reveal, "black_box",
                         lambda name: lambda x: np.sum(x.astype(np.float64), axis=-1).astype(np.float32))
@@ -276,3 +281,12 @@ def test_draw_tree_draws_every_edge():
     assert len(lc.get_segments()) == sum(len(ch) for ch in t.nodes)
     with pytest.raises(TypeError, match="Tree"):
         draw_tree("sequential")
+
+
+@pytest.mark.slow  # ~20 s of Inductor compilation on the 2-core CI machine
+@pytest.mark.torch
+def test_torch_compile_sum_reproduced(torch):
+    # Inductor's lane loop + butterfly (16 fp32 lanes with AVX-512, 8 with AVX2): whatever
+    # this machine compiles, the revealed tree must reproduce it
+    r = reveal_order("torch.compile(torch.sum)", 200, "fp32", check_rows=ROWS)
+    assert r.check.ok and r.probes <= _nlogn(200)

@@ -565,7 +565,6 @@ def _variance(xw, order, ar, algo, ddof):
 
 
 
-# At the end, not the top: cpu_orders subclasses Order (defined above) and
-# parse_order looks its parser up at call time.
-from . import cpu_orders  # noqa: E402
-from . import tree_order  # noqa: E402
+# At the end, not the top: cpu_orders and tree_order subclass Order (defined above)
+# and parse_order looks their parsers up at call time.
+from . import cpu_orders, tree_order  # noqa: E402
