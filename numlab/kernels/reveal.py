@@ -26,6 +26,14 @@ separated by probing one leaf against the others).  Every set of a round of
 the recursion is probed in the same batch of calls.  A binary reading is
 preferred when both fit the pivot's probes; the check then decides.
 
+Two more kinds of probe complete the tree: a row of ``-0.0`` (does the sum
+end on a ``+0.0`` accumulator?) and, per binary node ``v`` under a binary
+parent, ``1`` / ``t`` in ``v``'s children and ``-1`` beside ``v``: ``t``
+survives only if ``v`` and its parent add in fp64 (``Tree.wide``), which is
+how a BLAS dot with a ``double`` scalar loop is reproduced.  Counts that an
+fp16/bf16 output cannot hold exactly (above 2048 / 256) are probed in windows
+of units and added.
+
 The black box ``fn`` takes a 2-D array (rows, n) in the input format's
 container (float32, float16, ml_dtypes.bfloat16) and returns one value per
 row (use :func:`rowwise` for a function of one 1-D row).  The revealed order
@@ -231,12 +239,58 @@ def reveal(fn, n: int, fmt="fp32", *, check_rows: int = 10_000, seed: int = 0,
         raise ValueError(f"check_rows={check_rows!r} is not valid; it must be an int >= 0")
     prober = _Prober(fn, n, fmt)
     tree = _reconstruct(prober, n)
-    tree = Tree(n, tree.nodes, zero=_ends_on_plus_zero(fn, n, fmt))
+    wide = _wide_nodes(prober, tree)
+    tree = Tree(n, tree.nodes, zero=_ends_on_plus_zero(fn, n, fmt), wide=wide)
     res = Revealed(tree, n, fmt, prober.probes, prober.calls)
     if check_rows:
         res = Revealed(tree, n, fmt, prober.probes, prober.calls,
                        check(fn, tree, n, fmt, rows=int(check_rows), seed=seed, acc=acc))
     return res
+
+
+def _wide_nodes(prober: _Prober, tree: Tree) -> tuple[int, ...]:
+    """Binary nodes computed in fp64: one probe per binary node ``v`` under a binary
+    parent ``u``: ``1`` in one child of ``v``, ``t`` (2**-40; fp16: 2**-24) in the
+    other, ``-1`` in ``u``'s other child, zeros elsewhere.  The output is ``t`` iff
+    ``v`` and ``u`` both keep ``1 + t`` (fp64), else 0.  A wide node under a
+    narrow parent with narrow children rounds like a narrow one (the double
+    rounding of one fp32 addition through fp64 is innocuous), so it is not needed."""
+    n = tree.n
+    parent = {}
+    for k, ch in enumerate(tree.nodes):
+        for c in ch:
+            parent[c] = n + k
+    vs = [n + k for k, ch in enumerate(tree.nodes)
+          if len(ch) == 2 and n + k in parent and len(tree.nodes[parent[n + k] - n]) == 2]
+    if not vs:
+        return ()
+    t = 2.0 ** -24 if prober.fmt == "fp16" else 2.0 ** -40
+    first = _first_leaves(tree)
+    x = np.zeros((len(vs), n), dtype=prober.dtype)
+    r = np.arange(len(vs))
+    a = [first[tree.nodes[v - n][0]] for v in vs]
+    b = [first[tree.nodes[v - n][1]] for v in vs]
+    c = [first[next(w for w in tree.nodes[parent[v] - n] if w != v)] for v in vs]
+    x[r, a] = 1.0
+    x[r, b] = t
+    x[r, c] = -1.0
+    y = np.concatenate([_call(prober.fn, x[s:s + prober.rows_per_call])
+                        for s in range(0, len(vs), prober.rows_per_call)])
+    prober.calls += -(-len(vs) // prober.rows_per_call)
+    prober.probes += len(vs)
+    bad = (y != 0) & (y != t)
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise RevealError(f"precision probe of node {vs[k]} gave {y[k]!r}, expected 0 or {t}")
+    hit = [v for v, yy in zip(vs, y, strict=True) if yy == t]
+    return tuple(sorted(set(hit) | {parent[v] for v in hit}))
+
+
+def _first_leaves(tree: Tree) -> list[int]:
+    first = list(range(tree.n)) + [0] * len(tree.nodes)
+    for k, ch in enumerate(tree.nodes):
+        first[tree.n + k] = min(first[c] for c in ch)
+    return first
 
 
 def _ends_on_plus_zero(fn, n, fmt) -> bool:

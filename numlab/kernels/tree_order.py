@@ -14,6 +14,10 @@ elements ``x_0 .. x_{n-1}`` of a row), such as the tree that
   multi-term adder of a matrix unit does; computed here by an fp64 expansion
   and round-to-odd, :func:`numlab.primitives._rto_of_sum`, so it needs an
   accumulator of precision ``p <= 51``).
+* ``wide``: ids of binary nodes computed in fp64 (a C loop with a ``double``
+  accumulator, as OpenBLAS's ``sdot`` scalar loop on this machine): their sum
+  is kept in fp64 until a non-wide node or the end rounds it to the
+  accumulator format.  Written ``d[...]`` in the string form.
 * ``zero=True``: the result is finally added to ``+0.0`` (a C accumulator that
   starts at ``0.0``, as ATen and Inductor do): only a row of ``-0.0`` sees the
   difference (it sums to ``+0.0``).
@@ -26,6 +30,7 @@ String form (:func:`parse_tree`; ``parse_order`` reads ``"tree(...)"``)::
 
     tree    := "tree(" ["+0:"] expr ")"
     expr    := "[" item ("," item)* "]"     left-to-right chain ((a+b)+c)+...
+             | "d[" item ("," item)* "]"    the same chain computed in fp64 ("wide" nodes)
              | "{" item ("," item)+ "}"     fused adder (exact sum, one rounding)
     item    := expr | INT | INT ".." INT [":" INT]   (a leaf run start..stop:step,
                                                       stop included, chained)
@@ -51,19 +56,19 @@ from .reduce import Order
 
 __all__ = ["Tree", "parse_tree", "TREE_GRAMMAR"]
 
-TREE_GRAMMAR = ('tree([chain]) with chains "[a,b,...]", fused adders "{a,b,...}", '
+TREE_GRAMMAR = ('tree([chain]) with chains "[a,b,...]" (fp64 chains "d[a,b,...]"), fused adders "{a,b,...}", '
                 'leaf runs "i..j" or "i..j:step", optional "+0:" prefix; e.g. "tree([[0..3],[4..7]])"')
 _CHUNK_VALUES = 1 << 23  # values held at once while executing (rows per chunk = this / nodes)
 
 
-def _canonical(n: int, nodes) -> tuple[tuple[tuple[int, ...], ...], list[int]]:
-    """Validate ``nodes`` and return them in canonical form, plus each node's min leaf."""
+def _canonical(n: int, nodes) -> tuple[tuple[tuple[int, ...], ...], dict]:
+    """Validate ``nodes`` and return them in canonical form, plus the renumbering."""
     if not isinstance(n, int | np.integer) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n={n!r} is not valid; it must be an int >= 1")
     n = int(n)
     m = len(nodes)
     if n == 1 and m == 0:
-        return (), [0]
+        return (), {0: 0}
     if m == 0:
         raise ValueError(f"a tree over n={n} leaves needs nodes; got none")
     used = np.zeros(n + m, dtype=bool)
@@ -101,10 +106,7 @@ def _canonical(n: int, nodes) -> tuple[tuple[tuple[int, ...], ...], list[int]]:
             continue
         stack.append((v, True))
         stack.extend((c, False) for c in reversed(ch))
-    mins = list(range(n)) + [0] * m
-    for k, ch in enumerate(out):
-        mins[n + k] = min(mins[c] for c in ch)
-    return tuple(out), mins
+    return tuple(out), new_id
 
 
 @dataclass(frozen=True, eq=True)
@@ -119,16 +121,30 @@ class Tree(Order):
         ``nodes[k]`` = children of internal node ``n + k``; the last is the root.
     zero : bool
         Add the result to ``+0.0`` at the end (default False).
+    wide : sequence of int
+        Ids of binary nodes computed in fp64 (their children converted exactly,
+        the result kept in fp64 until a non-wide node or the end rounds it to
+        the accumulator format), as a C loop with a ``double`` accumulator does.
     """
 
     n: int
     nodes: tuple
     zero: bool = False
+    wide: tuple = ()
 
     def __post_init__(self):
-        nodes, _ = _canonical(self.n, self.nodes)
+        nodes, new_id = _canonical(self.n, self.nodes)
         object.__setattr__(self, "n", int(self.n))
         object.__setattr__(self, "nodes", nodes)
+        wide = tuple(sorted({int(w) for w in self.wide}))
+        for w in wide:
+            if w not in new_id or w < self.n:
+                raise ValueError(f"wide={list(self.wide)!r}: {w} is not an internal node id "
+                                 f"({self.n}..{self.n + len(nodes) - 1})")
+        wide = tuple(sorted(new_id[w] for w in wide))
+        if any(len(nodes[w - self.n]) > 2 for w in wide):
+            raise ValueError("wide nodes must be binary additions (a fused adder rounds once)")
+        object.__setattr__(self, "wide", wide)
         if not isinstance(self.zero, bool | np.bool_):
             raise TypeError(f"zero must be a bool, got {self.zero!r}")
         object.__setattr__(self, "zero", bool(self.zero))
@@ -198,7 +214,9 @@ class Tree(Order):
         """A left chain ((a+b)+c)+d flattened to [a, b, c, d] (binary nodes only)."""
         items = []
         first = True
-        while v >= self.n and len(self.nodes[v - self.n]) == 2:
+        wide = set(self.wide)
+        kind = v in wide
+        while v >= self.n and len(self.nodes[v - self.n]) == 2 and (v in wide) == kind:
             a, b = self.nodes[v - self.n]
             # the chain continues into the child holding the smaller leaves while the
             # other child is a single leaf (the root node always starts a chain)
@@ -223,7 +241,7 @@ class Tree(Order):
                 parts.append(it)
             else:
                 parts.append(memo[it] if it in memo else self._node_str(it, memo))
-        return "[" + ",".join(_runs(parts)) + "]"
+        return ("d[" if v in set(self.wide) else "[") + ",".join(_runs(parts)) + "]"
 
     def __str__(self) -> str:
         body = self.expr() if self.nodes else "[0]"
@@ -268,22 +286,40 @@ class Tree(Order):
             raise ValueError(f"acc={ar.fmt.name!r}: fused adders (nodes of >= 3 children) need an "
                              "accumulator of precision p <= 51")
         levels = self._levels()
-        res = np.empty(R, dtype=ar.dtype)
+        wide = np.zeros(total, dtype=bool)
+        wide[list(self.wide)] = True
+        vdt = np.float64 if self.wide else ar.dtype
+        res = np.empty(R, dtype=vdt)
         step = max(1, _CHUNK_VALUES // total)
         for r0 in range(0, R, step):  # loop over row chunks; inside, over tree levels
             r1 = min(R, r0 + step)
-            vals = np.empty((total, r1 - r0), dtype=ar.dtype)
+            vals = np.empty((total, r1 - r0), dtype=vdt)
             vals[:n] = x2[r0:r1].T
             for groups in levels:
                 for ids, kids in groups:
-                    if kids.shape[1] == 2:
-                        vals[ids] = ar.add(vals[kids[:, 0]], vals[kids[:, 1]])
-                    else:
-                        vals[ids] = _fused(vals[kids], ar)
+                    if kids.shape[1] > 2:
+                        vals[ids] = _fused(_narrow(vals[kids], kids, wide, ar), ar)
+                        continue
+                    w = wide[ids]
+                    if w.any():  # fp64 additions of the (exact) child values
+                        vals[ids[w]] = vals[kids[w, 0]] + vals[kids[w, 1]]
+                    if not w.all():
+                        k = kids[~w]
+                        vals[ids[~w]] = ar.add(_narrow(vals[k[:, 0]], k[:, 0], wide, ar),
+                                               _narrow(vals[k[:, 1]], k[:, 1], wide, ar))
             res[r0:r1] = vals[total - 1]
+        if self.wide:
+            res = ar.round(res) if wide[total - 1] else res.astype(ar.dtype)
         if self.zero:
             res = ar.add(np.zeros_like(res), res)
         return res.reshape(lead)
+
+
+def _narrow(v: np.ndarray, ids: np.ndarray, wide: np.ndarray, ar) -> np.ndarray:
+    """Values entering a non-wide node: wide children rounded to the accumulator format."""
+    if not wide[ids].any():
+        return v.astype(ar.dtype, copy=False)
+    return np.where(wide[ids], ar.round(v), v).astype(ar.dtype)
 
 
 def _fused(terms: np.ndarray, ar) -> np.ndarray:
@@ -382,7 +418,7 @@ class _Recorder:
 # --------------------------------------------------------------------------
 # parsing
 # --------------------------------------------------------------------------
-_TOKEN = re.compile(r"\s*(\d+\.\.\d+(?::\d+)?|\d+|[\[\]{},])")
+_TOKEN = re.compile(r"\s*(\d+\.\.\d+(?::\d+)?|\d+|d\[|[\[\]{},])")
 
 
 def parse_tree(s: str) -> Tree:
@@ -403,6 +439,7 @@ def parse_tree(s: str) -> Tree:
         toks.append(mt.group(1))
         pos = mt.end()
     nodes: list[tuple[int, int] | tuple[int, ...]] = []
+    wide: list[int] = []
     leaves: list[int] = []
     # ids are provisional: leaves get their own index, nodes a negative placeholder
     # resolved once n (= number of leaves) is known
@@ -415,7 +452,7 @@ def parse_tree(s: str) -> Tree:
             if i >= len(toks):
                 raise ValueError(f"order={s!r}: missing {close!r}; valid: {TREE_GRAMMAR}")
             tok = toks[i]
-            if tok in "[{":
+            if tok in ("[", "{", "d["):
                 i += 1
                 items.append(group(tok))
             elif tok[0].isdigit():
@@ -446,7 +483,7 @@ def parse_tree(s: str) -> Tree:
             raise ValueError(f"order={s!r}: expected ',' or {close!r}, got {toks[i]!r}")
 
     def group(open_):
-        items = item_list("]" if open_ == "[" else "}")
+        items = item_list("}" if open_ == "{" else "]")
         if open_ == "{":
             if len(items) < 3:
                 raise ValueError(f"order={s!r}: a fused adder {{...}} needs >= 3 items")
@@ -455,10 +492,12 @@ def parse_tree(s: str) -> Tree:
         cur = items[0]
         for it in items[1:]:
             nodes.append((cur, it))
+            if open_ == "d[":
+                wide.append(len(nodes) - 1)
             cur = ("node", len(nodes) - 1)
         return cur
 
-    if not toks or toks[0] not in ("[", "{"):
+    if not toks or toks[0] not in ("[", "{", "d["):
         raise ValueError(f"order={s!r}: a tree body starts with '[' or '{{'; valid: {TREE_GRAMMAR}")
     i = 1
     root = group(toks[0])
@@ -473,4 +512,5 @@ def parse_tree(s: str) -> Tree:
     def rid(it):
         return it[1] if it[0] == "leaf" else n + it[1]
 
-    return Tree(n, tuple(tuple(rid(c) for c in ch) for ch in nodes), zero)
+    return Tree(n, tuple(tuple(rid(c) for c in ch) for ch in nodes), zero,
+                tuple(n + k for k in wide))
