@@ -366,8 +366,9 @@ def draw_tree(tree: Tree, *, ax=None, title: str | None = None, leaf_labels: boo
     """Draw a summation tree (:class:`numlab.kernels.tree_order.Tree`, e.g. a revealed
     order ``reveal_order(...).order``): leaves on the x axis in element order, each
     addition at the height of its longest chain of roundings above the leaves, x at
-    the mean of its children.  Binary additions are dots; fused k-term adders
-    (exact sum, one rounding) are red squares.  Returns the axes."""
+    the mean of its children.  Binary additions are dots (green diamonds when
+    computed in fp64, ``tree.wide``); fused k-term adders (exact sum, one rounding)
+    are red squares.  Returns the axes."""
     if not isinstance(tree, Tree):
         raise TypeError(f"tree must be a numlab.kernels.tree_order.Tree, got {type(tree).__name__}")
     n = tree.n
@@ -384,7 +385,12 @@ def draw_tree(tree: Tree, *, ax=None, title: str | None = None, leaf_labels: boo
     ids = np.arange(n, h.size)
     fused = np.array([len(ch) > 2 for ch in tree.nodes], dtype=bool)
     ax.scatter(x[:n], h[:n], s=8, color=MODE_COLORS["eager"], zorder=3, label="element")
-    ax.scatter(x[ids[~fused]], h[ids[~fused]], s=10, color="#333333", zorder=3, label="rounded addition")
+    wide = np.isin(ids, np.array(tree.wide, dtype=np.int64))
+    plain = ~fused & ~wide
+    ax.scatter(x[ids[plain]], h[ids[plain]], s=10, color="#333333", zorder=3, label="rounded addition")
+    if wide.any():
+        ax.scatter(x[ids[wide]], h[ids[wide]], s=16, marker="D", color=MODE_COLORS["emulated_casts"],
+                   zorder=3, label="fp64 addition")
     if fused.any():
         ax.scatter(x[ids[fused]], h[ids[fused]], s=30, marker="s", color=MODE_COLORS["fused"], zorder=4,
                    label="fused k-term adder")

@@ -266,7 +266,8 @@ def _wide_nodes(prober: _Prober, tree: Tree) -> tuple[int, ...]:
         return ()
     t = 2.0 ** -24 if prober.fmt == "fp16" else 2.0 ** -40
     first = _first_leaves(tree)
-    x = np.zeros((len(vs), n), dtype=prober.dtype)
+    step = prober.rows_per_call
+    x = np.zeros((-(-len(vs) // step) * step, n), dtype=prober.dtype)  # padded: one shape per call
     r = np.arange(len(vs))
     a = [first[tree.nodes[v - n][0]] for v in vs]
     b = [first[tree.nodes[v - n][1]] for v in vs]
@@ -274,9 +275,8 @@ def _wide_nodes(prober: _Prober, tree: Tree) -> tuple[int, ...]:
     x[r, a] = 1.0
     x[r, b] = t
     x[r, c] = -1.0
-    y = np.concatenate([_call(prober.fn, x[s:s + prober.rows_per_call])
-                        for s in range(0, len(vs), prober.rows_per_call)])
-    prober.calls += -(-len(vs) // prober.rows_per_call)
+    y = np.concatenate([_call(prober.fn, x[s:s + step]) for s in range(0, len(vs), step)])[: len(vs)]
+    prober.calls += -(-len(vs) // step)
     prober.probes += len(vs)
     bad = (y != 0) & (y != t)
     if bad.any():
