@@ -19,10 +19,12 @@ import io
 import os
 
 import numpy as np
+from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
 from .formats import FP16, FP32, get_format
 from .kernels import gamma
+from .kernels.tree_order import Tree
 from .races import GROUPS_ORDER, SimResult, Stage, SyncAll
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "plan_figures",
     "save_figures",
     "figure_to_png",
+    "draw_tree",
 ]
 
 MODE_COLORS = {
@@ -357,3 +360,48 @@ def figure_to_png(fig, dpi: int = 110) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight", metadata={"Software": None})
     return buf.getvalue()
+
+
+def draw_tree(tree: Tree, *, ax=None, title: str | None = None, leaf_labels: bool | None = None):
+    """Draw a summation tree (:class:`numlab.kernels.tree_order.Tree`, e.g. a revealed
+    order ``reveal_order(...).order``): leaves on the x axis in element order, each
+    addition at the height of its longest chain of roundings above the leaves, x at
+    the mean of its children.  Binary additions are dots (green diamonds when
+    computed in fp64, ``tree.wide``); fused k-term adders (exact sum, one rounding)
+    are red squares.  Returns the axes."""
+    if not isinstance(tree, Tree):
+        raise TypeError(f"tree must be a numlab.kernels.tree_order.Tree, got {type(tree).__name__}")
+    n = tree.n
+    ax = _ax(ax, (min(16, 4 + n / 16), 4))
+    h = tree.heights()
+    x = np.zeros(h.size)
+    x[:n] = np.arange(n)
+    segs = []
+    for k, ch in enumerate(tree.nodes):
+        v = n + k
+        x[v] = float(np.mean(x[list(ch)]))
+        segs.extend([[(x[v], h[v]), (x[c], h[c])] for c in ch])
+    ax.add_collection(LineCollection(segs, colors="#555555", linewidths=0.6))
+    ids = np.arange(n, h.size)
+    fused = np.array([len(ch) > 2 for ch in tree.nodes], dtype=bool)
+    ax.scatter(x[:n], h[:n], s=8, color=MODE_COLORS["eager"], zorder=3, label="element")
+    wide = np.isin(ids, np.array(tree.wide, dtype=np.int64))
+    plain = ~fused & ~wide
+    ax.scatter(x[ids[plain]], h[ids[plain]], s=10, color="#333333", zorder=3, label="rounded addition")
+    if wide.any():
+        ax.scatter(x[ids[wide]], h[ids[wide]], s=16, marker="D", color=MODE_COLORS["emulated_casts"],
+                   zorder=3, label="fp64 addition")
+    if fused.any():
+        ax.scatter(x[ids[fused]], h[ids[fused]], s=30, marker="s", color=MODE_COLORS["fused"], zorder=4,
+                   label="fused k-term adder")
+    if leaf_labels if leaf_labels is not None else n <= 32:
+        for i in range(n):
+            ax.annotate(str(i), (x[i], 0), textcoords="offset points", xytext=(0, -10), ha="center",
+                        fontsize=7)
+    ax.set_xlim(-1, n)
+    ax.set_ylim(-1, max(1, int(h.max())) + 1)
+    ax.set_xlabel("element index")
+    ax.set_ylabel("additions above the elements (height)")
+    ax.set_title(title or tree.summary(80), fontsize=9)
+    ax.legend(loc="upper left", fontsize=7)
+    return ax

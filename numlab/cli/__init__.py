@@ -30,6 +30,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "bisect": ("numlab.cli.bisect", "find what causes a divergence between eager and fused"),
     "check": ("numlab.cli.check", "check a claim (or `check plan`, `check determinism`)"),
     "race": ("numlab.cli.race", "multi-core race scenarios: run, detect, fix"),
+    "reveal": ("numlab.cli.reveal", "reveal the summation order of a torch/numpy reduction by probing"),
     "bench": ("numlab.bench", "benchmarks, reported as ratios against numpy/ml_dtypes"),
 }
 

@@ -78,7 +78,7 @@ __all__ = [
 OPS = ("sum", "mean", "max", "min", "sumsq", "var")
 VARIANCE_ALGORITHMS = ("two_pass", "welford", "textbook")
 ORDER_NAMES = ("sequential", "pairwise", "lanes", "blocked", "kahan", "shuffled", "aten_cascade",
-               "inductor_lanes")
+               "inductor_lanes", "tree")
 LANE_COMBINES = ("tree", "sequential")
 LANE_TAILS = ("masked", "epilogue")
 
@@ -372,7 +372,7 @@ class Shuffled(Order):
 _ORDER_HELP = (
     "'sequential', 'pairwise', 'kahan', 'lanes(L[,tree|sequential[,masked|epilogue]])', "
     "'blocked(tile[,inner[,outer]])', 'shuffled(seed[,tile[,inner]])', "
-    "'aten_cascade(vec[,widen])', "
+    "'aten_cascade(vec[,widen])', 'tree([...])', "
     "'inductor_lanes(lanes[,n_vec[,threads[,split[,cascade[,unroll[,min_chunk]]]]]])'"
 )
 
@@ -412,6 +412,8 @@ def parse_order(s: "str | Order") -> Order:
     if not isinstance(s, str):
         raise TypeError(f"order must be an Order or a string, got {type(s).__name__}")
     t = s.strip().lower().replace(" ", "")
+    if t.startswith("tree("):  # its own grammar: brackets hold commas
+        return tree_order.parse_tree(t)
     m = re.fullmatch(r"([a-z_]+)(?:\((.*)\))?", t)
     if not m:
         raise ValueError(f"order={s!r} is not valid; valid orders: {_ORDER_HELP}")
@@ -563,6 +565,6 @@ def _variance(xw, order, ar, algo, ddof):
 
 
 
-# At the end, not the top: cpu_orders subclasses Order (defined above) and
-# parse_order looks its parser up at call time.
-from . import cpu_orders  # noqa: E402
+# At the end, not the top: cpu_orders and tree_order subclass Order (defined above)
+# and parse_order looks their parsers up at call time.
+from . import cpu_orders, tree_order  # noqa: E402
