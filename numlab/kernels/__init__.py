@@ -9,7 +9,8 @@ each is a knob here and a field of :class:`KernelSpec`:
    unit with its rounding mode) and :func:`fma` vs :func:`mul_add`;
 3. tiling and reduction order -- :class:`Hardware` + :func:`tile_elements`,
    :func:`reduce` with :class:`Sequential`, :class:`Pairwise`, :class:`Lanes`,
-   :class:`Blocked`, :class:`Kahan`, :class:`Shuffled`; :func:`matmul` K tiles;
+   :class:`Blocked`, :class:`Kahan`, :class:`Shuffled`, the CPU orders
+   :class:`AtenCascade` and :class:`InductorLanes`, and a revealed :class:`Tree`; :func:`matmul` K tiles;
 4. algorithm -- :func:`rsqrt`, :func:`reciprocal`, :func:`divide` (exact,
    two roundings, or a table/bit-trick seed plus :class:`Newton` steps),
    :func:`exp` (exact or :class:`ExpPoly`), :func:`tanh`, :func:`erf`,
@@ -122,6 +123,7 @@ from .spec import (
     UNARY_OPS,
     KernelSpec,
 )
+from .tree_order import Tree, parse_tree
 
 __all__ = [
     "Hardware", "tile_elements", "ASCEND_910B", "SMALL",
@@ -131,7 +133,7 @@ __all__ = [
     "Table", "Magic", "Newton", "ExpPoly", "parse_algo", "rsqrt", "reciprocal", "divide", "sqrt",
     "exp", "tanh", "erf", "gelu", "seed_estimate", "seed_error_bound", "newton_recurrence",
     "steps_needed", "steps_table", "RSQRT_ALGOS", "RECIP_ALGOS", "DIV_ALGOS", "EXP_ALGOS",
-    "TANH_ALGOS", "ERF_ALGOS", "GELU_ALGOS", "GELU_APPROXIMATE", "AtenCascade", "InductorLanes",
+    "TANH_ALGOS", "ERF_ALGOS", "GELU_ALGOS", "GELU_APPROXIMATE", "AtenCascade", "InductorLanes", "Tree", "parse_tree",
     "matmul", "MATMUL_ALGOS", "MATMUL_MODES", "engine", "Ctx",
     "KernelSpec", "HANDWRITTEN", "CODEGEN", "PROMOTIONS", "UNARY_OPS", "DEFAULT_FUSED_LIVE_BUFFERS",
 ]

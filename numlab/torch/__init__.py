@@ -24,6 +24,7 @@ _LAZY = {
     "bridge": "numlab.torch.bridge",
     "predictor": "numlab.torch.predictor",
     "presets": "numlab.torch.presets",
+    "reveal": "numlab.torch.reveal",
 }
 _ATTRS = {
     "from_torch": ("numlab.torch.bridge", "from_torch"),
@@ -37,6 +38,7 @@ _ATTRS = {
     "inductor_cpu": ("numlab.torch.presets", "inductor_cpu"),
     "TorchCpuEager": ("numlab.torch.presets", "TorchCpuEager"),
     "InductorCpu": ("numlab.torch.presets", "InductorCpu"),
+    "reveal_order": ("numlab.torch.reveal", "reveal_order"),
 }
 
 # imported eagerly (numpy only, no torch) so that the function ``explain`` owns the
