@@ -28,6 +28,11 @@ import os
 import subprocess
 import sys
 
+try:  # POSIX: a lock so that pytest-xdist workers share one subprocess per capability
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+
 import numpy as np
 import pytest
 
@@ -131,25 +136,44 @@ def _cpu_can_run(cap: str) -> str | None:
     return None
 
 
+def _measure(cap: str, tmp_path_factory) -> dict:
+    """Run the capability's subprocess: its result dict, or {"skip": reason}."""
+    why = _cpu_can_run(cap)
+    if why is not None:
+        return {"skip": why}
+    env_add, comp, want = CAPS[cap]
+    cache = tmp_path_factory.mktemp(f"inductor_{cap}")
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache), **env_add)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-c", SCRIPT, "1" if comp else "0"], capture_output=True,
+                       text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout.split("RESULT ", 1)[1])
+    if res["capability"] != want:
+        return {"skip": f"torch reports capability {res['capability']} under {env_add} "
+                        f"(the CPU cannot run {want})"}
+    print(f"[{cap}] {res['machine']}")
+    return res
+
+
 def _run(cap: str, tmp_path_factory) -> dict:
+    """The capability's result, measured once per test session: a JSON file in the
+    session's shared temp root, under a lock, so pytest-xdist workers share one run."""
     if cap in _RUNS:
         return _RUNS[cap]
-    why = _cpu_can_run(cap)
-    if why is None:
-        env_add, comp, want = CAPS[cap]
-        cache = tmp_path_factory.mktemp(f"inductor_{cap}")
-        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache), **env_add)
-        env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-        r = subprocess.run([sys.executable, "-c", SCRIPT, "1" if comp else "0"], capture_output=True,
-                           text=True, timeout=600, env=env)
-        assert r.returncode == 0, r.stderr[-3000:]
-        res = json.loads(r.stdout.split("RESULT ", 1)[1])
-        if res["capability"] != want:
-            why = f"torch reports capability {res['capability']} under {env_add} (the CPU cannot run {want})"
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    path = root / f"numlab_capability_{cap}.json"
+    with open(root / f"numlab_capability_{cap}.lock", "w") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists():
+            res = json.loads(path.read_text())
         else:
-            print(f"[{cap}] {res['machine']}")
-    _RUNS[cap] = {"skip": why} if why else res
-    return _RUNS[cap]
+            res = _measure(cap, tmp_path_factory)
+            path.write_text(json.dumps(res))
+    _RUNS[cap] = res
+    return res
 
 
 def _get(cap, tmp_path_factory):
