@@ -9,6 +9,12 @@ prediction against ``torch.compile`` (Inductor C++) with
 elements and the largest distance in ulps of the dtype.  The ``cause``
 column names the residual's source where a row is not 100%.
 
+The header names the machine and what torch dispatches on it
+(:func:`numlab.torch.presets.describe_machine`: CPU model and flags, torch
+version, threads, ATen capability, Inductor's vector ISA and lanes, oneDNN's
+ISA) and the kernels the presets chose for it; a case numlab does not model on
+this machine prints ``not modelled`` with the reason instead of a share.
+
 Needs torch (``pip install torch==2.13.0``, CPU build).
 """
 
@@ -20,12 +26,12 @@ import numpy as np
 from ..torch.bridge import from_torch
 from ..torch.data import cancelling_rows, normal
 from ..torch.explain import ulp_distance
-from ..torch.predictor import compile_fn, predict, run_torch
+from ..torch.predictor import NotModelled, compile_fn, predict, run_torch
 from ..torch.presets import (
-    detect_cpu_capability,
-    detect_inductor_lanes,
+    describe_machine,
     inductor_cpu,
     measure_aten_sum_lanes,
+    torch_cpu_eager,
 )
 
 __all__ = ["main", "SUITE", "run_suite", "measure_case"]
@@ -125,7 +131,8 @@ def _inputs(name, nin, kind, shape, dt, rng):
 
 
 def measure_case(name, dt, shape, seed=0, emulate=(False, True)):
-    """One row: {'eager': (share, max_ulp), 'compiled': ..., 'compiled+emulate': ...}."""
+    """One row: {'eager': (share, max_ulp), 'compiled': ..., 'compiled+emulate': ...};
+    a side numlab does not model on this machine is the ``NotModelled`` message."""
     fn, nin, kind, _ = _suite()[name]
     rng = np.random.default_rng(seed)
     xs = _inputs(name, nin, kind, shape, dt, rng)
@@ -137,11 +144,19 @@ def measure_case(name, dt, shape, seed=0, emulate=(False, True)):
         return float(np.mean(same)), float(np.max(ulp_distance(p, t, dt))) if p.size else 0.0
 
     te = run_torch(tr, xs, mode="eager")[0]
-    row["eager"] = score(predict(tr, xs, mode="eager").outputs[0], te)
+    try:
+        row["eager"] = score(predict(tr, xs, mode="eager").outputs[0], te)
+    except NotModelled as e:
+        row["eager"] = str(e)
     for emu in emulate:
+        key = "compiled+emulate" if emu else "compiled"
+        try:
+            pc = predict(tr, xs, mode="compiled", preset=inductor_cpu(emu)).outputs[0]
+        except NotModelled as e:
+            row[key] = str(e)
+            continue
         tc = run_torch(tr, xs, mode="compiled", compiled=compile_fn(fn, emu))[0]
-        pc = predict(tr, xs, mode="compiled", preset=inductor_cpu(emu)).outputs[0]
-        row["compiled+emulate" if emu else "compiled"] = score(pc, tc)
+        row[key] = score(pc, tc)
     return row
 
 
@@ -162,32 +177,47 @@ def run_suite(quick: bool = False, dtypes=("fp32", "bf16", "fp16")):
 
 
 def _fmt(v):
+    if isinstance(v, str):
+        return f"{'not modelled':>13}"
     share, mu = v
     return f"{share:7.2%} {mu:5.3g}"
+
+
+def header() -> str:
+    """The machine and the kernels the presets chose for it (needs torch)."""
+    pe, pi = torch_cpu_eager(), inductor_cpu()
+    m = describe_machine()
+    return (f"{m.header()}\n"
+            f"presets: eager softmax lanes {pe.softmax_lanes}, ATen sum lanes {measure_aten_sum_lanes()} "
+            f"(measured), F.gelu {pe.gelu_algo or 'not modelled'}; compiled {pi.vec_isa} "
+            f"{pi.lanes} lanes{' (not modelled)' if pi.not_modelled() else ''}")
 
 
 def main(quick: bool = False) -> str:
     """Print and return the faithfulness table (share bitwise equal, max ulp)."""
     try:
-        import torch
+        import torch  # noqa: F401  (optional dependency: only checked here)
     except ImportError:  # pragma: no cover - depends on the machine
         msg = "faithfulness: torch is not installed (pip install torch==2.13.0); nothing measured"
         print(msg)
         return msg
-    lanes = detect_inductor_lanes()
-    head = (f"torch {torch.__version__}, capability {detect_cpu_capability()}, "
-            f"Inductor fp32 lanes {lanes}, ATen sum lanes {measure_aten_sum_lanes()}, "
-            f"threads {torch.get_num_threads()}")
-    lines = [head,
+    lines = [header(),
              "case                       dtype shape        eager vs torch  | compiled vs torch.compile "
              "| +emulate_precision_casts | residual cause",
              "                                              bitwise maxulp  |   bitwise maxulp          "
              "|   bitwise maxulp         |"]
+    notes = []
     for name, dt, shape, row in run_suite(quick):
-        full = all(row[k][0] == 1.0 for k in row)
+        full = all(not isinstance(v, str) and v[0] == 1.0 for v in row.values())
         cause = "" if full else _CAUSES.get(name, "?")
+        for k, v in row.items():
+            if isinstance(v, str):
+                cause = "not modelled here (below)"
+                notes.append(f"  {name} {dt} {k}: {v}")
         lines.append(f"{name:<26} {dt:<5} {str(list(shape)):<12} {_fmt(row['eager'])}    | "
                      f"{_fmt(row['compiled'])}            | {_fmt(row['compiled+emulate'])}           | {cause}")
+    if notes:
+        lines += ["not modelled on this machine:"] + sorted(set(notes))
     out = "\n".join(lines)
     print(out)
     return out

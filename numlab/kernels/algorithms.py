@@ -103,7 +103,7 @@ SEEDS = ("table8", "table12", "table14", "table<bits>", "magic")
 EXP_ALGOS = ("exact", "exp_poly(<degree>[,<step_fmt>])", "sleef_u10")
 TANH_ALGOS = ("exact", "sleef")
 ERF_ALGOS = ("exact", "aten_vec")
-GELU_ALGOS = ("exact", "onednn", "aten_vec", "aten_scalar")
+GELU_ALGOS = ("exact", "onednn", "onednn_avx2", "aten_vec", "aten_scalar")
 GELU_APPROXIMATE = ("none", "tanh")
 GELU_FORMS = ("tanh", "erf")
 """Deprecated (the old ``form=`` vocabulary): use :data:`GELU_APPROXIMATE`."""
@@ -546,7 +546,8 @@ def gelu(x, *, fmt, approximate: str = "none", algo="exact", mode: str = "rne", 
         ``"tanh"``: ``x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``.
     algo : ``"exact"`` (float64 then one rounding); ``"onednn"`` (oneDNN's
         avx512 gelu_erf minimax kernel in fp32, bit for bit; ``approximate="none"``
-        only; eager ``F.gelu`` with mkldnn); ``"aten_vec"`` (ATen's vectorised
+        only; eager ``F.gelu`` with mkldnn); ``"onednn_avx2"`` (oneDNN's gelu_erf
+        below avx512_core: A&S 7.1.26 with oneDNN's exp, bit for bit); ``"aten_vec"`` (ATen's vectorised
         GeluKernel in fp32: ``(x*0.5)*(1 + erf_A&S(x*M_SQRT1_2))``, or
         ``(0.5x)*(1 + tanhf_SLEEF(kBeta*fma(kKappa, x^3, x)))``); ``"aten_scalar"``
         (the same formulas in ATen's scalar loop, libm ``erff``/``tanhf`` modelled
@@ -562,6 +563,11 @@ def gelu(x, *, fmt, approximate: str = "none", algo="exact", mode: str = "rne", 
             raise ValueError(f"algo='onednn' models oneDNN's gelu_erf only; approximate={approximate!r} "
                              "is not valid with it; valid: ['none']")
         return _finish(libm.onednn_gelu_erf(_fp32_in(x)), fmt, mode)
+    if algo == "onednn_avx2":  # oneDNN below avx512_core: A&S with oneDNN's exp
+        if approximate != "none":
+            raise ValueError(f"algo='onednn_avx2' models oneDNN's gelu_erf only; approximate={approximate!r} "
+                             "is not valid with it; valid: ['none']")
+        return _finish(libm.onednn_gelu_erf_avx2(_fp32_in(x)), fmt, mode)
     if algo in ("aten_vec", "aten_scalar"):
         return _finish(_aten_gelu(_fp32_in(x), approximate, algo == "aten_vec"), fmt, mode)
     x64 = as_values(x).astype(np.float64)

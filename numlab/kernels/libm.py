@@ -562,3 +562,67 @@ def erf_rounded(x, fmt, mode: str = "rne") -> np.ndarray:
         hi, lo = erf_dd(x[m])
         out[m] = _round_dd(hi, lo, fmt, mode)
     return out
+
+
+# --- oneDNN's gelu_erf below avx512_core (avx2, sse41): Abramowitz & Stegun 7.1.26 ---
+# jit_uni_eltwise_injector.cpp (oneDNN 3.x, https://github.com/oneapi-src/oneDNN):
+# gelu_erf_compute_vector_fwd takes the minimax table only for avx512_core and up;
+# below it evaluates A&S with oneDNN's own exp (exp_compute_vector_fwd).  Constants are
+# the kernel's hex table entries.
+def _hexf(h: int) -> np.float32:
+    return np.array([h], dtype=np.uint32).view(np.float32)[0]
+
+
+_DNNL_LOG2EF = _hexf(0x3FB8AA3B)
+_DNNL_LN2F = _hexf(0x3F317218)
+_DNNL_LN_FLT_MAX = _hexf(0x42B17218)
+_DNNL_LN_FLT_MIN = _hexf(0xC2AEAC50)
+_DNNL_EXP_POL = [_hexf(h) for h in (0x3F7FFFFB, 0x3EFFFEE3, 0x3E2AAD40, 0x3D2B9D0D, 0x3C07CFCE)]
+_DNNL_AS_P = _hexf(0x3EA7BA05)  # 0.3275911
+_DNNL_AS_SQRT1_2 = _hexf(0x3F3504F3)
+_DNNL_AS_POL = [_hexf(h) for h in (0x3E827906, 0xBE91A98E, 0x3FB5F0E3, 0xBFBA00E3, 0x3F87DC22)]
+
+
+def onednn_expf(x) -> np.ndarray:
+    """oneDNN's ``exp_compute_vector_fwd`` (its JIT exp), bit for bit: clamp to
+    [ln FLT_MIN, ln FLT_MAX], ``n = floor(x log2e + 0.5)``, ``r = fma(-n, ln2, x)``,
+    ``p = 1 + r (p1 + r (p2 + ...))`` by FMAs (degree 5), ``p * 2^(n-1) * 2``;
+    inputs below ln FLT_MIN give 0."""
+    x = np.asarray(x, np.float32)
+    f = np.float32
+    with np.errstate(all="ignore"):
+        low = x < _DNNL_LN_FLT_MIN
+        xc = np.maximum(np.minimum(x, _DNNL_LN_FLT_MAX), _DNNL_LN_FLT_MIN)
+        fx = np.floor(xc * _DNNL_LOG2EF + f(0.5)).astype(f)
+        r = fma32(-fx, _DNNL_LN2F, xc)
+        scale = np.exp2((fx - f(1)).astype(np.float64)).astype(f)  # 2^(n-1): exact, a normal
+        scale = np.where(low, f(0), scale)
+        p = np.full(x.shape, _DNNL_EXP_POL[4], f)
+        for c in (_DNNL_EXP_POL[3], _DNNL_EXP_POL[2], _DNNL_EXP_POL[1], _DNNL_EXP_POL[0], f(1)):
+            p = fma32(p, r, c)
+        return ((p * scale) * f(2)).astype(f)
+
+
+def onednn_gelu_erf_avx2(x) -> np.ndarray:
+    """oneDNN's gelu_erf below avx512_core (what eager ``F.gelu`` runs when oneDNN
+    dispatches avx2, e.g. on AMD Zen 3 or with ``ONEDNN_MAX_CPU_ISA=AVX2``), bit for bit:
+    ``z = x / sqrt 2`` (a multiply), ``t = 1 / fma(p, |z|, 1)``,
+    ``e = -onednn_expf(-(z z)) t``, ``erf = sign(z) fma(e, r(t), 1)`` with ``r`` by
+    FMAs, ``S = 0.5 x``, ``gelu = fma(erf, S, S)``."""
+    x = np.asarray(x, np.float32)
+    f = np.float32
+    with np.errstate(all="ignore"):
+        z = x * _DNNL_AS_SQRT1_2
+        t = f(1) / fma32(_DNNL_AS_P, np.abs(z), f(1))
+        e = -onednn_expf(-(z * z))
+        e = e * t
+        r = np.full(x.shape, _DNNL_AS_POL[4], f)
+        for c in (_DNNL_AS_POL[3], _DNNL_AS_POL[2], _DNNL_AS_POL[1], _DNNL_AS_POL[0]):
+            r = fma32(r, t, c)
+        erf = fma32(e, r, f(1))
+        erf = np.where(np.signbit(z), -erf, erf)
+        s = x * f(0.5)
+        return fma32(erf, s, s).astype(f)
+
+
+__all__ += ["onednn_expf", "onednn_gelu_erf_avx2"]

@@ -108,9 +108,9 @@ class KernelSpec:
         Abramowitz-Stegun form).
     gelu, gelu_tanh : str
         Source 4: the algorithm of ``gelu`` nodes with ``approximate="none"``
-        (``gelu``: ``"exact"``, ``"onednn"``, ``"aten_vec"``,
+        (``gelu``: ``"exact"``, ``"onednn"``, ``"onednn_avx2"``, ``"aten_vec"``,
         ``"aten_scalar"``) and with ``approximate="tanh"`` (``gelu_tanh``:
-        the same without ``"onednn"``).  The node's ``approximate`` attribute
+        the same without the oneDNN ones, which model gelu's erf form only).  The node's ``approximate`` attribute
         chooses the formula; these fields choose how it is evaluated.
     variance : {"two_pass", "welford", "textbook"}
         Source 4, variance algorithm.
@@ -171,7 +171,7 @@ class KernelSpec:
         check_choice("tanh", self.tanh, _alg.TANH_ALGOS)
         check_choice("erf", self.erf, _alg.ERF_ALGOS)
         check_choice("gelu", self.gelu, _alg.GELU_ALGOS)
-        check_choice("gelu_tanh", self.gelu_tanh, tuple(a for a in _alg.GELU_ALGOS if a != "onednn"))
+        check_choice("gelu_tanh", self.gelu_tanh, tuple(a for a in _alg.GELU_ALGOS if not a.startswith("onednn")))
         check_choice("variance", self.variance, VARIANCE_ALGORITHMS)
         check_choice("matmul_algo", self.matmul_algo, MATMUL_ALGOS)
         if not isinstance(self.k_tile, int) or isinstance(self.k_tile, bool) or self.k_tile <= 0:

@@ -39,6 +39,7 @@ _ATTRS = {
     "TorchCpuEager": ("numlab.torch.presets", "TorchCpuEager"),
     "InductorCpu": ("numlab.torch.presets", "InductorCpu"),
     "reveal_order": ("numlab.torch.reveal", "reveal_order"),
+    "describe_machine": ("numlab.torch.presets", "describe_machine"),
 }
 
 # imported eagerly (numpy only, no torch) so that the function ``explain`` owns the

@@ -25,15 +25,18 @@ The numerics are :mod:`numlab.kernels`' (one engine): sums are
 ``numlab.kernels.exp/tanh/erf/gelu`` with the presets' ``algo=`` names: SLEEF
 ``expf`` (``"sleef_u10"``: sigmoid, softmax, compiled ``exp``), SLEEF ``tanhf``
 (``"sleef"``: compiled ``tanh``), ATen's vectorised A&S ``erf``
-(``"aten_vec"``: compiled gelu/erf) and oneDNN's gelu_erf (``"onednn"``: eager
-``F.gelu``) bit for bit; eager unary ``exp``/``tanh``/``erf`` (MKL VML) and
+(``"aten_vec"``: compiled gelu/erf) and oneDNN's gelu_erf (``"onednn"`` on
+oneDNN avx512_core, ``"onednn_avx2"`` on avx2: eager ``F.gelu``) bit for bit; eager unary ``exp``/``tanh``/``erf`` (MKL VML) and
 the libm calls of scalar tail loops are modelled as correctly rounded fp32
 (``"exact"``): they may differ by an ulp -- the faithfulness table reports it.
 What stays here is what a KernelSpec does not express: the ATen graph walk,
 per-op scalar conversion rules, the scalar tails of vectorised loops, ATen's
 ``RowwiseMoments`` (layer norm) and the fp64 reference mode.
 
-Not modelled (raise :class:`NotModelled` rather than guess): reductions over
+Not modelled (raise :class:`NotModelled` rather than guess): the paths the
+presets flag (``TorchCpuEager.not_modelled``: transcendental ops, softmax and
+layer norm under ATen's ``DEFAULT`` capability, oneDNN ISAs below avx2;
+``InductorCpu.not_modelled``: Inductor without a vector ISA), reductions over
 a dim other than the last, ATen's two-pass split of a single row longer than
 ``GRAIN_SIZE`` (32768) over threads, Inductor's ``var_mean`` split over
 threads, ``pow`` with an exponent other than 2, ops outside
@@ -359,6 +362,11 @@ class _Interp:
         base = op.split(".")[0]
         base_ = base.rstrip("_")
         dt = node.dtype
+        if self.mode != "fp64" and self.sw.algorithm == "aten":
+            why = self.pe.not_modelled(base_, self.dt_of(node, 0) if node.args else dt,
+                                       kw.get("approximate", "none"))
+            if why:
+                raise NotModelled(f"aten.{op}: {why}")
         ft = np.float64 if self.mode == "fp64" else np.float32
         with np.errstate(all="ignore"):
             if base_ in ("add", "sub", "mul", "div"):
@@ -498,11 +506,17 @@ class _Interp:
             # the node dtype, so emulate_precision_casts rounds it (measured)
             prod = self.out(np.asarray(y, np.float32) * np.float32(sgn * alpha), dt)
             return self.out(np.asarray(x, np.float32) + prod, dt)
+        why = self.pe.not_modelled("alpha", dt)
+        if why:
+            raise NotModelled(f"aten.{base} with alpha: {why}")
         al = self.sc(sgn * alpha, "alpha", dt)
         x = np.asarray(x, np.float32)
         y = np.asarray(y, np.float32)
         shape = np.broadcast_shapes(x.shape, y.shape)
-        body = fma32(np.broadcast_to(y, shape), al, np.broadcast_to(x, shape))
+        if self.pe.fma_alpha:
+            body = fma32(np.broadcast_to(y, shape), al, np.broadcast_to(x, shape))
+        else:  # no FMA (ATen's DEFAULT build): fl32(x + fl32(y * a))
+            body = np.broadcast_to(x, shape) + np.broadcast_to(y, shape) * al
         if dt not in _LOW:
             return _rnd(body, dt)
         r = _rnd(body, dt)
@@ -530,6 +544,8 @@ class _Interp:
             # else ATen's GeluKernel (SLEEF tanhf / A&S erf, FMA in x + kappa x^3), whose
             # scalar tail loop calls libm tanhf / erff
             algo = self.pe.algorithms()["gelu" if approximate == "none" else "gelu_tanh"]
+            if algo is None:
+                raise NotModelled(f"eager gelu on oneDNN ISA {self.pe.onednn_isa!r}")
             r = np.asarray(k_gelu(x, fmt=FP32, approximate=approximate, algo=algo), np.float32)
             if algo == "aten_vec":
                 r = self.eager_tail(r, np.asarray(k_gelu(x, fmt=FP32, approximate=approximate,
@@ -747,6 +763,8 @@ def predict(trace: TorchTrace, inputs=None, *, mode: str = "eager", preset=None,
             eager_preset, preset = preset, None
     pe = eager_preset if eager_preset is not None else torch_cpu_eager()
     pi = preset if preset is not None else inductor_cpu()
+    if not switches.fp64 and COMPILED.algorithm in (switches.algorithm, switches.order) and pi.not_modelled():
+        raise NotModelled(pi.not_modelled())
     arrays = _inputs_as_arrays(trace, inputs)
     if switches.algorithm == "inductor" and not switches.fp64:
         ph, consts, nodes, outs = trace.inductor_nodes()

@@ -1,11 +1,36 @@
 """Presets of how PyTorch computes on this CPU: ``torch_cpu_eager`` and ``inductor_cpu``.
 
-Every field below was measured against torch 2.13.0 (CPU build) on the
-project machine (2 cores, AVX-512 incl. avx512_fp16/avx512_bf16,
-``torch.backends.cpu.get_cpu_capability() == "AVX512"``, 2 threads), by
+Every field below was measured against torch 2.13.0 (CPU build) by
 constructing inputs on which the candidate rules differ and counting
-bitwise-equal elements (the tests in
-``tests/test_torch_faithfulness.py`` re-check them on every run).
+bitwise-equal elements, on an Intel CPU with AVX-512 (capability
+``AVX512``, oneDNN ``avx512_core``) and, on the same CPU, under
+``ATEN_CPU_CAPABILITY=avx2`` / ``default`` and ``ONEDNN_MAX_CPU_ISA=AVX2``
+(what an AVX2-only CPU such as AMD Zen 3 dispatches).  The presets are
+machine-aware: :func:`torch_cpu_eager` and :func:`inductor_cpu` detect what
+decides the bits in the running process (:func:`describe_machine` prints it)
+and pick the modelled kernels for it; a path that is not modelled raises
+``numlab.torch.NotModelled`` when predicted.  ``tests/test_torch_faithfulness.py``
+and ``tests/test_torch_capabilities.py`` re-check them on every run.
+
+What decides the bits (detected)
+--------------------------------
+* ATen's dispatch level ``torch.backends.cpu.get_cpu_capability()``
+  (``AVX512``, ``AVX2``, ``DEFAULT``; lowered by ``ATEN_CPU_CAPABILITY``):
+  softmax sums in 16 lanes under AVX512, 8 under AVX2.  ``DEFAULT`` (no vector
+  build): sums, means, amax, arithmetic with scalars and rms_norm are modelled
+  (fp32 ``add(alpha)`` without FMA); exp/tanh/erf/sigmoid/silu, ATen's gelu,
+  softmax, layer norm, 16-bit ``add(alpha)`` and 16-bit gelu are not
+  (``NotModelled``).
+* oneDNN's ISA, which eager ``F.gelu`` (``approximate="none"``) runs on:
+  oneDNN picks it from the CPU and ``ONEDNN_MAX_CPU_ISA`` (measured: it ignores
+  ``ATEN_CPU_CAPABILITY``).  ``avx512_core`` and up: the minimax kernel
+  (``algo="onednn"``); ``avx2``: Abramowitz & Stegun with oneDNN's own exp
+  (``algo="onednn_avx2"``); both bit for bit in fp32, bf16 and fp16.
+* Inductor's vector ISA ``torch._inductor.cpu_vec_isa.pick_vec_isa()``
+  (follows ``ATEN_CPU_CAPABILITY``): its fp32 lanes (16 avx512, 8 avx2); no
+  vector ISA (``default``) means scalar C++, not modelled.
+* Threads (``torch.get_num_threads()``, read when predicting), ATen's
+  ``GRAIN_SIZE`` (32768) and Inductor's ``cpp.min_chunk_size``.
 
 ATen eager (``TorchCpuEager``)
 ------------------------------
@@ -67,6 +92,11 @@ Inductor C++ (``InductorCpu``)
 
 from __future__ import annotations
 
+import os
+import platform
+import re
+import subprocess
+import sys
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -85,10 +115,17 @@ __all__ = [
     "torch_cpu_eager",
     "inductor_cpu",
     "detect_inductor_lanes",
+    "DEFAULT_NOT_MODELLED",
     "detect_cpu_capability",
     "measure_aten_sum_lanes",
+    "detect_onednn_isa",
+    "measure_onednn_isa",
+    "detect_inductor_isa",
+    "describe_machine",
+    "Machine",
     "SCALAR_RULES",
     "CAPABILITIES",
+    "ONEDNN_ISAS",
 ]
 
 SCALAR_RULES = (
@@ -129,11 +166,15 @@ class TorchCpuEager:
     fma_alpha : bool
         ``add(x, y, alpha)`` uses one FMA (measured True).
     onednn_gelu : bool
-        ``F.gelu(x)`` (erf form) runs oneDNN's minimax kernel
-        (``numlab.kernels.gelu(algo="onednn")``; measured True when
+        ``F.gelu(x)`` (erf form) runs oneDNN's kernel (measured True when
         ``torch.backends.mkldnn`` is enabled, the default); False models
         ATen's own kernel (``algo="aten_vec"``, ``"aten_scalar"`` in the
         scalar tail), what runs with mkldnn off.
+    onednn_isa : {"avx512_core", "avx2", "other"}
+        oneDNN's dispatch ISA (:func:`detect_onednn_isa`): ``avx512_core`` runs
+        the minimax gelu_erf (``algo="onednn"``), ``avx2`` Abramowitz & Stegun
+        with oneDNN's exp (``algo="onednn_avx2"``); ``other`` (sse41, avx, or not
+        known) is not modelled.
     vec_exp : str
         ``Vectorized<float>::exp()`` of the fused kernels (sigmoid, silu,
         softmax): ``"sleef_u10"`` (SLEEF ``expf_u10``, measured bit for bit).
@@ -144,11 +185,12 @@ class TorchCpuEager:
     tail_algo : str
         ``exp``/``tanh``/``erf`` of the scalar tail loops (libm ``expf``,
         ``tanhf``, ``erff``): ``"exact"`` (correctly rounded model).
-    capability : {"AVX512", "AVX2"}
+    capability : {"AVX512", "AVX2", "DEFAULT"}
         ATen's CPU dispatch level the preset describes
         (``torch.backends.cpu.get_cpu_capability()``; :func:`torch_cpu_eager`
-        detects it).  The sum and layer-norm kernels run 8 lanes under both
-        (measured); ``DEFAULT`` (no vector build) is not modelled.
+        detects it).  The sum and layer-norm kernels run 8 lanes under AVX512 and
+        AVX2 (measured); under ``DEFAULT`` (no vector build) the ops of
+        :data:`DEFAULT_NOT_MODELLED` raise ``NotModelled``.
     """
 
     name: str = "torch_cpu_eager"
@@ -161,6 +203,7 @@ class TorchCpuEager:
     scalar_rules: tuple = SCALAR_RULES
     fma_alpha: bool = True
     onednn_gelu: bool = True
+    onednn_isa: str = "avx512_core"
     capability: str = "AVX512"
     vec_exp: str = "sleef_u10"
     unary_algo: str = "exact"
@@ -169,6 +212,8 @@ class TorchCpuEager:
     def __post_init__(self):
         if self.capability not in CAPABILITIES:
             raise ValueError(f"capability={self.capability!r} is not modelled; choose one of {CAPABILITIES}")
+        if self.onednn_isa not in ONEDNN_ISAS:
+            raise ValueError(f"onednn_isa={self.onednn_isa!r} is not valid; choose one of {ONEDNN_ISAS}")
         for k in ("sum_lanes", "softmax_lanes", "layernorm_lanes", "elementwise_step"):
             v = getattr(self, k)
             if not isinstance(v, int) or v < 1 or v & (v - 1):
@@ -196,10 +241,37 @@ class TorchCpuEager:
         return AtenCascade(self.sum_lanes, storage in _LOW)
 
     @property
-    def gelu_algo(self) -> str:
-        """``F.gelu`` (``approximate="none"``): ``"onednn"`` or ATen's ``"aten_vec"``;
-        ``approximate="tanh"`` always runs ATen's kernel (``"aten_vec"``)."""
-        return "onednn" if self.onednn_gelu else "aten_vec"
+    def gelu_algo(self) -> str | None:
+        """``F.gelu`` (``approximate="none"``): ``"onednn"`` (oneDNN avx512_core),
+        ``"onednn_avx2"`` (oneDNN avx2) or ATen's ``"aten_vec"`` (mkldnn off); None
+        when oneDNN runs an ISA numlab does not model.  ``approximate="tanh"`` always
+        runs ATen's kernel (``"aten_vec"``)."""
+        if not self.onednn_gelu:
+            return "aten_vec"
+        return _ONEDNN_GELU.get(self.onednn_isa)
+
+    def not_modelled(self, op: str, fmt: str = "fp32", approximate: str = "none") -> str | None:
+        """Why eager ``aten.<op>`` on a ``fmt`` tensor is not modelled on this preset's
+        path, or None when it is (``approximate``: gelu's; ``op="alpha"``: add/sub
+        with ``alpha``)."""
+        path = f"ATen capability {self.capability}"
+        if op == "gelu" and approximate == "none" and self.onednn_gelu:
+            if self.gelu_algo is None:
+                return (f"eager gelu runs oneDNN's {self.onednn_isa!r} kernel (oneDNN ISA "
+                        f"{self.onednn_isa}); numlab models oneDNN avx512_core and avx2")
+            if self.capability == "DEFAULT" and fmt in _LOW:
+                return (f"eager {fmt} gelu on ATen capability DEFAULT (measured 98.6-99.8% with "
+                        "the oneDNN models: the 16-bit conversion path differs)")
+            if self.onednn_isa == "avx2" and self.capability != "AVX2" and fmt == "fp16":
+                return (f"eager fp16 gelu with oneDNN avx2 under ATen capability {self.capability} "
+                        "(a mixed setting: measured 98.6-99.998% with the avx2 model)")
+            return None
+        if self.capability == "DEFAULT":
+            key = "gelu_tanh" if op == "gelu" else op
+            if key in DEFAULT_NOT_MODELLED or (op == "alpha" and fmt in _LOW):
+                return (f"eager {op} on {path} (ATen's scalar build: libm calls and "
+                        "the generic Vectorized loops are not modelled)")
+        return None
 
     def algorithms(self) -> dict:
         """The math routines of the vectorised kernels, as ``numlab.kernels`` ``algo=`` names
@@ -237,6 +309,10 @@ class InductorCpu:
         include ``ATEN_CPU_CAPABILITY``, so a kernel compiled under
         ``avx2`` (8 lanes) is reused by a later avx512 run sharing
         ``TORCHINDUCTOR_CACHE_DIR``; the detected lanes then mispredict.
+    vec_isa : str
+        Inductor's vector ISA name (``str(pick_vec_isa())``, e.g. ``"avx512"``,
+        ``"avx2"``); ``"none"``: no vector ISA (``ATEN_CPU_CAPABILITY=default``),
+        scalar C++ that numlab does not model (predicting raises ``NotModelled``).
     emulate_precision_casts : bool
         ``torch._inductor.config.emulate_precision_casts``.
     threads : int
@@ -252,6 +328,7 @@ class InductorCpu:
 
     name: str = "inductor_cpu"
     lanes: int = 16
+    vec_isa: str = "avx512"
     emulate_precision_casts: bool = False
     threads: int = 0
     min_chunk_size: int = 512
@@ -262,13 +339,24 @@ class InductorCpu:
     vec_gelu: str = "aten_vec"
 
     def __post_init__(self):
+        if not isinstance(self.lanes, int) or self.lanes < 1 or self.lanes & (self.lanes - 1):
+            raise ValueError(f"lanes={self.lanes!r} is not valid; choose a power of two >= 1")
+        if not isinstance(self.min_chunk_size, int) or self.min_chunk_size < 1:
+            raise ValueError(f"min_chunk_size={self.min_chunk_size!r} is not valid; choose an int >= 1")
         parse_algo(self.vec_exp, EXP_ALGOS, "vec_exp")
         parse_algo(self.vec_tanh, TANH_ALGOS, "vec_tanh")
         parse_algo(self.vec_erf, ERF_ALGOS, "vec_erf")
-        if parse_algo(self.vec_gelu, GELU_ALGOS, "vec_gelu") == "onednn":
+        if parse_algo(self.vec_gelu, GELU_ALGOS, "vec_gelu") in ("onednn", "onednn_avx2"):
             raise ValueError("vec_gelu='onednn' is not valid: Inductor's gelu is ATen's formula "
                              f"(oneDNN serves only eager F.gelu); valid choices: "
-                             f"{[a for a in GELU_ALGOS if a != 'onednn']}")
+                             f"{[a for a in GELU_ALGOS if not a.startswith('onednn')]}")
+
+    def not_modelled(self) -> str | None:
+        """Why this Inductor setting is not modelled, or None when it is."""
+        if self.vec_isa == "none":
+            return ("torch.compile without a vector ISA (Inductor's scalar C++, e.g. under "
+                    "ATEN_CPU_CAPABILITY=default) is not modelled")
+        return None
 
     def reduce_order(self, storage: str = "fp32", threads: int = 1, n_vec: int | None = None) -> InductorLanes:
         """Inductor's row-reduction order: ``InductorLanes(lanes, n_vec, threads)`` with
@@ -318,36 +406,72 @@ def _spec_algorithms(algos: dict) -> dict:
     return {k: v for k, v in algos.items() if k in _SPEC_FIELDS}
 
 
-CAPABILITIES = ("AVX512", "AVX2")
+CAPABILITIES = ("AVX512", "AVX2", "DEFAULT")
 """ATen CPU dispatch levels :class:`TorchCpuEager` models (measured)."""
-_SOFTMAX_LANES = {"AVX512": 16, "AVX2": 8}
+ONEDNN_ISAS = ("avx512_core", "avx2", "other")
+"""oneDNN dispatch classes :class:`TorchCpuEager` distinguishes (``other``: not modelled)."""
+DEFAULT_NOT_MODELLED = ("exp", "tanh", "erf", "sigmoid", "silu", "gelu_tanh", "_softmax",
+                        "native_layer_norm", "log")
+"""Eager ops not modelled under ATen's ``DEFAULT`` capability (measured 40-99% with the
+vector-build models; ``gelu_tanh``: ATen's gelu, also ``approximate="none"`` with mkldnn off)."""
+_SOFTMAX_LANES = {"AVX512": 16, "AVX2": 8, "DEFAULT": 8}
+_ONEDNN_GELU = {"avx512_core": "onednn", "avx2": "onednn_avx2"}
+# oneDNN's ONEDNN_MAX_CPU_ISA values in increasing order (oneDNN's dnnl_cpu_isa_t names)
+_ONEDNN_ORDER = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI",
+                 "AVX512_CORE_BF16", "AVX10_1_512", "AVX512_CORE_FP16", "AVX10_1_512_AMX",
+                 "AVX512_CORE_AMX", "AVX10_1_512_AMX_FP16", "AVX512_CORE_AMX_FP16", "ALL", "DEFAULT")
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "avx512_fp16",
+             "amx_bf16", "amx_tile")
+"""The /proc/cpuinfo flags :func:`describe_machine` reports (those that change a kernel)."""
 
 
 def torch_cpu_eager(**overrides) -> TorchCpuEager:
-    """The measured eager preset for the running machine (fields may be overridden).
+    """The measured eager preset for the running process (fields may be overridden).
 
-    ``capability`` is detected from torch (when importable) and
-    ``softmax_lanes`` follows it (16 for AVX512, 8 for AVX2), so the preset
-    stays right under ``ATEN_CPU_CAPABILITY=avx2`` or on an AVX2-only CPU.
+    Detected unless given: ``capability`` (ATen's dispatch level, which
+    ``ATEN_CPU_CAPABILITY`` lowers), ``softmax_lanes`` from it (16 AVX512, 8 AVX2),
+    ``onednn_isa`` (:func:`detect_onednn_isa`; oneDNN ignores
+    ``ATEN_CPU_CAPABILITY``), ``onednn_gelu`` (mkldnn available and enabled),
+    ``fma_alpha`` (False under ``DEFAULT``: the scalar build has no FMA).
+    Without torch the fields keep their defaults (the AVX-512 machine's).
     """
-    if "capability" not in overrides:
-        try:
-            overrides["capability"] = detect_cpu_capability()
-        except ImportError:
-            pass
+    try:
+        torch = import_torch()
+    except ImportError:
+        torch = None
+    if torch is not None:
+        overrides.setdefault("capability", detect_cpu_capability())
+        if "onednn_isa" not in overrides:
+            overrides["onednn_isa"] = detect_onednn_isa()
+        if "onednn_gelu" not in overrides:
+            mk = torch.backends.mkldnn
+            overrides["onednn_gelu"] = bool(mk.is_available() and mk.enabled)
     cap = overrides.get("capability", TorchCpuEager.capability)
     if "softmax_lanes" not in overrides and cap in _SOFTMAX_LANES:
         overrides["softmax_lanes"] = _SOFTMAX_LANES[cap]
+    if "fma_alpha" not in overrides and cap == "DEFAULT":
+        overrides["fma_alpha"] = False
     return TorchCpuEager(**overrides)
 
 
 def inductor_cpu(emulate_precision_casts: bool = False, **overrides) -> InductorCpu:
-    """The measured Inductor preset; ``lanes`` detected from torch when torch is importable."""
-    if "lanes" not in overrides:
-        try:
-            overrides["lanes"] = detect_inductor_lanes()
-        except ImportError:
-            pass
+    """The measured Inductor preset for the running process: ``vec_isa`` and ``lanes``
+    from Inductor's ``pick_vec_isa()`` and ``min_chunk_size`` from
+    ``torch._inductor.config.cpp`` (when torch is importable and they are not given)."""
+    try:
+        import_torch()
+        have_torch = True
+    except ImportError:
+        have_torch = False
+    if have_torch:
+        if "lanes" not in overrides or "vec_isa" not in overrides:
+            isa, lanes = detect_inductor_isa()
+            overrides.setdefault("vec_isa", isa)
+            overrides.setdefault("lanes", lanes)
+        if "min_chunk_size" not in overrides:
+            from torch._inductor import config as icfg  # torch is optional: imported when called
+
+            overrides["min_chunk_size"] = int(icfg.cpp.min_chunk_size)
     return InductorCpu(emulate_precision_casts=emulate_precision_casts, **overrides)
 
 
@@ -358,15 +482,132 @@ def detect_cpu_capability() -> str:
     return str(torch.backends.cpu.get_cpu_capability())
 
 
-def detect_inductor_lanes() -> int:
-    """fp32 lanes of the vector ISA Inductor picks, the way Inductor does (``pick_vec_isa``)."""
+def detect_inductor_isa() -> tuple[str, int]:
+    """Inductor's vector ISA and its fp32 lanes, the way Inductor picks them
+    (``pick_vec_isa``): e.g. ``("avx512", 16)``, ``("avx2", 8)``; ``("none", 1)``
+    without a vector ISA (``ATEN_CPU_CAPABILITY=default``)."""
     torch = import_torch()
     from torch._inductor import cpu_vec_isa  # torch is optional: imported when called
 
     isa = cpu_vec_isa.pick_vec_isa()
     if not isa:  # no vector ISA: scalar code
-        return 1
-    return int(isa.nelements(torch.float32))
+        return "none", 1
+    return str(isa).split()[0], int(isa.nelements(torch.float32))
+
+
+def detect_inductor_lanes() -> int:
+    """fp32 lanes of the vector ISA Inductor picks (1: none), :func:`detect_inductor_isa`."""
+    return detect_inductor_isa()[1]
+
+
+def _cpu_flags() -> set | None:
+    """The CPU's flags from /proc/cpuinfo (Linux), None where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        return None
+    return None
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _onednn_limit() -> str | None:
+    for var in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+        v = os.environ.get(var)
+        if v:
+            return v.strip().upper()
+    return None
+
+
+def detect_onednn_isa(flags: set | None = None, limit: str | None = None) -> str:
+    """The ISA class oneDNN dispatches in this process: ``"avx512_core"``, ``"avx2"``
+    or ``"other"`` -- oneDNN's own rule (it ignores ``ATEN_CPU_CAPABILITY``): the best
+    ISA the CPU has (``avx512_core`` = avx512f+bw+vl+dq; ``avx2`` = avx2+fma), capped by
+    ``ONEDNN_MAX_CPU_ISA`` (or ``DNNL_MAX_CPU_ISA``).  ``flags``/``limit`` default to
+    /proc/cpuinfo and the environment; without cpuinfo the answer is ``"other"``
+    (unknown, so not modelled).  :func:`measure_onednn_isa` checks it by running oneDNN.
+    """
+    flags = _cpu_flags() if flags is None else set(flags)
+    limit = _onednn_limit() if limit is None else limit.upper()
+    if not flags:
+        return "other"
+    rank = _ONEDNN_ORDER.index(limit) if limit in _ONEDNN_ORDER else len(_ONEDNN_ORDER)
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags and rank >= _ONEDNN_ORDER.index("AVX512_CORE"):
+        return "avx512_core"
+    if {"avx2", "fma"} <= flags and rank >= _ONEDNN_ORDER.index("AVX2"):
+        return "avx2"
+    return "other"
+
+
+def measure_onednn_isa(env: dict | None = None, timeout: float = 120) -> tuple[str, str]:
+    """Run ``F.gelu`` in a subprocess with ``ONEDNN_VERBOSE=1`` and read the ISA oneDNN's
+    eltwise kernel reports (``jit:<isa>``): returns ``(class, raw)``, the class as
+    :func:`detect_onednn_isa` names it.  ``env``: extra environment variables."""
+    code = ("import torch, torch.nn.functional as F\n"
+            "F.gelu(torch.linspace(-3, 3, 64).reshape(4, 16))\n")
+    e = dict(os.environ, ONEDNN_VERBOSE="1", **(env or {}))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=e)
+    m = re.search(r"eltwise,(?:jit|brg)[^:,]*:([a-z0-9_]+)", r.stdout)
+    if r.returncode != 0 or m is None:
+        raise RuntimeError(f"oneDNN did not report an eltwise ISA (rc={r.returncode}): "
+                           f"{(r.stdout + r.stderr)[-500:]}")
+    raw = m.group(1)
+    cls = "avx512_core" if raw.startswith(("avx512", "avx10")) else ("avx2" if raw.startswith("avx2") else "other")
+    return cls, raw
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What decides PyTorch's CPU bits in this process (:func:`describe_machine`)."""
+
+    cpu: str
+    flags: tuple
+    torch_version: str
+    threads: int
+    capability: str
+    inductor_isa: str
+    inductor_lanes: int
+    onednn_isa: str
+    onednn_limit: str
+    mkldnn: bool
+
+    def header(self) -> str:
+        """Two lines: the machine, then what torch dispatches on it."""
+        return (f"machine: {self.cpu} | flags {' '.join(self.flags) or '(none of ' + ','.join(CPU_FLAGS) + ')'}\n"
+                f"torch {self.torch_version}, {self.threads} threads | ATen capability {self.capability} | "
+                f"Inductor {self.inductor_isa} ({self.inductor_lanes} fp32 lanes) | oneDNN "
+                f"{self.onednn_isa if self.mkldnn else 'off'}"
+                f"{' (ONEDNN_MAX_CPU_ISA=' + self.onednn_limit + ')' if self.onednn_limit else ''}")
+
+    def __str__(self) -> str:
+        return self.header()
+
+
+def describe_machine() -> Machine:
+    """The CPU model, the flags that change a kernel (:data:`CPU_FLAGS`), torch's
+    version and threads, ATen's capability, Inductor's vector ISA and lanes and
+    oneDNN's ISA (detected as the presets do).  Needs torch."""
+    torch = import_torch()
+    flags = _cpu_flags() or set()
+    isa, lanes = detect_inductor_isa()
+    mk = torch.backends.mkldnn
+    return Machine(cpu=_cpu_model(), flags=tuple(f for f in CPU_FLAGS if f in flags),
+                   torch_version=str(torch.__version__), threads=int(torch.get_num_threads()),
+                   capability=detect_cpu_capability(), inductor_isa=isa, inductor_lanes=lanes,
+                   onednn_isa=detect_onednn_isa(), onednn_limit=_onednn_limit() or "",
+                   mkldnn=bool(mk.is_available() and mk.enabled))
 
 
 def measure_aten_sum_lanes(candidates=(4, 8, 16), seed: int = 0) -> int:
