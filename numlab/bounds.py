@@ -159,7 +159,7 @@ def _overflow_guard(bound, abs_sum, acc: Format):
 
 
 def sum_bound(abs_sum, n: int, order="sequential", acc=FP32, out=None, *,
-              acc_mode: str = "rne", out_mode: str = "rne", s_abs=None):
+              acc_rounding: str = "rne", out_rounding: str = "rne", s_abs=None):
     """Bound on ``|s_hat - s|`` for a sum of ``n`` values of ``acc``.
 
     Parameters
@@ -190,19 +190,19 @@ def sum_bound(abs_sum, n: int, order="sequential", acc=FP32, out=None, *,
     a = np.asarray(abs_sum, dtype=np.float64)
     if (a < 0).any():
         raise ValueError("abs_sum must be >= 0 (it is sum |x_i|)")
-    b = order_bound(order, n, unit_roundoff(acc, acc_mode)) * a
+    b = order_bound(order, n, unit_roundoff(acc, acc_rounding)) * a
     b = _overflow_guard(b, a, acc)
     if out is not None:
         of = get_format(out)
         s = a if s_abs is None else np.asarray(s_abs, dtype=np.float64)
-        b = _final(b, s, unit_roundoff(of, out_mode))
+        b = _final(b, s, unit_roundoff(of, out_rounding))
         b = _overflow_guard(b, s, of)
     return b[()] if np.ndim(b) == 0 else b
 
 
 def dot_bound(abs_dot, n: int, order="sequential", acc=FP32, out=None, *,
-              products_exact: bool = False, fma: bool = False, acc_mode: str = "rne",
-              out_mode: str = "rne", s_abs=None):
+              products_exact: bool = False, fma: bool = False, acc_rounding: str = "rne",
+              out_rounding: str = "rne", s_abs=None):
     """Bound on ``|fl(x^T y) - x^T y|`` given ``abs_dot = |x|^T |y|``.
 
     Rounded products add one to the depth: ``gamma_{h+1}`` (ASNA eq. (3.4):
@@ -214,7 +214,7 @@ def dot_bound(abs_dot, n: int, order="sequential", acc=FP32, out=None, *,
     the smallest subnormal of ``acc`` is added (ASNA section 3.1).
     """
     acc = get_format(acc)
-    u = unit_roundoff(acc, acc_mode)
+    u = unit_roundoff(acc, acc_rounding)
     a = np.asarray(abs_dot, dtype=np.float64)
     o = as_order(order)
     if _is_kahan(o):
@@ -231,7 +231,7 @@ def dot_bound(abs_dot, n: int, order="sequential", acc=FP32, out=None, *,
     if out is not None:
         of = get_format(out)
         s = a if s_abs is None else np.asarray(s_abs, dtype=np.float64)
-        b = _overflow_guard(_final(b, s, unit_roundoff(of, out_mode)), s, of)
+        b = _overflow_guard(_final(b, s, unit_roundoff(of, out_rounding)), s, of)
     return b[()] if np.ndim(b) == 0 else b
 
 

@@ -119,7 +119,7 @@ def determinism_plan(*, order=None, seed=None, kernels=None, mode: str = "fused"
     o = _order_name(order)
     spec = None if kernels is None else KernelSpec.parse(kernels)
     rounding = {getattr(spec, f, "rne") for f in ("scalar_rounding", "vector_rounding")} if spec else set()
-    split_k = getattr(spec, "matmul_mode", None) == "split_k"
+    split_k = getattr(spec, "matmul_algo", None) == "split_k"
     spec_order = _order_name(getattr(spec, "reduce_order", None)) if spec else None
     ref = mode == "reference"
     atomic = o == "atomic" and not ref

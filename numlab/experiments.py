@@ -32,7 +32,7 @@ from .formats import FORMATS, FP32, get_format
 from .fusion import FusionOptions
 from .graph import Graph, Node, trace
 from .kernels import gamma
-from .rounding import MODES, round_to
+from .rounding import ROUNDINGS, round_to
 
 __all__ = ["FUSED_MODES", "QUICK_MODELS", "CHAIN_NS", "demo_rows", "chain_graph", "chain_errors",
            "source_cases", "MATRIX_PRESETS", "MATRIX_KINDS", "MATRIX_NOTE", "verdict_matrix",
@@ -351,15 +351,15 @@ def formats_table() -> str:
 
 
 def rounding_demo(x: float = 0.1, seed: int = 0) -> str:
-    """Where each mode sends ``x`` in each storage format."""
+    """Where each rounding mode sends ``x`` in each storage format."""
     rng = np.random.default_rng(seed)
     names = [n for n in FORMATS if n not in ("fp64", "fp32")]
-    lines = [f"x = {x!r} rounded by each mode (stochastic with seed {seed})",
-             f"{'mode':<11}" + "".join(f"{n:>16}" for n in names)]
-    for mode in MODES:
-        row = f"{mode:<11}"
+    lines = [f"x = {x!r} rounded by each rounding mode (stochastic with seed {seed})",
+             f"{'rounding':<11}" + "".join(f"{n:>16}" for n in names)]
+    for rounding in ROUNDINGS:
+        row = f"{rounding:<11}"
         for n in names:
-            v = round_to(x, n, mode, rng=rng if mode == "stochastic" else None)
+            v = round_to(x, n, rounding, rng=rng if rounding == "stochastic" else None)
             row += f"{float(v):>16.9g}"
         lines.append(row)
     return "\n".join(lines)

@@ -106,7 +106,7 @@ def test_plan_lists_every_hazard():
     assert [h.active for h in D.determinism_plan(order="atomic")].count(True) == 1
     assert not any(h.active for h in D.determinism_plan(order="atomic", seed=1))
     assert not any(h.active for h in D.determinism_plan(order="atomic", mode="reference"))
-    assert "the spec uses it" in str(D.determinism_plan(kernels=K.KernelSpec.codegen(matmul_mode="split_k"))[4])
+    assert "the spec uses it" in str(D.determinism_plan(kernels=K.KernelSpec.codegen(matmul_algo="split_k"))[4])
 
 
 @pytest.mark.parametrize("kw, match", [
