@@ -24,7 +24,7 @@ from .formats import (
     next_up,
     ulp,
 )
-from .rounding import MODES, ROUNDINGS, round_to
+from .rounding import ROUNDINGS, round_to
 
 __version__ = "0.1.0"
 
@@ -60,7 +60,6 @@ _LAZY_ATTRS = {
 __all__ = [
     "Format", "FP64", "FP32", "TF32", "FP16", "BF16", "FP8_E4M3", "FP8_E5M2", "FORMATS",
     "get_format", "ulp", "next_up", "next_down", "encode", "decode", "ROUNDINGS", "round_to",
-    "MODES",  # deprecated alias of ROUNDINGS (rounding modes, not execution modes)
     *_LAZY, *_LAZY_ATTRS,
 ]
 

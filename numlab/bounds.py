@@ -51,6 +51,7 @@ import numpy as np
 
 from . import running_bounds
 from .formats import FP32, Format, get_format
+from .kernels.matmul import MATMUL_ALGOS
 from .kernels.reduce import parse_order
 
 __all__ = [
@@ -77,7 +78,7 @@ _DIRECTED = ("rtz", "up", "down", "odd", "stochastic")
 _F64_SLACK = 1 + 2.0**-40  # absorbs the fp64 rounding of the bound's own arithmetic
 
 
-def unit_roundoff(fmt, mode: str = "rne") -> float:
+def unit_roundoff(fmt, rounding: str = "rne") -> float:
     """``u`` of ``fmt``: ``2**-p`` for round-to-nearest, ``2**(1-p)`` for the
     directed modes, round-to-odd and stochastic rounding (ASNA section 2.1).
     A float is returned unchanged (already a unit roundoff)."""
@@ -86,11 +87,11 @@ def unit_roundoff(fmt, mode: str = "rne") -> float:
             raise ValueError(f"u={fmt!r} must lie in (0, 1)")
         return float(fmt)
     f = get_format(fmt)
-    if mode == "rne":
+    if rounding == "rne":
         return f.u
-    if mode in _DIRECTED:
+    if rounding in _DIRECTED:
         return f.eps
-    raise ValueError(f"mode={mode!r} is not a rounding mode; valid: ['rne', {', '.join(map(repr, _DIRECTED))}]")
+    raise ValueError(f"rounding={rounding!r} is not a rounding mode; valid: ['rne', {', '.join(map(repr, _DIRECTED))}]")
 
 
 def gamma(k, u) -> float:
@@ -159,7 +160,7 @@ def _overflow_guard(bound, abs_sum, acc: Format):
 
 
 def sum_bound(abs_sum, n: int, order="sequential", acc=FP32, out=None, *,
-              acc_mode: str = "rne", out_mode: str = "rne", s_abs=None):
+              acc_rounding: str = "rne", out_rounding: str = "rne", s_abs=None):
     """Bound on ``|s_hat - s|`` for a sum of ``n`` values of ``acc``.
 
     Parameters
@@ -190,19 +191,19 @@ def sum_bound(abs_sum, n: int, order="sequential", acc=FP32, out=None, *,
     a = np.asarray(abs_sum, dtype=np.float64)
     if (a < 0).any():
         raise ValueError("abs_sum must be >= 0 (it is sum |x_i|)")
-    b = order_bound(order, n, unit_roundoff(acc, acc_mode)) * a
+    b = order_bound(order, n, unit_roundoff(acc, acc_rounding)) * a
     b = _overflow_guard(b, a, acc)
     if out is not None:
         of = get_format(out)
         s = a if s_abs is None else np.asarray(s_abs, dtype=np.float64)
-        b = _final(b, s, unit_roundoff(of, out_mode))
+        b = _final(b, s, unit_roundoff(of, out_rounding))
         b = _overflow_guard(b, s, of)
     return b[()] if np.ndim(b) == 0 else b
 
 
 def dot_bound(abs_dot, n: int, order="sequential", acc=FP32, out=None, *,
-              products_exact: bool = False, fma: bool = False, acc_mode: str = "rne",
-              out_mode: str = "rne", s_abs=None):
+              products_exact: bool = False, fma: bool = False, acc_rounding: str = "rne",
+              out_rounding: str = "rne", s_abs=None):
     """Bound on ``|fl(x^T y) - x^T y|`` given ``abs_dot = |x|^T |y|``.
 
     Rounded products add one to the depth: ``gamma_{h+1}`` (ASNA eq. (3.4):
@@ -214,7 +215,7 @@ def dot_bound(abs_dot, n: int, order="sequential", acc=FP32, out=None, *,
     the smallest subnormal of ``acc`` is added (ASNA section 3.1).
     """
     acc = get_format(acc)
-    u = unit_roundoff(acc, acc_mode)
+    u = unit_roundoff(acc, acc_rounding)
     a = np.asarray(abs_dot, dtype=np.float64)
     o = as_order(order)
     if _is_kahan(o):
@@ -231,7 +232,7 @@ def dot_bound(abs_dot, n: int, order="sequential", acc=FP32, out=None, *,
     if out is not None:
         of = get_format(out)
         s = a if s_abs is None else np.asarray(s_abs, dtype=np.float64)
-        b = _overflow_guard(_final(b, s, unit_roundoff(of, out_mode)), s, of)
+        b = _overflow_guard(_final(b, s, unit_roundoff(of, out_rounding)), s, of)
     return b[()] if np.ndim(b) == 0 else b
 
 
@@ -257,11 +258,11 @@ def mixed_dot_bound(abs_dot, n: int, low, order="sequential", acc=FP32, out=None
 
 
 def matmul_bound(a, b, *, k_tile: int | None = None, order="sequential", acc=FP32, out=None,
-                 mode: str = "sequential", products_exact: bool | None = None,
-                 block: int | None = None):
+                 algo: str = "sequential", products_exact: bool | None = None,
+                 block: int | None = None, mode: str | None = None):
     """Elementwise bound on ``|C_hat - A B|`` (ASNA eq. (3.13): ``gamma_n |A||B|``).
 
-    ``mode``:
+    ``algo`` (the matmul algorithm, as :func:`numlab.kernels.matmul`'s):
 
     * ``"sequential"``: every product is added to the running fp32 sum in K
       order (``order`` inside a K-tile, tiles accumulated sequentially):
@@ -275,13 +276,18 @@ def matmul_bound(a, b, *, k_tile: int | None = None, order="sequential", acc=FP3
     ``products_exact`` defaults to ``2 p_in <= p_acc`` for the inputs' format
     when ``a`` is float16/bfloat16 (else False).  ``|A||B|`` is computed in
     float64 and inflated by ``(1 + 2 (K + 1) 2**-53)`` so that its own rounding
-    cannot make the bound too small.
+    cannot make the bound too small.  ``mode`` is the deprecated name of
+    ``algo``, kept only until its last caller moves to ``algo=``.
     """
+    if mode is not None:
+        if algo != "sequential" and algo != mode:
+            raise TypeError(f"give the matmul algorithm once: algo={algo!r} and its deprecated name mode={mode!r}")
+        algo = mode
     A, B = np.asarray(a), np.asarray(b)
     if A.ndim < 2 or B.ndim < 2 or A.shape[-1] != B.shape[-2]:
         raise ValueError(f"matmul_bound: shapes {A.shape} and {B.shape} do not multiply")
-    if mode not in ("sequential", "split_k", "block_fma"):
-        raise ValueError(f"mode={mode!r} is not valid; choose one of ['sequential', 'split_k', 'block_fma']")
+    if algo not in MATMUL_ALGOS:
+        raise ValueError(f"algo={algo!r} is not valid; choose one of {list(MATMUL_ALGOS)}")
     K = A.shape[-1]
     kt = K if k_tile is None else int(k_tile)
     if kt <= 0:
@@ -294,13 +300,13 @@ def matmul_bound(a, b, *, k_tile: int | None = None, order="sequential", acc=FP3
         except (ValueError, TypeError):
             products_exact = False
     ntiles = -(-K // kt)
-    if mode == "block_fma":
+    if algo == "block_fma":
         bs = kt if block is None else int(block)
         h = -(-K // bs)
         products_exact_eff = True  # inside a block FMA products and sums are exact
     else:
         inner = depth(order, min(kt, K))
-        outer = ntiles - 1 if mode == "sequential" else (math.ceil(math.log2(ntiles)) if ntiles > 1 else 0)
+        outer = ntiles - 1 if algo == "sequential" else (math.ceil(math.log2(ntiles)) if ntiles > 1 else 0)
         h = inner + outer
         products_exact_eff = products_exact
         if not products_exact:
@@ -399,7 +405,7 @@ def prob_sum_bound(abs_sum, n: int, u=FP32, *, lam: float | None = None, prob: f
 # --------------------------------------------------------------------------
 # a plan (eager or fused) and a model: a bound for each output
 # --------------------------------------------------------------------------
-def plan_bounds(graph, inputs, *, mode: str = "fused", fmt=None, dtype=None, **run_kwargs) -> dict:
+def plan_bounds(graph, inputs, *, mode: str = "fused", fmt="fp16", **run_kwargs) -> dict:
     """Per-output error bounds for running ``graph`` in ``mode`` on ``inputs``.
 
     Runs the plan and propagates a rigorous elementwise bound through it
@@ -407,10 +413,10 @@ def plan_bounds(graph, inputs, *, mode: str = "fused", fmt=None, dtype=None, **r
     every output satisfies ``|computed - exact| <= bound`` (``inf`` where
     overflow is possible, NaN flagged).  Returns ``{output name: dict(bound=
     elementwise array, max=..., units=max bound / (u_S * max|exact|))}``.
-    ``fmt`` is the storage format S (default fp16; ``dtype`` its deprecated
-    name); ``run_kwargs`` go to :func:`numlab.execute.run`.
+    ``fmt`` is the storage format S (default fp16); ``run_kwargs`` go to
+    :func:`numlab.execute.run`.
     """
-    S = running_bounds.fmt_or_dtype(fmt, dtype)
+    S = get_format(fmt, "fmt")
     rb = running_bounds.run_with_bounds(graph, inputs, mode=mode, fmt=S, **run_kwargs)
     out = {}
     for name in graph.outputs:
@@ -424,9 +430,6 @@ def plan_bounds(graph, inputs, *, mode: str = "fused", fmt=None, dtype=None, **r
             "units": mx / (S.u * scale) if scale and scale > 0 else math.nan,
         }
     return out
-
-
-
 
 
 def rounding_counts(plan) -> dict:
@@ -460,7 +463,7 @@ def rounding_counts(plan) -> dict:
     return {o: {"S": cnt[o][0], "fp32": cnt[o][1]} for o in plan.graph.outputs}
 
 
-def chain_bound(counts: dict, fmt=None, acc=FP32, *, dtype=None) -> float:
+def chain_bound(counts: dict, fmt="fp16", acc=FP32) -> float:
     """Relative error bound ``(1 + u_S)^k_S (1 + u_32)^k_32 - 1`` for the
     counts of :func:`rounding_counts`.
 
@@ -472,8 +475,8 @@ def chain_bound(counts: dict, fmt=None, acc=FP32, *, dtype=None) -> float:
     error also carries their condition numbers; use the running bounds
     (:func:`plan_bounds`).  Eager with ``k`` operators: ``gamma``-like
     ``(1 + u_S)^k - 1``; fused in one block: ``(1 + u_S)(1 + u_32)^(k-1) - 1``.
-    ``fmt`` is the storage format S (default fp16; ``dtype`` its deprecated
-    name), ``acc`` the format of fused intermediates.
+    ``fmt`` is the storage format S (default fp16), ``acc`` the format of
+    fused intermediates.
     """
-    uS, u32 = running_bounds.fmt_or_dtype(fmt, dtype).u, get_format(acc).u
+    uS, u32 = get_format(fmt, "fmt").u, get_format(acc, "acc").u
     return math.expm1(counts["S"] * math.log1p(uS) + counts["fp32"] * math.log1p(u32)) * _F64_SLACK

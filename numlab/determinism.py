@@ -119,7 +119,7 @@ def determinism_plan(*, order=None, seed=None, kernels=None, mode: str = "fused"
     o = _order_name(order)
     spec = None if kernels is None else KernelSpec.parse(kernels, arg="kernels")
     rounding = {getattr(spec, f, "rne") for f in ("scalar_rounding", "vector_rounding")} if spec else set()
-    split_k = getattr(spec, "matmul_mode", None) == "split_k"
+    split_k = getattr(spec, "matmul_algo", None) == "split_k"
     spec_order = _order_name(getattr(spec, "reduce_order", None)) if spec else None
     ref = mode == "reference"
     atomic = o == "atomic" and not ref
@@ -293,11 +293,11 @@ def run_once(cfg: dict, *, save: str | None = None) -> RunRecord:
     # an atomic order is replayed by its schedule seed: the run gets it as ``seed`` (execute
     # reseeds each node's Shuffled order from it), so seed=<drawn> reproduces an unseeded run
     run_seed = order_seed if order_seed is not None else seed
-    res = execute.run(graph, inputs, mode=mode, dtype=cfg["dtype"], seed=run_seed, **kw)
+    res = execute.run(graph, inputs, mode=mode, fmt=cfg["dtype"], seed=run_seed, **kw)
     fp = res.fingerprint
     if order == "atomic" and mode != "reference":
         # the compiled kernel says "atomic adds"; the order itself is a run-time event
-        declared = execute.fingerprint(res.source, mode=res.mode, dtype=res.dtype,
+        declared = execute.fingerprint(res.source, mode=res.mode, fmt=res.fmt,
                                        kernels=replace(res.kernels, reduce_order=None),
                                        library=None if res.library is None else replace(res.library, reduce_order=None),
                                        fusion=res.fusion, align=res.align)

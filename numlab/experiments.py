@@ -32,7 +32,7 @@ from .formats import FORMATS, FP32, get_format
 from .fusion import FusionOptions
 from .graph import Graph, Node, trace
 from .kernels import gamma
-from .rounding import MODES, round_to
+from .rounding import ROUNDINGS, round_to
 
 __all__ = ["FUSED_MODES", "QUICK_MODELS", "CHAIN_NS", "demo_rows", "chain_graph", "chain_errors",
            "source_cases", "MATRIX_PRESETS", "MATRIX_KINDS", "MATRIX_NOTE", "verdict_matrix",
@@ -83,7 +83,7 @@ def demo_rows(models=None, dtypes=("fp16", "bf16"), *, fusion=None, kind: str = 
             res = {}
             for mode in ("reference", *FUSED_MODES):
                 kw = {"fusion": fo} if mode in ("fused", "emulated_casts") else {}
-                res[mode] = run(g, x, mode=mode, dtype=S, **kw)
+                res[mode] = run(g, x, mode=mode, fmt=S, **kw)
             plans.setdefault(name, str(res["fused"].plan))
             ref = flat_outputs(res["reference"])
             eager = flat_outputs(res["eager"])
@@ -140,7 +140,7 @@ def chain_graph(n: int, size: int = 2048):
     return Graph(inputs, nodes, ["y"], name=f"chain{n}")
 
 
-def chain_errors(ns=CHAIN_NS, dtype="fp16", *, size: int = 2048, seed: int = 0):
+def chain_errors(ns=CHAIN_NS, fmt="fp16", *, size: int = 2048, seed: int = 0):
     """Max relative error (vs fp64) of eager, fused and emulated casts on
     :func:`chain_graph` for each n.  Factors are uniform in [0.9, 1.1] and
     x in [1, 2] (no overflow or underflow for n <= 128), so every product's
@@ -149,7 +149,7 @@ def chain_errors(ns=CHAIN_NS, dtype="fp16", *, size: int = 2048, seed: int = 0):
     Returns dict mode -> list of errors, and the bounds dict
     ``{"eager": gamma_n(u_S), "fused": u_S + gamma_n(u32)(1 + u_S)}``.
     """
-    S = get_format(dtype)
+    S = get_format(fmt, "fmt")
     out = {m: [] for m in FUSED_MODES}
     bounds = {"eager": [], "fused": []}
     for n in ns:
@@ -157,9 +157,9 @@ def chain_errors(ns=CHAIN_NS, dtype="fp16", *, size: int = 2048, seed: int = 0):
         rng = np.random.default_rng([seed, int(n)])
         x = {k: rng.uniform(0.9, 1.1, size) for k in g.inputs}
         x["x"] = rng.uniform(1.0, 2.0, size)
-        ref = run(g, x, mode="reference", dtype=S).outputs["y"]
+        ref = run(g, x, mode="reference", fmt=S).outputs["y"]
         for m in FUSED_MODES:
-            y = run(g, x, mode=m, dtype=S).outputs["y"].astype(np.float64)
+            y = run(g, x, mode=m, fmt=S).outputs["y"].astype(np.float64)
             out[m].append(float(np.max(np.abs(y - ref) / np.abs(ref))))
         gs = gamma(n, S.u)
         g32 = gamma(n, FP32.u)
@@ -242,9 +242,9 @@ def verdict_matrix(models=None, dtypes=("fp16", "bf16"), presets=MATRIX_PRESETS,
                 x = zoo.make_inputs(g, kind=kind, seed=seed)
                 for dt in dtypes:
                     S = get_format(dt)
-                    ref = flat_outputs(run(g, x, mode="reference", dtype=S))
-                    e = flat_outputs(run(g, x, mode="eager", dtype=S))
-                    f = flat_outputs(run(g, x, mode="fused", dtype=S, fusion=fo))
+                    ref = flat_outputs(run(g, x, mode="reference", fmt=S))
+                    e = flat_outputs(run(g, x, mode="eager", fmt=S))
+                    f = flat_outputs(run(g, x, mode="fused", fmt=S, fusion=fo))
                     if np.array_equal(bits(e), bits(f)):
                         c["same"] += 1
                         continue
@@ -298,10 +298,10 @@ def source_rows(quick: bool = False, seed: int = 0) -> list:
         fo = FusionOptions.parse(fusion)
         fo_nodec = dataclasses.replace(fo, decompose=False)
         for dt in dts:
-            e = bits(flat_outputs(run(g, x, mode="eager", dtype=dt)))
+            e = bits(flat_outputs(run(g, x, mode="eager", fmt=dt)))
 
             def share(g=g, x=x, dt=dt, e=e, **kw):
-                return float(np.mean(bits(flat_outputs(run(g, x, mode="fused", dtype=dt, **kw))) != e))
+                return float(np.mean(bits(flat_outputs(run(g, x, mode="fused", fmt=dt, **kw))) != e))
 
             row = {"case": label, "dtype": get_format(dt).name, "kind": kind, "fusion": fo.name,
                    "why": why, "n": int(e.size), "fused": share(fusion=fo)}
@@ -351,15 +351,15 @@ def formats_table() -> str:
 
 
 def rounding_demo(x: float = 0.1, seed: int = 0) -> str:
-    """Where each mode sends ``x`` in each storage format."""
+    """Where each rounding mode sends ``x`` in each storage format."""
     rng = np.random.default_rng(seed)
     names = [n for n in FORMATS if n not in ("fp64", "fp32")]
-    lines = [f"x = {x!r} rounded by each mode (stochastic with seed {seed})",
-             f"{'mode':<11}" + "".join(f"{n:>16}" for n in names)]
-    for mode in MODES:
-        row = f"{mode:<11}"
+    lines = [f"x = {x!r} rounded by each rounding mode (stochastic with seed {seed})",
+             f"{'rounding':<11}" + "".join(f"{n:>16}" for n in names)]
+    for rounding in ROUNDINGS:
+        row = f"{rounding:<11}"
         for n in names:
-            v = round_to(x, n, mode, rng=rng if mode == "stochastic" else None)
+            v = round_to(x, n, rounding, rng=rng if rounding == "stochastic" else None)
             row += f"{float(v):>16.9g}"
         lines.append(row)
     return "\n".join(lines)

@@ -732,14 +732,14 @@ def _op_tile(node, hardware, eb: int, library) -> tuple[int, int]:
     return nbuf, _tile(hardware, nbuf, eb)
 
 
-def _elem_bytes(dtype) -> int:
-    if dtype is None:
+def _elem_bytes(fmt) -> int:
+    if fmt is None:
         return 2
-    f = get_format(dtype)
+    f = get_format(fmt, "fmt")
     return f.bits // 8 if f.bits in (8, 16, 32, 64) else 4
 
 
-def plan(graph, options: FusionOptions | None = None, hardware=None, dtype=None, *,
+def plan(graph, options: FusionOptions | None = None, hardware=None, fmt=None, *,
          codegen=None, library=None) -> Plan:
     """Group the nodes of ``graph`` into blocks.
 
@@ -754,7 +754,7 @@ def plan(graph, options: FusionOptions | None = None, hardware=None, dtype=None,
         Default ``FusionOptions()`` (Ascend autofusion defaults).
     hardware : numlab.kernels.Hardware, optional
         Default ``numlab.kernels.Hardware()``.
-    dtype : Format or str, optional
+    fmt : Format or str, optional
         Storage format S: one-operator kernels (:meth:`Plan.op_tile`, and
         blocks the code generator does not take) tile buffers of S elements
         (default 2 bytes, fp16/bf16); code-generated blocks tile fp32
@@ -847,7 +847,7 @@ def plan(graph, options: FusionOptions | None = None, hardware=None, dtype=None,
                 heapq.heappush(heap, (first[c], c))
     assert len(order) == len(members), "fusion produced a cyclic block graph"
     graph_outputs = set(graph.outputs)
-    eb = _elem_bytes(dtype)
+    eb = _elem_bytes(fmt)
     blocks = []
     index = {}
     for i, b in enumerate(order):

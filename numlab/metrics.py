@@ -72,7 +72,7 @@ import ml_dtypes
 import numpy as np
 
 from .formats import NARROW_DTYPES, Format, get_format, ulp
-from .rounding import resolve_rounding, round_to
+from .rounding import round_to
 
 __all__ = [
     "NONFINITE_MODES",
@@ -259,7 +259,7 @@ def ordinal(v, fmt) -> np.ndarray:
     return np.where(np.signbit(a), -ordv, ordv)
 
 
-def ulp_distance(a, b, fmt, *, rounding: str = "rne", mode: str | None = None) -> np.ndarray:
+def ulp_distance(a, b, fmt, *, rounding: str = "rne") -> np.ndarray:
     """Number of ``fmt`` numbers between ``a`` and ``b`` (0: same value).
 
     Both are first rounded to ``fmt`` with ``rounding`` (a no-op for values that
@@ -273,7 +273,6 @@ def ulp_distance(a, b, fmt, *, rounding: str = "rne", mode: str | None = None) -
     """
     fmt = get_format(fmt)
     r, y = _pair(a, b)
-    rounding = resolve_rounding(rounding, mode, "ulp_distance")
     ra = round_to(r, fmt, rounding)
     rb = round_to(y, fmt, rounding)
     na, nb = np.isnan(ra), np.isnan(rb)

@@ -56,7 +56,7 @@ from __future__ import annotations
 import numpy as np
 
 from .formats import Format, get_format
-from .rounding import _as_float_array, check_rounding, resolve_rounding, round_to
+from .rounding import _as_float_array, check_rounding, round_to
 
 __all__ = ["add", "sub", "mul", "div", "sqrt", "fma", "sum3", "dot", "FMA_FP16_COUNTEREXAMPLE"]
 
@@ -244,8 +244,7 @@ _DOC = """
 """
 
 
-def add(a, b, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False, mode=None):
-    rounding = resolve_rounding(rounding, mode, "add")
+def add(a, b, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False):
 
     def op(x, y):
         s, e = _two_sum(x, y)
@@ -254,8 +253,7 @@ def add(a, b, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False
     return _binary(a, b, fmt, rounding, rng, saturate, ftz, op)
 
 
-def sub(a, b, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False, mode=None):
-    rounding = resolve_rounding(rounding, mode, "sub")
+def sub(a, b, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False):
 
     def op(x, y):
         s, e = _two_sum(x, -y)
@@ -264,8 +262,7 @@ def sub(a, b, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False
     return _binary(a, b, fmt, rounding, rng, saturate, ftz, op)
 
 
-def mul(a, b, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False, mode=None):
-    rounding = resolve_rounding(rounding, mode, "mul")
+def mul(a, b, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False):
 
     def op(x, y):
         p, e = _two_prod(x, y)
@@ -274,8 +271,7 @@ def mul(a, b, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False
     return _binary(a, b, fmt, rounding, rng, saturate, ftz, op)
 
 
-def div(a, b, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False, mode=None):
-    rounding = resolve_rounding(rounding, mode, "div")
+def div(a, b, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False):
 
     def op(x, y):
         q = x / y
@@ -287,8 +283,7 @@ def div(a, b, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False
     return _binary(a, b, fmt, rounding, rng, saturate, ftz, op)
 
 
-def sqrt(a, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False, mode=None):
-    rounding = resolve_rounding(rounding, mode, "sqrt")
+def sqrt(a, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False):
     fmt, (x,), dt, scalar = _prep((a,), ("a",), fmt, rounding)
     with np.errstate(all="ignore"):
         r = np.sqrt(x)
@@ -298,8 +293,7 @@ def sqrt(a, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False, 
     return _finish(rto, r, fmt, rounding, rng, saturate, ftz, dt, scalar)
 
 
-def fma(a, b, c, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False, mode=None):
-    rounding = resolve_rounding(rounding, mode, "fma")
+def fma(a, b, c, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False):
     fmt, (x, y, z), dt, scalar = _prep((a, b, c), ("a", "b", "c"), fmt, rounding)
     x, y, z = np.broadcast_arrays(x, y, z)
     with np.errstate(all="ignore"):
@@ -309,8 +303,7 @@ def fma(a, b, c, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=Fa
     return _finish(rto, naive, fmt, rounding, rng, saturate, ftz, dt, scalar, (p, z))
 
 
-def sum3(a, b, c, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False, mode=None):
-    rounding = resolve_rounding(rounding, mode, "sum3")
+def sum3(a, b, c, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False):
     fmt, (x, y, z), dt, scalar = _prep((a, b, c), ("a", "b", "c"), fmt, rounding)
     x, y, z = np.broadcast_arrays(x, y, z)
     with np.errstate(all="ignore"):
@@ -319,13 +312,12 @@ def sum3(a, b, c, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=F
     return _finish(rto, naive, fmt, rounding, rng, saturate, ftz, dt, scalar, (x, y, z))
 
 
-def dot(x, y, fmt="fp16", rounding="rne", *, axis=-1, rng=None, saturate=False, ftz=False, mode=None):
+def dot(x, y, fmt="fp16", rounding="rne", *, axis=-1, rng=None, saturate=False, ftz=False):
     """Exactly rounded dot product of short vectors along ``axis``.
 
     Cost grows as the square of the vector length (a Grow-Expansion of 2n
     terms per dot), so this is meant for n up to a few dozen.
     """
-    rounding = resolve_rounding(rounding, mode, "dot")
     fmt, (u, v), dt, _ = _prep((x, y), ("x", "y"), fmt, rounding)
     u, v = np.broadcast_arrays(u, v)
     u = np.moveaxis(u, axis, -1)

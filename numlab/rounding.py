@@ -37,24 +37,19 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-import warnings
 from fractions import Fraction
 
 import numpy as np
 
 from .formats import BF16, FP16, FP32, NARROW_DTYPES, Format, get_format
 
-__all__ = ["ROUNDINGS", "round_to", "check_rounding", "MODES", "check_mode"]
+__all__ = ["ROUNDINGS", "round_to", "check_rounding"]
 
 ROUNDINGS = ("rne", "rtz", "up", "down", "odd", "stochastic")
 """Rounding modes (the argument is called ``rounding`` everywhere): to
 nearest ties-to-even, toward zero, toward +inf, toward -inf, to odd (Boldo & Melquiond 2008: truncate, then set the last bit when
 inexact), and stochastic (round away from zero with probability equal to the
 distance from the truncated value, in ulps)."""
-
-MODES = ROUNDINGS
-"""Deprecated alias of :data:`ROUNDINGS` (the old name; ``mode`` now means an
-execution mode, see docs/design.md "Naming")."""
 
 # Storage-dtype casts that are IEEE round-to-nearest-even *and* faster than
 # the bit path here (numpy 2.4 / ml_dtypes 0.6, 2-core machine, 10^7 values):
@@ -78,26 +73,6 @@ def check_rounding(rounding, name: str = "rounding") -> str:
             f"{name}={rounding!r} is not a rounding mode; valid modes: {list(ROUNDINGS)}"
         )
     return rounding
-
-
-check_mode = check_rounding
-"""Deprecated alias of :func:`check_rounding`."""
-
-
-def resolve_rounding(rounding: str, mode: str | None, where: str) -> str:
-    """The rounding mode of a call that may still use the deprecated keyword
-    ``mode=`` (renamed ``rounding=``): ``mode`` wins when given alone, with a
-    DeprecationWarning; both given is a TypeError."""
-    if mode is None:
-        return rounding
-    if rounding != "rne":
-        raise TypeError(f"{where}: give rounding= only (mode= is its deprecated old name), not both")
-    warnings.warn(
-        f"{where}: the keyword mode= is deprecated; use rounding={mode!r}",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return mode
 
 
 def _to_float_odd(x) -> float:
@@ -145,7 +120,6 @@ def round_to(
     rng=None,
     saturate: bool = False,
     ftz: bool = False,
-    mode: str | None = None,
 ):
     """Round ``x`` to the format ``fmt`` with rounding mode ``rounding``.
 
@@ -167,8 +141,6 @@ def round_to(
         of ±inf (or NaN).
     ftz : bool
         Flush results below ``smallest_normal`` to a zero of the same sign.
-    mode : str, optional
-        Deprecated old name of ``rounding`` (DeprecationWarning).
 
     Returns
     -------
@@ -184,7 +156,6 @@ def round_to(
     rounds up past ``max``.  A format without infinities (fp8 e4m3fn)
     overflows to NaN, as ml_dtypes does.
     """
-    rounding = resolve_rounding(rounding, mode, "round_to")
     fmt = get_format(fmt)
     check_rounding(rounding, "rounding")
     if rng is not None and not isinstance(rng, np.random.Generator):

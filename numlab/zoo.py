@@ -298,7 +298,8 @@ def make_inputs(graph, kind: str = "normal", seed: int = 0, fmt=None, *, dtype=N
         ``near_overflow`` also the format whose max is approached
         (default fp16).
     dtype : Format or str, optional
-        The older name of ``fmt`` (still accepted; give one of them).
+        Deprecated name of ``fmt`` (give one of them); kept only until its
+        last callers move to ``fmt=``.
 
     Returns
     -------

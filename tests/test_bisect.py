@@ -63,7 +63,7 @@ def test_ddmin_no_divergence():
 def test_range_graph_and_golden_inputs_reproduce_eager():
     g = zoo.MODELS["transformer_block"]()
     x = zoo.make_inputs(g, seed=1)
-    e = numlab.run(g, x, mode="eager", dtype="fp16")
+    e = numlab.run(g, x, mode="eager", fmt="fp16")
     golden = {**e.values, **x}
     n = len(g.nodes)
     for lo, hi in [(0, n), (0, 1), (3, 9), (n - 3, n)]:
@@ -71,13 +71,13 @@ def test_range_graph_and_golden_inputs_reproduce_eager():
         assert [nd.name for nd in sub.nodes] == [nd.name for nd in g.nodes[lo:hi]]
         assert set(sub.inputs) <= set(g.inputs) | {nd.name for nd in g.nodes[:lo]}
         xs = {k: np.asarray(golden[k], dtype=np.float64) for k in sub.inputs}
-        r = numlab.run(sub, xs, mode="eager", dtype="fp16")
+        r = numlab.run(sub, xs, mode="eager", fmt="fp16")
         for name, v in r.values.items():  # eager on golden inputs is eager, bit for bit
             assert np.array_equal(np.asarray(v).view(np.uint16), np.asarray(e.values[name]).view(np.uint16))
     assert range_graph(g, 0, n).outputs == g.outputs
     with pytest.raises(ValueError, match="range"):
         range_graph(g, 3, 3)
-    d, rep = range_diverges(g, golden, 1, 2, dtype="fp16", fused_kw={"kernels": MAGIC_RSQRT},
+    d, rep = range_diverges(g, golden, 1, 2, storage="fp16", fused_kw={"kernels": MAGIC_RSQRT},
                             thresholds=STRICT)
     assert not d and rep.row("matmul_0")["bitwise_equal_ratio"] == 1.0  # a library matmul alone
 
@@ -93,7 +93,7 @@ def _tb():
 def test_bisect_finds_planted_rsqrt():
     g, x = _tb()
     lines = []
-    rep = bisect_run(g, x, dtype="fp16", kernels=MAGIC_RSQRT, thresholds=STRICT, log=lines.append)
+    rep = bisect_run(g, x, storage="fp16", kernels=MAGIC_RSQRT, thresholds=STRICT, log=lines.append)
     assert rep.diverges and rep.baseline.first_divergence["node"] == "layer_norm_0"
     # elementwise fusion off turns the decomposed rsqrt into a library call;
     # decomposition off keeps layer_norm whole -> eager's kernel
@@ -108,13 +108,13 @@ def test_bisect_finds_planted_rsqrt():
     assert "tried:" not in rep.text(trials=False) and "rms_norm_0" in rep.text(trials=False)
     assert any("stage 3" in s for s in lines) and any("DIVERGES" in s for s in lines)
     # the msprobe default rule misses this planted error (cos 0.9998 > 0.99)
-    assert not bisect_run(g, x, dtype="fp16", kernels=MAGIC_RSQRT, log=None).diverges
+    assert not bisect_run(g, x, storage="fp16", kernels=MAGIC_RSQRT, log=None).diverges
 
 
 def test_bisect_finds_planted_exp_in_softmax():
     g, x = _tb()
     bad = KernelSpec.codegen(exp="exp_poly(1)")
-    rep = bisect_run(g, x, dtype="fp16", kernels=bad, thresholds=STRICT, log=None,
+    rep = bisect_run(g, x, storage="fp16", kernels=bad, thresholds=STRICT, log=None,
                      stages=("sources", "ranges"))
     assert rep.baseline.first_divergence["node"] == "softmax_0"
     assert rep.fixing_sources == ["algorithm"]
@@ -125,12 +125,12 @@ def test_bisect_finds_planted_exp_in_softmax():
 
 def test_bisect_nothing_to_do_and_bad_stage():
     g, x = _tb()
-    rep = bisect_run(g, x, dtype="fp16", log=None)
+    rep = bisect_run(g, x, storage="fp16", log=None)
     assert not rep.diverges and rep.trials == [] and "nothing to bisect" in rep.text()
     with pytest.raises(ValueError, match="stages"):
-        bisect_run(g, x, dtype="fp16", stages=("fusion", "bogus"), log=None)
+        bisect_run(g, x, storage="fp16", stages=("fusion", "bogus"), log=None)
     with pytest.raises(ValueError, match="max_culprits"):
-        bisect_run(g, x, dtype="fp16", max_culprits=0, log=None)
+        bisect_run(g, x, storage="fp16", max_culprits=0, log=None)
 
 
 # --------------------------------------------------------------------------
@@ -138,7 +138,7 @@ def test_bisect_nothing_to_do_and_bad_stage():
 # --------------------------------------------------------------------------
 def test_workflow_on_planted_problem(tmp_path, monkeypatch):
     g, x = _tb()
-    w = precision_workflow(g, x, dtype="fp16", kernels=MAGIC_RSQRT, thresholds=STRICT,
+    w = precision_workflow(g, x, storage="fp16", kernels=MAGIC_RSQRT, thresholds=STRICT,
                            dump_dir=tmp_path)
     bad = {s["node"] for s in w.bad_single_ops}
     assert bad == {"layer_norm_0", "rms_norm_0"}  # the rsqrt users, found operator by operator
@@ -156,7 +156,7 @@ def test_workflow_on_planted_problem(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(B, "_run", lambda *a, **k: calls.append(a))
     with pytest.raises(FileExistsError):
-        precision_workflow(g, x, dtype="fp16", dump_dir=tmp_path)
+        precision_workflow(g, x, storage="fp16", dump_dir=tmp_path)
     assert calls == []  # refused before running anything
     assert "step 3" in w.text()
 
@@ -164,7 +164,7 @@ def test_workflow_on_planted_problem(tmp_path, monkeypatch):
 def test_workflow_clean_model():
     g = zoo.MODELS["gelu_mlp"]()
     x = zoo.make_inputs(g, seed=0)
-    w = precision_workflow(g, x, dtype="bf16")
+    w = precision_workflow(g, x, storage="bf16")
     assert not w.bad_single_ops and w.bisect is None
     assert "no graph-mode precision problem" in w.conclusion
 

@@ -532,9 +532,9 @@ def test_run_result_objects_compare_in_memory():
     graph = SimpleNamespace(inputs={"x": (3,)}, outputs=["b"],
                             nodes=[node("a", "exp", ["x"]), node("b", "neg", ["a"])])
     eager = SimpleNamespace(values={"a": np.ones(3, np.float16), "b": -np.ones(3, np.float16)},
-                            graph=graph, plan=None, mode="eager", dtype=numlab.FP16)
+                            graph=graph, plan=None, mode="eager", fmt=numlab.FP16)
     fused = SimpleNamespace(values={"a": np.ones(3, np.float16), "b": -np.full(3, 3, np.float16)},
-                            graph=graph, plan=None, mode="fused", dtype=numlab.FP16)
+                            graph=graph, plan=None, mode="fused", fmt=numlab.FP16)
     rep = compare_dumps(eager, fused)
     assert rep.first_divergence["node"] == "b" and rep.first_divergence["op"] == "neg"
     assert rep.row("a")["ulp_format"] == "fp16"
@@ -548,8 +548,8 @@ def test_real_executors_eager_vs_fused():
     zoo = pytest.importorskip("numlab.zoo", reason="needs numlab.zoo")
     g = zoo.MODELS["transformer_block"]()
     x = zoo.make_inputs(g, seed=0)
-    e = numlab.run(g, x, mode="eager", dtype="fp16")
-    f = numlab.run(g, x, mode="fused", dtype="fp16")
+    e = numlab.run(g, x, mode="eager", fmt="fp16")
+    f = numlab.run(g, x, mode="fused", fmt="fp16")
     rep = compare_dumps(e, f)
     kinds = {r["match"] for r in rep.rows}
     assert {"matched", "inside_block", "decomposed"} <= kinds
@@ -729,18 +729,15 @@ def test_large_dump_compared_with_bounded_memory(tmp_path):
 
 
 # --------------------------------------------------------------------------
-# bisect: the storage format is storage= (dtype= its deprecated old name)
+# bisect: the storage format is storage= (the old name dtype= is gone)
 # --------------------------------------------------------------------------
-def test_bisect_storage_keyword_and_deprecated_dtype():
+def test_bisect_storage_keyword():
     g = zoo.MODELS["layernorm"]()
     x = zoo.make_inputs(g, seed=0)
-    new = bisect_run(g, x, storage="fp16", stages=("fusion",), log=None)
-    with pytest.warns(DeprecationWarning, match="dtype= is deprecated; use storage="):
-        old = bisect_run(g, x, dtype="fp16", stages=("fusion",), log=None)
-    assert [t.line() for t in new.trials] == [t.line() for t in old.trials]
-    assert new.dtype == old.dtype == "fp16"
-    with pytest.raises(TypeError, match="not both"):
-        bisect_run(g, x, storage="fp16", dtype="fp16", log=None)
+    rep = bisect_run(g, x, storage="fp16", stages=("fusion",), log=None)
+    assert rep.storage == "fp16" and "(storage fp16)" in rep.text()
+    with pytest.raises(TypeError, match="dtype"):
+        bisect_run(g, x, dtype="fp16", log=None)
     with pytest.raises(TypeError, match=r"storage= \(the storage format S, e.g. 'fp16'\) is required"):
         bisect_run(g, x, log=None)
     with pytest.raises(ValueError, match="storage='fp7' is not a known format"):

@@ -83,11 +83,11 @@ def test_rows_agree_with_an_independent_recomputation():
         x = zoo.make_inputs(g, seed=3)
         # the reference from the catalogue's fp64 evaluator on fp16-rounded inputs (not run())
         ref = evaluate(g, {k: v.astype(np.float16).astype(np.float64) for k, v in x.items()})["y"]
-        eager = run(g, x, mode="eager", dtype="fp16").outputs["y"]
+        eager = run(g, x, mode="eager", fmt="fp16").outputs["y"]
         means = {}
         for mode in ("eager", "fused", "emulated_casts"):
             kw = {"fusion": FusionOptions.inductor()} if mode != "eager" else {}
-            y = run(g, x, mode=mode, dtype="fp16", **kw).outputs["y"]
+            y = run(g, x, mode=mode, fmt="fp16", **kw).outputs["y"]
             (row,) = [r for r in rows if r["model"] == model and r["mode"] == mode]
             err = np.abs(y.astype(np.float64) - ref)
             assert row["abs_max"] == err.max()
@@ -162,7 +162,7 @@ def test_chain_bounds_hold_elementwise(n, seed, dt, spread):
     nu = n * S.u
     g32 = n * 2.0**-24 / (1 - n * 2.0**-24)
     for mode in ("eager", "emulated_casts", "fused"):
-        y = run(g, x, mode=mode, dtype=dt).outputs["y"].astype(np.float64)
+        y = run(g, x, mode=mode, fmt=dt).outputs["y"].astype(np.float64)
         rel = np.abs(y - ref) / np.abs(ref)
         if mode == "fused":
             assert np.all(rel <= S.u + g32 * (1 + S.u))
@@ -210,13 +210,13 @@ def test_verdict_matrix_counts_and_the_autofuse_layernorm_loss():
         assert r["more"] + r["less"] + r["same"] + r["equal"] + r["nonfinite"] == 2
     g = zoo.layernorm()
     x = zoo.make_inputs(g, seed=0)
-    ref = run(g, x, mode="reference", dtype="fp16").outputs["y"]
+    ref = run(g, x, mode="reference", fmt="fp16").outputs["y"]
     err = {}
     for name, fo in (("autofuse", FusionOptions()),
                      ("reduce", FusionOptions.autofuse("--autofuse_enable_pass=reduce"))):
-        y = run(g, x, mode="fused", dtype="fp16", fusion=fo).outputs["y"].astype(np.float64)
+        y = run(g, x, mode="fused", fmt="fp16", fusion=fo).outputs["y"].astype(np.float64)
         err[name] = np.mean(np.abs(y - ref))
-    e = np.mean(np.abs(run(g, x, mode="eager", dtype="fp16").outputs["y"].astype(np.float64) - ref))
+    e = np.mean(np.abs(run(g, x, mode="eager", fmt="fp16").outputs["y"].astype(np.float64) - ref))
     assert err["autofuse"] > e  # the decomposed layer norm stored in S between blocks
     assert any(s.startswith("layernorm/fp16 ") for s in rows[0]["less_in"])
     ratio = float(next(s for s in rows[0]["less_in"] if s.startswith("layernorm/")).split()[-1][:-1])

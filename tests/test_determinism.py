@@ -20,7 +20,7 @@ def test_default_fused_run_is_deterministic_across_processes():
     assert rep.compile_deterministic and rep.execution_deterministic and rep.ok
     # the worker's fingerprint is execute.run's fingerprint for the same inputs, in this process too
     g = zoo.MODELS["softmax"]()
-    res = execute.run(g, zoo.make_inputs(g, seed=0), mode="fused", dtype="fp16")
+    res = execute.run(g, zoo.make_inputs(g, seed=0), mode="fused", fmt="fp16")
     assert rep.records[0].fingerprint == res.fingerprint
     assert rep.records[0].outputs["y"] == D._digest(res.outputs["y"])
     assert not any(h.active for h in rep.plan)
@@ -40,7 +40,7 @@ def test_unseeded_atomic_order_breaks_execution_not_compile_determinism():
     outs = []
     for r in rep.records:
         spec = K.KernelSpec.handwritten(reduce_order=K.Shuffled(r.order_seed))
-        y = execute.run(g, x, mode="eager", dtype="fp32", kernels=spec, seed=r.order_seed).outputs["y"]
+        y = execute.run(g, x, mode="eager", fmt="fp32", kernels=spec, seed=r.order_seed).outputs["y"]
         assert D._digest(y) == r.outputs["y"]
         assert D.run_once(D._config("softmax", "fp32", "eager", order="atomic", seed=r.order_seed)).outputs == r.outputs
         outs.append(y)
@@ -106,7 +106,7 @@ def test_plan_lists_every_hazard():
     assert [h.active for h in D.determinism_plan(order="atomic")].count(True) == 1
     assert not any(h.active for h in D.determinism_plan(order="atomic", seed=1))
     assert not any(h.active for h in D.determinism_plan(order="atomic", mode="reference"))
-    assert "the spec uses it" in str(D.determinism_plan(kernels=K.KernelSpec.codegen(matmul_mode="split_k"))[4])
+    assert "the spec uses it" in str(D.determinism_plan(kernels=K.KernelSpec.codegen(matmul_algo="split_k"))[4])
 
 
 @pytest.mark.parametrize("kw, match", [
@@ -164,7 +164,7 @@ def test_fusion_and_kernel_specs_reach_the_workers():
     assert red.config["kernels"] == "codegen:fma=false"
     assert red.records[0].fingerprint != base.records[0].fingerprint
     g = zoo.softmax()
-    r = execute.run(g, zoo.make_inputs(g, seed=0), mode="fused", dtype="fp16",
+    r = execute.run(g, zoo.make_inputs(g, seed=0), mode="fused", fmt="fp16",
                     fusion=FusionOptions().enable("reduce"), kernels=K.KernelSpec.codegen(fma=False))
     assert red.records[0].fingerprint == r.fingerprint
     with pytest.raises(ValueError, match="fusion='autofuse_enable_pass=reduce': preset"):

@@ -64,7 +64,7 @@ def _fake_result():
               SimpleNamespace(name="b2", members=["d"], kind="elementwise", outputs=["d"])]
     plan = SimpleNamespace(blocks=blocks)
     vals = {k: np.arange(4, dtype=np.float16) + i for i, k in enumerate(["a", "c", "d"])}
-    return SimpleNamespace(values=vals, graph=graph, plan=plan, mode="fused", dtype=numlab.FP16,
+    return SimpleNamespace(values=vals, graph=graph, plan=plan, mode="fused", fmt=numlab.FP16,
                            fingerprint="f" * 64)
 
 

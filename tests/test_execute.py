@@ -119,12 +119,12 @@ def test_pointwise_chain_against_numpy_storage_arithmetic(seed, dt):
         xf, wf, bf = (a.astype(np.float32) for a in (x, w, b))
         t = (xf * wf) + bf
         want_fused = _fma32_exact(t, xf, -wf).astype(np_dt)
-    e = run(G_CHAIN, raw, mode="eager", dtype=dt)
-    f = run(G_CHAIN, raw, mode="fused", dtype=dt)
+    e = run(G_CHAIN, raw, mode="eager", fmt=dt)
+    f = run(G_CHAIN, raw, mode="fused", fmt=dt)
     assert same_bits(e.outputs["y"], want_eager)
     assert same_bits(f.outputs["y"], want_fused)
     # reference: float64 on the same S-valued inputs
-    r = run(G_CHAIN, raw, mode="reference", dtype=dt)
+    r = run(G_CHAIN, raw, mode="reference", fmt=dt)
     x6, w6, b6 = (a.astype(np.float64) for a in (x, w, b))
     assert same_bits(r.outputs["y"], ((x6 * w6) + b6) * x6 - w6)
 
@@ -132,18 +132,18 @@ def test_pointwise_chain_against_numpy_storage_arithmetic(seed, dt):
 def test_eager_values_are_every_node_in_storage_fused_only_block_outputs():
     g = zoo.gelu_mlp()
     x = zoo.make_inputs(g, seed=3)
-    e = run(g, x, mode="eager", dtype="bf16")
+    e = run(g, x, mode="eager", fmt="bf16")
     assert set(e.values) == {n.name for n in g.nodes}
     assert all(v.dtype == BF16 for v in e.values.values())
-    f = run(g, x, mode="fused", dtype="bf16")
+    f = run(g, x, mode="fused", fmt="bf16")
     outs = {m for b in f.plan.blocks for m in b.outputs}
     assert set(f.values) == outs and f.internals == []
-    fi = run(g, x, mode="fused", dtype="bf16", keep_internals=True)
+    fi = run(g, x, mode="fused", fmt="bf16", keep_internals=True)
     assert set(fi.values) == {n.name for n in fi.graph.nodes}
     assert set(fi.internals) == {n.name for n in fi.graph.nodes} - outs
     assert all(fi.values[k].dtype == np.float32 for k in fi.internals)
     assert all_same(f, fi)
-    r = run(g, x, mode="reference", dtype="bf16")
+    r = run(g, x, mode="reference", fmt="bf16")
     assert all(v.dtype == np.float64 for v in r.values.values())
     assert r.outputs["y"].dtype == np.float64 and e.outputs["y"].dtype == BF16
 
@@ -157,9 +157,9 @@ def test_scalar_multiply_instruction_against_numpy():
     # codegen (broadcast): the scalar is first materialised in fp16
     bcast = (xs * np.float32(np.float16(0.1))).astype(np.float16)
     assert not same_bits(muls, bcast)  # the instruction matters here
-    assert same_bits(run(g, {"x": x}, mode="eager", dtype="fp16").output, muls)
-    assert same_bits(run(g, {"x": x}, mode="fused", dtype="fp16").output, bcast)
-    assert same_bits(run(g, {"x": x}, mode="fused", dtype="fp16", align="instruction").output, muls)
+    assert same_bits(run(g, {"x": x}, mode="eager", fmt="fp16").output, muls)
+    assert same_bits(run(g, {"x": x}, mode="fused", fmt="fp16").output, bcast)
+    assert same_bits(run(g, {"x": x}, mode="fused", fmt="fp16", align="instruction").output, muls)
 
 
 def test_sequential_reduction_against_python_loop():
@@ -167,7 +167,7 @@ def test_sequential_reduction_against_python_loop():
     rng = np.random.default_rng(7)
     x = (rng.standard_normal((5, 37)) * 1e3).astype(np.float32)
     spec = KernelSpec.handwritten(reduce_order="sequential")
-    got = run(g, {"x": x}, mode="eager", dtype="fp32", kernels=spec).output
+    got = run(g, {"x": x}, mode="eager", fmt="fp32", kernels=spec).output
     want = np.empty(5, dtype=np.float32)
     for i in range(5):  # test-only scalar loop, the same order
         s = np.float32(x[i, 0])
@@ -181,7 +181,7 @@ def test_reference_equals_catalogue_evaluate_on_rounded_inputs():
     for name in ("layernorm", "softmax", "transformer_block"):
         g = zoo.MODELS[name]()
         x = zoo.make_inputs(g, seed=1)
-        r = run(g, x, mode="reference", dtype="fp16")
+        r = run(g, x, mode="reference", fmt="fp16")
         xr = {k: (v if g.role(k) == "index" else v.astype(np.float16).astype(np.float64))
               for k, v in x.items()}
         want = evaluate(g, xr)
@@ -236,15 +236,15 @@ def movement_graphs(draw):
 def test_data_movement_is_bitwise_identical_fused_or_not(g, seed, dt):
     rng = np.random.default_rng(seed)
     x = {"x": rng.standard_normal((4, 6)) * 10, "y": rng.standard_normal((4, 6))}
-    e = run(g, x, mode="eager", dtype=dt)
+    e = run(g, x, mode="eager", fmt=dt)
     every = FusionOptions(enabled=frozenset(KINDS))
     for fo in (every, FusionOptions(), FusionOptions.inductor(), FusionOptions.off()):
-        f = run(g, x, mode="fused", dtype=dt, fusion=fo)
+        f = run(g, x, mode="fused", fmt=dt, fusion=fo)
         assert all_same(e, f)
         for k in f.values:
             assert same_bits(f.values[k], e.values[k])
     # and equal to the exact (float64) reference cast to S: nothing was computed
-    r = run(g, x, mode="reference", dtype=dt)
+    r = run(g, x, mode="reference", fmt=dt)
     for k in r.outputs:
         assert same_bits(r.outputs[k].astype(e.outputs[k].dtype), e.outputs[k])
 
@@ -293,8 +293,8 @@ def test_emulated_casts_equals_eager_with_the_same_kernels(g, seed, dt, which):
     spec = H if which == "handwritten" else C
     rng = np.random.default_rng(seed)
     x = {"x": rng.standard_normal((3, 16)), "y": rng.standard_normal((3, 16))}
-    e = run(g, x, mode="eager", dtype=dt, kernels=spec)
-    m = run(g, x, mode="emulated_casts", dtype=dt, kernels=spec, library=spec)
+    e = run(g, x, mode="eager", fmt=dt, kernels=spec)
+    m = run(g, x, mode="emulated_casts", fmt=dt, kernels=spec, library=spec)
     assert m.plan.blocks[0].codegen and len(m.plan.blocks) == 1  # really one fused block
     assert all_same(e, m)
     for k, v in m.values.items():
@@ -333,15 +333,15 @@ def _src_case(source):
 def test_each_source_alone_and_its_removal(source):
     g, x, dt = _src_case(source)
     fo = FusionOptions.inductor()
-    e = run(g, x, mode="eager", dtype=dt)
-    plain = run(g, x, mode="fused", dtype=dt, fusion=fo)
+    e = run(g, x, mode="eager", fmt=dt)
+    plain = run(g, x, mode="fused", fmt=dt, fusion=fo)
     assert not all_same(plain, e), "the case must show a difference"
     others = tuple(s for s in SOURCES if s != source)
-    only = run(g, x, mode="fused", dtype=dt, fusion=fo, align=others)
+    only = run(g, x, mode="fused", fmt=dt, fusion=fo, align=others)
     assert not all_same(only, e), f"{source} alone must separate fused from eager"
-    fixed = run(g, x, mode="fused", dtype=dt, fusion=fo, align=(source,))
+    fixed = run(g, x, mode="fused", fmt=dt, fusion=fo, align=(source,))
     assert all_same(fixed, e), f"aligning {source} removes the whole difference here"
-    assert all_same(run(g, x, mode="fused", dtype=dt, fusion=fo, align=SOURCES), e)
+    assert all_same(run(g, x, mode="fused", fmt=dt, fusion=fo, align=SOURCES), e)
 
 
 @pytest.mark.parametrize("model", sorted(zoo.MODELS))
@@ -351,13 +351,13 @@ def test_all_four_aligned_and_no_decomposition_is_eager_bit_for_bit(model):
     for dt, kind in (("fp16", "normal"), ("bf16", "shifted_mean"), ("fp16", "near_overflow"),
                      ("fp32", "heavy_tailed")):
         x = zoo.make_inputs(g, kind=kind, seed=5)
-        e = run(g, x, mode="eager", dtype=dt)
+        e = run(g, x, mode="eager", fmt=dt)
         for fo in (FusionOptions(decompose=False), FusionOptions.inductor(decompose=False),
                    FusionOptions.inductor(decompose=False).enable("matmul")):
-            f = run(g, x, mode="fused", dtype=dt, fusion=fo, align=SOURCES)
+            f = run(g, x, mode="fused", fmt=dt, fusion=fo, align=SOURCES)
             assert all_same(f, e), (dt, kind, fo.describe())
             assert f.nonfinite == {k: v for k, v in e.nonfinite.items() if k in f.nonfinite}
-        n_diff += not all_same(run(g, x, mode="fused", dtype=dt, fusion=FusionOptions.inductor()), e)
+        n_diff += not all_same(run(g, x, mode="fused", fmt=dt, fusion=FusionOptions.inductor()), e)
     if model != "attention_scores":
         assert n_diff > 0  # without alignment the bits part somewhere
 
@@ -365,11 +365,11 @@ def test_all_four_aligned_and_no_decomposition_is_eager_bit_for_bit(model):
 def test_align_all_with_decomposition_still_differs_by_the_algorithm_of_the_decomposition():
     g = zoo.layernorm()
     x = zoo.make_inputs(g, seed=2, kind="shifted_mean")
-    e = run(g, x, mode="eager", dtype="fp32")
-    f = run(g, x, mode="fused", dtype="fp32", fusion=FusionOptions.inductor(), align=SOURCES)
+    e = run(g, x, mode="eager", fmt="fp32")
+    f = run(g, x, mode="fused", fmt="fp32", fusion=FusionOptions.inductor(), align=SOURCES)
     # eager's kernel (Welford) is not the decomposed algorithm (two passes)
     assert not all_same(f, e)
-    f2 = run(g, x, mode="fused", dtype="fp32", fusion=FusionOptions.inductor(decompose=False),
+    f2 = run(g, x, mode="fused", fmt="fp32", fusion=FusionOptions.inductor(decompose=False),
              align=SOURCES)
     assert all_same(f2, e)
 
@@ -377,7 +377,7 @@ def test_align_all_with_decomposition_still_differs_by_the_algorithm_of_the_deco
 def test_emulated_casts_do_not_round_inside_a_decomposed_composite():
     g = zoo.layernorm()
     x = zoo.make_inputs(g, seed=2)
-    m = run(g, x, mode="emulated_casts", dtype="fp16", fusion=FusionOptions.inductor(),
+    m = run(g, x, mode="emulated_casts", fmt="fp16", fusion=FusionOptions.inductor(),
             keep_internals=True)
     inner = [k for k, v in m.plan.decomposed.items() if v != k]
     assert inner and set(inner) == set(m.internals)  # fp32, never written in S
@@ -395,20 +395,20 @@ def test_same_run_same_bits_and_fingerprint():
     g = zoo.transformer_block()
     x = zoo.make_inputs(g, seed=4)
     for mode in MODES:
-        a = run(g, x, mode=mode, dtype="fp16")
-        b = run(g, x, mode=mode, dtype="fp16")
+        a = run(g, x, mode=mode, fmt="fp16")
+        b = run(g, x, mode=mode, fmt="fp16")
         assert a.fingerprint == b.fingerprint and len(a.fingerprint) == 64
         assert all_same(a, b)
-    fps = {run(g, x, mode=m, dtype=d).fingerprint for m in MODES for d in ("fp16", "bf16")}
+    fps = {run(g, x, mode=m, fmt=d).fingerprint for m in MODES for d in ("fp16", "bf16")}
     assert len(fps) == 8
-    base = run(g, x, mode="fused", dtype="fp16").fingerprint
-    assert run(g, x, mode="fused", dtype="fp16", fusion=FusionOptions.inductor()).fingerprint != base
-    assert run(g, x, mode="fused", dtype="fp16", kernels=C.replace(fma=False)).fingerprint != base
-    assert run(g, x, mode="fused", dtype="fp16", align="tiling").fingerprint != base
+    base = run(g, x, mode="fused", fmt="fp16").fingerprint
+    assert run(g, x, mode="fused", fmt="fp16", fusion=FusionOptions.inductor()).fingerprint != base
+    assert run(g, x, mode="fused", fmt="fp16", kernels=C.replace(fma=False)).fingerprint != base
+    assert run(g, x, mode="fused", fmt="fp16", align="tiling").fingerprint != base
     x2 = zoo.make_inputs(g, seed=5)
-    assert run(g, x2, mode="fused", dtype="fp16", seed=9).fingerprint == base  # run-time inputs
+    assert run(g, x2, mode="fused", fmt="fp16", seed=9).fingerprint == base  # run-time inputs
     g2 = zoo.transformer_block(eps=1e-6)
-    assert run(g2, x, mode="fused", dtype="fp16").fingerprint != base
+    assert run(g2, x, mode="fused", fmt="fp16").fingerprint != base
 
 
 _CHILD = r"""
@@ -421,7 +421,7 @@ for model in ("transformer_block", "layernorm"):
     g = zoo.MODELS[model]()
     x = zoo.make_inputs(g, seed=4)
     for mode in ("eager", "fused", "emulated_casts", "reference"):
-        r = run(g, x, mode=mode, dtype="bf16")
+        r = run(g, x, mode=mode, fmt="bf16")
         h = hashlib.sha256()
         for k in sorted(r.values):
             h.update(k.encode()); h.update(np.ascontiguousarray(r.values[k]).tobytes())
@@ -440,7 +440,7 @@ def test_fresh_processes_with_different_hash_seeds_agree():
     assert res[0] == res[1]
     # and this process agrees too
     g = zoo.layernorm()
-    r = run(g, zoo.make_inputs(g, seed=4), mode="fused", dtype="bf16")
+    r = run(g, zoo.make_inputs(g, seed=4), mode="fused", fmt="bf16")
     h = hashlib.sha256()
     for k in sorted(r.values):
         h.update(k.encode())
@@ -452,9 +452,9 @@ def test_shuffled_order_uses_the_schedule_seed():
     g = trace(lambda x: {"s": x.sum(axis=-1)}, x=(16, 512))
     x = {"x": np.random.default_rng(0).standard_normal((16, 512))}
     spec = KernelSpec.handwritten(reduce_order="shuffled(0)")
-    a = run(g, x, mode="eager", dtype="fp32", kernels=spec, seed=1)
-    b = run(g, x, mode="eager", dtype="fp32", kernels=spec, seed=1)
-    c = run(g, x, mode="eager", dtype="fp32", kernels=spec, seed=2)
+    a = run(g, x, mode="eager", fmt="fp32", kernels=spec, seed=1)
+    b = run(g, x, mode="eager", fmt="fp32", kernels=spec, seed=1)
+    c = run(g, x, mode="eager", fmt="fp32", kernels=spec, seed=2)
     assert all_same(a, b) and not all_same(a, c)
     assert a.fingerprint == c.fingerprint  # the seed is a run-time input
 
@@ -468,7 +468,7 @@ def test_nan_and_inf_propagate_and_are_counted_per_node():
     g = trace(lambda x: {"y": ops.exp(x) + 1.0}, x=(6,))
     x = np.array([np.nan, np.inf, -np.inf, 0.0, 1.0, 20.0])
     for mode in MODES:
-        r = run(g, {"x": x}, mode=mode, dtype="fp16")
+        r = run(g, {"x": x}, mode=mode, fmt="fp16")
         y = np.asarray(r.outputs["y"], dtype=np.float64)
         assert np.isnan(y[0]) and y[1] == np.inf and y[2] == 1.0 and y[3] == 2.0
         if mode == "reference":
@@ -487,8 +487,8 @@ def test_nan_and_inf_propagate_and_are_counted_per_node():
 def test_fused_keeps_a_value_that_overflows_eager():
     g = trace(lambda x: {"y": (x * x) * 1e-3}, x=(4,))
     x = np.array([300.0, 1.0, -400.0, 2.0])
-    e = run(g, {"x": x}, mode="eager", dtype="fp16")
-    f = run(g, {"x": x}, mode="fused", dtype="fp16")
+    e = run(g, {"x": x}, mode="eager", fmt="fp16")
+    f = run(g, {"x": x}, mode="fused", fmt="fp16")
     assert np.isinf(e.output[0]) and np.isinf(e.output[2])
     assert np.all(np.isfinite(f.output))
     assert e.nonfinite["mul_0"] == (0, 2) and f.nonfinite["mul_0"] == (0, 0)
@@ -503,46 +503,46 @@ def test_bad_input_errors_name_the_argument():
     g = zoo.layernorm(batch=2, hidden=8)
     x = zoo.make_inputs(g)
     with pytest.raises(ValueError, match=r"missing inputs \['beta'\].*inputs are \['x', 'gamma', 'beta'\]"):
-        run(g, {k: v for k, v in x.items() if k != "beta"}, mode="eager", dtype="fp16")
+        run(g, {k: v for k, v in x.items() if k != "beta"}, mode="eager", fmt="fp16")
     with pytest.raises(ValueError, match=r"unexpected inputs \['z'\]"):
-        run(g, {**x, "z": x["x"]}, mode="eager", dtype="fp16")
+        run(g, {**x, "z": x["x"]}, mode="eager", fmt="fp16")
     with pytest.raises(ValueError, match=r"input 'gamma' has shape \(7,\); graph 'layernorm' expects \(8,\)"):
-        run(g, {**x, "gamma": np.ones(7)}, mode="eager", dtype="fp16")
+        run(g, {**x, "gamma": np.ones(7)}, mode="eager", fmt="fp16")
     with pytest.raises(TypeError, match="input 'x' has dtype complex128"):
-        run(g, {**x, "x": x["x"].astype(complex)}, mode="eager", dtype="fp16")
+        run(g, {**x, "x": x["x"].astype(complex)}, mode="eager", fmt="fp16")
     with pytest.raises(TypeError, match="input 'x' has dtype int64"):
-        run(g, {**x, "x": np.ones((2, 8), dtype=np.int64)}, mode="eager", dtype="fp16")
+        run(g, {**x, "x": np.ones((2, 8), dtype=np.int64)}, mode="eager", fmt="fp16")
     with pytest.raises(ValueError, match="mode='fast'.*valid modes"):
-        run(g, x, mode="fast", dtype="fp16")
+        run(g, x, mode="fast", fmt="fp16")
     with pytest.raises(ValueError, match="fp12.*valid names"):
-        run(g, x, mode="eager", dtype="fp12")
+        run(g, x, mode="eager", fmt="fp12")
     with pytest.raises(ValueError, match="'fp64' is not a storage format for mode 'eager'"):
-        run(g, x, mode="eager", dtype="fp64")
-    assert run(g, x, mode="reference", dtype="fp64").outputs["y"].dtype == np.float64
+        run(g, x, mode="eager", fmt="fp64")
+    assert run(g, x, mode="reference", fmt="fp64").outputs["y"].dtype == np.float64
     with pytest.raises(TypeError, match="kernels must be a kernel spec string.*KernelSpec, got int"):
-        run(g, x, mode="eager", dtype="fp16", kernels=3)
+        run(g, x, mode="eager", fmt="fp16", kernels=3)
     with pytest.raises(TypeError, match="fusion must be a fusion spec string.*FusionOptions, got dict"):
-        run(g, x, mode="fused", dtype="fp16", fusion={})
+        run(g, x, mode="fused", fmt="fp16", fusion={})
     with pytest.raises(ValueError, match="fusion= applies to modes"):
-        run(g, x, mode="eager", dtype="fp16", fusion=FusionOptions())
+        run(g, x, mode="eager", fmt="fp16", fusion=FusionOptions())
     with pytest.raises(ValueError, match="align: 'rounding'.*valid sources"):
-        run(g, x, mode="fused", dtype="fp16", align=("rounding",))
+        run(g, x, mode="fused", fmt="fp16", align=("rounding",))
     with pytest.raises(ValueError, match="seed=-1"):
-        run(g, x, mode="fused", dtype="fp16", seed=-1)
+        run(g, x, mode="fused", fmt="fp16", seed=-1)
     with pytest.raises(TypeError, match="inputs must be a dict"):
-        run(g, [x["x"]], mode="eager", dtype="fp16")
+        run(g, [x["x"]], mode="eager", fmt="fp16")
     with pytest.raises(TypeError, match="graph must be a numlab.graph.Graph"):
-        run("layernorm", x, mode="eager", dtype="fp16")
+        run("layernorm", x, mode="eager", fmt="fp16")
 
 
 def test_inputs_are_rounded_to_storage_first():
     g = trace(lambda x: {"y": -x}, x=(3,))
     x = np.array([1.0 + 2.0**-12, 1e-9, 70000.0])  # fp16: rounds to 1.0, 0.0, inf
     for mode in MODES:
-        y = np.asarray(run(g, {"x": x}, mode=mode, dtype="fp16").output, dtype=np.float64)
+        y = np.asarray(run(g, {"x": x}, mode=mode, fmt="fp16").output, dtype=np.float64)
         assert y[0] == -1.0 and y[1] == 0.0 and y[2] == -np.inf
         # the overflow of 70000 to inf happens at the input: counted there
-        r = run(g, {"x": x}, mode=mode, dtype="fp16")
+        r = run(g, {"x": x}, mode=mode, fmt="fp16")
         assert r.input_nonfinite == {"x": (0, 1)} and r.nonfinite["y"] == (0, 1)
 
 
@@ -551,7 +551,7 @@ def test_gather_index_inputs_are_not_rounded():
     x = np.arange(6000, dtype=np.float64).reshape(3000, 2) / 8
     idx = np.array([2049.0, 2051.0, 0.0, 2999.0])  # not fp16 values
     for mode in MODES:
-        y = np.asarray(run(g, {"x": x, "i": idx}, mode=mode, dtype="fp32").output, dtype=np.float64)
+        y = np.asarray(run(g, {"x": x, "i": idx}, mode=mode, fmt="fp32").output, dtype=np.float64)
         assert np.array_equal(y, x[[2049, 2051, 0, 2999]])
 
 
@@ -626,24 +626,24 @@ def test_fma_contraction_in_a_code_generated_block():
     g = trace(lambda x, w, b: {"y": ops.exp(x) * w + b}, x=(4, 64), w=(4, 64), b=(4, 64))
     rng = np.random.default_rng(2)
     x = {k: rng.standard_normal((4, 64)) for k in ("x", "w", "b")}
-    f = run(g, x, mode="fused", dtype="fp32", keep_internals=True)
+    f = run(g, x, mode="fused", fmt="fp32", keep_internals=True)
     e32 = f.values["exp_0"]  # the block's fp32 exp (the code generator's algorithm)
     w, b = (x[k].astype(np.float32) for k in "wb")
     want = _fma32_exact(e32, w, b)
     assert same_bits(f.outputs["y"], want)
     # without contraction (eager's instruction choice): two roundings
-    n = run(g, x, mode="fused", dtype="fp32", align="instruction", keep_internals=True)
+    n = run(g, x, mode="fused", fmt="fp32", align="instruction", keep_internals=True)
     two = (n.values["exp_0"] * w) + b
     assert same_bits(n.outputs["y"], two.astype(np.float32))
     assert not same_bits(want, (e32 * w) + b)  # the contraction is visible here
     # the folded multiply is not computed on its own unless internals are kept;
     # the bits do not depend on it
-    lean = run(g, x, mode="fused", dtype="fp32")
+    lean = run(g, x, mode="fused", fmt="fp32")
     assert all_same(lean, f)
     assert "mul_0" not in lean.nonfinite and "mul_0" in f.nonfinite and "y" in lean.nonfinite
     # emulated casts round the product: no contraction either
-    m = run(g, x, mode="emulated_casts", dtype="fp32", kernels=C, library=C)
-    assert same_bits(m.outputs["y"], run(g, x, mode="eager", dtype="fp32", kernels=C).outputs["y"])
+    m = run(g, x, mode="emulated_casts", fmt="fp32", kernels=C, library=C)
+    assert same_bits(m.outputs["y"], run(g, x, mode="eager", fmt="fp32", kernels=C).outputs["y"])
 
 
 @pytest.mark.parametrize("dt", ["fp8_e4m3", "fp8_e5m2", "tf32"])
@@ -651,8 +651,8 @@ def test_narrow_and_containerless_storage_formats(dt):
     S = get_format(dt)
     g = zoo.gelu_mlp()
     x = zoo.make_inputs(g, seed=1)
-    e = run(g, x, mode="eager", dtype=dt)
-    f = run(g, x, mode="fused", dtype=dt)
+    e = run(g, x, mode="eager", fmt=dt)
+    f = run(g, x, mode="fused", fmt=dt)
     for r in (e, f):
         y = r.outputs["y"]
         assert y.dtype == S.container
@@ -660,7 +660,7 @@ def test_narrow_and_containerless_storage_formats(dt):
         ok = np.isfinite(y64)
         # every stored value is a value of S
         assert np.array_equal(np.asarray(round_to(y64[ok], S), dtype=np.float64), y64[ok])
-    assert all_same(e, run(g, x, mode="fused", dtype=dt,
+    assert all_same(e, run(g, x, mode="fused", fmt=dt,
                            fusion=FusionOptions.inductor(decompose=False), align=SOURCES))
 
 
@@ -692,8 +692,8 @@ def test_matmul_vector_operands_follow_numpy():
         g = trace(lambda a, b: {"y": a @ b}, a=sa, b=sb)
         rng = np.random.default_rng(0)
         x = {"a": rng.standard_normal(sa), "b": rng.standard_normal(sb)}
-        r = run(g, x, mode="reference", dtype="fp32").outputs["y"]
-        e = run(g, x, mode="eager", dtype="fp32").outputs["y"]
+        r = run(g, x, mode="reference", fmt="fp32").outputs["y"]
+        e = run(g, x, mode="eager", fmt="fp32").outputs["y"]
         want = np.matmul(x["a"].astype(np.float32).astype(np.float64),
                          x["b"].astype(np.float32).astype(np.float64))  # independent fp64
         assert e.shape == r.shape == want.shape
@@ -705,7 +705,7 @@ def test_relu_special_values():
     g = trace(lambda x: {"y": ops.relu(x)}, x=(6,))
     x = np.array([np.nan, -np.inf, np.inf, -0.0, -2.0, 3.0])
     for mode in MODES:
-        y = np.asarray(run(g, {"x": x}, mode=mode, dtype="fp16").output, dtype=np.float64)
+        y = np.asarray(run(g, {"x": x}, mode=mode, fmt="fp16").output, dtype=np.float64)
         assert np.isnan(y[0]) and y[2] == np.inf and y[5] == 3.0
         assert y[1] == 0 and y[3] == 0 and y[4] == 0
         # -0.0 passes through (not < 0); -inf and -2 become +0.0
@@ -769,10 +769,10 @@ def test_fingerprint_encodes_the_graph_by_its_canonical_form(monkeypatch):
     a graph that differs only in an attribute value or its name changes it."""
     g1 = trace(lambda x: ops.mul_scalar(x, 0.1), x=(4,))
     g2 = trace(lambda x: ops.mul_scalar(x, 0.1000001), x=(4,))
-    fps = {fingerprint(g, mode="eager", dtype="fp16", kernels=H)
+    fps = {fingerprint(g, mode="eager", fmt="fp16", kernels=H)
            for g in (g1, g2, Graph(g1.inputs, g1.nodes, g1.outputs, name="other"))}
     assert len(fps) == 3
     calls = []
     monkeypatch.setattr(Graph, "to_dict", lambda self, _f=Graph.to_dict: calls.append(1) or _f(self))
-    fingerprint(g1, mode="eager", dtype="fp16", kernels=H)
+    fingerprint(g1, mode="eager", fmt="fp16", kernels=H)
     assert calls == [1]

@@ -303,7 +303,7 @@ def test_live_buffers_and_tiles(model):
     g = zoo.MODELS[model]()
     hw = Hardware()
     for o in (FusionOptions(), FusionOptions.inductor()):
-        p = plan(g, o, hw, dtype="fp16")
+        p = plan(g, o, hw, fmt="fp16")
         for b in p.blocks:
             assert b.live_buffers == _live_bruteforce(p.graph, b.members, b.outputs)
             if b.codegen:
@@ -316,7 +316,7 @@ def test_live_buffers_and_tiles(model):
 
 def test_single_op_buffers_and_fused_tiles_are_smaller():
     g = zoo.layernorm(batch=4, hidden=64)
-    p = plan(g, FusionOptions.inductor(), Hardware(), dtype="fp16")
+    p = plan(g, FusionOptions.inductor(), Hardware(), fmt="fp16")
     (b,) = p.blocks
     assert b.fused and b.live_buffers >= 4
     # the one-operator tile of an add_scalar (x -> z: 2 buffers of 2 bytes, double-buffered)
@@ -336,10 +336,10 @@ def test_fusion_off_is_eager(model):
 
     g = zoo.MODELS[model]()
     x = zoo.make_inputs(g, seed=2)
-    e = run(g, x, mode="eager", dtype="fp16")
+    e = run(g, x, mode="eager", fmt="fp16")
     for o in (FusionOptions.off(), parse_autofuse_flags("--enable_autofuse=false")):
         o = FusionOptions(enabled=o.enabled, decompose=False, enable_autofuse=False)
-        f = run(g, x, mode="fused", dtype="fp16", fusion=o)
+        f = run(g, x, mode="fused", fmt="fp16", fusion=o)
         assert not any(b.codegen or b.fused for b in f.plan.blocks)
         for k in e.outputs:
             assert np.array_equal(f.outputs[k].view(np.uint16), e.outputs[k].view(np.uint16))

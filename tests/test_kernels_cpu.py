@@ -11,7 +11,6 @@ float64 evaluations for the error bounds.
 from __future__ import annotations
 
 import math
-import warnings
 
 import _legacy_torch_libm as LL
 import _legacy_torch_orders as LO
@@ -293,13 +292,9 @@ def test_gelu_vocabulary():
         xd = x.astype(np.float64)
         assert tanh.tobytes() == (0.5 * xd * (1 + np.tanh(math.sqrt(2 / math.pi) * (xd + 0.044715 * xd**3)))
                                   ).astype(F32).tobytes()
-    with pytest.warns(DeprecationWarning, match="form"):
-        assert A.gelu(x, fmt="fp32", form="erf").tobytes() == none.tobytes()
-    with pytest.warns(DeprecationWarning):
-        assert A.gelu(x, fmt="fp32", form="tanh").tobytes() == tanh.tobytes()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        A.gelu(x[:4], fmt="fp32", approximate="tanh")  # the new keyword does not warn
+    with pytest.raises(TypeError, match="form"):  # the old vocabulary is gone
+        A.gelu(x, fmt="fp32", form="erf")
+    assert not hasattr(A, "GELU_FORMS")
     with pytest.raises(ValueError, match=r"approximate='erf' is not valid; valid choices: \['none', 'tanh'\]"):
         A.gelu(x, fmt="fp32", approximate="erf")
     with pytest.raises(ValueError, match=r"approximate='tanh' is not valid with it; valid: \['none'\]"):

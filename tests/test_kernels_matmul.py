@@ -389,21 +389,21 @@ def test_empty_shapes(sa, sb, mode):
     assert np.all(r == 0) and not np.any(np.signbit(r))
 
 
-@pytest.mark.parametrize("acc_mode", ["rtz", "up", "down", "odd"])
-def test_block_fma_directed_accumulator_modes(acc_mode, monkeypatch):
+@pytest.mark.parametrize("acc_rounding", ["rtz", "up", "down", "odd"])
+def test_block_fma_directed_accumulator_modes(acc_rounding, monkeypatch):
     """Directed rounding of the accumulator: certified path = interval path, and a
     small case equals the Fraction reference rounded in that mode."""
     rng = np.random.default_rng(17)
     a, b = _data(rng, "fp16", 24, 40, 20, 2)
     got = {}
     for mode in ("block_fma", "split_k"):
-        got[mode] = K.matmul(a, b, k_tile=8, algo=mode, acc_mode=acc_mode)
+        got[mode] = K.matmul(a, b, k_tile=8, algo=mode, acc_rounding=acc_rounding)
         with monkeypatch.context() as mp:
             mp.setattr(_matmul_module(), "_tile_certified_exact", lambda *args, **kw: None)
-            assert np.array_equal(got[mode], K.matmul(a, b, k_tile=8, algo=mode, acc_mode=acc_mode))
+            assert np.array_equal(got[mode], K.matmul(a, b, k_tile=8, algo=mode, acc_rounding=acc_rounding))
     for i, j in [(0, 0), (5, 7), (23, 19)]:
         c = Fraction(0)
         for s in range(0, 40, 8):
             t = sum((Fraction(float(a[i, k])) * Fraction(float(b[k, j])) for k in range(s, s + 8)), Fraction(0))
-            c = Fraction(R.round_fraction(c + t, "fp32", acc_mode)) if c + t != 0 else Fraction(0)
+            c = Fraction(R.round_fraction(c + t, "fp32", acc_rounding)) if c + t != 0 else Fraction(0)
         assert float(got["block_fma"][i, j]) == float(c)

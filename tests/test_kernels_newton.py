@@ -246,19 +246,19 @@ def test_transcendentals_correctly_rounded_on_fp16_samples():
         got = f(xs, fmt="fp16").astype(np.float64)
         ref = _mp_round(xs, "fp16", fn)
         assert np.array_equal(got, ref), name
-    g = K.gelu(xs, fmt="fp16", form="erf").astype(np.float64)
+    g = K.gelu(xs, fmt="fp16", approximate="none").astype(np.float64)
     ref = _mp_round(xs, "fp16", lambda v: v / 2 * (1 + mpmath.erf(v / mpmath.sqrt(2))))
     assert np.array_equal(g, ref)
-    g = K.gelu(xs, fmt="fp16", form="tanh").astype(np.float64)
+    g = K.gelu(xs, fmt="fp16", approximate="tanh").astype(np.float64)
     c = mpmath.sqrt(2 / mpmath.pi)
     ref = _mp_round(xs, "fp16", lambda v: v / 2 * (1 + mpmath.tanh(c * (v + mpmath.mpf("0.044715") * v**3))))
     assert np.array_equal(g, ref)
 
 
-def test_gelu_forms_differ():
+def test_gelu_approximations_differ():
     x = POS_FP16[POS_FP16.astype(np.float32) < 6]
-    a = K.gelu(-x, fmt="fp16", form="erf")
-    b = K.gelu(-x, fmt="fp16", form="tanh")
+    a = K.gelu(-x, fmt="fp16", approximate="none")
+    b = K.gelu(-x, fmt="fp16", approximate="tanh")
     assert (a != b).sum() > 10
 
 
@@ -297,8 +297,10 @@ def test_bad_algorithm_arguments():
         K.rsqrt(x, fmt="fp32", algo="fast")
     with pytest.raises(ValueError, match=r"algo='sqrt_then_div'"):
         K.reciprocal(x, fmt="fp32", algo="sqrt_then_div")
-    with pytest.raises(ValueError, match=r"form='gauss'.*tanh.*erf"):
-        K.gelu(x, fmt="fp32", form="gauss")
+    with pytest.raises(ValueError, match=r"approximate='gauss'.*none.*tanh"):
+        K.gelu(x, fmt="fp32", approximate="gauss")
+    with pytest.raises(TypeError, match="form"):  # the old vocabulary is gone: approximate= only
+        K.gelu(x, fmt="fp32", form="erf")
     with pytest.raises(ValueError, match="bits"):
         K.Table(0)
     with pytest.raises(ValueError, match="degree"):

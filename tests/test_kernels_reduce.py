@@ -358,10 +358,10 @@ def test_bf16_accumulator_order_matters():
 
 @pytest.mark.parametrize("order", ["sequential", "pairwise", "lanes(4,sequential)"])
 def test_directed_accumulator_rounding_equals_scalar_loop(order):
-    """acc_mode='rtz': every addition truncated (TwoSum + round-to-odd path)."""
+    """acc_rounding='rtz': every addition truncated (TwoSum + round-to-odd path)."""
     rng = np.random.default_rng(12)
     x = np.abs(rng.standard_normal(45)).astype(np.float16).astype(np.float32)
-    got = float(K.reduce(x, "sum", order=order, acc="fp16", acc_mode="rtz"))
+    got = float(K.reduce(x, "sum", order=order, acc="fp16", acc_rounding="rtz"))
     xs = [float(v) for v in x]
     if order == "sequential":
         exp = xs[0]

@@ -141,17 +141,17 @@ def test_bad_scalar_mul_arguments():
         K.scalar_mul(x, 0.5, fmt="fp13")
 
 
-@pytest.mark.parametrize("mode", ["rne", "rtz", "up", "down", "odd"])
-def test_exact_zero_sums_have_the_ieee_sign(mode):
+@pytest.mark.parametrize("rounding", ["rne", "rtz", "up", "down", "odd"])
+def test_exact_zero_sums_have_the_ieee_sign(rounding):
     """IEEE 754-2019 section 6.3: an exact zero sum is +0 except under
     roundTowardNegative (-0); x + x = x for zeros.  The kernels' directed
     adds (round_sum2) must agree with the primitives' exactly rounded add."""
     a = np.array([1.0, -1.0, 0.0, -0.0, 0.0, -0.0, 2.5, 0.0])
     b = np.array([-1.0, 1.0, 0.0, -0.0, -0.0, 0.0, -2.5, 0.0])
-    got = np.asarray(Arith("fp16", mode).add(a, b), dtype=np.float64)
-    want = np.asarray(primitives.add(a, b, "fp16", mode), dtype=np.float64)
+    got = np.asarray(Arith("fp16", rounding).add(a, b), dtype=np.float64)
+    want = np.asarray(primitives.add(a, b, "fp16", rounding), dtype=np.float64)
     assert np.all(got == 0)
-    neg = mode == "down"
+    neg = rounding == "down"
     expected_sign = np.array([neg, neg, False, True, neg, neg, neg, False])
-    assert np.array_equal(np.signbit(got), expected_sign), (mode, np.signbit(got))
+    assert np.array_equal(np.signbit(got), expected_sign), (rounding, np.signbit(got))
     assert np.array_equal(np.signbit(got), np.signbit(want))

@@ -207,7 +207,7 @@ def test_malformed_exp_poly_names_the_knob(bad):
 # ------------------------------------------------------------------ one code path
 def _eager(spec, fn, S, **inputs):
     g = trace(fn, **{k: v.shape for k, v in inputs.items()})
-    return run(g, inputs, mode="eager", dtype=S, kernels=spec).output
+    return run(g, inputs, mode="eager", fmt=S, kernels=spec).output
 
 
 def _same_bits(a, b):

@@ -317,8 +317,8 @@ def _fields(cls):
 
 def _check(case):
     mode, g, xs, S, a, b, build, direct = case
-    ra = run(g, xs, mode=mode, dtype=S, **build(a)).output
-    rb = run(g, xs, mode=mode, dtype=S, **build(b)).output
+    ra = run(g, xs, mode=mode, fmt=S, **build(a)).output
+    rb = run(g, xs, mode=mode, fmt=S, **build(b)).output
     assert not _same(ra, rb), "changing only this field changed no output bit"
     if direct is not None:
         for v, r in ((a, ra), (b, rb)):
@@ -349,8 +349,8 @@ def test_decompose_off_runs_the_library_kernel_as_eager():
     """FusionOptions.decompose=False keeps softmax one library kernel: the
     fused run then equals eager with the same library spec, bit for bit."""
     mode, g, xs, S, a, b, build, _ = FUSION_CASES["decompose"]()
-    whole = run(g, xs, mode=mode, dtype=S, **build(False)).output
-    assert _same(whole, run(g, xs, mode="eager", dtype=S, kernels=_LIB).output)
+    whole = run(g, xs, mode=mode, fmt=S, **build(False)).output
+    assert _same(whole, run(g, xs, mode="eager", fmt=S, kernels=_LIB).output)
 
 
 def test_knob_names_follow_the_convention():
@@ -366,8 +366,8 @@ def test_vector_rounding_reaches_fused_block_stores(rounding):
     g = trace(lambda x: ops.exp(x) * x, x=(64, 64))
     x = _rng(10).standard_normal((64, 64)).astype(np.float16)
     gen = _GEN.replace(vector_rounding=rounding)
-    got = run(g, {"x": x}, mode="fused", dtype="fp16", kernels=gen, library=_LIB).output
+    got = run(g, {"x": x}, mode="fused", fmt="fp16", kernels=gen, library=_LIB).output
     x32 = x.astype(np.float32)
     want = _to(K.exp(x32, fmt="fp32") * x32, "fp16", rounding)
     assert _same(got, want)
-    assert not _same(got, run(g, {"x": x}, mode="fused", dtype="fp16", kernels=_GEN, library=_LIB).output)
+    assert not _same(got, run(g, {"x": x}, mode="fused", fmt="fp16", kernels=_GEN, library=_LIB).output)

@@ -51,9 +51,9 @@ def test_py_typed_ships():
     assert (Path(nl.__file__).parent / "py.typed").is_file()
 
 
-def test_rounding_modes_exported_under_both_names():
+def test_rounding_modes_exported_under_one_name():
     assert nl.ROUNDINGS == ("rne", "rtz", "up", "down", "odd", "stochastic")
-    assert nl.MODES is nl.ROUNDINGS  # deprecated alias, kept for now
+    assert not hasattr(nl, "MODES")  # one name per meaning: MODES would read as execution modes
 
 
 # --------------------------------------------------------------------------

@@ -456,20 +456,16 @@ def test_float64_to_fp32_rne_equals_numpy_cast():
     assert_same_bits(nl.round_to(x, "fp32"), ref, x, "fp32 rne")
 
 
-def test_rounding_keyword_and_deprecated_mode_keyword():
-    """``rounding=`` is the argument's name; the old ``mode=`` still gives the
-    same bits (with a DeprecationWarning), and both at once is an error."""
+def test_rounding_keyword_and_no_mode_keyword():
+    """``rounding=`` is the argument's only name: the old ``mode=``,
+    ``MODES`` and ``check_mode`` are gone."""
     from numlab import rounding as R
 
-    x = np.array([1 + 2.0**-11, -(1 + 3 * 2.0**-11), 2.0**-25], dtype=np.float64)
-    for rmode in ("rtz", "up", "down", "odd"):
-        new = nl.round_to(x, "fp16", rounding=rmode)
-        with pytest.warns(DeprecationWarning, match="mode= is deprecated"):
-            old = nl.round_to(x, "fp16", mode=rmode)
-        assert_same_bits(new, old, x, rmode)
     assert nl.round_to(1 + 2.0**-11, "fp16", rounding="up") == 1 + 2.0**-10
     assert nl.round_to(1 + 2.0**-11, "fp16", rounding="down") == 1.0
-    with pytest.raises(TypeError, match="not both"):
-        nl.round_to(1.0, "fp16", rounding="up", mode="down")
-    assert R.MODES is R.ROUNDINGS and R.check_mode is R.check_rounding
+    with pytest.raises(TypeError, match="mode"):
+        nl.round_to(1.0, "fp16", mode="down")
+    assert not hasattr(R, "MODES") and not hasattr(R, "check_mode")
+    with pytest.raises(ValueError, match=r"^sr='nearest' is not a rounding mode; valid modes: \['rne'"):
+        R.check_rounding("nearest", "sr")
     assert R.ROUNDINGS == ("rne", "rtz", "up", "down", "odd", "stochastic")

@@ -264,7 +264,7 @@ def _check(chain, xs, dtype, mode, fusion=None):
     kw = {}
     if mode == "fused":
         kw["fusion"] = fusion or FusionOptions()
-    br = RB.run_with_bounds(g, xs, mode=mode, dtype=S, reference=False, **kw)
+    br = RB.run_with_bounds(g, xs, mode=mode, fmt=S, reference=False, **kw)
     got = br.result.outputs["out"].astype(np.float64)
     b = br.bounds["out"]
     ex = _exact(chain, xs)
@@ -317,22 +317,22 @@ def test_bounds_are_not_vacuous_and_overflow_is_inf():
     xs3 = {**xs, "x": np.full(SHAPE, 1e-3), "y": np.full(SHAPE, -1e-3)}
     xs3 = {k: np.asarray(round_to(v, S), dtype=np.float64) for k, v in xs3.items()}
     g = _graph(["add", "sqrt_abs"])
-    br3 = RB.run_with_bounds(g, xs3, mode="eager", dtype="fp16")
+    br3 = RB.run_with_bounds(g, xs3, mode="eager", fmt="fp16")
     assert np.all(br3.bounds["out"] == 0)
     # domain: sqrt of a value whose uncertainty interval reaches below 0 -> inf, counted as domain
     g5 = trace(lambda x, y, w: {"out": ops.sqrt(x * 0.1 - 0.05)}, x=SHAPE, y=SHAPE, w=(4, 4))
-    br5 = RB.run_with_bounds(g5, {**xs, "x": np.full(SHAPE, 0.5)}, mode="eager", dtype="fp16")
+    br5 = RB.run_with_bounds(g5, {**xs, "x": np.full(SHAPE, 0.5)}, mode="eager", fmt="fp16")
     assert br5.flags["out"]["domain"] == 8 and np.all(np.isinf(br5.bounds["out"]))
     # NaN flagged: log of a negative computed value
     g4 = trace(lambda x, y, w: {"out": ops.log(x)}, x=SHAPE, y=SHAPE, w=(4, 4))
-    br4 = RB.run_with_bounds(g4, {**xs, "x": np.full(SHAPE, -1.0)}, mode="eager", dtype="fp16")
+    br4 = RB.run_with_bounds(g4, {**xs, "x": np.full(SHAPE, -1.0)}, mode="eager", fmt="fp16")
     assert br4.flags["out"]["nan"] == 8 and np.all(np.isinf(br4.bounds["out"]))
 
 
 def test_fused_needs_internals():
     g = _graph(["mul", "exp"])
     xs = _inputs(0, "normal", get_format("fp16"))
-    res = run(g, xs, mode="fused", dtype="fp16")
+    res = run(g, xs, mode="fused", fmt="fp16")
     if set(n.name for n in res.graph.nodes) <= set(res.values):
         pytest.skip("this fused plan dumps every node without keep_internals")
     with pytest.raises(ValueError, match="keep_internals"):
@@ -380,9 +380,9 @@ def test_bounds_finite_on_normal_zoo_inputs(dtype, mode):
     seen = set()
     for name, build in zoo.MODELS.items():
         g = build()
-        xs = zoo.make_inputs(g, kind="normal", seed=0, dtype=dtype)
+        xs = zoo.make_inputs(g, kind="normal", seed=0, fmt=dtype)
         kw = {"fusion": FusionOptions()} if mode == "fused" else {}
-        br = RB.run_with_bounds(g, xs, mode=mode, dtype=dtype, reference=False, **kw)
+        br = RB.run_with_bounds(g, xs, mode=mode, fmt=dtype, reference=False, **kw)
         if (dtype, mode, name) in KNOWN_INF:
             assert [(s["op"], s["causes"]) for s in br.inf_sources()] == KNOWN_INF[dtype, mode, name]
             continue
@@ -401,7 +401,7 @@ def test_op_without_rule_gives_inf_flagged_no_rule(monkeypatch):
     _without_rule(monkeypatch, "gelu")
     g = _graph(["mul", "gelu", "mul_scalar"])
     xs = _inputs(0, "normal", get_format("fp16"))
-    br = RB.run_with_bounds(g, xs, mode="eager", dtype="fp16", reference=False)
+    br = RB.run_with_bounds(g, xs, mode="eager", fmt="fp16", reference=False)
     gelu = next(n.name for n in g.nodes if n.op == "gelu")
     assert np.all(np.isinf(br.bounds[gelu])) and br.flags[gelu]["causes"] == {"no_rule": 8}
     out = g.outputs[0]
@@ -411,7 +411,7 @@ def test_op_without_rule_gives_inf_flagged_no_rule(monkeypatch):
     # a primitive inside a composite's decomposition without a rule: the composite is flagged no_rule
     _without_rule(monkeypatch, "exp", "slack")
     g2 = _graph(["log_softmax"])
-    br2 = RB.run_with_bounds(g2, xs, mode="eager", dtype="fp16", reference=False)
+    br2 = RB.run_with_bounds(g2, xs, mode="eager", fmt="fp16", reference=False)
     (s,) = br2.inf_sources()
     assert s["op"] == "log_softmax" and s["causes"] == {"no_rule": 8}
 
@@ -423,10 +423,10 @@ def test_inf_causes_overflow_domain_nan():
     (s,) = br.inf_sources()
     assert s["op"] == "exp" and s["causes"] == {"overflow": 8}
     g5 = trace(lambda x, y, w: {"out": ops.sqrt(x * 0.1 - 0.05)}, x=SHAPE, y=SHAPE, w=(4, 4))
-    br5 = RB.run_with_bounds(g5, {**xs, "x": np.full(SHAPE, 0.5)}, mode="eager", dtype="fp16")
+    br5 = RB.run_with_bounds(g5, {**xs, "x": np.full(SHAPE, 0.5)}, mode="eager", fmt="fp16")
     assert [(s["op"], s["causes"]) for s in br5.inf_sources()] == [("sqrt", {"domain": 8})]
     g4 = trace(lambda x, y, w: {"out": ops.log(x)}, x=SHAPE, y=SHAPE, w=(4, 4))
-    br4 = RB.run_with_bounds(g4, {**xs, "x": np.full(SHAPE, -1.0)}, mode="eager", dtype="fp16")
+    br4 = RB.run_with_bounds(g4, {**xs, "x": np.full(SHAPE, -1.0)}, mode="eager", fmt="fp16")
     assert [(s["op"], s["causes"]) for s in br4.inf_sources()] == [("log", {"nan": 8})]
 
 
@@ -476,7 +476,7 @@ def test_each_operator_bound_finite_on_ordinary_inputs(op):
     for dtype in ("fp16", "bf16"):
         g, xs = _one_node(op, dtype)
         for mode, kw in (("eager", {}), ("fused", {"fusion": FusionOptions()})):
-            br = RB.run_with_bounds(g, xs, mode=mode, dtype=dtype, reference=True, **kw)
+            br = RB.run_with_bounds(g, xs, mode=mode, fmt=dtype, reference=True, **kw)
             b = br.bounds["out"]
             assert b.size and float(np.mean(np.isfinite(b))) == 1.0, (op, dtype, mode, br.flags)
             assert br.inf_sources() == []

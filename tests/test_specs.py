@@ -401,7 +401,7 @@ def test_cli_run_fusion_with_a_space_runs_the_flags(capsys):
     out = capsys.readouterr().out
     assert "fusion=autofuse:--autofuse_enable_pass=reduce " in out
     g = zoo.layernorm()
-    r = run(g, zoo.make_inputs(g, seed=0), mode="fused", dtype="fp16", fusion=FusionOptions().enable("reduce"))
+    r = run(g, zoo.make_inputs(g, seed=0), mode="fused", fmt="fp16", fusion=FusionOptions().enable("reduce"))
     assert f"fingerprint={r.fingerprint[:16]}" in out
     assert cli.main(["run", "layernorm", "--mode", "fused"]) == 0
     assert "fusion=autofuse kernels=codegen " in capsys.readouterr().out

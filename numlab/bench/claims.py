@@ -32,10 +32,10 @@ def _chunk(args) -> list:
     out = []
     for t in range(lo, hi):
         x = zoo.make_inputs(g, seed=trial_seed(0, t), fmt="fp16")
-        ref = run(g, x, mode="reference", dtype="fp16").outputs["y"]
+        ref = run(g, x, mode="reference", fmt="fp16").outputs["y"]
         row = [t]
         for mode in ("eager", "fused"):
-            y = run(g, x, mode=mode, dtype="fp16").outputs["y"].astype(np.float64)
+            y = run(g, x, mode=mode, fmt="fp16").outputs["y"].astype(np.float64)
             e = np.abs(y - ref).ravel()
             if not np.all(np.isfinite(e)):  # the full NaN/inf policy only when needed
                 e = metrics.abs_error(ref, y).ravel()

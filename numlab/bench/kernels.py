@@ -42,7 +42,7 @@ def main(quick: bool = False) -> str:
     b = rng.standard_normal((m, m)).astype(np.float16)
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     stats: dict = {}
-    t_mm = best_of(lambda: K.matmul(a, b, k_tile=128, acc="fp32", mode="block_fma", stats=stats), rep)
+    t_mm = best_of(lambda: K.matmul(a, b, k_tile=128, acc="fp32", algo="block_fma", stats=stats), rep)
     t_np64 = best_of(lambda: a64 @ b64, rep)
     tiles = [(np.ascontiguousarray(a64[:, k:k + 128]), b64[k:k + 128]) for k in range(0, m, 128)]
 

@@ -57,10 +57,10 @@ def main(quick: bool = False) -> str:
     g = layernorm(batch=rows, hidden=cols)
     cases = {
         "numpy fp32": lambda: numpy_layernorm(**data),
-        "eager": lambda: run(g, data, mode="eager", dtype="fp16"),
-        "fused (inductor)": lambda: run(g, data, mode="fused", dtype="fp16",
+        "eager": lambda: run(g, data, mode="eager", fmt="fp16"),
+        "fused (inductor)": lambda: run(g, data, mode="fused", fmt="fp16",
                                         fusion=FusionOptions.inductor()),
-        "fused (autofuse)": lambda: run(g, data, mode="fused", dtype="fp16"),
+        "fused (autofuse)": lambda: run(g, data, mode="fused", fmt="fp16"),
     }
     # round robin, so a change of machine load hits every case alike; each
     # round takes best_of(f, 1) (a warm-up call, then one timed call)

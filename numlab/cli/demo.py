@@ -86,22 +86,22 @@ def _figures(rows, dtypes, extra, chain, models_for_scatter, srows=()):
         fig = plots.figure(figsize=(9, 4))
         # P99, not max: a max relative error is set by the few outputs near zero
         # (cancellation), e.g. 9.2 for transformer_block in bf16 whatever the mode
-        plots.error_bars(rows, dtype=dt, metric="rel_p99", ax=fig.subplots())
+        plots.error_bars(rows, fmt=dt, metric="rel_p99", ax=fig.subplots())
         figs.append((f"errors_{dt}.png", f"{dt}: P99 relative error of each mode against fp64 "
                      "(the max is in the table; it is set by outputs near zero)", fig))
         fig = plots.figure(figsize=(9, 4))
-        plots.ulp_shares(rows, dtype=dt, ax=fig.subplots())
+        plots.ulp_shares(rows, fmt=dt, ax=fig.subplots())
         figs.append((f"ulp_{dt}.png", f"{dt}: share of output elements 0, 1, >= 2 ULP from the correctly rounded result", fig))
     for dt, (errs, _b) in chain.items():
         fig = plots.figure(figsize=(6, 4))
-        plots.chain_length(CHAIN_NS[: len(errs['eager'])], errs, dtype=dt, ax=fig.subplots())
+        plots.chain_length(CHAIN_NS[: len(errs['eager'])], errs, fmt=dt, ax=fig.subplots())
         figs.append((f"chain_{dt}.png", f"{dt}: max relative error of a chain of n multiplies, with the a-priori bounds", fig))
     for (model, dt), res in extra["results"].items():
         if model not in models_for_scatter or dt != dtypes[0]:
             continue
         fig = plots.figure(figsize=(4.5, 4.5))
         plots.error_scatter(flat_outputs(res["reference"]), flat_outputs(res["eager"]), flat_outputs(res["fused"]),
-                            dtype=dt, ax=fig.subplots())
+                            fmt=dt, ax=fig.subplots())
         figs.append((f"scatter_{model}_{dt}.png", f"{model} ({dt}): per-element error, eager vs fused", fig))
     if srows:
         fig = plots.figure(figsize=(9, 0.55 * len(srows) + 1.5))

@@ -84,8 +84,8 @@ def main(args) -> int:
         raise ValueError("--fusion/--align/--keep-internals apply to --mode fused or emulated_casts")
     if args.kernels is not None:
         kw["kernels"] = args.kernels
-    res = run(graph, inputs, mode=args.mode, dtype=S, seed=args.seed, **kw)
-    head = f"{model}: mode={res.mode} dtype={res.dtype.name} seed={args.seed}"
+    res = run(graph, inputs, mode=args.mode, fmt=S, seed=args.seed, **kw)
+    head = f"{model}: mode={res.mode} dtype={res.fmt.name} seed={args.seed}"
     if fused:
         head += f" fusion={kw['fusion'].spec}"
     if res.kernels is not None:

@@ -36,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import tempfile
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,7 +88,7 @@ class BisectReport:
     """What :func:`bisect_run` tried and found."""
 
     model: str
-    dtype: str
+    storage: str
     baseline: CompareReport | None = None
     trials: list[Trial] = field(default_factory=list)
     fixing_kinds: list[str] = field(default_factory=list)
@@ -106,7 +105,7 @@ class BisectReport:
     def text(self, trials: bool = True) -> str:
         """What was found; ``trials=False`` leaves out the list of runs tried
         (the CLI has already printed them one by one)."""
-        lines = [f"bisect {self.model} (storage {self.dtype}): eager vs fused"]
+        lines = [f"bisect {self.model} (storage {self.storage}): eager vs fused"]
         if self.baseline is None:
             return "\n".join(lines + ["  no baseline"])
         fd = self.baseline.first_divergence
@@ -151,18 +150,11 @@ class BisectReport:
 # helpers
 # --------------------------------------------------------------------------
 def _run(graph, inputs, mode, storage, **kw):
-    return run(graph, inputs, mode=mode, dtype=storage, **kw)
+    return run(graph, inputs, mode=mode, fmt=storage, **kw)
 
 
-def _storage_arg(storage, dtype, where: str):
-    """The storage format S of a call that may still use the deprecated
-    keyword ``dtype=`` (renamed ``storage=``, docs/design.md "Naming")."""
-    if dtype is not None:
-        if storage is not None:
-            raise TypeError(f"{where}: give storage= only (dtype= is its deprecated old name), not both")
-        warnings.warn(f"{where}: the keyword dtype= is deprecated; use storage=",
-                      DeprecationWarning, stacklevel=3)
-        storage = dtype
+def _storage_arg(storage, where: str):
+    """The storage format S (``storage=`` is required)."""
     if storage is None:
         raise TypeError(f"{where}: storage= (the storage format S, e.g. 'fp16') is required")
     return get_format(storage, "storage")
@@ -221,11 +213,10 @@ def range_graph(graph, lo: int, hi: int):
 
 def range_diverges(graph, golden_values: Mapping, lo: int, hi: int, *, storage=None,
                    fused_kw: Mapping, eager_kw: Mapping | None = None,
-                   thresholds: Thresholds | None = None, dtype=None):
+                   thresholds: Thresholds | None = None):
     """Run ``graph.nodes[lo:hi]`` alone, eager and fused, on golden inputs
-    in the storage format ``storage``; return ``(diverges, report)``.
-    ``dtype=`` is the deprecated old name of ``storage=``."""
-    S = _storage_arg(storage, dtype, "range_diverges")
+    in the storage format ``storage``; return ``(diverges, report)``."""
+    S = _storage_arg(storage, "range_diverges")
     sub = range_graph(graph, lo, hi)
     xs = _f64_inputs(golden_values, sub)
     e = _run(sub, xs, "eager", S, **dict(eager_kw or {}))
@@ -299,7 +290,6 @@ def bisect_run(
     stages: tuple = ("fusion", "sources", "ranges"),
     log=print,
     max_culprits: int = 4,
-    dtype=None,
 ) -> BisectReport:
     """Find what makes the fused run of ``graph`` diverge from eager.
 
@@ -309,7 +299,7 @@ def bisect_run(
     inputs : dict
         Graph inputs (rounded to ``storage`` by the executors).
     storage : Format or str
-        The storage format S (``dtype=`` is its deprecated old name).
+        The storage format S.
     fusion : FusionOptions or str, optional
         The fused configuration under suspicion (default ``FusionOptions()``;
         a fusion spec string is parsed by :meth:`FusionOptions.parse`).
@@ -334,7 +324,7 @@ def bisect_run(
     -------
     BisectReport
     """
-    S = _storage_arg(storage, dtype, "bisect_run")
+    S = _storage_arg(storage, "bisect_run")
     valid = ("fusion", "sources", "ranges")
     bad = [s for s in stages if s not in valid]
     if bad:
@@ -469,7 +459,7 @@ class WorkflowReport:
     """Result of :func:`precision_workflow`, one entry per step."""
 
     model: str
-    dtype: str
+    storage: str
     single_ops: list[dict] = field(default_factory=list)
     eager_vs_ref: CompareReport | None = None
     fused_vs_eager: CompareReport | None = None
@@ -482,7 +472,7 @@ class WorkflowReport:
         return [s for s in self.single_ops if s["fails"]]
 
     def text(self) -> str:
-        L = [f"graph-mode precision workflow: {self.model} (storage {self.dtype})"]
+        L = [f"graph-mode precision workflow: {self.model} (storage {self.storage})"]
         L.append("step 1  each operator alone (its own graph, fp64 reference as golden):")
         for s in self.single_ops:
             L.append(f"   {s['node']:<22} {s['op']:<12} eager max ulp {s['eager_max_ulp']:>9.3g}  "
@@ -522,7 +512,6 @@ def precision_workflow(
     force: bool = False,
     model: str | None = None,
     log=None,
-    dtype=None,
 ) -> WorkflowReport:
     """The graph-mode precision workflow (TorchAir's accuracy guide), runnable.
 
@@ -536,11 +525,11 @@ def precision_workflow(
        and compared with :func:`compare_dumps`: first divergence.
     4. **Fusion rules off** -- stage 1 of :func:`bisect_run`.
 
-    ``storage`` is the storage format S (``dtype=`` is its deprecated old
-    name).  ``fusion``, ``kernels`` and ``library`` are objects or spec
-    strings, as in :func:`bisect_run`.  The thresholds (default msprobe's) decide every "fails".
+    ``storage`` is the storage format S.  ``fusion``, ``kernels`` and ``library`` are
+    objects or spec strings, as in :func:`bisect_run`.  The thresholds (default msprobe's)
+    decide every "fails".
     """
-    S = _storage_arg(storage, dtype, "precision_workflow")
+    S = _storage_arg(storage, "precision_workflow")
     fusion = None if fusion is None else F.FusionOptions.parse(fusion, arg="fusion")
     kernels, library = _kernel_args(kernels, library)
     th = thresholds or Thresholds()

@@ -356,7 +356,7 @@ def dump_run(
     extra: Mapping | None = None,
 ) -> Path:
     """Dump a :class:`numlab.execute.RunResult` (or any object with
-    ``.values`` and optionally ``.graph``, ``.plan``, ``.mode``, ``.dtype``,
+    ``.values`` and optionally ``.graph``, ``.plan``, ``.mode``, ``.fmt``,
     ``.fingerprint``) to ``path``.
 
     One ``.npy`` per entry of ``result.values`` (or only ``nodes``); the
@@ -380,7 +380,7 @@ def dump_run(
     node_meta, run_meta = describe_graph(graph, plan)
     run_meta.update(
         mode=getattr(result, "mode", None),
-        dtype=format_name(getattr(result, "dtype", None)),
+        dtype=format_name(getattr(result, "fmt", None)),  # manifest key "dtype": the dump format
         fingerprint=getattr(result, "fingerprint", None),
         model=model,
         seed=seed,

@@ -50,7 +50,7 @@ def as_dump(obj, label: str = "<memory>") -> Dump:
     values = getattr(obj, "values", None)
     if isinstance(values, Mapping):
         node_meta, run_meta = describe_graph(getattr(obj, "graph", None), getattr(obj, "plan", None))
-        dt = format_name(getattr(obj, "dtype", None))
+        dt = format_name(getattr(obj, "fmt", None))
         mode = getattr(obj, "mode", None)
         nodes = {k: v for k, v in node_meta.items() if k in values}
         graph = {k: v for k, v in node_meta.items() if k not in values}

@@ -39,7 +39,8 @@ def run(graph, inputs, *, mode, fmt=None, dtype=None, kernels=None, fusion=None,
     fmt : Format or str
         Storage format S (``"fp16"``, ``"bf16"``, ``nl.FP32``, ...).
     dtype : Format or str
-        Deprecated name of ``fmt`` (give one of them).
+        Deprecated name of ``fmt`` (give one of them); kept only until its
+        last callers move to ``fmt=``.
     kernels : KernelSpec or str, optional
         A KernelSpec or a kernel spec string (``"codegen:fma=false"``,
         :meth:`KernelSpec.parse`; the result keeps the parsed object).
@@ -86,7 +87,7 @@ def run(graph, inputs, *, mode, fmt=None, dtype=None, kernels=None, fusion=None,
     vals, input_nonfinite = _feed_inputs(graph, inputs, S, mode)
     spec, lib, opts = _choose_specs(mode, kernels, library, fusion)
     hw = (spec if spec is not None else KernelSpec.handwritten()).hardware
-    plan = F.plan(graph, opts, hw, dtype=S, codegen=spec if fused_mode else None, library=lib)
+    plan = F.plan(graph, opts, hw, fmt=S, codegen=spec if fused_mode else None, library=lib)
     g = plan.graph
     if mode == "reference":
         values, nonfinite, internals = _run_reference(g, vals)
@@ -96,10 +97,10 @@ def run(graph, inputs, *, mode, fmt=None, dtype=None, kernels=None, fusion=None,
         values, nonfinite, internals = _run_blocks(plan, vals, S, gen, lib, fused_mode=fused_mode,
                                                    align=align, seed=seed, keep_internals=keep_internals)
         outputs = {o: values[o] if o in values else container(vals[o], S) for o in g.outputs}
-    fp = fingerprint(graph, mode=mode, dtype=S, kernels=spec, library=lib if fused_mode else None,
+    fp = fingerprint(graph, mode=mode, fmt=S, kernels=spec, library=lib if fused_mode else None,
                      fusion=opts if fused_mode else None, align=align)
     return RunResult(outputs=outputs, values=values, plan=plan, fingerprint=fp,
-                     nonfinite=nonfinite, mode=mode, dtype=S, graph=g, source=graph,
+                     nonfinite=nonfinite, mode=mode, fmt=S, graph=g, source=graph,
                      kernels=spec, library=lib if fused_mode else None,
                      fusion=opts if fused_mode else None, align=align, seed=seed,
                      internals=internals, input_nonfinite=input_nonfinite)

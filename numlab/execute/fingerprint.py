@@ -63,7 +63,7 @@ def canonical(obj):
     raise TypeError(f"no canonical form for {type(obj).__name__} {obj!r}")
 
 
-def fingerprint(graph, *, mode, dtype, kernels=None, library=None, fusion=None, align=()) -> str:
+def fingerprint(graph, *, mode, fmt, kernels=None, library=None, fusion=None, align=()) -> str:
     """Compile fingerprint: sha256 (hex) of the canonical JSON of the graph
     (:meth:`numlab.graph.Graph.to_dict`, the graph's one canonical encoding:
     name, inputs, nodes with ops, attributes and shapes, outputs), the
@@ -76,7 +76,7 @@ def fingerprint(graph, *, mode, dtype, kernels=None, library=None, fusion=None, 
     doc = {
         "numlab": __version__,
         "graph": graph.to_dict(),
-        "dtype": canonical(get_format(dtype)),
+        "dtype": canonical(get_format(fmt, "fmt")),  # key kept: it is part of every stored fingerprint
         "mode": mode,
         "kernels": canonical(kernels),
         "library": canonical(library),

@@ -39,8 +39,8 @@ class RunResult:
         Graph input -> (number of NaN, number of inf) after rounding to S
         (a finite value beyond S's range becomes inf here, e.g. 70000 in
         fp16); gather indices are not counted.
-    mode, dtype, graph, source
-        The mode, the storage Format, the executed graph (decomposed when the
+    mode, fmt, graph, source
+        The mode, the storage Format S, the executed graph (decomposed when the
         plan decomposed) and the graph as given.
     kernels, library, fusion, align, seed
         The knobs used.
@@ -52,7 +52,7 @@ class RunResult:
     fingerprint: str
     nonfinite: dict
     mode: str
-    dtype: Format
+    fmt: Format
     graph: object
     source: object
     kernels: object = None
@@ -64,9 +64,10 @@ class RunResult:
     input_nonfinite: dict = field(default_factory=dict)
 
     @property
-    def fmt(self) -> Format:
-        """The storage format S (the same as ``dtype``)."""
-        return self.dtype
+    def dtype(self) -> Format:
+        """Deprecated name of :attr:`fmt`, kept only until its last reader
+        moves to ``.fmt``."""
+        return self.fmt
 
     @property
     def output(self) -> np.ndarray:
@@ -83,7 +84,7 @@ class RunResult:
     def summary(self) -> str:
         bad = {k: v for k, v in self.nonfinite.items() if v[0] or v[1]}
         bad_in = {k: v for k, v in self.input_nonfinite.items() if v[0] or v[1]}
-        lines = [f"RunResult(mode={self.mode}, dtype={self.dtype.name}, fingerprint={self.fingerprint[:12]}...)",
+        lines = [f"RunResult(mode={self.mode}, fmt={self.fmt.name}, fingerprint={self.fingerprint[:12]}...)",
                  f"  outputs: {', '.join(f'{k}{tuple(v.shape)}' for k, v in self.outputs.items())}",
                  f"  dumped values: {len(self.values)}",
                  f"  non-finite (nan, inf) in inputs (after rounding to S): {bad_in or 'none'}",

@@ -58,23 +58,14 @@ def count(v: np.ndarray) -> tuple[int, int]:
     return (int(np.count_nonzero(np.isnan(v))), int(np.count_nonzero(np.isinf(v))))
 
 
-# storage format -> (unsigned view, mask): a value is NaN or inf iff
-# (bits & mask) == mask (IEEE: all-ones exponent; e4m3fn: the NaN codes)
-_NONFINITE_BITS = {
-    "fp16": (np.uint16, 0x7C00),
-    "bf16": (np.uint16, 0x7F80),
-    "fp8_e5m2": (np.uint8, 0x7C),
-    "fp8_e4m3": (np.uint8, 0x7F),
-}
-
-
 def count_stored(c: np.ndarray, S: Format) -> tuple[int, int]:
-    """:func:`count` for an array in S's container: a bit test on the
-    exponent field (two cheap integer passes) before the exact count."""
-    hit = _NONFINITE_BITS.get(S.name)
-    if hit is None or c.dtype != S.container or c.size == 0:
+    """:func:`count` for an array in a narrow S's container (fp16, bf16,
+    fp8): a bit test on the codes (:attr:`Format.nonfinite_mask`, two cheap
+    integer passes) before the exact count."""
+    mask = S.nonfinite_mask  # a code is NaN or inf iff (code & mask) == mask
+    if not S.narrow or mask is None or c.dtype != S.container or c.size == 0:
         return count(c)
-    U, mask = hit
+    U = S.uint.type
     if (c.view(U) & U(mask)).max() != mask:
         return (0, 0)
     w = c.astype(np.float32)

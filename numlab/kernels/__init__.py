@@ -98,7 +98,7 @@ from .algorithms import (
 from .cpu_orders import AtenCascade, InductorLanes
 from .engine import Ctx
 from .hardware import ASCEND_910B, SMALL, Hardware, tile_elements
-from .matmul import MATMUL_ALGOS, MATMUL_MODES, matmul
+from .matmul import MATMUL_ALGOS, matmul
 from .reduce import (
     OPS,
     ORDER_NAMES,
@@ -134,6 +134,6 @@ __all__ = [
     "exp", "tanh", "erf", "gelu", "seed_estimate", "seed_error_bound", "newton_recurrence",
     "steps_needed", "steps_table", "RSQRT_ALGOS", "RECIP_ALGOS", "DIV_ALGOS", "EXP_ALGOS",
     "TANH_ALGOS", "ERF_ALGOS", "GELU_ALGOS", "GELU_APPROXIMATE", "AtenCascade", "InductorLanes", "Tree", "parse_tree",
-    "matmul", "MATMUL_ALGOS", "MATMUL_MODES", "engine", "Ctx",
+    "matmul", "MATMUL_ALGOS", "engine", "Ctx",
     "KernelSpec", "HANDWRITTEN", "CODEGEN", "PROMOTIONS", "UNARY_OPS", "DEFAULT_FUSED_LIVE_BUFFERS",
 ]

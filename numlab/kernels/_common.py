@@ -15,29 +15,20 @@ Working dtype rule (used by every kernel): arithmetic "in format F" is done as
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
-from ..formats import FP32, FP64, Format, get_format
+from ..formats import FP32, FP64, NARROW_DTYPES, Format, get_format
 from ..primitives import _two_sum, signed_exact_zero  # TwoSum: s + e == a + b exactly
-from ..rounding import check_mode
+from ..rounding import check_rounding
 from ..rounding import round_to as _round_to
 
 __all__ = ["round_to", "as_values", "work_dtype", "Arith", "to_container", "round_sum2", "check_choice"]
 
-_NARROW = {
-    np.dtype(np.float16),
-    np.dtype(ml_dtypes.bfloat16),
-    np.dtype(ml_dtypes.float8_e4m3fn),
-    np.dtype(ml_dtypes.float8_e5m2),
-}
-
-
-def round_to(x, fmt, mode: str = "rne", **kw):
+def round_to(x, fmt, rounding: str = "rne", **kw):
     """:func:`numlab.rounding.round_to` with overflow/invalid warnings silenced
     (overflow to inf is the IEEE result the kernels want, and is counted later)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        return _round_to(x, fmt, mode, **kw)
+        return _round_to(x, fmt, rounding, **kw)
 
 
 def check_choice(name: str, value, choices) -> None:
@@ -55,7 +46,7 @@ def as_values(x, name: str = "x") -> np.ndarray:
     a = np.asarray(x)
     if a.dtype in (np.float32, np.float64):
         return a
-    if a.dtype in _NARROW:
+    if a.dtype in NARROW_DTYPES:
         return a.astype(np.float32)
     if a.dtype.kind == "f":  # long double etc.
         return a.astype(np.float64)
@@ -92,23 +83,23 @@ class Arith:
     ----------
     fmt : Format
         The format every result is rounded to.
-    mode : str
-        Rounding mode of every operation (``round_to`` modes; ``"rne"`` uses
-        native arithmetic for fp32/fp64).
+    rounding : str
+        Rounding mode of every operation (:data:`numlab.rounding.ROUNDINGS`
+        but ``"stochastic"``; ``"rne"`` uses native arithmetic for fp32/fp64).
     """
 
-    def __init__(self, fmt, mode: str = "rne"):
+    def __init__(self, fmt, rounding: str = "rne"):
         self.fmt = get_format(fmt)
-        self.mode = check_mode(mode)
-        if mode == "stochastic":
-            raise ValueError("mode='stochastic' is not supported for kernel arithmetic; "
-                             "valid modes: ['rne', 'rtz', 'up', 'down', 'odd']")
-        self.native = mode == "rne" and (self.fmt == FP32 or self.fmt == FP64 or self.fmt.p >= 53)
-        if mode == "rne":
+        self.rounding = check_rounding(rounding, "rounding")
+        if rounding == "stochastic":
+            raise ValueError("rounding='stochastic' is not supported for kernel arithmetic; "
+                             "valid roundings: ['rne', 'rtz', 'up', 'down', 'odd']")
+        self.native = rounding == "rne" and (self.fmt == FP32 or self.fmt == FP64 or self.fmt.p >= 53)
+        if rounding == "rne":
             self.dtype = work_dtype(self.fmt)
         else:
             if self.fmt == FP64 or self.fmt.p >= 53:
-                raise ValueError(f"mode={mode!r} is not supported for fp64 arithmetic; valid: ['rne']")
+                raise ValueError(f"rounding={rounding!r} is not supported for fp64 arithmetic; valid: ['rne']")
             # directed modes: float64 holds the operands, sums are made exact with
             # TwoSum + round-to-odd and products of <= 26-bit values are exact.
             self.dtype = np.dtype(np.float64)
@@ -119,23 +110,23 @@ class Arith:
         if self.native:
             return a.astype(self.dtype, copy=False)
         if a.dtype == np.float64 and self.dtype == np.float32:
-            return round_to(a, self.fmt, self.mode).astype(np.float32)  # one rounding
-        return round_to(a.astype(self.dtype, copy=False), self.fmt, self.mode)
+            return round_to(a, self.fmt, self.rounding).astype(np.float32)  # one rounding
+        return round_to(a.astype(self.dtype, copy=False), self.fmt, self.rounding)
 
     def _r(self, v):
         if self.native:
             return v
-        return round_to(v, self.fmt, self.mode)
+        return round_to(v, self.fmt, self.rounding)
 
     def add(self, a, b):
-        if self.mode != "rne":
-            return round_sum2(a, b, self.fmt, self.mode)
+        if self.rounding != "rne":
+            return round_sum2(a, b, self.fmt, self.rounding)
         with np.errstate(over="ignore", invalid="ignore"):
             return self._r(np.add(a, b, dtype=self.dtype))
 
     def sub(self, a, b):
-        if self.mode != "rne":
-            return round_sum2(a, -np.asarray(b, dtype=np.float64), self.fmt, self.mode)
+        if self.rounding != "rne":
+            return round_sum2(a, -np.asarray(b, dtype=np.float64), self.fmt, self.rounding)
         with np.errstate(over="ignore", invalid="ignore"):
             return self._r(np.subtract(a, b, dtype=self.dtype))
 
@@ -144,8 +135,8 @@ class Arith:
             return self._r(np.multiply(a, b, dtype=self.dtype))
 
     def div(self, a, b):
-        if self.mode != "rne":
-            raise ValueError(f"mode={self.mode!r}: directed-rounding division is not modelled; "
+        if self.rounding != "rne":
+            raise ValueError(f"rounding={self.rounding!r}: directed-rounding division is not modelled; "
                              "valid: ['rne']")
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
             return self._r(np.divide(a, b, dtype=self.dtype))
@@ -167,7 +158,7 @@ def round_odd_pair(s: np.ndarray, e: np.ndarray) -> np.ndarray:
     return np.where((e == 0) | ~np.isfinite(s) | ~np.isfinite(e), s, pick)
 
 
-def round_sum2(a, b, fmt, mode: str = "rne") -> np.ndarray:
+def round_sum2(a, b, fmt, rounding: str = "rne") -> np.ndarray:
     """Correctly rounded ``a + b`` in ``fmt`` for float64 ``a`` and ``b`` (one rounding).
 
     Uses TwoSum and round-to-odd (:func:`round_odd_pair`); exact for every
@@ -178,8 +169,8 @@ def round_sum2(a, b, fmt, mode: str = "rne") -> np.ndarray:
     fmt = get_format(fmt)
     with np.errstate(invalid="ignore", over="ignore"):
         s, e = _two_sum(a, b)
-    if mode != "rne":  # float64 TwoSum gives +0 for exact zeros; "down" wants -0
-        s = signed_exact_zero(s, (a, b), mode)
+    if rounding != "rne":  # float64 TwoSum gives +0 for exact zeros; "down" wants -0
+        s = signed_exact_zero(s, (a, b), rounding)
     if fmt == FP64:
         return s
-    return round_to(round_odd_pair(s, e), fmt, mode)
+    return round_to(round_odd_pair(s, e), fmt, rounding)

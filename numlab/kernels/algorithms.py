@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,7 +92,6 @@ __all__ = [
     "ERF_ALGOS",
     "GELU_ALGOS",
     "GELU_APPROXIMATE",
-    "GELU_FORMS",
 ]
 
 RSQRT_ALGOS = ("exact", "sqrt_then_div", "newton(<seed>,<steps>[,<step_fmt>])")
@@ -105,9 +103,6 @@ TANH_ALGOS = ("exact", "sleef")
 ERF_ALGOS = ("exact", "aten_vec")
 GELU_ALGOS = ("exact", "onednn", "onednn_avx2", "aten_vec", "aten_scalar")
 GELU_APPROXIMATE = ("none", "tanh")
-GELU_FORMS = ("tanh", "erf")
-"""Deprecated (the old ``form=`` vocabulary): use :data:`GELU_APPROXIMATE`."""
-_FORM_TO_APPROXIMATE = {"erf": "none", "tanh": "tanh"}
 FUNCS = ("rsqrt", "reciprocal")
 
 
@@ -363,11 +358,11 @@ def _newton(x64: np.ndarray, algo: Newton, func: str) -> np.ndarray:
     return y
 
 
-def _finish(v, fmt: Format, mode: str):
-    return to_container(np.asarray(round_to(v, fmt, mode)), fmt)
+def _finish(v, fmt: Format, rounding: str):
+    return to_container(np.asarray(round_to(v, fmt, rounding)), fmt)
 
 
-def rsqrt(x, *, fmt, algo="exact", mode: str = "rne"):
+def rsqrt(x, *, fmt, algo="exact", rounding: str = "rne"):
     """``1/sqrt(x)`` rounded to ``fmt``.
 
     algo : ``"exact"`` (float64 then one rounding; see module docstring),
@@ -387,28 +382,28 @@ def rsqrt(x, *, fmt, algo="exact", mode: str = "rne"):
             v = ar.div(ar.dtype.type(1.0), s)
         else:
             v = _newton(x64, algo, "rsqrt")
-    return _finish(v, fmt, mode)
+    return _finish(v, fmt, rounding)
 
 
-def sqrt(x, *, fmt, mode: str = "rne"):
+def sqrt(x, *, fmt, rounding: str = "rne"):
     """Correctly rounded square root in ``fmt`` (float64 sqrt then one rounding;
     double rounding is innocuous for sqrt when ``2p+2 <= 53``)."""
     fmt = get_format(fmt)
     with np.errstate(all="ignore"):
-        return _finish(np.sqrt(as_values(x).astype(np.float64)), fmt, mode)
+        return _finish(np.sqrt(as_values(x).astype(np.float64)), fmt, rounding)
 
 
-def reciprocal(x, *, fmt, algo="exact", mode: str = "rne"):
+def reciprocal(x, *, fmt, algo="exact", rounding: str = "rne"):
     """``1/x`` rounded to ``fmt``: ``"exact"`` or ``Newton(seed, steps, step_fmt)``."""
     fmt = get_format(fmt)
     algo = parse_algo(algo, RECIP_ALGOS)
     x64 = as_values(x).astype(np.float64)
     with np.errstate(all="ignore"):
         v = 1.0 / x64 if algo == "exact" else _newton(x64, algo, "reciprocal")
-    return _finish(v, fmt, mode)
+    return _finish(v, fmt, rounding)
 
 
-def divide(a, b, *, fmt, algo="exact", mode: str = "rne"):
+def divide(a, b, *, fmt, algo="exact", rounding: str = "rne"):
     """``a / b`` rounded to ``fmt``.
 
     algo : ``"exact"`` (true division, one rounding), ``"recip_mul"``
@@ -423,12 +418,12 @@ def divide(a, b, *, fmt, algo="exact", mode: str = "rne"):
         if algo == "exact":
             v = a64 / b64
         elif algo == "recip_mul":
-            r = round_to(1.0 / b64, fmt, mode).astype(np.float64)
+            r = round_to(1.0 / b64, fmt, rounding).astype(np.float64)
             v = a64 * r
         else:
             y = _newton(b64, algo, "reciprocal")
             v = a64 * y.astype(np.float64)
-    return _finish(v, fmt, mode)
+    return _finish(v, fmt, rounding)
 
 
 # --------------------------------------------------------------------------
@@ -462,7 +457,7 @@ def _fp32_in(x) -> np.ndarray:
     return as_values(x).astype(np.float32)
 
 
-def exp(x, *, fmt, algo="exact", mode: str = "rne"):
+def exp(x, *, fmt, algo="exact", rounding: str = "rne"):
     """``exp(x)`` rounded to ``fmt``.
 
     algo : ``"exact"`` (float64 then one rounding), ``ExpPoly(degree, step_fmt)``
@@ -473,14 +468,14 @@ def exp(x, *, fmt, algo="exact", mode: str = "rne"):
     fmt = get_format(fmt)
     algo = parse_algo(algo, EXP_ALGOS)
     if algo == "sleef_u10":
-        return _finish(libm.sleef_expf(_fp32_in(x)), fmt, mode)
+        return _finish(libm.sleef_expf(_fp32_in(x)), fmt, rounding)
     x64 = as_values(x).astype(np.float64)
     with np.errstate(all="ignore"):
         v = np.exp(x64) if algo == "exact" else _exp_poly(x64, algo)
-    return _finish(v, fmt, mode)
+    return _finish(v, fmt, rounding)
 
 
-def tanh(x, *, fmt, algo="exact", mode: str = "rne"):
+def tanh(x, *, fmt, algo="exact", rounding: str = "rne"):
     """``tanh(x)`` rounded to ``fmt``.
 
     algo : ``"exact"`` (float64 then one rounding) or ``"sleef"`` (SLEEF
@@ -489,11 +484,11 @@ def tanh(x, *, fmt, algo="exact", mode: str = "rne"):
     fmt = get_format(fmt)
     algo = parse_algo(algo, TANH_ALGOS)
     if algo == "sleef":
-        return _finish(libm.sleef_tanhf(_fp32_in(x)), fmt, mode)
-    return _finish(np.tanh(as_values(x).astype(np.float64)), fmt, mode)
+        return _finish(libm.sleef_tanhf(_fp32_in(x)), fmt, rounding)
+    return _finish(np.tanh(as_values(x).astype(np.float64)), fmt, rounding)
 
 
-def erf(x, *, fmt, algo="exact", mode: str = "rne"):
+def erf(x, *, fmt, algo="exact", rounding: str = "rne"):
     """``erf(x)`` rounded to ``fmt``.
 
     algo : ``"exact"`` (correctly rounded to ``fmt`` for every format of at most
@@ -504,18 +499,8 @@ def erf(x, *, fmt, algo="exact", mode: str = "rne"):
     fmt = get_format(fmt)
     algo = parse_algo(algo, ERF_ALGOS)
     if algo == "aten_vec":
-        return _finish(libm.aten_vec_erf(_fp32_in(x)), fmt, mode)
-    return to_container(np.asarray(libm.erf_rounded(as_values(x), fmt, mode)), fmt)
-
-
-def _gelu_approximate(approximate, form):
-    if form is not None:
-        warnings.warn("gelu(form=...) is deprecated; use approximate='none' (form='erf') or "
-                      "approximate='tanh' (form='tanh')", DeprecationWarning, stacklevel=3)
-        check_choice("form", form, GELU_FORMS)
-        return _FORM_TO_APPROXIMATE[form]
-    check_choice("approximate", approximate, GELU_APPROXIMATE)
-    return approximate
+        return _finish(libm.aten_vec_erf(_fp32_in(x)), fmt, rounding)
+    return to_container(np.asarray(libm.erf_rounded(as_values(x), fmt, rounding)), fmt)
 
 
 _KAPPA = np.float32(0.044715)
@@ -539,7 +524,7 @@ def _aten_gelu(x32: np.ndarray, approximate: str, libm_vec: bool) -> np.ndarray:
         return (x32 * f(0.5)) * (f(1) + e)
 
 
-def gelu(x, *, fmt, approximate: str = "none", algo="exact", mode: str = "rne", form=None):
+def gelu(x, *, fmt, approximate: str = "none", algo="exact", rounding: str = "rne"):
     """GELU rounded to ``fmt`` (torch's vocabulary).
 
     approximate : ``"none"``: ``x/2 (1 + erf(x/sqrt 2))`` (Hendrycks & Gimpel 2016);
@@ -552,28 +537,26 @@ def gelu(x, *, fmt, approximate: str = "none", algo="exact", mode: str = "rne", 
         ``(0.5x)*(1 + tanhf_SLEEF(kBeta*fma(kKappa, x^3, x)))``); ``"aten_scalar"``
         (the same formulas in ATen's scalar loop, libm ``erff``/``tanhf`` modelled
         as correctly rounded fp32).  The fp32 algorithms' results are rounded to ``fmt``.
-    form : deprecated
-        ``"erf"`` (= ``approximate="none"``) or ``"tanh"``; warns DeprecationWarning.
     """
     fmt = get_format(fmt)
-    approximate = _gelu_approximate(approximate, form)
+    check_choice("approximate", approximate, GELU_APPROXIMATE)
     algo = parse_algo(algo, GELU_ALGOS)
     if algo == "onednn":
         if approximate != "none":
             raise ValueError(f"algo='onednn' models oneDNN's gelu_erf only; approximate={approximate!r} "
                              "is not valid with it; valid: ['none']")
-        return _finish(libm.onednn_gelu_erf(_fp32_in(x)), fmt, mode)
+        return _finish(libm.onednn_gelu_erf(_fp32_in(x)), fmt, rounding)
     if algo == "onednn_avx2":  # oneDNN below avx512_core: A&S with oneDNN's exp
         if approximate != "none":
             raise ValueError(f"algo='onednn_avx2' models oneDNN's gelu_erf only; approximate={approximate!r} "
                              "is not valid with it; valid: ['none']")
-        return _finish(libm.onednn_gelu_erf_avx2(_fp32_in(x)), fmt, mode)
+        return _finish(libm.onednn_gelu_erf_avx2(_fp32_in(x)), fmt, rounding)
     if algo in ("aten_vec", "aten_scalar"):
-        return _finish(_aten_gelu(_fp32_in(x), approximate, algo == "aten_vec"), fmt, mode)
+        return _finish(_aten_gelu(_fp32_in(x), approximate, algo == "aten_vec"), fmt, rounding)
     x64 = as_values(x).astype(np.float64)
     with np.errstate(all="ignore"):
         if approximate == "none":
             v = 0.5 * x64 * (1.0 + libm.erf64(x64 / math.sqrt(2.0)))
         else:
             v = 0.5 * x64 * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x64 + 0.044715 * x64**3)))
-    return _finish(v, fmt, mode)
+    return _finish(v, fmt, rounding)

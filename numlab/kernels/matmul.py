@@ -76,36 +76,34 @@ from ._common import (
 )
 from .reduce import _as_order, gamma
 
-__all__ = ["matmul", "MATMUL_ALGOS", "MATMUL_MODES", "exact_dot_round"]
+__all__ = ["matmul", "MATMUL_ALGOS", "exact_dot_round"]
 
 MATMUL_ALGOS = ("sequential", "block_fma", "split_k")
-MATMUL_MODES = MATMUL_ALGOS
-"""Deprecated name of :data:`MATMUL_ALGOS`."""
 
 
-def _rnd(v: np.ndarray, fmt: Format, mode: str) -> np.ndarray:
+def _rnd(v: np.ndarray, fmt: Format, rounding: str) -> np.ndarray:
     """Round float64 values to fmt (fast native cast for fp32/rne)."""
     if fmt == FP64:
         return v
-    if fmt == FP32 and mode == "rne":
+    if fmt == FP32 and rounding == "rne":
         with np.errstate(over="ignore"):
             return v.astype(np.float32).astype(np.float64)
-    return round_to(v, fmt, mode)
+    return round_to(v, fmt, rounding)
 
 
-def exact_dot_round(terms, fmt, mode: str = "rne") -> float:
+def exact_dot_round(terms, fmt, rounding: str = "rne") -> float:
     """Correctly rounded ``sum(terms)`` in ``fmt`` for a 1-D float64 sequence whose
     sum is exact in binary (math.fsum gives RN(sum); the residual's sign, from a
     second fsum, drives round-to-odd).  Used for uncertified entries."""
     terms = [float(t) for t in terms]
     if not all(math.isfinite(t) for t in terms):
-        return float(_rnd(np.asarray([sum(terms)]), get_format(fmt), mode)[0])
+        return float(_rnd(np.asarray([sum(terms)]), get_format(fmt), rounding)[0])
     r = math.fsum(terms)
     if not math.isfinite(r):
-        return float(_rnd(np.asarray([r]), get_format(fmt), mode)[0])
+        return float(_rnd(np.asarray([r]), get_format(fmt), rounding)[0])
     e = math.fsum(terms + [-r])
     ro = round_odd_pair(np.asarray([r]), np.asarray([e]))
-    return float(_rnd(ro, get_format(fmt), mode)[0])
+    return float(_rnd(ro, get_format(fmt), rounding)[0])
 
 
 def _lsb_exp(x: np.ndarray) -> np.ndarray:
@@ -153,7 +151,7 @@ def _lsb_of_input(orig: np.ndarray, widened: np.ndarray) -> np.ndarray:
     return _lsb_exp32(widened)
 
 
-def _tile_exact_plus(c: np.ndarray, a_t: np.ndarray, b_t: np.ndarray, acc: Format, mode: str,
+def _tile_exact_plus(c: np.ndarray, a_t: np.ndarray, b_t: np.ndarray, acc: Format, rounding: str,
                      la_t=None, lb_t=None):
     """fl_acc(c + a_t @ b_t) with one rounding, certified (module docstring).
 
@@ -174,7 +172,7 @@ def _tile_exact_plus(c: np.ndarray, a_t: np.ndarray, b_t: np.ndarray, acc: Forma
         # B_ij = gamma_kt * kt * amax_i * bmax_j            (BLAS error, any order)
         #      + 2^-51 * (cmax_i + kt * amax_i * bmax_j)     (>= 2^-51 |v|: rounding of c + S)
         alpha = (g * (1 + 2.0**-50) + 2.0**-51) * kt * amax
-        fast = acc == FP32 and mode == "rne"
+        fast = acc == FP32 and rounding == "rne"
         if fast:
             # Per-row bound T_i = max_j B_ij.  The float64 sums are cast to float32
             # (round-to-nearest-even) as they are written, and the work runs over
@@ -207,15 +205,15 @@ def _tile_exact_plus(c: np.ndarray, a_t: np.ndarray, b_t: np.ndarray, acc: Forma
             cmax = np.where(np.isnan(cmax), np.inf, cmax)
             t = alpha[..., :, None] * bmax[..., None, :]
             t += (2.0**-51 * cmax)[..., :, None]
-            lo, hi = _rnd(v - t, acc, mode), _rnd(v + t, acc, mode)
+            lo, hi = _rnd(v - t, acc, rounding), _rnd(v + t, acc, rounding)
             ok = lo == hi
             res = lo
         # NaN entries fail ok and are settled (as NaN) by the exact path below
-    n_exact = 0 if ok.all() else _settle_uncertain(v, t, ok, res, a_t, b_t, c, la_t, lb_t, acc, mode)
+    n_exact = 0 if ok.all() else _settle_uncertain(v, t, ok, res, a_t, b_t, c, la_t, lb_t, acc, rounding)
     return res, n_exact
 
 
-def _settle_uncertain(v, t, ok, res, a_t, b_t, c, la_t, lb_t, acc: Format, mode: str) -> int:
+def _settle_uncertain(v, t, ok, res, a_t, b_t, c, la_t, lb_t, acc: Format, rounding: str) -> int:
     """The entries of :func:`_tile_exact_plus` certificate (1) left open
     (``~ok``): certificate (2) on the grid of the inputs' lowest set bits, then
     :func:`_certify_rows`, then exact summation.  Writes them into ``res``;
@@ -246,7 +244,7 @@ def _settle_uncertain(v, t, ok, res, a_t, b_t, c, la_t, lb_t, acc: Format, mode:
     with np.errstate(over="ignore", invalid="ignore"):
         grid = (tb < q / 2) & (np.abs(vb) < np.ldexp(q, 52)) & np.isfinite(vb)
         ve = np.rint(vb / q) * q
-    fixed = np.where(grid, _rnd(ve, acc, mode), np.asarray(res[bad], dtype=np.float64))
+    fixed = np.where(grid, _rnd(ve, acc, rounding), np.asarray(res[bad], dtype=np.float64))
     if not grid.all():
         sel = np.nonzero(~grid)[0]
         sub = tuple(ix[sel] for ix in bad)
@@ -255,9 +253,9 @@ def _settle_uncertain(v, t, ok, res, a_t, b_t, c, la_t, lb_t, acc: Format, mode:
         rows = a_b[sbidx + (sii,)]  # (nsel, kt)
         cols = np.swapaxes(b_b, -1, -2)[sbidx + (sjj,)]
         terms = np.concatenate([rows * cols, cb[sub].astype(np.float64)[:, None]], axis=1)
-        fx, still = _certify_rows(terms, acc, mode)
+        fx, still = _certify_rows(terms, acc, rounding)
         for r in np.nonzero(still)[0]:  # rare: exact summation in Python
-            fx[r] = exact_dot_round(terms[r], acc, mode)
+            fx[r] = exact_dot_round(terms[r], acc, rounding)
         n_exact = int(still.sum())
         fixed[sel] = fx
     res[bad] = fixed
@@ -293,7 +291,7 @@ def _exact_tile_factors(a_t: np.ndarray, b_t: np.ndarray, la_t: np.ndarray, lb_t
     return ra, rb, int(la.min(initial=4096)) + int(lb.min(initial=4096)), amax, bmax
 
 
-def _tile_certified_exact(c, a_t, b_t, la_t, lb_t, acc: Format, mode: str, work: dict,
+def _tile_certified_exact(c, a_t, b_t, la_t, lb_t, acc: Format, rounding: str, work: dict,
                           out32: np.ndarray | None, max_fail_share: float = 0.125):
     """``fl_acc(c + a_t @ b_t)`` with one rounding per entry, for 2-D operands, when
     most of the tile's float64 sums are certified exact by :func:`_exact_tile_factors`.
@@ -342,7 +340,7 @@ def _tile_certified_exact(c, a_t, b_t, la_t, lb_t, acc: Format, mode: str, work:
         if fi.size > max_fail:
             return None
         fail_i, fail_j = rows[fi], cols[fj]
-    fast32 = acc == FP32 and mode == "rne"
+    fast32 = acc == FP32 and rounding == "rne"
     if fast32 and qmin < -149:
         return None
     with np.errstate(over="ignore", invalid="ignore"):  # inf/NaN entries: IEEE, settled below
@@ -381,14 +379,14 @@ def _tile_certified_exact(c, a_t, b_t, la_t, lb_t, acc: Format, mode: str, work:
             flat32[idx] = r
         res = out32
     else:
-        res = round_sum2(np.asarray(cb, dtype=np.float64), buf, acc, mode)
+        res = round_sum2(np.asarray(cb, dtype=np.float64), buf, acc, rounding)
     n_exact = 0
     if fail_i.size:
-        n_exact = _settle_failed(res, buf, cb, a_t, b_t, fail_i, fail_j, amax, bmax, acc, mode)
+        n_exact = _settle_failed(res, buf, cb, a_t, b_t, fail_i, fail_j, amax, bmax, acc, rounding)
     return res, n_exact
 
 
-def _settle_failed(res, buf, cb, a_t, b_t, fail_i, fail_j, amax, bmax, acc: Format, mode: str) -> int:
+def _settle_failed(res, buf, cb, a_t, b_t, fail_i, fail_j, amax, bmax, acc: Format, rounding: str) -> int:
     """The entries ``(fail_i, fail_j)`` of :func:`_tile_certified_exact` whose
     float64 sums were not certified exact: certificate (1) of
     :func:`_tile_exact_plus`, then :func:`_certify_rows`, then exact
@@ -401,22 +399,22 @@ def _settle_failed(res, buf, cb, a_t, b_t, fail_i, fail_j, amax, bmax, acc: Form
     with np.errstate(over="ignore", invalid="ignore"):
         v = cf + buf.reshape(-1)[fflat]
         t = (g * (1 + 2.0**-50) + 2.0**-51) * kt * amax[fail_i] * bmax[fail_j] + 2.0**-51 * np.abs(cf)
-        lo, hi = _rnd(v - t, acc, mode), _rnd(v + t, acc, mode)
+        lo, hi = _rnd(v - t, acc, rounding), _rnd(v + t, acc, rounding)
     fixed = lo  # certificate (1); NaN bounds fail it and are settled below
     bad = np.flatnonzero(~(lo == hi))
     if bad.size:
         bi, bj = fail_i[bad], fail_j[bad]
         terms = np.concatenate([a_t[bi] * b_t[:, bj].T, cf[bad][:, None]], axis=1)
-        fx, still = _certify_rows(terms, acc, mode)
+        fx, still = _certify_rows(terms, acc, rounding)
         for r_ in np.nonzero(still)[0]:  # rare: exact summation in Python
-            fx[r_] = exact_dot_round(terms[r_], acc, mode)
+            fx[r_] = exact_dot_round(terms[r_], acc, rounding)
         n_exact = int(still.sum())
         fixed[bad] = fx
     res.reshape(-1)[fflat] = fixed  # res is C-contiguous (M, N): a view
     return n_exact
 
 
-def _certify_rows(terms: np.ndarray, acc: Format, mode: str):
+def _certify_rows(terms: np.ndarray, acc: Format, rounding: str):
     """Round ``terms.sum(axis=1)`` (exact float64 terms) once to ``acc`` where a
     per-row certificate holds; returns (values, uncertified mask).
 
@@ -431,10 +429,10 @@ def _certify_rows(terms: np.ndarray, acc: Format, mode: str):
         g = gamma(n, 2.0**-53)
         # sum|t| computed in float64 may be low by a factor (1 - gamma_n): inflate by 1 + 2 gamma_n
         bound = g * (1 + 2 * g + 2.0**-50) * np.sum(np.abs(terms), axis=1) + np.abs(v) * 2.0**-51 + 2.0**-1000
-        lo = _rnd(v - bound, acc, mode)
-        hi = _rnd(v + bound, acc, mode)
+        lo = _rnd(v - bound, acc, rounding)
+        hi = _rnd(v + bound, acc, rounding)
         ok = (lo == hi) | np.isinf(v)
-        out = np.where(np.isfinite(v), lo, _rnd(v, acc, mode))
+        out = np.where(np.isfinite(v), lo, _rnd(v, acc, rounding))
         grid = np.zeros_like(ok)
         rest = np.nonzero(~ok & np.isfinite(v))[0]
         if rest.size:
@@ -443,7 +441,7 @@ def _certify_rows(terms: np.ndarray, acc: Format, mode: str):
             vr, br = v[rest], bound[rest]
             g2 = (br < q / 2) & (np.abs(vr) < np.ldexp(q, 52))
             ve = np.rint(vr / q) * q
-            out[rest] = np.where(g2, _rnd(ve, acc, mode), out[rest])
+            out[rest] = np.where(g2, _rnd(ve, acc, rounding), out[rest])
             grid[rest] = g2
     return out, ~(ok | grid)
 
@@ -458,8 +456,8 @@ def matmul(
     algo: str = "sequential",
     fma: bool = False,
     split_order="pairwise",
-    acc_mode: str = "rne",
-    out_mode: str = "rne",
+    acc_rounding: str = "rne",
+    out_rounding: str = "rne",
     stats: dict | None = None,
     mode: str | None = None,
 ):
@@ -484,7 +482,8 @@ def matmul(
         If given, ``stats["uncertified"]`` receives the number of entries that
         needed the exact fallback (block_fma / split_k).
     mode : str, optional
-        Deprecated name of ``algo`` (giving both is an error).
+        Deprecated name of ``algo`` (giving both is an error); kept only
+        until its last caller moves to ``algo=``.
 
     Returns
     -------
@@ -510,7 +509,7 @@ def matmul(
     tiles = [(s, min(s + kt, K)) for s in range(0, K, kt)]
     unc = 0
     if algo == "sequential":
-        C = _sequential(A0, B0, shape, tiles, acc, acc_mode, fma)
+        C = _sequential(A0, B0, shape, tiles, acc, acc_rounding, fma)
     elif acc == FP64 or acc.p > 51:
         # fp64 accumulation: BLAS per tile, its internal order is not specified
         A, B = A0.astype(np.float64), B0.astype(np.float64)
@@ -519,10 +518,10 @@ def matmul(
             for s, e in tiles:
                 C = C + A[..., :, s:e] @ B[..., s:e, :]
     else:
-        C, unc = _tiled(a, b, A0, B0, shape, tiles, algo, acc, acc_mode, split_order)
+        C, unc = _tiled(a, b, A0, B0, shape, tiles, algo, acc, acc_rounding, split_order)
     if stats is not None:
         stats["uncertified"] = unc
-    res = C if (outf == acc and out_mode == "rne") else round_to(C, outf, out_mode)
+    res = C if (outf == acc and out_rounding == "rne") else round_to(C, outf, out_rounding)
     return to_container(np.asarray(res), outf)
 
 
@@ -548,25 +547,25 @@ def _check_operands(a, b):
     return A0, B0
 
 
-def _sequential(A0, B0, shape, tiles, acc: Format, acc_mode: str, fma: bool) -> np.ndarray:
+def _sequential(A0, B0, shape, tiles, acc: Format, acc_rounding: str, fma: bool) -> np.ndarray:
     """``algo="sequential"``: per K tile a fresh accumulator of rounded
     products (or FMAs), added into C; float64 values of ``acc``."""
     A, B = A0.astype(np.float64), B0.astype(np.float64)
-    ar = Arith(acc, acc_mode)
+    ar = Arith(acc, acc_rounding)
     C = np.full(shape, -0.0, dtype=ar.dtype)
     for s, e in tiles:
         t = np.full(shape, -0.0, dtype=ar.dtype)
         for k in range(s, e):
             p = A[..., :, k, None] * B[..., None, k, :]  # exact in float64
             if fma:
-                t = ar.round(round_sum2(t.astype(np.float64), p, acc, acc_mode))
+                t = ar.round(round_sum2(t.astype(np.float64), p, acc, acc_rounding))
             else:
                 t = ar.add(t, ar.round(p))
         C = ar.add(C, t)
     return C.astype(np.float64)
 
 
-def _tiled(a, b, A0, B0, shape, tiles, algo, acc: Format, acc_mode: str, split_order):
+def _tiled(a, b, A0, B0, shape, tiles, algo, acc: Format, acc_rounding: str, split_order):
     """``block_fma`` and ``split_k``: each K tile's exact sum rounded once
     (certified, module docstring).  Returns (C, number of exactly summed
     entries)."""
@@ -580,7 +579,7 @@ def _tiled(a, b, A0, B0, shape, tiles, algo, acc: Format, acc_mode: str, split_o
         mn = (A2.shape[0], B.shape[-1])
         work = {"s": np.empty(mn), "v": np.empty((max(1, 65536 // max(mn[1], 1)), mn[1])),
                 "flag": np.empty(mn, bool)}
-        c32 = [np.empty(mn, np.float32) for _ in range(2)] if acc == FP32 and acc_mode == "rne" else None
+        c32 = [np.empty(mn, np.float32) for _ in range(2)] if acc == FP32 and acc_rounding == "rne" else None
 
     def tile(c, s, e, parity):
         """fl_acc(c + A[:, s:e] @ B[s:e]) with one rounding: certified-exact float64
@@ -588,14 +587,14 @@ def _tiled(a, b, A0, B0, shape, tiles, algo, acc: Format, acc_mode: str, split_o
         if flat:
             a_t = np.ascontiguousarray(A2[:, s:e], dtype=np.float64)
             c2 = c.reshape(mn) if np.ndim(c) else c
-            got = _tile_certified_exact(c2, a_t, np.ascontiguousarray(B[s:e], dtype=np.float64), LA2[:, s:e], LB[s:e], acc, acc_mode, work,
+            got = _tile_certified_exact(c2, a_t, np.ascontiguousarray(B[s:e], dtype=np.float64), LA2[:, s:e], LB[s:e], acc, acc_rounding, work,
                                         None if c32 is None else c32[parity])
             if got is not None:
                 return got[0].reshape(shape), got[1]
         if not np.ndim(c):
             c = np.full(shape, c)
         return _tile_exact_plus(c, np.ascontiguousarray(A[..., :, s:e], dtype=np.float64),
-                                np.ascontiguousarray(B[..., s:e, :], dtype=np.float64), acc, acc_mode,
+                                np.ascontiguousarray(B[..., s:e, :], dtype=np.float64), acc, acc_rounding,
                                 LA[..., :, s:e], LB[..., s:e, :])
 
     if algo == "block_fma":
@@ -611,7 +610,7 @@ def _tiled(a, b, A0, B0, shape, tiles, algo, acc: Format, acc_mode: str, split_o
             P, n_bad = tile(np.float64(-0.0), s, e, 0)
             unc += n_bad
             parts.append(P.astype(np.float64))
-        ar = Arith(acc, acc_mode)
+        ar = Arith(acc, acc_rounding)
         stack = ar.round(np.stack(parts, axis=-1))
         C = order._sum(stack, ar).astype(np.float64) if parts else np.zeros(shape)
     return C, unc

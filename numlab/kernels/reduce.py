@@ -441,7 +441,7 @@ def parse_order(s: "str | Order") -> Order:
 # --------------------------------------------------------------------------
 # reduce
 # --------------------------------------------------------------------------
-def _prepare(x, axis, acc: Format, mode: str):
+def _prepare(x, axis, acc: Format, rounding: str):
     a = as_values(x)
     if a.ndim == 0:
         raise ValueError("x must have at least one dimension to reduce")
@@ -449,7 +449,7 @@ def _prepare(x, axis, acc: Format, mode: str):
         raise TypeError(f"axis must be an int, got {axis!r}")
     if not -a.ndim <= axis < a.ndim:
         raise ValueError(f"axis={axis} is out of range for an array of {a.ndim} dimensions")
-    ar = Arith(acc, mode)
+    ar = Arith(acc, rounding)
     a = np.moveaxis(a, axis, -1)
     return ar.round(a), ar, axis % (a.ndim)
 
@@ -470,8 +470,8 @@ def reduce(
     keepdims: bool = False,
     variance: str = "two_pass",
     ddof: int = 0,
-    acc_mode: str = "rne",
-    out_mode: str = "rne",
+    acc_rounding: str = "rne",
+    out_rounding: str = "rne",
 ):
     """Reduce ``x`` along ``axis`` with an explicit order and accumulator format.
 
@@ -500,7 +500,7 @@ def reduce(
         ``textbook``: (sum(x^2) - sum(x)^2/n)/(n-ddof), each sum by ``order``.
     ddof : int
         Delta degrees of freedom of ``var``.
-    acc_mode, out_mode : str
+    acc_rounding, out_rounding : str
         Rounding modes of the accumulator operations and of the final rounding.
 
     Returns
@@ -514,7 +514,7 @@ def reduce(
     acc = get_format(acc, "acc")
     outf = acc if out is None else get_format(out, "out")
     order = _as_order(order)
-    xw, ar, ax = _prepare(x, axis, acc, acc_mode)
+    xw, ar, ax = _prepare(x, axis, acc, acc_rounding)
     n = xw.shape[-1]
     if op in ("max", "min"):
         if n == 0:
@@ -532,10 +532,10 @@ def reduce(
     if keepdims:
         r = np.expand_dims(r, ax)
 
-    if outf == acc and out_mode == "rne":
+    if outf == acc and out_rounding == "rne":
         res = r
     else:
-        res = round_to(r, outf, out_mode)
+        res = round_to(r, outf, out_rounding)
     res = to_container(res, outf)
     return res[()] if res.ndim == 0 else res
 

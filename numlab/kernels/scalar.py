@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..formats import FP32, get_format
-from ..rounding import check_mode
+from ..rounding import check_rounding
 from ._common import (
     as_values,
     check_choice,
@@ -93,9 +93,9 @@ def scalar_mul(
     check_choice("how", how, SCALAR_MUL_CHOICES)
     fmt = get_format(fmt)
     st = fmt if storage is None else get_format(storage, "storage")
-    check_mode(rounding, "rounding")
-    check_mode(scalar_rounding, "scalar_rounding")
-    check_mode(broadcast_rounding, "broadcast_rounding")
+    check_rounding(rounding, "rounding")
+    check_rounding(scalar_rounding, "scalar_rounding")
+    check_rounding(broadcast_rounding, "broadcast_rounding")
     sv = _scalar_value(s)
     if how == "broadcast":
         st_val = float(round_to(sv, st, broadcast_rounding))
@@ -111,7 +111,7 @@ def scalar_mul(
     return to_container(np.asarray(r), fmt)
 
 
-def fma(a, b, c, *, fmt, mode: str = "rne"):
+def fma(a, b, c, *, fmt, rounding: str = "rne"):
     """Fused multiply-add: ``a*b + c`` rounded once to ``fmt``.
 
     ``a*b`` is exact in float64 (inputs of at most 26 significant bits); the
@@ -119,23 +119,23 @@ def fma(a, b, c, *, fmt, mode: str = "rne"):
     Returns ``fmt.container``.
     """
     fmt = get_format(fmt)
-    check_mode(mode)
+    check_rounding(rounding, "rounding")
     av, bv, cv = (as_values(t, n).astype(np.float64) for t, n in ((a, "a"), (b, "b"), (c, "c")))
     with np.errstate(over="ignore", invalid="ignore"):
         p = av * bv
-    return to_container(np.asarray(round_sum2(p, cv, fmt, mode)), fmt)
+    return to_container(np.asarray(round_sum2(p, cv, fmt, rounding)), fmt)
 
 
-def mul_add(a, b, c, *, fmt, mode: str = "rne"):
+def mul_add(a, b, c, *, fmt, rounding: str = "rne"):
     """Multiply then add: ``fl(fl(a*b) + c)``, two roundings to ``fmt``."""
     fmt = get_format(fmt)
-    check_mode(mode)
+    check_rounding(rounding, "rounding")
     av, bv, cv = (as_values(t, n).astype(np.float64) for t, n in ((a, "a"), (b, "b"), (c, "c")))
     with np.errstate(over="ignore", invalid="ignore"):
-        p = round_to(av * bv, fmt, mode)
-    return to_container(np.asarray(round_sum2(p, cv, fmt, mode)), fmt)
+        p = round_to(av * bv, fmt, rounding)
+    return to_container(np.asarray(round_sum2(p, cv, fmt, rounding)), fmt)
 
 
-def multiply_add(a, b, c, *, fmt, fused: bool = True, mode: str = "rne"):
+def multiply_add(a, b, c, *, fmt, fused: bool = True, rounding: str = "rne"):
     """``fma`` when ``fused`` else ``mul_add`` (the ``KernelSpec.fma`` switch)."""
-    return (fma if fused else mul_add)(a, b, c, fmt=fmt, mode=mode)
+    return (fma if fused else mul_add)(a, b, c, fmt=fmt, rounding=rounding)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 
 from ..formats import FP32, Format, get_format
-from ..rounding import check_mode
+from ..rounding import check_rounding
 from . import algorithms as _alg
 from . import engine as _E
 from . import grammar as _grammar
@@ -43,21 +43,6 @@ KERNEL_ROUNDINGS = ("rne", "rtz", "up", "down", "odd")
 """Rounding modes of ``scalar_rounding`` and ``vector_rounding``."""
 DEFAULT_FUSED_LIVE_BUFFERS = 4
 """Live buffers assumed for a fused block when the plan does not say (in, out, two temporaries)."""
-
-
-_RENAMED = {"matmul_mode": "matmul_algo"}
-"""Deprecated field names still accepted by the presets and ``replace``."""
-
-
-def _renamed(changes: dict) -> dict:
-    """``changes`` with deprecated field names mapped to the current ones."""
-    out = {}
-    for k, v in changes.items():
-        new = _RENAMED.get(k, k)
-        if new in out or (new != k and new in changes):
-            raise TypeError(f"give {new}= once (matmul_mode is its deprecated name)")
-        out[new] = v
-    return out
 
 
 def _storage_bytes(fmt: Format) -> int:
@@ -159,7 +144,7 @@ class KernelSpec:
             raise TypeError(f"hardware must be a Hardware, got {type(self.hardware).__name__}")
         check_choice("scalar_mul", self.scalar_mul, SCALAR_MUL_CHOICES)
         for knob in ("scalar_rounding", "vector_rounding"):
-            check_mode(getattr(self, knob), knob)
+            check_rounding(getattr(self, knob), knob)
             # stochastic rounding needs a random stream no kernel is given
             check_choice(knob, getattr(self, knob), KERNEL_ROUNDINGS)
         if not isinstance(self.fma, bool):
@@ -215,7 +200,7 @@ class KernelSpec:
             # the library picks the largest K tile its L0 buffers hold
             k_tile=256,
         )
-        return replace(spec, **_renamed(changes)) if changes else spec
+        return replace(spec, **changes) if changes else spec
 
     @classmethod
     def codegen(cls, **changes) -> "KernelSpec":
@@ -249,7 +234,7 @@ class KernelSpec:
             # a smaller K tile: the fused matmul epilogue takes buffer space
             k_tile=128,
         )
-        return replace(spec, **_renamed(changes)) if changes else spec
+        return replace(spec, **changes) if changes else spec
 
     def describe(self) -> dict:
         """``{field: readable value}`` for tables and notebooks (orders and
@@ -261,9 +246,8 @@ class KernelSpec:
         return out
 
     def replace(self, **changes) -> "KernelSpec":
-        """A copy with some fields changed (``dataclasses.replace``;
-        ``matmul_mode`` is accepted as the deprecated name of ``matmul_algo``)."""
-        return replace(self, **_renamed(changes))
+        """A copy with some fields changed (``dataclasses.replace``)."""
+        return replace(self, **changes)
 
     # ---------------------------------------------------------------- formats
     def compute_format(self, storage, fused: bool = False) -> Format:
@@ -302,11 +286,6 @@ class KernelSpec:
         if self.reduce_order is not None:
             return self.reduce_order
         return Blocked(self.tile(storage, fused, live_buffers), self.reduce_inner, self.reduce_outer)
-
-    @property
-    def matmul_mode(self) -> str:
-        """Deprecated name of :attr:`matmul_algo`."""
-        return self.matmul_algo
 
     # ---------------------------------------------------------------- kernels
     def ctx(self, storage, fused: bool = False, live_buffers: int | None = None) -> "_E.Ctx":
