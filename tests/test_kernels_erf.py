@@ -84,7 +84,7 @@ def fp16_all():
 def test_erf_exact_all_fp16_inputs_correctly_rounded(fp16_all, fmt, modes):
     x, exact = fp16_all
     for mode in modes:
-        got = A.erf(x, fmt=fmt, mode=mode)
+        got = A.erf(x, fmt=fmt, rounding=mode)
         ok = _same(got.astype(np.float64), _ref_round(exact, fmt, mode))
         assert ok.all(), (fmt, mode, x[~ok][:5])
 
@@ -121,7 +121,7 @@ def test_erf_exact_fp32_sample_correctly_rounded_all_modes(fp32_random):
     sample = np.concatenate([x[: 10**6 // 2 : 50], x[10**6 // 2 :: 50], x[-64:]])
     exact = _mp_erf(sample)
     for mode in MODES:
-        got = A.erf(sample, fmt="fp32", mode=mode)
+        got = A.erf(sample, fmt="fp32", rounding=mode)
         ok = _same(got.astype(np.float64), _ref_round(exact, "fp32", mode))
         assert ok.all(), (mode, sample[~ok][:5])
 
@@ -151,7 +151,7 @@ def test_undecided_elements_are_few_and_resolved(fp32_random):
     assert (L.erf_undecided(h, vh, fmt, "rne") | L.erf_undecided(h, vh, fmt, "rtz")).all()  # dd path runs
     exact = _mp_erf(hard)
     for mode in MODES:
-        assert _same(A.erf(hard, fmt="fp32", mode=mode).astype(np.float64), _ref_round(exact, "fp32", mode)).all()
+        assert _same(A.erf(hard, fmt="fp32", rounding=mode).astype(np.float64), _ref_round(exact, "fp32", mode)).all()
 
 
 def test_erf_exact_large_inputs_directed_modes():
@@ -159,9 +159,9 @@ def test_erf_exact_large_inputs_directed_modes():
     even where the float64 value is exactly 1."""
     x = np.array([4.5, 6.0, 10.0, 1e30, np.inf, -10.0, -np.inf], dtype=np.float32)
     below = 1 - 2.0**-24
-    assert A.erf(x, fmt="fp32", mode="rtz").tolist() == [below] * 4 + [1.0, -below, -1.0]
-    assert A.erf(x, fmt="fp32", mode="up").tolist() == [1.0] * 5 + [-below, -1.0]
-    assert A.erf(x, fmt="fp32", mode="rne").tolist() == [1.0] * 5 + [-1.0, -1.0]
+    assert A.erf(x, fmt="fp32", rounding="rtz").tolist() == [below] * 4 + [1.0, -below, -1.0]
+    assert A.erf(x, fmt="fp32", rounding="up").tolist() == [1.0] * 5 + [-below, -1.0]
+    assert A.erf(x, fmt="fp32", rounding="rne").tolist() == [1.0] * 5 + [-1.0, -1.0]
 
 
 def test_erf_exact_calls_no_python_per_element_function(monkeypatch, fp32_random):

@@ -480,24 +480,24 @@ def erf_dd(x) -> tuple[np.ndarray, np.ndarray]:
     return hi, lo
 
 
-def erf_bracket(x, v, fmt: Format, mode: str = "rne") -> tuple[np.ndarray, np.ndarray]:
+def erf_bracket(x, v, fmt: Format, rounding: str = "rne") -> tuple[np.ndarray, np.ndarray]:
     """Round the ends of the interval known to hold ``erf(x)`` given
     ``v = erf64(x)``: ``[v - e, v + e]`` with ``e = |v|`` :data:`ERF64_REL_ERR`,
     for finite nonzero ``x`` clipped to ``|erf| <= 1 - 2^-53`` (``|erf(x)| < 1``,
     and no boundary of a format of at most 52 bits lies in ``(1 - 2^-53, 1)``);
     ``+-0``, ``+-inf`` and NaN inputs give ``v`` (exact) at both ends.  Where
     the two ends round to the same value, that value is the correct rounding of
-    ``erf(x)`` (every deterministic mode is monotone)."""
+    ``erf(x)`` (every deterministic rounding mode is monotone)."""
     x = np.asarray(x, dtype=np.float64)
     fin = np.isfinite(x) & (x != 0)
     lim = 1.0 - 2.0**-53
     e = np.abs(v) * ERF64_REL_ERR
     lo_v = np.where(fin, np.maximum(v - e, -lim), v)
     hi_v = np.where(fin, np.minimum(v + e, lim), v)
-    return round_to(lo_v, fmt, mode), round_to(hi_v, fmt, mode)
+    return round_to(lo_v, fmt, rounding), round_to(hi_v, fmt, rounding)
 
 
-def erf_undecided(x, v, fmt: Format, mode: str = "rne") -> np.ndarray:
+def erf_undecided(x, v, fmt: Format, rounding: str = "rne") -> np.ndarray:
     """Mask of the elements whose rounding to ``fmt`` the float64 value
     ``v = erf64(x)`` cannot decide: the ends of :func:`erf_bracket` round to
     two different values.  Exact results (``+-0``, ``+-inf`` inputs) and NaN
@@ -506,11 +506,11 @@ def erf_undecided(x, v, fmt: Format, mode: str = "rne") -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     if fmt.p > 50:
         return np.isfinite(x) & (x != 0)
-    r_lo, r_hi = erf_bracket(x, v, fmt, mode)
+    r_lo, r_hi = erf_bracket(x, v, fmt, rounding)
     return ~np.isnan(x) & (r_lo != r_hi)
 
 
-def _round_dd(hi, lo, fmt: Format, mode: str) -> np.ndarray:
+def _round_dd(hi, lo, fmt: Format, rounding: str) -> np.ndarray:
     """Round ``hi + lo`` (a double-double) to ``fmt``: when ``hi`` is itself a
     rounding boundary of ``fmt`` (a value of ``fmt`` or a midpoint of two) and
     ``lo != 0``, ``hi`` is moved one float64 ulp towards ``lo``, which puts it
@@ -518,17 +518,17 @@ def _round_dd(hi, lo, fmt: Format, mode: str) -> np.ndarray:
     most 50 bits, so its boundaries are >= 2^3 float64 ulps apart) and rounding
     it gives the rounding of ``hi + lo``.  Wider formats: ``hi`` (the
     double-double's ``hi`` is ``fl(hi + lo)``, so this is correct for
-    ``mode="rne"``; directed modes may be one ulp off there)."""
+    ``rounding="rne"``; directed modes may be one ulp off there)."""
     if fmt.p > 50:
-        return round_to(hi, fmt, mode)
+        return round_to(hi, fmt, rounding)
     d = round_to(hi, fmt, "down")
     u = round_to(hi, fmt, "up")
     on = (hi == d) | (hi - d == u - hi)
     toward = np.nextafter(hi, np.where(lo > 0, np.inf, -np.inf))
-    return round_to(np.where(on & (lo != 0), toward, hi), fmt, mode)
+    return round_to(np.where(on & (lo != 0), toward, hi), fmt, rounding)
 
 
-def erf_rounded(x, fmt, mode: str = "rne") -> np.ndarray:
+def erf_rounded(x, fmt, rounding: str = "rne") -> np.ndarray:
     """``erf(x)`` correctly rounded to ``fmt`` (float64 array of ``fmt`` values),
     vectorised, no loop over elements.
 
@@ -539,28 +539,28 @@ def erf_rounded(x, fmt, mode: str = "rne") -> np.ndarray:
     per 10^6 random fp32 inputs for fp32, about 1 per 10^6 uniform(-6, 6)
     inputs, none on all fp16 inputs for fp16/bf16) are recomputed with :func:`erf_dd`
     (~2^-100 relative) and rounded by :func:`_round_dd`.  Correctly rounded
-    for every format of at most 50 bits and every deterministic mode, unless
+    for every format of at most 50 bits and every deterministic rounding mode, unless
     erf(x) is within ~2^-100 relative of a boundary (not known to occur).  For
     fp64 every finite nonzero input goes through :func:`erf_dd` (slow;
-    correctly rounded for ``rne``).  ``mode="stochastic"`` rounds the float64
+    correctly rounded for ``rne``).  ``rounding="stochastic"`` rounds the float64
     value once (``round_to`` requires its ``rng``).
     """
     fmt = get_format(fmt)
     with np.errstate(invalid="ignore"):  # signalling NaN inputs: NaN out, no warning
         x = np.asarray(x, dtype=np.float64)
     v = erf64(x)
-    if mode == "stochastic":
-        return round_to(v, fmt, mode)
+    if rounding == "stochastic":
+        return round_to(v, fmt, rounding)
     if fmt.p > 50:
-        out = np.asarray(round_to(v, fmt, mode), dtype=np.float64).copy()
+        out = np.asarray(round_to(v, fmt, rounding), dtype=np.float64).copy()
         m = np.isfinite(x) & (x != 0)
     else:
-        out, r_hi = erf_bracket(x, v, fmt, mode)
+        out, r_hi = erf_bracket(x, v, fmt, rounding)
         out = np.asarray(out, dtype=np.float64).copy()
         m = ~np.isnan(x) & (out != r_hi)
     if m.any():
         hi, lo = erf_dd(x[m])
-        out[m] = _round_dd(hi, lo, fmt, mode)
+        out[m] = _round_dd(hi, lo, fmt, rounding)
     return out
 
 

@@ -336,7 +336,7 @@ def _fused(terms: np.ndarray, ar) -> np.ndarray:
     r = np.where(finite, signed_exact_zero(rto, safe, getattr(ar, "mode", "rne")), naive)
     if getattr(ar, "native", False) and ar.dtype == np.float64:
         return r
-    return round_to(r, ar.fmt, ar.mode).astype(ar.dtype)
+    return round_to(r, ar.fmt, ar.rounding).astype(ar.dtype)
 
 
 def _runs(items: list) -> list[str]:
