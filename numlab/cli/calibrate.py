@@ -41,10 +41,11 @@ DTYPES = ("fp32", "bf16", "fp16")
 
 
 def _dtypes(spec: str) -> tuple[str, ...]:
-    items = tuple(s.strip() for s in spec.split(","))
+    items = tuple(s.strip() for s in spec.split(",") if s.strip())
     bad = [s for s in items if s not in DTYPES]
     if bad or not items:
-        raise ValueError(f"--dtype {spec!r} is not valid ({bad[0]!r} is not one); give a comma-separated "
+        why = f"{bad[0]!r} is not one" if bad else "it is empty"
+        raise ValueError(f"--dtype {spec!r} is not valid ({why}); give a comma-separated "
                          f"list of {list(DTYPES)}")
     return items
 

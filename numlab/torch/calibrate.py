@@ -298,7 +298,7 @@ model reproduces."""
 def parse_capabilities(spec, name: str = "capabilities") -> tuple[str, ...]:
     """``"native,avx2,default"`` (or a sequence) -> a tuple of :data:`CAPABILITIES`;
     ValueError naming ``name``, the value and the valid choices."""
-    items = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
+    items = [s.strip() for s in spec.split(",") if s.strip()] if isinstance(spec, str) else list(spec)
     bad = [s for s in items if s not in CAPABILITIES]
     if not items or bad or len(set(items)) != len(items):
         why = f"{bad[0]!r} is not one" if bad else ("it is empty" if not items else "a capability repeats")
@@ -311,7 +311,9 @@ def parse_cases(spec, name: str = "cases") -> tuple[str, ...]:
     """``"sum,gelu"`` (short names of :data:`CASES`, or suite names) -> suite names."""
     if spec is None:
         return SUITE
-    items = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
+    items = [s.strip() for s in spec.split(",") if s.strip()] if isinstance(spec, str) else list(spec)
+    if not items:
+        raise ValueError(f"{name} {spec!r} is not valid (it is empty); valid choices: {list(CASES)}")
     out = []
     for s in items:
         if s in CASES:
