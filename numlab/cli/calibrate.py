@@ -26,7 +26,8 @@ from ..torch.calibrate import (
     CAPABILITIES,
     CASES,
     calibrate,
-    orders_table,
+    not_modelled,
+    orders_summary,
     parse_capabilities,
     parse_cases,
     summary_table,
@@ -70,7 +71,11 @@ def main(out="out/calibrate", *, force=False, capabilities="native,avx2,default"
     echo("")
     echo(summary_table(cal))
     echo("")
-    echo(orders_table(cal))
+    echo("not modelled (NotModelled raised, never a guess):")
+    for line in not_modelled(cal):
+        echo(f"  {line}")
+    echo("")
+    echo(orders_summary(cal))
     if note:
         echo(note)
     echo(f"wrote {', '.join(str(f) for f in files)} ({time.perf_counter() - t0:.0f} s)")

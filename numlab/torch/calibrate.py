@@ -54,7 +54,7 @@ __all__ = [
     "SUITE", "CASES", "CAUSES", "CAPABILITIES", "CAPABILITY_ENV", "COLUMNS", "ORDER_COLUMNS",
     "REVEALED", "measure_case", "run_suite", "header", "modelled_paths", "parse_capabilities",
     "parse_cases", "measure", "run_capability", "calibrate", "Calibration", "write_report",
-    "summary_table", "orders_table",
+    "summary_table", "orders_table", "orders_summary", "not_modelled",
 ]
 
 # ---------------------------------------------------------------------------
@@ -439,6 +439,15 @@ class Calibration:
     def orders(self) -> list[dict]:
         return [r for c in self.capabilities for r in self.results[c].get("orders", [])]
 
+    @classmethod
+    def load(cls, path) -> Calibration:
+        """A calibration back from the ``results.json`` :func:`write_report` wrote (a file
+        or its folder), e.g. to print its tables again."""
+        path = Path(path)
+        data = json.loads((path / "results.json" if path.is_dir() else path).read_text())
+        return cls(tuple(data["capabilities"]), data["results"], data.get("command", ""),
+                   data.get("settings", {}))
+
 
 def calibrate(capabilities=("native", "avx2", "default"), *, cases=SUITE, dtypes=("fp32", "bf16", "fp16"),
               quick=False, reveal_n=None, rows: int = 10_000, seed: int = 0, command: str = "",
@@ -490,33 +499,57 @@ def _cell(rows) -> str:
 
 
 def _cap_label(res) -> str:
-    return f"{res['capability']} ({res['aten_capability']})" if "aten_capability" in res else res["capability"]
+    if res["capability"] == "native" and "aten_capability" in res:
+        return f"native ({res['aten_capability']})"
+    return res["capability"]
 
 
 def summary_table(cal: Calibration) -> str:
     """Markdown: per case, per capability, the lowest share of bitwise-equal elements over
-    dtypes and lengths, eager and compiled (``emulate_precision_casts`` off / on);
-    ``n/m`` = not modelled (``NotModelled`` raised: the report says why)."""
+    dtypes and lengths, eager and compiled (``emulate_precision_casts`` off / on, one value
+    when they agree); ``n/m`` = not modelled (``NotModelled`` raised: the report says why)."""
     caps = [c for c in cal.capabilities if "rows" in cal.results[c]]
     head = ["case"]
     for c in caps:
         lab = _cap_label(cal.results[c])
-        head += [f"{lab} eager", f"{lab} compiled", f"{lab} +emulate"]
+        head += [f"{lab} eager", f"{lab} compiled (emulate off / on)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     names = [n for n in SUITE if any(r["case"] == n for r in cal.rows)]
     for name in names:
         cells = [name]
         for c in caps:
-            for mode in _MODES:
-                rs = [r for r in cal.results[c]["rows"] if r["case"] == name and r["mode"] == mode]
-                cells.append(_cell(rs))
+            got = {mode: _cell([r for r in cal.results[c]["rows"] if r["case"] == name and r["mode"] == mode])
+                   for mode in _MODES}
+            off, on = got["compiled"], got["compiled+emulate"]
+            cells += [got["eager"], off if off == on else f"{off} / {on}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
+def not_modelled(cal: Calibration) -> list[str]:
+    """One line per capability, mode and reason: the cases (and dtypes) numlab does not
+    model there."""
+    seen: dict = {}
+    for r in cal.rows:
+        if r["share"] is None:
+            key = (r["capability"], "eager" if r["mode"] == "eager" else "compiled",
+                   r["path"].removeprefix("not modelled: "))
+            seen.setdefault(key, {}).setdefault(r["case"], set()).add(r["dtype"])
+    dts = {r["dtype"] for r in cal.rows}
+    names = {r["case"] for r in cal.rows}
+    out = []
+    for (cap, mode, why), cases in seen.items():
+        if set(cases) == names and all(v == dts for v in cases.values()):
+            what = "every case"
+        else:
+            what = ", ".join(k if v == dts else f"{k} ({','.join(sorted(v))})" for k, v in cases.items())
+        out.append(f"{cap} {mode}: {what}: {why}")
+    return out
+
+
 def orders_table(cal: Calibration) -> str:
     """Markdown: the revealed orders, whether they reproduce the function and whether the
-    preset's model is the same tree and reproduces it."""
+    preset's model is the same tree and reproduces it (one row per revealed order)."""
     lines = ["| capability | function | dtype | n | revealed reproduces | probes (calls) | preset's order "
              "| same tree | model reproduces |", "|---|---|---|---|---|---|---|---|---|"]
     for o in cal.orders:
@@ -526,6 +559,34 @@ def orders_table(cal: Calibration) -> str:
         lines.append(f"| {_cap_label(cal.results[o['capability']])} | `{o['function']}` | {o['dtype']} | "
                      f"{o['n']} | {o['reproduced']}/{o['check_rows']} | {o['probes']} ({o['calls']}) | "
                      f"{model} | {same} | {mrep} |")
+    return "\n".join(lines)
+
+
+def orders_summary(cal: Calibration) -> str:
+    """Markdown: per capability and revealed function, over its dtypes and lengths: how many
+    revealed trees reproduce the function on every check row, and how many times the
+    preset's order is the same tree and reproduces it too."""
+    lines = ["| capability | function | revealed (dtypes x n) | reproduce torch on every check row "
+             "| preset's order: same tree, reproduces |", "|---|---|---|---|---|"]
+    for c in cal.capabilities:
+        res = cal.results[c]
+        for f in REVEALED:
+            os_ = [o for o in res.get("orders", []) if o["function"] == f]
+            if not os_:
+                continue
+            k = len(os_)
+            rep = sum(o["reproduced"] == o["check_rows"] for o in os_)
+            mod = [o for o in os_ if o["same_tree"] != ""]
+            if mod:
+                same = sum(bool(o["same_tree"]) for o in mod)
+                mrep = sum(o["model_reproduced"] == o["check_rows"] for o in mod)
+                model = f"{same}/{len(mod)} same tree, {mrep}/{len(mod)} reproduce"
+            else:
+                small = min(os_, key=lambda o: o["n"])
+                model = f"not modelled (revealed at n={small['n']}: `{small['tree']}`)"
+            dims = f"{len({o['dtype'] for o in os_})} x {sorted({o['n'] for o in os_})}"
+            lines.append(f"| {_cap_label(res)} | `{f}` | {dims} | {rep}/{k} "
+                         f"({os_[0]['check_rows']} rows each) | {model} |")
     return "\n".join(lines)
 
 
@@ -544,8 +605,9 @@ def _markdown(cal: Calibration) -> str:
                     "  ```"]
     out += ["", "## Bitwise share against real torch (lowest over dtypes and lengths)", "",
             summary_table(cal), "",
-            "n/m: not modelled (numlab raises NotModelled, never a guess; the reasons are below).", "",
-            "## Revealed summation orders", "", orders_table(cal), "", "Trees:", ""]
+            "n/m: not modelled (numlab raises NotModelled, never a guess):", "",
+            *(f"* {line}" for line in not_modelled(cal)), "",
+            "## Revealed summation orders", "", orders_summary(cal), "", orders_table(cal), "", "Trees:", ""]
     out += [f"* {o['capability']} `{o['function']}` {o['dtype']} n={o['n']}: `{o['tree']}`" for o in cal.orders]
     out += ["", "## Every case", "",
             "| capability | case | dtype | shape | mode | path | share | max ulp | cause |",
