@@ -31,6 +31,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check": ("numlab.cli.check", "check a claim (or `check plan`, `check determinism`)"),
     "race": ("numlab.cli.race", "multi-core race scenarios: run, detect, fix"),
     "reveal": ("numlab.cli.reveal", "reveal the summation order of a torch/numpy reduction by probing"),
+    "calibrate": ("numlab.cli.calibrate", "detect, reveal and measure numlab's PyTorch model per ATen capability"),
     "bench": ("numlab.bench", "benchmarks, reported as ratios against numpy/ml_dtypes"),
 }
 
