@@ -626,3 +626,60 @@ def onednn_gelu_erf_avx2(x) -> np.ndarray:
 
 
 __all__ += ["onednn_expf", "onednn_gelu_erf_avx2"]
+
+
+# --- SLEEF log1pf (u10): Vectorized<float>::log1p() of ATen and Inductor -------------
+_LOG1P_C = [np.float32(c) for c in (0.3027294874, 0.3996108174, 0.6666694880)]
+_LN2_DF = (np.float32(0.69314718246459960938), np.float32(-1.904654323148236017e-09))
+
+
+def sleef_log1pf(d) -> np.ndarray:
+    """SLEEF ``xlog1pf`` (``Sleef_log1pf16_u10`` / ``Sleef_log1pf8_u10``, what
+    ``Vectorized<float>::log1p()`` calls in ATen and in Inductor's generated C++),
+    bit for bit.  ``e = floor(log2((1 + d) * (1/0.75)))`` (``vgetexp``; 128 when
+    that product overflows), ``t = 2^-e``, ``m = fma(d, t, t - 1)`` (the reduced
+    argument ``(1 + d) 2^-e - 1`` without rounding ``1 + d``), ``x = m / (2 + m)``
+    in double-float (df.h ``dfdiv``, FMA build), ``s = e ln2 + 2x + x^3 P(x^2)``
+    (``ln2`` split in two floats, ``P`` degree 2 by FMAs, df adds), ``s.x + s.y``;
+    ``d > 1e38`` gives inf, ``d < -1`` NaN, ``d = -1`` -inf, ``-0`` stays ``-0``.
+    The AVX2 build (``vilogb2k``) takes the same steps for ``1 + d >= FLT_MIN``.
+    Source: SLEEF 3.x ``src/libm/sleefsimdsp.c`` (``xlog1pf``) and ``df.h``,
+    https://github.com/shibatch/sleef."""
+    d = np.asarray(d, np.float32)
+    f = np.float32
+    with np.errstate(all="ignore"):
+        dp1 = d + f(1)
+        g = dp1 * f(f(1) / f(0.75))
+        e = np.floor(np.log2(np.abs(g).astype(np.float64)))  # vgetexp: exact for normals
+        e = np.where(np.isposinf(g), 128.0, e)
+        e = np.where(np.isfinite(e), e, 0.0).astype(np.float32)
+        t = np.exp2(-e.astype(np.float64)).astype(np.float32)  # vldexp3(1, -e): exact
+        m = fma32(d, t, t - f(1))
+        # x = dfdiv((m, 0), dfadd_vf2_vf_vf(2, m))
+        bx = f(2) + m
+        by = (f(2) - bx) + m
+        rt = f(1) / bx
+        sx = m * rt
+        u = _fmapn(rt, m, sx)
+        v = _fmanp(by, rt, _fmanp(bx, rt, f(1)))
+        xx = sx
+        xy = fma32(sx, v, fma32(np.zeros_like(m), rt, u))
+        x2 = xx * xx
+        p = np.full(d.shape, _LOG1P_C[0], np.float32)
+        p = fma32(p, x2, _LOG1P_C[1])
+        p = fma32(p, x2, _LOG1P_C[2])
+        s_x, s_y = _dfmul_vf2_vf(_LN2_DF[0], _LN2_DF[1], e)
+        s_x, s_y = _dfadd_vf2_vf2(s_x, s_y, xx * f(2), xy * f(2))
+        w = (x2 * xx) * p
+        s = s_x + w  # dfadd_vf2_vf2_vf(s, w)
+        s_y = ((s_x - s) + w) + s_y
+        r = s + s_y
+        r = np.where(d > f(1e38), f(np.inf), r)
+        r = np.where(f(-1) > d, f(np.nan), r)
+        r = np.where(d == f(-1), f(-np.inf), r)
+        r = np.where((d == 0) & np.signbit(d), f(-0.0), r)
+        r = np.where(np.isnan(d), d, r)
+    return r.astype(np.float32)
+
+
+__all__ += ["sleef_log1pf"]
