@@ -683,3 +683,72 @@ def sleef_log1pf(d) -> np.ndarray:
 
 
 __all__ += ["sleef_log1pf"]
+
+
+# --- glibc log1pf (fdlibm's float log1p): libm's log1pf in ATen's and Inductor's scalar loops
+_FD_LN2_HI = np.float32(6.9313812256e-01)  # 0x3f317180
+_FD_LN2_LO = np.float32(9.0580006145e-06)  # 0x3717f7d1
+_FD_LP = [np.float32(c) for c in (6.6666668653e-01, 4.0000000596e-01, 2.8571429849e-01, 2.2222198546e-01,
+                                  1.8183572590e-01, 1.5313838422e-01, 1.4798198640e-01)]
+
+
+def glibc_log1pf(x) -> np.ndarray:
+    """glibc's ``log1pf`` (``sysdeps/ieee754/flt-32/s_log1pf.c``, fdlibm's float
+    ``log1p``, glibc <= 2.40), bit for bit: ``1 + x = 2^k (1 + f)`` with
+    ``sqrt(2)/2 <= 1 + f < sqrt(2)``, a correction ``c = (1 - (u - x)) / u`` for the
+    rounded ``u = 1 + x``, ``s = f / (2 + f)``, ``R = z (Lp1 + ... + z^6 Lp7)`` with
+    ``z = s^2`` (Horner in fp32, no FMA), ``k ln2_hi - ((hfsq - (s (hfsq + R) +
+    (k ln2_lo + c))) - f)``.  Not correctly rounded (measured ~6% of ``|x|``
+    drawn from N(0, 8) differ from the correctly rounded value by an ulp).
+    What ``std::log1p(float)`` returns in the scalar tail loops of ATen's
+    vectorised kernels and of Inductor's C++ on glibc 2.36 (measured 100% on
+    4e5 inputs).  Source: https://sourceware.org/git/glibc.git (s_log1pf.c)."""
+    x = np.asarray(x, np.float32)
+    f32 = np.float32
+    hx = x.view(np.int32).astype(np.int64)
+    ax = hx & 0x7FFFFFFF
+    with np.errstate(all="ignore"):
+        # general path (k != 0): u = 1 + x (or x itself when x >= 2^53-ish)
+        big = hx >= 0x5A000000
+        u = np.where(big, x, f32(1) + x)
+        hu = u.view(np.int32).astype(np.int64)
+        k = (hu >> 23) - 127
+        c = np.where(k > 0, f32(1) - (u - x), x - (u - f32(1)))
+        c = np.where(big, f32(0), c / u)
+        hu = hu & 0x007FFFFF
+        low = hu < 0x3504F7
+        un = np.where(low, hu | 0x3F800000, hu | 0x3F000000).astype(np.int32).view(np.float32)
+        k = np.where(low, k, k + 1)
+        hu = np.where(low, hu, (0x00800000 - hu) >> 2)
+        fg = un - f32(1)
+        # small path (k == 0): -0.2929 < x < 0.41422
+        k0 = (hx < 0x3ED413D7) & ((hx > 0) | (hx <= np.int64(np.int32(np.uint32(0xBE95F61F).view(np.int32)))))
+        f = np.where(k0, x, fg)
+        k = np.where(k0, 0, k)
+        c = np.where(k0, f32(0), c)
+        hu = np.where(k0, 1, hu)
+        kf = k.astype(np.float32)
+        hfsq = f32(0.5) * f * f
+        # |f| < 2^-20 (hu == 0)
+        R0 = hfsq * (f32(1) - f32(0.66666666666666666) * f)
+        r_hu0 = np.where(f == 0, np.where(k == 0, f32(0), kf * _FD_LN2_HI + (c + kf * _FD_LN2_LO)),
+                         np.where(k == 0, f - R0, kf * _FD_LN2_HI - ((R0 - (kf * _FD_LN2_LO + c)) - f)))
+        s = f / (f32(2) + f)
+        z = s * s
+        p = _FD_LP[6]
+        for cf in reversed(_FD_LP[:6]):
+            p = cf + z * p
+        R = z * p
+        r = np.where(k == 0, f - (hfsq - s * (hfsq + R)),
+                     kf * _FD_LN2_HI - ((hfsq - (s * (hfsq + R) + (kf * _FD_LN2_LO + c))) - f))
+        r = np.where(hu == 0, r_hu0, r)
+        # |x| < 2^-29: x - x*x/2 (x itself below 2^-54)
+        tiny = (hx < 0x3ED413D7) & (ax < 0x31000000)
+        r = np.where(tiny, np.where(ax < 0x24800000, x, x - x * x * f32(0.5)), r)
+        r = np.where(x == f32(-1), f32(-np.inf), r)
+        r = np.where((hx < 0x3ED413D7) & (ax >= 0x3F800000) & (x != f32(-1)), f32(np.nan), r)
+        r = np.where(hx >= 0x7F800000, x + x, r)  # +inf, NaN
+    return r.astype(np.float32)
+
+
+__all__ += ["glibc_log1pf"]
