@@ -104,7 +104,7 @@ DIV_ALGOS = ("exact", "recip_mul", "newton(<seed>,<steps>[,<step_fmt>])")
 SEEDS = ("table8", "table12", "table14", "table<bits>", "magic")
 EXP_ALGOS = ("exact", "exp_poly(<degree>[,<step_fmt>])", "sleef_u10")
 TANH_ALGOS = ("exact", "sleef")
-LOG1P_ALGOS = ("exact", "sleef_u10")
+LOG1P_ALGOS = ("exact", "sleef_u10", "glibc")
 ERF_ALGOS = ("exact", "aten_vec")
 GELU_ALGOS = ("exact", "onednn", "onednn_avx2", "aten_vec", "aten_scalar")
 GELU_APPROXIMATE = ("none", "tanh")
@@ -589,11 +589,15 @@ def log1p(x, *, fmt, algo="exact", mode: str = "rne"):
         (SLEEF ``log1pf_u10`` in fp32, bit for bit,
         :func:`numlab.kernels.libm.sleef_log1pf`; ``Vectorized<float>::log1p()``
         of ATen's vectorised kernels and of Inductor's generated C++), whose
-        fp32 result is then rounded to ``fmt``.
+        fp32 result is then rounded to ``fmt``; or ``"glibc"`` (glibc's fdlibm
+        ``log1pf`` in fp32, bit for bit, :func:`numlab.kernels.libm.glibc_log1pf`;
+        ``std::log1p(float)`` in the scalar loops on glibc <= 2.40).
     """
     fmt = get_format(fmt)
     algo = parse_algo(algo, LOG1P_ALGOS)
     if algo == "sleef_u10":
         return _finish(libm.sleef_log1pf(_fp32_in(x)), fmt, mode)
+    if algo == "glibc":
+        return _finish(libm.glibc_log1pf(_fp32_in(x)), fmt, mode)
     with np.errstate(all="ignore"):
         return _finish(np.log1p(as_values(x).astype(np.float64)), fmt, mode)

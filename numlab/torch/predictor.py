@@ -117,6 +117,70 @@ _UNARY = {"exp": k_exp, "tanh": k_tanh, "erf": k_erf, "log1p": k_log1p}
 # Vectorized<float>::log1p() (ATen and Inductor's C++) is SLEEF log1pf_u10 on AVX2 and
 # AVX-512 (measured 100% of 1.3e6 fp32 inputs); the presets have no knob for it yet
 VEC_LOG1P = "sleef_u10"
+# std::log1p(float) of the scalar loops: glibc's log1pf (fdlibm's; glibc 2.36 measured bit for bit)
+TAIL_LOG1P = "glibc"
+INDUCTOR_OVERHEAD_RATIO = 0.12  # torch._inductor.codegen.cpp.KernelOpStats.OVERHEAD_RATIO_THRESHOLD
+_POINTWISE_MOVES = ("view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "alias", "detach", "clone")
+_REDUCING = ("sum", "mean", "amax", "amin", "var_mean", "_softmax", "native_layer_norm", "getitem")
+
+
+def _inductor_scalar_tail(nodes, inputs, outs, lanes: int):
+    """Does Inductor's one pointwise kernel run its tail in a scalar loop?
+
+    Inductor (``CppKernelProxy.codegen_loop_bodies``, torch 2.13) tiles the flat
+    loop by ``lanes`` and vectorises the ``numel mod lanes`` tail with masked loads
+    unless the loop body's share of mask ops (``where``) exceeds
+    ``OVERHEAD_RATIO_THRESHOLD`` = 0.12 and the tail is at most half a vector; then
+    the tail is a scalar loop calling libm (``std::exp``, ``std::log1p``).  The loop
+    body inlines every pointwise producer at each use, so the op count is the size
+    of each output's expression tree (one ``load`` per input use, scalar constants
+    not counted) plus one ``store`` per output.  Returns the number of tail elements
+    computed by the scalar loop (0: none), or None when the graph is not one
+    contiguous pointwise kernel (reductions, permutes, broadcasts): not decided."""
+    by_name = {n.name: n for n in nodes}
+    names_in = {p.name for p in inputs}
+    numel = None
+    for p in inputs:
+        k = int(np.prod(p.shape, dtype=np.int64))
+        numel = k if numel is None else numel
+        if k != numel:
+            return None
+    for n in nodes:
+        base = n.op.split(".")[0].rstrip("_")
+        if base in _REDUCING or base in ("permute", "transpose", "t", "expand"):
+            return None
+        if n.shape is not None and int(np.prod(n.shape, dtype=np.int64)) != numel and n.op != "constant":
+            return None
+    memo = {}
+
+    def count(name):
+        if name in names_in:
+            return 1, 0  # a load
+        if name in memo:
+            return memo[name]
+        n = by_name[name]
+        if n.op == "constant":
+            return None
+        base = n.op.split(".")[0].rstrip("_")
+        ops, masks = (0, 0) if base in _POINTWISE_MOVES else (1, int(base == "where"))
+        for r in n.refs():
+            c = count(r)
+            if c is None:
+                return None
+            ops, masks = ops + c[0], masks + c[1]
+        memo[name] = (ops, masks)
+        return memo[name]
+
+    ops = masks = 0
+    for o in outs:
+        c = count(o)
+        if c is None:
+            return None
+        ops, masks = ops + c[0] + 1, masks + c[1]
+    tail = numel % lanes
+    if ops and masks / ops > INDUCTOR_OVERHEAD_RATIO and 2 * tail <= lanes:
+        return tail
+    return 0
 
 
 def _unary32(name: str, x, algo: str) -> np.ndarray:
@@ -331,6 +395,8 @@ class _Interp:
         self.threads = threads
         self.users = {}
         self.local_buffer_min = LOCAL_BUFFER_MIN
+        self.scalar_tail = 0  # Inductor: elements of the scalar tail loop (None: undecided)
+        self.has_where = False
 
     # scalar conversion
     def sc(self, s, rule_op, dt):
@@ -465,6 +531,8 @@ class _Interp:
                     # Inductor's Vectorized<float>: exp() = SLEEF expf_u10, tanh() = SLEEF
                     # tanhf_u10, erf() = ATen's A&S 7.1.26
                     r = _unary32(base, x, self.pi.algorithms()[base])
+                    if base == "exp" and self.scalar_tail:  # the scalar tail's std::exp (libm expf)
+                        r = self.inductor_tail(node, r, lambda: _unary32("exp", x, self.pe.tail_algo))
                 elif base in _UNARY:
                     # eager unary kernels go through MKL VML (vsExp, vsErf, ...) when MKL is
                     # present: modelled as correctly rounded fp32 (the residual is MKL's)
@@ -586,8 +654,29 @@ class _Interp:
         self._default_capability("log1p")
         r = _unary32("log1p", x, VEC_LOG1P)
         if self.sw.algorithm == "aten":
-            r = self.eager_tail(r, _unary32("log1p", x, self.pe.tail_algo))
+            r = self.eager_tail(r, _unary32("log1p", x, TAIL_LOG1P))
+        else:
+            r = self.inductor_tail(node, r, lambda: _unary32("log1p", x, TAIL_LOG1P))
         return self.out(r, dt)
+
+    def inductor_tail(self, node, vec, scalar):
+        """Inductor's scalar tail loop (:func:`_inductor_scalar_tail`): the last
+        ``tail`` elements take ``scalar()`` (libm); undecided graphs containing a
+        ``where`` are not modelled."""
+        tail = self.scalar_tail
+        if tail is None:
+            if self.has_where:
+                raise NotModelled(
+                    f"Inductor aten.{node.op} in a kernel that is not one contiguous pointwise loop "
+                    "and holds a where: whether its tail runs libm (scalar loop) or SLEEF (masked "
+                    "vector) is not modelled")
+            return vec
+        if tail == 0:
+            return vec
+        vec = np.array(vec, copy=True)
+        flat = vec.reshape(-1)
+        flat[flat.size - tail:] = np.asarray(scalar(), np.float32).reshape(-1)[flat.size - tail:]
+        return flat.reshape(vec.shape)
 
     def softplus(self, node, x, beta, threshold, dt):
         """Eager ATen ``softplus_kernel`` (Activation.cpp): ``x*beta > threshold ? x :
@@ -611,7 +700,7 @@ class _Interp:
         xb = x * b
         with np.errstate(all="ignore"):
             vec = _unary32("log1p", _unary32("exp", xb, self.vec_exp()), VEC_LOG1P) / b
-            tail = _unary32("log1p", _unary32("exp", xb, self.pe.tail_algo), self.pe.tail_algo) / b
+            tail = _unary32("log1p", _unary32("exp", xb, self.pe.tail_algo), TAIL_LOG1P) / b
         r = self.eager_tail(vec, tail)
         return self.out(np.where(xb > t, x, r), dt)
 
@@ -878,6 +967,9 @@ def predict(trace: TorchTrace, inputs=None, *, mode: str = "eager", preset=None,
     low = any(p.dtype in _LOW for p in ph)
     threads = 1 if switches.fp64 else _threads(pi)
     it = _Interp(switches, pe, pi, dts, n_vec=2 if low else 1, threads=threads)
+    if switches.algorithm == "inductor" and not switches.fp64:
+        it.scalar_tail = _inductor_scalar_tail(nodes, ph, outs, pi.lanes * it.n_vec)
+        it.has_where = any(n.op.startswith("where") for n in nodes)
     it.users = {}
     for n in nodes:
         for r in n.refs():
