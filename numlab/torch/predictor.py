@@ -646,16 +646,16 @@ class _Interp:
                               "Vectorized<float>::exp/log1p call libm; numlab models AVX2/AVX512)")
 
     def log1p(self, node, x, dt):
-        """``torch.log1p``: ``Vectorized<float>::log1p()`` (SLEEF ``log1pf_u10``) in
-        eager's vector loop and in Inductor; eager's scalar tail calls libm ``log1pf``
-        (``tail_algo``)."""
+        """``torch.log1p``: ``Vectorized<float>::log1p()`` (SLEEF ``log1pf_u10``) on every
+        element in eager (ATen's unary ``vml::vlog1p`` maps whole and partial vectors:
+        measured 100% of fp32 sizes 24..100003, no libm tail) and in Inductor's vector
+        loop; Inductor's scalar tail loop (:func:`_inductor_scalar_tail`) calls glibc
+        ``log1pf`` (:data:`TAIL_LOG1P`)."""
         if self.mode == "fp64":
             return np.log1p(x)
         self._default_capability("log1p")
         r = _unary32("log1p", x, VEC_LOG1P)
-        if self.sw.algorithm == "aten":
-            r = self.eager_tail(r, _unary32("log1p", x, TAIL_LOG1P))
-        else:
+        if self.sw.algorithm != "aten":
             r = self.inductor_tail(node, r, lambda: _unary32("log1p", x, TAIL_LOG1P))
         return self.out(r, dt)
 
