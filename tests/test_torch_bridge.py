@@ -847,3 +847,16 @@ def test_inductor_scalar_tail_rule_on_traced_graphs(torch):
     assert tail(sp, torch.randn(1000).bfloat16(), lanes=32) == 0  # the to_dtype ops: 1/12
     assert tail(lambda v: F.hardswish(v), torch.randn(1000)) == 0  # no where
     assert tail(lambda v: F.softplus(v).sum(-1), torch.randn(4, 250)) is None  # not one pointwise loop
+
+
+def test_softplus_hardswish_map_to_catalogue_ops(torch):
+    import torch.nn.functional as F
+
+    from numlab.torch import from_torch
+
+    x = torch.randn(4, 8)
+    g = from_torch(lambda v: F.softplus(v) + F.hardswish(v), (x,)).to_graph()
+    assert {n.op for n in g.nodes} == {"softplus", "hardswish", "add"}
+    # softplus with a beta/threshold other than the catalogue's (1, 20) has no catalogue op
+    with pytest.raises(ValueError, match="softplus"):
+        from_torch(lambda v: F.softplus(v, beta=2.0), (x,)).to_graph()

@@ -29,6 +29,14 @@ The numerics are :mod:`numlab.kernels`' (one engine): sums are
 oneDNN avx512_core, ``"onednn_avx2"`` on avx2: eager ``F.gelu``) bit for bit; eager unary ``exp``/``tanh``/``erf`` (MKL VML) and
 the libm calls of scalar tail loops are modelled as correctly rounded fp32
 (``"exact"``): they may differ by an ulp -- the faithfulness table reports it.
+softplus (eager: ATen's ``softplus_kernel``; compiled: exp/log1p/where), ``log1p``
+and hardswish (a true division by 6, eager and compiled) are bit for bit:
+``Vectorized<float>::log1p()`` is SLEEF ``log1pf_u10`` (``numlab.kernels.log1p``
+``algo="sleef_u10"``), ``std::log1p`` of the scalar loops glibc's ``log1pf``
+(``algo="glibc"``); Inductor runs a kernel's tail in such a scalar loop when its
+``where`` share exceeds 0.12 and the tail is at most half a vector
+(:func:`_inductor_scalar_tail`).  libm ``expf`` in those loops is modelled as
+correctly rounded (measured 99.92% of tail elements).
 What stays here is what a KernelSpec does not express: the ATen graph walk,
 per-op scalar conversion rules, the scalar tails of vectorised loops, ATen's
 ``RowwiseMoments`` (layer norm) and the fp64 reference mode.
@@ -39,7 +47,9 @@ layer norm under ATen's ``DEFAULT`` capability, oneDNN ISAs below avx2;
 ``InductorCpu.not_modelled``: Inductor without a vector ISA), reductions over
 a dim other than the last, ATen's two-pass split of a single row longer than
 ``GRAIN_SIZE`` (32768) over threads, Inductor's ``var_mean`` split over
-threads, ``pow`` with an exponent other than 2, ops outside
+threads, ``pow`` with an exponent other than 2, eager softplus/log1p under ATen's
+``DEFAULT`` capability, Inductor log1p in a kernel holding a ``where`` that is not
+one contiguous pointwise loop (its tail loop kind is not decided), ops outside
 :data:`numlab.torch.bridge.PREDICTABLE`.
 """
 
