@@ -52,6 +52,8 @@ OLD_CATALOGUE_MAP = {
     "gelu": "gelu", "where": "where", "maximum": "maximum", "minimum": "minimum",
     "sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "_softmax": "softmax",
     "native_layer_norm": "layer_norm",
+    # made predictable after the registry landed (numlab.torch.predictor models them)
+    "softplus": "softplus", "hardswish": "hardswish",
 }
 # operators with no ATen counterpart (torch computes s / x as reciprocal then mul)
 NO_ATEN = {"rdiv_scalar"}

@@ -706,3 +706,157 @@ def test_preset_algorithm_fields_are_live(torch):
     base = predict(tt, (x,), mode="compiled").outputs[0]
     alt = predict(tt, (x,), mode="compiled", preset=inductor_cpu(vec_tanh="exact")).outputs[0]
     assert not np.array_equal(base, alt)
+
+
+# --------------------------------------------------------------------------------------
+# softplus, hardswish, log1p (SLEEF log1pf, glibc log1pf, Inductor's scalar-tail rule)
+def test_sleef_log1pf_accuracy_and_special_values():
+    """SLEEF's 1.0-ulp class against float64 log1p (independent), and the special values."""
+    from numlab.kernels.libm import sleef_log1pf
+
+    rng = np.random.default_rng(40)
+    x = np.concatenate([rng.uniform(-0.999, 1, 20000), np.exp(rng.uniform(-80, 85, 20000))]).astype(F32)
+    got = sleef_log1pf(x).astype(np.float64)
+    ref = np.log1p(x.astype(np.float64))
+    ulp = np.spacing(np.abs(ref).astype(F32)).astype(np.float64)
+    assert np.max(np.abs(got - ref) / ulp) <= 1.0
+    sp = sleef_log1pf(np.array([-1, -2, np.inf, 3e38, np.nan, 0.0, -0.0], F32))
+    assert sp[0] == -np.inf and np.isnan(sp[1]) and sp[2] == np.inf and sp[3] == np.inf and np.isnan(sp[4])
+    assert sp[5] == 0 and not np.signbit(sp[5]) and sp[6] == 0 and np.signbit(sp[6])
+
+
+def test_glibc_log1pf_matches_the_running_libm():
+    """glibc_log1pf against libm.so.6's log1pf called element by element (ctypes)."""
+    import ctypes
+    import platform
+
+    from numlab.kernels.libm import glibc_log1pf
+
+    lib, ver = platform.libc_ver()
+    if lib != "glibc" or tuple(int(v) for v in ver.split(".")[:2]) > (2, 40):
+        pytest.skip(f"glibc_log1pf models glibc <= 2.40's fdlibm log1pf; this is {lib} {ver}")
+    libm = ctypes.CDLL("libm.so.6")
+    libm.log1pf.restype = ctypes.c_float
+    libm.log1pf.argtypes = [ctypes.c_float]
+    rng = np.random.default_rng(41)
+    x = np.concatenate([np.abs(rng.standard_normal(3000) * 8).astype(F32), rng.uniform(-1, 1, 3000).astype(F32),
+                        rng.integers(0, 2**32, 3000, dtype=np.uint64).astype(np.uint32).view(F32),
+                        np.array([0, -0.0, -1, 1, np.inf, -np.inf, np.nan, 1e-40, 2**-30, 2**-60, 3e38], F32)])
+    ref = np.array([libm.log1pf(float(v)) for v in x], F32)
+    got = glibc_log1pf(x)
+    same = (got.view(np.int32) == ref.view(np.int32)) | (np.isnan(got) & np.isnan(ref))
+    assert same.all(), x[~same][:5]
+    # and it is not the correctly rounded log1p (else the knob would change no bit)
+    cr = np.log1p(np.abs(x[:3000]).astype(np.float64)).astype(F32)
+    assert np.mean(cr != glibc_log1pf(np.abs(x[:3000]))) > 0.01
+
+
+def test_kernels_log1p_algorithms():
+    from numlab.kernels.algorithms import LOG1P_ALGOS, log1p
+    from numlab.kernels.libm import glibc_log1pf, sleef_log1pf
+
+    x = np.abs(np.random.default_rng(42).standard_normal(4000) * 8).astype(F32)
+    assert set(LOG1P_ALGOS) == {"exact", "sleef_u10", "glibc"}
+    assert np.array_equal(log1p(x, fmt="fp32", algo="sleef_u10"), sleef_log1pf(x))
+    assert np.array_equal(log1p(x, fmt="fp32", algo="glibc"), glibc_log1pf(x))
+    assert np.array_equal(log1p(x, fmt="fp32"), np.log1p(x.astype(np.float64)).astype(F32))
+    assert not np.array_equal(log1p(x, fmt="fp32", algo="sleef_u10"), log1p(x, fmt="fp32"))
+    bf = np.asarray(log1p(x, fmt="bf16"), F32)
+    assert np.array_equal(bf, (bf.view(np.uint32) & 0xFFFF0000).view(F32))  # bf16 values
+    with pytest.raises(ValueError, match="algo='nope'.*exact"):
+        log1p(x, fmt="fp32", algo="nope")
+
+
+@pytest.mark.parametrize("dt", ["fp32", "bf16", "fp16"])
+def test_eager_softplus_hardswish_log1p_match_torch(torch, dt):
+    """Eager ATen kernels bit for bit: vector loop SLEEF expf/log1pf, scalar tail libm
+    (fp32 tail: glibc expf modelled as correctly rounded), hardswish's true division."""
+    import torch.nn.functional as F
+
+    from numlab.torch import from_torch, predict, run_torch
+
+    tdt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dt]
+    rng = np.random.default_rng(43)
+    fns = (lambda x: F.softplus(x), lambda x: F.softplus(x, beta=2.0, threshold=5.0),
+           lambda x: F.hardswish(x), lambda x: torch.log1p(x.abs()))
+    for n in (1024, 1000):  # 1000: a 8-element scalar tail in ATen's loop
+        x = torch.from_numpy((rng.standard_normal(n) * 8).astype(F32)).to(tdt)
+        for fn in fns:
+            tr = from_torch(fn, (x,))
+            pe = predict(tr, mode="eager").outputs[0]
+            te = run_torch(tr, (x,), mode="eager")[0]
+            assert np.mean(pe == te) >= (0.999 if n == 1000 else 1.0), (dt, n)
+    # hardswish divides by 6: multiplying by fl32(1/6) would differ on many fp32 values
+    x = (rng.standard_normal(4096) * 4).astype(F32)
+    te = F.hardswish(torch.from_numpy(x)).numpy()
+    c = np.clip(x + F32(3), F32(0), F32(6))
+    assert np.array_equal((x * c) / F32(6), te)
+    assert np.mean((x * c) * F32(F32(1) / F32(6)) != te) > 0.1
+
+
+def test_eager_softplus_scalar_tail_uses_glibc_log1pf(torch):
+    """Inputs chosen where SLEEF and glibc log1pf differ, placed in ATen's scalar tail."""
+    import torch.nn.functional as F
+
+    from numlab.kernels.libm import glibc_log1pf, sleef_expf, sleef_log1pf
+    from numlab.torch import from_torch, predict, run_torch
+
+    rng = np.random.default_rng(44)
+    cand = (rng.standard_normal(20000) * 6).astype(F32)
+    e = np.exp(cand.astype(np.float64)).astype(F32)
+    diff = cand[(sleef_log1pf(sleef_expf(cand)) != glibc_log1pf(e)) & (sleef_expf(cand) == e) & (cand < 20)]
+    assert diff.size >= 8
+    x = np.concatenate([cand[:32], diff[:8]]).astype(F32)  # 40 = 32 (vector) + 8 (scalar tail)
+    tr = from_torch(lambda v: F.softplus(v), (torch.from_numpy(x),))
+    te = run_torch(tr, (torch.from_numpy(x),), mode="eager")[0]
+    assert np.array_equal(predict(tr, mode="eager").outputs[0], te)
+    assert not np.array_equal(sleef_log1pf(sleef_expf(x))[32:], te[32:])
+
+
+def test_softplus_log1p_not_modelled_on_default_capability(torch):
+    import torch.nn.functional as F
+
+    from numlab.torch import NotModelled, from_torch, predict, torch_cpu_eager
+
+    x = torch.randn(64)
+    for fn, name in ((lambda v: F.softplus(v), "softplus"), (lambda v: torch.log1p(v.abs()), "log1p")):
+        tr = from_torch(fn, (x,))
+        with pytest.raises(NotModelled, match=f"{name}.*DEFAULT"):
+            predict(tr, mode="eager", preset=torch_cpu_eager(capability="DEFAULT"))
+    tr = from_torch(lambda v: F.hardswish(v), (x,))  # plain IEEE ops: modelled on DEFAULT too
+    predict(tr, mode="eager", preset=torch_cpu_eager(capability="DEFAULT"))
+
+
+def test_inductor_scalar_tail_rule_on_traced_graphs(torch):
+    """The rule read from Inductor's cpp.py (mask-op share > 0.12 and tail <= half a
+    vector -> scalar tail), applied to the inlined loop-body op counts."""
+    import torch.nn.functional as F
+
+    from numlab.torch import from_torch
+    from numlab.torch.predictor import _inductor_scalar_tail
+
+    def tail(fn, x, lanes=16):
+        ph, _, nodes, outs = from_torch(fn, (x,)).inductor_nodes()
+        return _inductor_scalar_tail(nodes, ph, outs, lanes)
+
+    sp = lambda v: F.softplus(v)  # noqa: E731  load, gt, exp, log1p, where, 2 more loads, store: 1/8
+    assert tail(sp, torch.randn(1000)) == 8
+    assert tail(sp, torch.randn(1007)) == 0  # a 15-element tail is vectorised
+    assert tail(sp, torch.randn(1024)) == 0
+    assert tail(lambda v: F.softplus(v, beta=2.0, threshold=5.0), torch.randn(1000)) == 0  # 1/11
+    assert tail(sp, torch.randn(1000).bfloat16(), lanes=32) == 0  # the to_dtype ops: 1/12
+    assert tail(lambda v: F.hardswish(v), torch.randn(1000)) == 0  # no where
+    assert tail(lambda v: F.softplus(v).sum(-1), torch.randn(4, 250)) is None  # not one pointwise loop
+
+
+def test_softplus_hardswish_map_to_catalogue_ops(torch):
+    import torch.nn.functional as F
+
+    from numlab.torch import from_torch
+
+    x = torch.randn(4, 8)
+    g = from_torch(lambda v: F.softplus(v) + F.hardswish(v), (x,)).to_graph()
+    assert {n.op for n in g.nodes} == {"softplus", "hardswish", "add"}
+    # softplus with a beta/threshold other than the catalogue's (1, 20) has no catalogue op
+    with pytest.raises(ValueError, match="softplus"):
+        from_torch(lambda v: F.softplus(v, beta=2.0), (x,)).to_graph()

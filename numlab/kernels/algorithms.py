@@ -89,6 +89,8 @@ __all__ = [
     "DIV_ALGOS",
     "EXP_ALGOS",
     "TANH_ALGOS",
+    "LOG1P_ALGOS",
+    "log1p",
     "ERF_ALGOS",
     "GELU_ALGOS",
     "GELU_APPROXIMATE",
@@ -100,6 +102,7 @@ DIV_ALGOS = ("exact", "recip_mul", "newton(<seed>,<steps>[,<step_fmt>])")
 SEEDS = ("table8", "table12", "table14", "table<bits>", "magic")
 EXP_ALGOS = ("exact", "exp_poly(<degree>[,<step_fmt>])", "sleef_u10")
 TANH_ALGOS = ("exact", "sleef")
+LOG1P_ALGOS = ("exact", "sleef_u10", "glibc")
 ERF_ALGOS = ("exact", "aten_vec")
 GELU_ALGOS = ("exact", "onednn", "onednn_avx2", "aten_vec", "aten_scalar")
 GELU_APPROXIMATE = ("none", "tanh")
@@ -492,7 +495,7 @@ def erf(x, *, fmt, algo="exact", rounding: str = "rne"):
     """``erf(x)`` rounded to ``fmt``.
 
     algo : ``"exact"`` (correctly rounded to ``fmt`` for every format of at most
-        50 bits and every deterministic ``mode``, vectorised:
+        50 bits and every deterministic ``rounding``, vectorised:
         :func:`numlab.kernels.libm.erf_rounded`) or ``"aten_vec"`` (ATen's ``Vectorized<float>::erf()``,
         Abramowitz & Stegun 7.1.26 in fp32, bit for bit).
     """
@@ -560,3 +563,24 @@ def gelu(x, *, fmt, approximate: str = "none", algo="exact", rounding: str = "rn
         else:
             v = 0.5 * x64 * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x64 + 0.044715 * x64**3)))
     return _finish(v, fmt, rounding)
+
+
+def log1p(x, *, fmt, algo="exact", rounding: str = "rne"):
+    """``log(1 + x)`` rounded to ``fmt``.
+
+    algo : ``"exact"`` (float64 ``log1p`` then one rounding) or ``"sleef_u10"``
+        (SLEEF ``log1pf_u10`` in fp32, bit for bit,
+        :func:`numlab.kernels.libm.sleef_log1pf`; ``Vectorized<float>::log1p()``
+        of ATen's vectorised kernels and of Inductor's generated C++), whose
+        fp32 result is then rounded to ``fmt``; or ``"glibc"`` (glibc's fdlibm
+        ``log1pf`` in fp32, bit for bit, :func:`numlab.kernels.libm.glibc_log1pf`;
+        ``std::log1p(float)`` in the scalar loops on glibc <= 2.40).
+    """
+    fmt = get_format(fmt)
+    algo = parse_algo(algo, LOG1P_ALGOS)
+    if algo == "sleef_u10":
+        return _finish(libm.sleef_log1pf(_fp32_in(x)), fmt, rounding)
+    if algo == "glibc":
+        return _finish(libm.glibc_log1pf(_fp32_in(x)), fmt, rounding)
+    with np.errstate(all="ignore"):
+        return _finish(np.log1p(as_values(x).astype(np.float64)), fmt, rounding)

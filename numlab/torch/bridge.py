@@ -59,6 +59,8 @@ _ELEMENTWISE = (
     "gt.Tensor", "lt.Tensor", "ge.Tensor", "le.Tensor", "eq.Tensor", "ne.Tensor",
     "_to_copy.default", "clone.default", "alias.default", "detach.default",
     "convert_element_type.default", "scalar_tensor.default",
+    "softplus.default", "hardswish.default", "log1p.default", "clamp.default", "clamp_min.default",
+    "clamp_max.default", "hardtanh.default",
 )
 _REDUCTION = ("sum.dim_IntList", "mean.dim", "amax.default", "amin.default", "var_mean.correction")
 _COMPOSITE = ("_softmax.default", "native_layer_norm.default")
