@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 
 import pytest
 
@@ -23,11 +24,21 @@ ARGS = ["--capabilities", "native", "--cases", "sum,exp", "--dtype", "fp32", "--
 FILES = ("report.md", "results.csv", "orders.csv", "results.json")
 
 
+def _require_torch():
+    """Import torch, or skip (fail when NUMLAB_REQUIRE_TORCH=1), as tests/conftest.py's
+    ``torch`` fixture does (a module-scoped fixture cannot use that function-scoped one,
+    and ``from conftest import`` is ambiguous when notebooks/conftest.py is collected)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        if os.environ.get("NUMLAB_REQUIRE_TORCH") == "1":
+            pytest.fail(f"NUMLAB_REQUIRE_TORCH=1 but torch cannot be imported: {exc}")
+        pytest.skip(f"torch is not installed ({exc}); install numlab[torch]")
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    from conftest import torch_or_skip
-
-    torch_or_skip()
+    _require_torch()
     out = tmp_path_factory.mktemp("cal") / "cal"
     assert cli_main(["calibrate", *ARGS, "--out", str(out)]) == 0
     return out
