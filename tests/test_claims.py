@@ -279,12 +279,12 @@ def test_nodecompose_layernorm_is_eager_bit_for_bit():
     differs = 0
     for t in range(20):
         xin = C.make_case("layernorm", sizes={"batch": 4, "hidden": 64}, trial=t).inputs
-        e = run(g, xin, mode="eager", dtype="fp16").outputs["y"]
-        r = run(g, xin, mode="fused", dtype="fp16", fusion=whole)
+        e = run(g, xin, mode="eager", fmt="fp16").outputs["y"]
+        r = run(g, xin, mode="fused", fmt="fp16", fusion=whole)
         f = r.outputs["y"]
         assert e.dtype == f.dtype == np.float16
         assert np.array_equal(e.view(np.uint16), f.view(np.uint16))
-        fd = run(g, xin, mode="fused", dtype="fp16", fusion=dec).outputs["y"]
+        fd = run(g, xin, mode="fused", fmt="fp16", fusion=dec).outputs["y"]
         differs += int(np.count_nonzero(e.view(np.uint16) != fd.view(np.uint16)))
     assert not r.plan.decomposed and len(r.plan.blocks) == 1
     assert differs > 0
@@ -309,9 +309,9 @@ def test_plan_verdicts_recomputed_from_raw_errors():
             ef, ee, same = [], [], 0
             for t in range(trials):
                 xin = C.make_case(model, sizes=sizes, trial=t, seed=5).inputs
-                ref = run(g, xin, mode="reference", dtype="fp16").outputs["y"].astype(np.float64)
-                e = np.asarray(run(g, xin, mode="eager", dtype="fp16").outputs["y"])
-                f = np.asarray(run(g, xin, mode="fused", dtype="fp16", fusion=P(spec)).outputs["y"])
+                ref = run(g, xin, mode="reference", fmt="fp16").outputs["y"].astype(np.float64)
+                e = np.asarray(run(g, xin, mode="eager", fmt="fp16").outputs["y"])
+                f = np.asarray(run(g, xin, mode="fused", fmt="fp16", fusion=P(spec)).outputs["y"])
                 ee.append(np.abs(e.astype(np.float64) - ref).ravel())
                 ef.append(np.abs(f.astype(np.float64) - ref).ravel())
                 same += int(np.count_nonzero(e.view(np.uint16) == f.view(np.uint16)))
