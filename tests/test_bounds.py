@@ -235,7 +235,7 @@ def test_chain_bound_for_product_chains_eager_and_fused(seed, k, fmt):
     for nm in names:
         exact = exact * np.vectorize(lambda v: Fraction(float(v)), otypes=[object])(xs[nm])
     for mode in ("eager", "fused"):
-        r = run(g, xs, mode=mode, dtype=fmt)
+        r = run(g, xs, mode=mode, fmt=fmt)
         c = B.rounding_counts(r.plan)["y"]
         assert c["S"] + c["fp32"] == k - 1
         bnd = B.chain_bound(c, fmt)
