@@ -259,7 +259,7 @@ def mixed_dot_bound(abs_dot, n: int, low, order="sequential", acc=FP32, out=None
 
 def matmul_bound(a, b, *, k_tile: int | None = None, order="sequential", acc=FP32, out=None,
                  algo: str = "sequential", products_exact: bool | None = None,
-                 block: int | None = None, mode: str | None = None):
+                 block: int | None = None):
     """Elementwise bound on ``|C_hat - A B|`` (ASNA eq. (3.13): ``gamma_n |A||B|``).
 
     ``algo`` (the matmul algorithm, as :func:`numlab.kernels.matmul`'s):
@@ -276,13 +276,8 @@ def matmul_bound(a, b, *, k_tile: int | None = None, order="sequential", acc=FP3
     ``products_exact`` defaults to ``2 p_in <= p_acc`` for the inputs' format
     when ``a`` is float16/bfloat16 (else False).  ``|A||B|`` is computed in
     float64 and inflated by ``(1 + 2 (K + 1) 2**-53)`` so that its own rounding
-    cannot make the bound too small.  ``mode`` is the deprecated name of
-    ``algo``, kept only until its last caller moves to ``algo=``.
+    cannot make the bound too small.
     """
-    if mode is not None:
-        if algo != "sequential" and algo != mode:
-            raise TypeError(f"give the matmul algorithm once: algo={algo!r} and its deprecated name mode={mode!r}")
-        algo = mode
     A, B = np.asarray(a), np.asarray(b)
     if A.ndim < 2 or B.ndim < 2 or A.shape[-1] != B.shape[-2]:
         raise ValueError(f"matmul_bound: shapes {A.shape} and {B.shape} do not multiply")

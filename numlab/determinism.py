@@ -222,7 +222,7 @@ class RunRecord:
 INJECTIONS = (None, "set_order")
 
 
-def _config(model, dtype, mode, *, sizes=None, kernels=None, fusion=None, order=None, seed=None,
+def _config(model, fmt, mode, *, sizes=None, kernels=None, fusion=None, order=None, seed=None,
             input_kind="normal", input_seed=0, inject=None) -> dict:
     if model not in zoo.MODELS:
         raise ValueError(f"model {model!r} is not in the zoo; valid models: {sorted(zoo.MODELS)}")
@@ -243,7 +243,7 @@ def _config(model, dtype, mode, *, sizes=None, kernels=None, fusion=None, order=
         raise ValueError(f"input_seed={input_seed!r} must be a non-negative int")
     if mode not in EXEC_MODES:
         raise ValueError(f"mode={mode!r} is not an execution mode; valid modes: {list(EXEC_MODES)}")
-    get_format(dtype, "dtype")
+    get_format(fmt, "fmt")
     kernels = None if kernels is None else KernelSpec.parse(kernels, arg="kernels").spec
     if mode in ("eager", "reference") and fusion is not None:
         raise ValueError(f"fusion= applies to modes 'fused' and 'emulated_casts', not {mode!r}")
@@ -255,7 +255,7 @@ def _config(model, dtype, mode, *, sizes=None, kernels=None, fusion=None, order=
         raise ValueError(f"seed={seed!r} must be None or a non-negative int")
     if inject not in INJECTIONS:
         raise ValueError(f"inject={inject!r} is not valid; choose one of {INJECTIONS}")
-    return dict(model=model, dtype=str(getattr(dtype, "name", dtype)), mode=mode, sizes=dict(sizes or {}),
+    return dict(model=model, fmt=str(getattr(fmt, "name", fmt)), mode=mode, sizes=dict(sizes or {}),
                 kernels=kernels, fusion=fusion, order=order, seed=seed, input_kind=input_kind,
                 input_seed=int(input_seed), inject=inject)
 
@@ -293,7 +293,7 @@ def run_once(cfg: dict, *, save: str | None = None) -> RunRecord:
     # an atomic order is replayed by its schedule seed: the run gets it as ``seed`` (execute
     # reseeds each node's Shuffled order from it), so seed=<drawn> reproduces an unseeded run
     run_seed = order_seed if order_seed is not None else seed
-    res = execute.run(graph, inputs, mode=mode, fmt=cfg["dtype"], seed=run_seed, **kw)
+    res = execute.run(graph, inputs, mode=mode, fmt=cfg["fmt"], seed=run_seed, **kw)
     fp = res.fingerprint
     if order == "atomic" and mode != "reference":
         # the compiled kernel says "atomic adds"; the order itself is a run-time event
@@ -355,7 +355,7 @@ class DeterminismReport:
 
     def __str__(self) -> str:
         c = self.config
-        lines = [f"determinism check: {c['model']} {c['mode']} {c['dtype']}, {self.runs} processes "
+        lines = [f"determinism check: {c['model']} {c['mode']} {c['fmt']}, {self.runs} processes "
                  f"(PYTHONHASHSEED {', '.join(str(r.hashseed) for r in self.records)})",
                  f"  options: kernels={c['kernels'] or _default_kernels(c['mode'])} "
                  f"fusion={c['fusion'] or '-'} "
@@ -381,7 +381,7 @@ class DeterminismReport:
         return "\n".join(lines)
 
 
-def check_determinism(model: str, dtype="fp16", mode: str = "fused", runs: int = 3, *, sizes=None,
+def check_determinism(model: str, fmt="fp16", mode: str = "fused", runs: int = 3, *, sizes=None,
                       kernels=None, fusion=None, order=None, seed=None, input_kind: str = "normal",
                       input_seed: int = 0, inject=None, timeout: float = 300.0) -> DeterminismReport:
     """Compile and run ``model`` in ``runs`` separate processes and compare.
@@ -395,8 +395,9 @@ def check_determinism(model: str, dtype="fp16", mode: str = "fused", runs: int =
 
     Parameters
     ----------
-    model, dtype, mode, sizes
-        What to run (``sizes``: keyword arguments of the model factory).
+    model, fmt, mode, sizes
+        What to run (``fmt``: the storage format S; ``sizes``: keyword
+        arguments of the model factory).
     runs : int
         Number of processes (>= 2).
     kernels : KernelSpec, kernel spec string or None
@@ -433,7 +434,7 @@ def check_determinism(model: str, dtype="fp16", mode: str = "fused", runs: int =
         raise ValueError(f"runs={runs!r} must be an int >= 2 (determinism compares processes)")
     if not (isinstance(timeout, (int, float)) and timeout > 0):
         raise ValueError(f"timeout={timeout!r} must be a number of seconds > 0")
-    cfg = _config(model, dtype, mode, sizes=sizes, kernels=kernels, fusion=fusion, order=order, seed=seed,
+    cfg = _config(model, fmt, mode, sizes=sizes, kernels=kernels, fusion=fusion, order=order, seed=seed,
                   input_kind=input_kind, input_seed=input_seed, inject=inject)
     with tempfile.TemporaryDirectory(prefix="numlab-det-") as tmp:
         jobs, saves = [], []
@@ -452,7 +453,7 @@ def check_determinism(model: str, dtype="fp16", mode: str = "fused", runs: int =
         for path in saves:
             with np.load(path) as z:
                 arrays.append({k: z[k] for k in z.files})
-    diffs = _diffs(arrays, cfg["dtype"])
+    diffs = _diffs(arrays, cfg["fmt"])
     for r in records:
         r.arrays_path = None
     plan = determinism_plan(order=order, seed=seed, kernels=kernels, mode=mode)
@@ -541,8 +542,8 @@ def _run_workers(jobs, *, timeout: float, workdir: str, parallel: int | None = N
     return [done[i] for i in range(n)]
 
 
-def _diffs(arrays: list, dtype) -> dict:
-    fmt = get_format(dtype)
+def _diffs(arrays: list, fmt) -> dict:
+    fmt = get_format(fmt)
     out = {}
     for o in arrays[0]:
         a0 = arrays[0][o].astype(np.float64)

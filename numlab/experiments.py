@@ -54,7 +54,7 @@ def bits(a: np.ndarray) -> np.ndarray:
     return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
 
 
-def demo_rows(models=None, dtypes=("fp16", "bf16"), *, fusion=None, kind: str = "normal",
+def demo_rows(models=None, fmts=("fp16", "bf16"), *, fusion=None, kind: str = "normal",
               seed: int = 0, keep_results: bool = False):
     """Run each model in each storage format in every mode and measure.
 
@@ -63,11 +63,11 @@ def demo_rows(models=None, dtypes=("fp16", "bf16"), *, fusion=None, kind: str = 
     Returns
     -------
     rows : list of dict
-        One per (model, dtype, mode in eager/fused/emulated_casts) with the
+        One per (model, fmt, mode in eager/fused/emulated_casts) with the
         keys of :data:`numlab.report.COLUMNS` plus every ``error_stats`` key.
     extra : dict
         ``plans`` (model -> str(fused plan)), ``fingerprints`` and, with
-        ``keep_results``, ``results[(model, dtype)] = {mode: RunResult}``.
+        ``keep_results``, ``results[(model, fmt)] = {mode: RunResult}``.
     """
     fo = FusionOptions.parse(fusion)
     models = list(zoo.MODELS) if models is None else list(models)
@@ -78,7 +78,7 @@ def demo_rows(models=None, dtypes=("fp16", "bf16"), *, fusion=None, kind: str = 
     for name in models:
         g = zoo.MODELS[name]()
         x = zoo.make_inputs(g, kind=kind, seed=seed)
-        for dt in dtypes:
+        for dt in fmts:
             S = get_format(dt)
             res = {}
             for mode in ("reference", *FUSED_MODES):
@@ -92,7 +92,7 @@ def demo_rows(models=None, dtypes=("fp16", "bf16"), *, fusion=None, kind: str = 
                 out = flat_outputs(res[mode])
                 with np.errstate(all="ignore"):
                     st = metrics.error_stats(ref, out, S, tiny=S.smallest_normal)
-                row = {"model": name, "dtype": S.name, "mode": mode, "fusion": fo.describe(),
+                row = {"model": name, "fmt": S.name, "mode": mode, "fusion": fo.describe(),
                        "kind": kind, "seed": seed, "n": int(out.size),
                        "fingerprint": res[mode].fingerprint}
                 row.update(st)
@@ -185,7 +185,7 @@ def _rsqrt_scale(x, w):
 
 def source_cases(quick: bool = False) -> list:
     """The showcase of :func:`source_rows`: ``(label, graph factory, input
-    kind, fusion, dtypes, what it shows)``.  Each case is chosen so that one
+    kind, fusion, fmts, what it shows)``.  Each case is chosen so that one
     source of difference (``docs/design.md``, section "The four sources of difference") or the decomposition of a
     composite is visible; fp32 storage is included where fp16/bf16 hide the
     source (a few fp32 ulps rarely move a value rounded to fp16)."""
@@ -218,7 +218,7 @@ MATRIX_PRESETS = ("inductor", "autofuse", "autofuse:--autofuse_enable_pass=reduc
 MATRIX_KINDS = ("normal", "shifted_mean", "near_overflow", "heavy_tailed")
 
 
-def verdict_matrix(models=None, dtypes=("fp16", "bf16"), presets=MATRIX_PRESETS, kinds=MATRIX_KINDS,
+def verdict_matrix(models=None, fmts=("fp16", "bf16"), presets=MATRIX_PRESETS, kinds=MATRIX_KINDS,
                    seed: int = 0) -> list:
     """Is fused more or less accurate than eager, per fusion preset and input kind?
 
@@ -240,7 +240,7 @@ def verdict_matrix(models=None, dtypes=("fp16", "bf16"), presets=MATRIX_PRESETS,
             for name in models:
                 g = zoo.MODELS[name]()
                 x = zoo.make_inputs(g, kind=kind, seed=seed)
-                for dt in dtypes:
+                for dt in fmts:
                     S = get_format(dt)
                     ref = flat_outputs(run(g, x, mode="reference", fmt=S))
                     e = flat_outputs(run(g, x, mode="eager", fmt=S))
@@ -303,7 +303,7 @@ def source_rows(quick: bool = False, seed: int = 0) -> list:
             def share(g=g, x=x, dt=dt, e=e, **kw):
                 return float(np.mean(bits(flat_outputs(run(g, x, mode="fused", fmt=dt, **kw))) != e))
 
-            row = {"case": label, "dtype": get_format(dt).name, "kind": kind, "fusion": fo.name,
+            row = {"case": label, "fmt": get_format(dt).name, "kind": kind, "fusion": fo.name,
                    "why": why, "n": int(e.size), "fused": share(fusion=fo)}
             for s in SOURCES:
                 row[f"only {s}"] = share(fusion=fo, align=tuple(q for q in SOURCES if q != s))
@@ -316,7 +316,7 @@ def source_rows(quick: bool = False, seed: int = 0) -> list:
 def format_source_table(rows) -> str:
     """Fixed-width text of :func:`source_rows` (shares in percent)."""
     head = ["case", "S", "inputs", "fusion", *SOURCE_COLUMNS]
-    body = [[r["case"], r["dtype"], r["kind"], r["fusion"],
+    body = [[r["case"], r["fmt"], r["kind"], r["fusion"],
              *[f"{100 * r[c]:.1f}%" for c in SOURCE_COLUMNS]] for r in rows]
     w = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
     lines = ["  ".join(h.ljust(w[i]) if i < 4 else h.rjust(w[i]) for i, h in enumerate(head)),

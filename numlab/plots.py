@@ -9,8 +9,7 @@ show it in a notebook with ``ax.figure`` or save it with
 logarithmic axes; bounds are dashed lines and the unit roundoff ``u`` a
 horizontal dotted line, with labelled axes.
 
-Format arguments are ``fmt`` (a :class:`numlab.formats.Format` or its name);
-the older keyword ``dtype=`` is still accepted.
+Format arguments are ``fmt`` (a :class:`numlab.formats.Format` or its name).
 """
 
 from __future__ import annotations
@@ -60,13 +59,11 @@ def _ax(ax, figsize=(8, 4)):
     return figure(figsize).subplots() if ax is None else ax
 
 
-def _fmt(fmt, dtype):
-    """The format from ``fmt=`` (or the older ``dtype=``), exactly one given."""
-    if fmt is not None and dtype is not None:
-        raise TypeError(f"give the format as fmt= only, got fmt={fmt!r} and dtype={dtype!r}")
-    if fmt is None and dtype is None:
+def _fmt(fmt):
+    """The format given as ``fmt=`` (required)."""
+    if fmt is None:
         raise TypeError("missing the format argument fmt= (e.g. fmt='fp16')")
-    return get_format(fmt if fmt is not None else dtype, "fmt")
+    return get_format(fmt, "fmt")
 
 
 _METRIC_LABELS = {
@@ -78,16 +75,16 @@ _METRIC_LABELS = {
 
 
 def error_bars(rows, *, fmt=None, metric="rel_max", modes=("eager", "fused", "emulated_casts"),
-               ax=None, u=None, dtype=None):
+               ax=None, u=None):
     """Grouped bars of ``metric`` per model for one storage format, log y.
 
     ``rows`` are the demo's per-(model, format, mode) metric dicts
-    (keys ``model``, ``dtype``, ``mode`` and the metric names).  ``u`` (default
+    (keys ``model``, ``fmt``, ``mode`` and the metric names).  ``u`` (default
     the format's unit roundoff) is drawn as a dotted horizontal line.
     """
     ax = _ax(ax)
-    fmt = _fmt(fmt, dtype)
-    sel = [r for r in rows if r["dtype"] == fmt.name]
+    fmt = _fmt(fmt)
+    sel = [r for r in rows if r["fmt"] == fmt.name]
     models = list(dict.fromkeys(r["model"] for r in sel))
     width = 0.8 / max(len(modes), 1)
     x = np.arange(len(models))
@@ -110,12 +107,12 @@ def error_bars(rows, *, fmt=None, metric="rel_max", modes=("eager", "fused", "em
     return ax
 
 
-def ulp_shares(rows, *, fmt=None, modes=("eager", "fused", "emulated_casts"), ax=None, dtype=None):
+def ulp_shares(rows, *, fmt=None, modes=("eager", "fused", "emulated_casts"), ax=None):
     """Stacked bars: share of output elements at 0, 1 and >= 2 ULP from the
     correctly rounded fp64 reference, per model and mode."""
     ax = _ax(ax)
-    fmt = _fmt(fmt, dtype)
-    sel = [r for r in rows if r["dtype"] == fmt.name and r["mode"] in modes]
+    fmt = _fmt(fmt)
+    sel = [r for r in rows if r["fmt"] == fmt.name and r["mode"] in modes]
     labels = [f"{r['model']}\n{r['mode'].replace('emulated_casts', 'emul.')}" for r in sel]
     x = np.arange(len(sel))
     bottom = np.zeros(len(sel))
@@ -132,7 +129,7 @@ def ulp_shares(rows, *, fmt=None, modes=("eager", "fused", "emulated_casts"), ax
     return ax
 
 
-def chain_length(ns, errors: dict, *, fmt=None, ax=None, bounds=True, dtype=None):
+def chain_length(ns, errors: dict, *, fmt=None, ax=None, bounds=True):
     """Max relative error against chain length ``n`` on log-log axes.
 
     ``errors`` maps a mode to a sequence of errors (one per ``n``).  With
@@ -142,7 +139,7 @@ def chain_length(ns, errors: dict, *, fmt=None, ax=None, bounds=True, dtype=None
     ``u_S`` is a dotted horizontal line.
     """
     ax = _ax(ax)
-    fmt = _fmt(fmt, dtype)
+    fmt = _fmt(fmt)
     ns = np.asarray(ns, dtype=float)
     styles = {"eager": ("o-", 7), "fused": ("s-", 6), "emulated_casts": ("x:", 9)}
     for mode, errs in errors.items():
@@ -167,11 +164,11 @@ def chain_length(ns, errors: dict, *, fmt=None, ax=None, bounds=True, dtype=None
     return ax
 
 
-def error_scatter(ref, eager, fused, *, fmt=None, ax=None, max_points=4000, dtype=None):
+def error_scatter(ref, eager, fused, *, fmt=None, ax=None, max_points=4000):
     """Per-element |error| of eager (x) against fused (y), log-log, with the
     diagonal: points below it are elements where fused is more accurate."""
     ax = _ax(ax, figsize=(4.5, 4.5))
-    fmt = _fmt(fmt, dtype)
+    fmt = _fmt(fmt)
     r = np.asarray(ref, dtype=np.float64).ravel()
     e = np.abs(np.asarray(eager, dtype=np.float64).ravel() - r)
     f = np.abs(np.asarray(fused, dtype=np.float64).ravel() - r)
@@ -206,11 +203,11 @@ SOURCE_COLORS = {
 
 def source_shares(srows, columns, *, ax=None):
     """Horizontal grouped bars: for each case (a row of the demo's source
-    table, keys ``case``, ``dtype`` and the columns) the share of output
+    table, keys ``case``, ``fmt`` and the columns) the share of output
     elements whose bits differ from eager, per column (fused, only one source
     left, decomposition, all aligned).  Linear axis in percent (shares, not errors)."""
     ax = _ax(ax, figsize=(9, 0.55 * len(srows) + 1.5))
-    labels = [f"{r['case']} {r['dtype']}" for r in srows]
+    labels = [f"{r['case']} {r['fmt']}" for r in srows]
     y = np.arange(len(srows))
     h = 0.85 / max(len(columns), 1)
     for i, c in enumerate(columns):

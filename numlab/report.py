@@ -12,7 +12,7 @@ __all__ = ["COLUMNS", "format_table", "html_table", "html_report"]
 # (key, header, format)
 COLUMNS = (
     ("model", "model", "{}"),
-    ("dtype", "S", "{}"),
+    ("fmt", "S", "{}"),
     ("mode", "mode", "{}"),
     ("abs_max", "max abs", "{:.3g}"),
     ("abs_p99", "P99 abs", "{:.3g}"),
@@ -48,7 +48,7 @@ def format_table(rows, columns=COLUMNS) -> str:
              "  ".join("-" * w for w in widths)]
     prev = None
     for r, b in zip(rows, body, strict=True):
-        key = (r.get("model"), r.get("dtype"))
+        key = (r.get("model"), r.get("fmt"))
         if prev is not None and key != prev:
             lines.append("")
         prev = key

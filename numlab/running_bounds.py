@@ -68,7 +68,7 @@ from .ops import get_op
 from .rounding import round_to
 
 __all__ = ["BoundedRun", "run_with_bounds", "bounds_for_result", "propagate", "rules_for", "inf_sources",
-           "GELU_LIPSCHITZ", "SILU_LIPSCHITZ", "CAUSES", "fmt_or_dtype"]
+           "GELU_LIPSCHITZ", "SILU_LIPSCHITZ", "CAUSES"]
 
 GELU_LIPSCHITZ = R.GELU_LIPSCHITZ
 SILU_LIPSCHITZ = R.SILU_LIPSCHITZ
@@ -121,14 +121,6 @@ def inf_sources(flags: dict) -> list:
 
 def _f(a) -> np.ndarray:
     return np.asarray(a, dtype=np.float64)
-
-
-def fmt_or_dtype(fmt, dtype, default="fp16"):
-    """The storage format given as ``fmt`` or by its deprecated name
-    ``dtype`` (not both; neither: ``default``)."""
-    if fmt is not None and dtype is not None:
-        raise TypeError(f"give the storage format once: fmt={fmt!r} and its deprecated name dtype={dtype!r}")
-    return get_format(default if fmt is None and dtype is None else (fmt if fmt is not None else dtype))
 
 
 def rules_for(op: str):
@@ -267,7 +259,7 @@ def bounds_for_result(result, inputs: dict) -> BoundedRun:
     """Running bounds of an executed :class:`numlab.execute.RunResult` (eager:
     values of every node; fused: run with ``keep_internals=True``).  ``inputs``
     are the inputs given to ``run`` (rounded to S here exactly as ``run`` does)."""
-    S = result.dtype
+    S = result.fmt
     g = result.graph
     ex = {}
     for k in g.inputs:
@@ -280,13 +272,13 @@ def bounds_for_result(result, inputs: dict) -> BoundedRun:
     return BoundedRun(result, bounds, {**ex, **{k: _f(v) for k, v in result.values.items()}}, flags)
 
 
-def run_with_bounds(graph, inputs, *, mode: str = "fused", fmt=None, reference: bool = True, dtype=None,
+def run_with_bounds(graph, inputs, *, mode: str = "fused", fmt="fp16", reference: bool = True,
                     **kw) -> BoundedRun:
     """Run ``graph`` (``numlab.execute.run``; fused modes keep internals) and
     propagate running bounds.  ``fmt`` is the storage format S (default
-    fp16; ``dtype`` is its deprecated name).  With ``reference`` also attach
+    fp16).  With ``reference`` also attach
     the fp64 reference outputs."""
-    fmt = fmt_or_dtype(fmt, dtype)
+    fmt = get_format(fmt, "fmt")
     if mode == "reference":
         raise ValueError("mode='reference' has no rounding to bound; use 'eager', 'fused' or 'emulated_casts'")
     if mode in ("fused", "emulated_casts"):

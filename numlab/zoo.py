@@ -284,7 +284,7 @@ def _index_range(graph: Graph, name: str) -> int:
     return 1
 
 
-def make_inputs(graph, kind: str = "normal", seed: int = 0, fmt=None, *, dtype=None) -> dict:
+def make_inputs(graph, kind: str = "normal", seed: int = 0, fmt=None) -> dict:
     """Seeded inputs for ``graph`` (a Graph or a name of :data:`MODELS`).
 
     Parameters
@@ -297,9 +297,6 @@ def make_inputs(graph, kind: str = "normal", seed: int = 0, fmt=None, *, dtype=N
         Round the values to this format (RNE) before returning; for
         ``near_overflow`` also the format whose max is approached
         (default fp16).
-    dtype : Format or str, optional
-        Deprecated name of ``fmt`` (give one of them); kept only until its
-        last callers move to ``fmt=``.
 
     Returns
     -------
@@ -314,13 +311,7 @@ def make_inputs(graph, kind: str = "normal", seed: int = 0, fmt=None, *, dtype=N
         raise ValueError(f"kind={kind!r} is not valid; choose one of {KINDS}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed={seed!r} must be a non-negative int")
-    if fmt is not None and dtype is not None:
-        raise TypeError(f"make_inputs: give the format as fmt= only, got fmt={fmt!r} and dtype={dtype!r}")
-    if dtype is not None:
-        fmt, name = dtype, "dtype"
-    else:
-        name = "fmt"
-    fmt = None if fmt is None else get_format(fmt, name)
+    fmt = None if fmt is None else get_format(fmt, "fmt")
     out = {}
     for name, shape in graph.inputs.items():
         rng = _rng(int(seed), name)

@@ -9,7 +9,7 @@ IEEE 754-2019 sections 4.3 and 7.4:
   the grid spacing (quantum) there is ``2**(max(e, emin) - p + 1)`` (with
   subnormals) or, without subnormals, ``2**(e - p + 1)`` for ``e >= emin`` and
   ``2**emin`` below (the grid is ``{0, 2**emin}``);
-* the mode picks one of the two grid neighbours (``rne``: nearest, ties to the
+* the rounding picks one of the two grid neighbours (``rne``: nearest, ties to the
   even multiple; ``rtz``: the smaller magnitude; ``up``/``down``: toward
   +inf/-inf; ``odd``: the odd multiple when inexact (Boldo & Melquiond 2008));
 * a result above ``max`` overflows: ``rne`` and ``stochastic`` give inf,
@@ -62,11 +62,11 @@ def neighbours(v: Fraction, fmt) -> tuple[Fraction, Fraction, Fraction]:
     return n * q, (n + 1) * q, t - n
 
 
-def round_exact(x, fmt, mode: str = "rne", *, saturate: bool = False, ftz: bool = False,
+def round_exact(x, fmt, rounding: str = "rne", *, saturate: bool = False, ftz: bool = False,
                 up_choice: bool | None = None) -> float:
     """Round the exact value ``x`` (float, int or Fraction) to ``fmt``.
 
-    For ``mode="stochastic"`` pass ``up_choice`` (whether the magnitude was
+    For ``rounding="stochastic"`` pass ``up_choice`` (whether the magnitude was
     rounded up); the result is then the chosen neighbour with the overflow
     rule of round-to-nearest.  Returns a Python float (±inf/NaN, signed zero).
     """
@@ -87,7 +87,7 @@ def round_exact(x, fmt, mode: str = "rne", *, saturate: bool = False, ftz: bool 
     lo, hi, frac = neighbours(v, fmt)
     if frac == 0:
         r = lo
-    elif mode == "rne":
+    elif rounding == "rne":
         if frac > Fraction(1, 2):
             r = hi
         elif frac < Fraction(1, 2):
@@ -95,26 +95,26 @@ def round_exact(x, fmt, mode: str = "rne", *, saturate: bool = False, ftz: bool 
         else:
             q = hi - lo
             r = lo if (lo / q).numerator % 2 == 0 else hi
-    elif mode == "rtz":
+    elif rounding == "rtz":
         r = lo
-    elif mode == "up":
+    elif rounding == "up":
         r = lo if neg else hi
-    elif mode == "down":
+    elif rounding == "down":
         r = hi if neg else lo
-    elif mode == "odd":
+    elif rounding == "odd":
         q = hi - lo
         r = lo if (lo / q).numerator % 2 == 1 else hi
-    elif mode == "stochastic":
+    elif rounding == "stochastic":
         assert up_choice is not None
         r = hi if up_choice else lo
     else:
-        raise AssertionError(mode)
+        raise AssertionError(rounding)
     mx = fmt_max(fmt.p, fmt.emax, fmt.nan == "extended")
     if r > mx:
         to_inf = {
             "rne": True, "stochastic": True, "rtz": False, "odd": False,
             "up": not neg, "down": neg,
-        }[mode]
+        }[rounding]
         if to_inf and not saturate:
             val = math.inf if fmt.inf else math.nan
         else:

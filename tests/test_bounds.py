@@ -29,7 +29,7 @@ def test_gamma_and_unit_roundoff():
     assert B.gamma(10, u) == pytest.approx(10 * u / (1 - 10 * u), rel=1e-11)
     assert B.gamma(10, u) >= 10 * u / (1 - 10 * u)
     assert B.gamma(2**11, FP16) == math.inf
-    with pytest.raises(ValueError, match="mode"):
+    with pytest.raises(ValueError, match="rounding='nearest'"):
         B.unit_roundoff(FP16, "nearest")
     with pytest.raises(ValueError, match="k="):
         B.gamma(-1, u)
@@ -138,6 +138,14 @@ def test_matmul_and_mixed_bounds_vs_numpy_fp32(seed, low):
     assert np.abs(out[0, 0] - exact[0, 0]) <= md + slack[0, 0]
 
 
+def test_matmul_bound_takes_the_algorithm_as_algo_only():
+    a = np.ones((2, 3), np.float16)
+    with pytest.raises(ValueError, match=r"algo='tensor'"):
+        B.matmul_bound(a, a.T, algo="tensor")
+    with pytest.raises(TypeError, match="mode"):  # the old keyword mode= is gone
+        B.matmul_bound(a, a.T, mode="split_k")
+
+
 def test_block_fma_bound_vs_exact_emulation():
     rng = np.random.default_rng(3)
     for bsz in (1, 4, 16):
@@ -179,12 +187,12 @@ def test_probabilistic_bound_formulas_and_coverage():
 def test_plan_bounds_hold_for_each_output():
     for model in ("matmul_add_layernorm", "softmax", "residual_rmsnorm"):
         g = claims.get_model(model)
-        x = zoo.make_inputs(g, seed=2, dtype="fp16")
-        ref = run(g, x, mode="reference", dtype="fp16").outputs
+        x = zoo.make_inputs(g, seed=2, fmt="fp16")
+        ref = run(g, x, mode="reference", fmt="fp16").outputs
         for mode in ("eager", "fused"):
             pb = B.plan_bounds(g, x, mode=mode, fmt="fp16")
             assert set(pb) == set(g.outputs)
-            y = run(g, x, mode=mode, dtype="fp16").outputs
+            y = run(g, x, mode=mode, fmt="fp16").outputs
             for name, d in pb.items():
                 err = np.abs(y[name].astype(np.float64) - ref[name])
                 assert np.all(err <= d["bound"]) and d["max"] == d["bound"].max()
@@ -193,7 +201,7 @@ def test_plan_bounds_hold_for_each_output():
 
 @given(st.integers(0, 2**31 - 1), st.sampled_from(["sequential", "block_fma", "split_k"]),
        st.sampled_from([FP16, BF16]), st.sampled_from([None, FP16]))
-def test_matmul_bound_holds_for_kernel_matmul_modes(seed, mode, low, out):
+def test_matmul_bound_holds_for_kernel_matmul_algorithms(seed, algo, low, out):
     rng = np.random.default_rng(seed)
     m, k, n = int(rng.integers(1, 6)), int(rng.integers(1, 80)), int(rng.integers(1, 6))
     kt = int(rng.integers(1, 40))
@@ -201,16 +209,16 @@ def test_matmul_bound_holds_for_kernel_matmul_modes(seed, mode, low, out):
     b = round_to(rng.standard_normal((k, n)), low)
     outf = None if out is None else low
     c = np.asarray(kernel_matmul(a.astype(low.container), b.astype(low.container), k_tile=kt, acc="fp32", out=outf,
-                             mode=mode), dtype=np.float64)
+                             algo=algo), dtype=np.float64)
     exact = np.array([[float(sum(Fraction(float(a[i, t])) * Fraction(float(b[t, j])) for t in range(k)))
                        for j in range(n)] for i in range(m)])
     bnd = B.matmul_bound(a.astype(low.container), b.astype(low.container), k_tile=kt, acc=FP32, out=outf,
-                         mode=mode)
-    assert np.all(np.abs(c - exact) <= bnd + 2.0**-52 * np.abs(exact)), (mode, kt)
+                         algo=algo)
+    assert np.all(np.abs(c - exact) <= bnd + 2.0**-52 * np.abs(exact)), (algo, kt)
 
 
 @given(st.integers(0, 2**31 - 1), st.integers(2, 6), st.sampled_from(["fp16", "bf16"]))
-def test_chain_bound_for_product_chains_eager_and_fused(seed, k, dtype):
+def test_chain_bound_for_product_chains_eager_and_fused(seed, k, fmt):
 
     names = [f"x{i}" for i in range(k)]
 
@@ -222,19 +230,19 @@ def test_chain_bound_for_product_chains_eager_and_fused(seed, k, dtype):
 
     g = trace(prod, **{nm: (3, 4) for nm in names})
     rng = np.random.default_rng(seed)
-    xs = {nm: round_to(rng.uniform(0.5, 2.0, (3, 4)) * rng.choice([-1, 1], (3, 4)), dtype) for nm in names}
+    xs = {nm: round_to(rng.uniform(0.5, 2.0, (3, 4)) * rng.choice([-1, 1], (3, 4)), fmt) for nm in names}
     exact = np.ones((3, 4), dtype=object)
     for nm in names:
         exact = exact * np.vectorize(lambda v: Fraction(float(v)), otypes=[object])(xs[nm])
     for mode in ("eager", "fused"):
-        r = run(g, xs, mode=mode, dtype=dtype)
+        r = run(g, xs, mode=mode, fmt=fmt)
         c = B.rounding_counts(r.plan)["y"]
         assert c["S"] + c["fp32"] == k - 1
-        bnd = B.chain_bound(c, dtype)
+        bnd = B.chain_bound(c, fmt)
         y = r.outputs["y"].astype(np.float64)
         for idx in np.ndindex(y.shape):
             assert abs(Fraction(float(y[idx])) - exact[idx]) <= Fraction(bnd) * abs(exact[idx])
         if mode == "eager":
             assert c == {"S": k - 1, "fp32": 0}
         elif c["S"] == 1:  # one fused block: fp32 inside, one rounding to S at the boundary
-            assert bnd < B.chain_bound({"S": k - 1, "fp32": 0}, dtype) or k == 2
+            assert bnd < B.chain_bound({"S": k - 1, "fp32": 0}, fmt) or k == 2

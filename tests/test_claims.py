@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import shutil
 from concurrent.futures import ProcessPoolExecutor
 
 import ml_dtypes
@@ -68,7 +69,8 @@ def test_counterexample_found_shrunk_saved_and_reproduced(tmp_path):
     assert not res.holds
     # files: npz + json with the metadata needed to reproduce the case (numlab.claims.store)
     meta = json.load(open(rep.saved + ".json"))
-    for key in ("claim", "model", "sizes", "dtype", "fusion", "fusion_options", "seed", "trial", "fingerprints",
+    assert "dtype" not in meta  # the storage format's key is "fmt"
+    for key in ("claim", "model", "sizes", "fmt", "fusion", "fusion_options", "seed", "trial", "fingerprints",
                 "inputs_sha256", "outputs_sha256", "margin"):
         assert key in meta
     assert os.path.exists(rep.saved + ".npz")
@@ -77,6 +79,13 @@ def test_counterexample_found_shrunk_saved_and_reproduced(tmp_path):
     assert rr["bitwise"] and rr["violated"] and rr["verdict"] == "fails" and rr["fingerprints_equal"]
     case2, meta2, arrs = C.load_counterexample(rep.saved + ".npz")
     assert all(np.array_equal(case2.inputs[k], case.inputs[k]) for k in case.inputs)
+    assert case2.fmt == case.fmt == meta["fmt"] == "fp16"
+    # a file written before the rename names the format "dtype": it still loads
+    old = dict(meta, dtype="bf16")
+    del old["fmt"]
+    json.dump(old, open(str(tmp_path / "old.json"), "w"))
+    shutil.copy(rep.saved + ".npz", tmp_path / "old.npz")
+    assert C.load_counterexample(tmp_path / "old")[0].fmt == "bf16"
     # saving the same counterexample again is a no-op; different content is refused without force
     assert C.save_counterexample("no_worse_tensor", case, res, str(tmp_path)) == rep.saved
     with open(rep.saved + ".json") as fh:
@@ -279,12 +288,12 @@ def test_nodecompose_layernorm_is_eager_bit_for_bit():
     differs = 0
     for t in range(20):
         xin = C.make_case("layernorm", sizes={"batch": 4, "hidden": 64}, trial=t).inputs
-        e = run(g, xin, mode="eager", dtype="fp16").outputs["y"]
-        r = run(g, xin, mode="fused", dtype="fp16", fusion=whole)
+        e = run(g, xin, mode="eager", fmt="fp16").outputs["y"]
+        r = run(g, xin, mode="fused", fmt="fp16", fusion=whole)
         f = r.outputs["y"]
         assert e.dtype == f.dtype == np.float16
         assert np.array_equal(e.view(np.uint16), f.view(np.uint16))
-        fd = run(g, xin, mode="fused", dtype="fp16", fusion=dec).outputs["y"]
+        fd = run(g, xin, mode="fused", fmt="fp16", fusion=dec).outputs["y"]
         differs += int(np.count_nonzero(e.view(np.uint16) != fd.view(np.uint16)))
     assert not r.plan.decomposed and len(r.plan.blocks) == 1
     assert differs > 0
@@ -309,9 +318,9 @@ def test_plan_verdicts_recomputed_from_raw_errors():
             ef, ee, same = [], [], 0
             for t in range(trials):
                 xin = C.make_case(model, sizes=sizes, trial=t, seed=5).inputs
-                ref = run(g, xin, mode="reference", dtype="fp16").outputs["y"].astype(np.float64)
-                e = np.asarray(run(g, xin, mode="eager", dtype="fp16").outputs["y"])
-                f = np.asarray(run(g, xin, mode="fused", dtype="fp16", fusion=P(spec)).outputs["y"])
+                ref = run(g, xin, mode="reference", fmt="fp16").outputs["y"].astype(np.float64)
+                e = np.asarray(run(g, xin, mode="eager", fmt="fp16").outputs["y"])
+                f = np.asarray(run(g, xin, mode="fused", fmt="fp16", fusion=P(spec)).outputs["y"])
                 ee.append(np.abs(e.astype(np.float64) - ref).ravel())
                 ef.append(np.abs(f.astype(np.float64) - ref).ravel())
                 same += int(np.count_nonzero(e.view(np.uint16) == f.view(np.uint16)))
@@ -342,7 +351,7 @@ def test_cli_exit_codes(tmp_path, capsys):
 
 
 def test_bfloat16_case_runs():
-    case = C.make_case("softmax", dtype="bf16", trial=0)
+    case = C.make_case("softmax", fmt="bf16", trial=0)
     r = C.evaluate("no_worse_tensor", case)
     assert r.outputs["eager"]["y"].dtype == np.dtype(ml_dtypes.bfloat16)
 
@@ -365,6 +374,7 @@ def test_committed_counterexamples_are_intact():
     for p in paths:
         case, meta, arrs = C.load_counterexample(p)
         assert meta["claim"] in C.CLAIMS and meta["model"] == case.model
+        assert case.fmt == (meta["fmt"] if "fmt" in meta else meta["dtype"])  # "dtype": saved before the rename
         ins = {k: v for k, v in arrs.items() if k.startswith("input/")}
         assert C.sha256_arrays(ins) == meta["inputs_sha256"]  # the files were not altered
         assert os.path.basename(p).split("__")[-1][:12] == meta["inputs_sha256"][:12]
@@ -376,10 +386,10 @@ def test_committed_counterexamples_are_intact():
 def test_ordinary_zoo_inputs_are_decided():
     # every zoo model's normal inputs, both storage formats: the bound claims decide (no inf bound)
     for model in ("layernorm", "softmax", "mul_add_gelu_mul", "matmul_add_layernorm"):
-        for dtype in ("fp16", "bf16"):
+        for fmt in ("fp16", "bf16"):
             opts = C.SearchOptions(trials=2, kinds=("normal",))
             for claim in ("error_within_bound", "bound_no_worse", "no_worse_tensor"):
-                rep = C.check(claim, model, dtype=dtype, options=opts, shrink_cex=False)
+                rep = C.check(claim, model, fmt=fmt, options=opts, shrink_cex=False)
                 assert rep.verdict in ("holds", "fails") and rep.undecided == 0, rep.summary()
                 assert rep.exit_code == {"holds": 0, "fails": 1}[rep.verdict]
 
@@ -409,7 +419,7 @@ def test_overflow_is_undecided_not_holds():
     case = C.make_case("mul_add_gelu_mul", kind="normal", trial=0)
     x = np.full_like(case.inputs["x"], 60000.0)
     w = np.full_like(case.inputs["w"], 60000.0)
-    big = C.Case(case.model, case.sizes, case.dtype, case.fusion, {**case.inputs, "x": x, "w": w})
+    big = C.Case(case.model, case.sizes, case.fmt, case.fusion, {**case.inputs, "x": x, "w": w})
     for claim in ("error_within_bound", "bound_no_worse", "no_worse_tensor", "no_worse_elementwise"):
         r = C.evaluate(claim, big)
         assert r.verdict == "undecided" and not r.holds and not r.fails, (claim, r.detail, r.undecided)
@@ -506,13 +516,14 @@ def test_population_worse_fused_p99_fails_when_eager_max_is_inf():
     assert r.verdict == "undecided" and "y" in r.undecided["reason"] and "infinite" in r.undecided["reason"]
 
 
-def test_fmt_and_its_deprecated_name_dtype():
+def test_fmt_is_the_storage_format_and_the_old_keyword_dtype_is_gone():
     a = C.make_case("softmax", fmt="bf16", trial=1)
-    b = C.make_case("softmax", dtype="bf16", trial=1)
-    assert a.dtype == b.dtype == "bf16" and all(np.array_equal(a.inputs[k], b.inputs[k]) for k in a.inputs)
-    assert C.make_case("softmax").dtype == "fp16"
-    with pytest.raises(TypeError, match="once"):
-        C.make_case("softmax", fmt="bf16", dtype="bf16")
-    with pytest.raises(TypeError, match="once"):
-        C.check("no_worse_tensor", "softmax", fmt="fp16", dtype="fp16", trials=1)
-    assert C.check("no_worse_tensor", "softmax", fmt="bf16", trials=1, shrink_cex=False).dtype == "bf16"
+    assert a.fmt == "bf16" and not hasattr(a, "dtype") and C.make_case("softmax").fmt == "fp16"
+    with pytest.raises(TypeError, match="dtype"):
+        C.make_case("softmax", dtype="bf16")
+    with pytest.raises(TypeError, match="dtype"):
+        C.check("no_worse_tensor", "softmax", dtype="fp16", trials=1)
+    with pytest.raises(TypeError, match="dtype"):
+        C.plan_c1(8, dtype="fp16")
+    rep = C.check("no_worse_tensor", "softmax", fmt="bf16", trials=1, shrink_cex=False)
+    assert rep.fmt == "bf16" and not hasattr(rep, "dtype")

@@ -36,7 +36,7 @@ def test_demo_writes_a_self_contained_report(quick_demo, capsys):
     data = json.loads((out / "results.json").read_text())
     models = {r["model"] for r in data["rows"]}
     assert models == {"layernorm", "softmax", "gelu_mlp", "residual_rmsnorm"}
-    assert {(r["dtype"], r["mode"]) for r in data["rows"]} == {
+    assert {(r["fmt"], r["mode"]) for r in data["rows"]} == {
         (d, m) for d in ("fp16", "bf16") for m in ("eager", "fused", "emulated_casts")}
     assert (out / "results.csv").read_text().count("\n") == len(data["rows"]) + 1
 

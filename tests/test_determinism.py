@@ -13,7 +13,7 @@ from numlab.fusion import FusionOptions
 
 
 def test_default_fused_run_is_deterministic_across_processes():
-    rep = D.check_determinism("softmax", dtype="fp16", mode="fused", runs=3)
+    rep = D.check_determinism("softmax", fmt="fp16", mode="fused", runs=3)
     assert rep.runs == 3
     assert [r.hashseed for r in rep.records] == ["0", "1", "2"]
     assert len({r.pid for r in rep.records}) == 3
@@ -27,7 +27,7 @@ def test_default_fused_run_is_deterministic_across_processes():
 
 
 def test_unseeded_atomic_order_breaks_execution_not_compile_determinism():
-    rep = D.check_determinism("softmax", dtype="fp32", mode="eager", runs=3, order="atomic")
+    rep = D.check_determinism("softmax", fmt="fp32", mode="eager", runs=3, order="atomic")
     assert rep.compile_deterministic
     assert not rep.execution_deterministic and not rep.ok
     seeds = [r.order_seed for r in rep.records]
@@ -56,7 +56,7 @@ def test_unseeded_atomic_order_breaks_execution_not_compile_determinism():
 
 
 def test_seeded_atomic_order_is_deterministic():
-    rep = D.check_determinism("softmax", dtype="fp32", mode="eager", runs=2, order="atomic", seed=5)
+    rep = D.check_determinism("softmax", fmt="fp32", mode="eager", runs=2, order="atomic", seed=5)
     assert rep.ok and [r.order_seed for r in rep.records] == [5, 5]
     assert not any(h.active for h in rep.plan)
 
@@ -73,7 +73,7 @@ def test_run_once_in_process_matches_and_fused_library_gets_the_order():
 
 
 def test_planted_set_order_breaks_compile_determinism_only():
-    rep = D.check_determinism("softmax", dtype="fp16", runs=3, inject="set_order")
+    rep = D.check_determinism("softmax", fmt="fp16", runs=3, inject="set_order")
     assert not rep.compile_deterministic and rep.execution_deterministic
     assert len({r.plan_digest for r in rep.records}) > 1
     # the walk depends on the process, not on the call: repeated in one process it is stable
@@ -118,7 +118,7 @@ def test_plan_lists_every_hazard():
     (dict(mode="eager", fusion="default"), "fusion="),
     (dict(order="zigzag"), "zigzag"),
     (dict(seed=-1), "seed"),
-    (dict(dtype="fp12"), "fp12"),
+    (dict(fmt="fp12"), "fmt='fp12'"),
     (dict(inject="leak"), "inject"),
     (dict(sizes={"foo": 3}), r"\['foo'\] not parameters of model 'softmax'; valid sizes: \['batch', 'n'\]"),
     (dict(sizes={"batch": -1}), r"sizes=\{'batch': -1\} are not valid"),
@@ -130,6 +130,11 @@ def test_bad_arguments(kw, match):
     args = dict(model="softmax", runs=2) | kw
     with pytest.raises(ValueError, match=match):
         D.check_determinism(**args)
+
+
+def test_the_format_is_fmt_and_the_old_keyword_dtype_is_gone():
+    with pytest.raises(TypeError, match="dtype"):
+        D.check_determinism("softmax", dtype="fp16", runs=2)
 
 
 def test_check_parser_exit_codes(capsys):

@@ -727,20 +727,19 @@ def test_every_catalogue_op_has_an_engine_kernel():
             assert info.kernel is getattr(E, name, None) or info.kernel is getattr(E, name + "_", None), name
 
 
-def test_fmt_is_the_storage_format_and_dtype_its_deprecated_name():
+def test_fmt_is_the_storage_format_and_the_old_keyword_dtype_is_gone():
     g = zoo.softmax(batch=2, n=8)
     x = zoo.make_inputs(g)
     a = run(g, x, mode="eager", fmt="bf16")
-    b = run(g, x, mode="eager", dtype="bf16")
-    assert all_same(a, b) and a.fingerprint == b.fingerprint and a.fmt == a.dtype
-    with pytest.raises(TypeError, match=r"fmt='bf16' and its deprecated name dtype='fp16'"):
-        run(g, x, mode="eager", fmt="bf16", dtype="fp16")
+    assert a.fmt.name == "bf16" and not hasattr(a, "dtype")
+    with pytest.raises(TypeError, match="dtype"):
+        run(g, x, mode="eager", dtype="bf16")
     with pytest.raises(TypeError, match="needs the storage format"):
         run(g, x, mode="eager")
     with pytest.raises(ValueError, match=r"^fmt='fp12' is not a known format"):
         run(g, x, mode="eager", fmt="fp12")
-    with pytest.raises(ValueError, match=r"^dtype='fp64' is not a storage format for mode 'eager'"):
-        run(g, x, mode="eager", dtype="fp64")
+    with pytest.raises(ValueError, match=r"^fmt='fp64' is not a storage format for mode 'eager'"):
+        run(g, x, mode="eager", fmt="fp64")
 
 
 def test_one_input_checker_for_run_and_evaluate():

@@ -239,7 +239,7 @@ def test_numlab_executor_with_preset_kernel_specs_reproduces_torch(torch):
     g = tr.to_graph()
     tc = run_torch(tr, (_t(torch, x, "fp32"),), mode="compiled", compiled=compile_fn(row_sum))[0]
     ind = inductor_cpu()
-    r = nl.run(g, {tr.input_names[0]: x}, mode="fused", dtype="fp32", kernels=ind.kernel_spec("fp32"),
+    r = nl.run(g, {tr.input_names[0]: x}, mode="fused", fmt="fp32", kernels=ind.kernel_spec("fp32"),
                fusion=ind.fusion_options())
     assert np.array_equal(np.asarray(r.outputs[g.outputs[0]], np.float32), tc)
 
@@ -250,9 +250,9 @@ def test_numlab_executor_with_preset_kernel_specs_reproduces_torch(torch):
     g = tr.to_graph()
     ins = dict(zip(tr.input_names, (a, b), strict=True))
     tc = run_torch(tr, (ta, tb), mode="compiled", compiled=compile_fn(chain))[0]
-    r = nl.run(g, ins, mode="fused", dtype="fp16", kernels=ind.kernel_spec("fp16"), fusion=ind.fusion_options())
+    r = nl.run(g, ins, mode="fused", fmt="fp16", kernels=ind.kernel_spec("fp16"), fusion=ind.fusion_options())
     assert np.array_equal(np.asarray(r.outputs[g.outputs[0]], np.float32), tc)
-    r = nl.run(g, ins, mode="eager", dtype="fp16", kernels=torch_cpu_eager().kernel_spec())
+    r = nl.run(g, ins, mode="eager", fmt="fp16", kernels=torch_cpu_eager().kernel_spec())
     assert np.array_equal(np.asarray(r.outputs[g.outputs[0]], np.float32), chain(ta, tb).float().numpy())
 
 

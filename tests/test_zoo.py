@@ -209,11 +209,9 @@ def test_fmt_rounds_to_the_format():
     g = zoo.rmsnorm()
     peak = max(np.max(np.abs(v)) for v in evaluate(decompose(g), zoo.make_inputs(g, "near_overflow", fmt="bf16"), all_values=True).values())
     assert peak > 1e37 and np.isfinite(peak)
-    # the older keyword dtype= gives the same arrays; both at once is an error
-    old = zoo.make_inputs(zoo.softmax(), "normal", seed=0, dtype="bf16")["x"]
-    assert np.array_equal(old, r)
-    with pytest.raises(TypeError, match="give the format as fmt= only"):
-        zoo.make_inputs(zoo.softmax(), fmt="bf16", dtype="bf16")
+    # the format is fmt= only: the older keyword dtype= is gone
+    with pytest.raises(TypeError, match="dtype"):
+        zoo.make_inputs(zoo.softmax(), "normal", seed=0, dtype="bf16")
 
 
 def test_bad_arguments():
@@ -228,8 +226,6 @@ def test_bad_arguments():
         zoo.make_inputs(3)
     with pytest.raises(ValueError, match="fmt='fp7'"):
         zoo.make_inputs(g, fmt="fp7")
-    with pytest.raises(ValueError, match="dtype='fp7'"):
-        zoo.make_inputs(g, dtype="fp7")
     with pytest.raises(ValueError, match="batch must be a positive int, got 0"):
         zoo.layernorm(batch=0)
     with pytest.raises(ValueError, match="d_model=10 must be a multiple of heads=3"):

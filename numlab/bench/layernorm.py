@@ -7,7 +7,7 @@ alike); the best time of each case is reported.
 * ``numpy fp32``: ``x32 = x.astype(float32)``; ``mu = x32.mean(-1)``;
   ``d = x32 - mu``; ``var = (d*d).mean(-1)``; ``d / sqrt(var + eps) * gamma +
   beta`` -- the baseline the ratio column divides by;
-* ``eager``: ``run(mode="eager", dtype="fp16")``: the hand-written layer_norm
+* ``eager``: ``run(mode="eager", fmt="fp16")``: the hand-written layer_norm
   kernel (Welford mean and variance in fp32, table-12 rsqrt + 1 Newton step,
   output rounded to fp16);
 * ``fused (inductor)``: ``run(mode="fused", fusion=FusionOptions.inductor())``:

@@ -10,7 +10,6 @@ import numpy as np
 from .. import zoo
 from ..execute import run
 from ..formats import get_format
-from ..running_bounds import fmt_or_dtype
 from ._fusion import fusion_options, fusion_spec
 from .catalogue import CaseResult, get_claim, get_model, model_sizes
 
@@ -30,7 +29,7 @@ class Case:
 
     model: str
     sizes: dict
-    dtype: str
+    fmt: str
     fusion: str
     inputs: dict
     kind: str = "normal"
@@ -67,7 +66,7 @@ class Runs:
     def __init__(self, case: Case, *, graph=None):
         self.case = case
         self.graph = graph if graph is not None else case.graph()
-        self.S = get_format(case.dtype)
+        self.S = get_format(case.fmt)
         self.fusion = fusion_options(case.fusion)
         self._res: dict = {}
 
@@ -84,18 +83,18 @@ class Runs:
         return {k: np.asarray(v) for k, v in self.run(mode).outputs.items()}
 
 
-def make_case(model: str, *, sizes=None, fmt=None, fusion=None, kind="normal",
-              seed: int = 0, trial: int = 0, graph=None, dtype=None) -> Case:
+def make_case(model: str, *, sizes=None, fmt="fp16", fusion=None, kind="normal",
+              seed: int = 0, trial: int = 0, graph=None) -> Case:
     """A case with zoo-generated inputs (``kind``) for trial ``trial``: the
     inputs depend only on (model, sizes, fmt, kind, seed, trial).  ``fmt``
-    is the storage format S (default fp16; ``dtype`` its deprecated name).
+    is the storage format S (default fp16).
     ``fusion`` is a fusion spec or a FusionOptions (``FusionOptions.parse``;
     None: the default ``"autofuse"``); the case keeps its canonical spec."""
-    S = fmt_or_dtype(fmt, dtype)
+    S = get_format(fmt, "fmt")
     spec = fusion_spec(fusion)
     sizes = model_sizes(model, sizes)
     g = graph if graph is not None else get_model(model, sizes)
-    inputs = zoo.make_inputs(g, kind=kind, seed=trial_seed(seed, trial), dtype=S)
+    inputs = zoo.make_inputs(g, kind=kind, seed=trial_seed(seed, trial), fmt=S)
     return Case(model, sizes, S.name, spec, inputs, kind, seed, trial)
 
 

@@ -11,12 +11,12 @@ import os
 import numpy as np
 
 from .. import bounds, metrics
+from ..formats import get_format
 from ..fusion import KINDS, FusionOptions
 from ..kernels import scalar_mul
 from ..kernels.algorithms import rsqrt
 from ..kernels.reduce import reduce
 from ..rounding import round_to
-from ..running_bounds import fmt_or_dtype
 from ._fusion import fusion_options, fusion_specs
 from .cases import Runs, make_case
 from .catalogue import _claim_population, _population_stats, get_model, model_sizes
@@ -35,13 +35,13 @@ PLAN_CHAINS = {
 }
 
 
-def plan_c1(n: int = 1024, *, scalar: float = 0.7, seed: int = 0, fmt=None, dtype=None) -> dict:
+def plan_c1(n: int = 1024, *, scalar: float = 0.7, seed: int = 0, fmt="fp16") -> dict:
     """C1: ``x * 0.7`` for ``x ~ U(-1, 1)`` in S ``[n, n]`` by the ``muls``
     (scalar unit keeps 0.7 in fp32) and ``broadcast`` (0.7 first rounded to S)
     instructions; shares of elements at 0, 1 and >= 2 ULP from the correctly
     rounded product (the exact product of the S value and the fp64 scalar).
-    ``fmt``: S (default fp16; ``dtype`` its deprecated name), as in C2 and C3."""
-    S = fmt_or_dtype(fmt, dtype)
+    ``fmt``: S (default fp16), as in C2 and C3."""
+    S = get_format(fmt, "fmt")
     rng = np.random.default_rng([seed, 1])
     x = np.asarray(round_to(rng.uniform(-1, 1, (n, n)), S), dtype=np.float64)
     ref = x * scalar  # exact enough: an fp16 value times a double, compared after rounding to S
@@ -54,13 +54,13 @@ def plan_c1(n: int = 1024, *, scalar: float = 0.7, seed: int = 0, fmt=None, dtyp
     return out
 
 
-def plan_c2(n: int = 16384, tiles=(512, 1024, 2048), *, rows: int = 64, seed: int = 0, fmt=None, dtype=None,
+def plan_c2(n: int = 16384, tiles=(512, 1024, 2048), *, rows: int = 64, seed: int = 0, fmt="fp16",
             inner: str = "sequential", outer: str = "sequential") -> dict:
     """C2: sum of ``[rows, n]`` S values (U(-1, 1)) with an fp32 accumulator,
     ``blocked(T, inner, outer)`` for each tile T, rounded to S; errors against
     fp64 (exact fsum per row) before and after the final rounding, with the
     a-priori bound of :func:`numlab.bounds.sum_bound`."""
-    S = fmt_or_dtype(fmt, dtype)
+    S = get_format(fmt, "fmt")
     rng = np.random.default_rng([seed, 2])
     x = np.asarray(round_to(rng.uniform(-1, 1, (rows, n)), S), dtype=np.float64)
     exact = np.array([math.fsum(r) for r in x])
@@ -80,11 +80,11 @@ def plan_c2(n: int = 16384, tiles=(512, 1024, 2048), *, rows: int = 64, seed: in
 
 
 def plan_c3(n: int = 100_000, *, steps=(2, 3), seed_algo: str = "magic", step_fmt: str = "fp32",
-            seed: int = 0, fmt=None, dtype=None) -> dict:
+            seed: int = 0, fmt="fp16") -> dict:
     """C3: ``rsqrt`` of S values ``x ~ U(0.01, 100)`` by a ``seed_algo``
     estimate plus 2 or 3 Newton steps in ``step_fmt``, rounded to S; ULP
     shares against the correctly rounded ``1/sqrt(x)``."""
-    S = fmt_or_dtype(fmt, dtype)
+    S = get_format(fmt, "fmt")
     rng = np.random.default_rng([seed, 3])
     x = np.asarray(round_to(rng.uniform(0.01, 100, n), S), dtype=np.float64)
     ref = 1.0 / np.sqrt(x)
@@ -146,7 +146,7 @@ def _plan_task(payload: dict) -> list:
         base = None
         per = {}
         for spec in payload["fusions"]:
-            case = make_case(payload["model"], sizes=payload["sizes"], fmt=payload["dtype"], fusion=spec,
+            case = make_case(payload["model"], sizes=payload["sizes"], fmt=payload["fmt"], fusion=spec,
                              kind=kind, seed=payload["seed"], trial=t, graph=graph)
             runs = Runs(case, graph=graph)
             if base is None:
@@ -199,7 +199,7 @@ def run_plan(out: str | None = "out/check_plan", *, trials: int = 1000, seed: in
     c3 = plan_c3(n3, seed=seed)
     chains: dict = {}
     for label, (model, sizes) in PLAN_CHAINS.items():
-        payloads = [{"model": model, "sizes": model_sizes(model, sizes), "dtype": "fp16", "seed": seed,
+        payloads = [{"model": model, "sizes": model_sizes(model, sizes), "fmt": "fp16", "seed": seed,
                      "kinds": kinds, "fusions": tuple(fusions), "lo": lo, "hi": min(lo + chunk, trials)}
                     for lo in range(0, trials, chunk)]
         per_trial = [r for ch in _submit_all(executor, payloads, progress, f"plan {label}", fn=_plan_task)

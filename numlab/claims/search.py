@@ -38,7 +38,6 @@ from tqdm.auto import tqdm
 from .. import metrics
 from ..formats import get_format
 from ..rounding import round_to
-from ..running_bounds import fmt_or_dtype
 from ._fusion import fusion_spec
 from .cases import Case, Runs, data_inputs, evaluate, make_case
 from .catalogue import CLAIMS, get_claim, get_model, model_sizes, responsible_ops
@@ -103,7 +102,7 @@ class CheckReport:
 
     claim: str
     model: str
-    dtype: str
+    fmt: str
     verdict: str
     trials: int
     violations: int
@@ -139,7 +138,7 @@ class CheckReport:
         head = {"holds": "HOLDS", "fails": f"VIOLATED ({self.violations} violating cases)",
                 "undecided": f"UNDECIDED ({self.undecided} of {self.trials} cases rest on an infinite, NaN, "
                              "unknown or empty result)"}[self.verdict]
-        lines = [f"claim {self.claim} on {self.model} ({self.dtype}), fusion {self.fusion}, {self.trials} trials, "
+        lines = [f"claim {self.claim} on {self.model} ({self.fmt}), fusion {self.fusion}, {self.trials} trials, "
                  f"search={self.search}: {head}"]
         lines.append(f"  worst margin {self.worst_margin:.4g} (trial {self.worst_trial}): "
                      + json.dumps(self.worst_detail, default=_json_default))
@@ -165,7 +164,7 @@ def _task(payload: dict) -> list:
     out = []
     for t in range(payload["lo"], payload["hi"]):
         kind = payload["kinds"][t % len(payload["kinds"])]
-        case = make_case(payload["model"], sizes=payload["sizes"], fmt=payload["dtype"],
+        case = make_case(payload["model"], sizes=payload["sizes"], fmt=payload["fmt"],
                          fusion=payload["fusion"], kind=kind, seed=payload["seed"], trial=t, graph=graph)
         runs = Runs(case, graph=graph)
         if claim.scope == "population":
@@ -188,14 +187,13 @@ def _key(margin: float) -> float:
     return -math.inf if math.isnan(margin) else margin
 
 
-def check(claim, model: str, *, fmt=None, sizes=None, fusion=None, trials: int = 100,
+def check(claim, model: str, *, fmt="fp16", sizes=None, fusion=None, trials: int = 100,
           search: str = "random", seed: int = 0, executor=None, save: str | None = None,
           options: SearchOptions | None = None, progress: bool = False, shrink_cex: bool = True,
-          force: bool = False, dtype=None) -> CheckReport:
+          force: bool = False) -> CheckReport:
     """Check ``claim`` on ``model``.
 
-    ``fmt`` is the storage format S (default fp16; ``dtype`` its deprecated
-    name).  ``fusion`` is a fusion spec or a :class:`numlab.fusion.FusionOptions`
+    ``fmt`` is the storage format S (default fp16).  ``fusion`` is a fusion spec or a :class:`numlab.fusion.FusionOptions`
     (coerced by ``FusionOptions.parse``; None: ``"autofuse"``).  Random
     trials run as executor tasks of ``options.chunk`` trials (per-trial
     seeds from :func:`numlab.claims.cases.trial_seed`; identical results
@@ -209,11 +207,11 @@ def check(claim, model: str, *, fmt=None, sizes=None, fusion=None, trials: int =
     """
     claim = get_claim(claim)
     opts = options if options is not None else SearchOptions(trials=trials, search=search)
-    S = fmt_or_dtype(fmt, dtype)
+    S = get_format(fmt, "fmt")
     sizes = model_sizes(model, sizes)
     spec = fusion_spec(fusion)
     payloads = [{"claim": claim.name if claim.name in CLAIMS and CLAIMS[claim.name] is claim else claim,
-                 "model": model, "sizes": sizes, "dtype": S.name, "fusion": spec, "seed": seed,
+                 "model": model, "sizes": sizes, "fmt": S.name, "fusion": spec, "seed": seed,
                  "kinds": tuple(opts.kinds), "lo": lo, "hi": min(lo + opts.chunk, opts.trials)}
                 for lo in range(0, opts.trials, opts.chunk)]
     results = [r for chunk in _submit_all(executor, payloads, progress, f"check {claim.name}") for r in chunk]
@@ -237,14 +235,14 @@ def check(claim, model: str, *, fmt=None, sizes=None, fusion=None, trials: int =
     return rep
 
 
-def _report(claim, model, dtype, spec, results, fps, opts) -> CheckReport:
+def _report(claim, model, fmt, spec, results, fps, opts) -> CheckReport:
     """The report of the random trials (before any adversarial search)."""
     viol = [r for r in results if r[2][0] == "fails"]
     und = [r for r in results if r[2][0] == "undecided"]
     wi = int(np.argmax([_key(r[2][1]) for r in results]))
     worst = results[wi]
     verdict = "fails" if viol else ("undecided" if und else "holds")
-    rep = CheckReport(claim.name, model, dtype, verdict, opts.trials, len(viol), float(worst[2][1]), worst[2][2],
+    rep = CheckReport(claim.name, model, fmt, verdict, opts.trials, len(viol), float(worst[2][1]), worst[2][2],
                       worst_trial=worst[0], fingerprints=fps, search=opts.search, fusion=spec, undecided=len(und),
                       undecided_detail={"trial": und[0][0], "kind": und[0][1], **und[0][2][3]} if und else {})
     if len(fps) > 1:  # the trials of one check must see one compiled plan
@@ -325,7 +323,7 @@ def _scalars(graph) -> list:
 
 
 def _mutate(case: Case, graph, rng: np.random.Generator) -> tuple[Case, str]:
-    S = get_format(case.dtype)
+    S = get_format(case.fmt)
     names = data_inputs(graph)
     inputs = {k: np.array(v, dtype=np.float64, copy=True) for k, v in case.inputs.items()}
     name = names[int(rng.integers(len(names)))] if names else None

@@ -104,7 +104,7 @@ def shrink(claim, case: Case, *, budget: int = 120, progress=None) -> tuple[Case
                 anchor = tuple(res.detail.get("index", ()))
                 break
     # (2) values
-    S = get_format(case.dtype)
+    S = get_format(case.fmt)
     g = case.graph()
     for name in data_inputs(g):
         a = np.asarray(case.inputs[name], dtype=np.float64)

@@ -1,8 +1,9 @@
 """Counterexample files: ``.npz`` (inputs and the eager / fused / reference
-outputs) plus ``.json`` (claim, model, sizes, dtype, fusion spec and
+outputs) plus ``.json`` (claim, model, sizes, fmt, fusion spec and
 options, seed, trial, compile fingerprints, hashes, margin, worst element);
 :func:`load_counterexample` + :func:`reproduce` recompute one and compare
-bit for bit."""
+bit for bit.  The storage format's key is ``"fmt"``; files written before
+the rename have ``"dtype"`` and still load."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def sha256_arrays(arrs: dict) -> str:
 
 def save_counterexample(claim, case: Case, result: CaseResult, directory="data/counterexamples", *,
                         extra: dict | None = None, force: bool = False) -> str:
-    """Save ``case`` as ``<dir>/<claim>__<model>__<dtype>__<hash12>.npz`` and
+    """Save ``case`` as ``<dir>/<claim>__<model>__<fmt>__<hash12>.npz`` and
     ``.json``; returns the path stem.  The name holds a hash of the inputs
     and the claim, so the same counterexample maps to the same files; an
     existing file with different content is never overwritten unless
@@ -46,13 +47,13 @@ def save_counterexample(claim, case: Case, result: CaseResult, directory="data/c
             arrs[f"output/{mode}/{k}"] = np.asarray(v)
     ih = sha256_arrays({k: v for k, v in arrs.items() if k.startswith("input/")})
     oh = sha256_arrays({k: v for k, v in arrs.items() if k.startswith("output/")})
-    stem = os.path.join(directory, f"{claim.name}__{case.model}__{case.dtype}__{ih[:12]}")
+    stem = os.path.join(directory, f"{claim.name}__{case.model}__{case.fmt}__{ih[:12]}")
     meta = {
         "claim": claim.name,
         "statement": claim.statement,
         "model": case.model,
         "sizes": case.sizes,
-        "dtype": case.dtype,
+        "fmt": case.fmt,
         "fusion": case.fusion,
         "fusion_options": fusion_options(case.fusion).canonical(),
         "kernels": {"eager": "KernelSpec.handwritten()", "fused": "KernelSpec.codegen()",
@@ -105,7 +106,8 @@ def load_counterexample(path) -> tuple[Case, dict, dict]:
     with np.load(stem + ".npz") as z:
         arrs = {k: z[k] for k in z.files}
     inputs = {k.split("/", 1)[1]: v for k, v in arrs.items() if k.startswith("input/")}
-    case = Case(meta["model"], meta["sizes"], meta["dtype"], fusion_spec(meta["fusion"]), inputs,
+    fmt = meta["fmt"] if "fmt" in meta else meta["dtype"]  # "dtype": files saved before the rename
+    case = Case(meta["model"], meta["sizes"], fmt, fusion_spec(meta["fusion"]), inputs,
                 meta.get("kind", "normal"), meta.get("seed", 0), meta.get("trial", 0), meta.get("origin", ""))
     return case, meta, arrs
 

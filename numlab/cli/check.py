@@ -112,7 +112,7 @@ def _add_determinism_parser(csub) -> None:
 def _run_determinism(args) -> int:
     if args.model is None:
         raise ValueError("MODEL is required (a zoo model)")
-    rep = check_determinism(args.model, dtype=args.dtype, mode=args.mode, runs=args.runs, sizes=args.size,
+    rep = check_determinism(args.model, fmt=args.dtype, mode=args.mode, runs=args.runs, sizes=args.size,
                             kernels=args.kernels, fusion=args.fusion, order=args.order, seed=args.seed,
                             input_kind=args.inputs, input_seed=args.input_seed, inject=args.inject,
                             timeout=args.timeout)
@@ -168,7 +168,7 @@ def _run_claim(args) -> int:
     ex, close = _executor(args.executor, args.workers)
     try:
         # claims.check takes the spec string (it stores it in the case record)
-        rep = C.check(args.claim, args.model, dtype=args.dtype.name, sizes=args.size, fusion=fusion.spec,
+        rep = C.check(args.claim, args.model, fmt=args.dtype.name, sizes=args.size, fusion=fusion.spec,
                       seed=args.seed, executor=ex, save=None if args.no_save else args.save, options=opts,
                       progress=args.progress, shrink_cex=not args.no_shrink, force=args.force)
     finally:

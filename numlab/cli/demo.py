@@ -79,10 +79,10 @@ def notebooks_dir() -> Path | None:
     return here if here.is_dir() else None
 
 
-def _figures(rows, dtypes, extra, chain, models_for_scatter, srows=()):
+def _figures(rows, fmts, extra, chain, models_for_scatter, srows=()):
 
     figs = []
-    for dt in dtypes:
+    for dt in fmts:
         fig = plots.figure(figsize=(9, 4))
         # P99, not max: a max relative error is set by the few outputs near zero
         # (cancellation), e.g. 9.2 for transformer_block in bf16 whatever the mode
@@ -97,7 +97,7 @@ def _figures(rows, dtypes, extra, chain, models_for_scatter, srows=()):
         plots.chain_length(CHAIN_NS[: len(errs['eager'])], errs, fmt=dt, ax=fig.subplots())
         figs.append((f"chain_{dt}.png", f"{dt}: max relative error of a chain of n multiplies, with the a-priori bounds", fig))
     for (model, dt), res in extra["results"].items():
-        if model not in models_for_scatter or dt != dtypes[0]:
+        if model not in models_for_scatter or dt != fmts[0]:
             continue
         fig = plots.figure(figsize=(4.5, 4.5))
         plots.error_scatter(flat_outputs(res["reference"]), flat_outputs(res["eager"]), flat_outputs(res["fused"]),
@@ -139,7 +139,7 @@ def _sources_html(srows) -> str:
            "<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head)
            + "</tr></thead><tbody>"]
     for r in srows:
-        cells = [r["case"], r["dtype"], r["kind"], r["fusion"],
+        cells = [r["case"], r["fmt"], r["kind"], r["fusion"],
                  *[f"{100 * r[c]:.1f}%" for c in SOURCE_COLUMNS], r["why"]]
         out.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     out.append("</tbody></table>")
@@ -154,16 +154,16 @@ def main(out="out", *, force=False, quick=False, fusion=None, kind="normal", see
     bottom: compute (numlab.experiments), print each table as it is ready,
     then write figures, CSV, JSON and the HTML report in that order."""
     t0 = time.perf_counter()
-    dtypes = ("fp16", "bf16")
+    fmts = ("fp16", "bf16")
     if models is None:
         models = QUICK_MODELS if quick else tuple(zoo.MODELS)
     fo = FusionOptions.parse(fusion)
     outdir, note = resolve_out_dir(out, force)
-    rows, extra = demo_rows(models, dtypes, fusion=fo, kind=kind, seed=seed, keep_results=True)
+    rows, extra = demo_rows(models, fmts, fusion=fo, kind=kind, seed=seed, keep_results=True)
     ns = CHAIN_NS[:5] if quick else CHAIN_NS
-    chain = {dt: chain_errors(ns, dt, size=1024 if quick else 2048, seed=seed) for dt in dtypes}
+    chain = {dt: chain_errors(ns, dt, size=1024 if quick else 2048, seed=seed) for dt in fmts}
     table = format_table(rows)
-    echo(f"numlab {__version__} demo: {len(models)} models x {dtypes} x eager / fused / emulated_casts "
+    echo(f"numlab {__version__} demo: {len(models)} models x {fmts} x eager / fused / emulated_casts "
          f"vs fp64; fusion {fo.spec} ({fo.describe()}); inputs {kind}, seed {seed}")
     echo(table)
     better = sum(r["verdict"].startswith("more") for r in rows if r["mode"] == "fused")
@@ -180,10 +180,10 @@ def main(out="out", *, force=False, quick=False, fusion=None, kind="normal", see
              f"{errs['fused'][-1]:.3g} (bound u_S + n*u_32 {b['fused'][-1]:.3g}, {'holds' if ok_f else 'VIOLATED'})")
 
     mkinds = ("normal", "shifted_mean") if quick else MATRIX_KINDS
-    mrows = verdict_matrix(models, dtypes, MATRIX_PRESETS, mkinds, seed=seed)
+    mrows = verdict_matrix(models, fmts, MATRIX_PRESETS, mkinds, seed=seed)
     echo("")
     echo("is fused more or less accurate than eager (mean |error| vs fp64), per preset and input kind, "
-         f"over the {len(models)} models x {len(dtypes)} formats:")
+         f"over the {len(models)} models x {len(fmts)} formats:")
     echo(format_verdict_matrix(mrows))
     echo(MATRIX_NOTE)
 
@@ -202,8 +202,8 @@ def main(out="out", *, force=False, quick=False, fusion=None, kind="normal", see
         echo(note)
     files = []
     differing = [r["model"] for r in rows
-                 if r["mode"] == "fused" and r["dtype"] == dtypes[0] and r["bitwise_eq_eager"] < 1]
-    figs = _figures(rows, dtypes, extra, chain, tuple(differing[: 1 if quick else 2]), srows)
+                 if r["mode"] == "fused" and r["fmt"] == fmts[0] and r["bitwise_eq_eager"] < 1]
+    figs = _figures(rows, fmts, extra, chain, tuple(differing[: 1 if quick else 2]), srows)
     embedded = []
     figdir = outdir / "figures"
     figdir.mkdir(exist_ok=True)
@@ -212,7 +212,7 @@ def main(out="out", *, force=False, quick=False, fusion=None, kind="normal", see
         (figdir / fname).write_bytes(png)
         files.append(figdir / fname)
         embedded.append((caption, png))
-    keys = ["model", "dtype", "mode", "abs_max", "abs_p99", "rel_max", "rel_p99", "ulp_max", "ulp_p99",
+    keys = ["model", "fmt", "mode", "abs_max", "abs_p99", "rel_max", "rel_p99", "ulp_max", "ulp_p99",
             "ulp0", "ulp1", "ulp_ge2", "bitwise_eq_eager", "nonfinite", "verdict", "fingerprint"]
     with open(outdir / "results.csv", "w", newline="") as fh:
         w = csv.writer(fh)
@@ -221,7 +221,7 @@ def main(out="out", *, force=False, quick=False, fusion=None, kind="normal", see
             w.writerow([r.get(k) for k in keys])
     files.append(outdir / "results.csv")
     meta = {"numlab": __version__, "fusion": fo.canonical(), "fusion_spec": fo.spec, "kind": kind, "seed": seed,
-            "models": list(models), "dtypes": list(dtypes),
+            "models": list(models), "fmts": list(fmts),
             "chain": {dt: {"n": list(ns), "errors": e, "bounds": b} for dt, (e, b) in chain.items()},
             "sources": srows, "verdicts": mrows}
     (outdir / "results.json").write_text(json.dumps(

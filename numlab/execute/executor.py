@@ -23,7 +23,7 @@ from .values import container, count, count_stored, node_seed, to_storage
 __all__ = ["run"]
 
 
-def run(graph, inputs, *, mode, fmt=None, dtype=None, kernels=None, fusion=None, seed=None,
+def run(graph, inputs, *, mode, fmt=None, kernels=None, fusion=None, seed=None,
         keep_internals=False, library=None, align=()):
     """Run ``graph`` on ``inputs`` in one execution mode.
 
@@ -38,9 +38,6 @@ def run(graph, inputs, *, mode, fmt=None, dtype=None, kernels=None, fusion=None,
         See :mod:`numlab.execute`.
     fmt : Format or str
         Storage format S (``"fp16"``, ``"bf16"``, ``nl.FP32``, ...).
-    dtype : Format or str
-        Deprecated name of ``fmt`` (give one of them); kept only until its
-        last callers move to ``fmt=``.
     kernels : KernelSpec or str, optional
         A KernelSpec or a kernel spec string (``"codegen:fma=false"``,
         :meth:`KernelSpec.parse`; the result keeps the parsed object).
@@ -79,9 +76,10 @@ def run(graph, inputs, *, mode, fmt=None, dtype=None, kernels=None, fusion=None,
         missing or unexpected inputs; wrong shapes or dtypes (each message names the argument or
         input and the valid choices).
     """
-    fmt, fmt_arg = _storage_arg(fmt, dtype)
+    if fmt is None:
+        raise TypeError("run() needs the storage format: fmt='fp16' (or 'bf16', 'fp32', ...)")
     S, align, kernels, library, fusion = check_run_args(
-        graph, mode=mode, fmt=fmt, fmt_arg=fmt_arg, kernels=kernels, library=library, fusion=fusion, seed=seed,
+        graph, mode=mode, fmt=fmt, kernels=kernels, library=library, fusion=fusion, seed=seed,
         keep_internals=keep_internals, align=align)
     fused_mode = mode in ("fused", "emulated_casts")
     vals, input_nonfinite = _feed_inputs(graph, inputs, S, mode)
@@ -104,16 +102,6 @@ def run(graph, inputs, *, mode, fmt=None, dtype=None, kernels=None, fusion=None,
                      kernels=spec, library=lib if fused_mode else None,
                      fusion=opts if fused_mode else None, align=align, seed=seed,
                      internals=internals, input_nonfinite=input_nonfinite)
-
-
-def _storage_arg(fmt, dtype):
-    """(the storage format given, the name it was given by): ``fmt`` or its
-    deprecated name ``dtype``, exactly one of them."""
-    if fmt is not None and dtype is not None:
-        raise TypeError(f"give the storage format once: fmt={fmt!r} and its deprecated name dtype={dtype!r}")
-    if fmt is None and dtype is None:
-        raise TypeError("run() needs the storage format: fmt='fp16' (or 'bf16', 'fp32', ...)")
-    return (fmt, "fmt") if fmt is not None else (dtype, "dtype")
 
 
 def _feed_inputs(graph, inputs, S, mode):

@@ -64,12 +64,6 @@ class RunResult:
     input_nonfinite: dict = field(default_factory=dict)
 
     @property
-    def dtype(self) -> Format:
-        """Deprecated name of :attr:`fmt`, kept only until its last reader
-        moves to ``.fmt``."""
-        return self.fmt
-
-    @property
     def output(self) -> np.ndarray:
         """The single output (ValueError when the graph has several)."""
         if len(self.outputs) != 1:

@@ -60,20 +60,18 @@ def check_align(align) -> tuple:
 
 
 def check_run_args(graph, *, mode, fmt, kernels, library, fusion, seed, keep_internals,
-                   align, fmt_arg: str = "fmt") -> tuple[Format, tuple, KernelSpec | None, KernelSpec | None,
-                                                         FusionOptions | None]:
+                   align) -> tuple[Format, tuple, KernelSpec | None, KernelSpec | None, FusionOptions | None]:
     """Validate :func:`run`'s arguments; return (S, align, kernels, library,
     fusion) with ``align`` normalised (``emulated_casts`` implies
     ``"promotion"``) and the specs coerced to their objects (spec strings
     parsed by :meth:`KernelSpec.parse` / :meth:`FusionOptions.parse`; None
-    stays None).  ``fmt_arg`` is the name the storage format was given by
-    (messages name it)."""
+    stays None)."""
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} is not an execution mode; valid modes: {list(MODES)}")
-    S = get_format(fmt, fmt_arg)
+    S = get_format(fmt, "fmt")
     if S.p > 24 and mode != "reference":
         raise ValueError(
-            f"{fmt_arg}={S.name!r} is not a storage format for mode {mode!r}: kernels compute in "
+            f"fmt={S.name!r} is not a storage format for mode {mode!r}: kernels compute in "
             "fp32, so S must fit in fp32; valid: fp32, tf32, bf16, fp16, fp8_e4m3, fp8_e5m2 "
             "(mode='reference' is the fp64 run)"
         )

@@ -459,7 +459,6 @@ def matmul(
     acc_rounding: str = "rne",
     out_rounding: str = "rne",
     stats: dict | None = None,
-    mode: str | None = None,
 ):
     """K-tiled ``a @ b`` with accumulator ``acc`` (see module docstring for the algorithms).
 
@@ -481,18 +480,11 @@ def matmul(
     stats : dict, optional
         If given, ``stats["uncertified"]`` receives the number of entries that
         needed the exact fallback (block_fma / split_k).
-    mode : str, optional
-        Deprecated name of ``algo`` (giving both is an error); kept only
-        until its last caller moves to ``algo=``.
 
     Returns
     -------
     ndarray in ``out.container``.
     """
-    if mode is not None:
-        if algo != "sequential" and algo != mode:
-            raise TypeError(f"give the matmul algorithm once: algo={algo!r} and its deprecated name mode={mode!r}")
-        algo = mode
     check_choice("algo", algo, MATMUL_ALGOS)
     if not isinstance(k_tile, int | np.integer) or isinstance(k_tile, bool) or k_tile <= 0:
         raise ValueError(f"k_tile={k_tile!r} is not valid; it must be an int > 0")

@@ -66,7 +66,10 @@ def ulp_distance(a, b, fmt) -> np.ndarray:
 
 @dataclass
 class Explanation:
-    """Result of :func:`explain` (``str(e)`` is the report)."""
+    """Result of :func:`explain` (``str(e)`` is the report).  ``dtype`` is the
+    output tensor's torch dtype by its numlab name (``"fp16"``), as
+    :attr:`numlab.torch.bridge.ANode.dtype`: in :mod:`numlab.torch` ``dtype``
+    names a torch tensor's dtype, torch's own word."""
 
     name: str
     dtype: str

@@ -93,7 +93,7 @@ def black_box(name: str):
 
 
 def reveal_order(fn, n: int, fmt="fp32", *, check_rows: int = 10_000, seed: int = 0,
-                 acc="fp32", torch: bool = True, dtype=None) -> Revealed:
+                 acc="fp32", torch: bool = True) -> Revealed:
     """Reveal the summation tree of ``fn`` on rows of ``n`` values of ``fmt``.
 
     Parameters
@@ -103,7 +103,7 @@ def reveal_order(fn, n: int, fmt="fp32", *, check_rows: int = 10_000, seed: int 
     n : int
         Row length.
     fmt : {"fp32", "fp16", "bf16"}
-        Input format (``dtype=`` is accepted as the older spelling).
+        Input format.
     check_rows, seed, acc
         See :func:`numlab.kernels.reveal.reveal`: the revealed order must
         reproduce ``fn`` bit for bit on ``check_rows`` random rows.
@@ -116,8 +116,6 @@ def reveal_order(fn, n: int, fmt="fp32", *, check_rows: int = 10_000, seed: int 
         ``.order`` (a :class:`numlab.kernels.tree_order.Tree`), ``.probes``,
         ``.calls`` and ``.check`` (``.check.ok``: bit for bit on every row).
     """
-    if dtype is not None:
-        fmt = dtype
     if isinstance(fmt, str) and fmt not in INPUT_FORMATS:
         raise ValueError(f"fmt={fmt!r} is not valid; valid choices: {list(INPUT_FORMATS)}")
     if isinstance(fn, str):
