@@ -1,19 +1,15 @@
 """numlab.kernels' PyTorch CPU orders and math routines (cpu_orders, libm, the algo= names).
 
-References: (1) the numlab.torch.orders / numlab.torch.libm code these replace,
-frozen in tests/_legacy_torch_orders.py and tests/_legacy_torch_libm.py (it was
-checked bit for bit against torch 2.13 on the project machine; the torch tests
-re-check the new code against torch itself); (2) plain scalar loops with
-Fraction-exact roundings (tests/_scalar_orders.py); (3) fp64 / mpmath-free
-float64 evaluations for the error bounds.
+References: (1) real torch, in tests/test_torch_faithfulness.py and
+tests/test_torch_capabilities.py (these orders and routines reproduce its
+outputs bit for bit); (2) plain scalar loops with Fraction-exact roundings
+(tests/_scalar_orders.py); (3) float64 evaluations for the error bounds.
 """
 
 from __future__ import annotations
 
 import math
 
-import _legacy_torch_libm as LL
-import _legacy_torch_orders as LO
 import _scalar_orders as R
 import ml_dtypes
 import numpy as np
@@ -21,6 +17,7 @@ import pytest
 
 from numlab.formats import ulp
 from numlab.kernels import algorithms as A
+from numlab.kernels import libm as L
 from numlab.kernels.cpu_orders import AtenCascade, InductorLanes, inductor_splits_reduction
 from numlab.kernels.reduce import ORDER_NAMES, gamma, parse_order, reduce
 from numlab.torch.data import cancelling_rows
@@ -38,48 +35,6 @@ def _rows(kind, rng, shape):
 
 # --------------------------------------------------------------------------------------
 # orders
-@pytest.mark.parametrize("kind", ["normal", "cancelling"])
-@pytest.mark.parametrize("widen", [False, True])
-def test_aten_cascade_equals_legacy(kind, widen):
-    rng = np.random.default_rng(11)
-    for n in SHAPES_N:
-        for vec in (4, 8, 16):
-            x = _rows(kind, rng, (3, n))
-            got = reduce(x, "sum", order=AtenCascade(vec, widen), acc="fp32")
-            want = LO.aten_sum(x, vec=vec, widen=widen)
-            assert got.tobytes() == want.tobytes(), (n, vec, widen)
-
-
-def test_aten_cascade_long_row_levels_equal_legacy():
-    # level_power grows past 4 once ceil_log2(size) >= 20 (more than 2^19 items per accumulator)
-    x = np.random.default_rng(3).standard_normal((1, 8 * 4 * (2**19 + 37))).astype(F32)
-    assert reduce(x, "sum", order="aten_cascade(8)", acc="fp32").tobytes() == LO.aten_sum(x).tobytes()
-
-
-@pytest.mark.parametrize("kind", ["normal", "cancelling"])
-def test_inductor_lanes_equals_legacy(kind):
-    rng = np.random.default_rng(12)
-    for n in SHAPES_N:
-        for lanes, n_vec, threads in ((16, 1, 1), (16, 2, 1), (8, 1, 2), (16, 2, 2), (16, 1, 3)):
-            for rows in (1, 2, 5):
-                x = _rows(kind, rng, (rows, n))
-                for split in (None, True, False):
-                    sp = "auto" if split is None else str(split).lower()
-                    for cascade in (True, False):
-                        got = reduce(x, "sum", order=InductorLanes(lanes, n_vec, threads, sp, cascade), acc="fp32")
-                        want = LO.inductor_sum(x, lanes=lanes, n_vec=n_vec, threads=threads, split=split,
-                                               fp32_sum=cascade)
-                        assert got.tobytes() == want.tobytes(), (n, lanes, n_vec, threads, rows, split, cascade)
-
-
-@pytest.mark.parametrize("threads,split", [(1, None), (2, True), (2, False), (3, True)])
-def test_inductor_lanes_cascade_helper_equals_legacy(threads, split):
-    # CascadeSumHelper acts beyond 4096 vector iterations per thread (n > 65536 at 16 lanes)
-    rng = np.random.default_rng(13)
-    x = cancelling_rows(rng, (2, 16 * 4096 * 2 * threads + 21), "fp32")
-    sp = "auto" if split is None else str(split).lower()
-    got = reduce(x, "sum", order=InductorLanes(16, 1, threads, sp), acc="fp32")
-    assert got.tobytes() == LO.inductor_sum(x, lanes=16, threads=threads, split=split).tobytes()
 
 
 @pytest.mark.parametrize("fmt", ["fp32", "bf16", "fp16"])
@@ -200,29 +155,16 @@ def _rand32(n=10**6, seed=17):
     return np.concatenate([x, wide])
 
 
-@pytest.mark.parametrize("xs", ["fp16", "fp32"])
-def test_libm_algorithms_equal_legacy(xs):
-    x = _all_fp16() if xs == "fp16" else _rand32()
-    pairs = [
-        (A.exp(x, fmt="fp32", algo="sleef_u10"), LL.sleef_expf(x)),
-        (A.tanh(x, fmt="fp32", algo="sleef"), LL.sleef_tanhf(x)),
-        (A.erf(x, fmt="fp32", algo="aten_vec"), LL.aten_vec_erf(x)),
-        (A.gelu(x, fmt="fp32", algo="onednn"), LL.onednn_gelu_erf(x)),
-    ]
-    for got, want in pairs:
-        assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
-
-
 def test_gelu_aten_formulas():
-    """ATen's GeluKernel formulas, written out with the legacy routines."""
+    """ATen's GeluKernel formulas, written out with the libm routines they call."""
     x = _rand32(2 * 10**5)
     x = x[np.isfinite(x) & (np.abs(x) < 1e15)]
     f = F32
     with np.errstate(all="ignore"):
-        want_none = (x * f(0.5)) * (f(1) + LL.aten_vec_erf(x * f(1 / math.sqrt(2))))
+        want_none = (x * f(0.5)) * (f(1) + L.aten_vec_erf(x * f(1 / math.sqrt(2))))
         kb = f(math.sqrt(2) * (2 / math.sqrt(math.pi)) * 0.5)
-        inner = kb * LL.fma32(np.full_like(x, f(0.044715)), (x * x) * x, x)
-        want_tanh = (f(0.5) * x) * (f(1) + LL.sleef_tanhf(inner))
+        inner = kb * L.fma32(np.full_like(x, f(0.044715)), (x * x) * x, x)
+        want_tanh = (f(0.5) * x) * (f(1) + L.sleef_tanhf(inner))
         want_tanh_tail = (f(0.5) * x) * (f(1) + np.tanh(inner.astype(np.float64)).astype(f))
     assert A.gelu(x, fmt="fp32", algo="aten_vec").tobytes() == want_none.tobytes()
     assert A.gelu(x, fmt="fp32", approximate="tanh", algo="aten_vec").tobytes() == want_tanh.tobytes()
