@@ -664,6 +664,8 @@ class _Interp:
         if self.mode == "fp64":
             return np.log1p(x)
         self._default_capability("log1p")
+        if self.sw.algorithm != "aten" and self.pi.scalar:  # Inductor's scalar C++: std::log1p
+            return self.out(_unary32("log1p", x, TAIL_LOG1P), dt)
         r = _unary32("log1p", x, VEC_LOG1P)
         if self.sw.algorithm != "aten":
             r = self.inductor_tail(node, r, lambda: _unary32("log1p", x, TAIL_LOG1P))
@@ -978,7 +980,8 @@ def predict(trace: TorchTrace, inputs=None, *, mode: str = "eager", preset=None,
     threads = 1 if switches.fp64 else _threads(pi)
     it = _Interp(switches, pe, pi, dts, n_vec=2 if low else 1, threads=threads)
     if switches.algorithm == "inductor" and not switches.fp64:
-        it.scalar_tail = _inductor_scalar_tail(nodes, ph, outs, pi.lanes * it.n_vec)
+        # scalar C++ (no vector ISA) has no vector loop: every element is the scalar code's
+        it.scalar_tail = 0 if pi.scalar else _inductor_scalar_tail(nodes, ph, outs, pi.lanes * it.n_vec)
         it.has_where = any(n.op.startswith("where") for n in nodes)
     it.users = {}
     for n in nodes:

@@ -352,15 +352,26 @@ class InductorCpu:
                              f"{[a for a in GELU_ALGOS if not a.startswith('onednn')]}")
 
     def not_modelled(self) -> str | None:
-        """Why this Inductor setting is not modelled, or None when it is."""
-        if self.vec_isa == "none":
-            return ("torch.compile without a vector ISA (Inductor's scalar C++, e.g. under "
-                    "ATEN_CPU_CAPABILITY=default) is not modelled")
+        """Why this Inductor setting is not modelled, or None when it is (every vector ISA
+        and ``"none"``, Inductor's scalar C++, are modelled; what stays unmodelled inside
+        them is raised per op by :func:`numlab.torch.predict`)."""
         return None
+
+    @property
+    def scalar(self) -> bool:
+        """No vector ISA (``vec_isa="none"``, e.g. ``ATEN_CPU_CAPABILITY=default``): the
+        generated C++ is scalar loops -- reductions one sequential fp32 accumulator from
+        ``+0`` (``amax`` from ``-inf``), 16-bit values converted one by one, libm calls
+        (``std::exp``...) for the math (read in the generated code, measured)."""
+        return self.vec_isa == "none"
 
     def reduce_order(self, storage: str = "fp32", threads: int = 1, n_vec: int | None = None) -> InductorLanes:
         """Inductor's row-reduction order: ``InductorLanes(lanes, n_vec, threads)`` with
-        ``n_vec`` 2 for 16-bit ``storage`` (two fp32 vectors per load), else 1."""
+        ``n_vec`` 2 for 16-bit ``storage`` (two fp32 vectors per load), else 1.  Scalar
+        C++ (:attr:`scalar`): ``InductorLanes(1, 1, threads, unroll=1)``, one sequential
+        fp32 sum from ``+0`` (``tree(+0:[0..n-1])``, revealed by probing)."""
+        if self.scalar:
+            return InductorLanes(1, 1, max(int(threads), 1), unroll=1, min_chunk=self.min_chunk_size)
         if n_vec is None:
             n_vec = 2 if storage in _LOW else 1
         return InductorLanes(self.lanes, n_vec, max(int(threads), 1), min_chunk=self.min_chunk_size)
@@ -405,6 +416,10 @@ def _spec_algorithms(algos: dict) -> dict:
         return {}
     return {k: v for k, v in algos.items() if k in _SPEC_FIELDS}
 
+
+_SCALAR_MATH = {"vec_exp": "exact", "vec_tanh": "exact", "vec_erf": "exact", "vec_gelu": "aten_scalar"}
+"""The math of Inductor's scalar C++ (no vector ISA): glibc ``expf``/``tanhf``/``erff``
+modelled as correctly rounded fp32, gelu as ATen's scalar formula with that ``erff``."""
 
 CAPABILITIES = ("AVX512", "AVX2", "DEFAULT")
 """ATen CPU dispatch levels :class:`TorchCpuEager` models (measured)."""
@@ -468,6 +483,9 @@ def inductor_cpu(emulate_precision_casts: bool = False, **overrides) -> Inductor
             isa, lanes = detect_inductor_isa()
             overrides.setdefault("vec_isa", isa)
             overrides.setdefault("lanes", lanes)
+        if overrides.get("vec_isa") == "none":  # scalar C++: libm calls, not Vectorized<float>
+            for k, v in _SCALAR_MATH.items():
+                overrides.setdefault(k, v)
         if "min_chunk_size" not in overrides:
             from torch._inductor import config as icfg  # torch is optional: imported when called
 
