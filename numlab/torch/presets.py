@@ -18,9 +18,9 @@ What decides the bits (detected)
   (``AVX512``, ``AVX2``, ``DEFAULT``; lowered by ``ATEN_CPU_CAPABILITY``):
   softmax sums in 16 lanes under AVX512, 8 under AVX2.  ``DEFAULT`` (no vector
   build): sums, means, amax, arithmetic with scalars and rms_norm are modelled
-  (fp32 ``add(alpha)`` without FMA); exp/tanh/erf/sigmoid/silu, ATen's gelu,
-  softmax, layer norm, 16-bit ``add(alpha)`` and 16-bit gelu are not
-  (``NotModelled``).
+  (fp32 ``add(alpha)`` without FMA, 16-bit ``add(alpha)`` as ``fl16(x + fl16(a' y))``
+  on every element); exp/tanh/erf/sigmoid/silu, ATen's gelu, softmax, layer norm
+  and 16-bit gelu are not (``NotModelled``).
 * oneDNN's ISA, which eager ``F.gelu`` (``approximate="none"``) runs on:
   oneDNN picks it from the CPU and ``ONEDNN_MAX_CPU_ISA`` (measured: it ignores
   ``ATEN_CPU_CAPABILITY``).  ``avx512_core`` and up: the minimax kernel
@@ -268,7 +268,7 @@ class TorchCpuEager:
             return None
         if self.capability == "DEFAULT":
             key = "gelu_tanh" if op == "gelu" else op
-            if key in DEFAULT_NOT_MODELLED or (op == "alpha" and fmt in _LOW):
+            if key in DEFAULT_NOT_MODELLED:
                 return (f"eager {op} on {path} (ATen's scalar build: libm calls and "
                         "the generic Vectorized loops are not modelled)")
         return None
