@@ -11,9 +11,8 @@ shared cache would hand one capability's kernels to another):
 * ``avx2``: ``ATEN_CPU_CAPABILITY=avx2`` + ``ONEDNN_MAX_CPU_ISA=AVX2`` -- what an
   AVX2-only CPU (e.g. AMD Zen 3) dispatches; eager and compiled.
 * ``default``: ATen's scalar build; eager and compiled (Inductor has no vector ISA
-  there and generates scalar C++: sequential fp32 sums from +0, libm calls; glibc's
-  ``expf``/``tanhf``/``erff`` are modelled as correctly rounded fp32, so fp32 compiled
-  exp/tanh/erf/gelu carry the stated residual :data:`GLIBC_RESIDUAL`).
+  there and generates scalar C++: sequential fp32 sums from +0, glibc's
+  ``expf``/``tanhf``/``erff``, all modelled bit for bit).
 
 The subprocess reports, per case, the path the presets detected and the bitwise
 share against real torch; the tests assert each share against that path (never
@@ -128,11 +127,6 @@ DTYPES = ("fp32", "bf16", "fp16")
 # eager unary exp/tanh/erf go through MKL VML, modelled as correctly rounded fp32: the
 # residual (a few percent of fp32 elements, <= 1 ulp) is stated, as in the faithfulness table
 VML = ("exp", "tanh", "erf")
-# Inductor's scalar C++ (capability default) calls glibc 2.36 expf/tanhf/erff, modelled as
-# correctly rounded fp32: the lowest fp32 share measured on the test data per op (the
-# formulas around the libm call are bit for bit: 100% with glibc's own results); 16-bit
-# rows are 100% (one rounding hides the fp32 ulp)
-GLIBC_RESIDUAL = {"exp": 0.99, "tanh": 0.75, "erf": 0.9, "gelu": 0.9, "gelu_tanh": 0.8, "sigmoid": 0.99}
 _RUNS: dict = {}
 
 
@@ -248,11 +242,7 @@ def test_capability_case(torch, tmp_path_factory, cap, op, dt):
     else:
         assert share == 1.0, (cap, op, dt, row)
     if "compiled" in row:
-        if cap == "default" and dt == "fp32" and op in GLIBC_RESIDUAL:
-            print(f"{cap} {op} {dt} compiled: {row['compiled'][0]:.2%} (glibc libm modelled as CR)")
-            assert row["compiled"][0] >= GLIBC_RESIDUAL[op], (cap, op, dt, row)
-        else:
-            assert row["compiled"][0] == 1.0, (cap, op, dt, row)
+        assert row["compiled"][0] == 1.0, (cap, op, dt, row)
 
 
 def test_onednn_isa_detection_matches_oneDNN(torch):

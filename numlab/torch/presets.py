@@ -19,7 +19,8 @@ What decides the bits (detected)
   softmax sums in 16 lanes under AVX512, 8 under AVX2.  ``DEFAULT`` (no vector
   build): sums, means, amax, arithmetic with scalars and rms_norm are modelled
   (fp32 ``add(alpha)`` without FMA, 16-bit ``add(alpha)`` as ``fl16(x + fl16(a' y))``
-  on every element); exp/tanh/erf/sigmoid/silu, ATen's gelu, softmax, layer norm
+  on every element), and sigmoid with glibc ``expf`` (``vec_exp="glibc"``, bit for
+  bit); exp/tanh/erf/silu, ATen's gelu, softmax, layer norm
   and 16-bit gelu are not (``NotModelled``).
 * oneDNN's ISA, which eager ``F.gelu`` (``approximate="none"``) runs on:
   oneDNN picks it from the CPU and ``ONEDNN_MAX_CPU_ISA`` (measured: it ignores
@@ -324,6 +325,8 @@ class InductorCpu:
         math: ``"sleef_u10"`` (exp), ``"sleef"`` (tanh), ``"aten_vec"`` (erf, and
         gelu in both approximations; ``"onednn"`` is not valid here), all measured
         bit for bit; ``"exact"`` (correctly rounded fp32) for what-if predictions.
+        Without a vector ISA (``vec_isa="none"``) :func:`inductor_cpu` sets them to
+        ``"glibc"``: the scalar C++ calls ``std::exp/tanh/erf`` (glibc, bit for bit).
     """
 
     name: str = "inductor_cpu"
@@ -417,15 +420,16 @@ def _spec_algorithms(algos: dict) -> dict:
     return {k: v for k, v in algos.items() if k in _SPEC_FIELDS}
 
 
-_SCALAR_MATH = {"vec_exp": "exact", "vec_tanh": "exact", "vec_erf": "exact", "vec_gelu": "aten_scalar"}
-"""The math of Inductor's scalar C++ (no vector ISA): glibc ``expf``/``tanhf``/``erff``
-modelled as correctly rounded fp32, gelu as ATen's scalar formula with that ``erff``."""
+_SCALAR_MATH = {"vec_exp": "glibc", "vec_tanh": "glibc", "vec_erf": "glibc", "vec_gelu": "glibc"}
+"""The math of Inductor's scalar C++ (no vector ISA): ``std::exp/tanh/erf`` of glibc
+(``expf``, fdlibm's ``tanhf``/``erff``; glibc 2.36 measured bit for bit), gelu as
+``(0.5x)(1 + erff(x/sqrt 2))`` (``approximate="tanh"``: the predictor's decomposition)."""
 
 CAPABILITIES = ("AVX512", "AVX2", "DEFAULT")
 """ATen CPU dispatch levels :class:`TorchCpuEager` models (measured)."""
 ONEDNN_ISAS = ("avx512_core", "avx2", "other")
 """oneDNN dispatch classes :class:`TorchCpuEager` distinguishes (``other``: not modelled)."""
-DEFAULT_NOT_MODELLED = ("exp", "tanh", "erf", "sigmoid", "silu", "gelu_tanh", "_softmax",
+DEFAULT_NOT_MODELLED = ("exp", "tanh", "erf", "silu", "gelu_tanh", "_softmax",
                         "native_layer_norm", "log")
 """Eager ops not modelled under ATen's ``DEFAULT`` capability (measured 40-99% with the
 vector-build models; ``gelu_tanh``: ATen's gelu, also ``approximate="none"`` with mkldnn off)."""
@@ -447,7 +451,9 @@ def torch_cpu_eager(**overrides) -> TorchCpuEager:
     ``ATEN_CPU_CAPABILITY`` lowers), ``softmax_lanes`` from it (16 AVX512, 8 AVX2),
     ``onednn_isa`` (:func:`detect_onednn_isa`; oneDNN ignores
     ``ATEN_CPU_CAPABILITY``), ``onednn_gelu`` (mkldnn available and enabled),
-    ``fma_alpha`` (False under ``DEFAULT``: the scalar build has no FMA).
+    ``fma_alpha`` (False under ``DEFAULT``: the scalar build has no FMA), ``vec_exp``
+    (``"glibc"`` under ``DEFAULT``: the generic ``Vectorized<float>::exp()`` calls
+    ``std::exp`` on every element).
     Without torch the fields keep their defaults (the AVX-512 machine's).
     """
     try:
@@ -466,6 +472,9 @@ def torch_cpu_eager(**overrides) -> TorchCpuEager:
         overrides["softmax_lanes"] = _SOFTMAX_LANES[cap]
     if "fma_alpha" not in overrides and cap == "DEFAULT":
         overrides["fma_alpha"] = False
+    if "vec_exp" not in overrides and cap == "DEFAULT":
+        # the generic Vectorized<float>::exp() maps std::exp: glibc expf (sigmoid measured 100%)
+        overrides["vec_exp"] = "glibc"
     return TorchCpuEager(**overrides)
 
 
