@@ -64,6 +64,7 @@ OPS = {
     "sigmoid": torch.sigmoid, "exp": torch.exp, "tanh": torch.tanh, "erf": torch.erf,
     "sum": lambda x: x.sum(-1), "mean": lambda x: x.mean(-1), "softmax": lambda x: F.softmax(x, -1),
     "layer_norm": lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b),
+    "alpha": lambda x, y: torch.add(x, y, alpha=0.7),
 }
 POINTWISE = ("gelu", "gelu_tanh", "sigmoid", "exp", "tanh", "erf")
 
@@ -86,7 +87,7 @@ for dt in ("fp32", "bf16", "fp16"):
     c, d = (t(normal(rng, (8, 100), dt, 3.0)) for _ in range(2))
     w, bias = (t(normal(rng, (100,), dt)) for _ in range(2))
     args = {k: (x,) for k in POINTWISE}
-    args.update(sum=(a,), mean=(b,), softmax=(c,), layer_norm=(d, w, bias))
+    args.update(sum=(a,), mean=(b,), softmax=(c,), layer_norm=(d, w, bias), alpha=(x, c))
     for name, fn in OPS.items():
         tr = from_torch(fn, args[name])
         want = fn(*args[name]).float().numpy()
@@ -122,7 +123,7 @@ CAPS = {
     "avx2": ({"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}, True, "AVX2"),
     "default": ({"ATEN_CPU_CAPABILITY": "default"}, True, "DEFAULT"),
 }
-OPS = ("gelu", "gelu_tanh", "sigmoid", "exp", "tanh", "erf", "sum", "mean", "softmax", "layer_norm")
+OPS = ("gelu", "gelu_tanh", "sigmoid", "exp", "tanh", "erf", "sum", "mean", "softmax", "layer_norm", "alpha")
 DTYPES = ("fp32", "bf16", "fp16")
 # eager unary exp/tanh/erf go through MKL VML, modelled as correctly rounded fp32: the
 # residual (a few percent of fp32 elements, <= 1 ulp) is stated, as in the faithfulness table
