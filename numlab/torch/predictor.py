@@ -37,14 +37,19 @@ and hardswish (a true division by 6, eager and compiled) are bit for bit:
 ``where`` share exceeds 0.12 and the tail is at most half a vector
 (:func:`_inductor_scalar_tail`).  libm ``expf`` in those loops is modelled as
 correctly rounded (measured 99.92% of tail elements).
+Inductor without a vector ISA (``InductorCpu.scalar``, e.g. under
+``ATEN_CPU_CAPABILITY=default``) generates scalar C++ (read in the generated code):
+the same fp32 expressions, reductions as one sequential fp32 sum from ``+0``
+(``InductorLanes(1, ...)``), glibc's ``expf``/``tanhf``/``erff`` (``algo="glibc"``,
+bit for bit), gelu tanh as its decomposition without FMA; no scalar tail.
 What stays here is what a KernelSpec does not express: the ATen graph walk,
 per-op scalar conversion rules, the scalar tails of vectorised loops, ATen's
 ``RowwiseMoments`` (layer norm) and the fp64 reference mode.
 
 Not modelled (raise :class:`NotModelled` rather than guess): the paths the
-presets flag (``TorchCpuEager.not_modelled``: transcendental ops, softmax and
-layer norm under ATen's ``DEFAULT`` capability, oneDNN ISAs below avx2;
-``InductorCpu.not_modelled``: Inductor without a vector ISA), reductions over
+presets flag (``TorchCpuEager.not_modelled``: exp/tanh/erf/silu, ATen's gelu,
+softmax and layer norm under ATen's ``DEFAULT`` capability, oneDNN ISAs below avx2),
+reductions over
 a dim other than the last, ATen's two-pass split of a single row longer than
 ``GRAIN_SIZE`` (32768) over threads, Inductor's ``var_mean`` split over
 threads, ``pow`` with an exponent other than 2, eager softplus/log1p under ATen's

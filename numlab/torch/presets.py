@@ -29,7 +29,9 @@ What decides the bits (detected)
   (``algo="onednn_avx2"``); both bit for bit in fp32, bf16 and fp16.
 * Inductor's vector ISA ``torch._inductor.cpu_vec_isa.pick_vec_isa()``
   (follows ``ATEN_CPU_CAPABILITY``): its fp32 lanes (16 avx512, 8 avx2); no
-  vector ISA (``default``) means scalar C++, not modelled.
+  vector ISA (``default``) means scalar C++ (:attr:`InductorCpu.scalar`): one
+  sequential fp32 sum from ``+0`` per row (``max`` from ``-inf``), libm calls
+  (glibc ``expf``/``tanhf``/``erff``, modelled bit for bit), ``-ffp-contract=off``.
 * Threads (``torch.get_num_threads()``, read when predicting), ATen's
   ``GRAIN_SIZE`` (32768) and Inductor's ``cpp.min_chunk_size``.
 
