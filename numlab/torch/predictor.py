@@ -648,6 +648,12 @@ class _Interp:
             # eager: F.gelu runs oneDNN's kernel (mkldnn enabled) for approximate="none";
             # else ATen's GeluKernel (SLEEF tanhf / A&S erf, FMA in x + kappa x^3), whose
             # scalar tail loop calls libm tanhf / erff
+            if approximate == "tanh" and self.pe.capability == "DEFAULT":
+                # ATen's scalar build: every element runs the scalar formula, compiled without
+                # FMA, with glibc tanhf: (0.5x)(1 + tanhf(kBeta (x + kKappa x^3))) (measured 100%)
+                f = np.float32
+                inner = f(0.7978845608028654) * (x + f(0.044715) * ((x * x) * x))
+                return self.out((f(0.5) * x) * (f(1) + _unary32("tanh", inner, "glibc")), dt)
             algo = self.pe.algorithms()["gelu" if approximate == "none" else "gelu_tanh"]
             if algo is None:
                 raise NotModelled(f"eager gelu on oneDNN ISA {self.pe.onednn_isa!r}")
