@@ -73,7 +73,7 @@ from ..kernels.algorithms import log1p as k_log1p
 from ..kernels.algorithms import tanh as k_tanh
 from ..kernels.cpu_orders import InductorLanes, ceil_log2
 from ..kernels.libm import fma32
-from ..kernels.reduce import reduce
+from ..kernels.reduce import Lanes, reduce
 from ..ops import erf_ref
 from ..rounding import round_to
 from .bridge import Ref, TorchTrace, as_numpy, import_torch
@@ -254,9 +254,15 @@ def _aten_softmax(x, out_dt, preset):
     with np.errstate(all="ignore"):
         e = _unary32("exp", x - m, preset.vec_exp)
     L = preset.softmax_lanes
-    # the lane loop of Inductor's reductions, without thread split or cascade, and
-    # rows shorter than one vector summed sequentially
-    s = _sum32(e, InductorLanes(L, 1, 1, "false", False, L))
+    if preset.capability == "DEFAULT":
+        # ATen's scalar build: vec::reduce_all over the generic Vectorized<float> (8 lanes):
+        # lane-wise adds, the tail into lanes 0..t-1, then lanes 1..7 added into lane 0 one
+        # by one (generic vec_reduce_all); exp is std::exp (glibc) -- measured 100%
+        s = _sum32(e, Lanes(L, "sequential", "masked"))
+    else:
+        # the lane loop of Inductor's reductions, without thread split or cascade, and
+        # rows shorter than one vector summed sequentially
+        s = _sum32(e, InductorLanes(L, 1, 1, "false", False, L))
     with np.errstate(all="ignore"):
         inv = np.float32(1) / s
         out = e * inv[..., None]
