@@ -21,8 +21,8 @@ What decides the bits (detected)
   (fp32 ``add(alpha)`` without FMA, 16-bit ``add(alpha)`` as ``fl16(x + fl16(a' y))``
   on every element), and sigmoid with glibc ``expf`` (``vec_exp="glibc"``, bit for
   bit), softmax (8-lane generic ``reduce_all``, glibc ``expf``) and
-  ``F.gelu(approximate="tanh")``; exp/tanh/erf/silu, ATen's gelu, layer norm
-  and 16-bit gelu are not (``NotModelled``).
+  ``F.gelu(approximate="tanh")``, layer norm (``RowwiseMoments`` without FMA);
+  exp/tanh/erf/silu, ATen's gelu (mkldnn off) and 16-bit gelu are not (``NotModelled``).
 * oneDNN's ISA, which eager ``F.gelu`` (``approximate="none"``) runs on:
   oneDNN picks it from the CPU and ``ONEDNN_MAX_CPU_ISA`` (measured: it ignores
   ``ATEN_CPU_CAPABILITY``).  ``avx512_core`` and up: the minimax kernel
@@ -434,8 +434,7 @@ CAPABILITIES = ("AVX512", "AVX2", "DEFAULT")
 """ATen CPU dispatch levels :class:`TorchCpuEager` models (measured)."""
 ONEDNN_ISAS = ("avx512_core", "avx2", "other")
 """oneDNN dispatch classes :class:`TorchCpuEager` distinguishes (``other``: not modelled)."""
-DEFAULT_NOT_MODELLED = ("exp", "tanh", "erf", "silu", "gelu_tanh",
-                        "native_layer_norm", "log")
+DEFAULT_NOT_MODELLED = ("exp", "tanh", "erf", "silu", "gelu_tanh", "log")
 """Eager ops not modelled under ATen's ``DEFAULT`` capability (measured 40-99% with the
 vector-build models, 87-99% with glibc's; ``gelu_tanh``: ATen's gelu with
 ``approximate="none"`` and mkldnn off -- ``approximate="tanh"`` is modelled: ATen's
