@@ -22,7 +22,7 @@ What decides the bits (detected)
   on every element), and sigmoid with glibc ``expf`` (``vec_exp="glibc"``, bit for
   bit), softmax (8-lane generic ``reduce_all``, glibc ``expf``) and
   ``F.gelu(approximate="tanh")``, layer norm (``RowwiseMoments`` without FMA);
-  exp/tanh/erf/silu, ATen's gelu (mkldnn off) and 16-bit gelu are not (``NotModelled``).
+  exp/tanh/erf/silu and ATen's gelu (mkldnn off) are not (``NotModelled``).
 * oneDNN's ISA, which eager ``F.gelu`` (``approximate="none"``) runs on:
   oneDNN picks it from the CPU and ``ONEDNN_MAX_CPU_ISA`` (measured: it ignores
   ``ATEN_CPU_CAPABILITY``).  ``avx512_core`` and up: the minimax kernel
@@ -263,9 +263,6 @@ class TorchCpuEager:
             if self.gelu_algo is None:
                 return (f"eager gelu runs oneDNN's {self.onednn_isa!r} kernel (oneDNN ISA "
                         f"{self.onednn_isa}); numlab models oneDNN avx512_core and avx2")
-            if self.capability == "DEFAULT" and fmt in _LOW:
-                return (f"eager {fmt} gelu on ATen capability DEFAULT (measured 98.6-99.8% with "
-                        "the oneDNN models: the 16-bit conversion path differs)")
             if self.onednn_isa == "avx2" and self.capability != "AVX2" and fmt == "fp16":
                 return (f"eager fp16 gelu with oneDNN avx2 under ATen capability {self.capability} "
                         "(a mixed setting: measured 98.6-99.998% with the avx2 model)")
