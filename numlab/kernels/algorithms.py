@@ -100,11 +100,11 @@ RSQRT_ALGOS = ("exact", "sqrt_then_div", "newton(<seed>,<steps>[,<step_fmt>])")
 RECIP_ALGOS = ("exact", "newton(<seed>,<steps>[,<step_fmt>])")
 DIV_ALGOS = ("exact", "recip_mul", "newton(<seed>,<steps>[,<step_fmt>])")
 SEEDS = ("table8", "table12", "table14", "table<bits>", "magic")
-EXP_ALGOS = ("exact", "exp_poly(<degree>[,<step_fmt>])", "sleef_u10")
-TANH_ALGOS = ("exact", "sleef")
+EXP_ALGOS = ("exact", "exp_poly(<degree>[,<step_fmt>])", "sleef_u10", "glibc")
+TANH_ALGOS = ("exact", "sleef", "glibc")
 LOG1P_ALGOS = ("exact", "sleef_u10", "glibc")
-ERF_ALGOS = ("exact", "aten_vec")
-GELU_ALGOS = ("exact", "onednn", "onednn_avx2", "aten_vec", "aten_scalar")
+ERF_ALGOS = ("exact", "aten_vec", "glibc")
+GELU_ALGOS = ("exact", "onednn", "onednn_avx2", "aten_vec", "aten_scalar", "glibc")
 GELU_APPROXIMATE = ("none", "tanh")
 FUNCS = ("rsqrt", "reciprocal")
 
@@ -466,12 +466,16 @@ def exp(x, *, fmt, algo="exact", rounding: str = "rne"):
     algo : ``"exact"`` (float64 then one rounding), ``ExpPoly(degree, step_fmt)``
         / ``"exp_poly(5)"``, or ``"sleef_u10"`` (SLEEF ``expf_u10`` in fp32, bit
         for bit, :func:`numlab.kernels.libm.sleef_expf`; ATen's and Inductor's
-        ``Vectorized<float>::exp()``), whose fp32 result is then rounded to ``fmt``.
+        ``Vectorized<float>::exp()``), or ``"glibc"`` (glibc's ``expf`` in fp32, bit for
+        bit, :func:`numlab.kernels.libm.glibc_expf`; ``std::exp(float)`` of scalar C++),
+        whose fp32 result is then rounded to ``fmt``.
     """
     fmt = get_format(fmt)
     algo = parse_algo(algo, EXP_ALGOS)
     if algo == "sleef_u10":
         return _finish(libm.sleef_expf(_fp32_in(x)), fmt, rounding)
+    if algo == "glibc":
+        return _finish(libm.glibc_expf(_fp32_in(x)), fmt, rounding)
     x64 = as_values(x).astype(np.float64)
     with np.errstate(all="ignore"):
         v = np.exp(x64) if algo == "exact" else _exp_poly(x64, algo)
@@ -481,13 +485,17 @@ def exp(x, *, fmt, algo="exact", rounding: str = "rne"):
 def tanh(x, *, fmt, algo="exact", rounding: str = "rne"):
     """``tanh(x)`` rounded to ``fmt``.
 
-    algo : ``"exact"`` (float64 then one rounding) or ``"sleef"`` (SLEEF
-        ``tanhf_u10`` in fp32, bit for bit; Inductor's ``Vectorized<float>::tanh()``).
+    algo : ``"exact"`` (float64 then one rounding), ``"sleef"`` (SLEEF
+        ``tanhf_u10`` in fp32, bit for bit; Inductor's ``Vectorized<float>::tanh()``) or
+        ``"glibc"`` (glibc's fdlibm ``tanhf`` in fp32, bit for bit,
+        :func:`numlab.kernels.libm.glibc_tanhf`; ``std::tanh(float)`` of scalar C++).
     """
     fmt = get_format(fmt)
     algo = parse_algo(algo, TANH_ALGOS)
     if algo == "sleef":
         return _finish(libm.sleef_tanhf(_fp32_in(x)), fmt, rounding)
+    if algo == "glibc":
+        return _finish(libm.glibc_tanhf(_fp32_in(x)), fmt, rounding)
     return _finish(np.tanh(as_values(x).astype(np.float64)), fmt, rounding)
 
 
@@ -497,12 +505,16 @@ def erf(x, *, fmt, algo="exact", rounding: str = "rne"):
     algo : ``"exact"`` (correctly rounded to ``fmt`` for every format of at most
         50 bits and every deterministic ``rounding``, vectorised:
         :func:`numlab.kernels.libm.erf_rounded`) or ``"aten_vec"`` (ATen's ``Vectorized<float>::erf()``,
-        Abramowitz & Stegun 7.1.26 in fp32, bit for bit).
+        Abramowitz & Stegun 7.1.26 in fp32, bit for bit) or ``"glibc"`` (glibc's fdlibm
+        ``erff`` in fp32, bit for bit, :func:`numlab.kernels.libm.glibc_erff`;
+        ``std::erf(float)`` of scalar C++).
     """
     fmt = get_format(fmt)
     algo = parse_algo(algo, ERF_ALGOS)
     if algo == "aten_vec":
         return _finish(libm.aten_vec_erf(_fp32_in(x)), fmt, rounding)
+    if algo == "glibc":
+        return _finish(libm.glibc_erff(_fp32_in(x)), fmt, rounding)
     return to_container(np.asarray(libm.erf_rounded(as_values(x), fmt, rounding)), fmt)
 
 
@@ -511,10 +523,18 @@ _KBETA = np.float32(math.sqrt(2) * (2 / math.sqrt(math.pi)) * 0.5)
 _SQRT1_2 = np.float32(1 / math.sqrt(2))
 
 
-def _aten_gelu(x32: np.ndarray, approximate: str, libm_vec: bool) -> np.ndarray:
+def _aten_gelu(x32: np.ndarray, approximate: str, libm_vec: bool, glibc: bool = False) -> np.ndarray:
     """ATen's GeluKernel formulas in fp32 (``libm_vec``: SLEEF tanhf / A&S erf as the
-    vectorised loop calls them; else libm modelled as correctly rounded fp32)."""
+    vectorised loop calls them; else libm: glibc's ``tanhf``/``erff`` bit for bit with
+    ``glibc``, or modelled as correctly rounded fp32)."""
     f = np.float32
+    if glibc and not libm_vec:
+        with np.errstate(all="ignore"):
+            if approximate == "tanh":
+                x3 = (x32 * x32) * x32
+                inner = _KBETA * libm.fma32(np.full_like(x3, _KAPPA), x3, x32)
+                return (f(0.5) * x32) * (f(1) + libm.glibc_tanhf(inner))
+            return (x32 * f(0.5)) * (f(1) + libm.glibc_erff(x32 * _SQRT1_2))
     with np.errstate(all="ignore"):
         if approximate == "tanh":
             # kBeta * (x + kKappa * x^3), the add contracted to an FMA by GCC (measured)
@@ -539,7 +559,9 @@ def gelu(x, *, fmt, approximate: str = "none", algo="exact", rounding: str = "rn
         GeluKernel in fp32: ``(x*0.5)*(1 + erf_A&S(x*M_SQRT1_2))``, or
         ``(0.5x)*(1 + tanhf_SLEEF(kBeta*fma(kKappa, x^3, x)))``); ``"aten_scalar"``
         (the same formulas in ATen's scalar loop, libm ``erff``/``tanhf`` modelled
-        as correctly rounded fp32).  The fp32 algorithms' results are rounded to ``fmt``.
+        as correctly rounded fp32); ``"glibc"`` (the scalar formulas with glibc's
+        ``erff``/``tanhf``, bit for bit: Inductor's scalar C++ for ``"none"``).  The fp32
+        algorithms' results are rounded to ``fmt``.
     """
     fmt = get_format(fmt)
     check_choice("approximate", approximate, GELU_APPROXIMATE)
@@ -554,8 +576,8 @@ def gelu(x, *, fmt, approximate: str = "none", algo="exact", rounding: str = "rn
             raise ValueError(f"algo='onednn_avx2' models oneDNN's gelu_erf only; approximate={approximate!r} "
                              "is not valid with it; valid: ['none']")
         return _finish(libm.onednn_gelu_erf_avx2(_fp32_in(x)), fmt, rounding)
-    if algo in ("aten_vec", "aten_scalar"):
-        return _finish(_aten_gelu(_fp32_in(x), approximate, algo == "aten_vec"), fmt, rounding)
+    if algo in ("aten_vec", "aten_scalar", "glibc"):
+        return _finish(_aten_gelu(_fp32_in(x), approximate, algo == "aten_vec", algo == "glibc"), fmt, rounding)
     x64 = as_values(x).astype(np.float64)
     with np.errstate(all="ignore"):
         if approximate == "none":

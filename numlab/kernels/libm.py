@@ -752,3 +752,226 @@ def glibc_log1pf(x) -> np.ndarray:
 
 
 __all__ += ["glibc_log1pf"]
+
+
+# glibc's expf (sysdeps/ieee754/flt-32/e_expf.c and e_exp2f_data.c, glibc >= 2.27):
+# 2^(i/32) table entries as uint64 bit patterns minus (i << 47), and the degree-3 polynomial
+_GLIBC_EXP2F_TAB = np.array([
+    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51,
+    0x3fef72b83c7d517b, 0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1,
+    0x3fef06fe0a31b715, 0x3feef1a7373aa9cb, 0x3feedea64c123422, 0x3feece086061892d,
+    0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429, 0x3feea47eb03a5585,
+    0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d,
+    0x3feee89f995ad3ad, 0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069,
+    0x3fef5818dcfba487, 0x3fef7c97337b9b5f, 0x3fefa4afa2a490da, 0x3fefd0765b6e4540,
+], dtype=np.uint64)
+_GLIBC_EXPF_N = 32
+_GLIBC_EXPF_SHIFT = float.fromhex("0x1.8p+52")
+_GLIBC_EXPF_INVLN2N = float.fromhex("0x1.71547652b82fep+0") * _GLIBC_EXPF_N
+_GLIBC_EXPF_C = (float.fromhex("0x1.c6af84b912394p-5") / _GLIBC_EXPF_N**3,
+                 float.fromhex("0x1.ebfce50fac4f3p-3") / _GLIBC_EXPF_N**2,
+                 float.fromhex("0x1.62e42ff0c52d6p-1") / _GLIBC_EXPF_N)
+
+
+def glibc_expf(x) -> np.ndarray:
+    """glibc's ``expf`` (``sysdeps/ieee754/flt-32/e_expf.c``, glibc >= 2.27), bit for bit
+    on the inputs measured: in float64, ``z = x 32/ln2``, ``k = rint(z)`` by the
+    ``1.5 * 2^52`` shift, ``r = z - k``, ``s = 2^(k/32)`` from a 32-entry table and the
+    exponent bits, ``y = s ((C0 r + C1) r^2 + (C2 r + 1))``, one rounding to fp32.
+    glibc states 0.502 ulp (not correctly rounded: ~0.1% of N(0, 2) inputs differ by
+    an ulp from the correctly rounded value).  What ``std::exp(float)`` returns in
+    Inductor's scalar C++ (no vector ISA) and in ATen's scalar loops on glibc
+    (measured 100%).  The x86_64 build may evaluate the polynomial with FMAs (an
+    ``ifunc`` variant); a float64 rounding difference reaches the fp32 result only
+    within ~2^-29 of a rounding boundary.  Source: https://sourceware.org/git/glibc.git."""
+    x = np.asarray(x, np.float32)
+    xd = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        z = _GLIBC_EXPF_INVLN2N * xd
+        kd = z + _GLIBC_EXPF_SHIFT
+        ki = np.ascontiguousarray(kd).view(np.uint64)
+        kd = kd - _GLIBC_EXPF_SHIFT
+        r = z - kd
+        t = _GLIBC_EXP2F_TAB[(ki % np.uint64(_GLIBC_EXPF_N)).astype(np.intp)] + (ki << np.uint64(47))
+        s = t.view(np.float64)
+        c0, c1, c2 = _GLIBC_EXPF_C
+        zz = c0 * r + c1
+        r2 = r * r
+        y = c2 * r + 1.0
+        y = zz * r2 + y
+        y = (y * s).astype(np.float32)
+        ax = np.abs(x)
+        big = ~(ax < np.float32(88.0))  # |x| >= 88 or NaN: glibc's special cases
+        special = np.where(np.isnan(x), x + x, np.where(x > np.float32(float.fromhex("0x1.62e42ep6")),
+                                                        np.float32(np.inf), np.where(
+            x < np.float32(float.fromhex("-0x1.9fe368p6")), np.float32(0), y)))
+        y = np.where(big, special, y)
+    return np.asarray(y, np.float32)
+
+
+__all__ += ["glibc_expf"]
+
+
+def _f32c(*vals):
+    return [np.float32(v) for v in vals]
+
+
+# fdlibm's s_erff.c coefficients (glibc <= 2.40, sysdeps/ieee754/flt-32/s_erff.c)
+_ERFF_ERX, _ERFF_EFX = _f32c(8.4506291151e-01, 1.2837916613e-01)
+_ERFF_PP = _f32c(1.2837916613e-01, -3.2504209876e-01, -2.8481749818e-02, -5.7702702470e-03, -2.3763017452e-05)
+_ERFF_QQ = _f32c(3.9791721106e-01, 6.5022252500e-02, 5.0813062117e-03, 1.3249473704e-04, -3.9602282413e-06)
+_ERFF_PA = _f32c(-2.3621185683e-03, 4.1485610604e-01, -3.7220788002e-01, 3.1834661961e-01, -1.1089469492e-01,
+                 3.5478305072e-02, -2.1663755178e-03)
+_ERFF_QA = _f32c(1.0642088205e-01, 5.4039794207e-01, 7.1828655899e-02, 1.2617121637e-01, 1.3637083583e-02,
+                 1.1984500103e-02)
+_ERFF_RA = _f32c(-9.8649440333e-03, -6.9385856390e-01, -1.0558626175e+01, -6.2375331879e+01, -1.6239666748e+02,
+                 -1.8460508728e+02, -8.1287437439e+01, -9.8143291473e+00)
+_ERFF_SA = _f32c(1.9651271820e+01, 1.3765776062e+02, 4.3456588745e+02, 6.4538726807e+02, 4.2900814819e+02,
+                 1.0863500214e+02, 6.5702495575e+00, -6.0424413532e-02)
+_ERFF_RB = _f32c(-9.8649431020e-03, -7.9928326607e-01, -1.7757955551e+01, -1.6063638306e+02, -6.3756646729e+02,
+                 -1.0250950928e+03, -4.8351919556e+02)
+_ERFF_SB = _f32c(3.0338060379e+01, 3.2579251099e+02, 1.5367296143e+03, 3.1998581543e+03, 2.5530502930e+03,
+                 4.7452853394e+02, -2.2440952301e+01)
+
+
+def _horner(z, c0, cs):
+    """``c0 + z*(cs[0] + z*(cs[1] + ...))`` in fp32, no FMA (fdlibm's nesting)."""
+    p = cs[-1]
+    for c in reversed(cs[:-1]):
+        p = c + z * p
+    return c0 + z * p
+
+
+def glibc_erff(x) -> np.ndarray:
+    """glibc's ``erff`` (fdlibm's ``s_erff.c``, glibc <= 2.40), bit for bit: rational
+    approximations in fp32 (Horner, no FMA) on ``|x| < 0.84375``, ``[0.84375, 1.25)``,
+    ``[1.25, 1/0.35)``, ``[1/0.35, 6)``, the last two as ``1 - exp(-z^2 - 0.5625)
+    exp((z - x)(z + x) + R/S) / x`` with ``z`` = ``x`` truncated to 11 bits and
+    :func:`glibc_expf`; ``+-1`` from 6 on.  Not correctly rounded (about 1 in 10 of
+    N(0, 2) inputs is an ulp off).  ``std::erf(float)`` of Inductor's scalar C++ (no
+    vector ISA) on glibc 2.36.  Source: https://sourceware.org/git/glibc.git (s_erff.c)."""
+    x = np.asarray(x, np.float32)
+    f = np.float32
+    one = f(1)
+    hx = x.view(np.int32)
+    ix = hx & np.int32(0x7FFFFFFF)
+    with np.errstate(all="ignore"):
+        # |x| < 0.84375
+        z = x * x
+        r = _horner(z, _ERFF_PP[0], _ERFF_PP[1:])
+        s = _horner(z, one, _ERFF_QQ)
+        y_small = x + x * (r / s)
+        y_tiny = np.where(ix < 0x04000000, f(0.0625) * (f(16) * x + (f(16) * _ERFF_EFX) * x), x + _ERFF_EFX * x)
+        y_small = np.where(ix < 0x31800000, y_tiny, y_small)
+        # 0.84375 <= |x| < 1.25
+        ax = np.abs(x)
+        s1 = ax - one
+        P = _horner(s1, _ERFF_PA[0], _ERFF_PA[1:])
+        Q = _horner(s1, one, _ERFF_QA)
+        y_mid = np.where(hx >= 0, _ERFF_ERX + P / Q, -_ERFF_ERX - P / Q)
+        # 1.25 <= |x| < 6
+        s2 = one / (ax * ax)
+        lo = ix < 0x4036DB6E
+        R = np.where(lo, _horner(s2, _ERFF_RA[0], _ERFF_RA[1:]), _horner(s2, _ERFF_RB[0], _ERFF_RB[1:]))
+        S = np.where(lo, _horner(s2, one, _ERFF_SA), _horner(s2, one, _ERFF_SB))
+        zt = (ax.view(np.int32) & np.int32(np.uint32(0xFFFFF000).view(np.int32))).view(np.float32)
+        rr = glibc_expf(-zt * zt - f(0.5625)) * glibc_expf((zt - ax) * (zt + ax) + R / S)
+        y_big = np.where(hx >= 0, one - rr / ax, rr / ax - one)
+        y = np.where(ix < 0x3F580000, y_small, np.where(ix < 0x3FA00000, y_mid, y_big))
+        y = np.where(ix >= 0x40C00000, np.where(hx >= 0, one, -one), y)  # one - tiny rounds to 1
+        y = np.where(ix >= 0x7F800000, np.where(hx >= 0, one, -one) + one / x, y)
+    return np.asarray(y, np.float32)
+
+
+__all__ += ["glibc_erff"]
+
+
+_EXPM1F_LN2_HI, _EXPM1F_LN2_LO, _EXPM1F_INVLN2 = _f32c(6.9313812256e-01, 9.0580006145e-06, 1.4426950216e+00)
+_EXPM1F_Q = _f32c(-3.3333335072e-02, 1.5873016091e-03, -7.9365076090e-05, 4.0082177293e-06, -2.0109921195e-07)
+
+
+def _add_exponent(y, k):
+    """``SET_FLOAT_WORD(y, GET_FLOAT_WORD(y) + (k << 23))``: add ``k`` to ``y``'s exponent."""
+    return (y.view(np.int32) + (k.astype(np.int32) << np.int32(23))).view(np.float32)
+
+
+def glibc_expm1f(x) -> np.ndarray:
+    """glibc's ``expm1f`` (fdlibm's ``s_expm1f.c``, glibc <= 2.40), bit for bit: ``x = k ln2
+    + r`` (``ln2`` split in hi/lo, correction ``c``), a degree-5 rational-in-``r^2/2``
+    polynomial in fp32 (no FMA) and the exponent added by integer arithmetic on the
+    bits; ``-1`` below ``-27 ln2``.  Used by :func:`glibc_tanhf`.
+    Source: https://sourceware.org/git/glibc.git (s_expm1f.c)."""
+    x0 = np.asarray(x, np.float32)
+    f = np.float32
+    one = f(1)
+    bits = x0.view(np.uint32)
+    neg = (bits & np.uint32(0x80000000)) != 0
+    hx = (bits & np.uint32(0x7FFFFFFF)).astype(np.int64)
+    with np.errstate(all="ignore"):
+        near = hx < 0x3F851592
+        kf = np.trunc(_EXPM1F_INVLN2 * x0 + np.where(neg, f(-0.5), f(0.5)))
+        k_far = np.clip(np.nan_to_num(kf), -1000, 1000).astype(np.int64)
+        t = k_far.astype(np.float32)
+        hi = np.where(near, np.where(neg, x0 + _EXPM1F_LN2_HI, x0 - _EXPM1F_LN2_HI), x0 - t * _EXPM1F_LN2_HI)
+        lo = np.where(near, np.where(neg, -_EXPM1F_LN2_LO, _EXPM1F_LN2_LO), t * _EXPM1F_LN2_LO)
+        k = np.where(near, np.where(neg, -1, 1), k_far)
+        reduce_ = hx > 0x3EB17218
+        xr = np.where(reduce_, hi - lo, x0)
+        c = np.where(reduce_, (hi - xr) - lo, f(0))
+        k = np.where(reduce_, k, 0)
+        hfx = f(0.5) * xr
+        hxs = xr * hfx
+        r1 = _horner(hxs, one, _EXPM1F_Q)
+        t = f(3) - r1 * hfx
+        e = hxs * ((r1 - t) / (f(6) - xr * t))
+        y_k0 = xr - (xr * e - hxs)
+        e = xr * (e - c) - c
+        e = e - hxs
+        y_m1 = f(0.5) * (xr - e) - f(0.5)
+        y_p1 = np.where(xr < f(-0.25), -f(2) * (e - (xr + f(0.5))), one + f(2) * (xr - e))
+        y_far = _add_exponent(one - (e - xr), k) - one
+        ks = np.clip(k, 0, 22)
+        t_mid = (np.int32(0x3F800000) - (np.int32(0x1000000) >> ks.astype(np.int32))).view(np.float32)
+        y_mid = _add_exponent(t_mid - (e - xr), k)
+        kb = np.clip(k, 23, 56)
+        t_hi = ((np.int32(0x7F) - kb.astype(np.int32)) << np.int32(23)).view(np.float32)
+        y_hi = _add_exponent((xr - (e + t_hi)) + one, k)
+        y = np.where(k == 0, y_k0, np.where(k == -1, y_m1, np.where(k == 1, y_p1, np.where(
+            (k <= -2) | (k > 56), y_far, np.where(k < 23, y_mid, y_hi)))))
+        y = np.where((~reduce_) & (hx < 0x33000000), x0, y)
+        big = hx >= 0x4195B844
+        y = np.where(big & neg, -one, y)
+        y = np.where(big & ~neg & (x0 > f(8.8721679688e+01)), f(np.inf), y)
+        y = np.where(hx >= 0x7F800000, np.where(hx > 0x7F800000, x0 + x0, np.where(neg, -one, x0)), y)
+    return np.asarray(y, np.float32)
+
+
+def glibc_tanhf(x) -> np.ndarray:
+    """glibc's ``tanhf`` (fdlibm's ``s_tanhf.c``, glibc <= 2.40; 2.41 replaced it by
+    CORE-MATH's correctly rounded one), bit for bit: ``|x| >= 1``: ``1 - 2/(expm1f(2|x|) +
+    2)``, else ``-t/(t + 2)`` with ``t = expm1f(-2|x|)`` (:func:`glibc_expm1f`), the sign
+    of ``x``; ``+-1`` from 22 on.  Not correctly rounded (about 1 in 5 of N(0, 2) inputs is
+    an ulp or two off).  ``std::tanh(float)`` of Inductor's scalar C++ (no vector ISA)
+    on glibc 2.36.  Source: https://sourceware.org/git/glibc.git (s_tanhf.c)."""
+    x = np.asarray(x, np.float32)
+    f = np.float32
+    one, two = f(1), f(2)
+    jx = x.view(np.int32)
+    ix = jx & np.int32(0x7FFFFFFF)
+    with np.errstate(all="ignore"):
+        ax = np.abs(x)
+        t1 = glibc_expm1f(two * ax)
+        z1 = one - two / (t1 + two)
+        t0 = glibc_expm1f(-two * ax)
+        z0 = -t0 / (t0 + two)
+        z = np.where(ix >= 0x3F800000, z1, z0)
+        z = np.where(ix < 0x41B00000, z, one)  # one - tiny rounds to 1
+        r = np.where(jx >= 0, z, -z)
+        r = np.where(ix < 0x24000000, x * (one + x), r)
+        r = np.where(ix == 0, x, r)
+        r = np.where(ix >= 0x7F800000, np.where(jx >= 0, one / x + one, one / x - one), r)
+    return np.asarray(r, np.float32)
+
+
+__all__ += ["glibc_expm1f", "glibc_tanhf"]

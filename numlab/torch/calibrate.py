@@ -219,7 +219,8 @@ def header() -> str:
     return (f"{m.header()}\n"
             f"presets: eager softmax lanes {pe.softmax_lanes}, ATen sum lanes {measure_aten_sum_lanes()} "
             f"(measured), F.gelu {pe.gelu_algo or 'not modelled'}; compiled {pi.vec_isa} "
-            f"{pi.lanes} lanes{' (not modelled)' if pi.not_modelled() else ''}")
+            f"{pi.lanes} lanes{' (scalar C++)' if pi.scalar else ''}"
+            f"{' (not modelled)' if pi.not_modelled() else ''}")
 
 
 def modelled_paths(name: str, dt: str, shape, threads: int | None = None) -> dict:
@@ -253,7 +254,8 @@ def modelled_paths(name: str, dt: str, shape, threads: int | None = None) -> dic
         "rmsnorm": f"pow, mean by {order_e}, rsqrt, mul",
     }[name]
     red = name in _REDUCING
-    compiled = (f"Inductor {pi.vec_isa} {pi.lanes} lanes"
+    isa = "scalar C++ (no vector ISA)" if pi.scalar else f"{pi.vec_isa} {pi.lanes} lanes"
+    compiled = (f"Inductor {isa}"
                 + (f", {order_c}" if red and name != "row amax" else "")
                 + (f", exp {pi.vec_exp}" if name in ("sigmoid", "softmax", "exp") else "")
                 + (f", tanh {pi.vec_tanh}" if name in ("tanh", "gelu (tanh)") else "")

@@ -37,14 +37,19 @@ and hardswish (a true division by 6, eager and compiled) are bit for bit:
 ``where`` share exceeds 0.12 and the tail is at most half a vector
 (:func:`_inductor_scalar_tail`).  libm ``expf`` in those loops is modelled as
 correctly rounded (measured 99.92% of tail elements).
+Inductor without a vector ISA (``InductorCpu.scalar``, e.g. under
+``ATEN_CPU_CAPABILITY=default``) generates scalar C++ (read in the generated code):
+the same fp32 expressions, reductions as one sequential fp32 sum from ``+0``
+(``InductorLanes(1, ...)``), glibc's ``expf``/``tanhf``/``erff`` (``algo="glibc"``,
+bit for bit), gelu tanh as its decomposition without FMA; no scalar tail.
 What stays here is what a KernelSpec does not express: the ATen graph walk,
 per-op scalar conversion rules, the scalar tails of vectorised loops, ATen's
 ``RowwiseMoments`` (layer norm) and the fp64 reference mode.
 
 Not modelled (raise :class:`NotModelled` rather than guess): the paths the
-presets flag (``TorchCpuEager.not_modelled``: transcendental ops, softmax and
-layer norm under ATen's ``DEFAULT`` capability, oneDNN ISAs below avx2;
-``InductorCpu.not_modelled``: Inductor without a vector ISA), reductions over
+presets flag (``TorchCpuEager.not_modelled``: exp/tanh/erf/silu, ATen's gelu,
+softmax and layer norm under ATen's ``DEFAULT`` capability, oneDNN ISAs below avx2),
+reductions over
 a dim other than the last, ATen's two-pass split of a single row longer than
 ``GRAIN_SIZE`` (32768) over threads, Inductor's ``var_mean`` split over
 threads, ``pow`` with an exponent other than 2, eager softplus/log1p under ATen's
@@ -68,7 +73,7 @@ from ..kernels.algorithms import log1p as k_log1p
 from ..kernels.algorithms import tanh as k_tanh
 from ..kernels.cpu_orders import InductorLanes, ceil_log2
 from ..kernels.libm import fma32
-from ..kernels.reduce import reduce
+from ..kernels.reduce import Lanes, reduce
 from ..ops import erf_ref
 from ..rounding import round_to
 from .bridge import Ref, TorchTrace, as_numpy, import_torch
@@ -249,9 +254,15 @@ def _aten_softmax(x, out_dt, preset):
     with np.errstate(all="ignore"):
         e = _unary32("exp", x - m, preset.vec_exp)
     L = preset.softmax_lanes
-    # the lane loop of Inductor's reductions, without thread split or cascade, and
-    # rows shorter than one vector summed sequentially
-    s = _sum32(e, InductorLanes(L, 1, 1, "false", False, L))
+    if preset.capability == "DEFAULT":
+        # ATen's scalar build: vec::reduce_all over the generic Vectorized<float> (8 lanes):
+        # lane-wise adds, the tail into lanes 0..t-1, then lanes 1..7 added into lane 0 one
+        # by one (generic vec_reduce_all); exp is std::exp (glibc) -- measured 100%
+        s = _sum32(e, Lanes(L, "sequential", "masked"))
+    else:
+        # the lane loop of Inductor's reductions, without thread split or cascade, and
+        # rows shorter than one vector summed sequentially
+        s = _sum32(e, InductorLanes(L, 1, 1, "false", False, L))
     with np.errstate(all="ignore"):
         inv = np.float32(1) / s
         out = e * inv[..., None]
@@ -359,9 +370,14 @@ def _aten_layer_norm(x, w, b, eps, out_dt, preset, ind=None, widen=False):
     """ATen LayerNormKernel: RowwiseMoments, rstd = 1/sqrt(var + eps) (two fp32
     roundings), y = fma((x - mean) * rstd, gamma, beta) for fp32 and
     fma(fma(x, rstd, -rstd*mean), gamma, beta) for bf16/fp16 (measured: 100%
-    given ATen's mean and rstd), one rounding to the tensor dtype."""
+    given ATen's mean and rstd), one rounding to the tensor dtype.  ATen's ``DEFAULT``
+    build (generic ``Vectorized``, no FMA instructions): the same steps with every FMA
+    two roundings (measured 100% fp32, lengths 64..1000)."""
+    use_fma = preset.capability != "DEFAULT"
+    ma = fma32 if use_fma else (lambda a, b, c: a * b + c)
     if ind is None:
-        mean, var = _welford_rows(x, preset.layernorm_lanes, widen=widen)
+        mean, var = _welford_rows(x, preset.layernorm_lanes, widen=widen,
+                                  **({} if use_fma else {"fma": (False, False, False, False)}))
     else:  # the order switched to Inductor's (two passes of lane sums, as its var_mean)
         n = np.float32(x.shape[-1])
         order = ind.pi.reduce_order(n_vec=ind.n_vec, threads=ind.threads)
@@ -373,12 +389,12 @@ def _aten_layer_norm(x, w, b, eps, out_dt, preset, ind=None, widen=False):
         if widen and w is not None and b is not None:
             # 16-bit kernel: fma(fma(x, rstd, -rstd*mean), gamma, beta) (measured)
             bias = -(rstd * mean)
-            y = fma32(fma32(x, np.broadcast_to(rstd[..., None], x.shape),
-                              np.broadcast_to(bias[..., None], x.shape)), w, b)
+            y = ma(ma(x, np.broadcast_to(rstd[..., None], x.shape),
+                      np.broadcast_to(bias[..., None], x.shape)), w, b)
             return _rnd(y, out_dt), mean[..., None], rstd[..., None]
         y = (x - mean[..., None]) * rstd[..., None]
         if w is not None and b is not None:
-            y = fma32(y, w, b)
+            y = ma(y, w, b)
         elif w is not None:
             y = y * w
         elif b is not None:
@@ -562,7 +578,8 @@ class _Interp:
                 if self.mode == "fp64":
                     return 1.0 / (1.0 + np.exp(-x))
                 r = np.float32(1) / (np.float32(1) + _unary32("exp", -x, self.vec_exp()))
-                if self.sw.algorithm == "aten":  # eager's scalar tail loop calls libm expf
+                if self.sw.algorithm == "aten" and self.pe.capability != "DEFAULT":
+                    # eager's scalar tail loop calls libm expf (DEFAULT: every element does)
                     r = self.eager_tail(r, np.float32(1) / (np.float32(1)
                                                             + _unary32("exp", -x, self.pe.tail_algo)))
                 return self.out(r, dt)
@@ -613,8 +630,13 @@ class _Interp:
             body = np.broadcast_to(x, shape) + np.broadcast_to(y, shape) * al
         if dt not in _LOW:
             return _rnd(body, dt)
-        r = _rnd(body, dt)
         tail = _rnd(np.broadcast_to(x, shape) + _rnd(np.broadcast_to(y, shape) * al, dt), dt)
+        if self.pe.capability == "DEFAULT":
+            # ATen's scalar build: the generic Vectorized<BFloat16/Half> fmadd computes in the
+            # 16-bit type, fl16(x + fl16(a' y)) on every element, as the scalar tail (measured
+            # 100% of bf16/fp16 rows of 100..100003 elements, 1 and 2 threads)
+            return tail
+        r = _rnd(body, dt)
         mask = _scalar_tail_mask(int(np.prod(shape)), self.pe, self.threads).reshape(shape)
         return np.where(mask, tail, r)
 
@@ -637,6 +659,12 @@ class _Interp:
             # eager: F.gelu runs oneDNN's kernel (mkldnn enabled) for approximate="none";
             # else ATen's GeluKernel (SLEEF tanhf / A&S erf, FMA in x + kappa x^3), whose
             # scalar tail loop calls libm tanhf / erff
+            if approximate == "tanh" and self.pe.capability == "DEFAULT":
+                # ATen's scalar build: every element runs the scalar formula, compiled without
+                # FMA, with glibc tanhf: (0.5x)(1 + tanhf(kBeta (x + kKappa x^3))) (measured 100%)
+                f = np.float32
+                inner = f(0.7978845608028654) * (x + f(0.044715) * ((x * x) * x))
+                return self.out((f(0.5) * x) * (f(1) + _unary32("tanh", inner, "glibc")), dt)
             algo = self.pe.algorithms()["gelu" if approximate == "none" else "gelu_tanh"]
             if algo is None:
                 raise NotModelled(f"eager gelu on oneDNN ISA {self.pe.onednn_isa!r}")
@@ -644,6 +672,13 @@ class _Interp:
             if algo == "aten_vec":
                 r = self.eager_tail(r, np.asarray(k_gelu(x, fmt=FP32, approximate=approximate,
                                                          algo="aten_scalar"), np.float32))
+        elif self.pi.scalar and approximate == "tanh":
+            # Inductor's scalar C++ (generated code read): its decomposition without FMA
+            # (-ffp-contract=off), (0.5x) * (tanhf(((x*x)*x*0.044715 + x) * 0.7978845608) + 1),
+            # std::tanh = libm tanhf (the preset's vec_tanh model)
+            f = np.float32
+            inner = (x + ((x * x) * x) * f(0.044715)) * f(0.7978845608028654)
+            r = (x * f(0.5)) * (_unary32("tanh", inner, self.pi.vec_tanh) + f(1))
         else:  # Inductor: ATen's vectorised formulas (Vectorized<float>::erf / SLEEF tanhf)
             algo = self.pi.algorithms()["gelu" if approximate == "none" else "gelu_tanh"]
             r = np.asarray(k_gelu(x, fmt=FP32, approximate=approximate, algo=algo), np.float32)
@@ -664,6 +699,8 @@ class _Interp:
         if self.mode == "fp64":
             return np.log1p(x)
         self._default_capability("log1p")
+        if self.sw.algorithm != "aten" and self.pi.scalar:  # Inductor's scalar C++: std::log1p
+            return self.out(_unary32("log1p", x, TAIL_LOG1P), dt)
         r = _unary32("log1p", x, VEC_LOG1P)
         if self.sw.algorithm != "aten":
             r = self.inductor_tail(node, r, lambda: _unary32("log1p", x, TAIL_LOG1P))
@@ -978,7 +1015,8 @@ def predict(trace: TorchTrace, inputs=None, *, mode: str = "eager", preset=None,
     threads = 1 if switches.fp64 else _threads(pi)
     it = _Interp(switches, pe, pi, dts, n_vec=2 if low else 1, threads=threads)
     if switches.algorithm == "inductor" and not switches.fp64:
-        it.scalar_tail = _inductor_scalar_tail(nodes, ph, outs, pi.lanes * it.n_vec)
+        # scalar C++ (no vector ISA) has no vector loop: every element is the scalar code's
+        it.scalar_tail = 0 if pi.scalar else _inductor_scalar_tail(nodes, ph, outs, pi.lanes * it.n_vec)
         it.has_where = any(n.op.startswith("where") for n in nodes)
     it.users = {}
     for n in nodes:

@@ -18,9 +18,11 @@ What decides the bits (detected)
   (``AVX512``, ``AVX2``, ``DEFAULT``; lowered by ``ATEN_CPU_CAPABILITY``):
   softmax sums in 16 lanes under AVX512, 8 under AVX2.  ``DEFAULT`` (no vector
   build): sums, means, amax, arithmetic with scalars and rms_norm are modelled
-  (fp32 ``add(alpha)`` without FMA); exp/tanh/erf/sigmoid/silu, ATen's gelu,
-  softmax, layer norm, 16-bit ``add(alpha)`` and 16-bit gelu are not
-  (``NotModelled``).
+  (fp32 ``add(alpha)`` without FMA, 16-bit ``add(alpha)`` as ``fl16(x + fl16(a' y))``
+  on every element), and sigmoid with glibc ``expf`` (``vec_exp="glibc"``, bit for
+  bit), softmax (8-lane generic ``reduce_all``, glibc ``expf``) and
+  ``F.gelu(approximate="tanh")``, layer norm (``RowwiseMoments`` without FMA);
+  exp/tanh/erf/silu and ATen's gelu (mkldnn off) are not (``NotModelled``).
 * oneDNN's ISA, which eager ``F.gelu`` (``approximate="none"``) runs on:
   oneDNN picks it from the CPU and ``ONEDNN_MAX_CPU_ISA`` (measured: it ignores
   ``ATEN_CPU_CAPABILITY``).  ``avx512_core`` and up: the minimax kernel
@@ -28,7 +30,9 @@ What decides the bits (detected)
   (``algo="onednn_avx2"``); both bit for bit in fp32, bf16 and fp16.
 * Inductor's vector ISA ``torch._inductor.cpu_vec_isa.pick_vec_isa()``
   (follows ``ATEN_CPU_CAPABILITY``): its fp32 lanes (16 avx512, 8 avx2); no
-  vector ISA (``default``) means scalar C++, not modelled.
+  vector ISA (``default``) means scalar C++ (:attr:`InductorCpu.scalar`): one
+  sequential fp32 sum from ``+0`` per row (``max`` from ``-inf``), libm calls
+  (glibc ``expf``/``tanhf``/``erff``, modelled bit for bit), ``-ffp-contract=off``.
 * Threads (``torch.get_num_threads()``, read when predicting), ATen's
   ``GRAIN_SIZE`` (32768) and Inductor's ``cpp.min_chunk_size``.
 
@@ -259,16 +263,15 @@ class TorchCpuEager:
             if self.gelu_algo is None:
                 return (f"eager gelu runs oneDNN's {self.onednn_isa!r} kernel (oneDNN ISA "
                         f"{self.onednn_isa}); numlab models oneDNN avx512_core and avx2")
-            if self.capability == "DEFAULT" and fmt in _LOW:
-                return (f"eager {fmt} gelu on ATen capability DEFAULT (measured 98.6-99.8% with "
-                        "the oneDNN models: the 16-bit conversion path differs)")
             if self.onednn_isa == "avx2" and self.capability != "AVX2" and fmt == "fp16":
                 return (f"eager fp16 gelu with oneDNN avx2 under ATen capability {self.capability} "
                         "(a mixed setting: measured 98.6-99.998% with the avx2 model)")
             return None
         if self.capability == "DEFAULT":
+            if op == "gelu" and approximate == "tanh":
+                return None  # ATen's scalar formula, no FMA, glibc tanhf (measured 100%)
             key = "gelu_tanh" if op == "gelu" else op
-            if key in DEFAULT_NOT_MODELLED or (op == "alpha" and fmt in _LOW):
+            if key in DEFAULT_NOT_MODELLED:
                 return (f"eager {op} on {path} (ATen's scalar build: libm calls and "
                         "the generic Vectorized loops are not modelled)")
         return None
@@ -324,6 +327,8 @@ class InductorCpu:
         math: ``"sleef_u10"`` (exp), ``"sleef"`` (tanh), ``"aten_vec"`` (erf, and
         gelu in both approximations; ``"onednn"`` is not valid here), all measured
         bit for bit; ``"exact"`` (correctly rounded fp32) for what-if predictions.
+        Without a vector ISA (``vec_isa="none"``) :func:`inductor_cpu` sets them to
+        ``"glibc"``: the scalar C++ calls ``std::exp/tanh/erf`` (glibc, bit for bit).
     """
 
     name: str = "inductor_cpu"
@@ -352,15 +357,26 @@ class InductorCpu:
                              f"{[a for a in GELU_ALGOS if not a.startswith('onednn')]}")
 
     def not_modelled(self) -> str | None:
-        """Why this Inductor setting is not modelled, or None when it is."""
-        if self.vec_isa == "none":
-            return ("torch.compile without a vector ISA (Inductor's scalar C++, e.g. under "
-                    "ATEN_CPU_CAPABILITY=default) is not modelled")
+        """Why this Inductor setting is not modelled, or None when it is (every vector ISA
+        and ``"none"``, Inductor's scalar C++, are modelled; what stays unmodelled inside
+        them is raised per op by :func:`numlab.torch.predict`)."""
         return None
+
+    @property
+    def scalar(self) -> bool:
+        """No vector ISA (``vec_isa="none"``, e.g. ``ATEN_CPU_CAPABILITY=default``): the
+        generated C++ is scalar loops -- reductions one sequential fp32 accumulator from
+        ``+0`` (``amax`` from ``-inf``), 16-bit values converted one by one, libm calls
+        (``std::exp``...) for the math (read in the generated code, measured)."""
+        return self.vec_isa == "none"
 
     def reduce_order(self, storage: str = "fp32", threads: int = 1, n_vec: int | None = None) -> InductorLanes:
         """Inductor's row-reduction order: ``InductorLanes(lanes, n_vec, threads)`` with
-        ``n_vec`` 2 for 16-bit ``storage`` (two fp32 vectors per load), else 1."""
+        ``n_vec`` 2 for 16-bit ``storage`` (two fp32 vectors per load), else 1.  Scalar
+        C++ (:attr:`scalar`): ``InductorLanes(1, 1, threads, unroll=1)``, one sequential
+        fp32 sum from ``+0`` (``tree(+0:[0..n-1])``, revealed by probing)."""
+        if self.scalar:
+            return InductorLanes(1, 1, max(int(threads), 1), unroll=1, min_chunk=self.min_chunk_size)
         if n_vec is None:
             n_vec = 2 if storage in _LOW else 1
         return InductorLanes(self.lanes, n_vec, max(int(threads), 1), min_chunk=self.min_chunk_size)
@@ -406,14 +422,20 @@ def _spec_algorithms(algos: dict) -> dict:
     return {k: v for k, v in algos.items() if k in _SPEC_FIELDS}
 
 
+_SCALAR_MATH = {"vec_exp": "glibc", "vec_tanh": "glibc", "vec_erf": "glibc", "vec_gelu": "glibc"}
+"""The math of Inductor's scalar C++ (no vector ISA): ``std::exp/tanh/erf`` of glibc
+(``expf``, fdlibm's ``tanhf``/``erff``; glibc 2.36 measured bit for bit), gelu as
+``(0.5x)(1 + erff(x/sqrt 2))`` (``approximate="tanh"``: the predictor's decomposition)."""
+
 CAPABILITIES = ("AVX512", "AVX2", "DEFAULT")
 """ATen CPU dispatch levels :class:`TorchCpuEager` models (measured)."""
 ONEDNN_ISAS = ("avx512_core", "avx2", "other")
 """oneDNN dispatch classes :class:`TorchCpuEager` distinguishes (``other``: not modelled)."""
-DEFAULT_NOT_MODELLED = ("exp", "tanh", "erf", "sigmoid", "silu", "gelu_tanh", "_softmax",
-                        "native_layer_norm", "log")
+DEFAULT_NOT_MODELLED = ("exp", "tanh", "erf", "silu", "gelu_tanh", "log")
 """Eager ops not modelled under ATen's ``DEFAULT`` capability (measured 40-99% with the
-vector-build models; ``gelu_tanh``: ATen's gelu, also ``approximate="none"`` with mkldnn off)."""
+vector-build models, 87-99% with glibc's; ``gelu_tanh``: ATen's gelu with
+``approximate="none"`` and mkldnn off -- ``approximate="tanh"`` is modelled: ATen's
+scalar formula without FMA and glibc ``tanhf``)."""
 _SOFTMAX_LANES = {"AVX512": 16, "AVX2": 8, "DEFAULT": 8}
 _ONEDNN_GELU = {"avx512_core": "onednn", "avx2": "onednn_avx2"}
 # oneDNN's ONEDNN_MAX_CPU_ISA values in increasing order (oneDNN's dnnl_cpu_isa_t names)
@@ -432,7 +454,9 @@ def torch_cpu_eager(**overrides) -> TorchCpuEager:
     ``ATEN_CPU_CAPABILITY`` lowers), ``softmax_lanes`` from it (16 AVX512, 8 AVX2),
     ``onednn_isa`` (:func:`detect_onednn_isa`; oneDNN ignores
     ``ATEN_CPU_CAPABILITY``), ``onednn_gelu`` (mkldnn available and enabled),
-    ``fma_alpha`` (False under ``DEFAULT``: the scalar build has no FMA).
+    ``fma_alpha`` (False under ``DEFAULT``: the scalar build has no FMA), ``vec_exp``
+    (``"glibc"`` under ``DEFAULT``: the generic ``Vectorized<float>::exp()`` calls
+    ``std::exp`` on every element).
     Without torch the fields keep their defaults (the AVX-512 machine's).
     """
     try:
@@ -451,6 +475,9 @@ def torch_cpu_eager(**overrides) -> TorchCpuEager:
         overrides["softmax_lanes"] = _SOFTMAX_LANES[cap]
     if "fma_alpha" not in overrides and cap == "DEFAULT":
         overrides["fma_alpha"] = False
+    if "vec_exp" not in overrides and cap == "DEFAULT":
+        # the generic Vectorized<float>::exp() maps std::exp: glibc expf (sigmoid measured 100%)
+        overrides["vec_exp"] = "glibc"
     return TorchCpuEager(**overrides)
 
 
@@ -468,6 +495,9 @@ def inductor_cpu(emulate_precision_casts: bool = False, **overrides) -> Inductor
             isa, lanes = detect_inductor_isa()
             overrides.setdefault("vec_isa", isa)
             overrides.setdefault("lanes", lanes)
+        if overrides.get("vec_isa") == "none":  # scalar C++: libm calls, not Vectorized<float>
+            for k, v in _SCALAR_MATH.items():
+                overrides.setdefault(k, v)
         if "min_chunk_size" not in overrides:
             from torch._inductor import config as icfg  # torch is optional: imported when called
 
