@@ -81,3 +81,19 @@ def test_algo_glibc_routes_to_the_models():
     assert np.array_equal(np.asarray(exp(x, fmt="fp32", algo="glibc"), np.float32), glibc_expf(x), equal_nan=True)
     assert np.array_equal(np.asarray(tanh(x, fmt="fp32", algo="glibc"), np.float32), glibc_tanhf(x), equal_nan=True)
     assert np.array_equal(np.asarray(erf(x, fmt="fp32", algo="glibc"), np.float32), glibc_erff(x), equal_nan=True)
+
+
+def test_glibc_models_apply_only_to_the_glibc_versions_they_reproduce(monkeypatch):
+    """Outside GLIBC_MODELLED (or without glibc) the scalar-C++ and DEFAULT eager paths
+    that call libm are not modelled: NotModelled names glibc, never a guess."""
+    from numlab.torch import presets as P
+
+    assert P.glibc_math_unmodelled((2, 36)) is None
+    assert "2.41" in P.glibc_math_unmodelled((2, 41))
+    assert "not glibc" in P.glibc_math_unmodelled(None)
+    monkeypatch.setattr(P, "detect_glibc", lambda: (2, 41))
+    assert "glibc 2.41" in P.InductorCpu(vec_isa="none", lanes=1).not_modelled()
+    assert P.InductorCpu().not_modelled() is None  # vector ISA: SLEEF, no libm
+    eager = P.TorchCpuEager(capability="DEFAULT", softmax_lanes=8)
+    assert "glibc 2.41" in eager.not_modelled("softmax")
+    assert eager.not_modelled("sum") is None

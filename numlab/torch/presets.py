@@ -120,6 +120,9 @@ __all__ = [
     "inductor_cpu",
     "detect_inductor_lanes",
     "DEFAULT_NOT_MODELLED",
+    "GLIBC_MODELLED",
+    "detect_glibc",
+    "glibc_math_unmodelled",
     "detect_cpu_capability",
     "measure_aten_sum_lanes",
     "detect_onednn_isa",
@@ -268,6 +271,9 @@ class TorchCpuEager:
                         "(a mixed setting: measured 98.6-99.998% with the avx2 model)")
             return None
         if self.capability == "DEFAULT":
+            why = glibc_math_unmodelled()
+            if why is not None and op in ("sigmoid", "softmax", "gelu"):
+                return f"eager {op} on {path} calls libm: {why}"
             if op == "gelu" and approximate == "tanh":
                 return None  # ATen's scalar formula, no FMA, glibc tanhf (measured 100%)
             key = "gelu_tanh" if op == "gelu" else op
@@ -359,7 +365,12 @@ class InductorCpu:
     def not_modelled(self) -> str | None:
         """Why this Inductor setting is not modelled, or None when it is (every vector ISA
         and ``"none"``, Inductor's scalar C++, are modelled; what stays unmodelled inside
-        them is raised per op by :func:`numlab.torch.predict`)."""
+        them is raised per op by :func:`numlab.torch.predict`); the scalar C++ calls
+        glibc's libm, modelled only for the glibc versions in :data:`GLIBC_MODELLED`."""
+        if self.scalar:
+            why = glibc_math_unmodelled()
+            if why is not None:
+                return f"Inductor's scalar C++ calls libm: {why}"
         return None
 
     @property
@@ -431,6 +442,36 @@ CAPABILITIES = ("AVX512", "AVX2", "DEFAULT")
 """ATen CPU dispatch levels :class:`TorchCpuEager` models (measured)."""
 ONEDNN_ISAS = ("avx512_core", "avx2", "other")
 """oneDNN dispatch classes :class:`TorchCpuEager` distinguishes (``other``: not modelled)."""
+GLIBC_MODELLED = ((2, 27), (2, 40))
+"""glibc versions whose ``expf``/``tanhf``/``erff``/``expm1f``/``log1pf`` the
+``"glibc"`` models of :mod:`numlab.kernels.libm` reproduce (ported from glibc 2.36,
+checked against it; glibc 2.41 replaced ``tanhf``/``erff`` by correctly rounded
+versions)."""
+
+
+def detect_glibc() -> tuple[int, int] | None:
+    """The running C library's glibc version ``(major, minor)``, or None (not glibc)."""
+    lib, ver = platform.libc_ver()
+    if lib != "glibc":
+        return None
+    m = re.match(r"(\d+)\.(\d+)", ver)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def glibc_math_unmodelled(version="detect") -> str | None:
+    """Why the ``"glibc"`` math models do not apply to this process, or None when
+    they do (``version``: a ``(major, minor)`` tuple, None for "not glibc", or
+    ``"detect"``)."""
+    v = detect_glibc() if version == "detect" else version
+    lo, hi = GLIBC_MODELLED
+    if v is None:
+        return "the C library is not glibc; numlab models glibc's libm only"
+    if not lo <= tuple(v) <= hi:
+        return (f"glibc {v[0]}.{v[1]}'s libm is not modelled (numlab models glibc "
+                f"{lo[0]}.{lo[1]}-{hi[0]}.{hi[1]})")
+    return None
+
+
 DEFAULT_NOT_MODELLED = ("exp", "tanh", "erf", "silu", "gelu_tanh", "log")
 """Eager ops not modelled under ATen's ``DEFAULT`` capability (measured 40-99% with the
 vector-build models, 87-99% with glibc's; ``gelu_tanh``: ATen's gelu with
