@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..formats import Format, get_format
+from ..formats import BF16, FP16, NARROW_DTYPES, Format, get_format
 from ._common import Arith, as_values, check_choice, round_to, to_container
 
 __all__ = [
@@ -74,6 +74,7 @@ __all__ = [
     "ORDER_NAMES",
     "gamma",
 ]
+# private but used by tests: _reduce_reference (the reference path of reduce)
 
 OPS = ("sum", "mean", "max", "min", "sumsq", "var")
 VARIANCE_ALGORITHMS = ("two_pass", "welford", "textbook")
@@ -101,7 +102,30 @@ class Order:
         """Relative-to-``sum|x_i|`` error bound ``gamma_depth(n)`` (Higham eq. 4.3)."""
         return gamma(self.depth(n), u)
 
-    def _sum(self, x: np.ndarray, ar: Arith) -> np.ndarray:  # pragma: no cover
+    def _sum(self, x: np.ndarray, ar: Arith) -> np.ndarray:
+        """Sum the last axis of ``x`` (values already in ``ar``'s format and working dtype).
+
+        Takes the chunked fast path (:func:`_sum_fast`) when the order and the
+        accumulator have one, else :meth:`_sum_reference`; both give the same bits
+        (pinned by tests/test_kernels_reduce.py).
+        """
+        fa = _fast_acc(ar) if self._has_fast() else None
+        if fa is not None:
+            return _sum_fast(x, self, fa, ar, prepared=True)
+        return self._sum_reference(x, ar)
+
+    def _sum_reference(self, x: np.ndarray, ar: Arith) -> np.ndarray:
+        """The reference implementation: the order's loops written over the last axis."""
+        if type(self)._sum is Order._sum:  # pragma: no cover - abstract
+            raise NotImplementedError
+        return self._sum(x, ar)  # orders that override _sum (cpu_orders, tree_order)
+
+    def _has_fast(self) -> bool:
+        """Whether :meth:`_fast` (the transposed-layout implementation) exists."""
+        return False
+
+    def _fast(self, t: np.ndarray, fa: "_FastAcc") -> np.ndarray:  # pragma: no cover - abstract
+        """Reduce axis -2 of ``t`` (shape ``(..., m, W)``, ``W >= 2``, dtype ``fa.dtype``)."""
         raise NotImplementedError
 
 
@@ -127,7 +151,17 @@ class Sequential(Order):
     def depth(self, n: int) -> int:
         return max(n - 1, 0)
 
-    def _sum(self, x, ar):
+    def _has_fast(self):
+        return True
+
+    def _fast(self, t, fa):
+        # An outer-axis add.reduce (the reduced axis is not the innermost one and
+        # W >= 2) runs out[j] = out[j] + t[i, j] for i = 0, 1, ...: recursive
+        # summation per column, one rounding per add in t's dtype.  initial=-0.0
+        # is the exact identity (-0.0 + x == x), as the reference starts from x0.
+        return np.add.reduce(t, axis=-2, initial=-0.0)
+
+    def _sum_reference(self, x, ar):
         n = x.shape[-1]
         if n == 0:
             return np.zeros(x.shape[:-1], dtype=ar.dtype)
@@ -152,7 +186,21 @@ class Pairwise(Order):
     def depth(self, n: int) -> int:
         return math.ceil(math.log2(n)) if n > 1 else 0
 
-    def _sum(self, x, ar):
+    def _has_fast(self):
+        return True
+
+    def _fast(self, t, fa):
+        while t.shape[-2] > 1:
+            m = t.shape[-2]
+            h = m // 2
+            nxt = np.empty(t.shape[:-2] + (h + m % 2, t.shape[-1]), t.dtype)
+            np.add(t[..., 0:2 * h:2, :], t[..., 1:2 * h:2, :], out=nxt[..., :h, :])
+            if m % 2:  # the odd element is carried up unchanged
+                nxt[..., h, :] = t[..., m - 1, :]
+            t = nxt
+        return t[..., 0, :]
+
+    def _sum_reference(self, x, ar):
         n = x.shape[-1]
         if n == 0:
             return np.zeros(x.shape[:-1], dtype=ar.dtype)
@@ -166,7 +214,7 @@ class Pairwise(Order):
 
 def _combine_lanes(v: np.ndarray, combine: str, ar: Arith) -> np.ndarray:
     if combine == "sequential":
-        return Sequential()._sum(v, ar)
+        return Sequential()._sum_reference(v, ar)
     while v.shape[-1] > 1:  # butterfly: lane i += lane i + h
         m = v.shape[-1]
         h = (m + 1) // 2
@@ -208,7 +256,38 @@ class Lanes(Order):
             return max(n - 1, 0)
         return (m - 1) + self._comb_depth(L) + t
 
-    def _sum(self, x, ar):
+    def _has_fast(self):
+        return True
+
+    def _fast(self, t, fa):
+        n, W = t.shape[-2], t.shape[-1]
+        lead = t.shape[:-2]
+        L = int(self.L)
+        if self.tail == "masked":
+            m = -(-n // L)
+            if m * L != n:  # inactive lanes of the last vector read -0.0
+                main = np.full(lead + (m * L, W), -0.0, t.dtype)
+                main[..., :n, :] = t
+            else:
+                main = t
+            tail = t[..., :0, :]
+        else:
+            m = n // L
+            main, tail = t[..., : m * L, :], t[..., m * L:, :]
+        if m:
+            # lane j of row w sums main[i*L + j, w] over i: an outer reduce of (m, L*W)
+            lanes = Sequential()._fast(main.reshape(lead + (m, L * W)), fa).reshape(lead + (L, W))
+            if self.combine == "sequential":
+                s = Sequential()._fast(lanes, fa)
+            else:
+                s = _butterfly_fast(lanes)
+        else:
+            s = np.full(lead + (W,), -0.0, t.dtype)
+        for i in range(tail.shape[-2]):  # epilogue: one add per leftover element
+            s = np.add(s, tail[..., i, :])
+        return s
+
+    def _sum_reference(self, x, ar):
         n = x.shape[-1]
         L = int(self.L)
         if n == 0:
@@ -225,7 +304,7 @@ class Lanes(Order):
             v = main.reshape(x.shape[:-1] + (m, L))
             # lanes: sequential over the m vectors (axis -2), vectorised over lanes
             v = np.moveaxis(v, -2, -1)  # (..., L, m)
-            lanes = Sequential()._sum(v, ar)  # (..., L)
+            lanes = Sequential()._sum_reference(v, ar)  # (..., L)
             s = _combine_lanes(lanes, self.combine, ar)
         else:
             s = _neg_zero_like(x.shape[:-1], ar.dtype)
@@ -266,13 +345,28 @@ class Blocked(Order):
         nt = -(-n // T)
         return self.inner.depth(min(T, n)) + self.outer.depth(nt)
 
-    def _sum(self, x, ar):
+    def _has_fast(self):
+        return self.inner._has_fast() and self.outer._has_fast()
+
+    def _fast(self, t, fa):
+        n, W = t.shape[-2], t.shape[-1]
+        lead = t.shape[:-2]
+        T = int(self.tile)
+        nf = n // T
+        parts = np.empty(lead + (-(-n // T), W), t.dtype)
+        if nf:
+            parts[..., :nf, :] = self.inner._fast(t[..., : nf * T, :].reshape(lead + (nf, T, W)), fa)
+        if n > nf * T:
+            parts[..., nf, :] = self.inner._fast(t[..., nf * T:, :], fa)
+        return self.outer._fast(parts, fa)
+
+    def _sum_reference(self, x, ar):
         n = x.shape[-1]
         T = int(self.tile)
         if n == 0:
             return np.zeros(x.shape[:-1], dtype=ar.dtype)
         parts = _tile_partials(x, T, self.inner, ar)
-        return self.outer._sum(parts, ar)
+        return self.outer._sum_reference(parts, ar)
 
 
 def _tile_partials(x, T, inner, ar):
@@ -282,9 +376,9 @@ def _tile_partials(x, T, inner, ar):
     parts = []
     if nf:
         full = x[..., : nf * T].reshape(x.shape[:-1] + (nf, T))
-        parts.append(inner._sum(full, ar))
+        parts.append(inner._sum_reference(full, ar))
     if n > nf * T:
-        parts.append(inner._sum(x[..., nf * T:], ar)[..., None])
+        parts.append(inner._sum_reference(x[..., nf * T:], ar)[..., None])
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
 
 
@@ -310,7 +404,33 @@ class Kahan(Order):
             return math.inf
         return 2 * u + 4 * n * u * u
 
-    def _sum(self, x, ar):
+    def _has_fast(self):
+        return True
+
+    def _fast(self, t, fa, state=None):
+        """One compensated step per element of axis -2 on whole (..., W) vectors.
+
+        ``state=(s, c)`` continues a sum (the streaming driver feeds column tiles);
+        then the state is updated in place and ``s`` returned.
+        """
+        shape = t.shape[:-2] + t.shape[-1:]
+        if state is None:
+            s, c = np.full(shape, -0.0, t.dtype), np.zeros(shape, t.dtype)
+        else:
+            s, c = state
+        y, nt = np.empty(shape, t.dtype), np.empty(shape, t.dtype)
+        s0 = s
+        for i in range(t.shape[-2]):
+            np.subtract(t[..., i, :], c, out=y)
+            np.add(s, y, out=nt)
+            np.subtract(nt, s, out=c)
+            np.subtract(c, y, out=c)
+            s, nt = nt, s
+        if s is not s0:
+            s0[...] = s
+        return s0
+
+    def _sum_reference(self, x, ar):
         n = x.shape[-1]
         s = _neg_zero_like(x.shape[:-1], ar.dtype)
         c = np.zeros(x.shape[:-1], dtype=ar.dtype)
@@ -358,12 +478,12 @@ class Shuffled(Order):
         base = np.broadcast_to(np.arange(k), shape).copy()
         return np.random.default_rng(int(self.seed)).permuted(base, axis=-1)
 
-    def _sum(self, x, ar):
+    def _sum_reference(self, x, ar):
         items = x if self.tile is None else _tile_partials(x, int(self.tile), self.inner, ar)
         if items.shape[-1] == 0:
             return np.zeros(items.shape[:-1], dtype=ar.dtype)
         perm = self.permutation(items.shape)
-        return Sequential()._sum(np.take_along_axis(items, perm, axis=-1), ar)
+        return Sequential()._sum_reference(np.take_along_axis(items, perm, axis=-1), ar)
 
 
 # --------------------------------------------------------------------------
@@ -438,11 +558,132 @@ def parse_order(s: "str | Order") -> Order:
     raise ValueError(f"order={s!r} is not valid; valid orders: {_ORDER_HELP}")
 
 
+
+# --------------------------------------------------------------------------
+# the fast path: row chunks transposed into cache-sized (n, W) tiles
+# --------------------------------------------------------------------------
+# Every fast order reduces axis -2 of a tile whose last axis holds W >= 2
+# independent rows, so each numpy call is one vector operation over W rows (or
+# over W rows times tiles/lanes).  A tile is ~_TILE_BYTES: it stays in L2.
+_TILE_BYTES = 1 << 18
+
+
+@dataclass(frozen=True)
+class _FastAcc:
+    """The accumulator arithmetic of the fast path: native numpy ``+``/``-`` in ``dtype``.
+
+    * fp32 / fp64, round to nearest even: IEEE binary32/binary64 arithmetic.
+    * fp16 (numpy float16) and bf16 (ml_dtypes bfloat16): numpy and ml_dtypes
+      add two 16-bit values as ``RN16(float(a) + float(b))`` (one float32 sum,
+      one rounding); with ``2 p + 2 <= 24`` that double rounding is innocuous
+      (Figueroa 1995), so each result is the correctly rounded 16-bit sum, the
+      same value as :class:`Arith`'s.
+    """
+
+    dtype: np.dtype
+
+
+def _fast_acc(ar) -> "_FastAcc | None":
+    """The fast arithmetic for ``ar`` (an :class:`Arith`), or None (other formats/modes)."""
+    if not isinstance(ar, Arith) or ar.rounding != "rne":
+        return None
+    if ar.native:
+        return _FastAcc(ar.dtype)
+    c = ar.fmt.container
+    if (ar.fmt == FP16 or ar.fmt == BF16) and c in (np.dtype(np.float16), np.dtype(BF16.container)):
+        return _FastAcc(np.dtype(c))
+    return None
+
+
+def _butterfly_fast(v: np.ndarray) -> np.ndarray:
+    """The lane butterfly of :func:`_combine_lanes` over axis -2 (lane i += lane i + h)."""
+    while v.shape[-2] > 1:
+        m = v.shape[-2]
+        h = (m + 1) // 2
+        nxt = v[..., :h, :].copy()  # lanes i >= m - h have no partner: carried
+        np.add(nxt[..., : m - h, :], v[..., h:m, :], out=nxt[..., : m - h, :])
+        v = nxt
+    return v[..., 0, :]
+
+
+def _rows_view(x: np.ndarray) -> np.ndarray:
+    """``x`` (..., n) as (rows, n): a view for 1-D/2-D input of any strides."""
+    if x.ndim == 1:
+        return x[None]
+    if x.ndim == 2:
+        return x
+    return x.reshape(-1, x.shape[-1])
+
+
+def _sum_fast(x: np.ndarray, order: Order, fa: _FastAcc, ar: Arith, *, prepared: bool,
+              square: bool = False) -> np.ndarray:
+    """Sum the last axis of ``x`` by ``order`` in row chunks; returns ``ar.dtype`` values.
+
+    ``prepared``: ``x`` already holds values of ``ar``'s format; otherwise ``x`` is
+    the caller's container and each chunk is rounded to the accumulator as
+    :meth:`Arith.round` does (``square``: then squared, ``fl(x*x)``, for sumsq).
+    Rows are taken ``W`` at a time and transposed into an ``(n, W)`` tile of
+    ``fa.dtype``; Kahan, which needs one numpy call per element, instead
+    streams column tiles of up to 4096 rows so that each call spans many rows.
+    Extra memory: one tile plus the result, whatever the input size.
+    """
+    lead, n = x.shape[:-1], x.shape[-1]
+    if n == 0:
+        return np.zeros(lead, ar.dtype)
+    X = _rows_view(x)
+    rows = X.shape[0]
+    out = np.empty(rows, fa.dtype)
+    isz = fa.dtype.itemsize
+    direct = prepared or (not square and (ar.native or X.dtype == fa.dtype))
+
+    def fill(dst, blk):  # dst (cols, r) <- blk (r, cols), rounded to the accumulator
+        if not direct:
+            blk = ar.round(blk)
+            if square:
+                blk = ar.mul(blk, blk)
+        np.copyto(dst, blk.T, casting="unsafe")  # exact: values already on acc's grid
+
+    kahan = isinstance(order, Kahan)
+    if kahan:
+        W = max(2, min(rows, 4096))
+        C = max(1, _TILE_BYTES // (W * isz))
+    else:
+        W = max(2, min(rows, _TILE_BYTES // (n * isz)))
+        C = n
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(0, rows, W):
+            r = min(W, rows - i)
+            w = max(r, 2)  # W >= 2 keeps the reduced axis an outer one (Sequential._fast)
+            if kahan:
+                state = (np.full(w, -0.0, fa.dtype), np.zeros(w, fa.dtype))
+            for j in range(0, n, C):
+                cw = min(C, n - j)
+                tile = np.empty((cw, w), fa.dtype)
+                if w > r:
+                    tile[:, r:] = 0
+                fill(tile[:, :r], X[i:i + r, j:j + cw])
+                if kahan:
+                    order._fast(tile, fa, state)
+                else:
+                    out[i:i + r] = order._fast(tile, fa)[:r]
+            if kahan:
+                out[i:i + r] = state[0][:r]
+    return out.reshape(lead).astype(ar.dtype, copy=False)
+
 # --------------------------------------------------------------------------
 # reduce
 # --------------------------------------------------------------------------
-def _prepare(x, axis, acc: Format, rounding: str):
-    a = as_values(x)
+def _raw_values(x, name: str = "x") -> np.ndarray:
+    """``x`` as an ndarray of its own float container, not converted (as_values' checks)."""
+    a = np.asarray(x)
+    if a.dtype.kind != "f" and a.dtype not in NARROW_DTYPES:
+        as_values(a, name)  # raises the TypeError naming the dtype
+    return a
+
+
+def _prepare(x, axis, acc: Format, rounding: str, *, convert: bool = True):
+    """Validate ``x``/``axis``; move ``axis`` last; round to ``acc`` unless ``convert=False``."""
+    a = _raw_values(x)
     if a.ndim == 0:
         raise ValueError("x must have at least one dimension to reduce")
     if not isinstance(axis, int | np.integer) or isinstance(axis, bool):
@@ -451,7 +692,7 @@ def _prepare(x, axis, acc: Format, rounding: str):
         raise ValueError(f"axis={axis} is out of range for an array of {a.ndim} dimensions")
     ar = Arith(acc, rounding)
     a = np.moveaxis(a, axis, -1)
-    return ar.round(a), ar, axis % (a.ndim)
+    return (ar.round(a) if convert else a), ar, axis % (a.ndim)
 
 
 def sum_along(xw: np.ndarray, order, ar: Arith) -> np.ndarray:
@@ -509,25 +750,50 @@ def reduce(
         In ``out.container`` (float16 for fp16, bfloat16 for bf16, float32,
         float64).  NaN and inf propagate as IEEE 754 says.
     """
+    return _reduce(x, op, axis, order, acc, out, keepdims, variance, ddof, acc_rounding, out_rounding,
+                   reference=False)
+
+
+def _reduce_reference(x, op: str, axis: int = -1, *, order="pairwise", acc="fp32", out=None,
+                      keepdims: bool = False, variance: str = "two_pass", ddof: int = 0,
+                      acc_rounding: str = "rne", out_rounding: str = "rne"):
+    """:func:`reduce` on the reference path only: the whole array rounded to ``acc``
+    at once and every order's :meth:`Order._sum_reference` (its loops over the last
+    axis).  Kept callable so tests can prove the fast path bit-identical to it."""
+    return _reduce(x, op, axis, order, acc, out, keepdims, variance, ddof, acc_rounding, out_rounding,
+                   reference=True)
+
+
+def _reduce(x, op, axis, order, acc, out, keepdims, variance, ddof, acc_rounding, out_rounding, *,
+            reference: bool):
     check_choice("op", op, OPS)
     check_choice("variance", variance, VARIANCE_ALGORITHMS)
     acc = get_format(acc, "acc")
     outf = acc if out is None else get_format(out, "out")
     order = _as_order(order)
-    xw, ar, ax = _prepare(x, axis, acc, acc_rounding)
-    n = xw.shape[-1]
-    if op in ("max", "min"):
-        if n == 0:
-            raise ValueError(f"op={op!r} of an empty axis has no identity")
-        r = np.max(xw, axis=-1) if op == "max" else np.min(xw, axis=-1)
-    elif op == "sum":
-        r = order._sum(xw, ar)
-    elif op == "sumsq":
-        r = order._sum(ar.mul(xw, xw), ar)
-    elif op == "mean":
-        r = ar.div(order._sum(xw, ar), ar.round(np.float64(n)))
+    a, ar, ax = _prepare(x, axis, acc, acc_rounding, convert=False)
+    n = a.shape[-1]
+    fa = None if reference or not order._has_fast() else _fast_acc(ar)
+    if fa is not None and op in ("sum", "sumsq", "mean"):
+        # chunked: the input is rounded to acc one row chunk at a time (no full copy)
+        r = _sum_fast(a, order, fa, ar, prepared=False, square=op == "sumsq")
+        if op == "mean":
+            r = ar.div(r, ar.round(np.float64(n)))
     else:
-        r = _variance(xw, order, ar, variance, ddof)
+        xw = ar.round(a)
+        osum = order._sum_reference if reference else order._sum
+        if op in ("max", "min"):
+            if n == 0:
+                raise ValueError(f"op={op!r} of an empty axis has no identity")
+            r = np.max(xw, axis=-1) if op == "max" else np.min(xw, axis=-1)
+        elif op == "sum":
+            r = osum(xw, ar)
+        elif op == "sumsq":
+            r = osum(ar.mul(xw, xw), ar)
+        elif op == "mean":
+            r = ar.div(osum(xw, ar), ar.round(np.float64(n)))
+        else:
+            r = _variance(xw, osum, ar, variance, ddof)
     r = np.asarray(r)
     if keepdims:
         r = np.expand_dims(r, ax)
@@ -540,18 +806,19 @@ def reduce(
     return res[()] if res.ndim == 0 else res
 
 
-def _variance(xw, order, ar, algo, ddof):
+def _variance(xw, osum, ar, algo, ddof):
+    """Variance by ``algo``; ``osum(values, ar)`` sums the last axis in the chosen order."""
     n = xw.shape[-1]
     if not isinstance(ddof, int | np.integer) or ddof < 0:
         raise ValueError(f"ddof={ddof!r} is not valid; it must be an int >= 0")
     nd = ar.round(np.float64(n - ddof))
     if algo == "two_pass":
-        m = ar.div(order._sum(xw, ar), ar.round(np.float64(n)))
+        m = ar.div(osum(xw, ar), ar.round(np.float64(n)))
         d = ar.sub(xw, m[..., None])
-        return ar.div(order._sum(ar.mul(d, d), ar), nd)
+        return ar.div(osum(ar.mul(d, d), ar), nd)
     if algo == "textbook":
-        s = order._sum(xw, ar)
-        q = order._sum(ar.mul(xw, xw), ar)
+        s = osum(xw, ar)
+        q = osum(ar.mul(xw, xw), ar)
         return ar.div(ar.sub(q, ar.div(ar.mul(s, s), ar.round(np.float64(n)))), nd)
     # welford
     m = np.zeros(xw.shape[:-1], dtype=ar.dtype)
