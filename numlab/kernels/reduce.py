@@ -565,7 +565,8 @@ def parse_order(s: "str | Order") -> Order:
 # Every fast order reduces axis -2 of a tile whose last axis holds W >= 2
 # independent rows, so each numpy call is one vector operation over W rows (or
 # over W rows times tiles/lanes).  A tile is ~_TILE_BYTES: it stays in L2.
-_TILE_BYTES = 1 << 18
+_TILE_BYTES = 1 << 20
+_FILL_ROWS = 64  # rows transposed per copy: more thrash the cache sets (power-of-two strides)
 
 
 @dataclass(frozen=True)
@@ -615,6 +616,34 @@ def _rows_view(x: np.ndarray) -> np.ndarray:
     return x.reshape(-1, x.shape[-1])
 
 
+def _bf16_widen_T(dst: np.ndarray, blk: np.ndarray) -> bool:
+    """``dst[...] = blk.T`` widened from bfloat16 to float32, by integer ops; False if
+    ``blk``'s layout does not allow it (then the caller takes the generic path).
+
+    Four bf16 values are moved at a time as one uint64 (a cheap 8-byte transpose);
+    the float32 bits of the e-th of them are bits ``16 e .. 16 e + 15`` of ``w`` moved
+    to the top of a uint32 (one shift or mask on each 32-bit half of ``w``): bf16
+    is the upper half of a binary32, so the widening is exact for every value
+    (NaN payloads included).
+    """
+    r, n = blk.shape
+    n4 = n - n % 4
+    if not np.little_endian or n4 == 0 or blk.strides[1] != 2 or blk.strides[0] % 8 or blk.ctypes.data % 8:
+        return False
+    w = np.empty((n4 // 4, r), np.uint64)
+    np.copyto(w, blk[:, :n4].view(np.uint16).view(np.uint64).T)
+    d = dst[:n4].view(np.uint32).reshape(n4 // 4, 4, r)
+    h = w.view(np.uint32).reshape(n4 // 4, r, 2)  # little endian: [..., 0] holds values 0, 1
+    lo, hi = h[..., 0], h[..., 1]
+    np.left_shift(lo, 16, out=d[:, 0, :])
+    np.bitwise_and(lo, 0xFFFF0000, out=d[:, 1, :])
+    np.left_shift(hi, 16, out=d[:, 2, :])
+    np.bitwise_and(hi, 0xFFFF0000, out=d[:, 3, :])
+    if n4 < n:
+        np.copyto(dst[n4:], blk[:, n4:].T, casting="unsafe")
+    return True
+
+
 def _sum_fast(x: np.ndarray, order: Order, fa: _FastAcc, ar: Arith, *, prepared: bool,
               square: bool = False) -> np.ndarray:
     """Sum the last axis of ``x`` by ``order`` in row chunks; returns ``ar.dtype`` values.
@@ -623,8 +652,9 @@ def _sum_fast(x: np.ndarray, order: Order, fa: _FastAcc, ar: Arith, *, prepared:
     the caller's container and each chunk is rounded to the accumulator as
     :meth:`Arith.round` does (``square``: then squared, ``fl(x*x)``, for sumsq).
     Rows are taken ``W`` at a time and transposed into an ``(n, W)`` tile of
-    ``fa.dtype``; Kahan, which needs one numpy call per element, instead
-    streams column tiles of up to 4096 rows so that each call spans many rows.
+    ``fa.dtype``; Kahan (one numpy call per element) and Sequential instead
+    stream column tiles of up to 4096 rows, carrying each row's state, so that
+    each numpy call spans many rows.
     Extra memory: one tile plus the result, whatever the input size.
     """
     lead, n = x.shape[:-1], x.shape[-1]
@@ -641,32 +671,48 @@ def _sum_fast(x: np.ndarray, order: Order, fa: _FastAcc, ar: Arith, *, prepared:
             blk = ar.round(blk)
             if square:
                 blk = ar.mul(blk, blk)
-        np.copyto(dst, blk.T, casting="unsafe")  # exact: values already on acc's grid
+        if blk.dtype == BF16.container and dst.dtype == np.float32 and _bf16_widen_T(dst, blk):
+            return
+        if blk.dtype == dst.dtype or blk.dtype.itemsize < dst.dtype.itemsize:
+            # transpose the raw bits (an unsigned-int copy: fast for any float dtype,
+            # including ml_dtypes' bfloat16), then one contiguous cast if it widens
+            u = np.dtype(f"u{blk.dtype.itemsize}")
+            if blk.dtype == dst.dtype:
+                np.copyto(dst.view(u), blk.view(u).T)
+                return
+            nt = np.empty(dst.shape, u)
+            np.copyto(nt, blk.view(u).T)
+            np.copyto(dst, nt.view(blk.dtype), casting="unsafe")  # exact widening
+        else:
+            np.copyto(dst, blk.T, casting="unsafe")  # values already on acc's grid: exact
 
-    kahan = isinstance(order, Kahan)
-    if kahan:
+    stream = isinstance(order, Kahan)
+    if stream:  # one sum per row carried across column tiles of up to 4096 rows each
         W = max(2, min(rows, 4096))
-        C = max(1, _TILE_BYTES // (W * isz))
+        C = max(1, 4 * _TILE_BYTES // (W * isz))
     else:
         W = max(2, min(rows, _TILE_BYTES // (n * isz)))
+        W = W if W <= _FILL_ROWS else W - W % _FILL_ROWS
         C = n
     with np.errstate(over="ignore", invalid="ignore"):
         for i in range(0, rows, W):
             r = min(W, rows - i)
             w = max(r, 2)  # W >= 2 keeps the reduced axis an outer one (Sequential._fast)
-            if kahan:
+            if stream:
                 state = (np.full(w, -0.0, fa.dtype), np.zeros(w, fa.dtype))
             for j in range(0, n, C):
                 cw = min(C, n - j)
                 tile = np.empty((cw, w), fa.dtype)
                 if w > r:
                     tile[:, r:] = 0
-                fill(tile[:, :r], X[i:i + r, j:j + cw])
-                if kahan:
+                for k in range(0, r, _FILL_ROWS):
+                    kr = min(r, k + _FILL_ROWS)
+                    fill(tile[:, k:kr], X[i + k:i + kr, j:j + cw])
+                if stream:
                     order._fast(tile, fa, state)
                 else:
                     out[i:i + r] = order._fast(tile, fa)[:r]
-            if kahan:
+            if stream:
                 out[i:i + r] = state[0][:r]
     return out.reshape(lead).astype(ar.dtype, copy=False)
 
