@@ -5,6 +5,7 @@ bad-input errors."""
 from __future__ import annotations
 
 import math
+import tracemalloc
 import zlib
 from fractions import Fraction
 
@@ -407,3 +408,133 @@ def test_order_identities(data):
     for outer in (K.Sequential(), K.Pairwise(), K.Lanes(3, "sequential"), K.Kahan()):
         assert s(K.Blocked(1, K.Pairwise(), outer)) == s(outer)
     assert s(K.Lanes(1)) == s(K.Sequential()) == s(K.Lanes(n + 1, "sequential", "epilogue"))
+
+
+# ------------------------------------------------------------------ the fast path
+# reduce() takes a chunked, transposed-tile path (numlab.kernels.reduce._sum_fast) for
+# the numlab orders with fp32/fp64/fp16/bf16 round-to-nearest accumulators; the
+# reference path (_reduce_reference: the whole array, each order's loops over the
+# last axis) stays callable.  These tests prove the two bit-identical.
+from numlab.kernels import reveal as _reveal_mod  # noqa: E402
+from numlab.kernels._common import Arith  # noqa: E402
+from numlab.kernels.reduce import _bf16_widen_T, _reduce_reference  # noqa: E402
+from numlab.kernels.tree_order import Tree  # noqa: E402
+
+FAST_ORDERS = [
+    "sequential", "pairwise", "kahan", "lanes(16)", "lanes(8,sequential)", "lanes(8,tree,epilogue)",
+    "lanes(3,sequential,epilogue)", "lanes(5,tree)", "blocked(512)", "blocked(7,pairwise,sequential)",
+    "blocked(8,lanes(4),pairwise)", "blocked(5,kahan,kahan)", "blocked(64,pairwise,kahan)",
+]
+FAST_LENGTHS = (1, 2, 7, 8, 9, 127, 128, 129, 4097)
+
+
+def _bits(a) -> np.ndarray:
+    a = np.asarray(a)
+    return a.view(f"u{a.dtype.itemsize}")
+
+
+def _rows(rng, rows, n, kind):
+    x = rng.standard_normal((rows, n)) * np.exp(rng.standard_normal((rows, n)) * 3)
+    if kind == "cancelling":  # each row followed by its negation reversed: sums near 0
+        x = np.concatenate([x, -x[:, ::-1]], axis=1)[:, :n] * 1e3
+        x[:, n // 2:] += rng.standard_normal((rows, n - n // 2)) * 1e-3
+    return x
+
+
+@pytest.mark.parametrize("acc", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("order", FAST_ORDERS)
+def test_fast_path_bit_identical_to_reference(order, acc):
+    rng = np.random.default_rng(zlib.crc32(f"fast/{order}/{acc}".encode()))
+    for n in FAST_LENGTHS:
+        for kind in ("random", "cancelling"):
+            x = _rows(rng, 3, n, kind)
+            for dt in (np.float16, ml_dtypes.bfloat16, np.float32):
+                with np.errstate(over="ignore"):
+                    xx = x.astype(dt)
+                got = K.reduce(xx, "sum", order=order, acc=acc)
+                exp = _reduce_reference(xx, "sum", order=order, acc=acc)
+                assert got.dtype == exp.dtype
+                np.testing.assert_array_equal(_bits(got), _bits(exp), err_msg=f"{order} {acc} n={n} {kind} {dt}")
+
+
+@pytest.mark.parametrize("order", ["sequential", "pairwise", "kahan", "lanes(16)", "blocked(512,pairwise,sequential)"])
+def test_fast_path_many_rows_axes_ops_and_specials(order):
+    """More rows than one tile (several chunks and a short last one), axis=0 and 3-D
+    input, mean/sumsq, and rows holding inf/NaN/-0.0/overflow: all equal the reference."""
+    rng = np.random.default_rng(zlib.crc32(order.encode()))
+    x = _rows(rng, 301, 600, "random").astype(np.float16)
+    x[5, 3] = np.inf
+    x[6, :2] = [np.inf, -np.inf]
+    x[7, 9] = np.nan
+    x[8] = -0.0
+    x[9, :] = 60000.0  # overflows fp16 accumulators
+    for acc in ("fp32", "fp16", "bf16", "fp64"):
+        for op in ("sum", "mean", "sumsq"):
+            for arr, axis in ((x, -1), (np.ascontiguousarray(x.T), 0), (x.reshape(7, 43, 600), 2)):
+                got = K.reduce(arr, op, axis=axis, order=order, acc=acc)
+                exp = _reduce_reference(arr, op, axis=axis, order=order, acc=acc)
+                np.testing.assert_array_equal(_bits(got), _bits(exp), err_msg=f"{acc} {op} axis={axis}")
+
+
+def test_fast_path_via_order_sum_matches_reference():
+    """Order._sum (used by the engine and split-K matmul) dispatches to the fast path."""
+    rng = np.random.default_rng(5)
+    ar = Arith("fp16")
+    xw = ar.round(rng.standard_normal((40, 9, 33)))
+    for order in FAST_ORDERS:
+        o = K.parse_order(order)
+        np.testing.assert_array_equal(_bits(o._sum(xw, ar)), _bits(o._sum_reference(xw, ar)), err_msg=order)
+
+
+def test_numpy_outer_reduce_is_recursive_summation():
+    """The equivalence Sequential's fast path rests on: add.reduce over a non-innermost
+    axis (W >= 2 columns) adds rows in order, one rounding per add in the array's dtype
+    (float32, float16, bfloat16); pinned against scalar loops on random, cancelling and
+    odd-length columns."""
+    rng = np.random.default_rng(7)
+    for n in (1, 2, 7, 9, 129, 1000):
+        for kind in ("random", "cancelling"):
+            t = np.ascontiguousarray(_rows(rng, 3, n, kind).T)  # (n, 3)
+            for dt, fmt in ((np.float32, "fp32"), (np.float16, "fp16"), (ml_dtypes.bfloat16, "bf16")):
+                with np.errstate(over="ignore"):
+                    tt = t.astype(dt)
+                got = np.add.reduce(tt, axis=0, initial=-0.0)
+                for j in range(3):
+                    exp = R.seq([float(v) for v in tt[:, j]], fmt)
+                    assert float(got[j]) == exp or (math.isnan(exp) and math.isnan(float(got[j])))
+
+
+def test_numpy_contiguous_sum_is_not_a_numlab_order():
+    """Why the fast path does not call numpy's own row sum: FPRev reveals numpy's
+    float32 add.reduce over a contiguous axis as its blocked, 8-way unrolled pairwise
+    scheme with x0 added last, a tree different from Pairwise, Sequential and every
+    Lanes(8) variant; the outer-axis reduce is exactly Sequential."""
+    n = 37
+    inner = _reveal_mod.reveal(lambda x: np.add.reduce(x, axis=-1), n, "fp32", check_rows=100)
+    assert inner.check.ok
+    for o in ("pairwise", "sequential", "lanes(8)", "lanes(8,sequential)", "lanes(8,tree,epilogue)",
+              "lanes(8,sequential,epilogue)"):
+        assert inner.order != Tree.from_order(K.parse_order(o), n), o
+    outer = _reveal_mod.reveal(lambda x: np.add.reduce(np.ascontiguousarray(x.T), axis=0, initial=-0.0), n,
+                               "fp32", check_rows=100)
+    assert outer.order == Tree.from_order(K.Sequential(), n)
+
+
+def test_bf16_transposed_widening_exact_for_every_bit_pattern():
+    u = np.arange(1 << 16, dtype=np.uint16).reshape(64, 1024)  # every bf16 incl. NaNs, infs, -0.0
+    blk = u.view(ml_dtypes.bfloat16)
+    for cols in (1024, 1023, 5):  # n % 4 == 0 and a leftover tail
+        dst = np.empty((cols, 64), np.float32)
+        assert _bf16_widen_T(dst, blk[:, :cols])
+        exp = (u[:, :cols].astype(np.uint32) << 16).view(np.float32).T
+        np.testing.assert_array_equal(dst.view(np.uint32), exp.view(np.uint32))
+
+
+def test_fast_path_peak_memory_is_below_twice_the_input():
+    x = np.random.default_rng(0).standard_normal((512, 4096)).astype(np.float16)  # 4 MiB
+    for order in ("sequential", "pairwise", "kahan", "lanes(16)", "blocked(512)"):
+        tracemalloc.start()
+        K.reduce(x, "sum", order=order, acc="fp32")
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert peak <= 2 * x.nbytes, (order, peak / x.nbytes)

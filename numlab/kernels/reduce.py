@@ -687,11 +687,13 @@ def _sum_fast(x: np.ndarray, order: Order, fa: _FastAcc, ar: Arith, *, prepared:
             np.copyto(dst, blk.T, casting="unsafe")  # values already on acc's grid: exact
 
     stream = isinstance(order, Kahan)
+    # tile (+ its transposition temporary) <= the budget and <= the input's own size
+    budget = min((4 if stream else 1) * _TILE_BYTES, rows * n * X.dtype.itemsize * isz // (isz + X.dtype.itemsize))
     if stream:  # one sum per row carried across column tiles of up to 4096 rows each
         W = max(2, min(rows, 4096))
-        C = max(1, 4 * _TILE_BYTES // (W * isz))
+        C = max(1, budget // (W * isz))
     else:
-        W = max(2, min(rows, _TILE_BYTES // (n * isz)))
+        W = max(2, min(rows, budget // (n * isz)))
         W = W if W <= _FILL_ROWS else W - W % _FILL_ROWS
         C = n
     with np.errstate(over="ignore", invalid="ignore"):
