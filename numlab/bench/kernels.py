@@ -1,14 +1,26 @@
 """``numlab bench kernels``: speed of the emulated kernels as ratios against numpy,
 both measured in the same run.
 
-* a 4096 x 4096 fp16 row reduction, ``blocked(512, pairwise, sequential)`` with an
-  fp32 accumulator, vs ``np.sum(x, axis=1, dtype=np.float32)`` of the same array
-  (target: within 5x);
-* a 1024^3 fp16 ``block_fma`` matmul with ``k_tile=128`` (fp32 accumulator,
-  every entry exactly rounded) vs ``np.matmul`` of the same values in float64
-  (target: within 4x).  A third line shows the floor set by the design rule
-  "one BLAS call per K tile": the float64 BLAS calls alone, one per K tile,
-  into one reused output buffer.
+Reductions (4096 x 4096 fp16 and bf16 rows; ``--quick``: 1024 x 1024):
+
+* every order (sequential, pairwise, blocked(512), lanes(16), kahan) with an
+  fp32 accumulator vs ``np.sum(x, axis=-1, dtype=np.float32)`` of the same
+  array (target: within 3x), and its peak extra memory measured with
+  :mod:`tracemalloc` as a multiple of the input's size (target: within 2x).
+  The "ref" columns time the reference path
+  (``numlab.kernels.reduce._reduce_reference``: the whole array widened at
+  once and each order's loops over the last axis), which the fast path is
+  tested bit-identical to;
+* fp16 / bf16 accumulators (fp16 data into fp16, bf16 data into bf16) vs the
+  naive loop of the same order: the reference loops with every addition
+  rounded by an ``astype`` round trip (float32 -> fp16/bf16 -> float32)
+  (target: not slower, ratio <= 1).
+
+Matmul: a 1024^3 fp16 ``block_fma`` matmul with ``k_tile=128`` (fp32
+accumulator, every entry exactly rounded) vs ``np.matmul`` of the same values in
+float64 (target: within 4x).  A further line shows the floor set by the design
+rule "one BLAS call per K tile": the float64 BLAS calls alone, one per K tile,
+into one reused output buffer.
 
 BLAS threads matter: both sides use numpy's OpenBLAS with its default thread
 count.  On a small, loaded machine eight rank-128 calls with two threads can be
@@ -16,16 +28,98 @@ several times slower than with one, while the single 1024^3 reference call is
 not (the "(floor)" line shows it); ``OPENBLAS_NUM_THREADS=1 numlab bench
 kernels`` compares single-threaded BLAS on both sides.
 
-``--quick`` uses 1024 x 1024 and 256^3.  Timings are best-of-N wall times; on
-a shared machine they move by tens of percent from run to run.
+Timings are best-of-N wall times; on a shared machine they move by tens of
+percent from run to run, so the header prints the load average.
 """
 
 from __future__ import annotations
 
+import os
+import time
+import tracemalloc
+
+import ml_dtypes
 import numpy as np
 
 from .. import kernels as K
+from ..kernels.reduce import _reduce_reference
 from . import best_of
+
+ORDERS = ("sequential", "pairwise", "blocked(512)", "lanes(16)", "kahan")
+
+
+class _AstypeArith:
+    """The naive accumulator: float32 operations, each result rounded by an
+    ``astype`` round trip.  Runs the reference loops of an order (``_sum_reference``)."""
+
+    native = False
+    rounding = "rne"
+    dtype = np.dtype(np.float32)
+
+    def __init__(self, container):
+        self.container = container
+
+    def add(self, a, b):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.add(a, b, dtype=np.float32).astype(self.container).astype(np.float32)
+
+    def sub(self, a, b):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.subtract(a, b, dtype=np.float32).astype(self.container).astype(np.float32)
+
+
+def _peak(fn) -> int:
+    """Peak bytes allocated (tracemalloc) while ``fn`` runs."""
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _timed(fn, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _reductions(n: int, rep: int) -> list[str]:
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((n, n))
+    lines = [f"reductions, {n}x{n} rows (axis=-1); ratios to numpy measured in this run",
+             f"{'data':5} {'order':13} {'numlab s':>9} {'numpy s':>8} {'ratio':>6} {'ref':>6}  "
+             f"{'peak/in':>7} {'ref':>6}  targets: ratio <= 3, peak <= 2"]
+    results = []
+    for name, dt in (("fp16", np.float16), ("bf16", ml_dtypes.bfloat16)):
+        x = base.astype(dt)
+        t_np = best_of(lambda x=x: np.sum(x, axis=-1, dtype=np.float32), rep)
+        for o in ORDERS:
+            t = best_of(lambda x=x, o=o: K.reduce(x, "sum", order=o, acc="fp32"), rep)
+            t_ref = _timed(lambda x=x, o=o: _reduce_reference(x, "sum", order=o, acc="fp32"), max(1, rep // 2))
+            pk = _peak(lambda x=x, o=o: K.reduce(x, "sum", order=o, acc="fp32")) / x.nbytes
+            pk_ref = _peak(lambda x=x, o=o: _reduce_reference(x, "sum", order=o, acc="fp32")) / x.nbytes
+            ok = "ok" if t / t_np <= 3 and pk <= 2 else "MISSED"
+            lines.append(f"{name:5} {o:13} {t:9.4f} {t_np:8.4f} {t / t_np:6.2f} {t_ref / t_np:6.2f}  "
+                         f"{pk:7.2f} {pk_ref:6.2f}  [{ok}]")
+            results.append(ok)
+    lines.append("")
+    lines.append("16-bit accumulators vs the naive astype-per-add loop of the same order (target: ratio <= 1)")
+    lines.append(f"{'acc':5} {'order':13} {'numlab s':>9} {'naive s':>8} {'ratio':>6}")
+    for name, dt in (("fp16", np.float16), ("bf16", ml_dtypes.bfloat16)):
+        x = base.astype(dt)
+        naive = _AstypeArith(dt)
+        for o in ORDERS:
+            order = K.parse_order(o)
+            t = best_of(lambda x=x, o=o, name=name: K.reduce(x, "sum", order=o, acc=name), max(1, rep // 2))
+            t_naive = _timed(lambda x=x, order=order: order._sum_reference(x.astype(np.float32), naive),
+                             max(1, rep // 2))
+            ok = "ok" if t <= t_naive else "MISSED"
+            lines.append(f"{name:5} {o:13} {t:9.4f} {t_naive:8.4f} {t / t_naive:6.2f}  [{ok}]")
+    return lines
 
 
 def main(quick: bool = False) -> str:
@@ -33,10 +127,9 @@ def main(quick: bool = False) -> str:
     n = 1024 if quick else 4096
     m = 256 if quick else 1024
     rep = 3 if quick else 5
-    x = rng.standard_normal((n, n)).astype(np.float16)
-    order = K.Blocked(512, K.Pairwise(), K.Sequential())
-    t_red = best_of(lambda: K.reduce(x, "sum", axis=1, order=order, acc="fp32"), rep)
-    t_np = best_of(lambda: np.sum(x, axis=1, dtype=np.float32), rep)
+    load = os.getloadavg() if hasattr(os, "getloadavg") else ("?",) * 3
+    lines = [f"load average {' '.join(f'{v:.2f}' for v in load)} on {os.cpu_count()} cpus"]
+    lines += _reductions(n, rep)
 
     a = rng.standard_normal((m, m)).astype(np.float16)
     b = rng.standard_normal((m, m)).astype(np.float16)
@@ -54,18 +147,13 @@ def main(quick: bool = False) -> str:
         return buf
 
     t_tiles = best_of(ktiled_blas, rep)  # the floor of "one BLAS call per K tile"
-
-    rows = [
-        ("reduce", f"{n}x{n} fp16 rows, blocked(512,pairwise,sequential), fp32 acc",
-         t_red, "np.sum(float32)", t_np, 5.0),
-        ("matmul", f"{m}^3 fp16 block_fma k_tile=128, fp32 acc (uncertified: {stats.get('uncertified', 0)})",
-         t_mm, "np.matmul float64", t_np64, 4.0),
-    ]
-    lines = [f"{'kernel':8} {'numlab s':>10} {'numpy s':>10} {'ratio':>7} {'target':>7}  what"]
-    for name, what, t, _, tref, target in rows:
-        ratio = t / tref
-        ok = "ok" if ratio <= target else "MISSED"
-        lines.append(f"{name:8} {t:10.4f} {tref:10.4f} {ratio:7.2f} {target:6.1f}x  {what} [{ok}]")
+    lines.append("")
+    lines.append(f"{'kernel':8} {'numlab s':>10} {'numpy s':>10} {'ratio':>7} {'target':>7}  what")
+    ratio = t_mm / t_np64
+    ok = "ok" if ratio <= 4.0 else "MISSED"
+    lines.append(f"{'matmul':8} {t_mm:10.4f} {t_np64:10.4f} {ratio:7.2f} {4.0:6.1f}x  "
+                 f"{m}^3 fp16 block_fma k_tile=128, fp32 acc (uncertified: {stats.get('uncertified', 0)}) "
+                 f"vs np.matmul float64 [{ok}]")
     lines.append(f"{'(floor)':8} {t_tiles:10.4f} {t_np64:10.4f} {t_tiles / t_np64:7.2f} {'':>7}  "
                  f"float64 BLAS alone, one call per 128-wide K tile into one buffer (no rounding/certification)")
     out = "\n".join(lines)

@@ -159,7 +159,15 @@ class Sequential(Order):
         # W >= 2) runs out[j] = out[j] + t[i, j] for i = 0, 1, ...: recursive
         # summation per column, one rounding per add in t's dtype.  initial=-0.0
         # is the exact identity (-0.0 + x == x), as the reference starts from x0.
-        return np.add.reduce(t, axis=-2, initial=-0.0)
+        if fa.rt is None:
+            return np.add.reduce(t, axis=-2, initial=-0.0)
+        if t.shape[-1] < 512 or t.shape[-2] < 2:
+            # numpy float16 / ml_dtypes bfloat16 add: RN16(float(a) + float(b)) per step
+            return np.add.reduce(t.astype(fa.rt), axis=-2, initial=-0.0).astype(t.dtype)
+        s = t[..., 0, :].copy()  # wide rows (lanes): a loop of float32 adds + round trips is faster
+        for i in range(1, t.shape[-2]):
+            fa.add(s, t[..., i, :], out=s)
+        return s
 
     def _sum_reference(self, x, ar):
         n = x.shape[-1]
@@ -194,7 +202,7 @@ class Pairwise(Order):
             m = t.shape[-2]
             h = m // 2
             nxt = np.empty(t.shape[:-2] + (h + m % 2, t.shape[-1]), t.dtype)
-            np.add(t[..., 0:2 * h:2, :], t[..., 1:2 * h:2, :], out=nxt[..., :h, :])
+            fa.add(t[..., 0:2 * h:2, :], t[..., 1:2 * h:2, :], out=nxt[..., :h, :])
             if m % 2:  # the odd element is carried up unchanged
                 nxt[..., h, :] = t[..., m - 1, :]
             t = nxt
@@ -280,11 +288,11 @@ class Lanes(Order):
             if self.combine == "sequential":
                 s = Sequential()._fast(lanes, fa)
             else:
-                s = _butterfly_fast(lanes)
+                s = _butterfly_fast(lanes, fa)
         else:
             s = np.full(lead + (W,), -0.0, t.dtype)
         for i in range(tail.shape[-2]):  # epilogue: one add per leftover element
-            s = np.add(s, tail[..., i, :])
+            s = fa.add(s, tail[..., i, :])
         return s
 
     def _sum_reference(self, x, ar):
@@ -421,10 +429,10 @@ class Kahan(Order):
         y, nt = np.empty(shape, t.dtype), np.empty(shape, t.dtype)
         s0 = s
         for i in range(t.shape[-2]):
-            np.subtract(t[..., i, :], c, out=y)
-            np.add(s, y, out=nt)
-            np.subtract(nt, s, out=c)
-            np.subtract(c, y, out=c)
+            fa.sub(t[..., i, :], c, out=y)
+            fa.add(s, y, out=nt)
+            fa.sub(nt, s, out=c)
+            fa.sub(c, y, out=c)
             s, nt = nt, s
         if s is not s0:
             s0[...] = s
@@ -566,22 +574,39 @@ def parse_order(s: "str | Order") -> Order:
 # independent rows, so each numpy call is one vector operation over W rows (or
 # over W rows times tiles/lanes).  A tile is ~_TILE_BYTES: it stays in L2.
 _TILE_BYTES = 1 << 20
+_RT_SCALE = 4
 _FILL_ROWS = 64  # rows transposed per copy: more thrash the cache sets (power-of-two strides)
 
 
 @dataclass(frozen=True)
 class _FastAcc:
-    """The accumulator arithmetic of the fast path: native numpy ``+``/``-`` in ``dtype``.
+    """The accumulator arithmetic of the fast path, on tiles of ``dtype``.
 
-    * fp32 / fp64, round to nearest even: IEEE binary32/binary64 arithmetic.
-    * fp16 (numpy float16) and bf16 (ml_dtypes bfloat16): numpy and ml_dtypes
-      add two 16-bit values as ``RN16(float(a) + float(b))`` (one float32 sum,
-      one rounding); with ``2 p + 2 <= 24`` that double rounding is innocuous
-      (Figueroa 1995), so each result is the correctly rounded 16-bit sum, the
-      same value as :class:`Arith`'s.
+    * fp32 / fp64, round to nearest even: IEEE binary32/binary64 arithmetic
+      (``rt`` None).
+    * fp16 / bf16: float32 tiles; each float32 sum or difference of two 16-bit
+      values is rounded by an ``astype`` round trip through ``rt`` (numpy's
+      float16, ml_dtypes' bfloat16: round to nearest even, subnormals and
+      overflow to inf included).  With ``2 p + 2 <= 24`` that double rounding is
+      innocuous (Figueroa 1995): each result is the correctly rounded 16-bit
+      value, the same as :class:`Arith`'s.  Sequential reduces in ``rt`` itself:
+      numpy/ml_dtypes add two 16-bit values as one float32 sum, rounded.
     """
 
     dtype: np.dtype
+    rt: object = None
+
+    def add(self, a, b, out=None):
+        r = np.add(a, b, out=out)
+        if self.rt is not None:
+            np.copyto(r, r.astype(self.rt), casting="unsafe")
+        return r
+
+    def sub(self, a, b, out=None):
+        r = np.subtract(a, b, out=out)
+        if self.rt is not None:
+            np.copyto(r, r.astype(self.rt), casting="unsafe")
+        return r
 
 
 def _fast_acc(ar) -> "_FastAcc | None":
@@ -590,19 +615,18 @@ def _fast_acc(ar) -> "_FastAcc | None":
         return None
     if ar.native:
         return _FastAcc(ar.dtype)
-    c = ar.fmt.container
-    if (ar.fmt == FP16 or ar.fmt == BF16) and c in (np.dtype(np.float16), np.dtype(BF16.container)):
-        return _FastAcc(np.dtype(c))
+    if (ar.fmt == FP16 or ar.fmt == BF16) and ar.dtype == np.float32:
+        return _FastAcc(np.dtype(np.float32), ar.fmt.container)
     return None
 
 
-def _butterfly_fast(v: np.ndarray) -> np.ndarray:
+def _butterfly_fast(v: np.ndarray, fa: _FastAcc) -> np.ndarray:
     """The lane butterfly of :func:`_combine_lanes` over axis -2 (lane i += lane i + h)."""
     while v.shape[-2] > 1:
         m = v.shape[-2]
         h = (m + 1) // 2
         nxt = v[..., :h, :].copy()  # lanes i >= m - h have no partner: carried
-        np.add(nxt[..., : m - h, :], v[..., h:m, :], out=nxt[..., : m - h, :])
+        fa.add(nxt[..., : m - h, :], v[..., h:m, :], out=nxt[..., : m - h, :])
         v = nxt
     return v[..., 0, :]
 
@@ -664,7 +688,9 @@ def _sum_fast(x: np.ndarray, order: Order, fa: _FastAcc, ar: Arith, *, prepared:
     rows = X.shape[0]
     out = np.empty(rows, fa.dtype)
     isz = fa.dtype.itemsize
-    direct = prepared or (not square and (ar.native or X.dtype == fa.dtype))
+    # the input's values already lie in acc's format: a plain (exact or, for native
+    # fp32/fp64, the same RNE) cast replaces Arith.round
+    direct = prepared or (not square and (ar.native or X.dtype == np.dtype(ar.fmt.container)))
 
     def fill(dst, blk):  # dst (cols, r) <- blk (r, cols), rounded to the accumulator
         if not direct:
@@ -688,7 +714,9 @@ def _sum_fast(x: np.ndarray, order: Order, fa: _FastAcc, ar: Arith, *, prepared:
 
     stream = isinstance(order, Kahan)
     # tile (+ its transposition temporary) <= the budget and <= the input's own size
-    budget = min((4 if stream else 1) * _TILE_BYTES, rows * n * X.dtype.itemsize * isz // (isz + X.dtype.itemsize))
+    # (rounding accumulators make three numpy calls per add: wider tiles amortise them)
+    scale = (4 if stream else 1) * (_RT_SCALE if fa.rt is not None else 1)
+    budget = min(scale * _TILE_BYTES, rows * n * X.dtype.itemsize * isz // (isz + X.dtype.itemsize))
     if stream:  # one sum per row carried across column tiles of up to 4096 rows each
         W = max(2, min(rows, 4096))
         C = max(1, budget // (W * isz))
