@@ -640,7 +640,7 @@ def _rows_view(x: np.ndarray) -> np.ndarray:
     return x.reshape(-1, x.shape[-1])
 
 
-def _bf16_widen_T(dst: np.ndarray, blk: np.ndarray) -> bool:
+def _bf16_widen_T(dst: np.ndarray, blk: np.ndarray, buf=None) -> bool:
     """``dst[...] = blk.T`` widened from bfloat16 to float32, by integer ops; False if
     ``blk``'s layout does not allow it (then the caller takes the generic path).
 
@@ -654,15 +654,22 @@ def _bf16_widen_T(dst: np.ndarray, blk: np.ndarray) -> bool:
     n4 = n - n % 4
     if not np.little_endian or n4 == 0 or blk.strides[1] != 2 or blk.strides[0] % 8 or blk.ctypes.data % 8:
         return False
-    w = np.empty((n4 // 4, r), np.uint64)
+    buf = buf or (lambda shape, dt, key: np.empty(shape, dt))
+    w = buf((n4 // 4, r), np.uint64, "w")
     np.copyto(w, blk[:, :n4].view(np.uint16).view(np.uint64).T)
     d = dst[:n4].view(np.uint32).reshape(n4 // 4, 4, r)
-    h = w.view(np.uint32).reshape(n4 // 4, r, 2)  # little endian: [..., 0] holds values 0, 1
-    lo, hi = h[..., 0], h[..., 1]
-    np.left_shift(lo, 16, out=d[:, 0, :])
-    np.bitwise_and(lo, 0xFFFF0000, out=d[:, 1, :])
-    np.left_shift(hi, 16, out=d[:, 2, :])
-    np.bitwise_and(hi, 0xFFFF0000, out=d[:, 3, :])
+    # little endian: the uint32 halves of w hold values (0, 1) and (2, 3); two
+    # contiguous uint64 ops put each value at the top of its half, then four
+    # strided copies interleave them
+    mask = np.uint64(0xFFFF0000FFFF0000)
+    a = np.left_shift(w, np.uint64(16), out=buf(w.shape, np.uint64, "a"))
+    np.bitwise_and(a, mask, out=a)
+    np.bitwise_and(w, mask, out=w)
+    a32, b32 = a.view(np.uint32).reshape(n4 // 4, r, 2), w.view(np.uint32).reshape(n4 // 4, r, 2)
+    np.copyto(d[:, 0, :], a32[..., 0])
+    np.copyto(d[:, 1, :], b32[..., 0])
+    np.copyto(d[:, 2, :], a32[..., 1])
+    np.copyto(d[:, 3, :], b32[..., 1])
     if n4 < n:
         np.copyto(dst[n4:], blk[:, n4:].T, casting="unsafe")
     return True
@@ -692,12 +699,21 @@ def _sum_fast(x: np.ndarray, order: Order, fa: _FastAcc, ar: Arith, *, prepared:
     # fp32/fp64, the same RNE) cast replaces Arith.round
     direct = prepared or (not square and (ar.native or X.dtype == np.dtype(ar.fmt.container)))
 
+    scratch: dict = {}
+
+    def buf(shape, dt, key):
+        """A reused work array: fresh 1 MB arrays per chunk would cost page faults."""
+        k = (key, tuple(shape), np.dtype(dt))
+        if k not in scratch:
+            scratch[k] = np.empty(shape, dt)
+        return scratch[k]
+
     def fill(dst, blk):  # dst (cols, r) <- blk (r, cols), rounded to the accumulator
         if not direct:
             blk = ar.round(blk)
             if square:
                 blk = ar.mul(blk, blk)
-        if blk.dtype == BF16.container and dst.dtype == np.float32 and _bf16_widen_T(dst, blk):
+        if blk.dtype == BF16.container and dst.dtype == np.float32 and _bf16_widen_T(dst, blk, buf):
             return
         if blk.dtype == dst.dtype or blk.dtype.itemsize < dst.dtype.itemsize:
             # transpose the raw bits (an unsigned-int copy: fast for any float dtype,
@@ -706,7 +722,7 @@ def _sum_fast(x: np.ndarray, order: Order, fa: _FastAcc, ar: Arith, *, prepared:
             if blk.dtype == dst.dtype:
                 np.copyto(dst.view(u), blk.view(u).T)
                 return
-            nt = np.empty(dst.shape, u)
+            nt = buf(dst.shape, u, "nt")
             np.copyto(nt, blk.view(u).T)
             np.copyto(dst, nt.view(blk.dtype), casting="unsafe")  # exact widening
         else:
@@ -732,7 +748,7 @@ def _sum_fast(x: np.ndarray, order: Order, fa: _FastAcc, ar: Arith, *, prepared:
                 state = (np.full(w, -0.0, fa.dtype), np.zeros(w, fa.dtype))
             for j in range(0, n, C):
                 cw = min(C, n - j)
-                tile = np.empty((cw, w), fa.dtype)
+                tile = buf((cw, w), fa.dtype, "tile")
                 if w > r:
                     tile[:, r:] = 0
                 for k in range(0, r, _FILL_ROWS):
