@@ -119,7 +119,8 @@ def exact_floor(ax, *series, label: str = "exact (error 0)"):
     The band sits one decade below the smallest positive value of ``series``
     (each an array of errors), is shaded grey and labelled ``label``; plot
     ``np.where(v > 0, v, floor)`` so an exact result is visibly "exact", not
-    a tiny error.  Call before setting the axis limits."""
+    a tiny error.  The band is part of the data limits (autoscaling keeps it
+    in view)."""
     pos = [np.asarray(v, dtype=float).ravel() for v in series]
     pos = np.concatenate(pos) if pos else np.array([])
     pos = pos[np.isfinite(pos) & (pos > 0)]
@@ -129,7 +130,6 @@ def exact_floor(ax, *series, label: str = "exact (error 0)"):
     ax.axhspan(floor / 2.5, floor * 2.5, color="#e6e6e6", zorder=0)
     ax.text(0.005, floor * 2.4, label, transform=blended_transform_factory(ax.transAxes, ax.transData),
             va="top", ha="left", fontsize=9, color="#555555")
-    ax.set_ylim(bottom=floor / 2.5)
     return floor
 
 
