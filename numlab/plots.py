@@ -105,7 +105,8 @@ def legend_outside(ax, where: str = "right", ncols: int = 1, **kwargs):
     if where == "right":
         place = dict(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     elif where == "below":
-        place = dict(loc="upper center", bbox_to_anchor=(0.5, -0.2), borderaxespad=0.0)
+        # clear of the tick labels and the x label: 3.6 font sizes (about 32 pt) below the axes
+        place = dict(loc="upper center", bbox_to_anchor=(0.5, 0.0), borderaxespad=3.6)
     else:
         raise ValueError(f"where={where!r}: expected 'right' or 'below'")
     place.update(kwargs)
