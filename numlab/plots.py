@@ -356,7 +356,8 @@ def chain_length(ns, errors: dict, *, fmt=None, ax=None, bounds=True):
 
 def error_scatter(ref, eager, fused, *, fmt=None, ax=None, max_points=4000):
     """Per-element |error| of eager (x) against fused (y), log-log, with the
-    diagonal: points below it are elements where fused is more accurate."""
+    diagonal: points below it are elements where fused is more accurate.
+    Elements with no error sit in the grey "exact" band of their axis."""
     ax = _ax(ax, figsize=(4.5, 4.5))
     fmt = _fmt(fmt)
     r = np.asarray(ref, dtype=np.float64).ravel()
@@ -366,13 +367,15 @@ def error_scatter(ref, eager, fused, *, fmt=None, ax=None, max_points=4000):
         idx = np.linspace(0, r.size - 1, max_points).astype(np.int64)
         e, f = e[idx], f[idx]
     ok = np.isfinite(e) & np.isfinite(f)
-    floor = fmt.smallest_subnormal
-    ax.scatter(np.maximum(e[ok], floor), np.maximum(f[ok], floor), s=4, alpha=0.5)
-    lo = floor
-    hi = max(float(np.max(e[ok], initial=floor)), float(np.max(f[ok], initial=floor)), lo * 10)
-    ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="equal error")
+    e, f = e[ok], f[ok]
+    # an exact element (error 0) sits in the grey "exact" band of its axis, not at a floor
+    floor = exact_floor(ax, e, f, label="exact (0)")
     ax.set_xscale("log")
-    ax.set_yscale("log")
+    ax.axvspan(floor / 2.5, floor * 2.5, color="#e6e6e6", zorder=0)
+    ax.scatter(np.where(e > 0, e, floor), np.where(f > 0, f, floor), s=4, alpha=0.5)
+    lo = floor
+    hi = max(float(np.max(e, initial=floor)), float(np.max(f, initial=floor)), lo * 10)
+    ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="equal error")
     ax.set_xlabel("|eager - fp64|")
     ax.set_ylabel("|fused - fp64|")
     ax.set_title("per element (below the line: fused closer)")
