@@ -303,15 +303,23 @@ def ulp_shares(rows, *, fmt=None, modes=("eager", "fused", "emulated_casts"), ax
     ax = _ax(ax)
     fmt = _fmt(fmt)
     sel = [r for r in rows if r["fmt"] == fmt.name and r["mode"] in modes]
-    labels = [f"{r['model']}\n{r['mode'].replace('emulated_casts', 'emul.')}" for r in sel]
-    x = np.arange(len(sel))
+    models = list(dict.fromkeys(r["model"] for r in sel))
+    # one group of bars per model (a gap between groups), each bar marked by its mode's letter
+    letter = {"eager": "e", "fused": "f", "emulated_casts": "c", "reference": "r"}
+    x = np.array([models.index(r["model"]) * (len(modes) + 1) + list(modes).index(r["mode"]) for r in sel],
+                 dtype=float)
     bottom = np.zeros(len(sel))
     for key, color, lab in (("ulp0", "#2ca02c", "0 ULP"), ("ulp1", "#ffbf00", "1 ULP"),
                             ("ulp_ge2", "#d62728", ">= 2 ULP")):
         v = np.array([r[key] for r in sel], dtype=float)
         ax.bar(x, v, bottom=bottom, color=color, label=lab)
         bottom += np.nan_to_num(v)
-    ax.set_xticks(x, labels, rotation=90, fontsize=9)
+    ax.set_xticks(x, [letter.get(r["mode"], r["mode"][:1]) for r in sel], fontsize=9)
+    centers = [models.index(m) * (len(modes) + 1) + (len(modes) - 1) / 2 for m in models]
+    sec = ax.secondary_xaxis("bottom")
+    sec.set_xticks(centers, models, rotation=30, ha="right", fontsize=9)
+    sec.tick_params(length=0, pad=16)
+    ax.plot([], [], " ", label="e eager, f fused,\nc emulated casts")
     ax.set_ylim(0, 1)
     ax.set_ylabel("share of output elements")
     ax.set_title(f"{fmt.name}: distance to the correctly rounded result")
