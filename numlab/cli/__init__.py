@@ -19,6 +19,7 @@ import sys
 from .. import __version__
 from ..fusion import GRAMMAR as FUSION_GRAMMAR
 from ..kernels.grammar import GRAMMAR as KERNEL_GRAMMAR
+from .options import GRAMMAR as OPTIONS_GRAMMAR
 from .options import coerce, join_spec_values
 
 # subcommand -> (module, one-line help)
@@ -37,10 +38,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 
 EPILOG = (
-    "options shared by the subcommands: MODEL, --dtype FMT, --size NAME=INT (repeatable), "
-    "--inputs KIND,\n--fusion SPEC, --kernels SPEC, --seed N, --out DIR, --force.  "
-    "A spec value may start with '--' after a space\n(--fusion --autofuse_enable_pass=reduce).\n\n"
-    "fusion spec (--fusion; FusionOptions.parse):\n"
+    "options shared by the subcommands (each takes those that apply; `numlab COMMAND --help`):\n"
+    + "\n".join("  " + line for line in OPTIONS_GRAMMAR.splitlines())
+    + "\n\nfusion spec (--fusion; FusionOptions.parse):\n"
     + "\n".join("  " + line for line in FUSION_GRAMMAR.splitlines())
     + "\n\nkernel spec (--kernels; KernelSpec.parse):\n"
     + "\n".join("  " + line for line in KERNEL_GRAMMAR.splitlines())
@@ -80,7 +80,12 @@ def _missing(name: str, modname: str):
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = parser.parse_args(join_spec_values(argv))
+    try:
+        args = parser.parse_args(join_spec_values(argv))
+    except SystemExit as exc:  # argparse: usage and "argument --dtype: ..." already on stderr
+        if exc.code in (0, None):  # --help, --version
+            raise
+        return int(exc.code) if isinstance(exc.code, int) else 2
     if not getattr(args, "command", None):
         parser.print_help()
         return 0
