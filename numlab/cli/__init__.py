@@ -47,8 +47,17 @@ EPILOG = (
 )
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse without prefix abbreviations (``--inp`` is not ``--inputs``):
+    one spelling per option.  Subparsers (and theirs) are of this class too."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="numlab",
         description="numlab: why fused and eager kernels give different numbers, bit for bit.",
         epilog=EPILOG,
