@@ -232,7 +232,7 @@ def model_factory(name: str, arg: str = "model"):
         return MODELS[name]
     mod_name, sep, fn_name = name.partition(":")
     if not sep:
-        raise ValueError(f"{arg} {name!r} is not a zoo model; valid models: {sorted(MODELS)}, "
+        raise ValueError(f"unknown {arg} {name!r}; valid models: {sorted(MODELS)}, "
                          "or 'module:function' (a function of sizes returning a Graph)")
     if not mod_name or not fn_name:
         raise ValueError(f"{arg} {name!r} is not 'module:function' (both parts are needed)")
