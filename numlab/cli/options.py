@@ -186,7 +186,7 @@ def models_type(value: str) -> list[str]:
 
 def _size(value: str) -> dict:
     sizes = zoo.parse_sizes(value, "--size")
-    for k, v in sizes.items():
+    for k in sizes:
         if not k.isidentifier():
             raise ValueError(f"--size {value!r}: {k!r} is not a size name (NAME=INT, e.g. --size hidden=64)")
     return sizes
