@@ -26,7 +26,7 @@ from .options import coerce, join_spec_values
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("numlab.cli.demo", "eager vs fused vs fp64 on the built-in models (table + figures in out/)"),
     "formats": ("numlab.cli.formats", "the formats table and a rounding demo"),
-    "run": ("numlab.cli.run", "run a zoo model in one mode, optionally dumping every node"),
+    "run": ("numlab.cli.run", "run one model in one mode, optionally dumping every node"),
     "compare": ("numlab.cli.compare", "msit-style dump compare: -gp GOLDEN -mp MINE -o OUT"),
     "bisect": ("numlab.cli.bisect", "find what causes a divergence between eager and fused"),
     "check": ("numlab.cli.check", "check a claim (or `check plan`, `check determinism`)"),

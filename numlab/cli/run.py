@@ -26,9 +26,10 @@ __all__ = ["add_parser", "add_model_args", "build", "main"]
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "run",
-        help="run a zoo model in one mode, optionally dumping every node",
-        description="Run a zoo model (numlab.zoo.MODELS) on seeded inputs in one execution "
-                    "mode and optionally dump every node's value with a manifest.",
+        help="run one model in one mode, optionally dumping every node",
+        description="Run a model (a zoo model, a claims model, or module:function) on seeded "
+                    "inputs (or inputs read from a .npz file or a directory of .npy files) in one "
+                    "execution mode and optionally dump every node's value with a manifest.",
     )
     add_shared(p, model=MODEL_HELP + " (see `numlab run --list`)", model_required=False)
     p.add_argument("--list", action="store_true", help="list the models and exit")
