@@ -654,7 +654,7 @@ def test_uncompared_rows_are_counted_and_fail_the_cli(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "could not be compared (unreadable, corrupt or empty data; see cmp_fail_reason): c" in out
     assert "truncated" in rep.row("c")["cmp_fail_reason"]
-    for bad in (["--fmt", "fp17"], ["--cosine", "1.5"], ["--chunk", "0"]):
+    for bad in (["--dtype", "fp17"], ["--cosine", "1.5"], ["--chunk", "0"]):
         assert main(["compare", "-gp", str(g), "-mp", str(m), *bad]) == 2
         assert bad[1] in capsys.readouterr().err
 

@@ -1,7 +1,8 @@
 """``numlab compare -gp GOLDEN -mp MINE -o OUT``: msit-style dump compare.
 
 Same options as ``msit llm compare`` (``-gp/--golden-path``,
-``-mp/--my-path``, ``-o/--output``): each path is a dump directory (with or
+``-mp/--my-path``, ``-o/--output``, also spelled ``--out`` as in every
+numlab command; ``--dtype`` as everywhere): each path is a dump directory (with or
 without ``manifest.json``) or a single ``.npy`` file; ``-o`` is a ``.csv``
 file or a directory that gets ``numlab_cmp_report_<timestamp>.csv``.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import sys
 
 from ..compare.compare import DEFAULT_CHUNK, Thresholds, compare_dumps, report_path
+from .options import dtype_type
 
 
 def add_parser(sub) -> None:
@@ -26,12 +28,12 @@ def add_parser(sub) -> None:
                    help="golden (bench) dump: directory or .npy file")
     p.add_argument("-mp", "--my-path", required=True, dest="my_path",
                    help="dump to check: directory or .npy file")
-    p.add_argument("-o", "--output", default=None,
+    p.add_argument("-o", "--out", "--output", dest="output", default=None,
                    help="report .csv file, or a directory for numlab_cmp_report_<time>.csv "
                         "(default: no file, print only)")
     p.add_argument("--force", action="store_true", help="overwrite an existing report file")
-    p.add_argument("--fmt", default=None,
-                   help="storage format for the ULP columns (default: my dump's dtype)")
+    p.add_argument("--dtype", default=None, metavar="FMT", type=dtype_type(),
+                   help="storage format S for the ULP columns (default: my dump's dtype)")
     p.add_argument("--cosine", type=float, default=Thresholds.cosine,
                    help="msprobe COS_THRESHOLD (default 0.99)")
     p.add_argument("--max-abs-err", type=float, default=Thresholds.max_abs_err,
@@ -55,7 +57,7 @@ def main(args) -> int:
                     max_rel_err=args.max_rel_err, max_ulp=args.max_ulp)
     # refuse an existing report before spending the compare on it
     out = report_path(args.output, force=args.force) if args.output else None
-    report = compare_dumps(args.golden_path, args.my_path, fmt=args.fmt, thresholds=th,
+    report = compare_dumps(args.golden_path, args.my_path, fmt=args.dtype, thresholds=th,
                            chunk_elems=args.chunk, verify=not args.no_verify)
     if out is not None:  # saved before printing: a closed stdout cannot lose the report
         out = report.to_csv(out, force=args.force)

@@ -42,7 +42,7 @@ from ..experiments import (
 from ..fusion import FusionOptions
 from ..plots import figure_to_png
 from ..report import format_table, html_report
-from .options import add_shared
+from .options import add_shared, models_type
 
 __all__ = ["add_parser", "resolve_out_dir", "main", "notebooks_dir"]
 
@@ -266,16 +266,18 @@ def add_parser(sub) -> None:
         "fp64 reference: a table, figures and a self-contained HTML report in DIR. Existing "
         "results are never overwritten: a fresh run-NNN subfolder is used unless --force.",
     )
-    add_shared(p, fusion="", inputs=("normal", ["--kind"]), seed=0, out="out",
+    add_shared(p, fusion="", inputs="normal", seed=0, out="out",
                force="(default: a fresh run-NNN subfolder)")
     p.add_argument("--quick", action="store_true", help="4 models and short chains (a few seconds)")
-    p.add_argument("--models", default=None,
-                   help=f"comma-separated subset of: {', '.join(zoo.MODELS)}")
+    p.add_argument("--models", default=None, metavar="A,B", type=models_type,
+                   help="comma-separated subset of the zoo models (default all): "
+                        f"{', '.join(zoo.MODELS)}; demo runs several models, so it takes --models "
+                        "where one-model commands take a MODEL positional")
     p.set_defaults(func=_cli)
 
 
 def _cli(args) -> int:
-    models = None if args.models is None else [m.strip() for m in args.models.split(",") if m.strip()]
+    models = args.models  # a list (options.models_type) or None
     main(args.out, force=args.force, quick=args.quick, fusion=args.fusion, kind=args.inputs,
          seed=args.seed, models=models)
     return 0
