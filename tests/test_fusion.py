@@ -308,7 +308,7 @@ def _live_bruteforce(g, members, outputs):
 def test_live_buffers_and_tiles(model):
     g = zoo.MODELS[model]()
     hw = Hardware()
-    for o in (FusionOptions(), FusionOptions.inductor()):
+    for o in (FusionOptions(), FusionOptions.parse("autofuse+decompose"), FusionOptions.inductor()):
         p = plan(g, o, hw, fmt="fp16")
         for b in p.blocks:
             assert b.live_buffers == _live_bruteforce(p.graph, b.members, b.outputs)
