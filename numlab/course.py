@@ -34,6 +34,7 @@ import multiprocessing
 import os
 import re
 import time
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +62,15 @@ def _lab(module: str):
     except ModuleNotFoundError as exc:
         raise ModuleNotFoundError(f"building the course needs {module} (the lab extra): "
                                   'pip install "numlab[lab]"', name=exc.name) from exc
+
+
+def _read(path):
+    """A notebook (nbformat 4).  Cells without ids get ids (nbformat does
+    that on read anyway; its warning about it would only be noise here)."""
+    nbformat = _lab("nbformat")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", _lab("nbformat.validator").MissingIDFieldWarning)
+        return nbformat.read(path, as_version=4)
 
 
 class CourseError(RuntimeError):
@@ -94,7 +104,7 @@ def notebook_info(path: str | os.PathLike) -> NotebookInfo:
     """Number, title and extras of one notebook (extras from its imports:
     :data:`EXTRA_OF_IMPORT`)."""
     p = Path(path)
-    nb = _lab("nbformat").read(p, as_version=4)
+    nb = _read(p)
     title = p.stem
     for cell in nb.cells:
         if cell.cell_type == "markdown":
@@ -142,10 +152,10 @@ def _execute(path: str, timeout: int) -> str:
     caller can name every failing cell."""
     nbformat = _lab("nbformat")
     _poll_in_slices()
-    nb = nbformat.read(path, as_version=4)
-    client = _lab("nbclient").NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
-                            store_widget_state=True,
-                            resources={"metadata": {"path": str(Path(path).parent)}})
+    nb = _read(path)
+    client = _lab("nbclient").NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", allow_errors=True, store_widget_state=True,
+        resources={"metadata": {"path": str(Path(path).parent)}})
     client.execute()
     return nbformat.writes(nb)
 
