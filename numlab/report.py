@@ -148,15 +148,23 @@ def _table(cols: Sequence[Column], body, sections, plain: bool, widths: Sequence
 
 
 def _min_widths(cols: Sequence[Column], body) -> list[int]:
-    """Each column's width without breaking a word: its longest header word,
-    and its longest cell (a column that does not wrap) or cell word."""
+    """Each column's narrowest width: its longest header word, and its
+    longest cell (a column that does not wrap: numbers stay on one line) or
+    cell word, a word longer than ``_FOLD`` counting as ``_FOLD`` (such a
+    word, e.g. a long fusion spec, is folded across lines, never cut)."""
     out = []
     for j, c in enumerate(cols):
         w = max(len(x) for x in c.header.split() or [""])
         for cells in body:
-            w = max(w, *(len(x) for x in (cells[j].split() if c.wrap else [cells[j]]) or [""]))
+            if c.wrap:
+                w = max(w, *(min(len(x), _FOLD) for x in cells[j].split() or [""]))
+            else:
+                w = max(w, len(cells[j]))
         out.append(w)
     return out
+
+
+_FOLD = 24
 
 
 _GAP = 3  # one space of padding each side and the (blank) column rule
@@ -244,7 +252,8 @@ def render_table(rows, columns, *, legend=(), title: str | None = None, group=No
     maxs = [max(m, len(c.header), *(len(b[j]) for b in body)) for j, (c, m) in enumerate(zip(cols, mins, strict=True))]
     for k, idx in enumerate(panels):
         if len(panels) > 1:
-            parts.append(f"(part {k + 1} of {len(panels)}: the table is split to fit {width} columns)")
+            parts.append(wrap(f"(part {k + 1} of {len(panels)}: the table is split to fit {width} "
+                              "columns)", width))
         t = _table([cols[j] for j in idx], [[b[j] for j in idx] for b in body], sections, plain,
                    _widths([mins[j] for j in idx], [maxs[j] for j in idx], width))
         console.print(t)

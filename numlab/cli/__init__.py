@@ -87,14 +87,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         coerce(args)
         rc = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
     except (ValueError, TypeError, FileNotFoundError, FileExistsError) as exc:
         print(f"numlab {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:
-        # `numlab compare ... | head`: the reader left; results were already saved.
-        # Point stdout at devnull so the interpreter's final flush does not fail too.
+        # `numlab demo | head -1`: the reader left.  Every command writes its files before
+        # printing, so nothing is lost: exit quietly (0, as `head` asked for no more), with
+        # stdout pointed at devnull so the interpreter's final flush does not fail too.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+        return 0
     return int(rc or 0)
 
 
