@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 
 from .. import __version__
@@ -77,6 +78,20 @@ def _missing(name: str, modname: str):
     return func
 
 
+# Python argument names in messages of the layers below, and what the command line calls them
+_CLI_NAMES = ((re.compile(r"pass force=True \((?:CLI: )?--force\)"), "use --force"),
+              (re.compile(r"\bforce=True \(CLI:? ?--force\)"), "--force"),
+              (re.compile(r"\bfmt=(?='|\")"), "--dtype "))
+
+
+def _cli_names(msg: str) -> str:
+    """``msg`` with the Python argument names the CLI spells differently
+    replaced by the CLI's (``pass force=True (CLI: --force)`` -> ``use --force``)."""
+    for pat, rep in _CLI_NAMES:
+        msg = pat.sub(rep, msg)
+    return msg
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -89,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         rc = args.func(args)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
     except (ValueError, TypeError, FileNotFoundError, FileExistsError) as exc:
-        print(f"numlab {args.command}: error: {exc}", file=sys.stderr)
+        print(f"numlab {args.command}: error: {_cli_names(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         # `numlab demo | head -1`: the reader left.  Every command writes its files before

@@ -176,9 +176,18 @@ def _run_claim(args) -> int:
             close()
     print(rep.summary())
     if rep.verdict == "fails":
-        where = f"{rep.saved}.npz/.json" if rep.saved else "(not saved)"
-        print(f"counterexample: claim {rep.claim} fails on {rep.model}; worst case trial {rep.worst_trial}, "
-              f"margin {rep.worst_margin:.4g}; saved {where}")
+        if rep.worst_trial is None and rep.counterexample is None:  # a population claim
+            print(f"claim {rep.claim} fails on {rep.model} over the pooled outputs of all {rep.trials} "
+                  f"trials (margin {rep.worst_margin:.4g}); a population claim has no single "
+                  "counterexample case to save")
+        else:
+            if rep.saved:
+                where = f"saved to {rep.saved}.npz/.json"
+            else:
+                where = "not saved (--no-save)" if args.no_save else "not saved"
+            trial = "" if rep.worst_trial is None else f"worst case trial {rep.worst_trial}, "
+            print(f"counterexample: claim {rep.claim} fails on {rep.model}; {trial}"
+                  f"margin {rep.worst_margin:.4g}; {where}")
     elif rep.verdict == "undecided":
         print(f"undecided: claim {rep.claim} on {rep.model} is neither shown to hold nor to fail; "
               f"{rep.undecided} of {rep.trials} cases rest on: {rep.undecided_detail.get('reason')}")
