@@ -27,7 +27,7 @@ from rich import box as _box
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["COLUMNS", "LEGEND", "Column", "terminal_width", "is_plain", "wrap", "render_table",
+__all__ = ["COLUMNS", "LEGEND", "Column", "terminal_width", "is_plain", "wrap", "wrap_lines", "render_table",
            "format_legend", "format_table", "html_table", "html_report"]
 
 # (key, header, format)
@@ -86,6 +86,20 @@ def wrap(text: str, width: int | None = None, indent: str = "") -> str:
     return "\n".join(textwrap.fill(par, width, initial_indent=indent, subsequent_indent=indent,
                                    break_long_words=True, break_on_hyphens=False) if par.strip() else ""
                      for par in text.split("\n"))
+
+
+def wrap_lines(text: str, width: int | None = None, hang: int = 4) -> str:
+    """Each line of ``text`` wrapped to ``width`` (default
+    :func:`terminal_width`), keeping its indentation and indenting its
+    continuation lines by ``hang`` more spaces (for indented reports)."""
+    width = terminal_width() if width is None else width
+    out = []
+    for line in text.split("\n"):
+        ind = line[: len(line) - len(line.lstrip(" "))]
+        out.append(textwrap.fill(line.strip(), width, initial_indent=ind,
+                                 subsequent_indent=ind + " " * hang, break_on_hyphens=False)
+                   if line.strip() and len(line) > width else line)
+    return "\n".join(out)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,7 +21,7 @@ import json
 from concurrent.futures import ProcessPoolExecutor
 
 from .. import claims as C
-from .. import plots
+from .. import plots, report
 from ..determinism import EXEC_MODES, INJECTIONS, check_determinism
 from ..fusion import FusionOptions
 from .options import add_shared
@@ -119,11 +119,12 @@ def _run_determinism(args) -> int:
     if args.json:
         print(json.dumps({"config": rep.config, "compile_deterministic": rep.compile_deterministic,
                           "execution_deterministic": rep.execution_deterministic,
+                          "ok": rep.ok, "active_hazards": [h.option for h in rep.active_hazards],
                           "records": [r.to_json() for r in rep.records],
                           "diffs": rep.diffs,
                           "plan": [h.__dict__ for h in rep.plan]}, indent=1))
     else:
-        print(rep)
+        print(report.wrap_lines(str(rep)))
     return 0 if rep.ok else 1
 
 
@@ -174,7 +175,7 @@ def _run_claim(args) -> int:
     finally:
         if close:
             close()
-    print(rep.summary())
+    print(report.wrap_lines(rep.summary()))
     if rep.verdict == "fails":
         if rep.worst_trial is None and rep.counterexample is None:  # a population claim
             print(f"claim {rep.claim} fails on {rep.model} over the pooled outputs of all {rep.trials} "
