@@ -61,7 +61,8 @@ COMPARE_LEGEND = (
     ("max ULP", "largest distance in ULPs of the storage format"),
     ("bits =", "share of elements bitwise equal"),
     ("acc", "accuracy reached (msprobe): Yes, No, or Unmatched (shapes differ)"),
-    ("origin", "introduced: this node fails while its inputs pass; inherited: an input fails too"),
+    ("origin", "of a failing row: introduced (its inputs pass: the error starts here), carried (an "
+               "input fails too), first_failing (no graph edges known: the first failing row)"),
     ("reason", "why the row could not be compared, or notes (full text also in the CSV)"),
 )
 
