@@ -202,10 +202,22 @@ def _widths(mins: Sequence[int], maxs: Sequence[int], width: int) -> list[int]:
     return w
 
 
+def _key_widths(cols, body, width) -> list[int]:
+    """:func:`_min_widths`, except that a key column (e.g. full node names)
+    asks for its whole width, up to half the table: names stay whole and the
+    other columns move to further panels instead."""
+    mins = _min_widths(cols, body)
+    for j, c in enumerate(cols):
+        if c.key_col:
+            full = max([len(x) for x in c.header.split()] + [len(b[j]) for b in body])
+            mins[j] = max(mins[j], min(full, width // 2))
+    return mins
+
+
 def _panels(cols, body, width) -> list[list[int]]:
     """Column indices of each panel: greedy, each panel repeating the key
     columns and as many other columns as fit in ``width`` unbroken."""
-    mins = _min_widths(cols, body)
+    mins = _key_widths(cols, body, width)
     keys = [i for i, c in enumerate(cols) if c.key_col]
 
     def need(idx):
@@ -262,7 +274,7 @@ def render_table(rows, columns, *, legend=(), title: str | None = None, group=No
                       legacy_windows=False)
     parts = [wrap(title, width)] if title else []
     panels = _panels(cols, body, width)
-    mins = _min_widths(cols, body)
+    mins = _key_widths(cols, body, width)
     maxs = [max(m, len(c.header), *(len(b[j]) for b in body)) for j, (c, m) in enumerate(zip(cols, mins, strict=True))]
     for k, idx in enumerate(panels):
         if len(panels) > 1:

@@ -62,6 +62,7 @@ def build(model: str | None, sizes: dict):
 
 
 NODE_LEGEND = (("node", "every node of the run, in execution order (full names)"),
+               ("shape", "the shape of its value"),
                ("dtype", "the numpy dtype the value is held in"),
                ("min, max", "smallest and largest finite value ('-': none)"),
                ("nan, inf", "number of NaN and infinite elements"))
