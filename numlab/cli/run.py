@@ -17,7 +17,7 @@ from .. import zoo
 from ..compare.dump import check_target, dump_run
 from ..execute import run
 from ..fusion import FusionOptions
-from ..report import Column, render_table, wrap
+from ..report import Column, render_table
 from .options import add_shared, resolve_model
 
 __all__ = ["add_parser", "add_model_args", "build", "main", "node_table"]
@@ -115,7 +115,7 @@ def main(args) -> int:
         head += f" fusion={kw['fusion'].spec}"
     if res.kernels is not None:
         head += f" kernels={res.kernels.spec}"
-    print(wrap(f"{head} fingerprint={res.fingerprint[:16]}..."))
+    print(f"{head} fingerprint={res.fingerprint[:16]}...")  # one key=value line, kept whole for grep
     if fused:
         print(f"plan: {len(res.plan.blocks)} blocks ({res.plan.n_fused} fused)")
     print(node_table(res.values))
