@@ -90,7 +90,7 @@ class Hazard:
     remedy: str
 
     def __str__(self) -> str:
-        flag = "BREAKS" if self.active else "ok    "
+        flag = "ACTIVE" if self.active else "ok    "
         return f"[{flag}] {self.layer:<9} {self.option}: {self.why} Remedy: {self.remedy}"
 
 
@@ -126,7 +126,7 @@ def determinism_plan(*, order=None, seed=None, kernels=None, mode: str = "fused"
     hz = [
         Hazard("reduce order 'atomic' without a seed", "execution", atomic and seed is None,
                "atomic adds into global memory accumulate in the order cores finish; floating-point "
-               "addition is not associative, so each run rounds differently (numlab draws the order "
+               "addition is not associative, so each run can round differently (numlab draws the order "
                "from OS entropy in each process to model it).",
                "a fixed order (pairwise, blocked, lanes), a deterministic two-phase reduction "
                "(per-core partials to workspace, one core combines them in a fixed order), or "
@@ -350,8 +350,17 @@ class DeterminismReport:
         return all(len({r.outputs[o] for r in self.records}) == 1 for o in self.records[0].outputs)
 
     @property
+    def active_hazards(self) -> list:
+        """The options of :attr:`plan` in effect with these settings (each
+        can break determinism whatever the runs showed)."""
+        return [h for h in self.plan if h.active]
+
+    @property
     def ok(self) -> bool:
-        return self.compile_deterministic and self.execution_deterministic
+        """Deterministic: same fingerprint, plan and output bits in every
+        process, and no option in effect that can break it (an unseeded
+        atomic order can round to the same bits in a few runs by chance)."""
+        return self.compile_deterministic and self.execution_deterministic and not self.active_hazards
 
     def __str__(self) -> str:
         c = self.config
@@ -365,7 +374,7 @@ class DeterminismReport:
                  f"({len({r.fingerprint for r in self.records})} fingerprint(s), "
                  f"{len({r.plan_digest for r in self.records})} plan(s); fingerprint "
                  f"{self.records[0].fingerprint[:16]}...)",
-                 f"  execution determinism: {'yes' if self.execution_deterministic else 'NO'}"]
+                 f"  execution determinism: {self._execution_line()}"]
         for o in self.records[0].outputs:
             n = len({r.outputs[o] for r in self.records})
             line = f"    {o}: {n} distinct bit pattern(s)"
@@ -376,9 +385,20 @@ class DeterminismReport:
         seeds = [r.order_seed for r in self.records if r.order_seed is not None]
         if seeds:
             lines.append(f"  atomic order seeds drawn: {seeds} (replay one with --seed)")
-        lines.append("  plan (options that break determinism):")
+        lines.append("  plan (options that can break determinism; ACTIVE: in effect with these settings):")
         lines += [f"    {h}" for h in self.plan]
         return "\n".join(lines)
+
+    def _execution_line(self) -> str:
+        if not self.execution_deterministic:
+            return "NO"
+        ex = [h.option for h in self.active_hazards if h.layer == "execution"]
+        if not ex:
+            return "yes"
+        return (f"NOT GUARANTEED: the same bits in these {self.runs} runs, but {'; '.join(ex)} is in "
+                "effect (ACTIVE below): each run accumulated in a different order, and the sums happened "
+                f"to round to the same {self.config['fmt']} outputs; more runs, other inputs or a wider "
+                "storage format can differ")
 
 
 def check_determinism(model: str, fmt="fp16", mode: str = "fused", runs: int = 3, *, sizes=None,

@@ -140,7 +140,9 @@ class CheckReport:
                              "unknown or empty result)"}[self.verdict]
         lines = [f"claim {self.claim} on {self.model} ({self.fmt}), fusion {self.fusion}, {self.trials} trials, "
                  f"search={self.search}: {head}"]
-        lines.append(f"  worst margin {self.worst_margin:.4g} (trial {self.worst_trial}): "
+        where = (f"trial {self.worst_trial}" if self.worst_trial is not None
+                 else f"the pooled outputs of all {self.trials} trials: a population claim, no single trial")
+        lines.append(f"  worst margin {self.worst_margin:.4g} ({where}): "
                      + json.dumps(self.worst_detail, default=_json_default))
         if self.undecided:
             d = self.undecided_detail

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 
 from .. import __version__
@@ -87,6 +88,20 @@ def _missing(name: str, modname: str):
     return func
 
 
+# Python argument names in messages of the layers below, and what the command line calls them
+_CLI_NAMES = ((re.compile(r"pass force=True \((?:CLI: )?--force\)"), "use --force"),
+              (re.compile(r"\bforce=True \(CLI:? ?--force\)"), "--force"),
+              (re.compile(r"\bfmt=(?='|\")"), "--dtype "))
+
+
+def _cli_names(msg: str) -> str:
+    """``msg`` with the Python argument names the CLI spells differently
+    replaced by the CLI's (``pass force=True (CLI: --force)`` -> ``use --force``)."""
+    for pat, rep in _CLI_NAMES:
+        msg = pat.sub(rep, msg)
+    return msg
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -102,14 +117,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         coerce(args)
         rc = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
     except (ValueError, TypeError, FileNotFoundError, FileExistsError) as exc:
-        print(f"numlab {args.command}: error: {exc}", file=sys.stderr)
+        print(f"numlab {args.command}: error: {_cli_names(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
-        # `numlab compare ... | head`: the reader left; results were already saved.
-        # Point stdout at devnull so the interpreter's final flush does not fail too.
+        # `numlab demo | head -1`: the reader left.  Every command writes its files before
+        # printing, so nothing is lost: exit quietly (0, as `head` asked for no more), with
+        # stdout pointed at devnull so the interpreter's final flush does not fail too.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+        return 0
     return int(rc or 0)
 
 

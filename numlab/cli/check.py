@@ -21,7 +21,7 @@ import json
 from concurrent.futures import ProcessPoolExecutor
 
 from .. import claims as C
-from .. import plots, zoo
+from .. import plots, report, zoo
 from ..determinism import EXEC_MODES, INJECTIONS, check_determinism
 from ..fusion import FusionOptions
 from .options import add_shared, fusion_list_type, nonneg_int
@@ -116,11 +116,12 @@ def _run_determinism(args) -> int:
     if args.json:
         print(json.dumps({"config": rep.config, "compile_deterministic": rep.compile_deterministic,
                           "execution_deterministic": rep.execution_deterministic,
+                          "ok": rep.ok, "active_hazards": [h.option for h in rep.active_hazards],
                           "records": [r.to_json() for r in rep.records],
                           "diffs": rep.diffs,
                           "plan": [h.__dict__ for h in rep.plan]}, indent=1))
     else:
-        print(rep)
+        print(report.wrap_lines(str(rep)))
     return 0 if rep.ok else 1
 
 
@@ -172,11 +173,20 @@ def _run_claim(args) -> int:
     finally:
         if close:
             close()
-    print(rep.summary())
+    print(report.wrap_lines(rep.summary()))
     if rep.verdict == "fails":
-        where = f"{rep.saved}.npz/.json" if rep.saved else "(not saved)"
-        print(f"counterexample: claim {rep.claim} fails on {rep.model}; worst case trial {rep.worst_trial}, "
-              f"margin {rep.worst_margin:.4g}; saved {where}")
+        if rep.worst_trial is None and rep.counterexample is None:  # a population claim
+            print(f"claim {rep.claim} fails on {rep.model} over the pooled outputs of all {rep.trials} "
+                  f"trials (margin {rep.worst_margin:.4g}); a population claim has no single "
+                  "counterexample case to save")
+        else:
+            if rep.saved:
+                where = f"saved to {rep.saved}.npz/.json"
+            else:
+                where = "not saved (--no-save)" if args.no_save else "not saved"
+            trial = "" if rep.worst_trial is None else f"worst case trial {rep.worst_trial}, "
+            print(f"counterexample: claim {rep.claim} fails on {rep.model}; {trial}"
+                  f"margin {rep.worst_margin:.4g}; {where}")
     elif rep.verdict == "undecided":
         print(f"undecided: claim {rep.claim} on {rep.model} is neither shown to hold nor to fail; "
               f"{rep.undecided} of {rep.trials} cases rest on: {rep.undecided_detail.get('reason')}")

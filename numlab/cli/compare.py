@@ -9,9 +9,11 @@ file or a directory that gets ``numlab_cmp_report_<timestamp>.csv``.
 
 from __future__ import annotations
 
+import math
 import sys
 
 from ..compare.compare import DEFAULT_CHUNK, Thresholds, compare_dumps, report_path
+from ..report import Column, render_table, wrap_lines
 from .options import dtype_type
 
 
@@ -52,6 +54,53 @@ def add_parser(sub) -> None:
     p.set_defaults(func=main)
 
 
+COMPARE_LEGEND = (
+    ("#", "row number (the CSV's index)"),
+    ("node, op, block", "the node (full name), its operator and the fused block it is in"),
+    ("cosine", "cosine similarity of golden and mine"),
+    ("max rel, max abs", "largest relative and absolute difference (msit's max_relative_error, "
+                         "msprobe's MaxAbsErr)"),
+    ("max ULP", "largest distance in ULPs of the storage format"),
+    ("bits =", "share of elements bitwise equal"),
+    ("acc", "accuracy reached (msprobe): Yes, No, or Unmatched (shapes differ)"),
+    ("origin", "of a failing row: introduced (its inputs pass: the error starts here), carried (an "
+               "input fails too), first_failing (no graph edges known: the first failing row)"),
+    ("reason", "why the row could not be compared, or notes (full text also in the CSV)"),
+)
+
+
+def _num(v, digits: int = 3) -> str:
+    if v is None or v == "":
+        return "-"
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return str(v)
+    if digits >= 6 and math.isfinite(f) and abs(f) <= 1:
+        return f"{f:.{digits}f}"
+    return f"{f:.{digits}g}"
+
+
+def compare_table(rows, max_rows: int | None = 60, *, width=None, plain=None) -> str:
+    """The main columns of a compare report as a terminal table: full node
+    names and reasons (wrapped, never cut), a legend under it."""
+    shown = list(rows) if max_rows is None else list(rows)[:max_rows]
+    cols = [Column("index", "#", "{}", justify="right", key_col=True), Column("node", "node", key_col=True),
+            Column("op", "op"), Column("block", "block"),
+            Column(lambda r: _num(r["cosine_similarity"], 8), "cosine", justify="right", wrap=False),
+            Column(lambda r: _num(r["max_relative_error"]), "max rel", justify="right", wrap=False),
+            Column(lambda r: _num(r["MaxAbsErr"]), "max abs", justify="right", wrap=False),
+            Column(lambda r: _num(r["max_ulp_error"]), "max ULP", justify="right", wrap=False),
+            Column(lambda r: _num(r["bitwise_equal_ratio"], 2), "bits =", justify="right", wrap=False),
+            Column(lambda r: r["Accuracy Reached or Not"] or "-", "acc"),
+            Column(lambda r: r["error_origin"] or "", "origin"),
+            Column(lambda r: r["cmp_fail_reason"] or "", "reason")]
+    out = render_table(shown, cols, legend=COMPARE_LEGEND, width=width, plain=plain)
+    if max_rows is not None and len(rows) > max_rows:
+        out += f"\n... {len(rows) - max_rows} more rows (--rows N shows more; all are in the CSV)"
+    return out
+
+
 def main(args) -> int:
     th = Thresholds(cosine=args.cosine, max_abs_err=args.max_abs_err,
                     max_rel_err=args.max_rel_err, max_ulp=args.max_ulp)
@@ -61,9 +110,9 @@ def main(args) -> int:
                            chunk_elems=args.chunk, verify=not args.no_verify)
     if out is not None:  # saved before printing: a closed stdout cannot lose the report
         out = report.to_csv(out, force=args.force)
-    print(report.summary())
+    print(wrap_lines(report.summary()))
     print()
-    print(report.table(max_rows=args.rows))
+    print(compare_table(report.rows, max_rows=args.rows))
     if out is not None:
         print(f"\nSaved comparing results: {out}")
     sys.stdout.flush()

@@ -18,9 +18,10 @@ from ..claims import EXTRA_MODELS
 from ..compare.dump import check_target, dump_run
 from ..execute import run
 from ..fusion import FusionOptions
+from ..report import Column, render_table
 from .options import MODEL_HELP, add_shared, build_model, model_inputs
 
-__all__ = ["add_parser", "add_model_args", "build", "main"]
+__all__ = ["add_parser", "add_model_args", "build", "main", "node_table"]
 
 
 def add_parser(sub) -> None:
@@ -58,6 +59,30 @@ def build(model: str | None, sizes: dict):
     return build_model(model, sizes)
 
 
+NODE_LEGEND = (("node", "every node of the run, in execution order (full names)"),
+               ("shape", "the shape of its value"),
+               ("dtype", "the numpy dtype the value is held in"),
+               ("min, max", "smallest and largest finite value ('-': none)"),
+               ("nan, inf", "number of NaN and infinite elements"))
+
+
+def node_table(values, *, width=None, plain=None) -> str:
+    """The per-node summary of a run as a terminal table with its legend."""
+    rows = []
+    for name, v in values.items():
+        a = np.asarray(v, dtype=np.float64)
+        fin = a[np.isfinite(a)]
+        rows.append({"node": name, "shape": str(tuple(a.shape)), "dtype": str(np.asarray(v).dtype),
+                     "min": float(fin.min()) if fin.size else None,
+                     "max": float(fin.max()) if fin.size else None,
+                     "nan": int(np.isnan(a).sum()), "inf": int(np.isinf(a).sum())})
+    cols = [Column("node", "node", key_col=True), Column("shape", "shape"), Column("dtype", "dtype"),
+            Column("min", "min", "{:.4g}", justify="right", wrap=False),
+            Column("max", "max", "{:.4g}", justify="right", wrap=False),
+            Column("nan", "nan", "{:d}", justify="right"), Column("inf", "inf", "{:d}", justify="right")]
+    return render_table(rows, cols, legend=NODE_LEGEND, width=width, plain=plain)
+
+
 def main(args) -> int:
     if args.list:
         print("zoo models: " + ", ".join(sorted(zoo.MODELS)))
@@ -91,18 +116,10 @@ def main(args) -> int:
         head += f" fusion={kw['fusion'].spec}"
     if res.kernels is not None:
         head += f" kernels={res.kernels.spec}"
-    print(f"{head} fingerprint={res.fingerprint[:16]}...")
+    print(f"{head} fingerprint={res.fingerprint[:16]}...")  # one key=value line, kept whole for grep
     if fused:
         print(f"plan: {len(res.plan.blocks)} blocks ({res.plan.n_fused} fused)")
-    print(f"{'node':<28} {'shape':<16} {'dtype':<8} {'min':>11} {'max':>11} {'nan':>5} {'inf':>5}")
-    for name, v in res.values.items():
-        a = np.asarray(v, dtype=np.float64)
-        nan, inf = int(np.isnan(a).sum()), int(np.isinf(a).sum())
-        fin = a[np.isfinite(a)]
-        lo = f"{fin.min():.4g}" if fin.size else "-"
-        hi = f"{fin.max():.4g}" if fin.size else "-"
-        print(f"{name[:28]:<28} {str(tuple(a.shape))[:16]:<16} {str(np.asarray(v).dtype)[:8]:<8} "
-              f"{lo:>11} {hi:>11} {nan:>5} {inf:>5}")
+    print(node_table(res.values))
     if args.dump:
         extra = {"inputs": str(args.inputs), "sizes": args.size}
         if fused:
