@@ -16,7 +16,8 @@ design note's section 3.3):
   races (a core reads a region before another core's write lands; see
   :mod:`numlab.races`).
 
-:func:`check_determinism` compiles and runs a zoo model in ``runs`` separate
+:func:`check_determinism` compiles and runs a model (a zoo model or
+``"module:function"``, see :func:`numlab.zoo.model_factory`) in ``runs`` separate
 Python processes, each with its own ``PYTHONHASHSEED``, and compares
 fingerprints, plans and output bits.  :func:`determinism_plan` lists every
 option that can break either layer and whether it is active for the given
@@ -53,6 +54,7 @@ from . import execute, zoo
 from . import kernels as K
 from .formats import get_format
 from .fusion import FusionOptions
+from .graph import Graph
 from .kernels import KernelSpec, parse_order
 from .metrics import ulp_distance
 
@@ -224,19 +226,20 @@ INJECTIONS = (None, "set_order")
 
 def _config(model, fmt, mode, *, sizes=None, kernels=None, fusion=None, order=None, seed=None,
             input_kind="normal", input_seed=0, inject=None) -> dict:
-    if model not in zoo.MODELS:
-        raise ValueError(f"model {model!r} is not in the zoo; valid models: {sorted(zoo.MODELS)}")
-    factory = zoo.MODELS[model]
+    factory = zoo.model_factory(model, "model")  # a zoo model or "module:function"
     params = sorted(inspect.signature(factory).parameters)
     unknown = sorted(set(sizes or {}) - set(params))
     if unknown:
         raise ValueError(f"sizes={dict(sizes)!r}: {unknown} not parameters of model {model!r}; "
                          f"valid sizes: {params}")
     try:  # build it here so that a bad size fails with its name, not inside a worker
-        factory(**dict(sizes or {}))
+        graph = factory(**dict(sizes or {}))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"sizes={dict(sizes or {})!r} are not valid for model {model!r} "
                          f"(parameters {params}): {exc}") from None
+    if not isinstance(graph, Graph):
+        raise TypeError(f"model {model!r} returned {type(graph).__name__}, not a numlab Graph "
+                        "(build it with numlab.graph.trace)")
     if input_kind not in zoo.KINDS:
         raise ValueError(f"input_kind={input_kind!r} is not valid; choose one of {zoo.KINDS}")
     if isinstance(input_seed, bool) or not isinstance(input_seed, (int, np.integer)) or input_seed < 0:
@@ -263,7 +266,7 @@ def _config(model, fmt, mode, *, sizes=None, kernels=None, fusion=None, order=No
 def run_once(cfg: dict, *, save: str | None = None) -> RunRecord:
     """Compile and run one configuration in this process (what each worker
     process of :func:`check_determinism` does)."""
-    graph = zoo.MODELS[cfg["model"]](**cfg["sizes"])
+    graph = zoo.get_model(cfg["model"], **cfg["sizes"])
     inputs = zoo.make_inputs(graph, kind=cfg["input_kind"], seed=cfg["input_seed"])
     mode = cfg["mode"]
     spec = None if cfg["kernels"] is None else KernelSpec.parse(cfg["kernels"])
@@ -408,7 +411,9 @@ def check_determinism(model: str, fmt="fp16", mode: str = "fused", runs: int = 3
 
     Process ``i`` runs ``python -m numlab.determinism --worker`` with
     ``PYTHONHASHSEED=i`` (0 disables hash randomisation, 1.. are distinct
-    randomised orders), builds the graph from :data:`numlab.zoo.MODELS`, the
+    randomised orders), builds the graph with :func:`numlab.zoo.get_model` (a
+    zoo model or ``"module:function"``, imported from the caller's
+    ``sys.path``: :func:`_worker_env`), the
     inputs with ``zoo.make_inputs(kind=input_kind, seed=input_seed)``, runs
     :func:`numlab.execute.run` and reports the fingerprint, a plan digest, a
     sha256 of every output's bytes, and saves the outputs for the diff.
@@ -484,12 +489,22 @@ def check_determinism(model: str, fmt="fp16", mode: str = "fused", runs: int = 3
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
+def _import_path() -> str:
+    """The caller's ``sys.path`` as absolute directories joined for
+    ``PYTHONPATH`` (``""``, the current directory, made absolute): every
+    worker imports numlab and a ``module:function`` model from where the
+    caller did, even when the caller's path was set at run time (a notebook,
+    a test's ``sys.path`` entry) rather than through ``PYTHONPATH``."""
+    return os.pathsep.join(dict.fromkeys(os.path.abspath(p or os.curdir) for p in sys.path))
+
+
 def _worker_env(i: int) -> dict:
-    """Environment of worker ``i``: the caller's, with ``PYTHONHASHSEED=i`` and
-    the BLAS thread counts pinned (1 unless already set), so every worker
+    """Environment of worker ``i``: the caller's, with ``PYTHONHASHSEED=i``,
+    ``PYTHONPATH`` = the caller's ``sys.path`` (:func:`_import_path`) and the
+    BLAS thread counts pinned (1 unless already set), so every worker
     computes with the same thread count and a loaded machine is not
     oversubscribed by ``runs`` x ``cores`` spinning BLAS threads."""
-    env = dict(os.environ, PYTHONHASHSEED=str(i))
+    env = dict(os.environ, PYTHONHASHSEED=str(i), PYTHONPATH=_import_path())
     for var in BLAS_THREAD_VARS:
         env.setdefault(var, "1")
     return env

@@ -5,12 +5,17 @@ old per-command spellings are gone."""
 
 from __future__ import annotations
 
+import json
+import sys
 import textwrap
 
 import numpy as np
 import pytest
 
+from numlab import claims as C
 from numlab import cli, zoo
+from numlab import determinism as D
+from numlab.claims import catalogue, search
 from numlab.execute import run
 
 # the quickest run of every subcommand, with every shared option it takes
@@ -187,6 +192,7 @@ def not_a_graph(n=4):
 def user_module(tmp_path, monkeypatch):
     (tmp_path / "nl_user_models.py").write_text(textwrap.dedent(MODULE))
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "nl_user_models", raising=False)  # each test imports its own file
     yield "nl_user_models"
 
 
@@ -221,9 +227,83 @@ def test_model_module_function_errors_name_model_and_size(user_module, capsys):
     assert cli.main(["run", f"{user_module}:tiny", "--size", "k=3"]) == 2
     err = capsys.readouterr().err
     assert "--size" in err and "'k'" in err and "n=4" in err  # valid sizes with their defaults
-    # the commands whose workers rebuild a model by name say so
-    assert cli.main(["check", "determinism", f"{user_module}:tiny", "--runs", "2"]) == 2
-    assert "check determinism takes a zoo model by name" in capsys.readouterr().err
+    for cmd in (["check", "determinism"], ["check", "no_worse_tensor"]):
+        assert cli.main([*cmd, f"{user_module}:not_a_graph"]) == 2
+        assert "'nl_user_models:not_a_graph' returned list, not a numlab Graph" in capsys.readouterr().err
+
+
+def _check_lines(out):
+    """The report lines of `numlab check CLAIM` (verdict and worst case)."""
+    return [ln for ln in out.splitlines() if ln.startswith(("claim ", "  worst margin"))]
+
+
+def test_check_claim_takes_module_function(user_module, capsys):
+    """`check CLAIM module:function`: the same trials as the model's graph
+    built by hand, in process and in worker processes."""
+    argv = ["check", "no_worse_tensor", f"{user_module}:tiny", "--size", "n=6", "--trials", "6",
+            "--no-save", "--seed", "3"]
+    assert cli.main(argv) == 0
+    inproc = capsys.readouterr().out
+    assert "claim no_worse_tensor on nl_user_models:tiny (fp16)" in inproc and "6 trials" in inproc
+    assert "HOLDS" in inproc
+    # the same verdict and worst case as the claim evaluated on hand-made cases of the graph
+    import nl_user_models
+
+    g = nl_user_models.tiny(n=6)
+    kinds = ("normal", "uniform", "shifted_mean", "heavy_tailed", "near_overflow")  # the CLI default
+    margins = []
+    for t in range(6):
+        case = C.make_case(f"{user_module}:tiny", sizes={"n": 6}, fusion="autofuse", seed=3, trial=t,
+                           kind=kinds[t % len(kinds)])
+        assert case.graph().inputs == g.inputs  # built from the module's function with n=6
+        margins.append(C.evaluate("no_worse_tensor", case).margin)
+    assert f"worst margin {max(margins):.4g}" in inproc
+    assert cli.main([*argv, "--executor", "process", "--workers", "2"]) == 0
+    assert _check_lines(capsys.readouterr().out) == _check_lines(inproc)
+
+
+def test_claims_workers_import_module_function_from_the_task_path(user_module, tmp_path, monkeypatch):
+    """A worker that did not start with the caller's sys.path (a dask worker,
+    another machine) imports the model from the path its task carries."""
+    name = f"{user_module}:tiny"
+    assert catalogue.model_path(name) == (str(tmp_path.resolve()),)
+    assert catalogue.model_path("softmax") == () == catalogue.model_path("mul_scalar")
+    payload = {"claim": "no_worse_tensor", "model": name, "path": catalogue.model_path(name),
+               "sizes": catalogue.model_sizes(name, {"n": 5}), "fmt": "fp16", "fusion": "autofuse", "seed": 0,
+               "kinds": ("normal",), "lo": 0, "hi": 2}
+    assert payload["sizes"] == {"n": 5, "m": 3}  # defaults filled in
+    want = search._task(payload)
+    # the worker's view: the module is neither imported nor on sys.path
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(tmp_path)])
+    monkeypatch.delitem(sys.modules, user_module)
+    with pytest.raises(ValueError, match="cannot import module 'nl_user_models'"):
+        catalogue.get_model(name, {"n": 5})
+    got = search._task(payload)
+    assert [(t, k, r[:2]) for t, k, r, _ in got] == [(t, k, r[:2]) for t, k, r, _ in want]
+    assert catalogue.get_model(name, {"n": 5}).inputs == {"x": (5, 3), "w": (3, 5)}
+    with pytest.raises(ValueError, match="size 'k' is not a parameter of model 'nl_user_models:tiny'"):
+        catalogue.model_sizes(name, {"k": 1})
+    with pytest.raises(ValueError, match="valid models: .*mul_scalar.*softmax.*module:function"):
+        catalogue.get_model("nope")
+
+
+def test_check_determinism_takes_module_function(user_module, capsys):
+    """The worker processes import the module from the caller's sys.path
+    (here a test's sys.path entry, not PYTHONPATH)."""
+    argv = ["check", "determinism", f"{user_module}:tiny", "--runs", "2", "--size", "n=5", "--json"]
+    assert cli.main(argv) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["compile_deterministic"] and rep["execution_deterministic"]
+    assert rep["config"]["model"] == "nl_user_models:tiny" and rep["config"]["sizes"] == {"n": 5}
+    here = D.run_once(D._config("nl_user_models:tiny", "fp16", "fused", sizes={"n": 5}))
+    assert {r["fingerprint"] for r in rep["records"]} == {here.fingerprint}
+    assert {r["outputs"]["y"] for r in rep["records"]} == {here.outputs["y"]}
+    # a claims model is not importable by name in the workers: the error names the module:function form
+    assert cli.main(["check", "determinism", "mul_scalar", "--runs", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "MODEL 'mul_scalar' is a claims model" in err
+    suggested = err.split("e.g. ")[1].strip()
+    assert zoo.get_model(suggested).inputs == C.EXTRA_MODELS["mul_scalar"]().inputs
 
 
 def test_claims_models_run(capsys):
@@ -277,7 +357,11 @@ def test_inputs_file_checked_against_the_graph(tmp_path, capsys):
         for w in words:
             assert w in err, (w, err)
     # a file where only kinds make sense (check cycles over kinds), or a missing file
-    assert cli.main(["check", "no_worse_tensor", "softmax", "--inputs", str(tmp_path / "bad0.npz")]) == 2
-    assert "--inputs" in capsys.readouterr().err
+    for cmd in (["check", "no_worse_tensor", "softmax"], ["check", "plan"]):
+        assert cli.main([*cmd, "--inputs", str(tmp_path / "bad0.npz")]) == 2
+        assert "--inputs" in capsys.readouterr().err
+        with pytest.raises(SystemExit):
+            cli.main([*cmd, "--help"])
+        assert "not a FILE: a check searches" in " ".join(capsys.readouterr().out.split())
     assert cli.main([*base, "--inputs", str(tmp_path / "none.npz")]) == 2
     assert "no such .npz file" in capsys.readouterr().err

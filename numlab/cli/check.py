@@ -30,6 +30,12 @@ __all__ = ["add_parser", "EXECUTORS"]
 
 EXECUTORS = ("inprocess", "process", "dask")
 
+NO_INPUT_FILES = (
+    "--inputs takes input kinds, not a FILE: a check searches, each trial drawing its own inputs "
+    "(one seed per trial) and a counterexample is shrunk by resizing the model, so a file of fixed "
+    "inputs would make every trial the same case.  To run given inputs: numlab run MODEL --inputs FILE.")
+"""Why ``check CLAIM`` and ``check plan`` refuse ``--inputs FILE`` (their help epilog)."""
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -42,8 +48,9 @@ def add_parser(sub) -> None:
     )
     csub = p.add_subparsers(dest="check_command", metavar="CLAIM|plan|determinism|list")
     for name, claim in sorted(C.CLAIMS.items()):
-        cp = csub.add_parser(name, help=claim.statement, description=claim.statement)
-        add_shared(cp, model="a zoo model (numlab.zoo.MODELS) or a claims model (numlab.claims.EXTRA_MODELS)",
+        cp = csub.add_parser(name, help=claim.statement, description=claim.statement, epilog=NO_INPUT_FILES)
+        add_shared(cp, model="a zoo model (numlab.zoo.MODELS), a claims model (numlab.claims.EXTRA_MODELS) "
+                   "or module:function",
                    dtype="fp16", fusion="", size="", seed=0,
                    inputs="normal,uniform,shifted_mean,heavy_tailed,near_overflow", inputs_multi=True,
                    out="data/counterexamples", force="(a different counterexample file of the same name)")
@@ -60,7 +67,7 @@ def add_parser(sub) -> None:
     pp = csub.add_parser("plan", help="the autofusion precision test plan (C1, C2, C3, chains)",
                          description="The autofusion precision test plan (C1, C2, C3, chains under each "
                          "fusion configuration); exit 1 if any chain FAILs, else 2 if any is UNDECIDED "
-                         "(or on bad usage), else 0.")
+                         "(or on bad usage), else 0.", epilog=NO_INPUT_FILES)
     add_shared(pp, out="out/check_plan", seed=0, inputs="normal", inputs_multi=True,
                force="(an existing plan.csv)")
     pp.add_argument("--trials", type=int, default=1000, help="inputs per chain (default 1000)")
@@ -88,7 +95,7 @@ def _add_determinism_parser(csub) -> None:
         "determinism", help="compile and run MODEL in N processes; compare fingerprints and bits",
         description="Compile determinism (same fingerprint and plan in every process) and execution "
                     "determinism (same output bits), each process with its own PYTHONHASHSEED.")
-    add_shared(p, model="a zoo model (numlab.zoo.MODELS)", dtype="fp16", size="",
+    add_shared(p, model="a zoo model (numlab.zoo.MODELS) or module:function", dtype="fp16", size="",
                fusion="(fused modes)", kernels="(default: the mode's)", inputs="normal", seed=0)
     p.add_argument("--mode", default="fused", choices=EXEC_MODES, help="execution mode (default fused)")
     p.add_argument("--runs", type=int, default=3, help="processes (default 3, >= 2)")
@@ -106,9 +113,10 @@ def _add_determinism_parser(csub) -> None:
 
 
 def _run_determinism(args) -> int:
-    if args.model not in zoo.MODELS:
-        raise ValueError(f"MODEL {args.model!r}: check determinism takes a zoo model by name (its worker "
-                         f"processes rebuild it); valid: {sorted(zoo.MODELS)}")
+    if args.model in C.EXTRA_MODELS and args.model not in zoo.MODELS:
+        raise ValueError(f"MODEL {args.model!r} is a claims model; check determinism takes a zoo model or "
+                         f"module:function (its worker processes rebuild it), e.g. "
+                         f"{C.EXTRA_MODELS[args.model].__module__}:{C.EXTRA_MODELS[args.model].__name__}")
     rep = check_determinism(args.model, fmt=args.dtype, mode=args.mode, runs=args.runs, sizes=args.size,
                             kernels=args.kernels, fusion=args.fusion, order=args.order,
                             seed=args.schedule_seed, input_kind=args.inputs, input_seed=args.seed, inject=args.inject,
@@ -156,9 +164,6 @@ def _executor(kind: str, workers: int):
 def _run_claim(args) -> int:
     if args.trials < 1:
         raise ValueError(f"--trials={args.trials} must be >= 1")
-    if ":" in args.model:
-        raise ValueError(f"MODEL {args.model!r}: check takes a zoo or claims model by name (its trials "
-                         "rebuild the model from the name); module:function works with run and bisect")
     kinds = tuple(k.strip() for k in args.inputs.split(",") if k.strip())
     fusion = FusionOptions.parse(args.fusion)
     print(f"numlab check {args.claim} {args.model}: dtype={args.dtype.name} fusion={fusion.spec} "
