@@ -45,9 +45,12 @@ GOOD = {
     "calibrate": ["calibrate", "--capabilities", "default", "--cases", "sum", "--dtype", "fp32", "--quick",
                   "--rows", "10", "--seed", "1", "--out", "{tmp}/cal", "--force"],
     "bench": ["bench", "rounding", "--quick"],
+    "course": ["course", "build", "--out", "{tmp}/course", "--force"],
 }
-# commands that run slowly or need extras are parsed, not run, here (their own tests run them)
-PARSE_ONLY = {"calibrate", "bench"}
+# commands that run slowly or need extras are parsed, not run, here (their own tests run
+# them: tests/test_calibrate.py, tests/test_course.py); course takes only --out and --force
+# of the shared options
+PARSE_ONLY = {"calibrate", "bench", "course"}
 
 
 def _argv(argv, tmp_path):
