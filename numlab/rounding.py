@@ -262,7 +262,7 @@ class _Consts:
         sn_bits = int(np.array(fmt.smallest_normal, dtype=w).view(U))
         needs_lo = w == np.float64 or fmt.emin > -126 or not fmt.subnormals
         lo = sn_bits if needs_lo else 0
-        self.hi, self.lo, self.two_sn = U(hi), U(lo), U(2 * sn_bits)
+        self.hi, self.lo, self.sn = U(hi), U(lo), U(sn_bits)
         self.two_lo = U(2 * lo)
         self.span = U(2 * (hi - lo))
         self.zero_t = U(((1 << nbits) - 2 * lo) % (1 << nbits))  # +-0 after the shift
@@ -298,7 +298,10 @@ class _Scratch:
         self.u1 = np.empty(n, c.U)
         self.u2 = np.empty(n, c.U)
         self.u3 = np.empty(n, c.U)
-        self.m1 = np.empty(n, bool)
+        self.u4 = np.empty(n, c.U)
+        self.u5 = np.empty(n, c.U)
+        self.u6 = np.empty(n, c.U)
+        self.m1 = np.empty(n, bool)  # boolean masks (reductions, float tests)
         self.m2 = np.empty(n, bool)
         self.f1 = np.empty(n, c.w)
         self.f2 = np.empty(n, c.w)
@@ -388,16 +391,34 @@ def _round_chunk(bc, o, c: _Consts, s: _Scratch, m: int, fmt, rounding, rng, sat
             special = bool(m1.any())
     if special:
         _fix_chunk(bc, o, rbits, c, s, m, fmt, rounding, rng, saturate)
-    if ftz:
-        t = s.u1[:m]
-        np.left_shift(o, U(1), out=t)
-        tiny = np.less(t, c.two_sn, out=s.m1[:m])
-        np.bitwise_and(o, c.sign, out=o, where=tiny)
+    if ftz:  # clear the magnitude of results below 2**emin
+        t = np.bitwise_and(o, c.absmask, out=s.u1[:m])
+        _mask_less(t, c.sn, t, c)
+        t &= c.absmask
+        np.invert(t, out=t)
+        o &= t
+
+
+def _mask_less(x, y, out, c: _Consts):
+    """All ones where ``x < y`` (unsigned values below the sign bit), else 0,
+    into ``out``: the sign of ``x - y`` spread by an arithmetic shift.  Bit
+    masks and xor/and blends replace boolean ``where=`` selections, which are
+    many times slower on unpredictable masks."""
+    np.subtract(x, y, out=out)
+    np.right_shift(out.view(c.I), c.I(c.nbits - 1), out=out.view(c.I))
+    return out
+
+
+def _blend(o, v, mask, tmp) -> None:
+    """``o = v where mask else o`` for an all-ones/zero bit mask, in place."""
+    np.bitwise_xor(o, v, out=tmp)
+    tmp &= mask
+    o ^= tmp
 
 
 def _fix_chunk(bc, o, rbits, c: _Consts, s: _Scratch, m: int, fmt, rounding, rng, saturate):
     """Results, in place in ``o``, of the chunk's elements outside
-    ``[2**emin, max]``, computed with masks over the whole chunk.
+    ``[2**emin, max]``, computed with bit masks over the whole chunk.
 
     Finite values above ``max`` are normal numbers, so the bit path's result
     for them is the correct rounding with an unbounded exponent (a carry may
@@ -409,50 +430,49 @@ def _fix_chunk(bc, o, rbits, c: _Consts, s: _Scratch, m: int, fmt, rounding, rng
     """
     U = c.U
     mag = np.bitwise_and(bc, c.absmask, out=s.u1[:m])
-    m1, m2 = s.m1[:m], s.m2[:m]
+    mask, tmp, v = s.u2[:m], s.u3[:m], s.u4[:m]
     if c.lo:
-        tiny = np.less(mag, c.lo, out=m1)
-        if tiny.any():
-            _tiny_chunk(bc, o, tiny, rbits, c, s, m, fmt, rounding, rng, saturate)
+        _mask_less(mag, c.lo, mask, c)
+        if mask.any():
+            _tiny_chunk(bc, o, mask, rbits, c, s, m, fmt, rounding, rng, saturate)
     # overflow: the bit path's magnitude above max (nonfinite inputs are
     # overwritten below)
-    r = np.bitwise_and(o, c.absmask, out=s.u2[:m])
-    over = np.greater(r, c.hi, out=m1)
-    if over.any():
-        repl = np.bitwise_and(bc, c.sign, out=s.u2[:m])
+    np.bitwise_and(o, c.absmask, out=v)
+    _mask_less(c.hi, v, mask, c)
+    if mask.any():
+        repl = np.bitwise_and(bc, c.sign, out=v)
         if saturate or rounding in ("rtz", "odd"):
             repl |= c.hi
         elif rounding in ("rne", "stochastic"):
             repl |= c.top
         else:  # up: +inf for positive, -max for negative; down: the mirror
-            neg = s.u3[:m]
-            np.right_shift(bc.view(c.I), c.I(c.nbits - 1), out=neg.view(c.I))  # all ones if negative
+            np.right_shift(bc.view(c.I), c.I(c.nbits - 1), out=tmp.view(c.I))  # all ones if negative
             if rounding == "down":
-                np.invert(neg, out=neg)
-            neg &= U(int(c.top) ^ int(c.hi))
-            neg ^= c.top
-            repl |= neg
-        np.copyto(o, repl, where=over)
-    nonfinite = np.greater_equal(mag, c.infbits, out=m2)
-    if nonfinite.any():
+                np.invert(tmp, out=tmp)
+            tmp &= U(int(c.top) ^ int(c.hi))
+            tmp ^= c.top
+            repl |= tmp
+        _blend(o, repl, mask, tmp)
+    _mask_less(c.infbits - U(1), mag, mask, c)  # inf or NaN input
+    if mask.any():
         if fmt.inf:
-            np.copyto(o, bc, where=nonfinite)
+            _blend(o, bc, mask, tmp)
         else:
-            res = s.u2[:m]
-            np.copyto(res, bc)
-            isinf = np.equal(mag, c.infbits, out=m1)
+            isinf = _mask_less(c.infbits, mag, s.u5[:m], c)  # NaN ...
+            isinf ^= mask  # ... so inf
+            np.copyto(v, bc)
             if saturate:
-                sat = np.bitwise_and(bc, c.sign, out=s.u3[:m])
+                sat = np.bitwise_and(bc, c.sign, out=s.u6[:m])
                 sat |= c.hi
-                np.copyto(res, sat, where=isinf)
             else:
-                np.copyto(res, c.nanbits, where=isinf)
-            np.copyto(o, res, where=nonfinite)
+                sat = c.nanbits
+            _blend(v, sat, isinf, tmp)
+            _blend(o, v, mask, tmp)
 
 
 def _tiny_chunk(bc, o, tiny, rbits, c: _Consts, s: _Scratch, m: int, fmt, rounding, rng, saturate):
     """Results of the chunk's nonzero values below ``2**emin``, in place in ``o``
-    where ``tiny``.
+    where the bit mask ``tiny`` is set.
 
     The grid there has a fixed quantum ``2**-es`` (``es = p - 1 - emin``; a
     format without subnormals has the grid ``{0, 2**emin}``, ``es = -emin``):
@@ -464,9 +484,10 @@ def _tiny_chunk(bc, o, tiny, rbits, c: _Consts, s: _Scratch, m: int, fmt, roundi
     where the scaling could underflow) goes through :func:`_round_generic`.
     """
     xc = bc.view(c.w)
+    tmp = s.u6[:m]
     if not c.tiny_fast:
         res = _round_generic(xc, fmt, rounding, rng, saturate, False)
-        np.copyto(o, res.view(c.U), where=tiny)
+        _blend(o, res.view(c.U), tiny, tmp)
         return
     f, g = s.f1[:m], s.f2[:m]
     signed = rounding in ("rne", "rtz", "up", "down")
@@ -480,14 +501,15 @@ def _tiny_chunk(bc, o, tiny, rbits, c: _Consts, s: _Scratch, m: int, fmt, roundi
     if signed:
         {"rne": np.rint, "rtz": np.trunc, "up": np.ceil, "down": np.floor}[rounding](f, out=f)
         res = f
-    elif rounding == "odd":  # inexact: the odd integer next to floor(s)
+    elif rounding == "odd":  # inexact and floor(s) even: floor(s) + 1
         np.floor(f, out=g)
-        inexact = np.not_equal(f, g, out=s.m2[:m])
+        inexact = np.not_equal(f, g, out=s.m1[:m])
         np.multiply(g, 0.5, out=f)
         np.floor(f, out=f)
         f *= 2
-        f += 1
-        np.copyto(g, f, where=inexact)
+        even = np.equal(f, g, out=s.m2[:m])
+        even &= inexact
+        g += even
         res = g
     else:  # stochastic
         if rbits is None:  # k == 0: the bit path drew no random words
@@ -498,13 +520,13 @@ def _tiny_chunk(bc, o, tiny, rbits, c: _Consts, s: _Scratch, m: int, fmt, roundi
             u = rbits * 2.0**-32  # float64, exact
         else:
             u = np.right_shift(rbits, np.uint64(11), out=rbits) * 2.0**-53  # exact
-        up = np.less(u, f, out=s.m2[:m])
+        up = np.less(u, f, out=s.m1[:m])
         g += up
         res = g
     res *= c.unscale
     if not signed:
         np.copysign(res, xc, out=res)
-    np.copyto(o, res.view(c.U), where=tiny)
+    _blend(o, res.view(c.U), tiny, tmp)
 
 
 def _round_generic(a: np.ndarray, fmt: Format, rounding: str, rng, saturate: bool, ftz: bool):
