@@ -18,8 +18,12 @@ casts (RNE) and against an exact ``fractions.Fraction`` reference
   fixed number ``k = m + 1 - p`` of input bits (``m`` = 23 or 52), so the
   magnitude is rounded by adding a mode-dependent bias to the low ``k`` bits
   and clearing them; a carry into the exponent field is the correct result.
-  The few elements outside that range (below ``2**emin``, above ``max``,
-  inf/NaN) go through the generic path.
+  It runs chunk by chunk (cache-resident temporaries, preallocated output,
+  peak extra memory the output plus a few chunks); in a chunk holding values
+  outside that range, values below ``2**emin`` are scaled so that the
+  quantum is 1, rounded to an integer and scaled back (exact), results above
+  ``max`` take the mode's overflow rule and inf/NaN pass through, all with
+  bit masks over the chunk in the same pass.
 * ``_round_generic``: scales ``|x|`` by a power of two so that the format's
   quantum becomes 1 (exact: ``ldexp`` in float64), rounds to an integer with
   the mode's rule (``rint`` is round-half-even, ``floor`` truncation, ...)
