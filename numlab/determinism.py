@@ -16,7 +16,8 @@ design note's section 3.3):
   races (a core reads a region before another core's write lands; see
   :mod:`numlab.races`).
 
-:func:`check_determinism` compiles and runs a zoo model in ``runs`` separate
+:func:`check_determinism` compiles and runs a model (a zoo model or
+``"module:function"``, see :func:`numlab.zoo.model_factory`) in ``runs`` separate
 Python processes, each with its own ``PYTHONHASHSEED``, and compares
 fingerprints, plans and output bits.  :func:`determinism_plan` lists every
 option that can break either layer and whether it is active for the given
@@ -53,6 +54,7 @@ from . import execute, zoo
 from . import kernels as K
 from .formats import get_format
 from .fusion import FusionOptions
+from .graph import Graph
 from .kernels import KernelSpec, parse_order
 from .metrics import ulp_distance
 
@@ -90,7 +92,7 @@ class Hazard:
     remedy: str
 
     def __str__(self) -> str:
-        flag = "BREAKS" if self.active else "ok    "
+        flag = "ACTIVE" if self.active else "ok    "
         return f"[{flag}] {self.layer:<9} {self.option}: {self.why} Remedy: {self.remedy}"
 
 
@@ -126,7 +128,7 @@ def determinism_plan(*, order=None, seed=None, kernels=None, mode: str = "fused"
     hz = [
         Hazard("reduce order 'atomic' without a seed", "execution", atomic and seed is None,
                "atomic adds into global memory accumulate in the order cores finish; floating-point "
-               "addition is not associative, so each run rounds differently (numlab draws the order "
+               "addition is not associative, so each run can round differently (numlab draws the order "
                "from OS entropy in each process to model it).",
                "a fixed order (pairwise, blocked, lanes), a deterministic two-phase reduction "
                "(per-core partials to workspace, one core combines them in a fixed order), or "
@@ -224,19 +226,20 @@ INJECTIONS = (None, "set_order")
 
 def _config(model, fmt, mode, *, sizes=None, kernels=None, fusion=None, order=None, seed=None,
             input_kind="normal", input_seed=0, inject=None) -> dict:
-    if model not in zoo.MODELS:
-        raise ValueError(f"model {model!r} is not in the zoo; valid models: {sorted(zoo.MODELS)}")
-    factory = zoo.MODELS[model]
+    factory = zoo.model_factory(model, "model")  # a zoo model or "module:function"
     params = sorted(inspect.signature(factory).parameters)
     unknown = sorted(set(sizes or {}) - set(params))
     if unknown:
         raise ValueError(f"sizes={dict(sizes)!r}: {unknown} not parameters of model {model!r}; "
                          f"valid sizes: {params}")
     try:  # build it here so that a bad size fails with its name, not inside a worker
-        factory(**dict(sizes or {}))
+        graph = factory(**dict(sizes or {}))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"sizes={dict(sizes or {})!r} are not valid for model {model!r} "
                          f"(parameters {params}): {exc}") from None
+    if not isinstance(graph, Graph):
+        raise TypeError(f"model {model!r} returned {type(graph).__name__}, not a numlab Graph "
+                        "(build it with numlab.graph.trace)")
     if input_kind not in zoo.KINDS:
         raise ValueError(f"input_kind={input_kind!r} is not valid; choose one of {zoo.KINDS}")
     if isinstance(input_seed, bool) or not isinstance(input_seed, (int, np.integer)) or input_seed < 0:
@@ -263,7 +266,7 @@ def _config(model, fmt, mode, *, sizes=None, kernels=None, fusion=None, order=No
 def run_once(cfg: dict, *, save: str | None = None) -> RunRecord:
     """Compile and run one configuration in this process (what each worker
     process of :func:`check_determinism` does)."""
-    graph = zoo.MODELS[cfg["model"]](**cfg["sizes"])
+    graph = zoo.get_model(cfg["model"], **cfg["sizes"])
     inputs = zoo.make_inputs(graph, kind=cfg["input_kind"], seed=cfg["input_seed"])
     mode = cfg["mode"]
     spec = None if cfg["kernels"] is None else KernelSpec.parse(cfg["kernels"])
@@ -350,8 +353,17 @@ class DeterminismReport:
         return all(len({r.outputs[o] for r in self.records}) == 1 for o in self.records[0].outputs)
 
     @property
+    def active_hazards(self) -> list:
+        """The options of :attr:`plan` in effect with these settings (each
+        can break determinism whatever the runs showed)."""
+        return [h for h in self.plan if h.active]
+
+    @property
     def ok(self) -> bool:
-        return self.compile_deterministic and self.execution_deterministic
+        """Deterministic: same fingerprint, plan and output bits in every
+        process, and no option in effect that can break it (an unseeded
+        atomic order can round to the same bits in a few runs by chance)."""
+        return self.compile_deterministic and self.execution_deterministic and not self.active_hazards
 
     def __str__(self) -> str:
         c = self.config
@@ -365,7 +377,7 @@ class DeterminismReport:
                  f"({len({r.fingerprint for r in self.records})} fingerprint(s), "
                  f"{len({r.plan_digest for r in self.records})} plan(s); fingerprint "
                  f"{self.records[0].fingerprint[:16]}...)",
-                 f"  execution determinism: {'yes' if self.execution_deterministic else 'NO'}"]
+                 f"  execution determinism: {self._execution_line()}"]
         for o in self.records[0].outputs:
             n = len({r.outputs[o] for r in self.records})
             line = f"    {o}: {n} distinct bit pattern(s)"
@@ -376,9 +388,20 @@ class DeterminismReport:
         seeds = [r.order_seed for r in self.records if r.order_seed is not None]
         if seeds:
             lines.append(f"  atomic order seeds drawn: {seeds} (replay one with --seed)")
-        lines.append("  plan (options that break determinism):")
+        lines.append("  plan (options that can break determinism; ACTIVE: in effect with these settings):")
         lines += [f"    {h}" for h in self.plan]
         return "\n".join(lines)
+
+    def _execution_line(self) -> str:
+        if not self.execution_deterministic:
+            return "NO"
+        ex = [h.option for h in self.active_hazards if h.layer == "execution"]
+        if not ex:
+            return "yes"
+        return (f"NOT GUARANTEED: the same bits in these {self.runs} runs, but {'; '.join(ex)} is in "
+                "effect (ACTIVE below): each run accumulated in a different order, and the sums happened "
+                f"to round to the same {self.config['fmt']} outputs; more runs, other inputs or a wider "
+                "storage format can differ")
 
 
 def check_determinism(model: str, fmt="fp16", mode: str = "fused", runs: int = 3, *, sizes=None,
@@ -388,7 +411,9 @@ def check_determinism(model: str, fmt="fp16", mode: str = "fused", runs: int = 3
 
     Process ``i`` runs ``python -m numlab.determinism --worker`` with
     ``PYTHONHASHSEED=i`` (0 disables hash randomisation, 1.. are distinct
-    randomised orders), builds the graph from :data:`numlab.zoo.MODELS`, the
+    randomised orders), builds the graph with :func:`numlab.zoo.get_model` (a
+    zoo model or ``"module:function"``, imported from the caller's
+    ``sys.path``: :func:`_worker_env`), the
     inputs with ``zoo.make_inputs(kind=input_kind, seed=input_seed)``, runs
     :func:`numlab.execute.run` and reports the fingerprint, a plan digest, a
     sha256 of every output's bytes, and saves the outputs for the diff.
@@ -464,12 +489,22 @@ def check_determinism(model: str, fmt="fp16", mode: str = "fused", runs: int = 3
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
+def _import_path() -> str:
+    """The caller's ``sys.path`` as absolute directories joined for
+    ``PYTHONPATH`` (``""``, the current directory, made absolute): every
+    worker imports numlab and a ``module:function`` model from where the
+    caller did, even when the caller's path was set at run time (a notebook,
+    a test's ``sys.path`` entry) rather than through ``PYTHONPATH``."""
+    return os.pathsep.join(dict.fromkeys(os.path.abspath(p or os.curdir) for p in sys.path))
+
+
 def _worker_env(i: int) -> dict:
-    """Environment of worker ``i``: the caller's, with ``PYTHONHASHSEED=i`` and
-    the BLAS thread counts pinned (1 unless already set), so every worker
+    """Environment of worker ``i``: the caller's, with ``PYTHONHASHSEED=i``,
+    ``PYTHONPATH`` = the caller's ``sys.path`` (:func:`_import_path`) and the
+    BLAS thread counts pinned (1 unless already set), so every worker
     computes with the same thread count and a loaded machine is not
     oversubscribed by ``runs`` x ``cores`` spinning BLAS threads."""
-    env = dict(os.environ, PYTHONHASHSEED=str(i))
+    env = dict(os.environ, PYTHONHASHSEED=str(i), PYTHONPATH=_import_path())
     for var in BLAS_THREAD_VARS:
         env.setdefault(var, "1")
     return env

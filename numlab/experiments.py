@@ -32,11 +32,12 @@ from .formats import FORMATS, FP32, get_format
 from .fusion import FusionOptions
 from .graph import Graph, Node, trace
 from .kernels import gamma
+from .report import Column, render_table
 from .rounding import ROUNDINGS, round_to
 
 __all__ = ["FUSED_MODES", "QUICK_MODELS", "CHAIN_NS", "demo_rows", "chain_graph", "chain_errors",
            "source_cases", "MATRIX_PRESETS", "MATRIX_KINDS", "MATRIX_NOTE", "verdict_matrix",
-           "format_verdict_matrix", "SOURCE_COLUMNS", "source_rows", "format_source_table",
+           "format_verdict_matrix", "MATRIX_LEGEND", "SOURCE_COLUMNS", "SOURCE_LEGEND", "FORMATS_LEGEND", "source_rows", "format_source_table",
            "formats_table", "rounding_demo", "flat_outputs", "bits"]
 
 FUSED_MODES = ("eager", "fused", "emulated_casts")
@@ -207,14 +208,15 @@ def source_cases(quick: bool = False) -> list:
         (f"layernorm (8x{hidden})", lambda: zoo.layernorm(batch=8, hidden=hidden), "shifted_mean",
          "inductor", ("fp16",), "decomposition: the compiler's mean / two-pass variance "
          "graph vs eager's one Welford kernel, on rows with a large mean"),
-        (f"softmax (8x{hidden})", lambda: zoo.softmax(batch=8, n=hidden), "normal", "autofuse",
-         ("fp16", "fp32"), "decomposition under Ascend autofusion defaults: reductions are "
-         "library calls, so the decomposed softmax is stored in S between blocks; in fp32 "
-         "storage the codegen exp polynomial (algorithm) is what remains"),
+        (f"softmax (8x{hidden})", lambda: zoo.softmax(batch=8, n=hidden), "normal", "autofuse+decompose",
+         ("fp16", "fp32"), "decomposition under autofuse's kinds (autofuse+decompose; the autofuse "
+         "preset keeps softmax whole): reductions are library calls, so the decomposed softmax is "
+         "stored in S between blocks; in fp32 storage the codegen exp polynomial (algorithm) is "
+         "what remains"),
     ]
 
 
-MATRIX_PRESETS = ("inductor", "autofuse", "autofuse:--autofuse_enable_pass=reduce")
+MATRIX_PRESETS = ("inductor", "autofuse", "autofuse+decompose", "autofuse:--autofuse_enable_pass=reduce+decompose")
 MATRIX_KINDS = ("normal", "shifted_mean", "near_overflow", "heavy_tailed")
 
 
@@ -262,17 +264,27 @@ def verdict_matrix(models=None, fmts=("fp16", "bf16"), presets=MATRIX_PRESETS, k
     return out
 
 
-def format_verdict_matrix(mrows) -> str:
-    """Text of :func:`verdict_matrix`."""
-    w = max([6, *(len(r["fusion"]) for r in mrows)])
-    lines = [f"{'fusion':<{w}} {'inputs':<14} {'more':>5} {'less':>5} {'same bits':>9} {'other':>5}  "
-             "fused less accurate than eager in"]
-    for r in mrows:
-        other = r["equal"] + r["nonfinite"]
-        less = ", ".join(r["less_in"][:4]) + (f", ... ({len(r['less_in'])} pairs)" if len(r["less_in"]) > 4 else "")
-        lines.append(f"{r['fusion']:<{w}} {r['kind']:<14} {r['more']:>5} {r['less']:>5} {r['same']:>9} "
-                     f"{other:>5}  {less or '-'}")
-    return "\n".join(lines)
+MATRIX_LEGEND = (
+    ("fusion", "the fusion spec the fused runs used (grammar in `numlab --help`)"),
+    ("inputs", "the input kind (numlab.zoo.KINDS)"),
+    ("more, less", "model/format pairs where fused's mean |error| against fp64 is lower or higher "
+                   "than eager's (the demo table's 'vs eager (mean abs)')"),
+    ("same bits", "pairs where fused is bitwise identical to eager"),
+    ("other", "pairs with equal mean |error| or a non-finite one"),
+    ("fused less accurate in", "the 'less' pairs, worst first, with the ratio of mean |error| "
+                               "fused / eager"),
+)
+
+
+def format_verdict_matrix(mrows, *, width=None, plain=None) -> str:
+    """Terminal table of :func:`verdict_matrix` with its legend
+    (:func:`numlab.report.render_table`)."""
+    cols = [Column("fusion", "fusion", key_col=True), Column("kind", "inputs", key_col=True),
+            Column("more", "more", "{:d}", justify="right"), Column("less", "less", "{:d}", justify="right"),
+            Column("same", "same bits", "{:d}", justify="right"),
+            Column(lambda r: r["equal"] + r["nonfinite"], "other", "{:d}", justify="right"),
+            Column(lambda r: ", ".join(r["less_in"]) or "-", "fused less accurate in")]
+    return render_table(mrows, cols, legend=MATRIX_LEGEND, width=width, plain=plain)
 
 
 SOURCE_COLUMNS = ("fused", *[f"only {s}" for s in ("promotion", "instruction", "tiling", "algorithm")],
@@ -303,7 +315,7 @@ def source_rows(quick: bool = False, seed: int = 0) -> list:
             def share(g=g, x=x, dt=dt, e=e, **kw):
                 return float(np.mean(bits(flat_outputs(run(g, x, mode="fused", fmt=dt, **kw))) != e))
 
-            row = {"case": label, "fmt": get_format(dt).name, "kind": kind, "fusion": fo.name,
+            row = {"case": label, "fmt": get_format(dt).name, "kind": kind, "fusion": fo.spec,
                    "why": why, "n": int(e.size), "fused": share(fusion=fo)}
             for s in SOURCES:
                 row[f"only {s}"] = share(fusion=fo, align=tuple(q for q in SOURCES if q != s))
@@ -313,53 +325,78 @@ def source_rows(quick: bool = False, seed: int = 0) -> list:
     return rows
 
 
-def format_source_table(rows) -> str:
-    """Fixed-width text of :func:`source_rows` (shares in percent)."""
-    head = ["case", "S", "inputs", "fusion", *SOURCE_COLUMNS]
-    body = [[r["case"], r["fmt"], r["kind"], r["fusion"],
-             *[f"{100 * r[c]:.1f}%" for c in SOURCE_COLUMNS]] for r in rows]
-    w = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
-    lines = ["  ".join(h.ljust(w[i]) if i < 4 else h.rjust(w[i]) for i, h in enumerate(head)),
-             "  ".join("-" * x for x in w)]
-    for b in body:
-        lines.append("  ".join(c.ljust(w[i]) if i < 4 else c.rjust(w[i]) for i, c in enumerate(b)))
-    return "\n".join(lines)
+SOURCE_LEGEND = (
+    ("S", "storage format"),
+    ("inputs, fusion", "the input kind and the fusion preset of the case"),
+    ("fused", "share of output elements whose bits differ from eager, nothing aligned"),
+    ("only X", "the same share with the other three sources set to eager's choice "
+               "(run(..., align=...)), composites still decomposed when the preset decomposes"),
+    ("decomposition", "all four sources set to eager's choice, composites still decomposed"),
+    ("all aligned", "all four set and decomposition off: must be 0.0%"),
+    ("", "sources interact, so the shares need not add up"),
+)
 
+
+def format_source_table(rows, *, width=None, plain=None) -> str:
+    """Terminal table of :func:`source_rows` (shares in percent) with its legend."""
+    cols = [Column("case", "case", key_col=True), Column("fmt", "S", key_col=True),
+            Column("kind", "inputs"), Column("fusion", "fusion"),
+            *[Column(c, c, "{:.1%}", justify="right") for c in SOURCE_COLUMNS]]
+    legend = [(t, d) if t else ("note", d) for t, d in SOURCE_LEGEND]
+    return render_table(rows, cols, legend=legend, width=width, plain=plain)
 
 
 MATRIX_NOTE = (
-    "The autofuse preset decomposes composites (FusionOptions.decompose=True) while its reductions "
-    "stay library calls, so a decomposed layer norm, rms norm or softmax is stored in S between "
-    "blocks where eager's one kernel keeps fp32: there 'fused is not less accurate than eager' "
-    "(the autofusion precision note's claim) fails. Enabling reduce fusion (--autofuse_enable_pass=reduce) keeps "
-    "the decomposition in one fp32 block; the losses left (ratio fused/eager of mean |error| "
-    "shown) are small: fewer roundings do not put every element closer to fp64.")
+    "The autofuse preset keeps composites whole (layer norm, rms norm and softmax run eager's library "
+    "kernel), so there fused has eager's bits. autofuse+decompose decomposes them, as Inductor does, "
+    "while autofuse's reductions stay library calls: the decomposed mean, variance or softmax sum is "
+    "stored in S between blocks where eager's one kernel keeps fp32, and there 'fused is not less "
+    "accurate than eager' (the autofusion precision note's claim) fails. Enabling reduce fusion "
+    "(--autofuse_enable_pass=reduce+decompose) keeps the decomposition in one fp32 block; the losses "
+    "left (ratio fused/eager of mean |error| shown) are small: fewer roundings do not put every "
+    "element closer to fp64.")
 
 
 
 
-def formats_table() -> str:
-    """The formats side by side, as plain text."""
-    head = f"{'format':<9} {'p':>3} {'emin':>6} {'emax':>5} {'u':>10} {'max':>12} {'min normal':>11} {'min subnormal':>13}  inf"
-    lines = [head, "-" * len(head)]
-    for f in FORMATS.values():
-        lines.append(
-            f"{f.name:<9} {f.p:>3} {f.emin:>6} {f.emax:>5} {f.u:>10.3e} {f.max:>12.5g} "
-            f"{f.smallest_normal:>11.3e} {f.smallest_subnormal:>13.3e}  {'yes' if f.inf else 'no'}"
-        )
-    return "\n".join(lines)
+FORMATS_LEGEND = (
+    ("p", "precision: significand bits including the implicit one"),
+    ("emin, emax", "smallest and largest exponent of a normal number"),
+    ("u", "unit roundoff 2**-p: the largest relative error of rounding to nearest"),
+    ("max", "largest finite value"),
+    ("min normal, min subnormal", "smallest positive normal and subnormal values"),
+    ("inf", "whether the format has infinities (else overflow gives NaN or saturates)"),
+)
 
 
-def rounding_demo(x: float = 0.1, seed: int = 0) -> str:
-    """Where each rounding mode sends ``x`` in each storage format."""
+def formats_table(*, width=None, plain=None) -> str:
+    """The formats side by side, as a terminal table with its legend."""
+    rows = [{"name": f.name, "p": f.p, "emin": f.emin, "emax": f.emax, "u": f.u, "max": f.max,
+             "sn": f.smallest_normal, "ss": f.smallest_subnormal, "inf": "yes" if f.inf else "no"}
+            for f in FORMATS.values()]
+    cols = [Column("name", "format", key_col=True), Column("p", "p", "{:d}", justify="right"),
+            Column("emin", "emin", "{:d}", justify="right"), Column("emax", "emax", "{:d}", justify="right"),
+            Column("u", "u", "{:.3e}"), Column("max", "max", "{:.5g}", justify="right"),
+            Column("sn", "min normal", "{:.3e}"), Column("ss", "min subnormal", "{:.3e}"),
+            Column("inf", "inf")]
+    return render_table(rows, cols, legend=FORMATS_LEGEND, width=width, plain=plain)
+
+
+def rounding_demo(x: float = 0.1, seed: int = 0, *, width=None, plain=None) -> str:
+    """Where each rounding mode sends ``x`` in each storage format (a terminal table)."""
     rng = np.random.default_rng(seed)
     names = [n for n in FORMATS if n not in ("fp64", "fp32")]
-    lines = [f"x = {x!r} rounded by each rounding mode (stochastic with seed {seed})",
-             f"{'rounding':<11}" + "".join(f"{n:>16}" for n in names)]
+    rows = []
     for rounding in ROUNDINGS:
-        row = f"{rounding:<11}"
+        row = {"rounding": rounding}
         for n in names:
-            v = round_to(x, n, rounding, rng=rng if rounding == "stochastic" else None)
-            row += f"{float(v):>16.9g}"
-        lines.append(row)
-    return "\n".join(lines)
+            row[n] = float(round_to(x, n, rounding, rng=rng if rounding == "stochastic" else None))
+        rows.append(row)
+    cols = [Column("rounding", "rounding", key_col=True),
+            *[Column(n, n, "{:.9g}", justify="right") for n in names]]
+    legend = (("rne, rtz", "round to nearest, ties to even; round toward zero"),
+              ("up, down", "round toward +inf; toward -inf"),
+              ("odd", "round to odd (the last bit set when inexact)"),
+              ("stochastic", f"up or down with probability by distance (seeded, seed {seed})"))
+    return render_table(rows, cols, legend=legend, width=width, plain=plain,
+                        title=f"x = {x!r} rounded by each rounding mode in each storage format")

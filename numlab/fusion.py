@@ -20,7 +20,10 @@ Rules of the planner (:func:`plan`)
    (``numlab.ops``), as Inductor's decompositions do before fusion.  The
    composite's output keeps the composite's node name, so dumps still line up
    by name with eager.  With ``decompose`` off a composite stays one library
-   kernel (a singleton block), exactly as eager runs it.
+   kernel (a singleton block), exactly as eager runs it.  The autofuse preset
+   keeps composites whole (``decompose`` off: the autofusion note's
+   GE/TensorFlow path runs LayerNorm and Softmax as library operators);
+   ``autofuse+decompose`` and the inductor preset decompose them.
 2. Nodes are visited in topological order.  A node whose kind is enabled joins
    the block of one of its producers whose kind set is fusible (only along
    producer -> consumer edges), and blocks of several fusible producers are
@@ -118,10 +121,11 @@ FLAGS    := an AUTOFUSE_FLAGS string: ";"-separated --key=value items,
             "--enable_autofuse=true;--autofuse_enable_pass=concat,reduce"
             (only with autofuse; a spec that starts with "--" means
             "autofuse:" + spec)
-modifier := "decompose" | "nodecompose"   (composites decomposed or kept whole)
+modifier := "decompose" | "nodecompose"   (composites decomposed or kept whole;
+            autofuse and off keep them whole, inductor decomposes them)
 default  := "autofuse"   (None gives the default)
-examples:   autofuse   inductor+nodecompose   off
-            autofuse:--autofuse_enable_pass=reduce+nodecompose
+examples:   autofuse   autofuse+decompose   inductor+nodecompose   off
+            autofuse:--autofuse_enable_pass=reduce+decompose
             --autofuse_enable_pass=reduce   (= autofuse:--autofuse_enable_pass=reduce)"""
 """The fusion spec grammar (shown by ``numlab --help`` and in
 :class:`FusionOptions`' docstring)."""
@@ -194,8 +198,10 @@ class FusionOptions:
         autofusion's defaults; reduce, concat, slice, gather, transpose off).
     decompose : bool
         Replace composite operators by their primitive decompositions before
-        fusing (default True, as compilers do).  With False a composite runs as
-        the same single kernel eager uses.
+        fusing, as Inductor does (default False: the autofusion note's
+        GE/TensorFlow path runs composites such as LayerNorm and Softmax as
+        library operators, so a composite runs as the same single kernel
+        eager uses).  ``autofuse+decompose`` sets it (spec grammar below).
     enable_autofuse : bool
         Master switch (``--enable_autofuse``).  False: every node is its own
         block and no block is code-generated: each is a call into the
@@ -215,17 +221,21 @@ class FusionOptions:
 
     Examples
     --------
+    >>> FusionOptions.parse(None).spec
+    'autofuse'
+    >>> FusionOptions.parse("autofuse+decompose").spec
+    'autofuse+decompose'
     >>> FusionOptions.parse("inductor+nodecompose").spec
     'inductor+nodecompose'
     >>> FusionOptions.parse("--autofuse_enable_pass=reduce").spec
     'autofuse:--autofuse_enable_pass=reduce'
     >>> FusionOptions.autofuse("--enable_autofuse=true;--autofuse_enable_pass=concat,reduce")
     ... # doctest: +ELLIPSIS
-    FusionOptions(enabled=frozenset({...}), decompose=True, enable_autofuse=True, name='autofuse')
+    FusionOptions(enabled=frozenset({...}), decompose=False, enable_autofuse=True, name='autofuse')
     """
 
     enabled: frozenset = AUTOFUSE_DEFAULT
-    decompose: bool = True
+    decompose: bool = False
     enable_autofuse: bool = True
     name: str = "autofuse"
 
@@ -246,7 +256,9 @@ class FusionOptions:
         ``flags`` is parsed by :func:`parse_autofuse_flags`, e.g.
         ``"--enable_autofuse=true;--autofuse_enable_pass=concat,reduce"`` or
         ``"--autofuse_disable_pass=broadcast"``.  ``None`` or ``""`` gives the
-        defaults (elementwise + broadcast + reshape).
+        defaults (elementwise + broadcast + reshape).  Composites are kept
+        whole (``decompose=False``); ``dataclasses.replace(o, decompose=True)``
+        or the spec ``autofuse:FLAGS+decompose`` decomposes them.
         """
         return parse_autofuse_flags(flags or "")
 
@@ -392,7 +404,7 @@ class FusionOptions:
         if less:
             items.append("--autofuse_disable_pass=" + ",".join(less))
         head = "autofuse:" + ";".join(items) if items else "autofuse"
-        return head + _modifier(self.decompose, True)
+        return head + _modifier(self.decompose, False)
 
 
 if FusionOptions.__doc__:  # None under python -OO
@@ -439,7 +451,8 @@ def _parse_bool(value: str, key: str) -> bool:
 
 
 def parse_autofuse_flags(flags: str) -> FusionOptions:
-    """Parse an ``AUTOFUSE_FLAGS`` string into :class:`FusionOptions`.
+    """Parse an ``AUTOFUSE_FLAGS`` string into :class:`FusionOptions` (composites
+    kept whole, ``decompose=False``, as the autofuse preset does).
 
     Grammar: items separated by ``;`` (or whitespace), each ``--key=value``
     (leading dashes optional).  Keys:
@@ -487,7 +500,7 @@ def parse_autofuse_flags(flags: str) -> FusionOptions:
             raise ValueError(
                 f"AUTOFUSE_FLAGS key {key!r} (in {item!r}) is unknown; valid keys: {list(_FLAG_KEYS)}"
             )
-    return FusionOptions(enabled=frozenset(enabled), decompose=True, enable_autofuse=on, name="autofuse")
+    return FusionOptions(enabled=frozenset(enabled), decompose=False, enable_autofuse=on, name="autofuse")
 
 
 # ---------------------------------------------------------------------------
@@ -751,7 +764,8 @@ def plan(graph, options: FusionOptions | None = None, hardware=None, fmt=None, *
     ----------
     graph : numlab.graph.Graph
     options : FusionOptions, optional
-        Default ``FusionOptions()`` (Ascend autofusion defaults).
+        Default ``FusionOptions()`` (Ascend autofusion defaults, composites
+        kept whole).
     hardware : numlab.kernels.Hardware, optional
         Default ``numlab.kernels.Hardware()``.
     fmt : Format or str, optional

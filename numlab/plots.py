@@ -10,16 +10,30 @@ logarithmic axes; bounds are dashed lines and the unit roundoff ``u`` a
 horizontal dotted line, with labelled axes.
 
 Format arguments are ``fmt`` (a :class:`numlab.formats.Format` or its name).
+
+Legibility rules every figure here follows (and notebooks get through
+:func:`style`, :func:`legend_outside` and :func:`exact_floor`): no font under
+9 pt, no legend over data (legends sit outside the axes), markers at least
+a few pixels wide, and an error of exactly zero is drawn in a marked "exact"
+band at the bottom of a log axis, never at an unexplained floor such as 1e-12.
+
+Tables for notebooks (:func:`table`, :func:`plan_table`) are HTML
+(``_repr_html_``) so the output area never wraps them mid-word; their
+``str`` is a plain-text version.
 """
 
 from __future__ import annotations
 
+import html
 import io
 import os
+import textwrap
 
+import matplotlib
 import numpy as np
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
+from matplotlib.transforms import blended_transform_factory
 
 from .formats import FP16, FP32, get_format
 from .kernels import gamma
@@ -39,6 +53,14 @@ __all__ = [
     "save_figures",
     "figure_to_png",
     "draw_tree",
+    "STYLE",
+    "style",
+    "legend_outside",
+    "exact_floor",
+    "Table",
+    "table",
+    "plan_table",
+    "wrap",
 ]
 
 MODE_COLORS = {
@@ -47,6 +69,174 @@ MODE_COLORS = {
     "emulated_casts": "#2ca02c",
     "reference": "#7f7f7f",
 }
+
+
+# Font sizes in points; nothing numlab draws goes below 9 pt.
+STYLE = {
+    "font.size": 10,
+    "axes.titlesize": 10,
+    "axes.labelsize": 10,
+    "xtick.labelsize": 9,
+    "ytick.labelsize": 9,
+    "legend.fontsize": 9,
+    "legend.title_fontsize": 9,
+    "figure.titlesize": 11,
+    "lines.markersize": 5,
+}
+
+
+def style() -> dict:
+    """Apply :data:`STYLE` to matplotlib's global ``rcParams`` (pyplot figures in
+    a notebook pick it up); returns the previous values, so
+    ``matplotlib.rcParams.update(old)`` undoes it."""
+    old = {k: matplotlib.rcParams[k] for k in STYLE}
+    matplotlib.rcParams.update(STYLE)
+    return old
+
+
+def legend_outside(ax, where: str = "right", ncols: int = 1, **kwargs):
+    """A legend outside the axes, so it never covers data: ``where="right"``
+    (beside the axes, top-aligned) or ``"below"`` (under the x label, in
+    ``ncols`` columns).  ``tight_layout`` and ``bbox_inches="tight"`` make
+    room for it.  Returns the legend (None when nothing is labelled)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return None
+    if where == "right":
+        place = dict(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    elif where == "below":
+        # clear of the tick labels and the x label: 3.6 font sizes (about 32 pt) below the axes
+        place = dict(loc="upper center", bbox_to_anchor=(0.5, 0.0), borderaxespad=3.6)
+    else:
+        raise ValueError(f"where={where!r}: expected 'right' or 'below'")
+    place.update(kwargs)
+    return ax.legend(handles, labels, ncols=ncols, **place)
+
+
+def exact_floor(ax, *series, label: str = "exact (error 0)"):
+    """Reserve a marked band at the bottom of a log y axis for values that are
+    exactly zero, and return the height to draw them at.
+
+    The band sits one decade below the smallest positive value of ``series``
+    (each an array of errors), is shaded grey and labelled ``label``; plot
+    ``np.where(v > 0, v, floor)`` so an exact result is visibly "exact", not
+    a tiny error.  The band is part of the data limits (autoscaling keeps it
+    in view)."""
+    pos = [np.asarray(v, dtype=float).ravel() for v in series]
+    pos = np.concatenate(pos) if pos else np.array([])
+    pos = pos[np.isfinite(pos) & (pos > 0)]
+    lo = float(pos.min()) if pos.size else 1e-8
+    floor = 10.0 ** (np.floor(np.log10(lo)) - 1)
+    ax.set_yscale("log")
+    ax.axhspan(floor / 2.5, floor * 2.5, color="#e6e6e6", zorder=0)
+    ax.text(0.005, floor * 2.4, label, transform=blended_transform_factory(ax.transAxes, ax.transData),
+            va="top", ha="left", fontsize=9, color="#555555")
+    return floor
+
+
+class Table:
+    """A small table for notebooks: HTML in Jupyter (cells wrap at spaces,
+    never mid-word), plain text from ``str``.  ``rows`` are sequences of
+    already formatted cells; ``legend`` is a line of text shown under it."""
+
+    def __init__(self, header, rows, *, caption: str | None = None, legend: str | None = None,
+                 align=None):
+        self.header = [str(h) for h in header]
+        self.rows = [[str(c) for c in r] for r in rows]
+        for r in self.rows:
+            if len(r) != len(self.header):
+                raise ValueError(f"a row has {len(r)} cells, the header {len(self.header)}: {r}")
+        self.caption, self.legend = caption, legend
+        self.align = list(align) if align is not None else ["left"] * len(self.header)
+
+    def _repr_html_(self) -> str:
+        th = "".join(f'<th style="text-align:{a}">{html.escape(h)}</th>'
+                     for h, a in zip(self.header, self.align, strict=True))
+        body = "".join(
+            "<tr>" + "".join(f'<td style="text-align:{a}">{html.escape(c)}</td>'
+                             for c, a in zip(r, self.align, strict=True)) + "</tr>"
+            for r in self.rows)
+        cap = f"<caption>{html.escape(self.caption)}</caption>" if self.caption else ""
+        leg = f'<p style="font-size:90%">{html.escape(self.legend)}</p>' if self.legend else ""
+        return (f'<table style="border-collapse:collapse">{cap}<thead><tr>{th}</tr></thead>'
+                f"<tbody>{body}</tbody></table>{leg}")
+
+    def __str__(self) -> str:
+        widths = [max([len(h), *(len(r[i]) for r in self.rows)]) for i, h in enumerate(self.header)]
+        def line(cells):
+            return "  ".join(c.rjust(w) if a == "right" else c.ljust(w)
+                             for c, w, a in zip(cells, widths, self.align, strict=True)).rstrip()
+        out = [self.caption] if self.caption else []
+        out += [line(self.header), "  ".join("-" * w for w in widths)]
+        out += [line(r) for r in self.rows]
+        if self.legend:
+            out.append(wrap(self.legend))
+        return "\n".join(out)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _cell_text(v, fmt) -> str:
+    if v is None:
+        return "-"
+    if callable(fmt):
+        return fmt(v)
+    try:
+        return fmt.format(v)
+    except (ValueError, TypeError):
+        return str(v)
+
+
+def table(rows, columns=None, *, caption: str | None = None, legend: str | None = None) -> Table:
+    """A :class:`Table` of ``rows`` (dicts).  ``columns`` is a sequence of
+    keys, or of ``(key, header, format)`` triples (format a ``str.format``
+    pattern such as ``"{:.3g}"`` or a callable); default: every key of the
+    first row.  Numeric columns are right-aligned."""
+    rows = list(rows)
+    if columns is None:
+        columns = list(rows[0]) if rows else []
+    cols = [(c, c, "{}") if isinstance(c, str) else tuple(c) for c in columns]
+    body = [[_cell_text(r.get(k), f) for k, _, f in cols] for r in rows]
+    numeric = [bool(rows) and all(isinstance(r.get(k), (int, float, np.number)) and not isinstance(r.get(k), bool)
+                                  for r in rows if r.get(k) is not None)
+               and any(r.get(k) is not None for r in rows) for k, _, _ in cols]
+    return Table([h for _, h, _ in cols], body, caption=caption, legend=legend,
+                 align=["right" if n else "left" for n in numeric])
+
+
+def plan_table(plan) -> Table:
+    """A fusion plan (:class:`numlab.fusion.Plan`) as a :class:`Table`: one row
+    per block (kernel kind, fused operator kinds, tile, live buffers, members,
+    what it reads and writes); the caption is the plan's header."""
+    n = len(plan.graph.nodes)
+    cap = (f"{len(plan.blocks)} block(s), {plan.n_fused} fused, for {n} node(s); "
+           f"fusion {plan.options.spec}")
+    rows = [[b.name, "codegen" if b.codegen else "library", b.kind, str(b.tile), str(b.live_buffers),
+             ", ".join(b.members), ", ".join(b.inputs) or "-", ", ".join(b.outputs) or "-"]
+            for b in plan.blocks]
+    legend = ("tile = elements per on-chip buffer; live = buffers held at once; codegen = a generated "
+              "kernel, library = a hand-written one")
+    if plan.decomposed:
+        legend = "decomposed composites: " + ", ".join(sorted(set(plan.decomposed.values()))) + ". " + legend
+    return Table(["block", "kernel", "kinds", "tile", "live", "members", "reads", "writes"], rows,
+                 caption=cap, legend=legend,
+                 align=["left", "left", "left", "right", "right", "left", "left", "left"])
+
+
+def wrap(text: str, width: int = 100) -> str:
+    """``text`` with every line longer than ``width`` wrapped at spaces, the
+    continuation indented under the line's own indent plus two spaces."""
+    out = []
+    for line in str(text).splitlines():
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = line[: len(line) - len(line.lstrip())]
+        out.extend(textwrap.wrap(line.strip(), width=width, initial_indent=indent,
+                                 subsequent_indent=indent + "  ", break_long_words=False,
+                                 break_on_hyphens=False))
+    return "\n".join(out)
 
 
 def figure(figsize=(8, 4), **kwargs) -> Figure:
@@ -103,7 +293,7 @@ def error_bars(rows, *, fmt=None, metric="rel_max", modes=("eager", "fused", "em
     what = _METRIC_LABELS.get(metric, metric.replace("_", " "))
     ax.set_ylabel(f"{what} vs fp64 (log scale)")
     ax.set_title(f"{fmt.name}: {what} of each model's outputs against the fp64 reference")
-    ax.legend(fontsize=8)
+    legend_outside(ax)
     return ax
 
 
@@ -113,19 +303,27 @@ def ulp_shares(rows, *, fmt=None, modes=("eager", "fused", "emulated_casts"), ax
     ax = _ax(ax)
     fmt = _fmt(fmt)
     sel = [r for r in rows if r["fmt"] == fmt.name and r["mode"] in modes]
-    labels = [f"{r['model']}\n{r['mode'].replace('emulated_casts', 'emul.')}" for r in sel]
-    x = np.arange(len(sel))
+    models = list(dict.fromkeys(r["model"] for r in sel))
+    # one group of bars per model (a gap between groups), each bar marked by its mode's letter
+    letter = {"eager": "e", "fused": "f", "emulated_casts": "c", "reference": "r"}
+    x = np.array([models.index(r["model"]) * (len(modes) + 1) + list(modes).index(r["mode"]) for r in sel],
+                 dtype=float)
     bottom = np.zeros(len(sel))
     for key, color, lab in (("ulp0", "#2ca02c", "0 ULP"), ("ulp1", "#ffbf00", "1 ULP"),
                             ("ulp_ge2", "#d62728", ">= 2 ULP")):
         v = np.array([r[key] for r in sel], dtype=float)
         ax.bar(x, v, bottom=bottom, color=color, label=lab)
         bottom += np.nan_to_num(v)
-    ax.set_xticks(x, labels, rotation=90, fontsize=6)
+    ax.set_xticks(x, [letter.get(r["mode"], r["mode"][:1]) for r in sel], fontsize=9)
+    centers = [models.index(m) * (len(modes) + 1) + (len(modes) - 1) / 2 for m in models]
+    sec = ax.secondary_xaxis("bottom")
+    sec.set_xticks(centers, models, rotation=30, ha="right", fontsize=9)
+    sec.tick_params(length=0, pad=16)
+    ax.plot([], [], " ", label="e eager, f fused,\nc emulated casts")
     ax.set_ylim(0, 1)
     ax.set_ylabel("share of output elements")
     ax.set_title(f"{fmt.name}: distance to the correctly rounded result")
-    ax.legend(fontsize=8, loc="lower right")
+    legend_outside(ax)
     return ax
 
 
@@ -160,13 +358,14 @@ def chain_length(ns, errors: dict, *, fmt=None, ax=None, bounds=True):
     ax.set_xlabel("chain length n (operations)")
     ax.set_ylabel("max relative error vs fp64")
     ax.set_title(f"{fmt.name}: error against chain length")
-    ax.legend(fontsize=8)
+    legend_outside(ax, "below", ncols=2)
     return ax
 
 
 def error_scatter(ref, eager, fused, *, fmt=None, ax=None, max_points=4000):
     """Per-element |error| of eager (x) against fused (y), log-log, with the
-    diagonal: points below it are elements where fused is more accurate."""
+    diagonal: points below it are elements where fused is more accurate.
+    Elements with no error sit in the grey "exact" band of their axis."""
     ax = _ax(ax, figsize=(4.5, 4.5))
     fmt = _fmt(fmt)
     r = np.asarray(ref, dtype=np.float64).ravel()
@@ -176,17 +375,19 @@ def error_scatter(ref, eager, fused, *, fmt=None, ax=None, max_points=4000):
         idx = np.linspace(0, r.size - 1, max_points).astype(np.int64)
         e, f = e[idx], f[idx]
     ok = np.isfinite(e) & np.isfinite(f)
-    floor = fmt.smallest_subnormal
-    ax.scatter(np.maximum(e[ok], floor), np.maximum(f[ok], floor), s=4, alpha=0.5)
-    lo = floor
-    hi = max(float(np.max(e[ok], initial=floor)), float(np.max(f[ok], initial=floor)), lo * 10)
-    ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="equal error")
+    e, f = e[ok], f[ok]
+    # an exact element (error 0) sits in the grey "exact" band of its axis, not at a floor
+    floor = exact_floor(ax, e, f, label="exact (0)")
     ax.set_xscale("log")
-    ax.set_yscale("log")
+    ax.axvspan(floor / 2.5, floor * 2.5, color="#e6e6e6", zorder=0)
+    ax.scatter(np.where(e > 0, e, floor), np.where(f > 0, f, floor), s=4, alpha=0.5)
+    lo = floor
+    hi = max(float(np.max(e, initial=floor)), float(np.max(f, initial=floor)), lo * 10)
+    ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="equal error")
     ax.set_xlabel("|eager - fp64|")
     ax.set_ylabel("|fused - fp64|")
     ax.set_title("per element (below the line: fused closer)")
-    ax.legend(fontsize=8)
+    legend_outside(ax, "below")
     return ax
 
 
@@ -213,12 +414,12 @@ def source_shares(srows, columns, *, ax=None):
     for i, c in enumerate(columns):
         v = np.array([100 * r[c] for r in srows], dtype=float)
         ax.barh(y + (i - (len(columns) - 1) / 2) * h, v, h, label=c, color=SOURCE_COLORS.get(c))
-    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_yticks(y, labels, fontsize=9)
     ax.invert_yaxis()
     ax.set_xlim(0, 100)
     ax.set_xlabel("output elements whose bits differ from eager (%)")
     ax.set_title("where the bits part: one source left at the code generator's choice")
-    ax.legend(fontsize=7, loc="lower right")
+    legend_outside(ax)
     return ax
 
 
@@ -251,7 +452,7 @@ def draw_timeline(ax, result: SimResult, *, mark_stale: bool = True):
                 t = max(float(sched.end[n].max()) for n in before)
                 ax.axvline(t, color="k", ls="--", lw=1)
                 # name at the top of the line, inside the axes (clear of the time tick labels)
-                ax.text(t, -0.45, it.name, rotation=90, va="top", ha="right", fontsize=7,
+                ax.text(t, -0.45, it.name, rotation=90, va="top", ha="right", fontsize=9,
                         bbox=dict(facecolor="white", edgecolor="none", alpha=0.8, pad=1))
     if mark_stale:
         for j, r in enumerate(result.stale_reads):
@@ -265,7 +466,7 @@ def draw_timeline(ax, result: SimResult, *, mark_stale: bool = True):
     ax.invert_yaxis()
     ax.set_xlabel("time (arbitrary units)")
     ax.set_ylabel("core")
-    ax.legend(loc="lower right", fontsize=7)
+    legend_outside(ax)
     return ax
 
 
@@ -276,7 +477,7 @@ def _ulp_share_bars(ax, groups: dict, label) -> None:
         ax.bar(xs + 0.4 * i, [r["ulp0"], r["ulp1"], r["ulp_ge2"]], 0.4, label=label(key))
     ax.set_xticks(xs + 0.2, ["0 ulp", "1 ulp", ">=2 ulp"])
     ax.set_ylabel("share of elements")
-    ax.legend()
+    legend_outside(ax)
 
 
 def plan_figures(result: dict) -> dict:
@@ -307,7 +508,7 @@ def plan_figures(result: dict) -> dict:
     ax.set_xlabel("tile T (elements)")
     ax.set_ylabel("|sum error| vs fp64")
     ax.set_title("C2: fp16 [1,16384] sum, blocked tiles")
-    ax.legend(fontsize=7)
+    legend_outside(ax)
     figs["plan_c2.png"] = fig
 
     fig = figure((6, 3.5))
@@ -318,22 +519,25 @@ def plan_figures(result: dict) -> dict:
 
     chains = result["chains"]
     names, specs = list(chains), list(result["fusions"])
-    fig = figure((3.2 * len(specs) + 1, 3.8))
+    fig = figure((3.4 * len(specs) + 2.5, 4.6))
     axes = fig.subplots(1, len(specs), sharey=True, squeeze=False)
     xs = np.arange(len(names))
+    keys = [("eager_p99", "eager P99"), ("fused_p99", "fused P99"), ("eager_max", "eager max"),
+            ("fused_max", "fused max")]
+    vals = {(n, s, k): chains[n][s][k] for n in names for s in specs for k, _ in keys}
     for j, (ax, spec) in enumerate(zip(axes[0], specs, strict=True)):
-        for i, (key, lab) in enumerate([("eager_p99", "eager P99"), ("fused_p99", "fused P99"),
-                                        ("eager_max", "eager max"), ("fused_max", "fused max")]):
-            ax.bar(xs + 0.2 * i, [max(chains[n][spec][key], 1e-12) for n in names], 0.2, label=lab)
-        ax.set_yscale("log")
-        ax.set_xticks(xs + 0.3, names, fontsize=6, rotation=30, ha="right")
+        floor = exact_floor(ax, list(vals.values()))  # an error of 0 drawn in the "exact" band
+        for i, (key, lab) in enumerate(keys):
+            v = np.array([vals[n, spec, key] for n in names], dtype=float)
+            ax.bar(xs + 0.2 * i, np.where(v > 0, v, floor), 0.2, label=lab)
+        ax.set_xticks(xs + 0.3, names, fontsize=9, rotation=30, ha="right")
         ax.axhline(u16, color="grey", lw=0.8, label="u (fp16)")
         verdicts = "".join(chains[n][spec]["verdict"][0] for n in names)  # P(ASS), F(AIL), U(NDECIDED)
-        ax.set_title(f"F{j + 1} {spec}\nverdicts {verdicts}", fontsize=7)
+        ax.set_title(f"F{j + 1} {spec}\nverdicts {verdicts}", fontsize=9)
         if j == 0:
             ax.set_ylabel("|error| vs fp64 reference")
-            ax.legend(fontsize=6)
-    fig.suptitle(f"chains over {result['trials']} inputs: fused vs eager per fusion configuration", fontsize=9)
+    legend_outside(axes[0][-1])
+    fig.suptitle(f"chains over {result['trials']} inputs: fused vs eager per fusion configuration")
     figs["plan_chains.png"] = fig
     for f in figs.values():
         f.tight_layout()
@@ -394,11 +598,11 @@ def draw_tree(tree: Tree, *, ax=None, title: str | None = None, leaf_labels: boo
     if leaf_labels if leaf_labels is not None else n <= 32:
         for i in range(n):
             ax.annotate(str(i), (x[i], 0), textcoords="offset points", xytext=(0, -10), ha="center",
-                        fontsize=7)
+                        fontsize=9)
     ax.set_xlim(-1, n)
     ax.set_ylim(-1, max(1, int(h.max())) + 1)
     ax.set_xlabel("element index")
     ax.set_ylabel("additions above the elements (height)")
     ax.set_title(title or tree.summary(80), fontsize=9)
-    ax.legend(loc="upper left", fontsize=7)
+    legend_outside(ax)
     return ax

@@ -18,8 +18,12 @@ casts (RNE) and against an exact ``fractions.Fraction`` reference
   fixed number ``k = m + 1 - p`` of input bits (``m`` = 23 or 52), so the
   magnitude is rounded by adding a mode-dependent bias to the low ``k`` bits
   and clearing them; a carry into the exponent field is the correct result.
-  The few elements outside that range (below ``2**emin``, above ``max``,
-  inf/NaN) go through the generic path.
+  It runs chunk by chunk (cache-resident temporaries, preallocated output,
+  peak extra memory the output plus a few chunks); in a chunk holding values
+  outside that range, values below ``2**emin`` are scaled so that the
+  quantum is 1, rounded to an integer and scaled back (exact), results above
+  ``max`` take the mode's overflow rule and inf/NaN pass through, all with
+  bit masks over the chunk in the same pass.
 * ``_round_generic``: scales ``|x|`` by a power of two so that the format's
   quantum becomes 1 (exact: ``ldexp`` in float64), rounds to an integer with
   the mode's rule (``rint`` is round-half-even, ``floor`` truncation, ...)
@@ -29,7 +33,7 @@ Every step is exact, so a float64 input is rounded once, directly, never
 through float32 (ml_dtypes 0.6's float64 -> bfloat16/fp8 casts do go through
 float32 and double-round; they are not used).  RNE from float32 to bfloat16
 and from float64 to float16 uses the storage dtype's own cast where that is
-faster (see ``_FAST_RNE``).
+faster (see ``_FAST_RNE``; currently none is).
 """
 
 from __future__ import annotations
@@ -51,18 +55,13 @@ nearest ties-to-even, toward zero, toward +inf, toward -inf, to odd (Boldo & Mel
 inexact), and stochastic (round away from zero with probability equal to the
 distance from the truncated value, in ulps)."""
 
-# Storage-dtype casts that are IEEE round-to-nearest-even *and* faster than
-# the bit path here (numpy 2.4 / ml_dtypes 0.6, 2-core machine, 10^7 values):
-# float32 -> bfloat16 (ml_dtypes, ~12 ms vs ~15 ms) and float64 -> float16
-# (numpy, direct, ~57 ms vs ~82 ms).  float32 -> float16 through numpy is
-# slower than the bit path when subnormals are present; ml_dtypes' float64 ->
-# bfloat16/fp8 casts round through float32 (double rounding), so they are never
-# used.  Both fast paths are tested bit for bit against the bit path and the
-# exact reference.
-_FAST_RNE = {
-    (np.dtype(np.float64), FP16.dtype),
-    (np.dtype(np.float32), BF16.dtype),
-}
+# Storage-dtype casts that are IEEE round-to-nearest-even and that RNE may use
+# instead of the bit path when faster.  Since the bit path is chunked it is
+# faster than both candidates on in-range data (10^7 values, 2-core machine:
+# float32 -> bfloat16 20 ms vs ml_dtypes' 38 ms; float64 -> float16 52 ms vs
+# numpy's 79 ms), so none is used; ml_dtypes' float64 -> bfloat16/fp8 casts
+# round through float32 (double rounding) and are never candidates.
+_FAST_RNE: frozenset = frozenset()
 
 
 def check_rounding(rounding, name: str = "rounding") -> str:
@@ -172,6 +171,13 @@ def round_to(
     return out.reshape(())[()] if a.ndim == 0 else out
 
 
+_CHUNK = 1 << 15
+"""Elements per chunk of :func:`_round_bits` (even, so that stochastic
+rounding draws the same random stream whatever the chunking).  A chunk's
+input, output and scratch arrays (a few times 128 KiB for float32) stay in
+the L2 cache, so each elementwise pass costs cache, not DRAM, bandwidth."""
+
+
 def _round_array(a: np.ndarray, fmt: Format, rounding: str, rng, saturate: bool, ftz: bool):
     w = a.dtype
     # Identity: the format holds every value of the working dtype.
@@ -189,10 +195,28 @@ def _round_array(a: np.ndarray, fmt: Format, rounding: str, rng, saturate: bool,
         and fmt.dtype is not None
         and (w, fmt.dtype) in _FAST_RNE
     ):
-        with np.errstate(over="ignore"):  # overflow to inf is the defined result
-            return a.astype(fmt.dtype).astype(w)
-    with np.errstate(over="ignore", invalid="ignore"):
+        return _cast_rne(a, fmt.dtype)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         return _round_bits(a, fmt, rounding, rng, saturate, ftz)
+
+
+def _flat(a: np.ndarray) -> np.ndarray:
+    """``a`` as a 1-d C-contiguous array (a view when ``a`` is contiguous;
+    a copy otherwise)."""
+    return np.ascontiguousarray(a).reshape(-1)
+
+
+def _cast_rne(a: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """RNE through the storage dtype's own cast (see ``_FAST_RNE``), chunk by
+    chunk into a preallocated output (no full-size narrow temporary)."""
+    flat = _flat(a)
+    out = np.empty_like(flat)
+    n = flat.size
+    with np.errstate(over="ignore"):  # overflow to inf is the defined result
+        for i in range(0, n, _CHUNK):
+            j = min(i + _CHUNK, n)
+            out[i:j] = flat[i:j].astype(dt)
+    return out.reshape(a.shape)
 
 
 # working dtype -> (unsigned view, signed view, stored significand bits)
@@ -212,6 +236,7 @@ def _random_bits(rng: np.random.Generator, n: int, U) -> np.ndarray:
     produces 64 random bits per call (PCG64 -- numpy's default --, PCG64DXSM,
     Philox, SFC64; ~2x faster than ``integers``); other bit generators (e.g.
     MT19937, whose raw outputs have 32 bits) go through ``rng.integers``.
+    Drawing an even ``n`` at a time gives the same stream as one large draw.
     """
     if isinstance(rng.bit_generator, _RAW64):
         if U is np.uint64:
@@ -220,19 +245,65 @@ def _random_bits(rng: np.random.Generator, n: int, U) -> np.ndarray:
     return rng.integers(0, 1 << (8 * np.dtype(U).itemsize), size=n, dtype=U)
 
 
-@functools.lru_cache(maxsize=256)
-def _bit_consts(fmt: Format, w: np.dtype):
+class _Consts:
     """Per (format, working dtype) constants of :func:`_round_bits`."""
-    U, I, mbits = _BITS[w]
-    nbits = 8 * w.itemsize
-    k = mbits + 1 - fmt.p  # low bits to round away
-    low = U((1 << k) - 1)
-    keep = U(((1 << nbits) - 1) ^ int(low))
-    hi = int(np.array(fmt.max, dtype=w).view(U))
-    sn_bits = int(np.array(fmt.smallest_normal, dtype=w).view(U))
-    needs_lo = w == np.float64 or fmt.emin > -126 or not fmt.subnormals
-    lo = sn_bits if needs_lo else 0
-    return U, I, nbits, k, low, keep, hi, lo, sn_bits
+
+    def __init__(self, fmt: Format, w: np.dtype):
+        U, I, mbits = _BITS[w]
+        self.U, self.I, self.w = U, I, w
+        nbits = self.nbits = 8 * w.itemsize
+        k = self.k = mbits + 1 - fmt.p  # low bits to round away
+        self.low = U((1 << k) - 1)
+        self.keep = U(((1 << nbits) - 1) ^ int(self.low))
+        self.half_m1 = U((1 << (k - 1)) - 1) if k else U(0)
+        self.bit_k = U(1 << k)
+        hi = int(np.array(fmt.max, dtype=w).view(U))
+        sn_bits = int(np.array(fmt.smallest_normal, dtype=w).view(U))
+        needs_lo = w == np.float64 or fmt.emin > -126 or not fmt.subnormals
+        lo = sn_bits if needs_lo else 0
+        self.hi, self.lo, self.sn = U(hi), U(lo), U(sn_bits)
+        self.two_lo = U(2 * lo)
+        self.span = U(2 * (hi - lo))
+        self.zero_t = U(((1 << nbits) - 2 * lo) % (1 << nbits))  # +-0 after the shift
+        self.sign = U(1 << (nbits - 1))
+        self.absmask = U((1 << (nbits - 1)) - 1)
+        self.infbits = U(int(np.array(np.inf, dtype=w).view(U)))
+        self.nanbits = U(int(np.array(np.nan, dtype=w).view(U)))
+        self.top = U(int(self.infbits) if fmt.inf else int(self.nanbits))
+        self.fmax = w.type(fmt.max)
+        # Below 2**emin the grid is the multiples of 2**-es (subnormals) or
+        # {0, 2**emin} (no subnormals): x * 2**es rounded to an integer, times
+        # 2**-es, both exact in the working dtype when es >= 0.  float32 cannot
+        # hold 2**es above 2**127: the scaling is then split in two.
+        es = fmt.p - 1 - fmt.emin if fmt.subnormals else -fmt.emin
+        self.tiny_fast = es >= 0
+        if es > 127 and w == np.float32:
+            self.scale = (w.type(2.0**100), w.type(2.0 ** (es - 100)))
+        else:
+            self.scale = (w.type(2.0**es),) if self.tiny_fast else ()
+        self.unscale = w.type(2.0**-es) if self.tiny_fast else None
+
+
+@functools.lru_cache(maxsize=256)
+def _consts(fmt: Format, w: np.dtype) -> _Consts:
+    return _Consts(fmt, w)
+
+
+class _Scratch:
+    """Chunk-sized work arrays, allocated once per call (no full-size
+    temporaries)."""
+
+    def __init__(self, c: _Consts, n: int):
+        self.u1 = np.empty(n, c.U)
+        self.u2 = np.empty(n, c.U)
+        self.u3 = np.empty(n, c.U)
+        self.u4 = np.empty(n, c.U)
+        self.u5 = np.empty(n, c.U)
+        self.u6 = np.empty(n, c.U)
+        self.m1 = np.empty(n, bool)  # boolean masks (reductions, float tests)
+        self.m2 = np.empty(n, bool)
+        self.f1 = np.empty(n, c.w)
+        self.f2 = np.empty(n, c.w)
 
 
 def _round_bits(a: np.ndarray, fmt: Format, rounding: str, rng, saturate: bool, ftz: bool):
@@ -246,75 +317,107 @@ def _round_bits(a: np.ndarray, fmt: Format, rounding: str, rng, saturate: bool, 
     (the next binade starts at significand 1.0).  The sign bit is never
     touched because a finite magnitude plus the bias stays below the sign bit.
 
-    Elements outside that range (nonzero values below ``2**emin`` whose
-    quantum is not a fixed number of input bits, values above ``max`` that
-    overflow by a mode rule, inf and NaN) are gathered and rounded by
-    :func:`_round_generic`.  ±0 is exact in every mode.
+    The array is processed in chunks of :data:`_CHUNK` elements written into
+    a preallocated output, so every temporary is chunk-sized and
+    cache-resident; peak extra memory is the output plus a few chunks.  A
+    chunk holding values outside ``[2**emin, max]`` (other than ±0) is fixed
+    in the same pass, with masks over the chunk (:func:`_fix_chunk`): values
+    below ``2**emin`` are scaled so that the quantum is 1, rounded to an
+    integer and scaled back (exact); results above ``max`` take the mode's
+    overflow rule; inf and NaN pass through.
     """
     w = a.dtype
-    U, I, nbits, k, low, keep, hi, lo, sn_bits = _bit_consts(fmt, w)
-    flat = np.ascontiguousarray(a).reshape(-1)
-    b = flat.view(U)
-
-    # --- elements the bit path does not handle ------------------------------
-    idx = None
-    if lo == 0:
-        amax, amin = flat.max(), flat.min()  # NaN propagates and fails the test
-        if not (amax <= fmt.max and amin >= -fmt.max):
-            mag = np.bitwise_and(b, U((1 << (nbits - 1)) - 1))
-            idx = np.flatnonzero(mag > U(hi))
-    else:
-        t = np.left_shift(b, U(1))  # 2|x| in bits, sign dropped
-        t -= U(2 * lo)  # wraps below 2**emin
-        span = U(2 * (hi - lo))
-        if t.max() > span:
-            m = t > span
-            m &= t != U((1 << nbits) - 2 * lo)  # +-0 is exact in every rounding
-            idx = np.flatnonzero(m)
-        del t
-
-    # --- the bit path ---------------------------------------------------------
-    if k == 0:
-        out = b.copy()
-    elif rounding == "rtz":
-        out = np.bitwise_and(b, keep)
-    elif rounding == "rne":
-        out = np.right_shift(b, U(k))
-        out &= U(1)  # lowest kept bit: ties go to even
-        out += U((1 << (k - 1)) - 1)
-        out += b
-        out &= keep
-    elif rounding in ("up", "down"):
-        out = np.empty_like(b)
-        np.right_shift(b.view(I), I(nbits - 1), out=out.view(I))  # all ones if negative
-        if rounding == "up":
-            np.invert(out, out=out)  # round the magnitude up for positive x
-        out &= low
-        out += b
-        out &= keep
-    elif rounding == "odd":
-        out = np.bitwise_and(b, low)
-        out += low  # bit k is set iff some low bit was set (inexact)
-        out &= U(1 << k)
-        out |= b
-        out &= keep
-    else:  # stochastic: a carry out of the low bits happens with P = low bits / 2**k
-        out = _random_bits(rng, flat.size, U)
-        out &= low
-        out += b
-        out &= keep
-
-    if idx is not None and idx.size:
-        _fix_specials(out, b, flat, idx, fmt, rounding, rng, saturate, ftz)
-    if ftz:
-        t = np.left_shift(out, U(1))
-        tiny = t < U(2 * sn_bits)
-        np.bitwise_and(out, U(1 << (nbits - 1)), out=out, where=tiny)
+    c = _consts(fmt, w)
+    flat = _flat(a)
+    b = flat.view(c.U)
+    n = b.size
+    out = np.empty(n, c.U)
+    s = _Scratch(c, min(n, _CHUNK))
+    for i in range(0, n, _CHUNK):
+        j = min(i + _CHUNK, n)
+        _round_chunk(b[i:j], out[i:j], c, s, j - i, fmt, rounding, rng, saturate, ftz)
     return out.view(w).reshape(a.shape)
 
 
-def _fix_specials(out, b, flat, idx, fmt: Format, rounding, rng, saturate, ftz) -> None:
-    """Results of the elements ``idx`` outside ``[2**emin, max]``, in place.
+def _round_chunk(bc, o, c: _Consts, s: _Scratch, m: int, fmt, rounding, rng, saturate, ftz):
+    """Round one chunk of input bits ``bc`` into ``o`` (see :func:`_round_bits`)."""
+    U = c.U
+    # --- the bit path -----------------------------------------------------------
+    rbits = None
+    if c.k == 0:
+        np.copyto(o, bc)
+    elif rounding == "rtz":
+        np.bitwise_and(bc, c.keep, out=o)
+    elif rounding == "rne":
+        np.right_shift(bc, U(c.k), out=o)
+        o &= U(1)  # lowest kept bit: ties go to even
+        o += c.half_m1
+        o += bc
+        o &= c.keep
+    elif rounding in ("up", "down"):
+        np.right_shift(bc.view(c.I), c.I(c.nbits - 1), out=o.view(c.I))  # all ones if negative
+        if rounding == "up":
+            np.invert(o, out=o)  # round the magnitude up for positive x
+        o &= c.low
+        o += bc
+        o &= c.keep
+    elif rounding == "odd":
+        np.bitwise_and(bc, c.low, out=o)
+        o += c.low  # bit k is set iff some low bit was set (inexact)
+        o &= c.bit_k
+        o |= bc
+        o &= c.keep
+    else:  # stochastic: a carry out of the low bits happens with P = low bits / 2**k
+        rbits = _random_bits(rng, m, U)
+        np.bitwise_and(rbits, c.low, out=o)
+        o += bc
+        o &= c.keep
+
+    # --- is anything outside [2**emin, max] (other than +-0)? ------------------
+    if c.lo == 0:
+        xc = bc.view(c.w)
+        special = not (xc.max() <= c.fmax and xc.min() >= -c.fmax)  # NaN fails
+    else:
+        t = s.u1[:m]
+        np.left_shift(bc, U(1), out=t)  # 2|x| in bits, sign dropped
+        t -= c.two_lo  # wraps below 2**emin
+        special = False
+        if t.max() > c.span:
+            m1, m2 = s.m1[:m], s.m2[:m]
+            np.greater(t, c.span, out=m1)
+            np.not_equal(t, c.zero_t, out=m2)  # +-0 is exact in every rounding
+            m1 &= m2
+            special = bool(m1.any())
+    if special:
+        _fix_chunk(bc, o, rbits, c, s, m, fmt, rounding, rng, saturate)
+    if ftz:  # clear the magnitude of results below 2**emin
+        t = np.bitwise_and(o, c.absmask, out=s.u1[:m])
+        _mask_less(t, c.sn, t, c)
+        t &= c.absmask
+        np.invert(t, out=t)
+        o &= t
+
+
+def _mask_less(x, y, out, c: _Consts):
+    """All ones where ``x < y`` (unsigned values below the sign bit), else 0,
+    into ``out``: the sign of ``x - y`` spread by an arithmetic shift.  Bit
+    masks and xor/and blends replace boolean ``where=`` selections, which are
+    many times slower on unpredictable masks."""
+    np.subtract(x, y, out=out)
+    np.right_shift(out.view(c.I), c.I(c.nbits - 1), out=out.view(c.I))
+    return out
+
+
+def _blend(o, v, mask, tmp) -> None:
+    """``o = v where mask else o`` for an all-ones/zero bit mask, in place."""
+    np.bitwise_xor(o, v, out=tmp)
+    tmp &= mask
+    o ^= tmp
+
+
+def _fix_chunk(bc, o, rbits, c: _Consts, s: _Scratch, m: int, fmt, rounding, rng, saturate):
+    """Results, in place in ``o``, of the chunk's elements outside
+    ``[2**emin, max]``, computed with bit masks over the whole chunk.
 
     Finite values above ``max`` are normal numbers, so the bit path's result
     for them is the correct rounding with an unbounded exponent (a carry may
@@ -322,40 +425,107 @@ def _fix_specials(out, b, flat, idx, fmt: Format, rounding, rng, saturate, ftz) 
     that exceeds ``max`` the mode's overflow rule replaces it (IEEE 754-2019
     section 7.4, as in :func:`_round_generic`).  inf/NaN inputs pass through
     (inf becomes NaN, or ±max when saturating, in formats without inf).
-    Nonzero values below ``2**emin`` go through :func:`_round_generic`.
+    Nonzero values below ``2**emin`` are rounded by :func:`_tiny_chunk`.
     """
-    U, _, nbits, _, _, _, hi, lo, _ = _bit_consts(fmt, flat.dtype)
-    sign = U(1 << (nbits - 1))
-    absmask = U((1 << (nbits - 1)) - 1)
-    infbits = int(np.array(np.inf, dtype=flat.dtype).view(U))
-    nanbits = int(np.array(np.nan, dtype=flat.dtype).view(U))
-    bi = b[idx]
-    mag = bi & absmask
-    tiny = mag < U(lo)
-    nonfinite = mag >= U(infbits)
-    big = ~(tiny | nonfinite)
-    r = out[idx]
-    neg = (bi & sign) != 0
-    over = big & ((r & absmask) > U(hi))
-    if over.any():
+    U = c.U
+    mag = np.bitwise_and(bc, c.absmask, out=s.u1[:m])
+    mask, tmp, v = s.u2[:m], s.u3[:m], s.u4[:m]
+    if c.lo:
+        _mask_less(mag, c.lo, mask, c)
+        if mask.any():
+            _tiny_chunk(bc, o, mask, rbits, c, s, m, fmt, rounding, rng, saturate)
+    # overflow: the bit path's magnitude above max (nonfinite inputs are
+    # overwritten below)
+    np.bitwise_and(o, c.absmask, out=v)
+    _mask_less(c.hi, v, mask, c)
+    if mask.any():
+        repl = np.bitwise_and(bc, c.sign, out=v)
         if saturate or rounding in ("rtz", "odd"):
-            to_inf = np.zeros_like(over)
+            repl |= c.hi
         elif rounding in ("rne", "stochastic"):
-            to_inf = np.ones_like(over)
+            repl |= c.top
         else:  # up: +inf for positive, -max for negative; down: the mirror
-            to_inf = neg if rounding == "down" else ~neg
-        top = U(infbits if fmt.inf else nanbits)
-        np.copyto(r, np.where(to_inf, top, U(hi)) | (bi & sign), where=over)
-    if nonfinite.any():
-        res = bi.copy()
-        if not fmt.inf:
-            isinf = nonfinite & (mag == U(infbits))
-            res[isinf] = (U(hi) | (bi[isinf] & sign)) if saturate else U(nanbits)
-        np.copyto(r, res, where=nonfinite)
-    out[idx] = r
-    if tiny.any():
-        t = idx[tiny]
-        out[t] = _round_generic(flat[t], fmt, rounding, rng, saturate, ftz).view(U)
+            np.right_shift(bc.view(c.I), c.I(c.nbits - 1), out=tmp.view(c.I))  # all ones if negative
+            if rounding == "down":
+                np.invert(tmp, out=tmp)
+            tmp &= U(int(c.top) ^ int(c.hi))
+            tmp ^= c.top
+            repl |= tmp
+        _blend(o, repl, mask, tmp)
+    _mask_less(c.infbits - U(1), mag, mask, c)  # inf or NaN input
+    if mask.any():
+        if fmt.inf:
+            _blend(o, bc, mask, tmp)
+        else:
+            isinf = _mask_less(c.infbits, mag, s.u5[:m], c)  # NaN ...
+            isinf ^= mask  # ... so inf
+            np.copyto(v, bc)
+            if saturate:
+                sat = np.bitwise_and(bc, c.sign, out=s.u6[:m])
+                sat |= c.hi
+            else:
+                sat = c.nanbits
+            _blend(v, sat, isinf, tmp)
+            _blend(o, v, mask, tmp)
+
+
+def _tiny_chunk(bc, o, tiny, rbits, c: _Consts, s: _Scratch, m: int, fmt, rounding, rng, saturate):
+    """Results of the chunk's nonzero values below ``2**emin``, in place in ``o``
+    where the bit mask ``tiny`` is set.
+
+    The grid there has a fixed quantum ``2**-es`` (``es = p - 1 - emin``; a
+    format without subnormals has the grid ``{0, 2**emin}``, ``es = -emin``):
+    ``x * 2**es`` (exact) is rounded to an integer by the mode's rule
+    (``rint`` is round-half-even) and scaled back (exact).  Stochastic rounding
+    reuses the chunk's random word of the element: it rounds up when
+    ``u < frac`` with ``u`` the word as a fraction in [0, 1) (32 bits for
+    float32 input, 53 for float64).  A format with ``es < 0`` (``emin >= p``,
+    where the scaling could underflow) goes through :func:`_round_generic`.
+    """
+    xc = bc.view(c.w)
+    tmp = s.u6[:m]
+    if not c.tiny_fast:
+        res = _round_generic(xc, fmt, rounding, rng, saturate, False)
+        _blend(o, res.view(c.U), tiny, tmp)
+        return
+    f, g = s.f1[:m], s.f2[:m]
+    signed = rounding in ("rne", "rtz", "up", "down")
+    if signed:  # the rule applies to the signed value: rint, trunc, ceil, floor
+        np.multiply(xc, c.scale[0], out=f)
+    else:
+        np.abs(xc, out=f)
+        f *= c.scale[0]
+    for sc in c.scale[1:]:
+        f *= sc
+    if signed:
+        {"rne": np.rint, "rtz": np.trunc, "up": np.ceil, "down": np.floor}[rounding](f, out=f)
+        res = f
+    elif rounding == "odd":  # inexact and floor(s) even: floor(s) + 1
+        np.floor(f, out=g)
+        inexact = np.not_equal(f, g, out=s.m1[:m])
+        np.multiply(g, 0.5, out=f)
+        np.floor(f, out=f)
+        f *= 2
+        even = np.equal(f, g, out=s.m2[:m])
+        even &= inexact
+        g += even
+        res = g
+    else:  # stochastic
+        if rbits is None:  # k == 0: the bit path drew no random words
+            rbits = _random_bits(rng, m, c.U)
+        np.floor(f, out=g)
+        f -= g  # the fractional part, exact
+        if c.nbits == 32:
+            u = rbits * 2.0**-32  # float64, exact
+        else:
+            u = np.right_shift(rbits, np.uint64(11), out=rbits) * 2.0**-53  # exact
+        up = np.less(u, f, out=s.m1[:m])
+        g += up
+        res = g
+    res *= c.unscale
+    if not signed:
+        np.copysign(res, xc, out=res)
+    _blend(o, res.view(c.U), tiny, tmp)
 
 
 def _round_generic(a: np.ndarray, fmt: Format, rounding: str, rng, saturate: bool, ftz: bool):

@@ -33,9 +33,11 @@ axis, as Glorot/He-style initialisers); ``gamma`` 1 + 0.1 N(0, 1); ``beta``
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import math
 import zlib
+from pathlib import Path
 
 import numpy as np
 
@@ -48,6 +50,9 @@ __all__ = [
     "MODELS",
     "KINDS",
     "make_inputs",
+    "model_factory",
+    "get_model",
+    "load_inputs",
     "layernorm",
     "rmsnorm",
     "softmax",
@@ -214,17 +219,93 @@ MODELS = {
 }
 
 
-def get_model(name: str, **sizes) -> Graph:
-    """``MODELS[name](**sizes)``; ValueError listing the models, or the
-    model's size arguments and their defaults when one is unknown."""
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; valid models: {sorted(MODELS)}")
-    params = inspect.signature(MODELS[name]).parameters
+def model_factory(name: str, arg: str = "model"):
+    """The graph factory named by ``name``: a :data:`MODELS` name, or
+    ``"module:function"``, a function importable as ``module.function``
+    (``module`` may be dotted) that takes the model's sizes as keyword
+    arguments and returns a :class:`~numlab.graph.Graph`, exactly like the
+    zoo's own factories.  ``arg`` is the name the errors use (the CLI passes
+    ``"MODEL"``).  ValueError lists the valid models."""
+    if not isinstance(name, str):
+        raise TypeError(f"{arg} must be a model name or 'module:function', got {type(name).__name__}")
+    if name in MODELS:
+        return MODELS[name]
+    mod_name, sep, fn_name = name.partition(":")
+    if not sep:
+        raise ValueError(f"unknown {arg} {name!r}; valid models: {sorted(MODELS)}, "
+                         "or 'module:function' (a function of sizes returning a Graph)")
+    if not mod_name or not fn_name:
+        raise ValueError(f"{arg} {name!r} is not 'module:function' (both parts are needed)")
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as exc:
+        raise ValueError(f"{arg} {name!r}: cannot import module {mod_name!r} ({exc})") from None
+    fn = getattr(mod, fn_name, None)
+    if not callable(fn):
+        raise ValueError(f"{arg} {name!r}: module {mod_name!r} has no function {fn_name!r}")
+    return fn
+
+
+def get_model(name: str, *, arg: str = "model", **sizes) -> Graph:
+    """``model_factory(name)(**sizes)``: a zoo model or a ``module:function``
+    (see :func:`model_factory`).  ValueError listing the models, or the
+    model's size arguments and their defaults when one is unknown; TypeError
+    when a ``module:function`` does not return a Graph."""
+    factory = model_factory(name, arg)
+    params = inspect.signature(factory).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     bad = [k for k in sizes if k not in params]
-    if bad:
-        valid = ", ".join(f"{k}={p.default!r}" for k, p in params.items())
+    if bad and not takes_any:
+        valid = ", ".join(f"{k}={p.default!r}" if p.default is not inspect.Parameter.empty else k
+                          for k, p in params.items())
         raise ValueError(f"model {name!r} has no size argument {bad}; valid (with defaults): {valid}")
-    return MODELS[name](**sizes)
+    g = factory(**sizes)
+    if not isinstance(g, Graph):
+        raise TypeError(f"{arg} {name!r} returned {type(g).__name__}, not a numlab Graph "
+                        "(build it with numlab.graph.trace)")
+    return g
+
+
+def load_inputs(graph: Graph, path, arg: str = "inputs") -> dict:
+    """Inputs of ``graph`` read from ``path``: a ``.npz`` file of named
+    arrays, or a directory holding one ``NAME.npy`` per graph input.
+
+    Names and shapes are checked against ``graph.inputs``: a missing input,
+    an unexpected one, a wrong shape or a non-numeric array is a ValueError
+    naming ``arg``, the input and what was expected.  Returns float64
+    arrays in the graph's input order (values are used as given; the run
+    rounds them to its storage format).
+    """
+    p = Path(path)
+    if p.is_dir():
+        found = {f.stem: f for f in sorted(p.glob("*.npy"))}
+        load = lambda k: np.load(found[k], allow_pickle=False)  # noqa: E731
+        where = f"directory {str(p)!r} (one NAME.npy per input)"
+    elif p.is_file() and p.suffix == ".npz":
+        npz = np.load(p, allow_pickle=False)
+        found = {k: None for k in npz.files}
+        load = lambda k: npz[k]  # noqa: E731
+        where = f"file {str(p)!r}"
+    else:
+        raise ValueError(f"{arg} {str(p)!r} is neither a .npz file nor a directory of .npy files")
+    expected = dict(graph.inputs)
+    missing = [k for k in expected if k not in found]
+    extra = [k for k in found if k not in expected]
+    if missing or extra:
+        raise ValueError(f"{arg} {where}: " + "; ".join(
+            ([f"missing input(s) {missing}"] if missing else [])
+            + ([f"unexpected array(s) {extra}"] if extra else []))
+            + f"; the graph's inputs (name: shape) are {expected}")
+    out = {}
+    for name, shape in expected.items():
+        a = np.asarray(load(name))
+        if a.dtype.kind not in "biuf" and a.dtype.name not in ("bfloat16",):
+            raise ValueError(f"{arg}: input {name!r} has dtype {a.dtype}, not a number type")
+        if tuple(a.shape) != tuple(shape):
+            raise ValueError(f"{arg}: input {name!r} has shape {tuple(a.shape)}; the graph expects "
+                             f"{tuple(shape)}")
+        out[name] = a.astype(np.float64)
+    return out
 
 
 def parse_sizes(items, option: str = "--size") -> dict:

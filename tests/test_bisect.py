@@ -24,6 +24,9 @@ from numlab.kernels import KernelSpec
 
 STRICT = Thresholds(cosine=0.9999)  # msprobe's rule with a stricter cosine
 MAGIC_RSQRT = KernelSpec.codegen(rsqrt="newton(magic,0,fp32)")  # planted: bit trick, no Newton step
+# the planted rsqrt is code-generated only where layer_norm / rms_norm are decomposed (the autofuse
+# preset keeps them whole: eager's library kernel)
+DEC = "autofuse+decompose"
 
 
 # --------------------------------------------------------------------------
@@ -93,7 +96,7 @@ def _tb():
 def test_bisect_finds_planted_rsqrt():
     g, x = _tb()
     lines = []
-    rep = bisect_run(g, x, storage="fp16", kernels=MAGIC_RSQRT, thresholds=STRICT, log=lines.append)
+    rep = bisect_run(g, x, storage="fp16", fusion=DEC, kernels=MAGIC_RSQRT, thresholds=STRICT, log=lines.append)
     assert rep.diverges and rep.baseline.first_divergence["node"] == "layer_norm_0"
     # elementwise fusion off turns the decomposed rsqrt into a library call;
     # decomposition off keeps layer_norm whole -> eager's kernel
@@ -108,13 +111,15 @@ def test_bisect_finds_planted_rsqrt():
     assert "tried:" not in rep.text(trials=False) and "rms_norm_0" in rep.text(trials=False)
     assert any("stage 3" in s for s in lines) and any("DIVERGES" in s for s in lines)
     # the msprobe default rule misses this planted error (cos 0.9998 > 0.99)
-    assert not bisect_run(g, x, storage="fp16", kernels=MAGIC_RSQRT, log=None).diverges
+    assert not bisect_run(g, x, storage="fp16", fusion=DEC, kernels=MAGIC_RSQRT, log=None).diverges
+    # under the default (composites whole) the planted kernel is never used: nothing diverges
+    assert not bisect_run(g, x, storage="fp16", kernels=MAGIC_RSQRT, thresholds=STRICT, log=None).diverges
 
 
 def test_bisect_finds_planted_exp_in_softmax():
     g, x = _tb()
     bad = KernelSpec.codegen(exp="exp_poly(1)")
-    rep = bisect_run(g, x, storage="fp16", kernels=bad, thresholds=STRICT, log=None,
+    rep = bisect_run(g, x, storage="fp16", fusion=DEC, kernels=bad, thresholds=STRICT, log=None,
                      stages=("sources", "ranges"))
     assert rep.baseline.first_divergence["node"] == "softmax_0"
     assert rep.fixing_sources == ["algorithm"]
@@ -138,7 +143,7 @@ def test_bisect_nothing_to_do_and_bad_stage():
 # --------------------------------------------------------------------------
 def test_workflow_on_planted_problem(tmp_path, monkeypatch):
     g, x = _tb()
-    w = precision_workflow(g, x, storage="fp16", kernels=MAGIC_RSQRT, thresholds=STRICT,
+    w = precision_workflow(g, x, storage="fp16", fusion=DEC, kernels=MAGIC_RSQRT, thresholds=STRICT,
                            dump_dir=tmp_path)
     bad = {s["node"] for s in w.bad_single_ops}
     assert bad == {"layer_norm_0", "rms_norm_0"}  # the rsqrt users, found operator by operator
@@ -179,7 +184,7 @@ def test_cli_run_compare_bisect(tmp_path, capsys):
     assert main(["run", "layernorm", "--dtype", "fp16", "--mode", "eager", "--seed", "2",
                  "--dump", str(e)]) == 0
     assert main(["run", "layernorm", "--dtype", "fp16", "--mode", "fused", "--seed", "2",
-                 "--dump", str(f)]) == 0
+                 "--fusion", DEC, "--dump", str(f)]) == 0
     m = json.loads((f / "manifest.json").read_text())
     assert (m["mode"], m["dtype"], m["seed"], m["model"]) == ("fused", "fp16", 2, "layernorm")
     assert m["fingerprint"] and m["numlab_version"] == numlab.__version__
@@ -188,12 +193,12 @@ def test_cli_run_compare_bisect(tmp_path, capsys):
     assert main(["run", "layernorm", "--mode", "fused", "--dump", str(f)]) == 2
     out, err = capsys.readouterr()
     assert "--force" in err and out == ""
-    assert main(["run", "layernorm", "--mode", "fused", "--dump", str(f), "--force"]) == 0
+    assert main(["run", "layernorm", "--mode", "fused", "--fusion", DEC, "--dump", str(f), "--force"]) == 0
     assert main(["compare", "-gp", str(e), "-mp", str(f), "-o", str(tmp_path / "r.csv")]) == 0
     out = capsys.readouterr().out
     assert "decomposed" in out and (tmp_path / "r.csv").exists()
     assert main(["run", "nope"]) == 2
-    assert main(["bisect", "transformer_block", "--dtype", "fp16", "--kernels",
+    assert main(["bisect", "transformer_block", "--dtype", "fp16", "--fusion", DEC, "--kernels",
                  "codegen:rsqrt=newton(magic,0,fp32)", "--cosine", "0.9999", "--stages", "sources"]) == 0
     out = capsys.readouterr().out
     assert "align=algorithm" in out and "sources whose eager choice removes it: algorithm" in out

@@ -61,7 +61,8 @@ def test_elementwise_claim_margin_matches_independent_errors():
 
 
 def test_counterexample_found_shrunk_saved_and_reproduced(tmp_path):
-    rep = C.check("no_worse_tensor", "layernorm", trials=10, save=str(tmp_path))
+    # the decomposed layer norm (mean and variance stored in fp16 between unfused reduction kernels)
+    rep = C.check("no_worse_tensor", "layernorm", trials=10, save=str(tmp_path), fusion="autofuse+decompose")
     assert not rep.holds and rep.violations > 0
     case, res = rep.counterexample
     st = rep.shrink_stats
@@ -70,6 +71,7 @@ def test_counterexample_found_shrunk_saved_and_reproduced(tmp_path):
     # files: npz + json with the metadata needed to reproduce the case (numlab.claims.store)
     meta = json.load(open(rep.saved + ".json"))
     assert "dtype" not in meta  # the storage format's key is "fmt"
+    assert meta["fusion"] == "autofuse+decompose" and meta["fusion_options"]["decompose"] is True
     for key in ("claim", "model", "sizes", "fmt", "fusion", "fusion_options", "seed", "trial", "fingerprints",
                 "inputs_sha256", "outputs_sha256", "margin"):
         assert key in meta
@@ -86,6 +88,10 @@ def test_counterexample_found_shrunk_saved_and_reproduced(tmp_path):
     json.dump(old, open(str(tmp_path / "old.json"), "w"))
     shutil.copy(rep.saved + ".npz", tmp_path / "old.npz")
     assert C.load_counterexample(tmp_path / "old")[0].fmt == "bf16"
+    # a file saved when the autofuse preset decomposed composites says "autofuse": the saved options
+    # (decompose=True) decide what it reruns, not today's meaning of the spec
+    json.dump(dict(meta, fusion="autofuse"), open(str(tmp_path / "old.json"), "w"))
+    assert C.load_counterexample(tmp_path / "old")[0].fusion == "autofuse+decompose"
     # saving the same counterexample again is a no-op; different content is refused without force
     assert C.save_counterexample("no_worse_tensor", case, res, str(tmp_path)) == rep.saved
     with open(rep.saved + ".json") as fh:
@@ -237,7 +243,7 @@ def test_cli_plan_exit_codes(monkeypatch, capsys, tmp_path, verdicts, code):
 
 def test_plan_reports_every_requested_fusion_configuration(tmp_path):
     # default: the four configurations, each chain judged under each, in the table, text and CSV
-    assert C.PLAN_FUSIONS == ("autofuse", "autofuse+nodecompose", "autofuse:--autofuse_enable_pass=reduce",
+    assert C.PLAN_FUSIONS == ("autofuse", "autofuse+decompose", "autofuse:--autofuse_enable_pass=reduce+decompose",
                               "inductor")
     res = C.run_plan(str(tmp_path / "d"), trials=3, quick=True)
     assert list(res["fusions"]) == list(C.PLAN_FUSIONS)
@@ -249,10 +255,12 @@ def test_plan_reports_every_requested_fusion_configuration(tmp_path):
     for i, spec in enumerate(C.PLAN_FUSIONS):
         assert f"F{i + 1} = {spec}: " in text
     # the header says what each configuration means (decomposed or not, what is fused)
-    assert "F1 = autofuse: composites (layer_norm, softmax) decomposed" in text
-    assert "F2 = autofuse+nodecompose: composites kept whole" in text
-    assert "fused: elementwise, broadcast, reshape, reduce;" in res["fusions"]["autofuse:--autofuse_enable_pass=reduce"]
+    assert "F1 = autofuse: composites kept whole" in text
+    assert "F2 = autofuse+decompose: composites (layer_norm, softmax) decomposed" in text
+    assert "fused: elementwise, broadcast, reshape, reduce;" in res["fusions"][
+        "autofuse:--autofuse_enable_pass=reduce+decompose"]
     assert "separate kernels: reduce," in res["fusions"]["autofuse"]
+    assert "mean, variance" in res["fusions"]["autofuse+decompose"]
     rows = list(csv.DictReader(open(tmp_path / "d" / "plan.csv")))
     assert {"check", "case", "fusion", "metric", "value"} <= set(rows[0])
     verdicts = {(r["case"], r["fusion"]): r["value"] for r in rows if r["check"] == "chain" and r["metric"] == "verdict"}
@@ -281,10 +289,12 @@ def test_plan_reports_every_requested_fusion_configuration(tmp_path):
 
 
 def test_nodecompose_layernorm_is_eager_bit_for_bit():
-    # with composites kept whole, the fused plan runs layer_norm as the same library kernel as eager:
-    # outputs are bitwise equal; decomposed (autofuse default) they are not (fp16 mean/variance in between)
+    # with composites kept whole (the autofuse default), the fused plan runs layer_norm as the same library
+    # kernel as eager: outputs are bitwise equal; decomposed (autofuse+decompose) they are not (fp16
+    # mean/variance in between)
     g = C.get_model("layernorm", {"batch": 4, "hidden": 64})
-    whole, dec = P("autofuse+nodecompose"), P("autofuse")
+    whole, dec = P("autofuse"), P("autofuse+decompose")
+    assert whole == P(None) == P("autofuse+nodecompose") and not whole.decompose and dec.decompose
     differs = 0
     for t in range(20):
         xin = C.make_case("layernorm", sizes={"batch": 4, "hidden": 64}, trial=t).inputs
@@ -307,7 +317,7 @@ def _nearest_rank(v, q):
 
 def test_plan_verdicts_recomputed_from_raw_errors():
     # P99 (nearest rank), max and the verdict of each chain/configuration, recomputed from numlab.run outputs
-    specs = ["autofuse", "autofuse+nodecompose", "inductor"]
+    specs = ["autofuse", "autofuse+decompose", "inductor"]
     trials = 4
     res = C.run_plan(None, trials=trials, quick=True, fusion=specs, seed=5)
     seen = set()
@@ -333,20 +343,21 @@ def test_plan_verdicts_recomputed_from_raw_errors():
             assert got["verdict"] == ("PASS" if ok else "FAIL")
             seen.add((label, spec, ok))
     # decomposed with reductions as separate kernels fails; composites whole or one fp32 block passes
-    assert ("layernorm", "autofuse", False) in seen and ("softmax", "autofuse", False) in seen
+    assert ("layernorm", "autofuse+decompose", False) in seen and ("softmax", "autofuse+decompose", False) in seen
     for label in ("layernorm", "softmax"):
-        assert (label, "autofuse+nodecompose", True) in seen and (label, "inductor", True) in seen
+        assert (label, "autofuse", True) in seen and (label, "inductor", True) in seen
 
 
 def test_cli_exit_codes(tmp_path, capsys):
-    assert cli_main(["check", "execution_determinism", "--model", "softmax", "--trials", "3"]) == 0
-    rc = cli_main(["check", "no_worse_tensor", "--model", "layernorm", "--trials", "10", "--save", str(tmp_path)])
+    assert cli_main(["check", "execution_determinism", "softmax", "--trials", "3"]) == 0
+    rc = cli_main(["check", "no_worse_tensor", "layernorm", "--trials", "10", "--out", str(tmp_path),
+                   "--fusion", "autofuse+decompose"])
     out = capsys.readouterr().out
     assert rc == 1 and "worst case trial" in out and str(tmp_path) in out
-    assert cli_main(["check", "no_worse_tensor", "--model", "nope"]) == 2
-    with pytest.raises(SystemExit) as e:
-        cli_main(["check", "not_a_claim", "--model", "layernorm"])
-    assert e.value.code == 2
+    assert cli_main(["check", "no_worse_tensor", "nope"]) == 2
+    assert "argument MODEL: MODEL 'nope' is not known" in capsys.readouterr().err
+    assert cli_main(["check", "not_a_claim", "layernorm"]) == 2
+    assert "invalid choice: 'not_a_claim'" in capsys.readouterr().err
     assert cli_main(["check", "list"]) == 0
 
 
@@ -358,10 +369,11 @@ def test_bfloat16_case_runs():
 
 def test_emulated_casts_claim_needs_decomposition_off():
     # the note's emulated-casts patch: emulate precision casts + eager's instructions/tiling/algorithms -> bitwise eager,
-    # once decomposition is patched off (execute documents fused == eager in that configuration)
+    # with composites kept whole (the autofuse default; execute documents fused == eager in that configuration)
     for model in ("layernorm", "softmax", "mul_add_gelu_mul"):
-        assert C.check("emulated_casts_match_eager", model, fusion="autofuse+nodecompose", trials=4).holds
-    rep = C.check("emulated_casts_match_eager", "layernorm", trials=4, shrink_cex=False)
+        assert C.check("emulated_casts_match_eager", model, trials=4).holds
+    # decomposed, the composite's internals are a different program: the claim fails
+    rep = C.check("emulated_casts_match_eager", "layernorm", fusion="autofuse+decompose", trials=4, shrink_cex=False)
     assert not rep.holds and rep.worst_detail["mismatches"] > 0
     with pytest.raises(ValueError, match="fancy"):
         C.check("emulated_casts_match_eager", "layernorm", fusion="fancy", trials=1)
@@ -378,6 +390,7 @@ def test_committed_counterexamples_are_intact():
         ins = {k: v for k, v in arrs.items() if k.startswith("input/")}
         assert C.sha256_arrays(ins) == meta["inputs_sha256"]  # the files were not altered
         assert os.path.basename(p).split("__")[-1][:12] == meta["inputs_sha256"][:12]
+        assert case.fusion == FusionOptions.parse(meta["fusion"]).spec  # the spec names what ran
         rr = C.reproduce(p)  # still reproduced bit for bit, and still a decided violation
         assert rr["bitwise"] and rr["fingerprints_equal"] and rr["verdict"] == "fails"
 
@@ -478,7 +491,7 @@ def test_public_names_resolve():
 
 def test_cli_exit_code_2_for_undecided(capsys):
     # bf16 near_overflow inputs (trial 4) overflow in both modes: the running bound is inf there
-    rc = cli_main(["check", "error_within_bound", "--model", "layernorm", "--dtype", "bf16", "--trials", "5",
+    rc = cli_main(["check", "error_within_bound", "layernorm", "--dtype", "bf16", "--trials", "5",
                    "--no-save"])
     out = capsys.readouterr().out
     assert "UNDECIDED" in out and "responsible operators" in out

@@ -549,10 +549,12 @@ def test_real_executors_eager_vs_fused():
     g = zoo.MODELS["transformer_block"]()
     x = zoo.make_inputs(g, seed=0)
     e = numlab.run(g, x, mode="eager", fmt="fp16")
-    f = numlab.run(g, x, mode="fused", fmt="fp16")
+    # composites decomposed (the autofuse preset keeps them whole: no "decomposed" rows there)
+    f = numlab.run(g, x, mode="fused", fmt="fp16", fusion="autofuse+decompose")
     rep = compare_dumps(e, f)
     kinds = {r["match"] for r in rep.rows}
     assert {"matched", "inside_block", "decomposed"} <= kinds
+    assert "decomposed" not in {r["match"] for r in compare_dumps(e, numlab.run(g, x, mode="fused", fmt="fp16")).rows}
     # every value the fused run dumped under a source-graph name is compared
     for name in e.values:
         if name in f.values:
@@ -651,10 +653,10 @@ def test_uncompared_rows_are_counted_and_fail_the_cli(tmp_path, capsys):
     rep2 = compare_dumps(g2, m2)
     assert rep2.first_divergence["node"] == "e" and rep2.row("e")["error_origin"] == "introduced"
     assert "Input(s) c could not be compared" in rep2.row("e")["cmp_fail_reason"]
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # the CLI wraps its prose to the terminal
     assert "could not be compared (unreadable, corrupt or empty data; see cmp_fail_reason): c" in out
     assert "truncated" in rep.row("c")["cmp_fail_reason"]
-    for bad in (["--fmt", "fp17"], ["--cosine", "1.5"], ["--chunk", "0"]):
+    for bad in (["--dtype", "fp17"], ["--cosine", "1.5"], ["--chunk", "0"]):
         assert main(["compare", "-gp", str(g), "-mp", str(m), *bad]) == 2
         assert bad[1] in capsys.readouterr().err
 

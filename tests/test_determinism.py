@@ -152,9 +152,9 @@ def test_check_parser_exit_codes(capsys):
     assert "timeout=0.0 must be" in capsys.readouterr().err
     from numlab.zoo import parse_sizes
 
-    assert parse_sizes("batch=4,hidden=64", "--sizes") == {"batch": 4, "hidden": 64}
-    with pytest.raises(ValueError, match="--sizes 'batch' is not NAME=VALUE"):
-        parse_sizes("batch", "--sizes")
+    assert parse_sizes("batch=4,hidden=64", "--size") == {"batch": 4, "hidden": 64}
+    with pytest.raises(ValueError, match="--size 'batch' is not NAME=VALUE"):
+        parse_sizes("batch", "--size")
 
 
 def test_fusion_and_kernel_specs_reach_the_workers():

@@ -33,8 +33,13 @@ def test_defaults_are_ascend_autofusion():
     for k in ("reduce", "concat", "slice", "gather", "transpose", "matmul"):
         assert not o.fuses(k)
     assert o.fuses("elementwise") and o.fuses("broadcast")
-    assert o.decompose is True
-    assert FusionOptions.autofuse() == o == FusionOptions.autofuse("")
+    # composites kept whole, as the autofusion note's GE path runs them (library operators)
+    assert o.decompose is False
+    assert FusionOptions.autofuse() == o == FusionOptions.autofuse("") == FusionOptions.from_env({})
+    # the decomposed variant is a named configuration with the same kinds
+    d = FusionOptions.parse("autofuse+decompose")
+    assert d == dataclasses.replace(o, decompose=True) and d.spec == "autofuse+decompose"
+    assert o.spec == "autofuse"
 
 
 def test_flag_string_enable_and_disable():
@@ -157,6 +162,7 @@ def _check_legal(p, options):
 
 OPTIONS = [
     FusionOptions(),
+    FusionOptions.parse("autofuse+decompose"),
     FusionOptions.inductor(),
     FusionOptions.inductor(decompose=False),
     FusionOptions.autofuse("--autofuse_enable_pass=concat,reduce,slice,gather,transpose"),
@@ -302,7 +308,7 @@ def _live_bruteforce(g, members, outputs):
 def test_live_buffers_and_tiles(model):
     g = zoo.MODELS[model]()
     hw = Hardware()
-    for o in (FusionOptions(), FusionOptions.inductor()):
+    for o in (FusionOptions(), FusionOptions.parse("autofuse+decompose"), FusionOptions.inductor()):
         p = plan(g, o, hw, fmt="fp16")
         for b in p.blocks:
             assert b.live_buffers == _live_bruteforce(p.graph, b.members, b.outputs)
@@ -357,7 +363,9 @@ def test_str_plan_is_readable():
     p = plan(g, FusionOptions())
     s = str(p)
     assert s.startswith("Plan: ")
-    assert "autofuse[elementwise,broadcast,reshape] decompose=on" in s
+    assert "autofuse[elementwise,broadcast,reshape] decompose=off" in s
+    assert "; autofuse[elementwise,broadcast,reshape] decompose=on;" in str(
+        plan(g, FusionOptions.parse("autofuse+decompose")))
     for b in p.blocks:
         assert b.name in s and f"tile={b.tile}" in s
         for m in b.members:
@@ -389,15 +397,18 @@ def test_parse_presets_default_and_passthrough():
     # modifiers apply left to right and set decompose
     assert FusionOptions.parse("inductor+nodecompose") == FusionOptions.inductor(decompose=False)
     assert FusionOptions.parse("off+decompose") == FusionOptions.off(decompose=True)
-    assert FusionOptions.parse("autofuse+nodecompose+decompose") == FusionOptions()
+    assert FusionOptions.parse("autofuse+decompose+nodecompose") == FusionOptions()
+    assert FusionOptions.parse("autofuse+nodecompose+decompose") == dataclasses.replace(FusionOptions(), decompose=True)
+    # the default's own modifier is accepted and canonicalised away
+    assert FusionOptions.parse("autofuse+nodecompose").spec == "autofuse"
     assert FusionOptions.parse(" inductor ") == FusionOptions.inductor()
 
 
 @pytest.mark.parametrize("spec", [
-    "autofuse", "inductor", "off", "autofuse+nodecompose", "inductor+nodecompose", "off+decompose",
-    "autofuse:--autofuse_enable_pass=reduce",
+    "autofuse", "inductor", "off", "autofuse+decompose", "inductor+nodecompose", "off+decompose",
+    "autofuse:--autofuse_enable_pass=reduce", "autofuse:--autofuse_enable_pass=reduce+decompose",
     "autofuse:--enable_autofuse=false",
-    "autofuse:--autofuse_enable_pass=concat,reduce;--autofuse_disable_pass=broadcast+nodecompose",
+    "autofuse:--autofuse_enable_pass=concat,reduce;--autofuse_disable_pass=broadcast+decompose",
 ])
 def test_canonical_specs_are_fixed_points(spec):
     o = FusionOptions.parse(spec)

@@ -9,6 +9,7 @@ integer bit path ``_round_bits`` and the readable scale-round-scale path
 from __future__ import annotations
 
 import math
+import tracemalloc
 from fractions import Fraction
 
 import ml_dtypes
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 
 import numlab as nl
 from numlab.formats import Format
-from numlab.rounding import ROUNDINGS, _round_bits, _round_generic
+from numlab.rounding import _CHUNK, ROUNDINGS, _random_bits, _round_bits, _round_generic
 
 DET_MODES = ("rne", "rtz", "up", "down", "odd")
 C5 = Format("c5", p=5, emax=10)  # emin = -9, with subnormals
@@ -469,3 +470,182 @@ def test_rounding_keyword_and_no_mode_keyword():
     with pytest.raises(ValueError, match=r"^sr='nearest' is not a rounding mode; valid modes: \['rne'"):
         R.check_rounding("nearest", "sr")
     assert R.ROUNDINGS == ("rne", "rtz", "up", "down", "odd", "stochastic")
+
+
+# ---------------------------------------------------------------------------
+# the chunked bit path against the pre-chunking algorithm (kept here, slow)
+# ---------------------------------------------------------------------------
+def _old_round_bits(a, fmt, rounding, rng, saturate, ftz):
+    """The whole-array bit path as it was before chunking: the bit trick on
+    every element, then the elements outside [2**emin, max] gathered and fixed
+    (overflow rule, inf/NaN) or rounded by ``_round_generic`` (below 2**emin).
+    A test-only reference for the chunked ``_round_bits``."""
+    w = a.dtype
+    U, I = {4: (np.uint32, np.int32), 8: (np.uint64, np.int64)}[w.itemsize]
+    nbits, mbits = 8 * w.itemsize, {4: 23, 8: 52}[w.itemsize]
+    k = mbits + 1 - fmt.p
+    low = U((1 << k) - 1)
+    keep = U(((1 << nbits) - 1) ^ int(low))
+    hi = int(np.array(fmt.max, dtype=w).view(U))
+    sn_bits = int(np.array(fmt.smallest_normal, dtype=w).view(U))
+    lo = sn_bits if (w == np.float64 or fmt.emin > -126 or not fmt.subnormals) else 0
+    b = np.ascontiguousarray(a).reshape(-1).view(U)
+    flat = b.view(w)
+    sign, absmask = U(1 << (nbits - 1)), U((1 << (nbits - 1)) - 1)
+    mag = b & absmask
+    idx = np.flatnonzero(((mag < U(lo)) & (mag != 0)) | (mag > U(hi)))
+    if k == 0:
+        out = b.copy()
+    elif rounding == "rtz":
+        out = b & keep
+    elif rounding == "rne":
+        out = ((((b >> U(k)) & U(1)) + U((1 << (k - 1)) - 1)) + b) & keep
+    elif rounding in ("up", "down"):
+        neg = (b.view(I) >> I(nbits - 1)).view(U)
+        out = (((~neg if rounding == "up" else neg) & low) + b) & keep
+    elif rounding == "odd":
+        out = ((((b & low) + low) & U(1 << k)) | b) & keep
+    else:
+        out = ((_random_bits(rng, b.size, U) & low) + b) & keep
+    infbits = int(np.array(np.inf, dtype=w).view(U))
+    nanbits = int(np.array(np.nan, dtype=w).view(U))
+    bi, mi = b[idx], mag[idx]
+    tiny, nonfinite = mi < U(lo), mi >= U(infbits)
+    r = out[idx]
+    neg = (bi & sign) != 0
+    over = ~(tiny | nonfinite) & ((r & absmask) > U(hi))
+    if saturate or rounding in ("rtz", "odd"):
+        to_inf = np.zeros_like(over)
+    elif rounding in ("rne", "stochastic"):
+        to_inf = np.ones_like(over)
+    else:
+        to_inf = neg if rounding == "down" else ~neg
+    top = U(infbits if fmt.inf else nanbits)
+    np.copyto(r, np.where(to_inf, top, U(hi)) | (bi & sign), where=over)
+    res = bi.copy()
+    if not fmt.inf:
+        isinf = nonfinite & (mi == U(infbits))
+        res[isinf] = (U(hi) | (bi[isinf] & sign)) if saturate else U(nanbits)
+    np.copyto(r, res, where=nonfinite)
+    out[idx] = r
+    t = idx[tiny]
+    if t.size:
+        out[t] = _round_generic(flat[t], fmt, rounding, rng, saturate, ftz).view(U)
+    if ftz:
+        np.bitwise_and(out, sign, out=out, where=(out << U(1)) < U(2 * sn_bits))
+    return out.view(w).reshape(a.shape)
+
+
+CHUNK_FMTS = (nl.FP16, nl.BF16, nl.FP8_E4M3, nl.FP8_E5M2, nl.TF32, *CUSTOM)
+CHUNK_SIZES = (_CHUNK - 1, _CHUNK, _CHUNK + 1, 2 * _CHUNK + 3)
+
+
+def _bit_patterns(wdt, n, seed):
+    """Random bit patterns of the working dtype (every exponent, NaN payloads),
+    with 1% zeros and infinities mixed in."""
+    rng = np.random.default_rng(seed)
+    u = UINT[np.dtype(wdt)]
+    x = rng.integers(0, np.iinfo(u).max, n, dtype=u, endpoint=True).view(wdt)
+    x[rng.integers(0, n, n // 100)] = rng.choice(np.array([0.0, -0.0, np.inf, -np.inf], wdt), n // 100)
+    return x
+
+
+@pytest.mark.parametrize("n", CHUNK_SIZES)
+@pytest.mark.parametrize("wdt", [np.float32, np.float64])
+def test_chunked_bits_equal_old_algorithm_on_random_patterns(n, wdt):
+    """Every deterministic mode, format, saturate/ftz, on random bit patterns
+    of chunk-boundary sizes: bit-identical to the pre-chunking algorithm.
+    float64 inputs also get patterns confined to the formats' range (the
+    random float64 patterns are almost all far outside it)."""
+    x = _bit_patterns(wdt, n, n)
+    if wdt is np.float64:
+        near = _bit_patterns(np.float32, n, n + 1).astype(np.float64)
+        near *= np.random.default_rng(n).uniform(1, 2, n)  # bits below float32's
+        x = np.where(np.arange(n) % 2 == 0, x, near)
+    for fmt in CHUNK_FMTS:
+        for mode in DET_MODES:
+            for kw in ({}, {"saturate": True, "ftz": True}, {"saturate": True}, {"ftz": True}):
+                with np.errstate(all="ignore"):
+                    exp = _old_round_bits(x, fmt, mode, None, kw.get("saturate", False), kw.get("ftz", False))
+                assert_same_bits(_bits(x, fmt, mode, **kw), exp, x, f"{fmt} {mode} {kw} n={n}")
+                assert_same_bits(_rt(x, fmt, mode, **kw), exp, x, f"round_to {fmt} {mode} {kw} n={n}")
+
+
+@pytest.mark.parametrize("n", [_CHUNK - 1, _CHUNK + 1])
+@pytest.mark.parametrize("wdt", [np.float32, np.float64])
+def test_chunked_stochastic_on_random_patterns(n, wdt):
+    """Stochastic rounding, chunked: at or above 2**emin every element equals
+    the pre-chunking algorithm's (same random stream, one word per element);
+    below 2**emin it rounds up exactly when the element's random word, as a
+    fraction (32 bits for float32, 53 for float64), is below the exact
+    fractional distance (Fraction reference).  (float32 into bf16: float32's
+    subnormals lie on a fixed number of bits of bf16's grid, so every element
+    takes the bit path and equals the old algorithm.)"""
+    x = _bit_patterns(wdt, n, 3 * n)
+    u_t = UINT[np.dtype(wdt)]
+    for fmt in (nl.FP16, nl.BF16, nl.FP8_E4M3, nl.FP8_E5M2, C5, C4NS, C3X):
+        for kw in ({}, {"saturate": True, "ftz": True}):
+            sat, ftz = kw.get("saturate", False), kw.get("ftz", False)
+            got = _bits(x, fmt, "stochastic", rng=np.random.default_rng(9), **kw)
+            with np.errstate(all="ignore"):
+                old = _old_round_bits(x, fmt, "stochastic", np.random.default_rng(9), sat, ftz)
+            mag = np.abs(x.astype(np.float64))
+            tiny = (mag < fmt.smallest_normal) & (mag > 0)
+            if wdt is np.float32 and fmt.emin == -126 and fmt.subnormals:
+                # float32 subnormals on bf16's grid: a fixed number of low
+                # bits, rounded by the bit trick like every other element
+                assert_same_bits(got, old, x, f"{fmt} {kw}")
+                continue
+            assert_same_bits(got[~tiny], old[~tiny], x[~tiny], f"{fmt} {kw} not tiny")
+            words = _random_bits(np.random.default_rng(9), n, u_t)
+            idx = np.flatnonzero(tiny)[:300]
+            assert idx.size > 100
+            for i in idx:
+                v = float(x[i])
+                _, _, frac = stochastic_split(v, fmt)
+                w_ = int(words[i])
+                u = Fraction(w_, 2**32) if wdt is np.float32 else Fraction(w_ >> 11, 2**53)
+                exp = round_exact(v, fmt, "stochastic", up_choice=u < frac, saturate=sat, ftz=ftz)
+                assert_same_bits(got[i:i + 1], np.array([exp], wdt), x[i:i + 1], f"{fmt} {kw} tiny")
+
+
+def test_zero_d_and_empty_arrays_every_mode():
+    for wdt in (np.float32, np.float64):
+        for fmt in (nl.FP16, nl.BF16, nl.FP8_E4M3, nl.FP8_E5M2, C4NS):
+            for mode in ROUNDINGS:
+                kw = {"rng": np.random.default_rng(0)} if mode == "stochastic" else {}
+                for v in (1 / 3, -1e-30, 1e30, -0.0):
+                    y = nl.round_to(np.array(v, wdt), fmt, mode, **kw)
+                    assert isinstance(y, wdt)
+                    if mode != "stochastic":
+                        assert_same_bits(np.array([y]), reference(np.array([v], wdt), fmt, mode), what=f"{fmt} {mode} {v}")
+                for shape in ((0,), (3, 0), (0, 2, 5)):
+                    e = nl.round_to(np.zeros(shape, wdt), fmt, mode, **kw)
+                    assert e.shape == shape and e.dtype == wdt
+
+
+def test_chunked_noncontiguous_and_multidimensional():
+    x = _bit_patterns(np.float32, 3 * _CHUNK + 10, 4).reshape(-1, 2)[:, ::-1][::3]
+    for mode in DET_MODES:
+        with np.errstate(all="ignore"):
+            exp = _old_round_bits(np.ascontiguousarray(x), nl.FP8_E4M3, mode, None, False, False)
+        y = nl.round_to(x, nl.FP8_E4M3, mode)
+        assert y.shape == x.shape
+        assert_same_bits(y, exp, x, mode)
+
+
+@pytest.mark.parametrize("wdt", [np.float32, np.float64])
+def test_peak_memory_at_most_twice_the_input(wdt):
+    """tracemalloc (numpy reports its buffers to it): rounding 10^6 random bit
+    patterns allocates at most 2x the input, output included, in every mode."""
+    x = _bit_patterns(wdt, 1_000_000, 5)
+    for fmt in (nl.FP16, nl.BF16, nl.FP8_E4M3):
+        for mode in ROUNDINGS:
+            kw = {"rng": np.random.default_rng(0)} if mode == "stochastic" else {}
+            tracemalloc.start()
+            try:
+                nl.round_to(x, fmt, mode, **kw)
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+            assert peak <= 2 * x.nbytes, (fmt, mode, peak / x.nbytes)

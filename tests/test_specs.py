@@ -40,12 +40,13 @@ GOOD_FUSION = [
     ("off", FusionOptions.off()),
     ("inductor+nodecompose", FusionOptions.inductor(decompose=False)),
     ("off+decompose", FusionOptions.off(decompose=True)),
-    ("autofuse+nodecompose", dataclasses.replace(FusionOptions(), decompose=False)),
+    ("autofuse+nodecompose", FusionOptions()),  # the default keeps composites whole
+    ("autofuse+decompose", dataclasses.replace(FusionOptions(), decompose=True)),
     ("autofuse:--autofuse_enable_pass=reduce", FusionOptions().enable("reduce")),
     ("--autofuse_enable_pass=reduce", FusionOptions().enable("reduce")),
     ("--enable_autofuse=true;--autofuse_enable_pass=concat,reduce", FusionOptions().enable("concat", "reduce")),
-    ("--autofuse_disable_pass=broadcast+nodecompose",
-     dataclasses.replace(FusionOptions().disable("broadcast"), decompose=False)),
+    ("--autofuse_disable_pass=broadcast+decompose",
+     dataclasses.replace(FusionOptions().disable("broadcast"), decompose=True)),
 ]
 # (spec, words the message must hold besides the option name and the value)
 BAD_FUSION = [

@@ -8,6 +8,7 @@ the table it printed.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import time
 
@@ -31,13 +32,19 @@ def best_of(fn, repeat: int = 5) -> float:
     return best
 
 
+def _target(t: str) -> str:
+    if t not in TARGETS:
+        raise argparse.ArgumentTypeError(f"TARGET {t!r} is not a bench target; valid targets: {list(TARGETS)}")
+    return t
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "bench",
         help="benchmarks, reported as ratios against numpy/ml_dtypes",
         description="Targets: " + "; ".join(f"{k}: {v}" for k, v in TARGETS.items()),
     )
-    p.add_argument("targets", nargs="*", metavar="TARGET",
+    p.add_argument("targets", nargs="*", metavar="TARGET", type=_target,
                    help=f"what to benchmark (default: all): {', '.join(TARGETS)}")
     p.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     p.set_defaults(func=_run)

@@ -49,6 +49,7 @@ from .catalogue import (
     Claim,
     get_claim,
     get_model,
+    model_path,
     model_sizes,
 )
 from .plan import PLAN_CHAINS, PLAN_FUSIONS, plan_c1, plan_c2, plan_c3, run_plan
@@ -67,6 +68,7 @@ __all__ = [
     "SEARCHES",
     "get_claim",
     "get_model",
+    "model_path",
     "model_sizes",
     "make_case",
     "evaluate",

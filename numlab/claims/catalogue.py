@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import inspect
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -24,12 +26,12 @@ from .. import metrics, zoo
 from .. import running_bounds as RB
 from ..execute import run
 from ..formats import Format
-from ..graph import trace
+from ..graph import Graph, trace
 from ..ops import CATALOGUE, concat, gelu, layer_norm
 from ..rounding import round_to
 
 __all__ = ["CaseResult", "Claim", "CLAIMS", "EXTRA_MODELS", "VERDICTS", "get_claim", "get_model",
-           "model_sizes"]
+           "model_path", "model_sizes"]
 
 VERDICTS = ("holds", "fails", "undecided")
 
@@ -82,25 +84,67 @@ def _all_models() -> dict:
     return {**zoo.MODELS, **EXTRA_MODELS}
 
 
-def get_model(name: str, sizes: dict | None = None):
-    """Graph of a zoo model or an :data:`EXTRA_MODELS` model with ``sizes``."""
-    models = _all_models()
-    if name not in models:
-        raise ValueError(f"model={name!r} is not known; valid models: {sorted(models)}")
-    return models[name](**(sizes or {}))
+def model_path(name: str) -> tuple[str, ...]:
+    """The ``sys.path`` entries a worker process needs to import model
+    ``name``: for ``"module:function"``, the absolute directory its
+    top-level module was imported from (a process that did not start with
+    the caller's ``sys.path`` -- a ``dask`` worker, a spawned process -- gets
+    it from the task payload); ``()`` for a zoo or claims model."""
+    if not isinstance(name, str) or name in EXTRA_MODELS or name in zoo.MODELS or ":" not in name:
+        return ()
+    zoo.model_factory(name)  # imports the module (or raises naming it)
+    top = sys.modules[name.partition(":")[0].split(".")[0]]
+    if getattr(top, "__file__", None):
+        p = Path(top.__file__).resolve()
+        root = p.parent.parent if p.name == "__init__.py" else p.parent
+    else:  # a namespace package: no __file__, one or more directories
+        root = Path(next(iter(top.__path__))).resolve().parent
+    return (str(root),)
 
 
-def model_sizes(name: str, sizes: dict | None = None) -> dict:
-    """The full size dict of model ``name`` (defaults filled in)."""
-    models = _all_models()
-    if name not in models:
-        raise ValueError(f"model={name!r} is not known; valid models: {sorted(models)}")
-    sig = inspect.signature(models[name])
-    out = {k: p.default for k, p in sig.parameters.items()
+def _factory(name: str, path=()):
+    """The factory of model ``name``: a claims model (:data:`EXTRA_MODELS`),
+    else :func:`numlab.zoo.model_factory` (a zoo model or
+    ``"module:function"``).  ``path``: directories appended to ``sys.path``
+    (those not already on it) before importing, see :func:`model_path`."""
+    if not isinstance(name, str):
+        raise TypeError(f"model must be a model name or 'module:function', got {type(name).__name__}")
+    if name in EXTRA_MODELS:
+        return EXTRA_MODELS[name]
+    if name not in zoo.MODELS and ":" not in name:
+        raise ValueError(f"model={name!r} is not known; valid models: {sorted(_all_models())}, or "
+                         "'module:function' (a function of the sizes returning a Graph)")
+    for entry in path:
+        if entry not in sys.path:
+            sys.path.append(entry)
+    return zoo.model_factory(name)
+
+
+def get_model(name: str, sizes: dict | None = None, path=()):
+    """Graph of model ``name`` with ``sizes``: a zoo model, an
+    :data:`EXTRA_MODELS` model or ``"module:function"`` (see
+    :func:`numlab.zoo.model_factory`; ``path`` as in :func:`_factory`, for
+    executor workers).  ValueError for an unknown model or size, TypeError
+    when the factory does not return a Graph."""
+    factory = _factory(name, path)
+    sizes = model_sizes(name, sizes)
+    g = factory(**sizes)
+    if not isinstance(g, Graph):
+        raise TypeError(f"model {name!r} returned {type(g).__name__}, not a numlab Graph "
+                        "(build it with numlab.graph.trace)")
+    return g
+
+
+def model_sizes(name: str, sizes: dict | None = None, path=()) -> dict:
+    """The full size dict of model ``name`` (its int defaults filled in,
+    then ``sizes``).  ValueError names a size the model does not take."""
+    params = inspect.signature(_factory(name, path)).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    out = {k: p.default for k, p in params.items()
            if isinstance(p.default, int) and not isinstance(p.default, bool)}
     for k, v in (sizes or {}).items():
-        if k not in sig.parameters:
-            raise ValueError(f"size {k!r} is not a parameter of model {name!r}; valid: {list(sig.parameters)}")
+        if k not in params and not takes_any:
+            raise ValueError(f"size {k!r} is not a parameter of model {name!r}; valid: {list(params)}")
         out[k] = v
     return out
 

@@ -40,7 +40,7 @@ from ..formats import get_format
 from ..rounding import round_to
 from ._fusion import fusion_spec
 from .cases import Case, Runs, data_inputs, evaluate, make_case
-from .catalogue import CLAIMS, get_claim, get_model, model_sizes, responsible_ops
+from .catalogue import CLAIMS, get_claim, get_model, model_path, model_sizes, responsible_ops
 from .shrink import shrink
 from .store import _json_default, save_counterexample
 
@@ -140,7 +140,9 @@ class CheckReport:
                              "unknown or empty result)"}[self.verdict]
         lines = [f"claim {self.claim} on {self.model} ({self.fmt}), fusion {self.fusion}, {self.trials} trials, "
                  f"search={self.search}: {head}"]
-        lines.append(f"  worst margin {self.worst_margin:.4g} (trial {self.worst_trial}): "
+        where = (f"trial {self.worst_trial}" if self.worst_trial is not None
+                 else f"the pooled outputs of all {self.trials} trials: a population claim, no single trial")
+        lines.append(f"  worst margin {self.worst_margin:.4g} ({where}): "
                      + json.dumps(self.worst_detail, default=_json_default))
         if self.undecided:
             d = self.undecided_detail
@@ -160,7 +162,7 @@ def _task(payload: dict) -> list:
     """One executor task: evaluate trials [lo, hi) (top level: picklable).
     Per trial ``(trial, kind, (verdict, margin, detail, undecided), fingerprint)``."""
     claim = get_claim(payload["claim"])
-    graph = get_model(payload["model"], payload["sizes"])
+    graph = get_model(payload["model"], payload["sizes"], payload.get("path", ()))
     out = []
     for t in range(payload["lo"], payload["hi"]):
         kind = payload["kinds"][t % len(payload["kinds"])]
@@ -193,6 +195,10 @@ def check(claim, model: str, *, fmt="fp16", sizes=None, fusion=None, trials: int
           force: bool = False) -> CheckReport:
     """Check ``claim`` on ``model``.
 
+    ``model`` is a zoo model, a claims model (:data:`EXTRA_MODELS
+    <numlab.claims.catalogue.EXTRA_MODELS>`) or ``"module:function"``; each
+    task carries :func:`~numlab.claims.catalogue.model_path`, so workers that
+    did not start with the caller's ``sys.path`` import the same module.
     ``fmt`` is the storage format S (default fp16).  ``fusion`` is a fusion spec or a :class:`numlab.fusion.FusionOptions`
     (coerced by ``FusionOptions.parse``; None: ``"autofuse"``).  Random
     trials run as executor tasks of ``options.chunk`` trials (per-trial
@@ -211,7 +217,8 @@ def check(claim, model: str, *, fmt="fp16", sizes=None, fusion=None, trials: int
     sizes = model_sizes(model, sizes)
     spec = fusion_spec(fusion)
     payloads = [{"claim": claim.name if claim.name in CLAIMS and CLAIMS[claim.name] is claim else claim,
-                 "model": model, "sizes": sizes, "fmt": S.name, "fusion": spec, "seed": seed,
+                 "model": model, "path": model_path(model), "sizes": sizes, "fmt": S.name, "fusion": spec,
+                 "seed": seed,
                  "kinds": tuple(opts.kinds), "lo": lo, "hi": min(lo + opts.chunk, opts.trials)}
                 for lo in range(0, opts.trials, opts.chunk)]
     results = [r for chunk in _submit_all(executor, payloads, progress, f"check {claim.name}") for r in chunk]

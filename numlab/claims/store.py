@@ -3,7 +3,10 @@ outputs) plus ``.json`` (claim, model, sizes, fmt, fusion spec and
 options, seed, trial, compile fingerprints, hashes, margin, worst element);
 :func:`load_counterexample` + :func:`reproduce` recompute one and compare
 bit for bit.  The storage format's key is ``"fmt"``; files written before
-the rename have ``"dtype"`` and still load."""
+the rename have ``"dtype"`` and still load.  The fusion is rebuilt from the
+saved ``"fusion_options"`` fields (what ran), not from the spec string,
+whose preset may have changed default since (the autofuse preset kept
+composites decomposed before it kept them whole)."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import os
 
 import numpy as np
 
+from ..fusion import FusionOptions
 from ._fusion import fusion_options, fusion_spec
 from .cases import Case, evaluate
 from .catalogue import CaseResult, get_claim
@@ -107,9 +111,19 @@ def load_counterexample(path) -> tuple[Case, dict, dict]:
         arrs = {k: z[k] for k in z.files}
     inputs = {k.split("/", 1)[1]: v for k, v in arrs.items() if k.startswith("input/")}
     fmt = meta["fmt"] if "fmt" in meta else meta["dtype"]  # "dtype": files saved before the rename
-    case = Case(meta["model"], meta["sizes"], fmt, fusion_spec(meta["fusion"]), inputs,
+    case = Case(meta["model"], meta["sizes"], fmt, _saved_fusion(meta), inputs,
                 meta.get("kind", "normal"), meta.get("seed", 0), meta.get("trial", 0), meta.get("origin", ""))
     return case, meta, arrs
+
+
+def _saved_fusion(meta: dict) -> str:
+    """Canonical spec of the fusion a counterexample ran under: from its
+    ``"fusion_options"`` fields when saved (exact), else its spec."""
+    fo = meta.get("fusion_options")
+    if not fo:
+        return fusion_spec(meta["fusion"])
+    return FusionOptions(enabled=frozenset(fo["enabled"]), decompose=fo["decompose"],
+                         enable_autofuse=fo["enable_autofuse"], name=fo.get("name", "autofuse")).spec
 
 
 def reproduce(path) -> dict:

@@ -14,18 +14,20 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 
 from .. import __version__
 from ..fusion import GRAMMAR as FUSION_GRAMMAR
 from ..kernels.grammar import GRAMMAR as KERNEL_GRAMMAR
+from .options import GRAMMAR as OPTIONS_GRAMMAR
 from .options import coerce, join_spec_values
 
 # subcommand -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("numlab.cli.demo", "eager vs fused vs fp64 on the built-in models (table + figures in out/)"),
     "formats": ("numlab.cli.formats", "the formats table and a rounding demo"),
-    "run": ("numlab.cli.run", "run a zoo model in one mode, optionally dumping every node"),
+    "run": ("numlab.cli.run", "run one model in one mode, optionally dumping every node"),
     "compare": ("numlab.cli.compare", "msit-style dump compare: -gp GOLDEN -mp MINE -o OUT"),
     "bisect": ("numlab.cli.bisect", "find what causes a divergence between eager and fused"),
     "check": ("numlab.cli.check", "check a claim (or `check plan`, `check determinism`)"),
@@ -33,22 +35,31 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "reveal": ("numlab.cli.reveal", "reveal the summation order of a torch/numpy reduction by probing"),
     "calibrate": ("numlab.cli.calibrate", "detect, reveal and measure numlab's PyTorch model per ATen capability"),
     "bench": ("numlab.bench", "benchmarks, reported as ratios against numpy/ml_dtypes"),
+    "course": ("numlab.cli.course", "build the course: the notebooks executed, as static HTML pages with an index"),
 }
 
 
 EPILOG = (
-    "options shared by the subcommands: MODEL, --dtype FMT, --size NAME=INT (repeatable), "
-    "--inputs KIND,\n--fusion SPEC, --kernels SPEC, --seed N, --out DIR, --force.  "
-    "A spec value may start with '--' after a space\n(--fusion --autofuse_enable_pass=reduce).\n\n"
-    "fusion spec (--fusion; FusionOptions.parse):\n"
+    "options shared by the subcommands (each takes those that apply; `numlab COMMAND --help`):\n"
+    + "\n".join("  " + line for line in OPTIONS_GRAMMAR.splitlines())
+    + "\n\nfusion spec (--fusion; FusionOptions.parse):\n"
     + "\n".join("  " + line for line in FUSION_GRAMMAR.splitlines())
     + "\n\nkernel spec (--kernels; KernelSpec.parse):\n"
     + "\n".join("  " + line for line in KERNEL_GRAMMAR.splitlines())
 )
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse without prefix abbreviations (``--inp`` is not ``--inputs``):
+    one spelling per option.  Subparsers (and theirs) are of this class too."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="numlab",
         description="numlab: why fused and eager kernels give different numbers, bit for bit.",
         epilog=EPILOG,
@@ -77,24 +88,45 @@ def _missing(name: str, modname: str):
     return func
 
 
+# Python argument names in messages of the layers below, and what the command line calls them
+_CLI_NAMES = ((re.compile(r"pass force=True \((?:CLI: )?--force\)"), "use --force"),
+              (re.compile(r"\bforce=True \(CLI:? ?--force\)"), "--force"),
+              (re.compile(r"\bfmt=(?='|\")"), "--dtype "))
+
+
+def _cli_names(msg: str) -> str:
+    """``msg`` with the Python argument names the CLI spells differently
+    replaced by the CLI's (``pass force=True (CLI: --force)`` -> ``use --force``)."""
+    for pat, rep in _CLI_NAMES:
+        msg = pat.sub(rep, msg)
+    return msg
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = parser.parse_args(join_spec_values(argv))
+    try:
+        args = parser.parse_args(join_spec_values(argv))
+    except SystemExit as exc:  # argparse: usage and "argument --dtype: ..." already on stderr
+        if exc.code in (0, None):  # --help, --version
+            raise
+        return int(exc.code) if isinstance(exc.code, int) else 2
     if not getattr(args, "command", None):
         parser.print_help()
         return 0
     try:
         coerce(args)
         rc = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
     except (ValueError, TypeError, FileNotFoundError, FileExistsError) as exc:
-        print(f"numlab {args.command}: error: {exc}", file=sys.stderr)
+        print(f"numlab {args.command}: error: {_cli_names(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
-        # `numlab compare ... | head`: the reader left; results were already saved.
-        # Point stdout at devnull so the interpreter's final flush does not fail too.
+        # `numlab demo | head -1`: the reader left.  Every command writes its files before
+        # printing, so nothing is lost: exit quietly (0, as `head` asked for no more), with
+        # stdout pointed at devnull so the interpreter's final flush does not fail too.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+        return 0
     return int(rc or 0)
 
 

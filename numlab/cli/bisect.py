@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import sys
 
-from .. import zoo
 from ..compare.bisect import bisect_run, precision_workflow
 from ..compare.compare import Thresholds
 from ..fusion import FusionOptions
-from .options import add_shared, resolve_model
-from .run import add_model_args, build
+from .options import MODEL_HELP, add_shared, build_model, kernels_type, model_inputs
+from .run import add_model_args
 
 __all__ = ["add_parser", "main"]
 
@@ -31,11 +30,11 @@ def add_parser(sub) -> None:
         description="Fusion kinds off one at a time, then the four sources set to eager's "
                     "choice, then delta debugging over node ranges fed golden inputs.",
     )
-    add_shared(p, model="zoo model name (see `numlab run --list`)")
+    add_shared(p, model=MODEL_HELP + " (see `numlab run --list`)")
     add_model_args(p)
     add_shared(p, kernels="of the fused kernels (default codegen), e.g. 'codegen:rsqrt=newton(magic,0,fp32)'",
                force="(--workflow: replace existing dumps in DIR)")
-    p.add_argument("--library", default=None, metavar="SPEC",
+    p.add_argument("--library", default=None, metavar="SPEC", type=kernels_type("--library"),
                    help="kernel spec of eager's kernels (default handwritten), same grammar as --kernels")
     p.add_argument("--stages", default="fusion,sources,ranges",
                    help="stages to run, comma-separated (default fusion,sources,ranges)")
@@ -57,9 +56,9 @@ def main(args) -> int:
         raise ValueError("--dump/--force apply to --workflow (bisection keeps its runs in memory)")
 
     S = args.dtype
-    model = resolve_model(args)
-    graph = build(model, args.size)
-    inputs = zoo.make_inputs(graph, kind=args.inputs, seed=args.seed)
+    model = args.model
+    graph = build_model(model, args.size)
+    inputs = model_inputs(graph, args)
     opts = FusionOptions.parse(args.fusion)
     kernels, library = args.kernels, args.library
     print(f"numlab bisect {model}: dtype={S.name} seed={args.seed} inputs={args.inputs} fusion={opts.spec} "

@@ -34,7 +34,7 @@ from ..torch.calibrate import (
     write_report,
 )
 from .demo import resolve_out_dir
-from .options import add_shared
+from .options import add_shared, arg_type
 
 __all__ = ["add_parser", "main"]
 
@@ -99,7 +99,8 @@ def add_parser(sub) -> None:
                    help="random rows each revealed order (and the preset's) is checked on (default 10000)")
     p.add_argument("--cases", default=None, metavar="LIST",
                    help=f"comma-separated subset of the suite: {', '.join(CASES)} (default all)")
-    p.add_argument("--dtype", dest="dtype_list", default="fp32,bf16,fp16", metavar="FMTS",
+    p.add_argument("--dtype", dest="dtype_list", default="fp32,bf16,fp16", metavar="FMT[,FMT...]",
+                   type=arg_type("--dtype", lambda v: ",".join(_dtypes(v)), "dtype"),
                    help="comma-separated tensor dtypes: fp32, bf16, fp16 (default all three)")
     p.add_argument("--quick", action="store_true",
                    help="reduction lengths 64 and 100 (not 1000), orders revealed at n=100 only")

@@ -2,7 +2,7 @@
 
 ::
 
-    numlab check CLAIM MODEL --dtype D --trials N [--search adversarial] [--save DIR]
+    numlab check CLAIM MODEL --dtype D --trials N [--search adversarial] [--out DIR]
     numlab check plan [--out DIR] [--trials N] [--quick] [--force] [--fusion SPEC[,SPEC...]]...
     numlab check determinism MODEL [--runs N] [--mode M] [--order O] ...   (numlab.determinism)
     numlab check list                   (the built-in claims)
@@ -21,14 +21,20 @@ import json
 from concurrent.futures import ProcessPoolExecutor
 
 from .. import claims as C
-from .. import plots
+from .. import plots, report, zoo
 from ..determinism import EXEC_MODES, INJECTIONS, check_determinism
 from ..fusion import FusionOptions
-from .options import add_shared
+from .options import add_shared, fusion_list_type, nonneg_int
 
 __all__ = ["add_parser", "EXECUTORS"]
 
 EXECUTORS = ("inprocess", "process", "dask")
+
+NO_INPUT_FILES = (
+    "--inputs takes input kinds, not a FILE: a check searches, each trial drawing its own inputs "
+    "(one seed per trial) and a counterexample is shrunk by resizing the model, so a file of fixed "
+    "inputs would make every trial the same case.  To run given inputs: numlab run MODEL --inputs FILE.")
+"""Why ``check CLAIM`` and ``check plan`` refuse ``--inputs FILE`` (their help epilog)."""
 
 
 def add_parser(sub) -> None:
@@ -42,18 +48,17 @@ def add_parser(sub) -> None:
     )
     csub = p.add_subparsers(dest="check_command", metavar="CLAIM|plan|determinism|list")
     for name, claim in sorted(C.CLAIMS.items()):
-        cp = csub.add_parser(name, help=claim.statement, description=claim.statement)
-        add_shared(cp, model="zoo or claims.EXTRA_MODELS model name (or --model M)", dtype="fp16",
-                   fusion="", size="", seed=0,
-                   inputs=("normal,uniform,shifted_mean,heavy_tailed,near_overflow", ["--kinds"]))
+        cp = csub.add_parser(name, help=claim.statement, description=claim.statement, epilog=NO_INPUT_FILES)
+        add_shared(cp, model="a zoo model (numlab.zoo.MODELS), a claims model (numlab.claims.EXTRA_MODELS) "
+                   "or module:function",
+                   dtype="fp16", fusion="", size="", seed=0,
+                   inputs="normal,uniform,shifted_mean,heavy_tailed,near_overflow", inputs_multi=True,
+                   out="data/counterexamples", force="(a different counterexample file of the same name)")
         cp.add_argument("--trials", type=int, default=100, help="random trials (default 100)")
         cp.add_argument("--search", choices=("random", "adversarial"), default="random")
         cp.add_argument("--steps", type=int, default=200, help="adversarial mutations (default 200)")
-        cp.add_argument("--save", default="data/counterexamples", metavar="DIR",
-                        help="where counterexamples go (default data/counterexamples)")
         cp.add_argument("--no-save", action="store_true", help="do not save the counterexample")
         cp.add_argument("--no-shrink", action="store_true", help="do not shrink the counterexample")
-        cp.add_argument("--force", action="store_true", help="overwrite a different existing file")
         cp.add_argument("--executor", choices=EXECUTORS, default="inprocess")
         cp.add_argument("--workers", type=int, default=2)
         cp.add_argument("--progress", action="store_true", help="tqdm progress bar")
@@ -62,12 +67,12 @@ def add_parser(sub) -> None:
     pp = csub.add_parser("plan", help="the autofusion precision test plan (C1, C2, C3, chains)",
                          description="The autofusion precision test plan (C1, C2, C3, chains under each "
                          "fusion configuration); exit 1 if any chain FAILs, else 2 if any is UNDECIDED "
-                         "(or on bad usage), else 0.")
-    add_shared(pp, out="out/check_plan", seed=0, inputs=("normal", ["--kinds"]),
+                         "(or on bad usage), else 0.", epilog=NO_INPUT_FILES)
+    add_shared(pp, out="out/check_plan", seed=0, inputs="normal", inputs_multi=True,
                force="(an existing plan.csv)")
     pp.add_argument("--trials", type=int, default=1000, help="inputs per chain (default 1000)")
     pp.add_argument("--quick", action="store_true", help="smaller C1/C2/C3 sizes")
-    pp.add_argument("--fusion", action="append", default=None, metavar="SPEC[,SPEC...]",
+    pp.add_argument("--fusion", action="append", default=None, metavar="SPEC[,SPEC...]", type=fusion_list_type,
                     help="fusion spec(s) the chains run under, repeatable or comma-separated (grammar in "
                     "`numlab --help`; default: " + ", ".join(C.PLAN_FUSIONS) + ")")
     pp.add_argument("--no-figures", action="store_true")
@@ -90,17 +95,15 @@ def _add_determinism_parser(csub) -> None:
         "determinism", help="compile and run MODEL in N processes; compare fingerprints and bits",
         description="Compile determinism (same fingerprint and plan in every process) and execution "
                     "determinism (same output bits), each process with its own PYTHONHASHSEED.")
-    add_shared(p, model="a zoo model (numlab.zoo.MODELS)", dtype="fp16",
-               fusion="(fused modes)", kernels="(default: the mode's)", inputs=("normal", ["--input-kind"]))
-    p.add_argument("--size", "--sizes", dest="size", action="append", default=[], metavar="NAME=INT",
-                   help="model size, e.g. --size batch=4 (repeatable; a=1,b=2 also works)")
+    add_shared(p, model="a zoo model (numlab.zoo.MODELS) or module:function", dtype="fp16", size="",
+               fusion="(fused modes)", kernels="(default: the mode's)", inputs="normal", seed=0)
     p.add_argument("--mode", default="fused", choices=EXEC_MODES, help="execution mode (default fused)")
     p.add_argument("--runs", type=int, default=3, help="processes (default 3, >= 2)")
     p.add_argument("--order", default=None,
                    help="reduction order for every reduction: 'atomic' (schedule order; unseeded without "
-                        "--seed) or an order string such as 'pairwise', 'shuffled(3)'")
-    p.add_argument("--seed", type=int, default=None, help="schedule seed (default none)")
-    p.add_argument("--input-seed", type=int, default=0, help="input seed (default 0)")
+                        "--schedule-seed) or an order string such as 'pairwise', 'shuffled(3)'")
+    p.add_argument("--schedule-seed", type=nonneg_int("--schedule-seed"),
+                   default=None, metavar="N", help="seed of the atomic schedule (default none: unseeded)")
     p.add_argument("--inject", default=None, choices=[i for i in INJECTIONS if i],
                    help="plant a PYTHONHASHSEED-dependent compile step to see the check catch it")
     p.add_argument("--timeout", type=float, default=300.0,
@@ -110,20 +113,23 @@ def _add_determinism_parser(csub) -> None:
 
 
 def _run_determinism(args) -> int:
-    if args.model is None:
-        raise ValueError("MODEL is required (a zoo model)")
+    if args.model in C.EXTRA_MODELS and args.model not in zoo.MODELS:
+        raise ValueError(f"MODEL {args.model!r} is a claims model; check determinism takes a zoo model or "
+                         f"module:function (its worker processes rebuild it), e.g. "
+                         f"{C.EXTRA_MODELS[args.model].__module__}:{C.EXTRA_MODELS[args.model].__name__}")
     rep = check_determinism(args.model, fmt=args.dtype, mode=args.mode, runs=args.runs, sizes=args.size,
-                            kernels=args.kernels, fusion=args.fusion, order=args.order, seed=args.seed,
-                            input_kind=args.inputs, input_seed=args.input_seed, inject=args.inject,
+                            kernels=args.kernels, fusion=args.fusion, order=args.order,
+                            seed=args.schedule_seed, input_kind=args.inputs, input_seed=args.seed, inject=args.inject,
                             timeout=args.timeout)
     if args.json:
         print(json.dumps({"config": rep.config, "compile_deterministic": rep.compile_deterministic,
                           "execution_deterministic": rep.execution_deterministic,
+                          "ok": rep.ok, "active_hazards": [h.option for h in rep.active_hazards],
                           "records": [r.to_json() for r in rep.records],
                           "diffs": rep.diffs,
                           "plan": [h.__dict__ for h in rep.plan]}, indent=1))
     else:
-        print(rep)
+        print(report.wrap_lines(str(rep)))
     return 0 if rep.ok else 1
 
 
@@ -158,8 +164,6 @@ def _executor(kind: str, workers: int):
 def _run_claim(args) -> int:
     if args.trials < 1:
         raise ValueError(f"--trials={args.trials} must be >= 1")
-    if args.model is None:
-        raise ValueError(f"MODEL is required (give it as MODEL or --model M); claim {args.claim!r}")
     kinds = tuple(k.strip() for k in args.inputs.split(",") if k.strip())
     fusion = FusionOptions.parse(args.fusion)
     print(f"numlab check {args.claim} {args.model}: dtype={args.dtype.name} fusion={fusion.spec} "
@@ -169,16 +173,25 @@ def _run_claim(args) -> int:
     try:
         # claims.check takes the spec string (it stores it in the case record)
         rep = C.check(args.claim, args.model, fmt=args.dtype.name, sizes=args.size, fusion=fusion.spec,
-                      seed=args.seed, executor=ex, save=None if args.no_save else args.save, options=opts,
+                      seed=args.seed, executor=ex, save=None if args.no_save else args.out, options=opts,
                       progress=args.progress, shrink_cex=not args.no_shrink, force=args.force)
     finally:
         if close:
             close()
-    print(rep.summary())
+    print(report.wrap_lines(rep.summary()))
     if rep.verdict == "fails":
-        where = f"{rep.saved}.npz/.json" if rep.saved else "(not saved)"
-        print(f"counterexample: claim {rep.claim} fails on {rep.model}; worst case trial {rep.worst_trial}, "
-              f"margin {rep.worst_margin:.4g}; saved {where}")
+        if rep.worst_trial is None and rep.counterexample is None:  # a population claim
+            print(f"claim {rep.claim} fails on {rep.model} over the pooled outputs of all {rep.trials} "
+                  f"trials (margin {rep.worst_margin:.4g}); a population claim has no single "
+                  "counterexample case to save")
+        else:
+            if rep.saved:
+                where = f"saved to {rep.saved}.npz/.json"
+            else:
+                where = "not saved (--no-save)" if args.no_save else "not saved"
+            trial = "" if rep.worst_trial is None else f"worst case trial {rep.worst_trial}, "
+            print(f"counterexample: claim {rep.claim} fails on {rep.model}; {trial}"
+                  f"margin {rep.worst_margin:.4g}; {where}")
     elif rep.verdict == "undecided":
         print(f"undecided: claim {rep.claim} on {rep.model} is neither shown to hold nor to fail; "
               f"{rep.undecided} of {rep.trials} cases rest on: {rep.undecided_detail.get('reason')}")

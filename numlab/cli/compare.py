@@ -1,16 +1,20 @@
 """``numlab compare -gp GOLDEN -mp MINE -o OUT``: msit-style dump compare.
 
 Same options as ``msit llm compare`` (``-gp/--golden-path``,
-``-mp/--my-path``, ``-o/--output``): each path is a dump directory (with or
+``-mp/--my-path``, ``-o/--output``, also spelled ``--out`` as in every
+numlab command; ``--dtype`` as everywhere): each path is a dump directory (with or
 without ``manifest.json``) or a single ``.npy`` file; ``-o`` is a ``.csv``
 file or a directory that gets ``numlab_cmp_report_<timestamp>.csv``.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 
 from ..compare.compare import DEFAULT_CHUNK, Thresholds, compare_dumps, report_path
+from ..report import Column, render_table, wrap_lines
+from .options import dtype_type
 
 
 def add_parser(sub) -> None:
@@ -26,12 +30,12 @@ def add_parser(sub) -> None:
                    help="golden (bench) dump: directory or .npy file")
     p.add_argument("-mp", "--my-path", required=True, dest="my_path",
                    help="dump to check: directory or .npy file")
-    p.add_argument("-o", "--output", default=None,
+    p.add_argument("-o", "--out", "--output", dest="output", default=None,
                    help="report .csv file, or a directory for numlab_cmp_report_<time>.csv "
                         "(default: no file, print only)")
     p.add_argument("--force", action="store_true", help="overwrite an existing report file")
-    p.add_argument("--fmt", default=None,
-                   help="storage format for the ULP columns (default: my dump's dtype)")
+    p.add_argument("--dtype", default=None, metavar="FMT", type=dtype_type(),
+                   help="storage format S for the ULP columns (default: my dump's dtype)")
     p.add_argument("--cosine", type=float, default=Thresholds.cosine,
                    help="msprobe COS_THRESHOLD (default 0.99)")
     p.add_argument("--max-abs-err", type=float, default=Thresholds.max_abs_err,
@@ -50,18 +54,65 @@ def add_parser(sub) -> None:
     p.set_defaults(func=main)
 
 
+COMPARE_LEGEND = (
+    ("#", "row number (the CSV's index)"),
+    ("node, op, block", "the node (full name), its operator and the fused block it is in"),
+    ("cosine", "cosine similarity of golden and mine"),
+    ("max rel, max abs", "largest relative and absolute difference (msit's max_relative_error, "
+                         "msprobe's MaxAbsErr)"),
+    ("max ULP", "largest distance in ULPs of the storage format"),
+    ("bits =", "share of elements bitwise equal"),
+    ("acc", "accuracy reached (msprobe): Yes, No, or Unmatched (shapes differ)"),
+    ("origin", "of a failing row: introduced (its inputs pass: the error starts here), carried (an "
+               "input fails too), first_failing (no graph edges known: the first failing row)"),
+    ("reason", "why the row could not be compared, or notes (full text also in the CSV)"),
+)
+
+
+def _num(v, digits: int = 3) -> str:
+    if v is None or v == "":
+        return "-"
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return str(v)
+    if digits >= 6 and math.isfinite(f) and abs(f) <= 1:
+        return f"{f:.{digits}f}"
+    return f"{f:.{digits}g}"
+
+
+def compare_table(rows, max_rows: int | None = 60, *, width=None, plain=None) -> str:
+    """The main columns of a compare report as a terminal table: full node
+    names and reasons (wrapped, never cut), a legend under it."""
+    shown = list(rows) if max_rows is None else list(rows)[:max_rows]
+    cols = [Column("index", "#", "{}", justify="right", key_col=True), Column("node", "node", key_col=True),
+            Column("op", "op"), Column("block", "block"),
+            Column(lambda r: _num(r["cosine_similarity"], 8), "cosine", justify="right", wrap=False),
+            Column(lambda r: _num(r["max_relative_error"]), "max rel", justify="right", wrap=False),
+            Column(lambda r: _num(r["MaxAbsErr"]), "max abs", justify="right", wrap=False),
+            Column(lambda r: _num(r["max_ulp_error"]), "max ULP", justify="right", wrap=False),
+            Column(lambda r: _num(r["bitwise_equal_ratio"], 2), "bits =", justify="right", wrap=False),
+            Column(lambda r: r["Accuracy Reached or Not"] or "-", "acc"),
+            Column(lambda r: r["error_origin"] or "", "origin"),
+            Column(lambda r: r["cmp_fail_reason"] or "", "reason")]
+    out = render_table(shown, cols, legend=COMPARE_LEGEND, width=width, plain=plain)
+    if max_rows is not None and len(rows) > max_rows:
+        out += f"\n... {len(rows) - max_rows} more rows (--rows N shows more; all are in the CSV)"
+    return out
+
+
 def main(args) -> int:
     th = Thresholds(cosine=args.cosine, max_abs_err=args.max_abs_err,
                     max_rel_err=args.max_rel_err, max_ulp=args.max_ulp)
     # refuse an existing report before spending the compare on it
     out = report_path(args.output, force=args.force) if args.output else None
-    report = compare_dumps(args.golden_path, args.my_path, fmt=args.fmt, thresholds=th,
+    report = compare_dumps(args.golden_path, args.my_path, fmt=args.dtype, thresholds=th,
                            chunk_elems=args.chunk, verify=not args.no_verify)
     if out is not None:  # saved before printing: a closed stdout cannot lose the report
         out = report.to_csv(out, force=args.force)
-    print(report.summary())
+    print(wrap_lines(report.summary()))
     print()
-    print(report.table(max_rows=args.rows))
+    print(compare_table(report.rows, max_rows=args.rows))
     if out is not None:
         print(f"\nSaved comparing results: {out}")
     sys.stdout.flush()

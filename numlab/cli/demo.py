@@ -23,7 +23,7 @@ import math
 import time
 from pathlib import Path
 
-from .. import __version__, plots, zoo
+from .. import __version__, plots, report, zoo
 from ..experiments import (
     CHAIN_NS,
     MATRIX_KINDS,
@@ -42,7 +42,7 @@ from ..experiments import (
 from ..fusion import FusionOptions
 from ..plots import figure_to_png
 from ..report import format_table, html_report
-from .options import add_shared
+from .options import add_shared, models_type
 
 __all__ = ["add_parser", "resolve_out_dir", "main", "notebooks_dir"]
 
@@ -75,7 +75,7 @@ def resolve_out_dir(out, force: bool = False) -> tuple[Path, str]:
 
 def notebooks_dir() -> Path | None:
     """The repository's notebooks/ folder when numlab runs from a checkout."""
-    here = Path(__file__).resolve().parent.parent / "notebooks"
+    here = Path(__file__).resolve().parents[2] / "notebooks"
     return here if here.is_dir() else None
 
 
@@ -147,12 +147,14 @@ def _sources_html(srows) -> str:
 
 
 def main(out="out", *, force=False, quick=False, fusion=None, kind="normal", seed=0,
-         models=None, echo=print) -> dict:
+         models=None, echo=print, width=None, plain=None) -> dict:
     """Run the demo; returns ``{"dir", "rows", "files", "table", "seconds"}``.
 
-    Longer than 100 lines because it is the demo's script, read top to
-    bottom: compute (numlab.experiments), print each table as it is ready,
-    then write figures, CSV, JSON and the HTML report in that order."""
+    Computes everything (numlab.experiments), writes figures, CSV, JSON and
+    the HTML report, and only then prints (tables fitted to ``width``, default
+    the terminal's; prose wrapped), so a closed stdout (``numlab demo | head``)
+    cannot lose the results.  Longer than 100 lines because it is the demo's
+    script, read top to bottom."""
     t0 = time.perf_counter()
     fmts = ("fp16", "bf16")
     if models is None:
@@ -162,47 +164,32 @@ def main(out="out", *, force=False, quick=False, fusion=None, kind="normal", see
     rows, extra = demo_rows(models, fmts, fusion=fo, kind=kind, seed=seed, keep_results=True)
     ns = CHAIN_NS[:5] if quick else CHAIN_NS
     chain = {dt: chain_errors(ns, dt, size=1024 if quick else 2048, seed=seed) for dt in fmts}
-    table = format_table(rows)
-    echo(f"numlab {__version__} demo: {len(models)} models x {fmts} x eager / fused / emulated_casts "
-         f"vs fp64; fusion {fo.spec} ({fo.describe()}); inputs {kind}, seed {seed}")
-    echo(table)
-    better = sum(r["verdict"].startswith("more") for r in rows if r["mode"] == "fused")
-    worse = sum(r["verdict"].startswith("less") for r in rows if r["mode"] == "fused")
-    same = sum(r["verdict"] == "same bits" for r in rows if r["mode"] == "fused")
-    summary = (f"fused vs eager (mean |error| against fp64): more accurate in {better}, less accurate in "
-               f"{worse}, bitwise identical in {same} of {better + worse + same + sum(r['verdict'] in ('equally accurate', 'non-finite') for r in rows if r['mode'] == 'fused')} model/format pairs")
-    echo(summary)
+    mkinds = ("normal", "shifted_mean") if quick else MATRIX_KINDS
+    mrows = verdict_matrix(models, fmts, MATRIX_PRESETS, mkinds, seed=seed)
+    srows = source_rows(quick=quick, seed=seed)
+
+    fused = [r for r in rows if r["mode"] == "fused"]
+    better = sum(r["verdict"].startswith("more") for r in fused)
+    worse = sum(r["verdict"].startswith("less") for r in fused)
+    same = sum(r["verdict"] == "same bits" for r in fused)
+    summary = (f"fused vs eager (column 'mean abs': mean |error| against fp64): more accurate in "
+               f"{better}, less accurate in {worse}, bitwise identical in {same} of {len(fused)} "
+               "model/format pairs")
+    chain_lines = []
     for dt, (errs, b) in chain.items():
         ok_e = all(e <= bb for e, bb in zip(errs["eager"], b["eager"], strict=True))
         ok_f = all(e <= bb for e, bb in zip(errs["fused"], b["fused"], strict=True))
-        echo(f"chain of n multiplies ({dt}): eager max rel err {errs['eager'][-1]:.3g} at n={ns[-1]} "
-             f"(bound n*u_S {b['eager'][-1]:.3g}, {'holds' if ok_e else 'VIOLATED'}); fused "
-             f"{errs['fused'][-1]:.3g} (bound u_S + n*u_32 {b['fused'][-1]:.3g}, {'holds' if ok_f else 'VIOLATED'})")
-
-    mkinds = ("normal", "shifted_mean") if quick else MATRIX_KINDS
-    mrows = verdict_matrix(models, fmts, MATRIX_PRESETS, mkinds, seed=seed)
-    echo("")
-    echo("is fused more or less accurate than eager (mean |error| vs fp64), per preset and input kind, "
-         f"over the {len(models)} models x {len(fmts)} formats:")
-    echo(format_verdict_matrix(mrows))
-    echo(MATRIX_NOTE)
-
-    srows = source_rows(quick=quick, seed=seed)
-    echo("")
-    echo("where the bits part: share of output elements whose bits differ from eager "
-         "(only X: the other three sources set to eager's choice; decomposition: all four set; "
-         "all aligned: all four set and no decomposition)")
-    echo(format_source_table(srows))
+        chain_lines.append(
+            f"chain of n multiplies ({dt}): eager max rel err {errs['eager'][-1]:.3g} at n={ns[-1]} "
+            f"(bound n*u_S {b['eager'][-1]:.3g}, {'holds' if ok_e else 'VIOLATED'}); fused "
+            f"{errs['fused'][-1]:.3g} (bound u_S + n*u_32 {b['fused'][-1]:.3g}, "
+            f"{'holds' if ok_f else 'VIOLATED'})")
     bad = [r["case"] for r in srows if r["all aligned"] != 0.0]
-    echo("all four sources aligned + no decomposition: " + (
-        "bitwise identical to eager in every case" if not bad else f"DIFFERS from eager in {bad}"))
 
+    # files first: a closed pipe must not lose them
     outdir.mkdir(parents=True, exist_ok=True)
-    if note:
-        echo(note)
     files = []
-    differing = [r["model"] for r in rows
-                 if r["mode"] == "fused" and r["fmt"] == fmts[0] and r["bitwise_eq_eager"] < 1]
+    differing = [r["model"] for r in fused if r["fmt"] == fmts[0] and r["bitwise_eq_eager"] < 1]
     figs = _figures(rows, fmts, extra, chain, tuple(differing[: 1 if quick else 2]), srows)
     embedded = []
     figdir = outdir / "figures"
@@ -212,8 +199,8 @@ def main(out="out", *, force=False, quick=False, fusion=None, kind="normal", see
         (figdir / fname).write_bytes(png)
         files.append(figdir / fname)
         embedded.append((caption, png))
-    keys = ["model", "fmt", "mode", "abs_max", "abs_p99", "rel_max", "rel_p99", "ulp_max", "ulp_p99",
-            "ulp0", "ulp1", "ulp_ge2", "bitwise_eq_eager", "nonfinite", "verdict", "fingerprint"]
+    keys = ["model", "fmt", "mode", "abs_max", "abs_p99", "abs_mean", "rel_max", "rel_p99", "ulp_max",
+            "ulp_p99", "ulp0", "ulp1", "ulp_ge2", "bitwise_eq_eager", "nonfinite", "verdict", "fingerprint"]
     with open(outdir / "results.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(keys)
@@ -228,33 +215,49 @@ def main(out="out", *, force=False, quick=False, fusion=None, kind="normal", see
         {"meta": meta, "rows": [{k: v for k, v in r.items()} for r in rows]},
         indent=1, default=lambda o: None if isinstance(o, float) and not math.isfinite(o) else str(o)))
     files.append(outdir / "results.json")
-    nb = notebooks_dir()
     intro = (f"numlab {__version__}: each model of the zoo runs eager (one hand-written kernel per "
              f"operator, rounding to S after each), fused ({fo.describe()}: fp32 inside a block, one "
              "rounding to S at its outputs) and fused with emulated precision casts (rounding where "
              f"eager would), in fp16 and bf16, on '{kind}' inputs (seed {seed}); every error is against "
              "the fp64 reference on the same S-valued inputs.")
-    notes = [summary,
-             "0 ULP: the share of elements equal to the correctly rounded fp64 result; bits = eager: "
-             "the share bitwise equal to eager's output.",
-             "vs eager compares the mean absolute error against fp64.",
-             "Relative errors use max(|ref|, smallest normal of S) as the denominator.",
+    notes = [summary, *(f"{t}: {d}" for t, d in report.LEGEND),
              "Bitwise-identical pairs are real: a composite (layer_norm, softmax, ...) computes in "
              "fp32 inside both ways, and a few fp32 ulps of difference rarely move a value "
              "rounded to fp16/bf16. The table 'Where the bits part' shows each source on cases "
              "chosen to expose it (longer rows, shifted-mean inputs, the autofuse preset, fp32 storage)."]
     (outdir / "report.html").write_text(html_report(
         title="numlab demo: eager vs fused vs emulated casts", intro=intro, rows=rows,
-        figures=embedded, plans=extra["plans"], notes=notes,
+        figures=embedded, plans=extra["plans"], notes=notes, specs={"fusion": fo.spec},
         extra_html=_matrix_html(mrows) + "\n" + _sources_html(srows)))
     files.append(outdir / "report.html")
     secs = time.perf_counter() - t0
-    echo(f"wrote {outdir / 'report.html'} (self-contained), results.csv, results.json and "
-         f"{len(figs)} figures in {figdir} ({secs:.1f} s)")
+
+    # then print
+    W = report.terminal_width() if width is None else width
+    table = format_table(rows, width=W, plain=plain)
+    say = [
+        report.wrap(f"numlab {__version__} demo: {len(models)} models x {fmts} x eager / fused / emulated_casts "
+             f"vs fp64; fusion {fo.spec} ({fo.describe()}); inputs {kind}, seed {seed}", W),
+        table, report.wrap(summary, W), *(report.wrap(x, W) for x in chain_lines), "",
+        report.wrap("is fused more or less accurate than eager (mean |error| vs fp64), per preset and input "
+             f"kind, over the {len(models)} models x {len(fmts)} formats:", W),
+        format_verdict_matrix(mrows, width=W, plain=plain), report.wrap(MATRIX_NOTE, W), "",
+        report.wrap("where the bits part: share of output elements whose bits differ from eager", W),
+        format_source_table(srows, width=W, plain=plain),
+        report.wrap("all four sources aligned + no decomposition: " + (
+            "bitwise identical to eager in every case" if not bad else f"DIFFERS from eager in {bad}"), W),
+    ]
+    if note:
+        say.append(report.wrap(note, W))
+    say.append(report.wrap(f"wrote {outdir / 'report.html'} (self-contained), results.csv, results.json and "
+                    f"{len(figs)} figures in {figdir} ({secs:.1f} s)", W))
+    nb = notebooks_dir()
     if nb is not None:
-        echo(f"notebooks: {nb} -- start with `jupyter lab {nb / '00_start_here.ipynb'}`")
+        say.append(report.wrap(f"notebooks: {nb} -- start with `jupyter lab {nb / '00_start_here.ipynb'}`", W))
     else:
-        echo("notebooks: notebooks/ in the numlab repository (00_start_here.ipynb first)")
+        say.append(report.wrap("notebooks: notebooks/ in the numlab repository (00_start_here.ipynb first)", W))
+    for line in say:
+        echo(line)
     return {"dir": outdir, "rows": rows, "files": files, "table": table, "seconds": secs}
 
 
@@ -266,16 +269,18 @@ def add_parser(sub) -> None:
         "fp64 reference: a table, figures and a self-contained HTML report in DIR. Existing "
         "results are never overwritten: a fresh run-NNN subfolder is used unless --force.",
     )
-    add_shared(p, fusion="", inputs=("normal", ["--kind"]), seed=0, out="out",
+    add_shared(p, fusion="", inputs="normal", seed=0, out="out",
                force="(default: a fresh run-NNN subfolder)")
     p.add_argument("--quick", action="store_true", help="4 models and short chains (a few seconds)")
-    p.add_argument("--models", default=None,
-                   help=f"comma-separated subset of: {', '.join(zoo.MODELS)}")
+    p.add_argument("--models", default=None, metavar="A,B", type=models_type,
+                   help="comma-separated subset of the zoo models (default all): "
+                        f"{', '.join(zoo.MODELS)}; demo runs several models, so it takes --models "
+                        "where one-model commands take a MODEL positional")
     p.set_defaults(func=_cli)
 
 
 def _cli(args) -> int:
-    models = None if args.models is None else [m.strip() for m in args.models.split(",") if m.strip()]
+    models = args.models  # a list (options.models_type) or None
     main(args.out, force=args.force, quick=args.quick, fusion=args.fusion, kind=args.inputs,
          seed=args.seed, models=models)
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..experiments import formats_table, rounding_demo
 from ..rounding import ROUNDINGS
+from .options import seed_type
 
 __all__ = ["add_parser"]
 
@@ -13,7 +14,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("formats", help=f"the formats table and where each rounding mode ({', '.join(ROUNDINGS)}) "
                                        "sends --x in each storage format")
     p.add_argument("--x", type=float, default=0.1, help="value to round (default 0.1)")
-    p.add_argument("--seed", type=int, default=0, help="seed for stochastic rounding (default 0)")
+    p.add_argument("--seed", type=seed_type, default=0, metavar="N",
+                   help="seed for stochastic rounding, an integer >= 0 (default 0)")
     p.set_defaults(func=_cli)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from .. import races
+from .options import seed_type
 
 
 def race_report(scenario: str, *, runs: int = 200, fix: bool = False, seed: int = 0, spread: float = 0.4,
@@ -87,7 +88,8 @@ def add_parser(sub) -> None:
                    help=f"one of {sorted(races.SCENARIOS)}")
     p.add_argument("--runs", type=int, default=200, help="cases in the batch (default 200)")
     p.add_argument("--fix", action="store_true", help="apply the scenario's fix (a SyncAll after TargetProcess)")
-    p.add_argument("--seed", type=int, default=0, help="seed for cases and schedules (default 0)")
+    p.add_argument("--seed", type=seed_type, default=0, metavar="N",
+                   help="seed for cases and schedules, an integer >= 0 (default 0)")
     p.add_argument("--spread", type=float, default=0.4,
                    help="latency spread: sigma of log(stage duration) (default 0.4)")
     p.add_argument("--no-bisect", action="store_true", help="skip the bisection")

@@ -20,6 +20,7 @@ from ..kernels.reveal import INPUT_FORMATS, RevealError
 from ..kernels.reveal import check as check_order
 from ..kernels.reveal import reveal as reveal_tree
 from ..torch.reveal import FUNCTIONS, black_box
+from .options import dtype_type, seed_type
 
 ACCS = ("fp32", "fp64", "fp16", "bf16")
 
@@ -75,11 +76,12 @@ def add_parser(sub) -> None:
                                    "when not, 2 on bad arguments.")
     p.add_argument("function", metavar="FUNC", help=f"one of {list(FUNCTIONS)}")
     p.add_argument("--n", type=int, required=True, help="row length (elements summed)")
-    p.add_argument("--dtype", dest="dtype_name", default="fp32", metavar="FMT",
+    p.add_argument("--dtype", dest="dtype_name", default="fp32", metavar="FMT", type=dtype_type(INPUT_FORMATS),
                    help=f"input format: {', '.join(INPUT_FORMATS)} (default fp32)")
     p.add_argument("--acc", default="fp32", help=f"accumulator of the revealed tree in the check: "
                                                  f"{', '.join(ACCS)} (default fp32)")
     p.add_argument("--check-rows", type=int, default=10_000, help="random rows checked (default 10000)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the check rows (default 0)")
+    p.add_argument("--seed", type=seed_type, default=0, metavar="N",
+                   help="seed of the check rows, an integer >= 0 (default 0)")
     p.add_argument("--width", type=int, default=400, help="characters of the printed tree (default 400)")
     p.set_defaults(func=_main)

@@ -1,4 +1,4 @@
-"""``numlab run MODEL --dtype D --mode M --seed S [--fusion SPEC] [--kernels SPEC] [--dump DIR [--force]]``.
+"""``numlab run MODEL --dtype D --mode M --seed S [--size N=I] [--inputs KIND|FILE] [--fusion SPEC] [--kernels SPEC] [--dump DIR [--force]]``.
 
 Runs a zoo model in one execution mode on seeded inputs, prints a per-node
 summary, and with ``--dump`` writes one ``.npy`` per dumped node plus
@@ -14,23 +14,26 @@ from pathlib import Path
 import numpy as np
 
 from .. import zoo
+from ..claims import EXTRA_MODELS
 from ..compare.dump import check_target, dump_run
 from ..execute import run
 from ..fusion import FusionOptions
-from .options import add_shared, resolve_model
+from ..report import Column, render_table
+from .options import MODEL_HELP, add_shared, build_model, model_inputs
 
-__all__ = ["add_parser", "add_model_args", "build", "main"]
+__all__ = ["add_parser", "add_model_args", "build", "main", "node_table"]
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "run",
-        help="run a zoo model in one mode, optionally dumping every node",
-        description="Run a zoo model (numlab.zoo.MODELS) on seeded inputs in one execution "
-                    "mode and optionally dump every node's value with a manifest.",
+        help="run one model in one mode, optionally dumping every node",
+        description="Run a model (a zoo model, a claims model, or module:function) on seeded "
+                    "inputs (or inputs read from a .npz file or a directory of .npy files) in one "
+                    "execution mode and optionally dump every node's value with a manifest.",
     )
-    add_shared(p, model="zoo model name (see `numlab run --list`)")
-    p.add_argument("--list", action="store_true", help="list the zoo models and exit")
+    add_shared(p, model=MODEL_HELP + " (see `numlab run --list`)", model_required=False)
+    p.add_argument("--list", action="store_true", help="list the models and exit")
     p.add_argument("--mode", default="eager",
                    help="eager, fused, emulated_casts or reference (default eager)")
     add_model_args(p, fused_only="(fused modes)")
@@ -47,31 +50,54 @@ def add_parser(sub) -> None:
 
 def add_model_args(p, fused_only: str = "") -> None:
     """The shared options ``run`` and ``bisect`` take: --dtype, --seed,
-    --inputs, --size, --fusion."""
-    add_shared(p, dtype="fp16", seed=0, inputs="normal", size="", fusion=fused_only)
+    --inputs KIND|FILE, --size, --fusion."""
+    add_shared(p, dtype="fp16", seed=0, inputs="normal", size="", fusion=fused_only, inputs_files=True)
 
 
 def build(model: str | None, sizes: dict):
-    """The zoo graph of ``model`` with ``sizes``; ValueError names MODEL and the choices."""
-    if not model:
-        raise ValueError(f"MODEL is required; valid: {sorted(zoo.MODELS)} (or --list)")
-    if model not in zoo.MODELS:
-        raise ValueError(f"MODEL {model!r} is not a zoo model; valid: {sorted(zoo.MODELS)}")
-    return zoo.get_model(model, **sizes)
+    """The graph of ``MODEL`` with ``sizes`` (:func:`numlab.cli.options.build_model`)."""
+    return build_model(model, sizes)
+
+
+NODE_LEGEND = (("node", "every node of the run, in execution order (full names)"),
+               ("shape", "the shape of its value"),
+               ("dtype", "the numpy dtype the value is held in"),
+               ("min, max", "smallest and largest finite value ('-': none)"),
+               ("nan, inf", "number of NaN and infinite elements"))
+
+
+def node_table(values, *, width=None, plain=None) -> str:
+    """The per-node summary of a run as a terminal table with its legend."""
+    rows = []
+    for name, v in values.items():
+        a = np.asarray(v, dtype=np.float64)
+        fin = a[np.isfinite(a)]
+        rows.append({"node": name, "shape": str(tuple(a.shape)), "dtype": str(np.asarray(v).dtype),
+                     "min": float(fin.min()) if fin.size else None,
+                     "max": float(fin.max()) if fin.size else None,
+                     "nan": int(np.isnan(a).sum()), "inf": int(np.isinf(a).sum())})
+    cols = [Column("node", "node", key_col=True), Column("shape", "shape"), Column("dtype", "dtype"),
+            Column("min", "min", "{:.4g}", justify="right", wrap=False),
+            Column("max", "max", "{:.4g}", justify="right", wrap=False),
+            Column("nan", "nan", "{:d}", justify="right"), Column("inf", "inf", "{:d}", justify="right")]
+    return render_table(rows, cols, legend=NODE_LEGEND, width=width, plain=plain)
 
 
 def main(args) -> int:
     if args.list:
         print("zoo models: " + ", ".join(sorted(zoo.MODELS)))
+        print("claims models: " + ", ".join(sorted(EXTRA_MODELS)))
+        print("or module:function (a function of the --size values returning a numlab Graph)")
         return 0
-    model = resolve_model(args)
+    model = args.model
     if not model:
-        raise ValueError(f"MODEL is required; valid: {sorted(zoo.MODELS)} (or --list)")
+        raise ValueError(f"MODEL is required; valid: {sorted({**zoo.MODELS, **EXTRA_MODELS})}, "
+                         "module:function, or --list")
     if args.dump:  # refuse an existing dump before running, not after
         check_target(Path(args.dump), args.force)
     S = args.dtype
     graph = build(model, args.size)
-    inputs = zoo.make_inputs(graph, kind=args.inputs, seed=args.seed)
+    inputs = model_inputs(graph, args)
     kw = {}
     fused = args.mode in ("fused", "emulated_casts")
     if fused:
@@ -90,20 +116,12 @@ def main(args) -> int:
         head += f" fusion={kw['fusion'].spec}"
     if res.kernels is not None:
         head += f" kernels={res.kernels.spec}"
-    print(f"{head} fingerprint={res.fingerprint[:16]}...")
+    print(f"{head} fingerprint={res.fingerprint[:16]}...")  # one key=value line, kept whole for grep
     if fused:
         print(f"plan: {len(res.plan.blocks)} blocks ({res.plan.n_fused} fused)")
-    print(f"{'node':<28} {'shape':<16} {'dtype':<8} {'min':>11} {'max':>11} {'nan':>5} {'inf':>5}")
-    for name, v in res.values.items():
-        a = np.asarray(v, dtype=np.float64)
-        nan, inf = int(np.isnan(a).sum()), int(np.isinf(a).sum())
-        fin = a[np.isfinite(a)]
-        lo = f"{fin.min():.4g}" if fin.size else "-"
-        hi = f"{fin.max():.4g}" if fin.size else "-"
-        print(f"{name[:28]:<28} {str(tuple(a.shape))[:16]:<16} {str(np.asarray(v).dtype)[:8]:<8} "
-              f"{lo:>11} {hi:>11} {nan:>5} {inf:>5}")
+    print(node_table(res.values))
     if args.dump:
-        extra = {"inputs": args.inputs, "sizes": args.size}
+        extra = {"inputs": str(args.inputs), "sizes": args.size}
         if fused:
             extra["fusion"] = kw["fusion"].spec
         path = dump_run(res, args.dump, force=args.force, model=model, seed=args.seed, extra=extra)
