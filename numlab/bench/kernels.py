@@ -115,7 +115,7 @@ def _reductions(n: int, rep: int) -> list[str]:
         for o in ORDERS:
             order = K.parse_order(o)
             t = best_of(lambda x=x, o=o, name=name: K.reduce(x, "sum", order=o, acc=name), max(1, rep // 2))
-            t_naive = _timed(lambda x=x, order=order: order._sum_reference(x.astype(np.float32), naive),
+            t_naive = _timed(lambda x=x, order=order, naive=naive: order._sum_reference(x.astype(np.float32), naive),
                              max(1, rep // 2))
             ok = "ok" if t <= t_naive else "MISSED"
             lines.append(f"{name:5} {o:13} {t:9.4f} {t_naive:8.4f} {t / t_naive:6.2f}  [{ok}]")
