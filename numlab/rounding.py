@@ -45,7 +45,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .formats import BF16, FP16, FP32, NARROW_DTYPES, Format, get_format
+from .formats import FP32, NARROW_DTYPES, Format, get_format
 
 __all__ = ["ROUNDINGS", "round_to", "check_rounding"]
 

@@ -236,6 +236,12 @@ def test_capability_case(torch, tmp_path_factory, cap, op, dt):
             # and the strict xfail turns red when it starts to pass
             assert row["nearest"][0] == 1.0, (cap, op, dt, row)
         return
+    if isinstance(row["eager"], str) and "oneDNN avx2 under ATen capability" in row["eager"]:
+        # the preset detected oneDNN's avx2 kernel under another ATen capability (an AVX2-only
+        # CPU, or ONEDNN_MAX_CPU_ISA=AVX2, running the DEFAULT subprocess): it declares fp16
+        # gelu there not modelled and predict raised NotModelled naming it -- never a guess
+        print(f"{cap} {op} {dt}: NotModelled ({row['eager']})")
+        return
     assert not isinstance(row["eager"], str), row["eager"]
     share, max_ulp = row["eager"]
     if op in VML and dt == "fp32":

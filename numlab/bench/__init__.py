@@ -14,7 +14,8 @@ import time
 
 TARGETS: dict[str, str] = {
     "rounding": "round_to for 10^7 float32 values vs ml_dtypes/numpy round trips",
-    "kernels": "blocked fp16 row reduction vs numpy sum; block_fma matmul vs numpy matmul",
+    "kernels": ("every reduction order (fp16/bf16 data) vs numpy sum, peak memory, 16-bit accumulators "
+                "vs naive loops; block_fma matmul vs numpy matmul"),
     "layernorm": "eager and fused layernorm (4096x4096 fp16) vs a numpy float32 layernorm",
     "claims": "1000 layernorm trials (64x1024 fp16) in eager, fused and reference",
     "faithfulness": "numlab's predictions vs real torch eager and torch.compile (needs torch)",
