@@ -775,3 +775,22 @@ def test_fingerprint_encodes_the_graph_by_its_canonical_form(monkeypatch):
     monkeypatch.setattr(Graph, "to_dict", lambda self, _f=Graph.to_dict: calls.append(1) or _f(self))
     fingerprint(g1, mode="eager", fmt="fp16", kernels=H)
     assert calls == [1]
+
+
+def test_fma_contraction_skips_a_product_read_twice():
+    """``t = x*y; t + t`` in a code-generated block: the product feeds both operands,
+    so it is not folded into an FMA (it used to be skipped and then missing, KeyError)."""
+    def shared(x, y):
+        t = ops.mul(x, y)
+        return ops.add(t, t)
+
+    g = trace(shared, x=(64,), y=(64,))
+    rng = np.random.default_rng(7)
+    xs = {"x": rng.standard_normal(64).astype(np.float32), "y": rng.standard_normal(64).astype(np.float32)}
+    with_fma = run(g, xs, mode="fused", fmt="fp16", kernels="codegen")
+    without = run(g, xs, mode="fused", fmt="fp16", kernels="codegen:fma=false")
+    assert np.array_equal(with_fma.output.view(np.uint16), without.output.view(np.uint16))
+    S = np.float16
+    x16, y16 = xs["x"].astype(S).astype(np.float32), xs["y"].astype(S).astype(np.float32)
+    t = x16 * y16  # fp32 inside the block, exact doubling, one rounding to S at the edge
+    assert np.array_equal(with_fma.output.view(np.uint16), (t + t).astype(S).view(np.uint16))

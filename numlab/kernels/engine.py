@@ -469,7 +469,8 @@ def _folded_mul(node, g, block):
         if p not in block.members or p in block.outputs:
             continue
         pn = g.node(p)
-        if pn.op != "mul" or len(g.consumers(p)) != 1:
+        # the product must feed this one operand only (``t + t`` reads it twice)
+        if pn.op != "mul" or len(g.consumers(p)) != 1 or node.inputs.count(p) != 1:
             continue
         return p
     return None
