@@ -540,3 +540,20 @@ def test_fmt_is_the_storage_format_and_the_old_keyword_dtype_is_gone():
         C.plan_c1(8, dtype="fp16")
     rep = C.check("no_worse_tensor", "softmax", fmt="bf16", trials=1, shrink_cex=False)
     assert rep.fmt == "bf16" and not hasattr(rep, "dtype")
+
+
+def test_empty_outputs_decide_nothing():
+    """A case whose outputs have no elements: every value-based claim is undecided
+    (it used to say holds for inductor_rule, execution_determinism and
+    emulated_casts_match_eager, and to crash on a max over no elements for
+    no_worse_tensor, bound_no_worse and fp32_inside); compile determinism, decided by
+    fingerprints, still decides."""
+    case = C.make_case("mul_scalar", sizes={"batch": 0})
+    for name, claim in C.CLAIMS.items():
+        if claim.scope != "case":
+            continue
+        r = C.evaluate(name, case)
+        if name == "compile_determinism":
+            assert r.holds
+        else:
+            assert not r.holds and r.undecided and "no output elements" in r.undecided["reason"], name

@@ -274,7 +274,17 @@ class Claim:
     def evaluate(self, runs) -> CaseResult:
         if self.scope != "case":
             raise ValueError(f"claim {self.name!r} is a population claim; use check()")
+        if self.name not in _STRUCTURAL:
+            empty = [k for k, v in runs.outputs("reference").items() if np.asarray(v).size == 0]
+            if empty:  # nothing at all decides nothing (a max over no elements is no margin)
+                return _result(-math.inf, {}, _undecided(f"no output elements to compare: outputs {empty} "
+                                                         "are empty"))
         return self.fn(runs)
+
+
+_STRUCTURAL = ("compile_determinism",)
+"""Claims decided by fingerprints and plans, not by output values (an empty output
+does not make them vacuous)."""
 
 
 def _errs(runs, mode: str, name: str):
