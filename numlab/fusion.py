@@ -111,7 +111,7 @@ DEFAULT_SPEC = "autofuse"
 command without ``--fusion`` use it."""
 
 GRAMMAR = """\
-spec     := preset [":" FLAGS] ("+" modifier)*  |  FLAGS
+spec     := preset [":" FLAGS] ["+" modifier]  |  FLAGS
 preset   := "autofuse" | "inductor" | "off"
 FLAGS    := an AUTOFUSE_FLAGS string: ";"-separated --key=value items,
             keys enable_autofuse (true/false), autofuse_enable_pass and
@@ -362,11 +362,16 @@ class FusionOptions:
                 opts = cls.off()
         except ValueError as e:
             raise ValueError(f"{arg}={spec!r}: {e}") from None
+        seen = []
         for m in mods:
             m = m.strip()
             if m not in MODIFIERS:
                 raise ValueError(f"{arg}={spec!r}: modifier {'+' + m!r} is unknown; valid modifiers: "
                                  f"{['+' + x for x in MODIFIERS]}")
+            if seen:  # one modifier at most, as the kernel grammar takes a field once
+                raise ValueError(f"{arg}={spec!r}: modifier {'+' + m!r} after {'+' + seen[0]!r}; give one "
+                                 f"of {['+' + x for x in MODIFIERS]}")
+            seen.append(m)
             opts = dataclasses.replace(opts, decompose=(m == "decompose"))
         return opts
 

@@ -394,11 +394,12 @@ def test_parse_presets_default_and_passthrough():
     # a spec starting with "--" means "autofuse:" + spec
     assert FusionOptions.parse("--autofuse_enable_pass=reduce") == FusionOptions.parse(
         "autofuse:--autofuse_enable_pass=reduce") == FusionOptions().enable("reduce")
-    # modifiers apply left to right and set decompose
+    # a modifier sets decompose; one at most (a second, even the same, is an error naming both)
     assert FusionOptions.parse("inductor+nodecompose") == FusionOptions.inductor(decompose=False)
     assert FusionOptions.parse("off+decompose") == FusionOptions.off(decompose=True)
-    assert FusionOptions.parse("autofuse+decompose+nodecompose") == FusionOptions()
-    assert FusionOptions.parse("autofuse+nodecompose+decompose") == dataclasses.replace(FusionOptions(), decompose=True)
+    for bad in ("autofuse+decompose+nodecompose", "autofuse+nodecompose+decompose", "inductor+decompose+decompose"):
+        with pytest.raises(ValueError, match=r"modifier '\+\w+' after '\+\w+'; give one of"):
+            FusionOptions.parse(bad)
     # the default's own modifier is accepted and canonicalised away
     assert FusionOptions.parse("autofuse+nodecompose").spec == "autofuse"
     assert FusionOptions.parse(" inductor ") == FusionOptions.inductor()

@@ -102,6 +102,5 @@ def aligned_spec(gen, lib, align):
     changes = {}
     for src in align:
         for f in SOURCE_FIELDS[src]:
-            if hasattr(lib, f):
-                changes[f] = getattr(lib, f)
+            changes[f] = getattr(lib, f)
     return dataclasses.replace(gen, **changes) if changes else gen
