@@ -305,7 +305,9 @@ def build_model(model: str | None, sizes: dict):
             return factory(**sizes)
         return zoo.get_model(model, arg="MODEL", **sizes)
     except TypeError as exc:
-        if "returned" in str(exc):
+        # only the factory's own signature error is a bad --size; any other TypeError
+        # (a bug inside a user's module:function, a non-Graph result) propagates as it is
+        if "unexpected keyword argument" not in str(exc):
             raise
         raise ValueError(f"--size {sizes}: not valid for MODEL {model!r} ({exc})") from None
     except ValueError as exc:
