@@ -22,9 +22,11 @@ TARGETS: dict[str, str] = {
 }
 
 
-def best_of(fn, repeat: int = 5) -> float:
-    """Best wall time of ``repeat`` calls of ``fn`` in seconds (after one warm-up)."""
-    fn()
+def best_of(fn, repeat: int = 5, warmup: bool = True) -> float:
+    """Best wall time of ``repeat`` calls of ``fn`` in seconds (after one warm-up
+    call unless ``warmup`` is False: for reference paths too slow to run twice)."""
+    if warmup:
+        fn()
     best = float("inf")
     for _ in range(repeat):
         t0 = time.perf_counter()

@@ -35,7 +35,6 @@ percent from run to run, so the header prints the load average.
 from __future__ import annotations
 
 import os
-import time
 import tracemalloc
 
 import ml_dtypes
@@ -78,15 +77,6 @@ def _peak(fn) -> int:
         tracemalloc.stop()
 
 
-def _timed(fn, repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def _reductions(n: int, rep: int) -> list[str]:
     rng = np.random.default_rng(0)
     base = rng.standard_normal((n, n))
@@ -99,7 +89,7 @@ def _reductions(n: int, rep: int) -> list[str]:
         t_np = best_of(lambda x=x: np.sum(x, axis=-1, dtype=np.float32), rep)
         for o in ORDERS:
             t = best_of(lambda x=x, o=o: K.reduce(x, "sum", order=o, acc="fp32"), rep)
-            t_ref = _timed(lambda x=x, o=o: _reduce_reference(x, "sum", order=o, acc="fp32"), max(1, rep // 2))
+            t_ref = best_of(lambda x=x, o=o: _reduce_reference(x, "sum", order=o, acc="fp32"), max(1, rep // 2), warmup=False)
             pk = _peak(lambda x=x, o=o: K.reduce(x, "sum", order=o, acc="fp32")) / x.nbytes
             pk_ref = _peak(lambda x=x, o=o: _reduce_reference(x, "sum", order=o, acc="fp32")) / x.nbytes
             ok = "ok" if t / t_np <= 3 and pk <= 2 else "MISSED"
@@ -115,8 +105,8 @@ def _reductions(n: int, rep: int) -> list[str]:
         for o in ORDERS:
             order = K.parse_order(o)
             t = best_of(lambda x=x, o=o, name=name: K.reduce(x, "sum", order=o, acc=name), max(1, rep // 2))
-            t_naive = _timed(lambda x=x, order=order, naive=naive: order._sum_reference(x.astype(np.float32), naive),
-                             max(1, rep // 2))
+            t_naive = best_of(lambda x=x, order=order, naive=naive: order._sum_reference(x.astype(np.float32), naive),
+                             max(1, rep // 2), warmup=False)
             ok = "ok" if t <= t_naive else "MISSED"
             lines.append(f"{name:5} {o:13} {t:9.4f} {t_naive:8.4f} {t / t_naive:6.2f}  [{ok}]")
     return lines

@@ -30,7 +30,7 @@ from ..graph import Graph, trace
 from ..ops import CATALOGUE, concat, gelu, layer_norm
 from ..rounding import round_to
 
-__all__ = ["CaseResult", "Claim", "CLAIMS", "EXTRA_MODELS", "VERDICTS", "get_claim", "get_model",
+__all__ = ["CaseResult", "Claim", "CLAIMS", "EXTRA_MODELS", "all_models", "VERDICTS", "get_claim", "get_model",
            "model_path", "model_sizes"]
 
 VERDICTS = ("holds", "fails", "undecided")
@@ -80,7 +80,8 @@ EXTRA_MODELS: dict[str, Callable] = {
 """Models used by the claims and the test plan in addition to ``numlab.zoo.MODELS``."""
 
 
-def _all_models() -> dict:
+def all_models() -> dict:
+    """Every named model: the zoo's and :data:`EXTRA_MODELS`."""
     return {**zoo.MODELS, **EXTRA_MODELS}
 
 
@@ -112,7 +113,7 @@ def _factory(name: str, path=()):
     if name in EXTRA_MODELS:
         return EXTRA_MODELS[name]
     if name not in zoo.MODELS and ":" not in name:
-        raise ValueError(f"model={name!r} is not known; valid models: {sorted(_all_models())}, or "
+        raise ValueError(f"model={name!r} is not known; valid models: {sorted(all_models())}, or "
                          "'module:function' (a function of the sizes returning a Graph)")
     for entry in path:
         if entry not in sys.path:

@@ -9,10 +9,10 @@ file or a directory that gets ``numlab_cmp_report_<timestamp>.csv``.
 
 from __future__ import annotations
 
-import math
 import sys
 
 from ..compare.compare import DEFAULT_CHUNK, Thresholds, compare_dumps, report_path
+from ..compare.table import format_number
 from ..report import Column, render_table, wrap_lines
 from .options import dtype_type
 
@@ -69,29 +69,17 @@ COMPARE_LEGEND = (
 )
 
 
-def _num(v, digits: int = 3) -> str:
-    if v is None or v == "":
-        return "-"
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return str(v)
-    if digits >= 6 and math.isfinite(f) and abs(f) <= 1:
-        return f"{f:.{digits}f}"
-    return f"{f:.{digits}g}"
-
-
 def compare_table(rows, max_rows: int | None = 60, *, width=None, plain=None) -> str:
     """The main columns of a compare report as a terminal table: full node
     names and reasons (wrapped, never cut), a legend under it."""
     shown = list(rows) if max_rows is None else list(rows)[:max_rows]
     cols = [Column("index", "#", "{}", justify="right", key_col=True), Column("node", "node", key_col=True),
             Column("op", "op"), Column("block", "block"),
-            Column(lambda r: _num(r["cosine_similarity"], 8), "cosine", justify="right", wrap=False),
-            Column(lambda r: _num(r["max_relative_error"]), "max rel", justify="right", wrap=False),
-            Column(lambda r: _num(r["MaxAbsErr"]), "max abs", justify="right", wrap=False),
-            Column(lambda r: _num(r["max_ulp_error"]), "max ULP", justify="right", wrap=False),
-            Column(lambda r: _num(r["bitwise_equal_ratio"], 2), "bits =", justify="right", wrap=False),
+            Column(lambda r: format_number(r["cosine_similarity"], 8), "cosine", justify="right", wrap=False),
+            Column(lambda r: format_number(r["max_relative_error"]), "max rel", justify="right", wrap=False),
+            Column(lambda r: format_number(r["MaxAbsErr"]), "max abs", justify="right", wrap=False),
+            Column(lambda r: format_number(r["max_ulp_error"]), "max ULP", justify="right", wrap=False),
+            Column(lambda r: format_number(r["bitwise_equal_ratio"], 2), "bits =", justify="right", wrap=False),
             Column(lambda r: r["Accuracy Reached or Not"] or "-", "acc"),
             Column(lambda r: r["error_origin"] or "", "origin"),
             Column(lambda r: r["cmp_fail_reason"] or "", "reason")]

@@ -40,7 +40,7 @@ import argparse
 from pathlib import Path
 
 from .. import zoo
-from ..claims import EXTRA_MODELS
+from ..claims import EXTRA_MODELS, all_models
 from ..formats import FORMATS, get_format
 from ..fusion import DEFAULT_SPEC, FusionOptions, split_specs
 from ..kernels import KernelSpec
@@ -157,15 +157,11 @@ def dtype_type(choices=None, option: str = "--dtype"):
     return arg_type(option, conv)
 
 
-def _all_models() -> dict:
-    return {**zoo.MODELS, **EXTRA_MODELS}
-
-
 def _model(value: str) -> str:
-    if value in _all_models():
+    if value in all_models():
         return value
     if ":" not in value:
-        raise ValueError(f"MODEL {value!r} is not known; valid models: {sorted(_all_models())}, or "
+        raise ValueError(f"MODEL {value!r} is not known; valid models: {sorted(all_models())}, or "
                          "module:function (a function of the --size values returning a Graph)")
     zoo.model_factory(value, "MODEL")  # import it now: a bad module or function stops here
     return value
@@ -298,7 +294,7 @@ def build_model(model: str | None, sizes: dict):
     """The graph of ``MODEL`` with the ``--size`` values: a zoo model, a
     claims model or ``module:function``.  ValueError names MODEL or --size."""
     if not model:
-        raise ValueError(f"MODEL is required; valid: {sorted(_all_models())} or module:function")
+        raise ValueError(f"MODEL is required; valid: {sorted(all_models())} or module:function")
     factory = EXTRA_MODELS[model] if model in EXTRA_MODELS and model not in zoo.MODELS else None
     try:
         if factory is not None:

@@ -14,7 +14,7 @@ import numpy as np
 from .columns import COLUMNS, Thresholds
 from .dump import atomic_write_bytes
 
-__all__ = ["CompareReport", "report_path"]
+__all__ = ["CompareReport", "report_path", "format_number"]
 
 
 def report_path(path: str | os.PathLike, *, force: bool = False) -> Path:
@@ -133,8 +133,8 @@ class CompareReport:
             lines.append(
                 f"first divergence: {fd['node']} (op {fd['op'] or '?'}"
                 + (f", block {fd['block']}" if fd["block"] else "")
-                + f"): cosine {_fmt(fd['cosine_similarity'], 8)}, max rel err "
-                f"{_fmt(fd['max_relative_error'])}, max ulp {_fmt(fd['max_ulp_error'])} -- "
+                + f"): cosine {format_number(fd['cosine_similarity'], 8)}, max rel err "
+                f"{format_number(fd['max_relative_error'])}, max ulp {format_number(fd['max_ulp_error'])} -- "
                 + ("error introduced here, inputs pass (" + (fd['inputs'] or 'graph inputs') + ")"
                    if fd["error_origin"] == "introduced" else "first failing node (no graph edges known)")
             )
@@ -150,9 +150,9 @@ class CompareReport:
         for r in rows:
             out.append(
                 f"{r['index']:>3} {str(r['node'])[:18]:<18} {str(r['op'])[:11]:<11} "
-                f"{str(r['block'])[:9]:<9} {_fmt(r['cosine_similarity'], 8):>10} "
-                f"{_fmt(r['max_relative_error']):>10} {_fmt(r['MaxAbsErr']):>10} "
-                f"{_fmt(r['max_ulp_error'], 3):>9} {_fmt(r['bitwise_equal_ratio'], 2):>6} "
+                f"{str(r['block'])[:9]:<9} {format_number(r['cosine_similarity'], 8):>10} "
+                f"{format_number(r['max_relative_error']):>10} {format_number(r['MaxAbsErr']):>10} "
+                f"{format_number(r['max_ulp_error'], 3):>9} {format_number(r['bitwise_equal_ratio'], 2):>6} "
                 f"{str(r['Accuracy Reached or Not'] or '-')[:4]:>4} {r['error_origin'] or '':<10} "
                 f"{str(r['cmp_fail_reason'])[:70]}"
             )
@@ -176,7 +176,9 @@ def _to_float(v) -> float:
         return np.nan
 
 
-def _fmt(v, digits: int = 3) -> str:
+def format_number(v, digits: int = 3) -> str:
+    """A compare cell as text: ``-`` for a missing value, fixed point for
+    |v| <= 1 at 6+ digits (cosines), else ``digits`` significant digits."""
     if v is None or v == "":
         return "-"
     try:

@@ -45,6 +45,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..formats import FP32, Format, get_format
+from ..primitives import _two_prod, _two_sum
 from ._common import round_sum2, round_to
 
 __all__ = ["sleef_expf", "sleef_tanhf", "aten_vec_erf", "onednn_gelu_erf", "fma32"]
@@ -375,29 +376,11 @@ def erf64(x) -> np.ndarray:
 
 
 # double-double arithmetic (value = hi + lo, |lo| <= ulp(hi)/2); Dekker/Knuth,
-# no FMA needed; every operand here is far from overflow.
-def _two_sum(a, b):
-    s = a + b
-    bb = s - a
-    return s, (a - (s - bb)) + (b - bb)
-
-
+# no FMA needed; every operand here is far from overflow.  TwoSum, Veltkamp's split
+# and TwoProd are numlab.primitives' error-free transformations.
 def _fast_two_sum(a, b):  # |a| >= |b| or a == 0
     s = a + b
     return s, b - (s - a)
-
-
-def _split(a):
-    t = 134217729.0 * a  # 2^27 + 1 (Veltkamp)
-    hi = t - (t - a)
-    return hi, a - hi
-
-
-def _two_prod(a, b):
-    p = a * b
-    ah, al = _split(a)
-    bh, bl = _split(b)
-    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
 
 
 def _dd_add(ah, al, bh, bl):
