@@ -599,3 +599,36 @@ def test_preset_lookup_and_errors():
         mma(np.array([[0.1]]), np.array([[1.0]]), MatrixUnit())
     with pytest.raises(ValueError, match="a must be"):
         mma(np.ones((2, 3)), np.ones((2, 3)), MatrixUnit())
+
+
+# ---------------------------------------------------------------------------
+# the compiled path (optional numba) gives the numpy path's bits
+# ---------------------------------------------------------------------------
+def test_numba_engine_matches_numpy_engine():
+    pytest.importorskip("numba", reason="numba is optional; the compiled mma path needs it")
+    from numlab.rounding import round_to
+    rng = np.random.default_rng(21)
+    units = [u for u in PRESETS.values() if u.interleave == 1] + [
+        MatrixUnit(align_rounding="sticky", final_rounding="rne"),
+        MatrixUnit(align_rounding="down", final_rounding="up", subnormals=False),
+        MatrixUnit("bf16", align_rounding="rne", final_rounding="down", align_bits=-4),
+        MatrixUnit(fma_size=4, promote_every=32, out_fmt="fp16", final_rounding="rne"),
+    ]
+    for u in units:
+        fin = get_format(u.in_fmt)
+        a = round_to(rng.standard_normal((20, 70)) * np.exp2(rng.integers(-12, 12, (20, 70))),
+                     fin, saturate=True)
+        b = round_to(rng.standard_normal((70, 9)) * np.exp2(rng.integers(-12, 12, (70, 9))),
+                     fin, saturate=True)
+        a[rng.random(a.shape) < 0.1] = 0.0
+        a[0, 0], b[5, 1] = np.inf, np.nan
+        c = round_to(rng.standard_normal((20, 9)), u.result_format)
+        x = mma(a, b, u, c, engine="numpy")
+        y = mma(a, b, u, c, engine="numba")
+        assert np.array_equal(x, y, equal_nan=True), u
+        assert np.array_equal(np.signbit(x), np.signbit(y)), u
+    one = np.ones((2, 8))
+    with pytest.raises(ValueError, match="engine='numba' needs"):
+        mma(one, one.T, MatrixUnit("fp8_e5m2", fma_size=4, interleave=2), engine="numba")
+    with pytest.raises(ValueError, match="engine='gpu'"):
+        mma(one, one.T, units[0], engine="gpu")
