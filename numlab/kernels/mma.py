@@ -107,15 +107,19 @@ class MatrixUnit:
         (Khattak and Mikaitis: "FMA size"; V100 4, A100 8, H100/B200 16 for
         fp16).  Default 4.
     align_bits : int
-        Extra alignment bits below fp32's 23 fraction bits kept when terms
-        are aligned to the block's anchor exponent (MATLAB ``neab``; Fasi et
-        al. found 0 on V100 "truncation to 24 bits"... see the presets for the
-        value per GPU).  Negative values keep fewer bits.  Default 0.
+        Extra alignment bits: terms are kept to ``23 + align_bits`` fraction
+        bits below the block's anchor exponent (MATLAB ``neab``).  Fasi et
+        al. (2021, section 5) and the models find 0 on V100, 1 on A100, 2 on
+        H100/B200; -10 (13 bits) for fp8 on Ada/L40S/H100.  Default 0.
     carry_bits : int or None
         Integer bits above the anchor available to the aligned sum.  None
-        (default) means enough bits never to overflow, which every published
-        model assumes; an int ``c`` keeps the sum modulo ``2**(c + 1)`` units
-        of the anchor (the carries out of the register are lost).
+        (default): enough never to overflow, which is what every published
+        model assumes and what the HPEC carry-bit test measures on the A30
+        (3 bits for 8 fp16 products = all that 8 terms can need).  An int
+        ``c`` is a hypothetical narrower register (no published unit has
+        one): the magnitude of the sum is kept modulo ``2**(anchor + 1 + c)``,
+        i.e. carries out of the register are lost; the HPEC carry test then
+        detects ``c``.
     align_rounding : {"rtz", "down", "rne", "sticky"}
         How bits shifted out of the alignment window are dropped (see
         :data:`ALIGN_ROUNDINGS`).  Default ``"rtz"`` (truncation).
