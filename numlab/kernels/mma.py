@@ -228,18 +228,19 @@ class MatrixUnit:
 # helpers
 # --------------------------------------------------------------------------
 def _values(x, fmt: Format, name: str, flush: bool) -> np.ndarray:
-    """``x`` as float64 values of ``fmt`` (ValueError naming ``name`` if not)."""
+    """``x`` as float64 values of ``fmt`` (ValueError naming ``name`` if not).
+    An array stored in ``fmt``'s own dtype holds its values by construction."""
     arr = np.asarray(x)
     if arr.dtype.kind not in "fV" or (arr.dtype.kind == "V" and arr.dtype.itemsize > 2):
         raise TypeError(f"{name} must be a floating-point array, got dtype {arr.dtype}")
     v = arr.astype(np.float64)
-    fin = np.isfinite(v)
-    r = round_to(np.where(fin, v, 0.0), fmt, "rne")
-    if not np.array_equal(r, np.where(fin, v, 0.0)):
-        bad = np.flatnonzero(r != np.where(fin, v, 0.0))[0]
-        raise ValueError(
-            f"{name} holds {v.flat[bad]!r}, which is not a {fmt.name} value; round the input "
-            f"first, e.g. numlab.round_to({name}, {fmt.name!r})")
+    if fmt.dtype is None or arr.dtype != fmt.dtype:
+        w = np.where(np.isfinite(v), v, 0.0)
+        bad = np.flatnonzero(round_to(w, fmt, "rne") != w)
+        if bad.size:
+            raise ValueError(
+                f"{name} holds {v.flat[bad[0]]!r}, which is not a {fmt.name} value; round the "
+                f"input first, e.g. numlab.round_to({name}, {fmt.name!r})")
     if flush:
         v = np.where(np.abs(v) < fmt.smallest_normal, 0.0 * v, v)
     return v
