@@ -298,6 +298,16 @@ def test_hpec_detects_knobs_of_custom_units():
 # ---------------------------------------------------------------------------
 # Exceptional cases (model_validation/ExceptionalCasesTest.m)
 # ---------------------------------------------------------------------------
+def test_overflow_in_an_interleaved_sub_vector_stays_infinite():
+    """An infinite first sub-vector result goes through the second stage and
+    the join as inf (GEMM.m: a block holding inf returns the sum), also with
+    a narrow register (fmod of inf would be NaN)."""
+    for carry in (None, 2):
+        u = MatrixUnit("bf16", "fp16", fma_size=2, interleave=2, carry_bits=carry,
+                       final_rounding="rne")
+        assert dot(u, [L(1, 17), 0.0, 1.0, 0.0], [1.0] * 4, k=4) == math.inf
+
+
 def test_exceptional_cases():
     u = MatrixUnit("bf16", "fp32", fma_size=16, align_bits=1, final_rounding="rne")
     big = L(1, 127)
@@ -513,6 +523,7 @@ def _round_c(C, u):
     MatrixUnit("fp8_e5m2", "fp32", fma_size=4, align_bits=2, interleave=2),
     MatrixUnit("fp16", "fp32", fma_size=4, align_bits=1, promote_every=16),
     MatrixUnit("bf16", "fp32", fma_size=8, align_bits=1),  # wide exponent range below
+    MatrixUnit("fp16", "fp32", fma_size=1, interleave=2),  # empty second sub-vector
 ])
 def test_custom_units_match_scalar_transcription(unit):
     """Knob combinations outside the presets (sticky, up/down, interleave,

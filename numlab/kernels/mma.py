@@ -290,11 +290,16 @@ def _finish(s: np.ndarray, unit_lsb: np.ndarray, fmt: Format, rounding: str,
 
 def _stage(p: np.ndarray, q: np.ndarray, c: np.ndarray | None, unit: MatrixUnit,
            fmt: Format, flush: bool) -> np.ndarray:
-    """One block FMA: products ``p`` (terms, rows, N) with anchors ``q``
-    (``2**(e_a + e_b)``, 0 for zero products), plus ``c`` (rows, N) or None;
-    returns the block result (float64 values of ``fmt``)."""
-    amax = q.max(axis=0)
+    """One block FMA: products ``p`` (terms, rows, N; possibly no terms) with
+    anchors ``q`` (``2**(e_a + e_b)``, 0 for zero products), plus ``c``
+    (rows, N) or None; returns the block result (float64 values of ``fmt``).
+    An infinite or NaN ``c`` (an earlier overflow) passes through."""
+    amax = q.max(axis=0, initial=0.0)
+    bad = c_in = None
     if c is not None:
+        bad, c_in = ~np.isfinite(c), c
+        if bad.any():
+            c = np.where(bad, 0.0, c)
         amax = np.maximum(amax, _anchor_pow2(c, -126))
     nz = amax > 0
     width = _FRAC_BITS + unit.align_bits
@@ -311,19 +316,25 @@ def _stage(p: np.ndarray, q: np.ndarray, c: np.ndarray | None, unit: MatrixUnit,
         # sum is kept modulo 2**(width + 1 + carry_bits) window units (sign-magnitude)
         mod = 2.0 ** (width + 1 + unit.carry_bits + (unit.align_rounding == "sticky"))
         s = np.copysign(np.fmod(np.abs(s), mod), s)
-    return _finish(s, lsb, fmt, unit.final_rounding, flush)
+    out = _finish(s, lsb, fmt, unit.final_rounding, flush)
+    if bad is not None and bad.any():
+        out = np.where(bad, c_in, out)
+    return out
 
 
 def _join(d: np.ndarray, c: np.ndarray, unit: MatrixUnit, fmt: Format) -> np.ndarray:
     """Round-to-nearest-even addition ``d + c`` with the interleaved models'
     window (``fmt.p - 1 + join_bits`` fraction bits plus a sticky bit,
-    aligned to the larger operand's exponent)."""
-    amax = np.maximum(_anchor_pow2(d, -126), _anchor_pow2(c, -126))
+    aligned to the larger operand's exponent); inf/NaN operands give ``d + c``."""
+    fin = np.isfinite(d) & np.isfinite(c)
+    d0, c0 = np.where(fin, d, 0.0), np.where(fin, c, 0.0)
+    amax = np.maximum(_anchor_pow2(d0, -126), _anchor_pow2(c0, -126))
     nz = amax > 0
     scale = np.where(nz, np.ldexp(1.0, fmt.p - 1 + unit.join_bits) / np.where(nz, amax, 1.0), 0.0)
-    s = _align(d, scale, "sticky") + _align(c, scale, "sticky")
+    s = _align(d0, scale, "sticky") + _align(c0, scale, "sticky")
     lsb = np.where(nz, 0.5 / np.where(nz, scale, 1.0), 0.0)
-    return _finish(s, lsb, fmt, "rne", not unit.subnormals)
+    out = _finish(s, lsb, fmt, "rne", not unit.subnormals)
+    return out if fin.all() else np.where(fin, out, d + c)
 
 
 def _specials(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
