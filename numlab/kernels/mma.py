@@ -52,13 +52,25 @@ description and no code is copied):
    held in CUDA cores (IEEE fp32 add, round to nearest even) and reset.
 7. Special values (``GEMM.m``): NaN in any product or C gives NaN, as do
    +inf and -inf together (including ``inf * 0``); otherwise an infinite
-   product or C gives that infinity.
+   product or C gives that infinity; once a block result overflows to
+   +-inf it stays (a block holding inf returns the sum).  An exact zero sum
+   is +0.
+
+Where the published MATLAB code has two versions of a step, this module
+follows the newer ``fpbits_IEEE2`` path of ``Generic_BFMA_TC.m``: a product
+of subnormal inputs is anchored at its nominal (clamped) exponent sum, and a
+block with a single nonzero term is aligned like any other (the older code
+rounds a lone term directly).  The two differ only for subnormal inputs and
+for lone terms under ``align_bits < 0``.  The fixed-point sum is held in
+float64: every aligned term is an integer below ``2**(27 + align_bits)``,
+and :class:`MatrixUnit` refuses parameters whose block sum could exceed
+``2**53``, so every sum is exact.
 
 Vectorised over M and N: per K block the products are formed for a chunk of
-rows at once (``(block, rows, N)`` float64 arrays; every product of two
-inputs of at most 11 bits is exact in float64, and every aligned term is an
-integer below ``2**40``, so the float64 sum of a block is exact).  Python
-loops run only over K blocks and row chunks.
+rows at once (``(block, rows, N)`` float64 arrays; a product of two inputs of
+at most 11 bits is exact in float64).  Python loops run only over K blocks
+and row chunks.  With numba installed, :mod:`numlab.kernels._mma_numba`
+runs the same algorithm compiled (``engine``; the bits are the same, tested).
 """
 
 from __future__ import annotations
@@ -71,7 +83,7 @@ from ..formats import FP16, Format, get_format
 from ._common import check_choice, round_to
 
 __all__ = ["MatrixUnit", "mma", "IN_FORMATS", "OUT_FORMATS", "ALIGN_ROUNDINGS",
-           "FINAL_ROUNDINGS"]
+           "FINAL_ROUNDINGS", "ENGINES"]
 
 IN_FORMATS = ("fp8_e4m3", "fp8_e5m2", "fp16", "bf16", "tf32")
 """Input formats of A and B."""
