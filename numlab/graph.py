@@ -35,10 +35,10 @@ from pathlib import Path
 import numpy as np
 
 from . import ops as _ops
-from .ops import CATALOGUE, META_ATTRS, get_op
+from .ops import CATALOGUE, META_ATTRS, ConstValue, get_op
 
 __all__ = ["Node", "Graph", "Tensor", "trace", "decompose", "evaluate", "read_arrays", "load_inputs",
-           "trace_function", "as_graph"]
+           "trace_function", "as_graph", "UFUNCS", "UFUNC_REDUCE", "FUNCTIONS"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,12 @@ class Node:
         return get_op(self.op).category
 
     @property
+    def value_kind(self) -> str:
+        """``"bool"`` for a comparison's truth values, else ``"float"``
+        (:data:`numlab.ops.VALUE_KINDS`)."""
+        return get_op(self.op).value_kind
+
+    @property
     def origin(self) -> str | None:
         """The composite node this primitive was decomposed from, if any."""
         return self.attrs.get("origin")
@@ -72,6 +78,8 @@ class Node:
 
 
 def _fmt_attr(v):
+    if isinstance(v, ConstValue):
+        return repr(v)
     if isinstance(v, float):
         return repr(v)
     if isinstance(v, list):
@@ -230,6 +238,15 @@ class Graph:
         except KeyError:
             raise ValueError(f"{name!r} is neither an input nor a node of graph {self.name!r}") from None
 
+    def value_kind(self, name: str) -> str:
+        """``"bool"`` when ``name`` (an input or a node) holds truth values
+        (a comparison node, or an input of role ``"mask"`` given as bool),
+        else ``"float"``.  Executors hold truth values as 0.0 / 1.0."""
+        if name in self._by_name:
+            return self._by_name[name].value_kind
+        self.shape(name)
+        return "float"
+
     def consumers(self, name: str) -> list[Node]:
         """Nodes that read ``name`` (an input or a node), in order."""
         self.shape(name)
@@ -353,11 +370,14 @@ class Graph:
         for k, shape in self.inputs.items():
             a = np.asarray(inputs[k])
             floating = a.dtype.kind == "f" or a.dtype.name == "bfloat16" or a.dtype.name.startswith("float8")
-            if not floating and not (a.dtype.kind in "iub" and self.role(k) == "index"):
+            if a.dtype.kind == "b" and self.role(k) == "mask":
+                a = a.astype(np.float32)  # a where condition: truth values as 0.0 / 1.0
+            elif not floating and not (a.dtype.kind in "iub" and self.role(k) == "index"):
                 raise TypeError(
                     f"input {k!r} has dtype {a.dtype}; give a floating-point array "
                     "(float16/bfloat16/float32/float64; the executor rounds it to the storage format)"
-                    + ("" if a.dtype.kind not in "iub" else "; integer arrays are only for gather indices")
+                    + ("" if a.dtype.kind not in "iub" else
+                       "; integer arrays are only for gather indices, bool arrays for where conditions")
                 )
             if a.shape != shape:
                 raise ValueError(f"input {k!r} has shape {a.shape}; graph {self.name!r} expects {shape}")
@@ -368,12 +388,16 @@ class Graph:
 def _uncanon(v):
     if isinstance(v, dict) and set(v) == {"float"}:
         return float.fromhex(v["float"])
+    if isinstance(v, dict) and set(v) == {"const"}:
+        return ConstValue.from_canonical(v)
     if isinstance(v, list):
         return [_uncanon(x) for x in v]
     return v
 
 
 def _canon(v):
+    if isinstance(v, ConstValue):
+        return v.canonical()  # every byte of the value: fingerprints tell constants apart
     if isinstance(v, float):
         return {"float": v.hex()}
     if isinstance(v, (tuple, list)):
@@ -384,18 +408,188 @@ def _canon(v):
 # ---------------------------------------------------------------------------
 # tracing
 # ---------------------------------------------------------------------------
+def _square(x):
+    return _ops.mul(x, x)
+
+
+def _power(x, p):
+    if isinstance(p, Tensor) or not isinstance(x, Tensor):
+        raise TypeError("np.power on traced tensors takes a tensor base and a number exponent "
+                        "(2, 1, 0.5, -0.5, -1)")
+    return x.__pow__(p)
+
+
+def _positive(x):
+    return x
+
+
+#: numpy ufunc name -> the catalogue function it traces to (method "__call__")
+UFUNCS = {
+    "add": _ops.add, "subtract": _ops.sub, "multiply": _ops.mul, "divide": _ops.div,
+    "negative": _ops.neg, "positive": _positive, "absolute": _ops.abs_, "fabs": _ops.abs_,
+    "exp": _ops.exp, "log": _ops.log, "sqrt": _ops.sqrt, "tanh": _ops.tanh,
+    "reciprocal": _ops.reciprocal, "square": _square, "power": _power,
+    "maximum": _ops.maximum, "minimum": _ops.minimum, "matmul": _ops.matmul,
+    "greater": _ops.gt, "greater_equal": _ops.ge, "less": _ops.lt, "less_equal": _ops.le,
+    "equal": _ops.eq, "not_equal": _ops.ne,
+}
+#: ufunc name -> reduction for ``np.<ufunc>.reduce(x, axis, keepdims=...)``
+UFUNC_REDUCE = {"add": _ops.sum_, "maximum": _ops.max_, "minimum": _ops.min_}
+
+
+def _no_kwargs(fname, kwargs, allowed=()):
+    bad = sorted(k for k, v in kwargs.items() if k not in allowed and v is not None
+                 and not (k == "keepdims" and v is np._NoValue))
+    if bad:
+        raise TypeError(f"np.{fname} on traced tensors: argument(s) {bad} are not supported"
+                        + (f"; supported: {list(allowed)}" if allowed else ""))
+
+
+def _kw(kwargs, key, default):
+    v = kwargs.get(key, default)
+    return default if v is np._NoValue else v
+
+
+def _np_reduce(op):
+    def f(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
+        _no_kwargs(op.__name__.rstrip("_"), {"dtype": dtype, "out": out, **kw})
+        return op(a, axis, _kw({"k": keepdims}, "k", False))
+    return f
+
+
+def _np_var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
+    _no_kwargs("var", {"dtype": dtype, "out": out, **{k: v for k, v in kw.items() if k != "correction"}})
+    corr = kw.get("correction", ddof)
+    return _ops.var(a, axis, _kw({"k": keepdims}, "k", False), 0 if corr is np._NoValue else corr)
+
+
+def _np_where(condition, *xy):
+    if len(xy) != 2:
+        raise TypeError("np.where on traced tensors needs three arguments where(cond, a, b) "
+                        "(the one-argument form gives data-dependent shapes)")
+    return _ops.where(condition, *xy)
+
+
+def _np_reshape(a, shape=None, order="C", **kw):
+    shape = kw.pop("newshape", shape)
+    _no_kwargs("reshape", {"order": None if order == "C" else order, **kw})
+    return _ops.reshape(a, shape)
+
+
+def _np_transpose(a, axes=None):
+    return _ops.transpose(a, axes)
+
+
+def _np_concatenate(arrays, axis=0, out=None, dtype=None, casting=None):
+    _no_kwargs("concatenate", {"out": out, "dtype": dtype, "casting": casting})
+    return _ops.concat(list(arrays), axis)
+
+
+def _np_split(ary, indices_or_sections, axis=0):
+    return _ops.split(ary, indices_or_sections, axis)
+
+
+def _np_take(a, indices, axis=None, out=None, mode=None):
+    _no_kwargs("take", {"out": out, "mode": mode})
+    if axis is None:
+        raise TypeError("np.take on traced tensors needs axis= (no flattening take)")
+    return _ops.gather(a, indices, axis)
+
+
+def _np_clip(a, a_min=None, a_max=None, out=None, **kw):
+    _no_kwargs("clip", {"out": out, **{k: v for k, v in kw.items() if k not in ("min", "max")}})
+    lo = kw.get("min", a_min)
+    hi = kw.get("max", a_max)
+    y = a if lo is None or lo is np._NoValue else _ops.maximum(a, lo)
+    return y if hi is None or hi is np._NoValue else _ops.minimum(y, hi)
+
+
+def _np_expand_dims(a, axis):
+    axes = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis)
+    nd = a.ndim + len(axes)
+    axes = sorted(int(x) % nd for x in axes)
+    shape = list(a.shape)
+    for ax in axes:
+        shape.insert(ax, 1)
+    return _ops.reshape(a, tuple(shape))
+
+
+def _np_squeeze(a, axis=None):
+    if axis is None:
+        axes = [i for i, d in enumerate(a.shape) if d == 1]
+    else:
+        axes = [int(x) % a.ndim for x in ((axis,) if isinstance(axis, numbers.Integral) else axis)]
+        bad = [x for x in axes if a.shape[x] != 1]
+        if bad:
+            raise ValueError(f"np.squeeze: axis {bad} of {a.name!r} {a.shape} does not have size 1")
+    return _ops.reshape(a, tuple(d for i, d in enumerate(a.shape) if i not in axes))
+
+
+def _np_matmul(a, b, **kw):
+    _no_kwargs("matmul", kw)
+    return _ops.matmul(a, b)
+
+
+#: numpy function name -> its tracing (``Tensor.__array_function__``)
+FUNCTIONS = {
+    "where": _np_where, "sum": _np_reduce(_ops.sum_), "mean": _np_reduce(_ops.mean),
+    "max": _np_reduce(_ops.max_), "amax": _np_reduce(_ops.max_), "min": _np_reduce(_ops.min_),
+    "amin": _np_reduce(_ops.min_), "var": _np_var, "reshape": _np_reshape, "transpose": _np_transpose,
+    "concatenate": _np_concatenate, "split": _np_split, "broadcast_to": lambda a, shape, subok=False:
+    _ops.broadcast_to(a, shape), "take": _np_take, "clip": _np_clip, "expand_dims": _np_expand_dims,
+    "squeeze": _np_squeeze, "matmul": _np_matmul,
+    "shape": lambda a: a.shape, "ndim": lambda a: a.ndim, "size": lambda a, axis=None:
+    a.size if axis is None else a.shape[axis],
+}
+
+
 class Tensor:
     """A symbolic tensor while tracing: a name and a shape.
 
     Supports ``+ - * / @``, unary ``-``, ``abs``, ``x ** 2`` (as ``x * x``),
     Python numbers on either side (scalar ops, the float kept exactly),
+    comparisons ``> >= < <= == !=`` (truth values, ``value_kind`` "bool"),
     ``.sum/.mean/.max/.min/.var(axis, keepdims)``, ``.reshape``, ``.T``,
     ``.mT``, ``.transpose``, ``.broadcast_to``, ``.astype`` (cast), basic
     slicing ``x[..., :4]``, ``x[0]`` and :meth:`named`.
+
+    numpy works on it: the ufuncs of :data:`UFUNCS` (``np.exp(x)``,
+    ``np.maximum(x, 0.0)``, ``np.greater(x, 0)``, ``np.add.reduce``, ...)
+    through ``__array_ufunc__`` and the functions of :data:`FUNCTIONS`
+    (``np.where``, ``np.sum/mean/max/min/var`` with ``axis`` and
+    ``keepdims``, ``np.reshape``, ``np.concatenate``, ``np.clip``, ...)
+    through ``__array_function__``.  Numbers and numpy arrays next to a
+    tensor become ``constant`` nodes (float64 values stored in the graph),
+    except the scalar of ``+ - * /``, which stays the exact attribute of a
+    scalar op.  Anything else raises TypeError naming the ufunc or function
+    and the supported list.
     """
 
-    __array_ufunc__ = None  # numpy scalars defer to our reflected operators
     __slots__ = ("name", "shape", "_tracer")
+    __hash__ = object.__hash__  # identity: == builds a comparison node
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        name = ufunc.__name__
+        if method == "reduce" and name in UFUNC_REDUCE:
+            (x,) = inputs
+            _no_kwargs(f"{name}.reduce", kwargs, ("axis", "keepdims"))
+            return UFUNC_REDUCE[name](x, kwargs.get("axis", 0), bool(kwargs.get("keepdims", False)))
+        if method != "__call__" or name not in UFUNCS:
+            what = f"np.{name}" + ("" if method == "__call__" else f".{method}")
+            raise TypeError(
+                f"numpy ufunc {what} is not supported on traced tensors; supported ufuncs: "
+                f"{sorted(UFUNCS)} (and np.{{{','.join(sorted(UFUNC_REDUCE))}}}.reduce); "
+                "numlab.ops has the rest of the catalogue (sigmoid, erf, gelu, softmax, ...)")
+        _no_kwargs(name, kwargs)
+        return UFUNCS[name](*inputs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        name = func.__name__
+        f = FUNCTIONS.get(name)
+        if f is None:
+            raise TypeError(f"numpy function np.{name} is not supported on traced tensors; supported "
+                            f"functions: {sorted(FUNCTIONS)} and the ufuncs {sorted(UFUNCS)}")
+        return f(*args, **kwargs)
 
     def __init__(self, name, shape, tracer):
         self.name = name
@@ -454,6 +648,25 @@ class Tensor:
 
     def __neg__(self):
         return _ops.neg(self)
+
+    # comparisons: truth values (0.0 / 1.0 in the executors)
+    def __gt__(self, o):
+        return _ops.gt(self, o)
+
+    def __ge__(self, o):
+        return _ops.ge(self, o)
+
+    def __lt__(self, o):
+        return _ops.lt(self, o)
+
+    def __le__(self, o):
+        return _ops.le(self, o)
+
+    def __eq__(self, o):
+        return _ops.eq(self, o)
+
+    def __ne__(self, o):
+        return _ops.ne(self, o)
 
     def __abs__(self):
         return _ops.abs_(self)
@@ -593,14 +806,16 @@ class _Tracer:
 
     def emit(self, op, args, attrs, name=None):
         info = get_op(op)
+        args = list(args)
         for i, a in enumerate(args):
             if not isinstance(a, Tensor):
-                raise TypeError(
-                    f"{op}: argument {i} is a {type(a).__name__}, not a symbolic tensor; constants "
-                    "are not part of the IR -- pass them as graph inputs (Python numbers only "
-                    "as the scalar of + - * /)"
-                )
-            if a._tracer is not self:
+                try:
+                    args[i] = self.constant(a)
+                except (TypeError, ValueError) as exc:
+                    raise TypeError(
+                        f"{op}: argument {i} is a {type(a).__name__}, neither a symbolic tensor nor a "
+                        f"constant (a real number or numeric array): {exc}") from None
+            elif a._tracer is not self:
                 raise ValueError(f"{op}: argument {a.name!r} belongs to another trace")
         name = name or self._fresh(op)
         attrs = dict(attrs)
@@ -610,6 +825,13 @@ class _Tracer:
         self.nodes.append(Node(name, op, tuple(a.name for a in args), attrs, shape))
         self.shapes[name] = shape
         return Tensor(name, shape, self)
+
+    def constant(self, value) -> "Tensor":
+        """A ``constant`` node holding ``value`` (a number or array, stored
+        as float64 in the graph: :class:`numlab.ops.ConstValue`)."""
+        if isinstance(value, Tensor):
+            return value
+        return self.emit("constant", [], {"value": ConstValue(value)})
 
     def rename(self, t: Tensor, new: str):
         _check_name(new, "name")
@@ -682,7 +904,11 @@ def trace(fn, **input_shapes) -> Graph:
             ) from None
     tr = _Tracer()
     args = {k: tr.input(k, s) for k, s in input_shapes.items()}
-    res = fn(**args)
+    _ops._TRACERS.append(tr)
+    try:
+        res = fn(**args)
+    finally:
+        _ops._TRACERS.pop()
     if isinstance(res, Tensor):
         outs = [(None, res)]
     elif isinstance(res, dict):
