@@ -28,6 +28,7 @@ import inspect
 import json
 import math
 import numbers
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -408,6 +409,36 @@ def _canon(v):
 # ---------------------------------------------------------------------------
 # tracing
 # ---------------------------------------------------------------------------
+def _is_bool(t) -> bool:
+    return isinstance(t, Tensor) and t._tracer.kinds.get(t.name) == "bool"
+
+
+def _add(a, b):
+    """``a + b``; two truth values add as numpy's bools do (logical or):
+    ``maximum`` of 0.0 / 1.0, exact."""
+    if _is_bool(a) and _is_bool(b):
+        return _mark_bool(_ops.maximum(a, b))
+    return _ops.add(a, b)
+
+
+def _mul(a, b):
+    """``a * b``; of two truth values a logical and (0.0 / 1.0, still a truth value)."""
+    r = _ops.mul(a, b)
+    return _mark_bool(r) if _is_bool(a) and _is_bool(b) else r
+
+
+def _mark_bool(t):
+    t._tracer.kinds[t.name] = "bool"
+    return t
+
+
+def _sub(a, b):
+    if _is_bool(a) and _is_bool(b):
+        raise TypeError("subtracting two boolean tensors is not supported (numpy refuses it too); "
+                        "use np.not_equal(a, b) or np.where")
+    return _ops.sub(a, b)
+
+
 def _square(x):
     return _ops.mul(x, x)
 
@@ -425,7 +456,7 @@ def _positive(x):
 
 #: numpy ufunc name -> the catalogue function it traces to (method "__call__")
 UFUNCS = {
-    "add": _ops.add, "subtract": _ops.sub, "multiply": _ops.mul, "divide": _ops.div,
+    "add": _add, "subtract": _sub, "multiply": _mul, "divide": _ops.div,
     "negative": _ops.neg, "positive": _positive, "absolute": _ops.abs_, "fabs": _ops.abs_,
     "exp": _ops.exp, "log": _ops.log, "sqrt": _ops.sqrt, "tanh": _ops.tanh,
     "reciprocal": _ops.reciprocal, "square": _square, "power": _power,
@@ -548,7 +579,8 @@ class Tensor:
 
     Supports ``+ - * / @``, unary ``-``, ``abs``, ``x ** 2`` (as ``x * x``),
     Python numbers on either side (scalar ops, the float kept exactly),
-    comparisons ``> >= < <= == !=`` (truth values, ``value_kind`` "bool"),
+    comparisons ``> >= < <= == !=`` (truth values, ``value_kind`` "bool";
+    two of them add as numpy's bools do, as a logical or: ``maximum``),
     ``.sum/.mean/.max/.min/.var(axis, keepdims)``, ``.reshape``, ``.T``,
     ``.mT``, ``.transpose``, ``.broadcast_to``, ``.astype`` (cast), basic
     slicing ``x[..., :4]``, ``x[0]`` and :meth:`named`.
@@ -617,22 +649,22 @@ class Tensor:
 
     # arithmetic
     def __add__(self, o):
-        return _ops.add(self, o)
+        return _add(self, o)
 
     def __radd__(self, o):
-        return _ops.add(o, self)
+        return _add(o, self)
 
     def __sub__(self, o):
-        return _ops.sub(self, o)
+        return _sub(self, o)
 
     def __rsub__(self, o):
-        return _ops.sub(o, self)
+        return _sub(o, self)
 
     def __mul__(self, o):
-        return _ops.mul(self, o)
+        return _mul(self, o)
 
     def __rmul__(self, o):
-        return _ops.mul(o, self)
+        return _mul(o, self)
 
     def __truediv__(self, o):
         return _ops.div(self, o)
@@ -787,6 +819,7 @@ class _Tracer:
         self.counts: dict[str, int] = {}
         self.renames: dict[str, str] = {}
         self.scope: str | None = None
+        self.kinds: dict[str, str] = {}  # node -> value kind ("bool" for comparisons)
 
     def input(self, name, shape):
         _check_name(name, "input name")
@@ -824,6 +857,7 @@ class _Tracer:
         attrs, shape = info.check([a.shape for a in args], attrs, node=name)
         self.nodes.append(Node(name, op, tuple(a.name for a in args), attrs, shape))
         self.shapes[name] = shape
+        self.kinds[name] = info.value_kind
         return Tensor(name, shape, self)
 
     def constant(self, value) -> "Tensor":
@@ -1026,7 +1060,7 @@ def read_arrays(source, *, option: str = "inputs") -> dict:
         else:
             out = {k: np.load(v, allow_pickle=False) if isinstance(v, Path) else np.asarray(v)
                    for k, v in items.items()}
-    except (OSError, EOFError) as exc:  # a corrupt or truncated file
+    except (OSError, EOFError, zipfile.BadZipFile) as exc:  # a corrupt or truncated file
         raise ValueError(f"{option} {where}: cannot read it ({exc})") from None
     except ValueError as exc:
         if str(exc).startswith(option):
@@ -1034,7 +1068,7 @@ def read_arrays(source, *, option: str = "inputs") -> dict:
         raise ValueError(f"{option} {where}: cannot read it ({exc}; object arrays/pickles are refused)") from None
     for k, a in out.items():
         if not _is_number_array(a):
-            raise ValueError(f"{option}: array {k!r} in {where} has dtype {a.dtype}, not a number type "
+            raise ValueError(f"{option}: input {k!r} in {where} has dtype {a.dtype}, not a number type "
                              "(valid: float16/bfloat16/float32/float64, bool, integers)")
     return out
 
