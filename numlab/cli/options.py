@@ -437,7 +437,7 @@ def load_graph(spec: str, *, sizes: dict | None = None, inputs=None, option: str
     if inputs is not None and not isinstance(inputs, str):
         arrays = read_arrays(inputs, option="--inputs")
     if spec in all_models():
-        return build_model(spec, sizes)
+        return build_model(spec, sizes, option)
     fn = zoo.model_factory(spec, option)
     if is_torch_function(fn):
         if arrays is None:
@@ -457,7 +457,7 @@ def load_graph(spec: str, *, sizes: dict | None = None, inputs=None, option: str
                              "shapes from --inputs)")
         return trace_function(fn, arrays, name=spec.partition(":")[2], option="--inputs")
     try:
-        g = build_model(spec, sizes)
+        g = build_model(spec, sizes, option)
     except (TypeError, ValueError) as exc:
         if req and not any(k in sizes for k in req):
             have = "no --inputs file" if arrays is None else f"--inputs has {sorted(arrays)}"
@@ -484,25 +484,27 @@ def graph_and_inputs(args) -> tuple[Graph, dict]:
     return graph, model_inputs(graph, args)
 
 
-def build_model(model: str | None, sizes: dict):
+def build_model(model: str | None, sizes: dict, option: str = "MODEL"):
     """The graph of ``MODEL`` with the ``--size`` values: a zoo model, a
-    claims model or ``module:function``.  ValueError names MODEL or --size."""
+    claims model or a ``module:function`` factory.  ValueError names
+    ``option`` (MODEL or --graph) or --size.  :func:`load_graph` is the
+    full loader (it also traces functions on ``--inputs`` arrays)."""
     if not model:
         raise ValueError(f"MODEL is required; valid: {sorted(all_models())} or module:function")
     factory = EXTRA_MODELS[model] if model in EXTRA_MODELS and model not in zoo.MODELS else None
     try:
         if factory is not None:
             return factory(**sizes)
-        return zoo.get_model(model, arg="MODEL", **sizes)
+        return zoo.get_model(model, arg=option, **sizes)
     except TypeError as exc:
         # only the factory's own signature error is a bad --size; any other TypeError
         # (a bug inside a user's module:function, a non-Graph result) propagates as it is
         if "unexpected keyword argument" not in str(exc):
             raise
-        raise ValueError(f"--size {sizes}: not valid for MODEL {model!r} ({exc})") from None
+        raise ValueError(f"--size {sizes}: not valid for {option} {model!r} ({exc})") from None
     except ValueError as exc:
         msg = str(exc)
-        raise ValueError(msg if msg.startswith(("MODEL", "--size")) else f"--size {sizes}: {msg}") from None
+        raise ValueError(msg if msg.startswith((option, "--size")) else f"--size {sizes}: {msg}") from None
 
 
 def model_inputs(graph, args) -> dict:
