@@ -12,6 +12,24 @@ symbolic :class:`Tensor` objects::
 
     g = trace(lambda x, w: nl.ops.gelu(x @ w) * 0.5, x=(4, 8), w=(8, 16))
 
+numpy works on the symbolic tensors (:data:`UFUNCS` through
+``__array_ufunc__``, :data:`FUNCTIONS` through ``__array_function__``), so
+an ordinary numpy-written function traces as it is::
+
+    def f(x):
+        h = np.maximum(x, 0.0)
+        return np.where(h > 1.0, np.sqrt(h), h * np.array([0.5, 2.0]))
+
+Comparisons give truth values (``Node.value_kind == "bool"``, held as
+0.0 / 1.0 by the executors); numbers and arrays next to a tensor become
+``constant`` nodes whose float64 value (:class:`numlab.ops.ConstValue`) is
+part of the graph, its canonical form and every fingerprint (the scalar of
+``+ - * /`` stays the exact attribute of a scalar op).
+:func:`trace_function` traces a function with the shapes of named arrays
+(:func:`read_arrays`: a ``.npz``, a directory of ``NAME.npy`` or a dict),
+:func:`load_inputs` checks arrays against a graph and :func:`as_graph`
+takes a Graph or a function.
+
 Node names are deterministic: ``<op>_<k>`` with ``k`` counting that op
 (``matmul_0``, ``gelu_0``, ``mul_scalar_0``); return a dict to name the
 outputs, or call :meth:`Tensor.named`.  Nodes no output depends on are
@@ -346,8 +364,10 @@ class Graph:
 
         Every input present, none extra, shapes equal, floating-point arrays
         (float16/bfloat16/fp8/float32/float64 containers); integer or bool
-        arrays only for gather's index inputs (role ``"index"``).  Returns
-        ``{name: ndarray}`` in the graph's input order (dtype unchanged).
+        arrays only for gather's index inputs (role ``"index"``), bool
+        arrays also for ``where`` conditions (role ``"mask"``, returned as
+        float32 0.0 / 1.0).  Returns ``{name: ndarray}`` in the graph's
+        input order (dtype otherwise unchanged).
 
         Raises
         ------
@@ -1004,8 +1024,9 @@ def evaluate(graph: Graph, inputs, *, all_values: bool = False) -> dict:
     """Evaluate with the float64 references of the catalogue.
 
     Returns ``{output: float64 array}`` (``all_values=True``: every input and
-    node).  This is the plain-numpy reference (no rounding to a storage
-    format); ``numlab.execute.run(mode="reference")`` is the full executor.
+    node; truth values of comparisons as 0.0 / 1.0).  This is the
+    plain-numpy reference (no rounding to a storage format);
+    ``numlab.execute.run(mode="reference")`` is the full executor.
     """
     vals = {k: np.asarray(v, dtype=np.float64) for k, v in graph.check_inputs(inputs).items()}
     for n in graph.nodes:

@@ -451,8 +451,8 @@ def test_graph_option_takes_a_factory_and_a_torch_function(tmp_path, monkeypatch
     assert (tmp_path / "td" / "manifest.json").is_file()
     # the bridge graph, renamed to the function's parameters, computes torch's own fp32 result
     import torch
-
     import user_torch13
+
     from numlab.cli.options import load_graph
     g = load_graph("user_torch13:tfn", inputs=xw)
     assert list(g.inputs) == ["x", "w"]

@@ -15,7 +15,17 @@ from numlab import ops
 from numlab import running_bounds as RB
 from numlab.execute import run
 from numlab.execute.fingerprint import fingerprint
-from numlab.graph import FUNCTIONS, UFUNCS, Graph, Node, evaluate, load_inputs, read_arrays, trace, trace_function
+from numlab.graph import (
+    FUNCTIONS,
+    UFUNCS,
+    Graph,
+    Node,
+    evaluate,
+    load_inputs,
+    read_arrays,
+    trace,
+    trace_function,
+)
 
 C4 = np.array([0.1, -2.5, 3.0, 1e-3])  # a float64 array constant (not exact in fp16)
 

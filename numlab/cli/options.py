@@ -52,18 +52,17 @@ lets a spec value that starts with ``--`` follow ``--fusion`` after a space.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-
 import inspect
 import sys
+from pathlib import Path
 
 import numpy as np
 
 from .. import zoo
 from ..claims import EXTRA_MODELS, all_models
-from ..graph import Graph, load_inputs, read_arrays, trace_function
 from ..formats import FORMATS, get_format
 from ..fusion import DEFAULT_SPEC, FusionOptions, split_specs
+from ..graph import Graph, load_inputs, read_arrays, trace_function
 from ..kernels import KernelSpec
 
 __all__ = ["SPEC_OPTIONS", "FUSION_HELP", "KERNELS_HELP", "GRAMMAR", "add_shared", "coerce", "join_spec_values",
@@ -357,7 +356,7 @@ def _torch_graph(fn, arrays: dict, spec: str, option: str) -> Graph:
         missing = [k for k in req if k not in arrays]
         extra = [k for k in arrays if k not in req + opt]
         if missing or extra:
-            raise ValueError(f"--inputs: " + "; ".join(
+            raise ValueError("--inputs: " + "; ".join(
                 ([f"no array for parameter(s) {missing} of {spec}"] if missing else [])
                 + ([f"array(s) {extra} are not parameters of {spec}"] if extra else []))
                 + f"; valid names: {req + opt} (required: {req})")
