@@ -325,3 +325,19 @@ def test_loader_errors_name_the_option_the_input_and_the_valid_names(tmp_path):
         read_arrays(tmp_path / "o", option="--inputs")
     with pytest.raises(TypeError, match=r"cannot take a named input \(no \*args"):
         trace_function(lambda *xs: xs[0], {"x": np.zeros(2)})
+
+
+@pytest.mark.parametrize("fmt,v,want", [
+    # just above the tie between 1 and the next value of S: through fp32 the 2**-40 is lost, the tie
+    # rounds to even (1.0); rounded once from float64 it goes up
+    ("fp16", 1 + 2.0**-11 + 2.0**-40, 1 + 2.0**-10),
+    ("bf16", 1 + 2.0**-8 + 2.0**-40, 1 + 2.0**-7),
+    ("fp32", 1 + 2.0**-24 + 2.0**-50, 1 + 2.0**-23),
+])
+@pytest.mark.parametrize("mode", ["eager", "fused", "emulated_casts"])
+def test_a_constant_is_rounded_once_from_float64_to_the_storage_format(fmt, v, want, mode):
+    g = trace(lambda x: x * np.array([v, -v]) + np.array([v, v]), x=(2,))
+    got = run(g, {"x": np.zeros(2)}, mode=mode, fmt=fmt).outputs[g.outputs[0]].astype(np.float64)
+    assert got.tolist() == [want, want], (fmt, mode)
+    ref = run(g, {"x": np.ones(2)}, mode="reference", fmt=fmt).outputs[g.outputs[0]]
+    assert ref.tolist() == [2 * v, 0.0]  # the reference keeps the exact float64 constant
