@@ -258,9 +258,10 @@ class Graph:
             raise ValueError(f"{name!r} is neither an input nor a node of graph {self.name!r}") from None
 
     def value_kind(self, name: str) -> str:
-        """``"bool"`` when ``name`` (an input or a node) holds truth values
-        (a comparison node, or an input of role ``"mask"`` given as bool),
-        else ``"float"``.  Executors hold truth values as 0.0 / 1.0."""
+        """``"bool"`` when ``name`` is a node holding truth values (a
+        comparison), else ``"float"`` (every graph input: a bool ``where``
+        condition given as input is fed as 0.0 / 1.0).  Executors hold truth
+        values as 0.0 / 1.0."""
         if name in self._by_name:
             return self._by_name[name].value_kind
         self.shape(name)
