@@ -211,6 +211,12 @@ def test_cli_formats(capsys):
     assert main(["formats", "--x", "0.3"]) in (0, None)
     out = capsys.readouterr().out
     assert "fp8_e4m3" in out and "65504" in out and "stochastic" in out
+    # the special-values table: fnuz NaN in the -0 code, fp4 saturates, E8M0 unsigned without zero
+    fnuz = next(ln for ln in out.splitlines() if ln.startswith("fp8_e4m3fnuz") and "code" in ln)
+    assert fnuz.split()[1:6] == ["8", "the", "-0", "code", "no"]
+    assert "max (saturates)" in next(ln for ln in out.splitlines() if ln.startswith("fp4_e2m1") and "none" in ln)
+    assert next(ln for ln in out.splitlines() if ln.startswith("fp8_e8m0") and "all-ones" in ln).split()[-4:-1] == [
+        "no", "no", "no"]
     # the rne row shows fp16(0.3) = 0.300048828
     rne = next(line for line in out.splitlines() if line.startswith("rne"))
     assert f"{float(np.float16(0.3)):.9g}" in rne
