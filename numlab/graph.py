@@ -57,7 +57,7 @@ from . import ops as _ops
 from .ops import CATALOGUE, META_ATTRS, ConstValue, get_op
 
 __all__ = ["Node", "Graph", "Tensor", "trace", "decompose", "evaluate", "read_arrays", "load_inputs",
-           "trace_function", "as_graph", "UFUNCS", "UFUNC_REDUCE", "FUNCTIONS"]
+           "trace_function", "function_inputs", "as_graph", "UFUNCS", "UFUNC_REDUCE", "FUNCTIONS"]
 
 
 @dataclass(frozen=True)
@@ -1131,9 +1131,12 @@ def load_inputs(source, graph: Graph | None = None, *, option: str = "inputs") -
     return {k: arrays[k] for k in expected}
 
 
-def _params(fn):
-    """(required names, optional names, takes **kwargs) of ``fn``'s signature
-    (positional-only and *args parameters are refused: inputs are named)."""
+def function_inputs(fn) -> tuple[list, list, bool]:
+    """``(required names, optional names, takes **kwargs)`` of ``fn``'s
+    parameters: the names its inputs go by (:func:`trace_function`,
+    ``numlab.cli.options.load_graph``).  TypeError for ``*args`` or
+    positional-only parameters (inputs are named); ValueError when ``fn``
+    has no signature (some builtins)."""
     sig = inspect.signature(fn)
     req, opt, var_kw = [], [], False
     for p in sig.parameters.values():
@@ -1182,7 +1185,7 @@ def trace_function(fn, inputs, *, name: str | None = None, option: str = "inputs
         shapes[k] = _check_shape(v, f"shape of input {k!r}") if isinstance(v, (tuple, list)) else tuple(np.shape(v))
     fname = getattr(fn, "__name__", "fn")
     try:
-        req, opt, var_kw = _params(fn)
+        req, opt, var_kw = function_inputs(fn)
     except ValueError:  # no signature (a builtin): take the inputs as given
         req, opt, var_kw = list(shapes), [], False
     missing = [k for k in req if k not in shapes]

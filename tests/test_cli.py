@@ -481,6 +481,8 @@ GRAPH_ERRORS = [
     (["--graph", "user_fn13:factory", "--inputs", "{tmp}/fshape.npz"],
      ["--inputs: input 'x' has shape (2, 5)", "expects (2, 3)"]),
     (["--graph", "user_torch13:tfn"], ["PyTorch function", "--inputs FILE.npz|DIR"]),
+    (["--graph", "user_torch13:tfn", "--inputs", "{tmp}/in.npz"],
+     ["--inputs", "array(s) ['b'] are not parameters of user_torch13:tfn", "valid names: ['x', 'w']"]),
     (["--graph", "user_fn13:layer", "--inputs", "{tmp}/nothing.npz"], ["--inputs", "no such .npz file"]),
 ]
 

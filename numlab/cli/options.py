@@ -62,7 +62,7 @@ from .. import zoo
 from ..claims import EXTRA_MODELS, all_models
 from ..formats import FORMATS, get_format
 from ..fusion import DEFAULT_SPEC, FusionOptions, split_specs
-from ..graph import Graph, load_inputs, read_arrays, trace_function
+from ..graph import Graph, function_inputs, load_inputs, read_arrays, trace_function
 from ..kernels import KernelSpec
 
 __all__ = ["SPEC_OPTIONS", "FUSION_HELP", "KERNELS_HELP", "GRAMMAR", "add_shared", "coerce", "join_spec_values",
@@ -351,7 +351,10 @@ def _torch_graph(fn, arrays: dict, spec: str, option: str) -> Graph:
     target = fn.forward if isinstance(fn, torch.nn.Module) else fn
     names = list(arrays)
     try:
-        req, opt, _ = _signature(target)
+        req, opt, _ = function_inputs(target)
+    except (TypeError, ValueError):  # *args or no signature: the arrays in the file's order
+        req = None
+    if req is not None:
         names = [k for k in req + opt if k in arrays]
         missing = [k for k in req if k not in arrays]
         extra = [k for k in arrays if k not in req + opt]
@@ -360,8 +363,6 @@ def _torch_graph(fn, arrays: dict, spec: str, option: str) -> Graph:
                 ([f"no array for parameter(s) {missing} of {spec}"] if missing else [])
                 + ([f"array(s) {extra} are not parameters of {spec}"] if extra else []))
                 + f"; valid names: {req + opt} (required: {req})")
-    except TypeError:
-        pass
 
     def as_tensor(k):
         a = np.asarray(arrays[k])
@@ -385,22 +386,6 @@ def _torch_graph(fn, arrays: dict, spec: str, option: str) -> Graph:
     nodes = [type(n)(n.name, n.op, tuple(rename.get(i, i) for i in n.inputs), n.attrs, n.shape) for n in g.nodes]
     ins = {rename.get(k, k): s for k, s in g.inputs.items()}
     return Graph(ins, nodes, g.outputs, name=getattr(fn, "__name__", type(fn).__name__))
-
-
-def _signature(fn):
-    """(required, optional, takes **kwargs) parameter names of ``fn``."""
-    sig = inspect.signature(fn)
-    req, opt, var = [], [], False
-    for p in sig.parameters.values():
-        if p.kind is inspect.Parameter.VAR_KEYWORD:
-            var = True
-        elif p.kind is inspect.Parameter.VAR_POSITIONAL:
-            continue
-        elif p.default is inspect.Parameter.empty:
-            req.append(p.name)
-        else:
-            opt.append(p.name)
-    return req, opt, var
 
 
 def load_graph(spec: str, *, sizes: dict | None = None, inputs=None, option: str = "--graph") -> Graph:
@@ -447,7 +432,7 @@ def load_graph(spec: str, *, sizes: dict | None = None, inputs=None, option: str
                              "shapes from --inputs)")
         return _torch_graph(fn, arrays, spec, option)
     try:
-        req, _opt, _var = _signature(fn)
+        req, _opt, _var = function_inputs(fn)
     except (TypeError, ValueError):
         req = []
     if arrays is not None and req and all(k in arrays for k in req):
