@@ -594,7 +594,21 @@ def test_registration_refuses_an_incomplete_operator():
         _reg(category="pointwise")
     with pytest.raises(ValueError, match="'softplus' is already registered"):
         _reg(name="softplus")
+    with pytest.raises(ValueError, match=r"value_kind='int' is not valid; choose one of \('float', 'bool'\)"):
+        _reg(value_kind="int")
     assert ops.CATALOGUE == before
+
+
+def test_truth_valued_operators_are_exactly_the_comparisons():
+    bools = {k for k, v in ops.CATALOGUE.items() if v.value_kind == "bool"}
+    assert bools == {"gt", "ge", "lt", "le", "eq", "ne"} == set(ops.COMPARISONS)
+    assert all(v.value_kind == "float" for k, v in ops.CATALOGUE.items() if k not in bools)
+    for op in bools:
+        info = ops.CATALOGUE[op]
+        assert (info.slack, info.propagate, info.aten) == (R.slack_exact, R.propagate_compare, (op,))
+    c = ops.CATALOGUE["constant"]
+    assert c.arity == (0, 0) and (c.slack, c.propagate) == (R.slack_exact, R.propagate_constant)
+    assert c.check([], {"value": [[1, 2, 3]]})[1] == (1, 3)
 
 
 def test_bridge_catalogue_map_is_derived_from_the_registry_and_unchanged():
