@@ -636,6 +636,10 @@ class Tensor:
         _no_kwargs(name, kwargs)
         return UFUNCS[name](*inputs)
 
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError(f"symbolic tensor {self.name!r} has no values while tracing: np.asarray/np.array "
+                        "of it is not supported (use the tensor itself, numpy ufuncs and functions work on it)")
+
     def __array_function__(self, func, types, args, kwargs):
         name = func.__name__
         f = FUNCTIONS.get(name)

@@ -185,6 +185,8 @@ def test_tracing_errors_are_helpful():
         trace(lambda x: np.cumsum(x), x=(3,))
     with pytest.raises(TypeError, match=r"np.sum on traced tensors: argument\(s\) \['dtype'\] are not supported"):
         trace(lambda x: np.sum(x, dtype=np.float32), x=(3,))
+    with pytest.raises(TypeError, match=r"symbolic tensor 'x' has no values while tracing: np.asarray"):
+        trace(lambda x: np.asarray(x) + 1.0, x=(3,))
     with pytest.raises(TypeError, match=r"np.where on traced tensors needs three arguments"):
         trace(lambda x: np.where(x), x=(3,))
     with pytest.raises(ValueError, match=r"node 'sum_0' \(op 'sum'\): axis=2 is out of range for rank 2"):
