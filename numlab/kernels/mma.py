@@ -151,14 +151,16 @@ class MatrixUnit:
         with ``interleave=2``.
     result_bits : int or None
         Significand bits of block results, when narrower than ``out_fmt``'s
-        (Ada/L40S fp8 keep 13 bits in fp32 output); None = ``out_fmt``'s.
+        (fp8 on Ada/L40S/H100 with fp32 output: 14, i.e. 23 + neab = 13
+        fraction bits, ``GEMM.m`` special case 2; DeepSeek-V3 section 3.3.2
+        estimates "around 14 bits" on H800); None = ``out_fmt``'s.
     promote_every : int or None
         N_C: products accumulated in the unit before the partial sum is added
         to an fp32 accumulator in CUDA cores (DeepSeek-V3, section 3.3.2;
         they use 128).  Must be a multiple of the block length.  None
         (default): never, the unit accumulates all of K.
     name : str
-        Label, e.g. ``"H100 fp16->fp32"`` (not a numerical feature).
+        Label, e.g. ``"H100/fp16/fp32"`` (not a numerical feature).
     source : str
         Where the parameters come from (file and section).
     evidence : str
