@@ -261,10 +261,16 @@ def _values(x, fmt: Format, name: str, flush: bool) -> np.ndarray:
 
 
 def _anchor_pow2(v: np.ndarray, emin: int) -> np.ndarray:
-    """``2**max(floor(log2|v|), emin)`` for nonzero finite v, 0 for zero."""
-    _, e = np.frexp(v)
-    e = np.maximum(e.astype(np.int64) - 1, emin)
-    return np.where(v != 0, np.ldexp(1.0, e), 0.0)
+    """``2**max(floor(log2|v|), emin)`` for nonzero finite v, 0 for zero.
+
+    Read from the float64 exponent field (every value of the formats here is
+    a normal float64), so no frexp/ldexp."""
+    v = np.ascontiguousarray(v, dtype=np.float64)
+    e = (v.view(np.int64) >> 52) & 0x7FF
+    np.maximum(e, emin + 1023, out=e)
+    out = (e << 52).view(np.float64)
+    out[v == 0] = 0.0
+    return out
 
 
 def _exponents(v: np.ndarray, emin: int) -> np.ndarray:
