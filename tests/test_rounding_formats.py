@@ -1,4 +1,4 @@
-"""The fnuz fp8, fp6, fp4 and E8M0 formats (issue #16): ``round_to`` in every
+"""The fnuz fp8, fp6, fp4 and E8M0 formats: ``round_to`` in every
 mode, ``encode``/``decode``, ``next_up``/``next_down`` and ``ulp``, bit-exact
 against ml_dtypes 0.6 and against an independent exact reference.
 
