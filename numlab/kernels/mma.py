@@ -273,14 +273,6 @@ def _anchor_pow2(v: np.ndarray, emin: int) -> np.ndarray:
     return out
 
 
-def _exponents(v: np.ndarray, emin: int) -> np.ndarray:
-    """``max(floor(log2|v|), emin)`` as int64, a large negative number for zeros
-    (so that a product with a zero factor never sets the anchor)."""
-    _, e = np.frexp(v)
-    e = np.maximum(e.astype(np.int64) - 1, emin)
-    return np.where(v != 0, e, -(1 << 20)).astype(np.int32)
-
-
 def _align(t: np.ndarray, scale: np.ndarray, how: str) -> np.ndarray:
     """Terms ``t`` (float64) in units of the window's last bit (``t * scale``,
     exact), rounded to integers by ``how``; ``sticky`` returns twice the
@@ -462,8 +454,7 @@ def _mma(a, b, unit: MatrixUnit, c, engine: str) -> np.ndarray:
             raise ValueError("engine='numba' needs numba installed and a unit with "
                              "interleave=1, carry_bits=None; use engine='auto' or 'numpy'")
         if nb is not None:
-            out = nb.mma_numba(np.ascontiguousarray(a), np.ascontiguousarray(b),
-                               _exponents(a, fin.emin), _exponents(b, fin.emin),
+            out = nb.mma_numba(np.ascontiguousarray(a), np.ascontiguousarray(b), fin.emin,
                                np.ascontiguousarray(c), unit, unit.result_format)
             if special is not None:
                 out = np.where(special[0], special[1], out)
