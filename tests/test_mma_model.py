@@ -666,6 +666,91 @@ def test_numba_engine_matches_numpy_engine():
         mma(one, one.T, units[0], engine="gpu")
 
 
+def _random_unit(rng) -> MatrixUnit:
+    """A random unit the compiled path takes (interleave 1, no carry_bits)."""
+    from numlab.kernels.mma import ALIGN_ROUNDINGS, FINAL_ROUNDINGS, IN_FORMATS
+    fin = str(rng.choice(IN_FORMATS))
+    fout = str(rng.choice(["fp32", "fp16"]))
+    fma = int(rng.choice([1, 2, 3, 4, 5, 8, 16, 32]))
+    ab_max = min(24, 53 - 27 - fma.bit_length())
+    align = int(rng.integers(-12, ab_max + 1))
+    rbits = None
+    if fout == "fp32" and rng.random() < 0.3:
+        rbits = int(rng.integers(8, 24))
+    promote = None
+    if rng.random() < 0.3:
+        promote = fma * int(rng.integers(1, 5))
+    return MatrixUnit(fin, fout, fma_size=fma, align_bits=align,
+                      align_rounding=str(rng.choice(ALIGN_ROUNDINGS)),
+                      final_rounding=str(rng.choice(FINAL_ROUNDINGS)),
+                      subnormals=bool(rng.random() < 0.7), result_bits=rbits,
+                      promote_every=promote)
+
+
+def _hard_inputs(rng, unit, M, K, N):
+    """A, B, C of ``unit``'s formats with zeros, subnormals, values near the
+    top of the range (overflow of block results), and a few inf/NaN."""
+    from numlab.rounding import round_to
+    fin, fres = get_format(unit.in_fmt), unit.result_format
+    spread = 6 if fin.emax <= 15 else 40
+
+    def draw(shape, fmt):
+        x = rng.standard_normal(shape) * np.exp2(rng.integers(-spread, spread + 1, shape))
+        x[rng.random(shape) < 0.15] = 0.0
+        sub = rng.random(shape) < 0.1
+        x[sub] = rng.standard_normal(int(sub.sum())) * fmt.smallest_normal / 4
+        top = rng.random(shape) < 0.03
+        x[top] = rng.choice([-1.0, 1.0], int(top.sum())) * fmt.max
+        return np.asarray(round_to(x, fmt, "rne", saturate=True), dtype=np.float64)
+
+    a, b, c = draw((M, K), fin), draw((K, N), fin), draw((M, N), fres)
+    if rng.random() < 0.5:
+        a[rng.integers(M), rng.integers(K)] = rng.choice([np.inf, -np.inf, np.nan])
+        b[rng.integers(K), rng.integers(N)] = rng.choice([np.inf, -np.inf, np.nan])
+        c[rng.integers(M), rng.integers(N)] = rng.choice([np.inf, -np.inf, np.nan])
+    return a, b, c
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_numba_engine_random_units_and_hard_inputs(seed):
+    """The compiled path against the numpy path on random units (every
+    alignment/final rounding, fma sizes 1-32, align_bits, result_bits,
+    promotion, flushing) and inputs with zeros, subnormals, inf/NaN and
+    block results that overflow; shapes cross the kernel's row and column
+    tiles and its two-thread split (M >= 128), K is not a multiple of the block."""
+    pytest.importorskip("numba", reason="numba is optional; the compiled mma path needs it")
+    rng = np.random.default_rng(100 + seed)
+    for M, K, N in ((3, 1, 2), (17, 45, 131), (130, 37, 20)):
+        u = _random_unit(rng)
+        a, b, c = _hard_inputs(rng, u, M, K, N)
+        x = mma(a, b, u, c, engine="numpy")
+        y = mma(a, b, u, c, engine="numba")
+        assert np.array_equal(x, y, equal_nan=True), (u, M, K, N)
+        assert np.array_equal(np.signbit(x), np.signbit(y)), (u, M, K, N)
+
+
+@pytest.mark.parametrize("key", ["A100/fp16/fp32", "H100/fp16/fp16", "H100/fp8_e4m3/fp32",
+                                 "V100/fp16/fp32", "B200/bf16/fp32", "A100/tf32/fp32"])
+def test_numba_engine_matches_scalar_transcription(key):
+    """The compiled path against the exact scalar transcription directly
+    (not only through the numpy path), with subnormal inputs and a nonzero C."""
+    pytest.importorskip("numba", reason="numba is optional; the compiled mma path needs it")
+    u = PRESETS[key]
+    rng = np.random.default_rng(zlib.crc32(key.encode()) + 1)
+    fin, fout = get_format(u.in_fmt), get_format(u.out_fmt)
+    K = 2 * u.block + 5
+    spread = 3 if fin.emax <= 15 else 8
+    A = _random_inputs(rng, fin, (3, K), spread)
+    B = _random_inputs(rng, fin, (K, 4), spread)
+    A[1, ::3] = _random_inputs(rng, fin, (1, len(A[1, ::3])), 0)[0] * fin.smallest_normal
+    A = np.asarray(_round_in(A, fin), dtype=np.float64)
+    C = _random_inputs(rng, fout, (3, 4), 4)
+    if u.result_bits is not None:
+        C = np.asarray(_round_c(C, u), dtype=np.float64)
+    got = mma(A, B, u, C, engine="numba").astype(np.float64)
+    np.testing.assert_array_equal(got, _port_gemm(A, B, C, u))
+
+
 @pytest.mark.parametrize("carry", [1, 2])
 def test_hpec_carry_test_detects_carry_bits(carry):
     """A (hypothetical) register with ``carry_bits`` integer bits above the
