@@ -4,20 +4,23 @@ The same algorithm as the numpy path of :mod:`numlab.kernels.mma`, step for
 step, for units with ``interleave == 1`` and ``carry_bits is None``: per row
 ``i`` and per K block, the anchor exponent of every column is the largest
 nominal exponent ``e_a + e_b`` of a nonzero product or the exponent of C
-(the exponents are decomposed once per operand, ``ea``/``eb``); each term is
-scaled by ``2**(23 + align_bits - anchor)`` (exact), rounded to an integer by
-the alignment rounding and added in float64 (exact: every term is an integer
-and the module docstring of ``mma`` bounds the sum below ``2**53``, so the
-order of the additions does not change a bit); the block result is the sum
-scaled back (exact) and rounded to the result format by scaling to its
+(the exponents are read once per operand from the float64 exponent field,
+``ea``/``eb``, as float32 so that the anchor loops run on eight lanes); each
+term is scaled by ``2**(23 + align_bits - anchor)`` (exact; the scale is built
+from its exponent bits), rounded to an integer by the alignment rounding
+(truncation = the int64 conversion, one instruction) and added as int64
+(exact, and the module docstring of ``mma`` bounds the sum below ``2**53``,
+so the order of the additions does not change a bit); the block result is
+the sum scaled back (exact) and rounded to the result format by scaling to its
 quantum and applying ``trunc``/``rint``/``floor``/``ceil``, or for truncation
 by clearing the float64 bits below the quantum (every step exact, as in
 ``numlab.rounding``'s generic and bit paths).
 
-Layout: the output is cut into tiles of ``_TI`` rows by ``_TJ`` columns; for
-each tile the K blocks run in order, and within a block every row of the tile
-reads the same ``block x _TJ`` slice of B (and of its exponents) from the L1
-cache.  The loops over the columns of a tile are written so that LLVM
+Layout: B and its exponents are packed into column tiles of ``_TJ``
+(``_pack``); the output is cut into tiles of ``_TI`` rows by ``_TJ`` columns;
+for each tile the K blocks run in order, and within a block every row of the
+tile reads the same ``block x _TJ`` slice of B (and of its exponents) from the
+L1 cache.  The loops over the columns of a tile are written so that LLVM
 vectorises them; the products of a block are taken four K indices at a time
 (zero entries of A skipped), so a column's partial sum is loaded and stored
 once per four products.  Row chunks run in Python threads (the compiled
