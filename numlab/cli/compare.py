@@ -17,6 +17,15 @@ from ..report import Column, render_table, wrap_lines
 from .options import dtype_type
 
 
+ULP_WARN = 16.0
+"""Default ``--ulp-warn``: a row that passes msprobe's thresholds with a
+larger max ULP error is named in a warning (``--max-ulp`` makes it fail)."""
+
+EXIT_OK, EXIT_FAIL, EXIT_UNDECIDED = 0, 1, 2
+"""Exit status: every compared row passes / some row fails / nothing was
+compared, or a file is missing, corrupt or fails its SHA-256 check."""
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "compare",
@@ -48,9 +57,14 @@ def add_parser(sub) -> None:
                    help=f"elements per streaming chunk (default {DEFAULT_CHUNK})")
     p.add_argument("--no-verify", action="store_true", help="skip SHA-256 verification")
     p.add_argument("--rows", type=int, default=60, help="rows of the printed table (default 60)")
-    p.add_argument("--fail-on-divergence", action="store_true",
-                   help="exit with status 1 when some row fails the thresholds or a matched "
-                        "node could not be compared (unreadable, corrupt or empty data)")
+    p.add_argument("--allow-failures", action="store_true",
+                   help="exit 0 even when rows fail the thresholds or files are missing, corrupt "
+                        "or fail their SHA-256 check (they are still reported); a compare that "
+                        "compared nothing still exits 2")
+    p.add_argument("--ulp-warn", type=float, default=ULP_WARN, metavar="N",
+                   help=f"warn about rows that pass the thresholds with a max ULP error above N "
+                        f"(default {ULP_WARN:g}; the thresholds are absolute and miss errors on "
+                        f"small values)")
     p.set_defaults(func=main)
 
 
@@ -103,7 +117,39 @@ def main(args) -> int:
     print(compare_table(report.rows, max_rows=args.rows))
     if out is not None:
         print(f"\nSaved comparing results: {out}")
+    flagged = report.ulp_flagged(args.ulp_warn) if args.ulp_warn is not None else []
+    if flagged:
+        worst = max(flagged, key=lambda r: float(r["max_ulp_error"]))
+        print(wrap_lines(
+            f"\nWARNING: {len(flagged)} row(s) pass the thresholds but have a max ULP error above "
+            f"{args.ulp_warn:g}: " + ", ".join(r["node"] for r in flagged[:8])
+            + (" ..." if len(flagged) > 8 else "")
+            + f" (worst {worst['node']}: {format_number(worst['max_ulp_error'])} ULP of "
+            f"{worst['ulp_format']}, MaxAbsErr {format_number(worst['MaxAbsErr'])}). msprobe's rule "
+            "is absolute (MaxAbsErr > 0.001) and cannot see an error on small values; "
+            "--max-ulp N makes such rows fail."))
+    return exit_status(report, allow_failures=args.allow_failures)
+
+
+def exit_status(report, *, allow_failures: bool = False) -> int:
+    """The exit status of ``numlab compare`` for ``report`` (printing why to
+    stderr): 2 when nothing was compared (always), 2 when a file is missing,
+    corrupt, fails its SHA-256 check or a matched node could not be compared,
+    1 when a row fails; 0 otherwise, and 0 for the last two when
+    ``allow_failures`` (``--allow-failures``)."""
     sys.stdout.flush()
-    if args.fail_on_divergence and (report.failing or report.uncompared):
-        return 1
-    return 0
+    if not report.compared:
+        print("numlab compare: nothing was compared (no node has readable data on both sides); "
+              "exit status 2", file=sys.stderr)
+        return EXIT_UNDECIDED
+    bad = len(report.problems) + len(report.uncompared)
+    failing = len(report.failing)
+    if allow_failures or not (bad or failing):
+        return EXIT_OK
+    if bad:
+        print(f"numlab compare: {len(report.problems)} bad file(s) and {len(report.uncompared)} matched "
+              f"node(s) without metrics; exit status 2 (--allow-failures: 0)", file=sys.stderr)
+        return EXIT_UNDECIDED
+    print(f"numlab compare: {failing} row(s) fail the thresholds; exit status 1 "
+          "(--allow-failures: 0)", file=sys.stderr)
+    return EXIT_FAIL

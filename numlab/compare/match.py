@@ -174,6 +174,11 @@ def compare_dumps(
     for i, r in enumerate(rows):
         r["index"] = i
     report = CompareReport(rows, str(gd.path), str(md.path), th, notes)
+    report.problems = {f"{side}:{n}": r for side, d in (("golden", gd), ("my", md))
+                       for n, r in d.problems.items()}
+    for side, d in (("golden", gd), ("my", md)):
+        for note in d.notes:  # an unreadable manifest.json: the folder was read without it
+            report.problems[f"{side}:manifest.json"] = note
     _mark_origins(report, gd, md, blocks, member_of, set(decomposed.values()))
     return report
 

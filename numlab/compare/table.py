@@ -54,6 +54,10 @@ class CompareReport:
         self.thresholds = thresholds
         self.notes = list(notes or [])
         self.first_divergence: dict | None = None
+        #: ``"golden:node"``/``"my:node"`` -> why that dumped file cannot be
+        #: used (missing, truncated, failed its SHA-256 check, unreadable);
+        #: filled by :func:`compare_dumps` from both dumps
+        self.problems: dict[str, str] = {}
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -83,6 +87,13 @@ class CompareReport:
         corrupt or missing files, empty or unsupported data (the reason is in
         ``cmp_fail_reason``)."""
         return [r for r in self.rows if r["match"] == "matched" and self.thresholds.fails(r) is None]
+
+    def ulp_flagged(self, max_ulp: float) -> list[dict]:
+        """Rows that pass the thresholds but whose ``max_ulp_error`` exceeds
+        ``max_ulp``: errors msprobe's absolute rule (``MaxAbsErr > 0.001``)
+        cannot see, e.g. a planted error on small values."""
+        return [r for r in self.rows if self.thresholds.fails(r) is False
+                and _to_float(r.get("max_ulp_error")) > max_ulp]
 
     def column(self, name: str, rows: list[dict] | None = None) -> np.ndarray:
         """A numeric column as float64 (NaN where empty), over ``rows``
@@ -121,6 +132,13 @@ class CompareReport:
             f"{len(self.rows)} rows: " + ", ".join(f"{v} {k}" for k, v in kinds.items())
             + f"; {n_cmp} compared, {len(self.failing)} failing",
         ]
+        if not self.compared:
+            lines.append("NOTHING WAS COMPARED: no node has data on both sides that could be read "
+                         "(see the rows' cmp_fail_reason).")
+        if self.problems:
+            lines.append(f"{len(self.problems)} dumped file(s) are missing, corrupt or fail their "
+                         "SHA-256 check: " + "; ".join(f"{k}: {v}" for k, v in list(self.problems.items())[:4])
+                         + (" ..." if len(self.problems) > 4 else ""))
         unc = self.uncompared
         if unc:
             lines.append(f"{len(unc)} matched node(s) could not be compared (unreadable, corrupt or "
