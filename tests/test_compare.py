@@ -579,7 +579,9 @@ def test_csv_roundtrip_and_no_overwrite(tmp_path):
     rep = compare_dumps(g, m)
     out = rep.to_csv(tmp_path / "r.csv")
     with open(out, newline="") as f:
+        first = f.readline()
         rows = list(csv.DictReader(f))
+    assert first.startswith("# numlab compare, flavor=exact: every metric is computed exactly in float64")
     assert list(rows[0]) == COLUMNS
     for k in ("cosine_similarity", "kl_divergence", "One Thousandth Err Ratio",
               "Accuracy Reached or Not", "cmp_fail_reason", "EucDist"):

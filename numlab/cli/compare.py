@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 
 from ..compare.compare import DEFAULT_CHUNK, Thresholds, compare_dumps, report_path
+from ..compare.flavors import FLAVORS
 from ..compare.table import format_number
 from ..report import Column, render_table, wrap_lines
 from .options import dtype_type
@@ -55,6 +56,11 @@ def add_parser(sub) -> None:
                    help="also fail rows whose max ULP error exceeds this")
     p.add_argument("--chunk", type=int, default=DEFAULT_CHUNK,
                    help=f"elements per streaming chunk (default {DEFAULT_CHUNK})")
+    p.add_argument("--flavor", default="exact", choices=FLAVORS,
+                   help="columns of the CSV: exact (default: numlab's metrics exactly in float64, "
+                        "said in the CSV's first line) or a tool's own header and formulas: msit "
+                        "(8.2.0, torch float32), msprobe-8.3 (8.3.3), msprobe-26 (26.2.0); pass/fail "
+                        "and the exit status stay numlab's exact rule (docs/compare.md)")
     p.add_argument("--no-verify", action="store_true", help="skip SHA-256 verification")
     p.add_argument("--rows", type=int, default=60, help="rows of the printed table (default 60)")
     p.add_argument("--allow-failures", action="store_true",
@@ -109,7 +115,7 @@ def main(args) -> int:
     # refuse an existing report before spending the compare on it
     out = report_path(args.output, force=args.force) if args.output else None
     report = compare_dumps(args.golden_path, args.my_path, fmt=args.dtype, thresholds=th,
-                           chunk_elems=args.chunk, verify=not args.no_verify)
+                           chunk_elems=args.chunk, verify=not args.no_verify, flavor=args.flavor)
     if out is not None:  # saved before printing: a closed stdout cannot lose the report
         out = report.to_csv(out, force=args.force)
     print(wrap_lines(report.summary()))

@@ -47,6 +47,7 @@ graph compare; it is reported in the numlab columns.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 
 import numpy as np
@@ -58,6 +59,8 @@ __all__ = [
     "FLAVOR_HEADERS",
     "EXACT_NOTE",
     "check_flavor",
+    "flavor_cells",
+    "flavor_rows",
     "tool_view",
     "msit_columns",
     "msprobe_columns",
@@ -92,6 +95,7 @@ EXACT_NOTE = ("# numlab compare, flavor=exact: every metric is computed exactly 
               "dtype; see docs/compare.md); --flavor msit|msprobe-8.3|msprobe-26 gives a tool's own "
               "columns")
 
+_MSPROBE_ROW = re.compile(r"^(.+\.(?:forward|backward))\.(?:input|output|parameters)\.")
 _EPS32 = float(np.finfo(np.float32).eps)
 _EPS64 = float(np.finfo(np.float64).eps)
 
@@ -421,3 +425,60 @@ def msprobe26_result(row: Mapping, inputs: list[Mapping]) -> tuple[str, str]:
             level = "warning"
             msgs.append("warning: The input/parameters of Cosine > 0.9, and input/parameters - output > 0.1")
     return level, str(msgs).replace("'", '"') if msgs else "[]"
+
+
+def flavor_cells(golden, mine, flavor: str) -> dict:
+    """The metric cells of ``flavor`` for one pair of arrays (whole arrays:
+    the tools do not stream)."""
+    check_flavor(flavor)
+    if flavor == "msit":
+        return msit_columns(golden, mine)
+    if flavor == "exact":
+        return {}
+    return msprobe_columns(golden, mine, flavor)
+
+
+def msprobe_api_name(node: str) -> str:
+    """The msprobe API name numlab uses for a node: ``Numlab.<node>.0.forward``
+    (dots in the node name become ``_``: msprobe splits names at dots)."""
+    return f"Numlab.{node.replace('.', '_')}.0.forward"
+
+
+def flavor_rows(rows: list[Mapping], flavor: str) -> list[dict]:
+    """The tool's CSV rows (keys: :data:`FLAVOR_HEADERS` ``[flavor]``) from
+    report rows carrying ``_flavor`` cells; rows without data on both sides
+    are left out, as the tools do for nodes they cannot pair."""
+    check_flavor(flavor)
+    if flavor == "exact":
+        raise ValueError("flavor='exact' has no tool rows; valid: ['msit', 'msprobe-8.3', 'msprobe-26']")
+    out = []
+    by_node = {r["node"]: r for r in rows}
+    # a dump msprobe wrote names its rows <API>.<forward|backward>.<input|output>.<i>
+    api_of = {r["node"]: m.group(1) for r in rows if (m := _MSPROBE_ROW.match(str(r["node"])))}
+    for r in rows:
+        cells = r.get("_flavor")
+        if not cells:
+            continue
+        if flavor == "msit":
+            row = dict(cells, token_id=0, data_id=len(out), golden_data_path=r.get("golden_path", ""),
+                       my_data_path=r.get("my_path", ""), golden_op_type=r.get("op", ""),
+                       my_op_type=r.get("op", ""))
+        else:
+            name = r["node"] if r["node"] in api_of else msprobe_api_name(r["node"]) + ".output.0"
+            row = dict(cells)
+            row.update({"NPU Name": name, "Bench Name": name, "NPU_Stack_Info": "N/A",
+                        "Data_name": str([name + ".pt", name + ".pt"])})
+            if flavor == "msprobe-26":
+                if r["node"] in api_of:  # the API's input rows of the same dump
+                    api = api_of[r["node"]]
+                    ins = [by_node[n]["_flavor"] for n, a in api_of.items()
+                           if a == api and ".input." in n[len(api):] and by_node[n].get("_flavor")]
+                else:  # numlab node: its graph inputs
+                    ins = [by_node[i]["_flavor"] for i in str(r.get("inputs") or "").split()
+                           if i in by_node and by_node[i].get("_flavor")]
+                if r["node"] in api_of and ".input." in r["node"][len(api_of[r["node"]]):]:
+                    ins = []  # msprobe's rules mark only an API's output
+                row["Result"], msg = msprobe26_result(cells, ins)
+                row["Err_message"] = msg
+        out.append({k: row.get(k, "") for k in FLAVOR_HEADERS[flavor]})
+    return out

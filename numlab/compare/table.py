@@ -13,6 +13,7 @@ import numpy as np
 
 from .columns import COLUMNS, Thresholds
 from .dump import atomic_write_bytes
+from .flavors import EXACT_NOTE, FLAVOR_HEADERS, check_flavor, flavor_rows
 
 __all__ = ["CompareReport", "report_path", "format_number"]
 
@@ -47,12 +48,14 @@ class CompareReport:
     :data:`COLUMNS`) in topological order, and the first divergence."""
 
     def __init__(self, rows: list[dict], golden: str, mine: str, thresholds: Thresholds,
-                 notes: list[str] | None = None):
+                 notes: list[str] | None = None, flavor: str = "exact"):
         self.rows = rows
         self.golden = golden
         self.mine = mine
         self.thresholds = thresholds
         self.notes = list(notes or [])
+        #: ``"exact"`` or the tool whose columns the CSV has (numlab.compare.flavors)
+        self.flavor = check_flavor(flavor)
         self.first_divergence: dict | None = None
         #: ``"golden:node"``/``"my:node"`` -> why that dumped file cannot be
         #: used (missing, truncated, failed its SHA-256 check, unreadable);
@@ -105,7 +108,19 @@ class CompareReport:
 
     # -- output ------------------------------------------------------------
     def to_csv_text(self) -> str:
+        """The CSV: for flavor ``exact`` a first line ``# numlab compare,
+        flavor=exact: ...`` saying the metrics are exact float64, then
+        :data:`COLUMNS`; for a tool's flavour exactly the tool's header and
+        cells (:func:`numlab.compare.flavors.flavor_rows`)."""
         buf = io.StringIO()
+        if self.flavor != "exact":
+            header = FLAVOR_HEADERS[self.flavor]
+            w = csv.DictWriter(buf, fieldnames=header, lineterminator="\n")
+            w.writeheader()
+            for r in flavor_rows(self.rows, self.flavor):
+                w.writerow({k: _cell(v) for k, v in r.items()})
+            return buf.getvalue()
+        buf.write(EXACT_NOTE + "\n")
         w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
         w.writeheader()
         for r in self.rows:
