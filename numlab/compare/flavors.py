@@ -463,6 +463,8 @@ def flavor_rows(rows: list[Mapping], flavor: str) -> list[dict]:
             row = dict(cells, token_id=0, data_id=len(out), golden_data_path=r.get("golden_path", ""),
                        my_data_path=r.get("my_path", ""), golden_op_type=r.get("op", ""),
                        my_op_type=r.get("op", ""))
+            # msit writes its DataFrame with fillna(""): a NaN cell is empty
+            row = {k: "" if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
         else:
             name = r["node"] if r["node"] in api_of else msprobe_api_name(r["node"]) + ".output.0"
             row = dict(cells)
