@@ -79,14 +79,37 @@ def test_roundtrip_bit_exact_every_dtype(tmp_path):
         assert b.dtype == a.dtype, name
         assert b.shape == a.shape
         assert np.array_equal(_bits(a), _bits(b)), name
-        assert isinstance(d.array(name), np.memmap)  # read memory-mapped
+        narrow = a.dtype.type.__module__ != "numpy"
+        assert isinstance(d.array(name), np.memmap) != narrow  # numpy dtypes: memory-mapped
         assert not isinstance(d.array(name, mmap=False), np.memmap)
-    # bf16/fp8 are stored as their bit patterns, readable by plain numpy
+    # bf16/fp8 are stored as an exact float32 copy: plain numpy (and msit, which
+    # reads .npy) sees the real values, never integer codes
     m = json.loads((tmp_path / "d" / MANIFEST).read_text())
     e = m["nodes"]["n3_bfloat16"]
-    assert (e["encoding"], e["container"], e["dtype"]) == ("bits", "uint16", "bf16")
-    assert np.load(tmp_path / "d" / e["file"]).dtype == np.uint16
+    assert (e["encoding"], e["container"], e["dtype"]) == ("float32", "float32", "bf16")
+    raw = np.load(tmp_path / "d" / e["file"])
+    assert raw.dtype == np.float32
+    assert np.array_equal(raw, arrays["n3_bfloat16"].astype(np.float64), equal_nan=True)
     assert m["nodes"]["n0_float16"]["encoding"] == "npy"
+    # a copy edited to a value the format cannot hold is refused, by node name
+    f = tmp_path / "d" / e["file"]
+    raw[0] = 1.0 + 2.0**-20
+    np.save(f, raw)
+    d = load_dump(tmp_path / "d", verify=False)
+    with pytest.raises(DumpError, match="n3_bfloat16.*not bf16"):
+        d.array("n3_bfloat16")
+
+
+def test_old_bits_encoding_is_still_read(tmp_path):
+    a = np.array([1.5, -2.0, np.inf], dtype=ml_dtypes.bfloat16)
+    write_dump(tmp_path / "d", {"y": np.zeros(3, np.float32)})
+    f = tmp_path / "d" / "y.npy"
+    np.save(f, a.view(np.uint16))
+    man = json.loads((tmp_path / "d" / MANIFEST).read_text())
+    man["nodes"]["y"].update(encoding="bits", dtype="bf16", container="uint16")
+    (tmp_path / "d" / MANIFEST).write_text(json.dumps(man))
+    got = load_dump(tmp_path / "d", verify=False).array("y")
+    assert got.dtype == ml_dtypes.bfloat16 and got.tobytes() == a.tobytes()
 
 
 def test_manifest_fields_and_checksums(tmp_path):
