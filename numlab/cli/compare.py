@@ -17,7 +17,6 @@ from ..compare.table import format_number
 from ..report import Column, render_table, wrap_lines
 from .options import dtype_type
 
-
 ULP_WARN = 16.0
 """Default ``--ulp-warn``: a row that passes msprobe's thresholds with a
 larger max ULP error is named in a warning (``--max-ulp`` makes it fail)."""
