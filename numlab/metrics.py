@@ -703,7 +703,12 @@ class CompareAccumulator:
         self.max_ulp = self.sum_ulp = 0.0
         # online log-sum-exp for KL(softmax(g) || softmax(m))
         self.Mg = self.Mm = -np.inf
-        self.Zg = self.Sg = self.Dg = self.Zm = 0.0
+        self.Zg = self.Sg = self.Zm = 0.0
+        # KL's stable form on d - c (c: the first chunk's p-weighted mean of
+        # d = m - g; KL is shift invariant): Sg = sum e^(g-Mg) (d - c),
+        # Bg = sum e^(g-Mg) (expm1(d - c) - (d - c)), without cancellation
+        self.c: float | None = None
+        self.Bg = 0.0
         # sum of exp(g - Mg) * ((g - Mg) - (m - Mm)): KL's first term relative to
         # the running maxima, for when the two softmaxes are far apart
         self.T = 0.0
@@ -805,7 +810,7 @@ class CompareAccumulator:
                 self.T = f * (self.T + (self.Mg - gmax) * self.Zg)
             self.Zg *= f
             self.Sg *= f
-            self.Dg *= f
+            self.Bg *= f
             self.Mg = gmax
         # log-sum-exp of m too, for when E_p[exp(delta)] under- or overflows
         mmax = float(np.max(m))
@@ -816,10 +821,16 @@ class CompareAccumulator:
             self.Mm = mmax
         eg = np.exp(g - self.Mg)
         self.Zg += float(eg.sum())
-        self.Sg += _dot(eg, d)
-        self.T += _dot(eg, (g - self.Mg) - (m - self.Mm))
+        if self.c is None:
+            self.c = _dot(eg, d) / float(eg.sum())
         with np.errstate(over="ignore", invalid="ignore"):
-            self.Dg += _dot(eg, np.expm1(d))
+            t = d - m  # TwoDiff: d + e == m - g exactly (no overflow)
+            e = (m - (d - t)) - (g + t)
+        dc = (d - self.c) + np.where(np.isfinite(e), e, 0.0)  # d - c exact where d ~ c
+        self.Sg += _dot(eg, dc)
+        with np.errstate(over="ignore", invalid="ignore"):
+            self.Bg += _dot(eg, _expm1_minus_x(dc))
+        self.T += _dot(eg, (g - self.Mg) - (m - self.Mm))
         self.Zm += float(np.exp(m - self.Mm).sum())
 
     def _ssq(self, key: str, v: np.ndarray, cmax: float) -> None:
@@ -859,9 +870,11 @@ class CompareAccumulator:
         return min(1.0, max(-1.0, self.dot / (math.sqrt(self.ssq["g"]) * math.sqrt(self.ssq["m"]))))
 
     def _kl(self) -> float:
-        ratio = self.Dg / self.Zg if math.isfinite(self.Dg) else math.inf
-        if math.isfinite(ratio) and ratio > -0.5:
-            kl = math.log1p(ratio) - self.Sg / self.Zg
+        a, b = self.Sg / self.Zg, self.Bg / self.Zg
+        s = a + b  # E_p[expm1(d - c)]
+        if math.isfinite(s) and s > -0.5:
+            # log1p(s) - a, = b + (log1p(s) - s) where the two would cancel
+            kl = b + float(_log1p_minus_x(s)) if abs(s) < 0.25 else math.log1p(s) - a
         else:  # softmaxes far apart: KL = E_p[log p - log q] with both log-softmaxes
             # taken relative to their own maxima (no terms of the size of max|g|)
             kl = self.T / self.Zg + (math.log(self.Zm) - math.log(self.Zg))
