@@ -38,14 +38,17 @@ Sources of the tool-specific formulas
 -------------------------------------
 * msit (``ait``/``msit`` ``compare``, ``cmp_algorithm.py``): cosine
   similarity; max/mean relative error ``|x/ref - 1|`` where
-  ``|ref| > eps(float64)``, else 0; max/mean absolute error with the same
-  mask; KL divergence ``KL(softmax(ref) || softmax(x))`` along the last axis
+  ``|ref| > eps``, else 0; max/mean absolute error with the same mask (here
+  ``eps = eps(float64)``, evaluated exactly; msit itself computes in float32
+  and masks with float32's eps 1.19e-7: :mod:`numlab.compare.flavors`); KL divergence ``KL(softmax(ref) || softmax(x))`` along the last axis
   summed over rows and clamped at 0 (``F.kl_div(F.log_softmax(my),
   F.softmax(golden), reduction="sum")``); relative Euclidean distance
   ``sqrt(sum((x - ref)**2) / sum(ref**2))``, 0 when ``||ref|| <= eps``.
 * msprobe (``msprobe/core/compare/npy_compare.py``): relative error
-  ``|(x - ref) / ref|`` after adding ``eps(float64)`` to both where
-  ``ref == 0``; the one-thousandth / five-thousandths ratios are the shares of
+  ``|(x - ref) / ref|`` after adding ``eps`` to both where ``ref == 0``
+  (here ``eps(float64)`` in float64; 8.3.3 adds it in the input dtype, where
+  fp16 rounds it away, 26.2.0 adds float32's eps in float32:
+  :mod:`numlab.compare.flavors`); the one-thousandth / five-thousandths ratios are the shares of
   elements with relative error strictly below 0.001 / 0.005; "accuracy
   reached" is ``No`` when ``cos < 0.99 and max_abs_err > 0.001`` or when
   ``cos < 0.9 or max_abs_err > 1``, else ``Yes``
@@ -486,7 +489,7 @@ def euclidean(ref, x, *, nonfinite: str = "propagate") -> float:
 
 def relative_euclidean(ref, x, *, nonfinite: str = "propagate") -> float:
     """``||x - ref||_2 / ||ref||_2``; 0 when both are zero, inf when only
-    ``ref`` is zero.  (msit returns 0 whenever ``||ref|| <= eps(float64)``;
+    ``ref`` is zero.  (msit returns 0 whenever ``||ref|| <= eps(float32)``;
     otherwise the two agree.)"""
     p = _aggregate_inputs(ref, x, nonfinite)
     if p is None:
@@ -548,7 +551,8 @@ def _msprobe_rel(g: np.ndarray, m: np.ndarray, ad: np.ndarray, ag: np.ndarray) -
 
 
 def _msit_mask(g: np.ndarray) -> np.ndarray:
-    """msit computes its relative and absolute errors only where ``|g| > eps``."""
+    """numlab's exact msit columns are computed only where ``|g| > eps64``
+    (msit's own mask is ``|g| > eps32``: numlab.compare.flavors)."""
     return np.abs(g) > _EPS64
 
 
@@ -595,13 +599,16 @@ def msprobe_accuracy_reached(
     cosine_min: float = 0.9,
     max_abs_err_max: float = 1.0,
 ) -> bool:
-    """msprobe's "Accuracy Reached or Not" (``check_accuracy``), the one
-    implementation of the rule (numlab.compare's ``Thresholds`` calls it).
+    """msprobe's "Accuracy Reached or Not" thresholds (``check_accuracy``) as
+    numlab applies them (numlab.compare's ``Thresholds`` calls this).
 
     False when ``cos < cosine and max_abs_err > max_abs_err_threshold`` or
     ``cos < cosine_min or max_abs_err > max_abs_err_max``; a NaN or infinite
-    input (msprobe's "N/A"; neither value can be a finite comparison then) is
-    False; else True.  Defaults: :data:`MSPROBE_THRESHOLDS`."""
+    input is False (undecided data never passes); else True.  Defaults:
+    :data:`MSPROBE_THRESHOLDS`.  msprobe itself says ``Yes`` for a NaN cosine
+    (its ``"Nan"`` compares False with every threshold) and ``No`` only for
+    ``"N/A"`` (NaN/inf at different positions); that verdict is
+    :func:`numlab.compare.flavors.msprobe_check_accuracy`."""
     if not (math.isfinite(cos) and math.isfinite(max_abs_err)):
         return False
     if cos < cosine and max_abs_err > max_abs_err_threshold:
@@ -612,8 +619,10 @@ def msprobe_accuracy_reached(
 
 
 def msit_relative_error(ref, x) -> tuple[float, float]:
-    """msit's (max, mean) relative error: ``|x / ref - 1|`` where
+    """msit's (max, mean) relative error, exactly: ``|x / ref - 1|`` where
     ``|ref| > eps(float64)``, 0 elsewhere; the mean is over *all* elements.
+    (msit masks with float32's eps and computes in float32:
+    :func:`numlab.compare.flavors.msit_columns`.)
     Non-finite values propagate (NaN/inf results)."""
     r, y = _pair(ref, x)
     if r.size == 0:
@@ -623,9 +632,9 @@ def msit_relative_error(ref, x) -> tuple[float, float]:
 
 
 def msit_absolute_error(ref, x) -> tuple[float, float]:
-    """msit's (max, mean) absolute error: ``|x - ref|`` where
+    """msit's (max, mean) absolute error, exactly: ``|x - ref|`` where
     ``|ref| > eps(float64)``, 0 elsewhere (msit masks by the golden value
-    here too).  Non-finite values propagate."""
+    here too, with float32's eps).  Non-finite values propagate."""
     r, y = _pair(ref, x)
     if r.size == 0:
         return math.nan, math.nan
