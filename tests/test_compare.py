@@ -987,3 +987,43 @@ def test_flavor_against_the_installed_tool(flavor, tmp_path):
     {"msprobe-8.3": mk.msprobe83, "msprobe-26": mk.msprobe26, "msit": mk.msit}[flavor](exe, gp, mp, out)
     rep = compare_dumps(gp, mp, flavor=flavor)
     assert len(_check_flavor_against(flavor, rep.to_csv_text(), out, "numlab")) >= 8
+
+
+def test_cli_compare_your_function_against_your_kernel_dump(tmp_path, capsys, monkeypatch):
+    """``numlab compare --graph module:function --inputs FILE -mp DUMP``: numlab
+    computes the golden side (fp64 reference, or eager) of the user's function
+    on the user's inputs and compares the kernel's dump with it.  A kernel that
+    rounds through fp16 passes msprobe's absolute thresholds; the ULP warning
+    says so."""
+    from numlab.cli import main
+
+    (tmp_path / "vendor_mod_h3.py").write_text(
+        "import numpy as np\n\ndef layer(x, w):\n    h = x * w\n    return np.exp(h) / (1.0 + np.exp(h))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal(32).astype(np.float32), rng.standard_normal(32).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x, w=w)
+    h = x.astype(np.float64) * w
+    (tmp_path / "kern").mkdir()
+    np.save(tmp_path / "kern" / "y.npy", (np.exp(h) / (1 + np.exp(h))).astype(np.float16).astype(np.float32))
+    argv = ["compare", "--graph", "vendor_mod_h3:layer", "--inputs", str(tmp_path / "in.npz"),
+            "-mp", str(tmp_path / "kern")]
+    assert main(argv) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "output 'div_0' compared with 'y'" in out
+    assert "WARNING: 1 row(s) pass the thresholds but have a max ULP error above 16: y" in out
+    assert main([*argv, "--max-ulp", "16"]) == 1
+    assert main([*argv, "--golden-mode", "eager", "--dtype", "fp32", "--max-ulp", "16"]) == 1
+    # a kernel rounding once to fp32 passes against the fp64 reference, no warning
+    np.save(tmp_path / "kern" / "y.npy", (np.exp(h) / (1 + np.exp(h))).astype(np.float32))
+    capsys.readouterr()
+    assert main([*argv, "--max-ulp", "16"]) == 0
+    assert "WARNING" not in capsys.readouterr().out
+    # bad uses name the options
+    assert main([*argv, "-gp", str(tmp_path / "kern")]) == 2
+    assert "give -gp/--golden-path or --graph, not both" in capsys.readouterr().err
+    assert main(["compare", "-mp", str(tmp_path / "kern")]) == 2
+    assert "give -gp/--golden-path GOLDEN, or --graph" in capsys.readouterr().err
+    np.save(tmp_path / "kern" / "other.npy", np.zeros(32, np.float32))
+    assert main(argv) == 2
+    assert "none of its arrays" in capsys.readouterr().err
