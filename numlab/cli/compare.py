@@ -1,10 +1,17 @@
-"""``numlab compare -gp GOLDEN -mp MINE -o OUT``: msit-style dump compare.
+"""``numlab compare -gp GOLDEN -mp MINE -o OUT``: dump compare with msit's and
+msprobe's columns (docs/compare.md).
 
 Same options as ``msit llm compare`` (``-gp/--golden-path``,
 ``-mp/--my-path``, ``-o/--output``, also spelled ``--out`` as in every
-numlab command; ``--dtype`` as everywhere): each path is a dump directory (with or
-without ``manifest.json``) or a single ``.npy`` file; ``-o`` is a ``.csv``
-file or a directory that gets ``numlab_cmp_report_<timestamp>.csv``.
+numlab command; ``--dtype`` as everywhere): each path is a numlab, msprobe
+(``dump.json``) or msit (``model_tree.json``) dump directory, or a single
+``.npy`` file; ``-o`` is a ``.csv`` file or a directory that gets
+``numlab_cmp_report_<timestamp>.csv``.  ``--graph module:function --inputs
+FILE`` replaces ``-gp``: numlab runs your function (fp64 reference or eager)
+on your inputs as the golden side.  ``--flavor msit|msprobe-8.3|msprobe-26``
+writes a tool's own columns.  Exit status: 0 every compared row passes, 1 a
+row fails, 2 nothing was compared or a file is missing/corrupt/fails its
+SHA-256 check (``--allow-failures``: 0 except when nothing was compared).
 """
 
 from __future__ import annotations
@@ -37,6 +44,10 @@ def add_parser(sub) -> None:
                     "(cosine, relative/absolute errors, KL, Euclidean distances, "
                     "one-/five-thousandths error ratios, accuracy reached or not) plus ULP "
                     "statistics, and report the first divergence.",
+        epilog="Exit status: 0 every compared row passes; 1 a row fails; 2 nothing was compared, "
+               "or a file is missing, corrupt or fails its SHA-256 check (--allow-failures: 0 "
+               "except when nothing was compared). --flavor writes a tool's own columns; "
+               "differences: docs/compare.md.",
     )
     p.add_argument("-gp", "--golden-path", default=None, dest="golden_path",
                    help="golden (bench) dump: a numlab, msprobe or msit dump directory or a .npy file "
