@@ -397,18 +397,25 @@ def _log_softmax(v: np.ndarray, axis: int) -> np.ndarray:
 
 def _expm1_minus_x(d: np.ndarray) -> np.ndarray:
     """``expm1(d) - d`` without cancellation: its Taylor series
-    ``sum_{k>=2} d^k / k!`` (Horner, 20 terms) where ``|d| < 0.5``, where the
-    difference loses all digits; ``expm1(d) - d`` elsewhere (relative loss
-    < 1 bit there)."""
+    ``sum_{k>=2} d^k / k!`` (Horner) where ``|d| < 0.5``, where the difference
+    loses all digits, with as many terms as the largest such ``|d|`` needs
+    for the last one to be below ``2**-54`` of the first (20 at most); and
+    ``expm1(d) - d`` elsewhere (relative loss < 1 bit there)."""
     d = np.asarray(d, dtype=np.float64)
     small = np.abs(d) < 0.5
     ds = np.where(small, d, 0.0)
-    acc = np.full_like(ds, 1.0 / math.factorial(20))
-    for k in range(19, 1, -1):  # 18 Horner steps over whole arrays, not elements
+    x = float(np.max(np.abs(ds))) if ds.size else 0.0
+    n = 2  # highest power kept: x^(n-2) * 2 / n! < 2^-54 (a scalar loop, not over elements)
+    while n < 20 and x ** (n - 1) * 2.0 / math.factorial(n + 1) >= 2.0 ** -54:
+        n += 1
+    acc = np.full_like(ds, 1.0 / math.factorial(n))
+    for k in range(n - 1, 1, -1):  # Horner steps over whole arrays, not elements
         acc = acc * ds + 1.0 / math.factorial(k)
-    with np.errstate(over="ignore", invalid="ignore"):
-        big = np.expm1(d) - d
-    return np.where(small, ds * ds * acc, big)
+    out = ds * ds * acc
+    if not small.all():
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = np.where(small, out, np.expm1(d) - d)
+    return out
 
 
 def _log1p_minus_x(s):
