@@ -427,3 +427,24 @@ def test_dumps_the_tools_wrote_are_read(key):
         assert all(d.array(n).dtype == ml_dtypes.bfloat16 for n in bf)
         assert bf or key == "msprobe26"  # 26.2.0 does not dump Tensor.to, the bf16 cast
         assert set(dj) >= {"Functional.linear.0.forward", "Torch.softmax.0.forward"}
+
+
+@pytest.mark.parametrize("layout", ["numlab", "msprobe", "msit"])
+def test_dump_run_as_each_layout_compares_like_the_native_dump(tmp_path, layout):
+    """A RunResult dumped in any layout is read back with its graph metadata:
+    the compare rows (fused-block matching included) are the native dump's."""
+    pytest.importorskip("torch", reason="msprobe/msit dumps hold torch tensors")
+    from numlab.compare import compare_dumps
+    from numlab.compare.layouts import dump_run_as, write_msprobe_dump
+
+    res = _fake_result()
+    p = dump_run_as(res, tmp_path / layout, layout)
+    native = dump_run(res, tmp_path / "native")
+    a, b = compare_dumps(native, p), compare_dumps(native, native)
+    assert [(r["node"], r["match"], r["block"]) for r in a.rows] == \
+        [(r["node"], r["match"], r["block"]) for r in b.rows]
+    assert all(r["bitwise_equal_ratio"] == 1.0 for r in a.compared) and len(a.compared) == 3
+    with pytest.raises(ValueError, match="layout='zip' is not valid"):
+        dump_run_as(res, tmp_path / "z", "zip")
+    with pytest.raises(ValueError, match="same msprobe API name"):
+        write_msprobe_dump(tmp_path / "clash", {"a.b": np.zeros(2), "a_b": np.ones(2)})
