@@ -66,6 +66,10 @@ __all__ = [
     "msprobe_columns",
     "msprobe_check_accuracy",
     "msprobe26_result",
+    "msprobe_api_name",
+    "MSIT_HEADER",
+    "MSPROBE83_HEADER",
+    "MSPROBE26_HEADER",
 ]
 
 FLAVORS = ("exact", "msit", "msprobe-8.3", "msprobe-26")

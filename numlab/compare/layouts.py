@@ -76,6 +76,9 @@ __all__ = [
     "load_msprobe_dump",
     "write_msit_dump",
     "load_msit_dump",
+    "dump_run_as",
+    "to_torch",
+    "from_torch",
 ]
 
 SIDECAR = "numlab_manifest.json"
