@@ -459,6 +459,10 @@ def flavor_rows(rows: list[Mapping], flavor: str) -> list[dict]:
     by_node = {r["node"]: r for r in rows}
     # a dump msprobe wrote names its rows <API>.<forward|backward>.<input|output>.<i>
     api_of = {r["node"]: m.group(1) for r in rows if (m := _MSPROBE_ROW.match(str(r["node"])))}
+    api_inputs: dict[str, list] = {}
+    for n, api in api_of.items():
+        if ".input." in n[len(api):] and by_node[n].get("_flavor"):
+            api_inputs.setdefault(api, []).append(by_node[n]["_flavor"])
     for r in rows:
         cells = r.get("_flavor")
         if not cells:
@@ -476,9 +480,7 @@ def flavor_rows(rows: list[Mapping], flavor: str) -> list[dict]:
                         "Data_name": str([name + ".pt", name + ".pt"])})
             if flavor == "msprobe-26":
                 if r["node"] in api_of:  # the API's input rows of the same dump
-                    api = api_of[r["node"]]
-                    ins = [by_node[n]["_flavor"] for n, a in api_of.items()
-                           if a == api and ".input." in n[len(api):] and by_node[n].get("_flavor")]
+                    ins = api_inputs.get(api_of[r["node"]], [])
                 else:  # numlab node: its graph inputs
                     ins = [by_node[i]["_flavor"] for i in str(r.get("inputs") or "").split()
                            if i in by_node and by_node[i].get("_flavor")]
