@@ -20,8 +20,9 @@ if [ ! -x "$DIR/msp26/bin/msprobe" ]; then
 fi
 if [ ! -x "$DIR/msit/bin/msit" ] || ! "$DIR/msit/bin/msit" llm compare -h >/dev/null 2>&1; then
   "$PY" -m venv "$DIR/msit"
-  "$DIR/msit/bin/pip" install -q -c "$DIR/numpy1.txt" torch==2.13.0 msit==8.2.0 pandas openpyxl tqdm \
+  "$DIR/msit/bin/pip" install -q -c "$DIR/numpy1.txt" torch==2.13.0 msit==8.2.0 "pandas<3" openpyxl tqdm \
       safetensors tabulate onnx libclang
+  # pandas 3 breaks msit's report writer (fillna("") on float columns): pandas<3
   # `msit install llm` fails here (its setup.py reads ../config/config.ini relative to the
   # working directory): install the llm component from its own folder
   LLM=$("$DIR/msit/bin/python" -c 'import components, os; print(os.path.dirname(components.__file__))')/llm
