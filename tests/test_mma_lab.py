@@ -296,3 +296,133 @@ def test_bound_is_infinite_where_it_cannot_decide():
     big = np.array([[65504.0, 65504.0]])
     assert np.isinf(mma_bound(big, np.full((2, 1), 65504.0), PRESETS["H100/fp16/fp16"]))[0, 0]
     assert np.isinf(mma_bound(a[1:], b, u.replace(carry_bits=0)))[0, 0]
+
+
+# ---------------------------------------------------------------------------
+# KernelSpec.mma: one grammar, the engine, runs, claims, compare, bisect
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_every_preset_round_trips_through_the_kernel_spec(name):
+    for base in ("handwritten", "codegen"):
+        k = KernelSpec.parse(f"{base}:mma={name}")
+        assert k.mma == PRESETS[name] and KernelSpec.parse(k.spec) == k
+        assert f"mma={name}" in k.spec
+    u = PRESETS[name].replace(promote_every=4 * PRESETS[name].block, align_bits=-3)
+    k = KernelSpec.codegen(mma=u)
+    assert KernelSpec.parse(k.spec) == k and parse_unit(unit_string(u)) == u
+    assert k.spec.endswith(f"mma={name}(align_bits=-3,promote_every={4 * PRESETS[name].block})")
+
+
+def test_unit_strings_and_their_errors():
+    assert parse_unit("none") is None and unit_string(None) == "none"
+    assert parse_unit("h100") == PRESETS["H100/fp16/fp32"]
+    assert parse_unit("custom") == MatrixUnit()
+    u = parse_unit("custom(in_fmt=bf16,fma_size=8,carry_bits=3,subnormals=false,result_bits=none)")
+    assert u == MatrixUnit(in_fmt="bf16", fma_size=8, carry_bits=3, subnormals=False)
+    assert unit_string(u) == "custom(in_fmt=bf16,fma_size=8,carry_bits=3,subnormals=false)"
+    with pytest.raises(ValueError, match=r"mma='X100'.*valid: 'none', 'custom', a GPU \['V100'"):
+        parse_unit("X100")
+    with pytest.raises(ValueError, match=r"item 'fma=3'.*valid fields: \['in_fmt'"):
+        KernelSpec.parse("codegen:mma=H100(fma=3)")
+    with pytest.raises(ValueError, match="fma_size=0 is not valid"):
+        KernelSpec.parse("codegen:mma=H100(fma_size=0)")
+    with pytest.raises(ValueError, match="given twice"):
+        parse_unit("custom(fma_size=2,fma_size=4)")
+    with pytest.raises(ValueError, match="must end with"):
+        parse_unit("custom(fma_size=2)x")
+    with pytest.raises(TypeError, match="mma must be None, a MatrixUnit or a unit string"):
+        KernelSpec(mma=3)
+
+
+def _fp16(rng, shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float16)
+
+
+def test_eager_matmul_runs_on_the_unit_bit_for_bit():
+    """Eager library matmul with ``mma`` = the unit on S-valued inputs; S =
+    fp32 keeps the unit's fp32 result; 2-D, batched and vector operands."""
+    rng = np.random.default_rng(1)
+    unit = PRESETS["A100/fp16/fp32"]
+    spec = KernelSpec.handwritten(mma=unit)
+    x, w = _fp16(rng, (6, 200)).astype(np.float32), _fp16(rng, (200, 5)).astype(np.float32)
+    g = trace(lambda x, w: ops.matmul(x, w), x=x.shape, w=w.shape)
+    got = run(g, {"x": x, "w": w}, mode="eager", fmt="fp32", kernels=spec).output
+    np.testing.assert_array_equal(got, mma(x, w, unit))
+    plain = run(g, {"x": x, "w": w}, mode="eager", fmt="fp32", kernels="handwritten").output
+    assert not np.array_equal(got, plain)
+    # batched (3, 6, 200) x (3, 200, 5): one unit call per batch entry
+    xb, wb = _fp16(rng, (3, 6, 200)).astype(np.float32), _fp16(rng, (3, 200, 5)).astype(np.float32)
+    gb = trace(lambda x, w: ops.matmul(x, w), x=xb.shape, w=wb.shape)
+    got = run(gb, {"x": xb, "w": wb}, mode="eager", fmt="fp32", kernels=spec).output
+    np.testing.assert_array_equal(got, np.stack([mma(xb[i], wb[i], unit) for i in range(3)]))
+    # fp32 operands are rounded to the unit's input format first
+    x32 = rng.standard_normal((4, 64)).astype(np.float32)
+    w32 = rng.standard_normal((64, 3)).astype(np.float32)
+    got = unit_matmul(x32, w32, unit, "fp32")
+    want = mma(x32.astype(np.float16), w32.astype(np.float16), unit)
+    np.testing.assert_array_equal(got, want)
+    # vector operand
+    v = _fp16(rng, (200,)).astype(np.float32)
+    gv = trace(lambda x, w: ops.matmul(x, w), x=(200,), w=w.shape)
+    got = run(gv, {"x": v, "w": w}, mode="eager", fmt="fp32", kernels=spec).output
+    np.testing.assert_array_equal(got, mma(v[None, :], w, unit)[0])
+
+
+MATMUL_FUSION = "autofuse:--autofuse_enable_pass=elementwise,matmul"
+
+
+def test_fused_block_matmul_runs_on_the_unit():
+    """With matmul fusion on, the code generator's block holds the matmul and
+    its epilogue; the block's matmul runs on ``codegen``'s unit and its fp32
+    result feeds the epilogue (checked against mma on the block's inputs)."""
+    rng = np.random.default_rng(2)
+    x, w = _fp16(rng, (8, 512)), _fp16(rng, (512, 8))
+    g = trace(lambda x, w: ops.mul_scalar(ops.matmul(x, w), 0.25), x=x.shape, w=w.shape)
+    unit = PRESETS["V100/fp16/fp32"]
+    r = run(g, {"x": x, "w": w}, mode="fused", fmt="fp16", kernels=KernelSpec.codegen(mma=unit),
+            fusion=MATMUL_FUSION, keep_internals=True)
+    (blk,) = r.plan.blocks
+    assert blk.codegen and blk.fused and len(blk.members) == 2
+    want = (mma(x, w, unit) * np.float32(0.25)).astype(np.float16)  # * 0.25 is exact
+    np.testing.assert_array_equal(r.output, want)
+    (mm,) = [n for n in r.internals if n.startswith("matmul")]
+    np.testing.assert_array_equal(r.values[mm], mma(x, w, unit))  # the fp32 value inside the block
+    other = run(g, {"x": x, "w": w}, mode="fused", fmt="fp16", keep_internals=True,
+                kernels=KernelSpec.codegen(mma=PRESETS["H100/fp16/fp32"]), fusion=MATMUL_FUSION)
+    np.testing.assert_array_equal(other.values[mm], mma(x, w, PRESETS["H100/fp16/fp32"]))
+    assert not np.array_equal(other.values[mm], r.values[mm])
+
+
+def test_running_bounds_cover_matmuls_on_a_unit():
+    """The running bound (measured local errors + propagation) holds for
+    eager and fused runs whose matmuls run on a unit: the claim
+    error_within_bound is evaluated with the unit's kernels."""
+    from numlab.running_bounds import run_with_bounds
+
+    rng = np.random.default_rng(3)
+    x, w = _fp16(rng, (8, 256)), _fp16(rng, (256, 8))
+    g = trace(lambda x, w: ops.relu(ops.matmul(x, w)), x=x.shape, w=w.shape)
+    exact = np.array([[max(float(sum((Fraction(float(p)) * Fraction(float(q)) for p, q in zip(x[i], w[:, j])),
+                                     Fraction(0))), 0.0) for j in range(w.shape[1])] for i in range(x.shape[0])])
+    for mode, kw in (("eager", {"kernels": "handwritten:mma=H100/fp8_e4m3/fp32"}),
+                     ("fused", {"kernels": "codegen:mma=V100", "fusion": MATMUL_FUSION})):
+        br = run_with_bounds(g, {"x": x, "w": w}, mode=mode, fmt="fp16", **kw)
+        out = g.outputs[0]
+        err = np.abs(np.asarray(br.result.outputs[out], dtype=np.float64) - exact)
+        bound = np.asarray(br.bounds[out])
+        assert np.all(err <= bound), mode
+        assert np.all(np.isfinite(bound))
+
+
+def test_bisect_finds_the_matmul_on_a_unit():
+    """bisect finds the matmul when only the fused side runs on a unit."""
+    from numlab.compare import bisect_run
+
+    rng = np.random.default_rng(4)
+    x, w = _fp16(rng, (8, 1024), 4.0), _fp16(rng, (1024, 8))
+    g = trace(lambda x, w: ops.relu(ops.matmul(x, w)), x=x.shape, w=w.shape)
+    rep = bisect_run(g, {"x": x, "w": w}, storage="fp16", fusion=MATMUL_FUSION,
+                     kernels="codegen:mma=H100/fp8_e4m3/fp32", library="handwritten", log=None)
+    found = str(rep).split("found:")[1]
+    assert "fusion switches that remove the divergence: matmul" in found
+    assert "smallest diverging node range (1 nodes" in found and found.rstrip().endswith("matmul_0")
