@@ -10,6 +10,7 @@ expected value with the code under test.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from fractions import Fraction
 
@@ -426,3 +427,99 @@ def test_bisect_finds_the_matmul_on_a_unit():
     found = str(rep).split("found:")[1]
     assert "fusion switches that remove the divergence: matmul" in found
     assert "smallest diverging node range (1 nodes" in found and found.rstrip().endswith("matmul_0")
+
+
+# ---------------------------------------------------------------------------
+# the DeepSeek-V3 sweep, presets side by side, claims, the CLI
+# ---------------------------------------------------------------------------
+def test_exact_matmul_is_exact_or_refuses():
+    a, b = e4m3_inputs(3, 512, 2, seed=5)
+    want = [[sum((Fraction(float(x)) * Fraction(float(y)) for x, y in zip(a[i], b[:, j])), Fraction(0))
+             for j in range(2)] for i in range(3)]
+    got = exact_matmul(a, b)
+    assert all(Fraction(float(got[i, j])) == want[i][j] for i in range(3) for j in range(2))
+    with pytest.raises(ValueError, match="float64 holds 53"):
+        exact_matmul(np.array([[1.0, 2.0**-40]]), np.array([[1.0], [2.0**-20]]))
+
+
+def test_k_sweep_reproduces_the_deepseek_observation():
+    """H100 fp8 (14-bit block results, truncation): the unit's error grows with
+    K (swamping) to percent level at K = 4096; promotion every 128 products
+    keeps it flat; every number is within the a-priori bound."""
+    from numlab.bound_rules import mma_bound
+
+    ks = (256, 1024, 4096)
+    rows = k_sweep("H100/fp8_e4m3/fp32", ks=ks, M=4, N=4)
+    rel = [r["rel_max"] for r in rows]
+    pro = [r["rel_max_promoted"] for r in rows]
+    assert rel[0] < rel[1] < rel[2] and rel[2] > 0.01
+    assert max(pro) < 2 * min(pro) and rel[2] > 20 * pro[2]
+    a, b = e4m3_inputs(4, 4096, 4, seed=0)
+    unit = PRESETS["H100/fp8_e4m3/fp32"]
+    exact = exact_matmul(a, b)
+    for u in (unit, unit.replace(promote_every=128)):
+        err = np.abs(mma(a, b, u).astype(np.float64) - exact)
+        assert np.all(err <= mma_bound(a, b, u))
+    # B200's fp8 unit keeps fp32 block results: no swamping
+    (b200,) = k_sweep("B200/fp8_e4m3/fp32", ks=(4096,), M=4, N=4, promote_every=None)
+    assert b200["rel_max"] < 1e-6 and "rel_max_promoted" not in b200
+
+
+def test_preset_errors_differ_across_gpus():
+    a, b = e4m3_inputs(2, 1024, 2, seed=1)
+    rows = {r["preset"]: r for r in preset_errors(a, b)}
+    # e4m3 values are fp16/bf16/tf32 values too, not e5m2 values
+    assert {n for n, u in PRESETS.items() if u.in_fmt == "fp8_e4m3"} <= set(rows)
+    assert "H100/fp16/fp32" in rows and not any("e5m2" in n for n in rows)
+    assert rows["H100/fp8_e4m3/fp32"]["rel_max"] > 1000 * rows["B200/fp8_e4m3/fp32"]["rel_max"]
+    assert all(r["evidence"].startswith("parameters only") for r in rows.values())
+
+
+def test_block_bits_lays_out_one_block():
+    unit = MatrixUnit(in_fmt="fp16", fma_size=4, align_bits=0)
+    a = np.array([1.0, 2.0**-20, 3.0, -(2.0**-23) * 3])
+    b = np.array([1.0, 1.0, 2.0**-12, 1.0])
+    bb = block_bits(a, b, unit)
+    assert bb["E"] == 0 and bb["ulp"] == -23
+    kept = [t["kept"] for t in bb["terms"]]
+    assert kept == [1.0, 2.0**-20, 3 * 2.0**-12, -(2.0**-23) * 3]
+    assert bb["result"] == float(mma(a[None, :], b[:, None], unit)[0, 0]) == sum(kept)
+    small = block_bits(np.array([1.0, 2.0**-24 * 3, 0, 0]), np.array([1.0, 1.0, 0, 0]), unit)
+    t = small["terms"][1]
+    assert t["kept"] == 2.0**-23 and t["dropped"] == 2.0**-24  # truncated below 2**(E - 23)
+    with pytest.raises(ValueError, match="fma_size=4"):
+        block_bits(a[:3], b[:3], unit)
+
+
+def test_unit_claims_compare_no_unit_with_the_unit():
+    from numlab.cli.mma import unit_claims
+
+    claims = ("error_within_bound", "no_worse_elementwise")
+    plain = unit_claims("gelu_mlp", None, trials=1, claims=claims)
+    on = unit_claims("gelu_mlp", "H100/fp8_e4m3/fp32", trials=1, claims=claims)
+    verdicts = {r["claim"]: (p["verdict"], r["verdict"]) for p, r in zip(plain, on, strict=True)}
+    # the running bound is rigorous whatever the unit; "fused no worse than eager" is not
+    assert verdicts["error_within_bound"] == ("holds", "holds")
+    assert verdicts["no_worse_elementwise"] == ("holds", "fails")
+
+
+def test_cli_mma_sweep(tmp_path, capsys):
+    from numlab.cli import main
+
+    rc = main(["mma", "sweep", "--ks", "256,1024", "--m", "4", "--n", "4", "--kind", "uniform",
+               "--claims-model", "none", "--preset-k", "512", "--out", str(tmp_path / "o")])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "DeepSeek-V3" in out and "H100/fp8_e4m3/fp32" in out and "B200/fp8_e4m3/fp32" in out
+    assert "1024" in out and "max rel, N_C" in out and "'fp32 inside' claims" not in out
+    assert (tmp_path / "o" / "mma_k_sweep.png").stat().st_size > 1000
+    data = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert [r["K"] for r in data["sweep"]["uniform"]] == [256, 1024]
+    # results are never overwritten without --force: a fresh folder
+    main(["mma", "sweep", "--ks", "256", "--m", "2", "--n", "2", "--kind", "uniform",
+          "--claims-model", "none", "--preset-k", "256", "--out", str(tmp_path / "o")])
+    assert "use --force" in capsys.readouterr().out
+    for bad, msg in ((["--unit", "H100/fp16/fp32"], "takes fp16"), (["--ks", "0"], "--ks"),
+                     (["--unit", "X1"], "--unit"), (["--kind", "weird"], "--kind")):
+        rc = main(["mma", "sweep", "--claims-model", "none", *bad])
+        assert rc == 2 and msg in capsys.readouterr().err
