@@ -232,11 +232,11 @@ def block_bits(a, b, unit: MatrixUnit, c: float = 0.0) -> dict:
 
 
 def _bit_positions(v: float) -> dict:
-    """``{position: bit}`` of |v| (exact binary expansion of a float64)."""
+    """``{position: bit}`` of |v| from its leading to its lowest set bit
+    (exact binary expansion of a float64; ``v = sum bit * 2**position``)."""
     if v == 0:
         return {}
     m, e = math.frexp(abs(v))
     n = int(m * 2**53)
-    return {e - 53 + i: (n >> i) & 1 for i in range(53) if n >> i}
-
-
+    tz = (n & -n).bit_length() - 1
+    return {e - 53 + i: (n >> i) & 1 for i in range(tz, 53)}
