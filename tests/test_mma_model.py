@@ -599,3 +599,78 @@ def test_preset_lookup_and_errors():
         mma(np.array([[0.1]]), np.array([[1.0]]), MatrixUnit())
     with pytest.raises(ValueError, match="a must be"):
         mma(np.ones((2, 3)), np.ones((2, 3)), MatrixUnit())
+
+
+# ---------------------------------------------------------------------------
+# the compiled path (optional numba) gives the numpy path's bits
+# ---------------------------------------------------------------------------
+def test_numba_engine_matches_numpy_engine():
+    pytest.importorskip("numba", reason="numba is optional; the compiled mma path needs it")
+    from numlab.rounding import round_to
+    rng = np.random.default_rng(21)
+    units = [u for u in PRESETS.values() if u.interleave == 1] + [
+        MatrixUnit(align_rounding="sticky", final_rounding="rne"),
+        MatrixUnit(align_rounding="down", final_rounding="up", subnormals=False),
+        MatrixUnit("bf16", align_rounding="rne", final_rounding="down", align_bits=-4),
+        MatrixUnit(fma_size=4, promote_every=32, out_fmt="fp16", final_rounding="rne"),
+    ]
+    for u in units:
+        fin = get_format(u.in_fmt)
+        a = round_to(rng.standard_normal((20, 70)) * np.exp2(rng.integers(-12, 12, (20, 70))),
+                     fin, saturate=True)
+        b = round_to(rng.standard_normal((70, 9)) * np.exp2(rng.integers(-12, 12, (70, 9))),
+                     fin, saturate=True)
+        a[rng.random(a.shape) < 0.1] = 0.0
+        a[0, 0], b[5, 1] = np.inf, np.nan
+        c = round_to(rng.standard_normal((20, 9)), u.result_format)
+        x = mma(a, b, u, c, engine="numpy")
+        y = mma(a, b, u, c, engine="numba")
+        assert np.array_equal(x, y, equal_nan=True), u
+        assert np.array_equal(np.signbit(x), np.signbit(y)), u
+    one = np.ones((2, 8))
+    with pytest.raises(ValueError, match="engine='numba' needs"):
+        mma(one, one.T, MatrixUnit("fp8_e5m2", fma_size=4, interleave=2), engine="numba")
+    with pytest.raises(ValueError, match="engine='gpu'"):
+        mma(one, one.T, units[0], engine="gpu")
+
+
+@pytest.mark.parametrize("carry", [1, 2])
+def test_hpec_carry_test_detects_carry_bits(carry):
+    """A (hypothetical) register with ``carry_bits`` integer bits above the
+    anchor is what the HPEC carry-bit test measures."""
+    u = MatrixUnit("fp16", "fp32", fma_size=8, align_bits=1, carry_bits=carry)
+    assert hpec_features(u, None)["carry"] == carry
+
+
+def test_every_knob_changes_bits():
+    """Each numerical field of MatrixUnit changes some result (a knob that
+    changes no bit would be a bug); the vectors are the published ones above
+    or small constructions named in the comments."""
+    base = MatrixUnit("fp16", "fp32", fma_size=8, align_bits=1)
+    # alignment bits / rounding / final rounding / fma size / carry: HPEC vectors
+    f0 = hpec_features(base, None)
+    for change in (dict(align_bits=0), dict(align_rounding="rne"), dict(final_rounding="rne"),
+                   dict(fma_size=4), dict(carry_bits=1)):
+        assert hpec_features(base.replace(**change), None) != f0, change
+    # subnormals: Fasi A1 (2^-24 * 4 is 2^-22 only with subnormal inputs)
+    assert dot(base.replace(subnormals=False), [L(1, -24)], [4.0]) == 0.0
+    # out_fmt / result_bits: 1 + 2^-20 is fp32, not fp16 nor a 14-bit result
+    assert dot(base, [1.0, L(1, -20)], [1.0, 1.0]) == 1 + L(1, -20)
+    assert dot(base.replace(out_fmt="fp16", final_rounding="rne"),
+               [1.0, L(1, -20)], [1.0, 1.0]) == 1.0
+    assert dot(base.replace(result_bits=14), [1.0, L(1, -20)], [1.0, 1.0]) == 1.0
+    # in_fmt: bf16 holds 2^100, fp16 does not
+    assert dot(base.replace(in_fmt="bf16"), [L(1, 100)], [1.0]) == L(1, 100)
+    # interleave: {1, -1} cancel in the first sub-vector (indices 0, 1), so the
+    # tiny product of the second (index 2) keeps all its bits; in one block of
+    # 8 it is truncated against the anchor 2^0
+    u2 = MatrixUnit("fp8_e5m2", "fp32", fma_size=4, align_bits=0, interleave=2)
+    a, b = [1.0, 1.0, L(1, -15)], [1.0, -1.0, L(1, -15)]
+    assert dot(u2, a, b, k=8) == L(1, -30)
+    assert dot(u2.replace(interleave=1, fma_size=8), a, b, k=8) == 0.0
+    # join_bits: the interleaved result 3*2^-25 joins C = 1 by RNE; with 2 guard
+    # bits the sum 1 + 0.75 ulp rounds up, with none the sticky bit makes a tie
+    a, b = [0.0, 0.0, 1.5 * L(1, -12)], [0.0, 0.0, L(1, -12)]
+    assert dot(u2, a, b, 1.0, k=8) == 1 + L(1, -23)
+    assert dot(u2.replace(join_bits=0), a, b, 1.0, k=8) == 1.0
+    # promote_every: test_deepseek_promotion_reduces_h100_fp8_error

@@ -11,8 +11,10 @@ measured, as the parameters of a :class:`MatrixUnit`.
 The algorithm (one *block FMA*, the unit's inner operation)
 -----------------------------------------------------------
 It follows the public MATLAB models of Khattak and Mikaitis
-(github.com/north-numerical-computing/MATLAB-tensor-core,
-``models/tools/GEMM.m`` and ``models/tools/Generic_BFMA_TC.m``, BSD-2-Clause):
+(github.com/north-numerical-computing/MATLAB-tensor-core, ``models/tools/GEMM.m``
+and ``models/tools/Generic_BFMA_TC.m`` at commit 109e412; the repository
+publishes no licence file, so the algorithm is reimplemented from its
+description and no code is copied):
 
 1. K is cut into blocks of ``fma_size`` (``fma_size * interleave``) terms,
    zero-padded at the end.  D starts at C and each block updates it,
@@ -105,15 +107,19 @@ class MatrixUnit:
         (Khattak and Mikaitis: "FMA size"; V100 4, A100 8, H100/B200 16 for
         fp16).  Default 4.
     align_bits : int
-        Extra alignment bits below fp32's 23 fraction bits kept when terms
-        are aligned to the block's anchor exponent (MATLAB ``neab``; Fasi et
-        al. found 0 on V100 "truncation to 24 bits"... see the presets for the
-        value per GPU).  Negative values keep fewer bits.  Default 0.
+        Extra alignment bits: terms are kept to ``23 + align_bits`` fraction
+        bits below the block's anchor exponent (MATLAB ``neab``).  Fasi et
+        al. (2021, section 5) and the models find 0 on V100, 1 on A100, 2 on
+        H100/B200; -10 (13 bits) for fp8 on Ada/L40S/H100.  Default 0.
     carry_bits : int or None
         Integer bits above the anchor available to the aligned sum.  None
-        (default) means enough bits never to overflow, which every published
-        model assumes; an int ``c`` keeps the sum modulo ``2**(c + 1)`` units
-        of the anchor (the carries out of the register are lost).
+        (default): enough never to overflow, which is what every published
+        model assumes and what the HPEC carry-bit test measures on the A30
+        (3 bits for 8 fp16 products = all that 8 terms can need).  An int
+        ``c`` is a hypothetical narrower register (no published unit has
+        one): the magnitude of the sum is kept modulo ``2**(anchor + 1 + c)``,
+        i.e. carries out of the register are lost; the HPEC carry test then
+        detects ``c``.
     align_rounding : {"rtz", "down", "rne", "sticky"}
         How bits shifted out of the alignment window are dropped (see
         :data:`ALIGN_ROUNDINGS`).  Default ``"rtz"`` (truncation).
@@ -246,6 +252,14 @@ def _anchor_pow2(v: np.ndarray, emin: int) -> np.ndarray:
     return np.where(v != 0, np.ldexp(1.0, e), 0.0)
 
 
+def _exponents(v: np.ndarray, emin: int) -> np.ndarray:
+    """``max(floor(log2|v|), emin)`` as int64, a large negative number for zeros
+    (so that a product with a zero factor never sets the anchor)."""
+    _, e = np.frexp(v)
+    e = np.maximum(e.astype(np.int64) - 1, emin)
+    return np.where(v != 0, e, -(1 << 20)).astype(np.int32)
+
+
 def _align(t: np.ndarray, scale: np.ndarray, how: str) -> np.ndarray:
     """Terms ``t`` (float64) in units of the window's last bit (``t * scale``,
     exact), rounded to integers by ``how``; ``sticky`` returns twice the
@@ -265,7 +279,7 @@ def _finish(s: np.ndarray, unit_lsb: np.ndarray, fmt: Format, rounding: str,
             flush: bool) -> np.ndarray:
     """Round the exact sum ``s * unit_lsb`` (float64) to ``fmt`` by ``rounding``;
     at or above ``2**(emax+1)`` the result is +-inf."""
-    v = s * unit_lsb
+    v = s * unit_lsb + 0.0  # an exact zero sum is +0 (as in the MATLAB model)
     out = round_to(v, fmt, rounding, ftz=flush)
     big = np.abs(v) >= np.ldexp(1.0, fmt.emax + 1)
     if big.any():
@@ -337,7 +351,17 @@ _CHUNK_ELEMS = 1 << 18
 """Target size of one (terms, rows, N) work array (float64 elements)."""
 
 
-def mma(a, b, unit: MatrixUnit, c=None) -> np.ndarray:
+ENGINES = ("auto", "numpy", "numba")
+"""Implementations of :func:`mma`: the numpy path, the optional compiled numba
+path (:mod:`numlab.kernels._mma_numba`: units with ``interleave == 1`` and
+``carry_bits is None``; the same bits, tested), and ``auto`` = numba when it
+is installed, applies, and ``M N K >= 2**24`` (where its one-off compilation,
+about 15 s and then cached on disk, pays off), else numpy."""
+
+_NUMBA_MIN_WORK = 1 << 24
+
+
+def mma(a, b, unit: MatrixUnit, c=None, *, engine: str = "auto") -> np.ndarray:
     """``D = A B + C`` computed by the matrix unit ``unit``.
 
     Parameters
@@ -351,6 +375,8 @@ def mma(a, b, unit: MatrixUnit, c=None) -> np.ndarray:
         The unit's parameters (see :mod:`numlab.kernels.mma_presets`).
     c : array_like, shape (M, N), optional
         Initial accumulator, values of ``unit.out_fmt``; default zeros.
+    engine : {"auto", "numpy", "numba"}
+        Which implementation runs (:data:`ENGINES`); the bits are the same.
 
     Returns
     -------
@@ -361,11 +387,21 @@ def mma(a, b, unit: MatrixUnit, c=None) -> np.ndarray:
     """
     if not isinstance(unit, MatrixUnit):
         raise TypeError(f"unit must be a MatrixUnit, got {type(unit).__name__}")
+    check_choice("engine", engine, ENGINES)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        return _mma(a, b, unit, c)
+        return _mma(a, b, unit, c, engine)
 
 
-def _mma(a, b, unit: MatrixUnit, c) -> np.ndarray:
+def _numba_module():
+    """numlab.kernels._mma_numba, or None when numba is not installed."""
+    try:
+        from . import _mma_numba  # optional heavy dependency (numba)
+    except ImportError:
+        return None
+    return _mma_numba
+
+
+def _mma(a, b, unit: MatrixUnit, c, engine: str) -> np.ndarray:
     fin, fout = get_format(unit.in_fmt), get_format(unit.out_fmt)
     flush = not unit.subnormals
     a = _values(a, fin, "a", flush)
@@ -388,6 +424,18 @@ def _mma(a, b, unit: MatrixUnit, c) -> np.ndarray:
     if kp != K:
         a = np.concatenate([a, np.zeros((M, kp - K))], axis=1)
         b = np.concatenate([b, np.zeros((kp - K, N))], axis=0)
+    if engine == "numba" or (engine == "auto" and M * N * K >= _NUMBA_MIN_WORK):
+        nb = _numba_module() if unit.interleave == 1 and unit.carry_bits is None else None
+        if nb is None and engine == "numba":
+            raise ValueError("engine='numba' needs numba installed and a unit with "
+                             "interleave=1, carry_bits=None; use engine='auto' or 'numpy'")
+        if nb is not None:
+            out = nb.mma_numba(np.ascontiguousarray(a), np.ascontiguousarray(b),
+                               _exponents(a, fin.emin), _exponents(b, fin.emin),
+                               np.ascontiguousarray(c), unit, unit.result_format)
+            if special is not None:
+                out = np.where(special[0], special[1], out)
+            return out.astype(fout.dtype)
     qa, qb = _anchor_pow2(a, fin.emin), _anchor_pow2(b, fin.emin)
     if unit.interleave == 2:
         j = np.arange(blk)
@@ -427,7 +475,8 @@ def _rows(a, b, qa, qb, c, unit: MatrixUnit, halves) -> np.ndarray:
             new = _join(d2, d, unit, fmt)
         d = np.where(live, new, d) if not live.all() else new
         if promote is not None and (k0 + blk) % promote == 0:
-            acc32, d = (acc32.astype(np.float32) + d.astype(np.float32)).astype(np.float64), 0 * d
+            acc32 = (acc32.astype(np.float32) + d.astype(np.float32)).astype(np.float64)
+            d = np.zeros_like(d)
     if promote is not None:
         d = (acc32.astype(np.float32) + d.astype(np.float32)).astype(np.float64)
         if unit.out_fmt == "fp16":

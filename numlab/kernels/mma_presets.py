@@ -2,7 +2,8 @@
 
 Every preset cites the file it comes from.  The source is the public MATLAB
 toolbox of Khattak and Mikaitis, github.com/north-numerical-computing/MATLAB-tensor-core
-(BSD-2-Clause), which accompanies "Accurate Models of NVIDIA Tensor Cores"
+(no licence file is published; only parameter values are taken, no code),
+which accompanies "Accurate Models of NVIDIA Tensor Cores"
 (arXiv:2512.07004): ``models/<GPU>TC.m`` sets ``fma`` (-> ``fma_size``),
 ``neab`` (-> ``align_bits``), ``frmode`` (-> ``final_rounding``),
 ``inter_pattern`` (-> ``interleave``) per input/output format, and
