@@ -48,7 +48,7 @@ The algorithm for one element ``d = sum_k a_k b_k + c``:
 6. ``promote_every = N_C``: the unit starts every chunk of ``N_C`` products
    from zero; at the end of each chunk (and after the last block) the chunk
    result is added to an fp32 accumulator (initially ``c``) by an IEEE fp32
-   addition (round to nearest even, gradual underflow); with fp16 output the
+   addition (round to nearest even, gradual underflow, IEEE signed zeros); with fp16 output the
    final fp32 value is rounded to fp16 (nearest even).
 7. Special values: with ``subnormals`` False, subnormal inputs (and ``c``)
    are first flushed to zero.  NaN in any ``a_k``, ``b_k`` or ``c``, an
@@ -56,8 +56,10 @@ The algorithm for one element ``d = sum_k a_k b_k + c``:
    ``c`` give NaN; otherwise an infinite product or ``c`` gives that infinity.
    Once the running ``d`` is infinite it stays so.
 
-Zeros: the definitions do not fix the sign of a zero result; the reference
-returns ``+0.0`` for every exact zero and the tests compare zeros as values.
+Zeros: an exact zero sum of a block (or of a join, or a block without
+nonzero terms) is ``+0.0`` (numlab.kernels.mma documents it); a nonzero sum
+that rounds to zero keeps its sign (IEEE); the fp32 promotion additions
+follow IEEE 754 section 6.3 (``-0`` only for ``(-0) + (-0)``).
 """
 
 from __future__ import annotations
@@ -180,7 +182,9 @@ def _fp32_add(x: float, y: float) -> float:
             return math.nan
         return x if math.isinf(x) else y
     s = Fraction(x) + Fraction(y)
-    return 0.0 if s == 0 else round_exact(s, fmt("fp32"), "rne")
+    if s == 0:  # IEEE 754 6.3: -0 only for (-0) + (-0) in round to nearest
+        return -0.0 if math.copysign(1, x) < 0 and math.copysign(1, y) < 0 else 0.0
+    return round_exact(s, fmt("fp32"), "rne")
 
 
 def _flush(x: float, name: str) -> float:
@@ -248,7 +252,7 @@ def mma_element(a_row, b_col, c: float, unit) -> float:
     if promote is not None:
         d = _fp32_add(acc, d)
         if unit.out_fmt == "fp16" and math.isfinite(d):
-            d = round_exact(Fraction(d), fmt("fp16"), "rne") if d != 0 else 0.0
+            d = round_exact(Fraction(d), fmt("fp16"), "rne") if d != 0 else d
     return d
 
 
