@@ -179,6 +179,27 @@ def test_random_parameter_combinations_equal_the_exact_reference():
     assert stats["known"] < 90, stats
 
 
+def test_compiled_engine_equals_the_exact_reference():
+    """The optional numba path of mma (units without interleaving or a carry
+    limit) against the same reference."""
+    pytest.importorskip("numba", reason="numba is not installed: mma(engine='numba') is unavailable")
+    rng = np.random.default_rng(1516)
+    stats = {"elements": 0, "inexact": 0, "known": 0}
+    units = [u for u in PRESETS.values() if u.interleave == 1]
+    n = 0
+    while n < 300:
+        u = units[n % len(units)] if n % 2 else _random_unit(rng)
+        if u.interleave != 1 or u.carry_bits is not None:
+            continue
+        a, b, c = _case(rng, u, specials=0.02 if n % 8 == 0 else 0.0)
+        d = mma(a, b, u, c, engine="numba").astype(np.float64)
+        r = np.array(mma_reference(a.tolist(), b.tolist(), u, None if c is None else c.tolist()))
+        assert _same(d, r.reshape(d.shape)).all(), (u, a.tolist(), b.tolist(), c)
+        stats["elements"] += d.size
+        n += 1
+    assert stats["elements"] >= 1800
+
+
 def _in_both(x, f1: str, f2: str):
     """``x`` rounded to ``f1``, with the values that are not also ``f2`` values zeroed."""
     if x is None:
