@@ -196,7 +196,7 @@ def _special(a_row, b_col, c: float):
     """Step 7: the special result, or None when every value is finite."""
     nan = math.isnan(c)
     pinf, ninf = c == math.inf, c == -math.inf
-    for a, b in zip(a_row, b_col):
+    for a, b in zip(a_row, b_col, strict=True):
         if math.isnan(a) or math.isnan(b):
             nan = True
         elif math.isinf(a) or math.isinf(b):
@@ -236,7 +236,7 @@ def mma_element(a_row, b_col, c: float, unit) -> float:
     acc = c
     d = 0.0 if promote is not None else c
     for k0 in range(0, Kp, L):
-        prods = list(zip(a[k0:k0 + L], b[k0:k0 + L]))
+        prods = list(zip(a[k0:k0 + L], b[k0:k0 + L], strict=True))
         if math.isinf(d):
             pass  # an infinite running value stays
         elif unit.interleave == 1:

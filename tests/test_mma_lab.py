@@ -293,7 +293,7 @@ def test_a_priori_bound_holds_on_generated_cases():
         for (i_, j), bij in np.ndenumerate(bnd):
             if not np.isfinite(bij):
                 continue
-            ex = sum((Fraction(float(x)) * Fraction(float(y)) for x, y in zip(a[i_], b[:, j])), Fraction(0))
+            ex = sum((Fraction(float(x)) * Fraction(float(y)) for x, y in zip(a[i_], b[:, j], strict=True)), Fraction(0))
             if c is not None:
                 ex += Fraction(float(c[i_, j]))
             assert np.isfinite(d[i_, j]), (u, a, b, c)
@@ -422,7 +422,7 @@ def test_running_bounds_cover_matmuls_on_a_unit():
     rng = np.random.default_rng(3)
     x, w = _fp16(rng, (8, 256)), _fp16(rng, (256, 8))
     g = trace(lambda x, w: ops.relu(ops.matmul(x, w)), x=x.shape, w=w.shape)
-    exact = np.array([[max(float(sum((Fraction(float(p)) * Fraction(float(q)) for p, q in zip(x[i], w[:, j])),
+    exact = np.array([[max(float(sum((Fraction(float(p)) * Fraction(float(q)) for p, q in zip(x[i], w[:, j], strict=True)),
                                      Fraction(0))), 0.0) for j in range(w.shape[1])] for i in range(x.shape[0])])
     for mode, kw in (("eager", {"kernels": "handwritten:mma=H100/fp8_e4m3/fp32"}),
                      ("fused", {"kernels": "codegen:mma=V100", "fusion": MATMUL_FUSION})):
@@ -453,7 +453,7 @@ def test_bisect_finds_the_matmul_on_a_unit():
 # ---------------------------------------------------------------------------
 def test_exact_matmul_is_exact_or_refuses():
     a, b = e4m3_inputs(3, 512, 2, seed=5)
-    want = [[sum((Fraction(float(x)) * Fraction(float(y)) for x, y in zip(a[i], b[:, j])), Fraction(0))
+    want = [[sum((Fraction(float(x)) * Fraction(float(y)) for x, y in zip(a[i], b[:, j], strict=True)), Fraction(0))
              for j in range(2)] for i in range(3)]
     got = exact_matmul(a, b)
     assert all(Fraction(float(got[i, j])) == want[i][j] for i in range(3) for j in range(2))

@@ -51,7 +51,7 @@ def time_mma(n: int = 1024, units=UNITS, seed: int = 0, repeat: int = 1) -> list
             engine = "numba"
         except ValueError:  # numba not installed (or a unit it does not cover)
             engine = "numpy"
-        t = best_of(lambda u=unit: mma(a, b, u, engine=engine), repeat=repeat, warmup=False)
+        t = best_of(lambda u=unit, e=engine: mma(a, b, u, engine=e), repeat=repeat, warmup=False)
         rows.append({"unit": name, "fma_size": unit.fma_size, "n": n, "engine": engine, "model_s": t,
                      "numpy_s": t_np, "ratio": t / t_np, "target": f"<= {TARGET:g}x",
                      "met": "yes" if t / t_np <= TARGET else "no"})

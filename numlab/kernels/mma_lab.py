@@ -204,7 +204,7 @@ def block_bits(a, b, unit: MatrixUnit, c: float = 0.0) -> dict:
         raise ValueError(f"a and b must hold fma_size={unit.fma_size} values each, got {a.size} and {b.size}")
     fin = get_format(unit.in_fmt)
     terms = []
-    for x, y in zip(a.tolist(), b.tolist()):
+    for x, y in zip(a.tolist(), b.tolist(), strict=True):
         if x == 0 or y == 0:
             terms.append({"value": 0.0, "anchor": None})
             continue
