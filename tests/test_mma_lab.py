@@ -542,3 +542,13 @@ def test_cli_mma_sweep(tmp_path, capsys):
                      (["--unit", "X1"], "--unit"), (["--kind", "weird"], "--kind")):
         rc = main(["mma", "sweep", "--claims-model", "none", *bad])
         assert rc == 2 and msg in capsys.readouterr().err
+
+
+def test_bench_times_the_model_against_numpy():
+    from numlab.bench.mma import UNITS, time_mma
+
+    rows = time_mma(n=48)
+    assert [r["unit"] for r in rows] == list(UNITS)
+    for r in rows:
+        assert r["fma_size"] >= 8 and r["engine"] in ("numba", "numpy")
+        assert r["model_s"] > 0 and r["numpy_s"] > 0 and r["ratio"] == r["model_s"] / r["numpy_s"]
