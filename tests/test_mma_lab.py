@@ -154,7 +154,7 @@ def test_every_preset_equals_the_exact_reference(name):
     unit = PRESETS[name]
     rng = np.random.default_rng([15, len(name), sum(map(ord, name))])
     stats = {"elements": 0, "inexact": 0, "known": 0}
-    for i in range(28):
+    for i in range(24):
         a, b, c = _case(rng, unit, specials=0.02 if i % 4 == 0 else 0.0)
         _compare(unit, a, b, c, stats)
     # promotion: the same preset with N_C = 2 blocks (DeepSeek-style)
@@ -169,14 +169,14 @@ def test_random_parameter_combinations_equal_the_exact_reference():
     rng = np.random.default_rng(1515)
     stats = {"elements": 0, "inexact": 0, "known": 0}
     units = set()
-    for i in range(900):
+    for i in range(700):
         unit = _random_unit(rng)
         units.add(unit)
         a, b, c = _case(rng, unit, specials=0.02 if i % 8 == 0 else 0.0)
         _compare(unit, a, b, c, stats)
-    assert len(units) > 600 and stats["elements"] > 5000
+    assert len(units) > 450 and stats["elements"] > 3800
     # the known discrepancies stay rare (they need an overflow): < 10% of cases
-    assert stats["known"] < 90, stats
+    assert stats["known"] < 70, stats
 
 
 def test_compiled_engine_equals_the_exact_reference():
