@@ -158,13 +158,13 @@ def sweep_report(unit="H100/fp8_e4m3/fp32", *, ks=SWEEP_KS, M: int = 16, N: int 
         raise ValueError("--unit 'none' names no matrix unit; give a preset (e.g. H100/fp8_e4m3/fp32)")
     data: dict = {"unit": unit_string(unit), "nc": nc, "M": M, "N": N, "seed": seed, "sweep": {}}
     parts = []
-    for kind in kinds:
+    for i, kind in enumerate(kinds):
         rows = k_sweep(unit, ks=ks, M=M, N=N, promote_every=-(-nc // unit.block) * unit.block,
                        seed=seed, kind=kind)
         data["sweep"][kind] = rows
         parts.append(render_table(
             rows, _SWEEP_COLS, width=width,
-            title=f"1. DeepSeek-V3 3.3.2: e4m3 GEMM ({M} x K) x (K x {N}) on {unit_string(unit)}, "
+            title=f"1{'abcdefgh'[i]}. DeepSeek-V3 3.3.2: e4m3 GEMM ({M} x K) x (K x {N}) on {unit_string(unit)}, "
                   f"inputs {kind} (seed {seed}); errors against the exact product, without and with "
                   f"promotion to fp32 every N_C = {nc}"))
     a, b = e4m3_inputs(M, preset_k, N, seed, "uniform")
