@@ -552,3 +552,18 @@ def test_bench_times_the_model_against_numpy():
     for r in rows:
         assert r["fma_size"] >= 8 and r["engine"] in ("numba", "numpy")
         assert r["model_s"] > 0 and r["numpy_s"] > 0 and r["ratio"] == r["model_s"] / r["numpy_s"]
+
+
+def test_compare_finds_the_first_divergence_at_the_unit_matmul():
+    """msit-style compare of two eager runs, one with its matmul on the H100
+    fp8 unit: every node is compared and the first divergence is the matmul."""
+    from numlab.compare import compare_dumps
+
+    rng = np.random.default_rng(6)
+    x, w = _fp16(rng, (8, 1024), 4.0), _fp16(rng, (1024, 8))
+    g = trace(lambda x, w: ops.relu(ops.matmul(x, w)), x=x.shape, w=w.shape)
+    golden = run(g, {"x": x, "w": w}, mode="eager", fmt="fp16", kernels="handwritten")
+    mine = run(g, {"x": x, "w": w}, mode="eager", fmt="fp16", kernels="handwritten:mma=H100/fp8_e4m3/fp32")
+    rep = compare_dumps(golden, mine, fmt="fp16")
+    fd = rep.first_divergence
+    assert fd is not None and fd["node"] == "matmul_0" and fd["error_origin"] == "introduced"
