@@ -298,6 +298,16 @@ def test_hpec_detects_knobs_of_custom_units():
 # ---------------------------------------------------------------------------
 # Exceptional cases (model_validation/ExceptionalCasesTest.m)
 # ---------------------------------------------------------------------------
+def test_overflow_in_an_interleaved_sub_vector_stays_infinite():
+    """An infinite first sub-vector result goes through the second stage and
+    the join as inf (GEMM.m: a block holding inf returns the sum), also with
+    a narrow register (fmod of inf would be NaN)."""
+    for carry in (None, 2):
+        u = MatrixUnit("bf16", "fp16", fma_size=2, interleave=2, carry_bits=carry,
+                       final_rounding="rne")
+        assert dot(u, [L(1, 17), 0.0, 1.0, 0.0], [1.0] * 4, k=4) == math.inf
+
+
 def test_exceptional_cases():
     u = MatrixUnit("bf16", "fp32", fma_size=16, align_bits=1, final_rounding="rne")
     big = L(1, 127)
@@ -424,6 +434,8 @@ def _port_gemm(A, B, C, unit: MatrixUnit):
             for k0 in range(0, K, blk):
                 pr = [(Fraction(float(A[i, k])), Fraction(float(B[k, j])))
                       if k < K else (Fraction(0), Fraction(0)) for k in range(k0, k0 + blk)]
+                if isinstance(part, float):  # +-inf after an overflow: stays (GEMM.m)
+                    continue
                 if unit.interleave == 1:
                     part = _port_block(pr, part, fin, unit.align_bits, stk, fmt, unit.final_rounding)
                 else:
@@ -510,16 +522,21 @@ def _round_c(C, u):
     MatrixUnit("fp8_e4m3", "fp16", fma_size=8, align_bits=0, final_rounding="down"),
     MatrixUnit("fp8_e5m2", "fp32", fma_size=4, align_bits=2, interleave=2),
     MatrixUnit("fp16", "fp32", fma_size=4, align_bits=1, promote_every=16),
+    MatrixUnit("bf16", "fp32", fma_size=8, align_bits=1),  # wide exponent range below
+    MatrixUnit("fp16", "fp32", fma_size=1, interleave=2),  # empty second sub-vector
 ])
 def test_custom_units_match_scalar_transcription(unit):
     """Knob combinations outside the presets (sticky, up/down, interleave,
-    promotion) against the transcription."""
+    promotion; bf16 over 2**+-60 with overflow to inf) against the transcription."""
     rng = np.random.default_rng(7)
     fin, fout = get_format(unit.in_fmt), get_format(unit.out_fmt)
     K = 40
-    A = _random_inputs(rng, fin, (3, K), 5)
-    B = _random_inputs(rng, fin, (K, 3), 5)
+    spread = 60 if fin.emax > 15 else 5
+    A = _random_inputs(rng, fin, (3, K), spread)
+    B = _random_inputs(rng, fin, (K, 3), spread)
     C = _random_inputs(rng, fout, (3, 3), 4)
+    if fin.emax > 15:
+        A[0, :2], B[:2, 0] = 2.0 ** 70, 2.0 ** 70  # 2 * 2^140 overflows fp32
     np.testing.assert_array_equal(mma(A, B, unit, C).astype(np.float64),
                                   _port_gemm(A, B, C, unit))
 

@@ -13,8 +13,8 @@ the result format by scaling to its quantum and applying ``trunc``/``rint``/
 quantum (every step exact, as in ``numlab.rounding``'s generic and bit
 paths).  The loops over columns are written so that LLVM vectorises them;
 rows are processed in tiles of ``_TILE`` so that a K block of B is read from
-cache.  Single-threaded (numba's parallel mode doubled the compile time and
-is not thread-safe under every threading layer).
+cache.  Row chunks run in Python threads (the compiled function releases the
+GIL); numba's own parallel mode doubled the compile time.
 
 tests/test_mma_model.py checks this path bit for bit against the numpy path
 and against the exact scalar transcription of the MATLAB model.  Imported
@@ -22,6 +22,9 @@ only when numba is installed (it is optional).
 """
 
 from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
@@ -86,39 +89,49 @@ def _add_terms(s, a, i, b, k0, k1, sc, code):
 
 
 @numba.njit(inline="always")
-def _round_row(v, vb, out, qb, qib, p, emin, emax, code, flush):
-    """out[j] = v[j] rounded to (p, emin, emax) by ``code``; +-inf from 2**(emax+1)."""
-    q = qb.view(np.float64)
-    qi = qib.view(np.float64)
-    big = 2.0 ** (emax + 1)
-    tiny = 2.0 ** emin
-    n = v.shape[0]
+def _as_float(bits):
+    return np.int64(bits).view(np.float64)
+
+
+@numba.njit(inline="always")
+def _as_bits(x):
+    return np.float64(x).view(np.int64)
+
+
+@numba.njit(inline="always")
+def _rounded(v, p, emin, big, tiny, flush, code):
+    """v (exact float64) rounded to (p, emin, emax) by ``code`` (0 rtz,
+    1 down, 2 rne, 3 up); +-inf from 2**(emax+1) = ``big``; flushed below
+    ``tiny`` when ``flush``.  ``code`` is a literal at each call site, so the
+    branches fold away and the calling loop vectorises."""
+    vb = _as_bits(v)
     if code == 0:
-        # truncation: clear the bits of v's float64 significand below the
-        # quantum 2**(max(e, emin) - p + 1) (53 - p of them for a normal result)
-        for j in range(n):
-            k = min(53 - p + max(emin - _exponent(vb[j]), 0), 63)
-            qb[j] = vb[j] & _MASKS[k]
-        for j in range(n):
-            out[j] = q[j]
+        # clear the float64 significand bits below the quantum
+        # 2**(max(e, emin) - p + 1): 53 - p of them for a normal result
+        k = min(53 - p + max(emin - _exponent(vb), 0), 63)
+        r = _as_float(vb & _MASKS[k])
     else:
-        for j in range(n):
-            e = max(_exponent(vb[j]), emin)
-            qb[j] = _pow2(e - p + 1)
-            qib[j] = _pow2(p - 1 - e)
-    if code == 1:
-        for j in range(n):
-            out[j] = np.floor(v[j] * qi[j]) * q[j]
-    elif code == 2:
-        for j in range(n):
-            out[j] = np.rint(v[j] * qi[j]) * q[j]
-    elif code == 3:
-        for j in range(n):
-            out[j] = np.ceil(v[j] * qi[j]) * q[j]
-    for j in range(n):
-        r = out[j]
-        r = r * np.inf if abs(r) >= big else r
-        out[j] = 0.0 * v[j] if flush and abs(r) < tiny else r
+        e = max(_exponent(vb), emin)
+        x = v * _as_float(_pow2(p - 1 - e))
+        if code == 1:
+            x = np.floor(x)
+        elif code == 2:
+            x = np.rint(x)
+        else:
+            x = np.ceil(x)
+        r = x * _as_float(_pow2(e - p + 1))
+    r = r * np.inf if abs(r) >= big else r
+    return 0.0 * v if flush and abs(r) < tiny else r
+
+
+@numba.njit(inline="always")
+def _finish_row(d, s, anc, width, half, p, emin, big, tiny, flush, code):
+    """d[j] <- the block result of column j (kept when d[j] is inf/NaN)."""
+    for j in range(d.shape[0]):
+        v = s[j] * _as_float(_pow2(-min(max(width - anc[j], -1000), 1000))) * half + 0.0
+        r = _rounded(v, p, emin, big, tiny, flush, code)
+        r = r if anc[j] != _ABSENT else 0.0
+        d[j] = r if np.isfinite(d[j]) else d[j]
 
 
 _TILE = 16
@@ -126,14 +139,21 @@ _TILE = 16
 this many rows before the next block is read."""
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def run(a, b, ea, eb, c, blk, width, acode, fcode, p, emin, emax, flush, promote, out16):
     """D for the whole matrix (see the module docstring)."""
     M, Kp = a.shape
     N = b.shape[1]
     out = c.copy()
     one = np.ones((1, 1))
+    big = 2.0 ** (emax + 1)
+    tiny = 2.0 ** emin
+    half = 0.5 if acode == 3 else 1.0
     ntiles = (M + _TILE - 1) // _TILE
+    anc = np.empty(N, np.int32)
+    scb = np.empty(N, np.int64)
+    sc = scb.view(np.float64)
+    s = np.empty(N)
     for t in range(ntiles):
         i0 = t * _TILE
         i1 = min(M, i0 + _TILE)
@@ -142,23 +162,11 @@ def run(a, b, ea, eb, c, blk, width, acode, fcode, p, emin, emax, flush, promote
             for i in range(i0, i1):
                 acc[i - i0] = out[i]
                 out[i] = 0.0
-        anc = np.empty(N, np.int64)
-        scb = np.empty(N, np.int64)
-        sc = scb.view(np.float64)
-        iscb = np.empty(N, np.int64)
-        isc = iscb.view(np.float64)
-        s = np.empty(N)
-        v = np.empty(N)
-        vb = v.view(np.int64)
-        qb = np.empty(N, np.int64)
-        qib = np.empty(N, np.int64)
-        new = np.empty(N)
         for k0 in range(0, Kp, blk):
             for i in range(i0, i1):
                 d = out[i]
-                db = d.view(np.int64)
                 for j in range(N):
-                    e = max(_exponent(db[j]), -126)
+                    e = max(_exponent(_as_bits(d[j])), -126)
                     anc[j] = e if d[j] != 0.0 else _ABSENT
                 for k in range(k0, k0 + blk):
                     eik = ea[i, k]
@@ -166,19 +174,18 @@ def run(a, b, ea, eb, c, blk, width, acode, fcode, p, emin, emax, flush, promote
                     for j in range(N):
                         anc[j] = max(anc[j], eik + ebk[j])
                 for j in range(N):
-                    w = min(max(width - anc[j], -1000), 1000)
-                    scb[j] = _pow2(w)
-                    iscb[j] = _pow2(-w)
+                    scb[j] = _pow2(min(max(width - anc[j], -1000), 1000))
                 s[:] = 0.0
                 _add_terms(s, one, 0, out[i:i + 1], 0, 1, sc, acode)  # the C term
                 _add_terms(s, a, i, b, k0, k0 + blk, sc, acode)
-                half = 0.5 if acode == 3 else 1.0
-                for j in range(N):
-                    v[j] = s[j] * isc[j] * half + 0.0  # exact; an exact zero sum is +0
-                _round_row(v, vb, new, qb, qib, p, emin, emax, fcode, flush)
-                for j in range(N):
-                    if np.isfinite(d[j]):
-                        d[j] = new[j] if anc[j] != _ABSENT else 0.0
+                if fcode == 0:
+                    _finish_row(d, s, anc, width, half, p, emin, big, tiny, flush, 0)
+                elif fcode == 1:
+                    _finish_row(d, s, anc, width, half, p, emin, big, tiny, flush, 1)
+                elif fcode == 2:
+                    _finish_row(d, s, anc, width, half, p, emin, big, tiny, flush, 2)
+                else:
+                    _finish_row(d, s, anc, width, half, p, emin, big, tiny, flush, 3)
                 if promote > 0 and (k0 + blk) % promote == 0:
                     for j in range(N):
                         acc[i - i0, j] = np.float64(np.float32(acc[i - i0, j]) + np.float32(d[j]))
@@ -187,15 +194,25 @@ def run(a, b, ea, eb, c, blk, width, acode, fcode, p, emin, emax, flush, promote
             for i in range(i0, i1):
                 d = out[i]
                 for j in range(N):
-                    d[j] = np.float64(np.float32(acc[i - i0, j]) + np.float32(d[j]))
-                if out16:
-                    v[:] = d
-                    _round_row(v, vb, d, qb, qib, 11, -14, 15, 2, False)
+                    v = np.float64(np.float32(acc[i - i0, j]) + np.float32(d[j]))
+                    d[j] = _rounded(v, 11, -14, 65536.0, 0.0, False, 2) if out16 else v
     return out
 
 
 def mma_numba(a, b, ea, eb, c, unit, fmt) -> np.ndarray:
-    """Call :func:`run` with a unit's parameters (``a``, ``b`` padded to the block)."""
-    return run(a, b, ea, eb, c, unit.block, 23 + unit.align_bits, _ALIGN[unit.align_rounding],
-               _FINAL[unit.final_rounding], fmt.p, fmt.emin, fmt.emax,
-               not unit.subnormals, unit.promote_every or 0, unit.out_fmt == "fp16")
+    """Call :func:`run` with a unit's parameters (``a``, ``b`` padded to the
+    block) on row chunks in threads (``run`` releases the GIL; rows are
+    independent, so the bits do not depend on the number of threads)."""
+    args = (unit.block, 23 + unit.align_bits, _ALIGN[unit.align_rounding],
+            _FINAL[unit.final_rounding], fmt.p, fmt.emin, fmt.emax,
+            not unit.subnormals, unit.promote_every or 0, unit.out_fmt == "fp16")
+    M = a.shape[0]
+    nthreads = min(len(os.sched_getaffinity(0)), max(1, M // (4 * _TILE)))
+    if nthreads <= 1:
+        return run(a, b, ea, eb, c, *args)
+    step = -(-M // nthreads // _TILE) * _TILE
+    parts = [(r, min(M, r + step)) for r in range(0, M, step)]
+    with ThreadPoolExecutor(len(parts)) as pool:
+        outs = list(pool.map(lambda rr: run(a[rr[0]:rr[1]], b, ea[rr[0]:rr[1]], eb,
+                                            c[rr[0]:rr[1]], *args), parts))
+    return np.concatenate(outs, axis=0)

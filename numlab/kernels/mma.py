@@ -52,13 +52,25 @@ description and no code is copied):
    held in CUDA cores (IEEE fp32 add, round to nearest even) and reset.
 7. Special values (``GEMM.m``): NaN in any product or C gives NaN, as do
    +inf and -inf together (including ``inf * 0``); otherwise an infinite
-   product or C gives that infinity.
+   product or C gives that infinity; once a block result overflows to
+   +-inf it stays (a block holding inf returns the sum).  An exact zero sum
+   is +0.
+
+Where the published MATLAB code has two versions of a step, this module
+follows the newer ``fpbits_IEEE2`` path of ``Generic_BFMA_TC.m``: a product
+of subnormal inputs is anchored at its nominal (clamped) exponent sum, and a
+block with a single nonzero term is aligned like any other (the older code
+rounds a lone term directly).  The two differ only for subnormal inputs and
+for lone terms under ``align_bits < 0``.  The fixed-point sum is held in
+float64: every aligned term is an integer below ``2**(27 + align_bits)``,
+and :class:`MatrixUnit` refuses parameters whose block sum could exceed
+``2**53``, so every sum is exact.
 
 Vectorised over M and N: per K block the products are formed for a chunk of
-rows at once (``(block, rows, N)`` float64 arrays; every product of two
-inputs of at most 11 bits is exact in float64, and every aligned term is an
-integer below ``2**40``, so the float64 sum of a block is exact).  Python
-loops run only over K blocks and row chunks.
+rows at once (``(block, rows, N)`` float64 arrays; a product of two inputs of
+at most 11 bits is exact in float64).  Python loops run only over K blocks
+and row chunks.  With numba installed, :mod:`numlab.kernels._mma_numba`
+runs the same algorithm compiled (``engine``; the bits are the same, tested).
 """
 
 from __future__ import annotations
@@ -71,7 +83,7 @@ from ..formats import FP16, Format, get_format
 from ._common import check_choice, round_to
 
 __all__ = ["MatrixUnit", "mma", "IN_FORMATS", "OUT_FORMATS", "ALIGN_ROUNDINGS",
-           "FINAL_ROUNDINGS"]
+           "FINAL_ROUNDINGS", "ENGINES"]
 
 IN_FORMATS = ("fp8_e4m3", "fp8_e5m2", "fp16", "bf16", "tf32")
 """Input formats of A and B."""
@@ -228,18 +240,19 @@ class MatrixUnit:
 # helpers
 # --------------------------------------------------------------------------
 def _values(x, fmt: Format, name: str, flush: bool) -> np.ndarray:
-    """``x`` as float64 values of ``fmt`` (ValueError naming ``name`` if not)."""
+    """``x`` as float64 values of ``fmt`` (ValueError naming ``name`` if not).
+    An array stored in ``fmt``'s own dtype holds its values by construction."""
     arr = np.asarray(x)
     if arr.dtype.kind not in "fV" or (arr.dtype.kind == "V" and arr.dtype.itemsize > 2):
         raise TypeError(f"{name} must be a floating-point array, got dtype {arr.dtype}")
     v = arr.astype(np.float64)
-    fin = np.isfinite(v)
-    r = round_to(np.where(fin, v, 0.0), fmt, "rne")
-    if not np.array_equal(r, np.where(fin, v, 0.0)):
-        bad = np.flatnonzero(r != np.where(fin, v, 0.0))[0]
-        raise ValueError(
-            f"{name} holds {v.flat[bad]!r}, which is not a {fmt.name} value; round the input "
-            f"first, e.g. numlab.round_to({name}, {fmt.name!r})")
+    if fmt.dtype is None or arr.dtype != fmt.dtype:
+        w = np.where(np.isfinite(v), v, 0.0)
+        bad = np.flatnonzero(round_to(w, fmt, "rne") != w)
+        if bad.size:
+            raise ValueError(
+                f"{name} holds {v.flat[bad[0]]!r}, which is not a {fmt.name} value; round the "
+                f"input first, e.g. numlab.round_to({name}, {fmt.name!r})")
     if flush:
         v = np.where(np.abs(v) < fmt.smallest_normal, 0.0 * v, v)
     return v
@@ -289,11 +302,16 @@ def _finish(s: np.ndarray, unit_lsb: np.ndarray, fmt: Format, rounding: str,
 
 def _stage(p: np.ndarray, q: np.ndarray, c: np.ndarray | None, unit: MatrixUnit,
            fmt: Format, flush: bool) -> np.ndarray:
-    """One block FMA: products ``p`` (terms, rows, N) with anchors ``q``
-    (``2**(e_a + e_b)``, 0 for zero products), plus ``c`` (rows, N) or None;
-    returns the block result (float64 values of ``fmt``)."""
-    amax = q.max(axis=0)
+    """One block FMA: products ``p`` (terms, rows, N; possibly no terms) with
+    anchors ``q`` (``2**(e_a + e_b)``, 0 for zero products), plus ``c``
+    (rows, N) or None; returns the block result (float64 values of ``fmt``).
+    An infinite or NaN ``c`` (an earlier overflow) passes through."""
+    amax = q.max(axis=0, initial=0.0)
+    bad = c_in = None
     if c is not None:
+        bad, c_in = ~np.isfinite(c), c
+        if bad.any():
+            c = np.where(bad, 0.0, c)
         amax = np.maximum(amax, _anchor_pow2(c, -126))
     nz = amax > 0
     width = _FRAC_BITS + unit.align_bits
@@ -310,19 +328,25 @@ def _stage(p: np.ndarray, q: np.ndarray, c: np.ndarray | None, unit: MatrixUnit,
         # sum is kept modulo 2**(width + 1 + carry_bits) window units (sign-magnitude)
         mod = 2.0 ** (width + 1 + unit.carry_bits + (unit.align_rounding == "sticky"))
         s = np.copysign(np.fmod(np.abs(s), mod), s)
-    return _finish(s, lsb, fmt, unit.final_rounding, flush)
+    out = _finish(s, lsb, fmt, unit.final_rounding, flush)
+    if bad is not None and bad.any():
+        out = np.where(bad, c_in, out)
+    return out
 
 
 def _join(d: np.ndarray, c: np.ndarray, unit: MatrixUnit, fmt: Format) -> np.ndarray:
     """Round-to-nearest-even addition ``d + c`` with the interleaved models'
     window (``fmt.p - 1 + join_bits`` fraction bits plus a sticky bit,
-    aligned to the larger operand's exponent)."""
-    amax = np.maximum(_anchor_pow2(d, -126), _anchor_pow2(c, -126))
+    aligned to the larger operand's exponent); inf/NaN operands give ``d + c``."""
+    fin = np.isfinite(d) & np.isfinite(c)
+    d0, c0 = np.where(fin, d, 0.0), np.where(fin, c, 0.0)
+    amax = np.maximum(_anchor_pow2(d0, -126), _anchor_pow2(c0, -126))
     nz = amax > 0
     scale = np.where(nz, np.ldexp(1.0, fmt.p - 1 + unit.join_bits) / np.where(nz, amax, 1.0), 0.0)
-    s = _align(d, scale, "sticky") + _align(c, scale, "sticky")
+    s = _align(d0, scale, "sticky") + _align(c0, scale, "sticky")
     lsb = np.where(nz, 0.5 / np.where(nz, scale, 1.0), 0.0)
-    return _finish(s, lsb, fmt, "rne", not unit.subnormals)
+    out = _finish(s, lsb, fmt, "rne", not unit.subnormals)
+    return out if fin.all() else np.where(fin, out, d + c)
 
 
 def _specials(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
