@@ -51,7 +51,7 @@ The algorithm for one element ``d = sum_k a_k b_k + c``:
    addition (round to nearest even, gradual underflow, IEEE signed zeros); with fp16 output the
    final fp32 value is rounded to fp16 (nearest even).
 7. Special values: with ``subnormals`` False, subnormal inputs (and ``c``)
-   are first flushed to zero.  NaN in any ``a_k``, ``b_k`` or ``c``, an
+   are first flushed to a zero of the same sign.  NaN in any ``a_k``, ``b_k`` or ``c``, an
    ``inf * 0`` product, or infinities of both signs among the products and
    ``c`` give NaN; otherwise an infinite product or ``c`` gives that infinity.
    Once the running ``d`` is infinite it stays so.
@@ -189,7 +189,8 @@ def _fp32_add(x: float, y: float) -> float:
 
 def _flush(x: float, name: str) -> float:
     p, emin, *_ = FORMATS[name]
-    return 0.0 if (math.isfinite(x) and abs(x) < 2.0**emin) else x
+    # flush to a zero of the same sign (FTZ/DAZ)
+    return math.copysign(0.0, x) if (math.isfinite(x) and abs(x) < 2.0**emin) else x
 
 
 def _special(a_row, b_col, c: float):
