@@ -127,7 +127,7 @@ def _compare(unit, a, b, c, stats) -> None:
                  dtype=np.float64).reshape(d.shape)
     ok = _same(d, r)
     stats["elements"] += d.size
-    stats["inexact"] += int(np.sum(np.isfinite(r)))
+    stats["finite"] += int(np.sum(np.isfinite(r)))
     if ok.all():
         return
     i = np.flatnonzero(~ok)[0]
@@ -139,7 +139,7 @@ def _compare(unit, a, b, c, stats) -> None:
 def test_every_preset_equals_the_exact_reference(name):
     unit = PRESETS[name]
     rng = np.random.default_rng([15, len(name), sum(map(ord, name))])
-    stats = {"elements": 0, "inexact": 0, "known": 0}
+    stats = {"elements": 0, "finite": 0}
     for i in range(24):
         a, b, c = _case(rng, unit, specials=0.02 if i % 4 == 0 else 0.0)
         _compare(unit, a, b, c, stats)
@@ -153,7 +153,7 @@ def test_every_preset_equals_the_exact_reference(name):
 
 def test_random_parameter_combinations_equal_the_exact_reference():
     rng = np.random.default_rng(1515)
-    stats = {"elements": 0, "inexact": 0, "known": 0}
+    stats = {"elements": 0, "finite": 0}
     units = set()
     for i in range(700):
         unit = _random_unit(rng)
@@ -161,6 +161,7 @@ def test_random_parameter_combinations_equal_the_exact_reference():
         a, b, c = _case(rng, unit, specials=0.02 if i % 8 == 0 else 0.0)
         _compare(unit, a, b, c, stats)
     assert len(units) > 450 and stats["elements"] > 3800
+    assert stats["finite"] > 0.6 * stats["elements"], stats  # mostly finite results, not NaN/inf
 
 
 def test_compiled_engine_equals_the_exact_reference():
@@ -168,7 +169,7 @@ def test_compiled_engine_equals_the_exact_reference():
     limit) against the same reference."""
     pytest.importorskip("numba", reason="numba is not installed: mma(engine='numba') is unavailable")
     rng = np.random.default_rng(1516)
-    stats = {"elements": 0, "inexact": 0, "known": 0}
+    stats = {"elements": 0, "finite": 0}
     units = [u for u in PRESETS.values() if u.interleave == 1]
     n = 0
     while n < 300:
