@@ -57,7 +57,6 @@ __all__ = [
     "propagate_softplus", "propagate_log", "propagate_sqrt", "propagate_rsqrt",
     "propagate_cast", "propagate_sum", "propagate_mean", "propagate_max", "propagate_var",
     "propagate_matmul", "propagate_decomposed",
-    "mma_block_constants", "mma_bound",
 ]
 
 GELU_LIPSCHITZ = 1.13  # max |gelu'| = 1.1289 (erf and tanh forms)
@@ -471,6 +470,8 @@ def is_decomposed(rule) -> bool:
 
 
 # --- matrix unit (h8) ---
+__all__ += ["mma_block_constants", "mma_bound"]
+
 # A-priori bound of a matrix unit's D = A B + C (numlab.kernels.mma.mma; the unit's
 # parameters are read from the object, so this layer-1 module needs no kernels import).
 # Running bounds need no rule of their own: numlab.running_bounds measures every node's
