@@ -5,8 +5,9 @@ Sources of the vectors (each test names its origin):
 * Fasi, Higham, Mikaitis, Pranesh, "Numerical behavior of NVIDIA tensor cores",
   PeerJ CS 7:e330 (2021), test suite github.com/north-numerical-computing/
   tensor-cores-numerical-behavior: ``tc_test_numerics-V100.cu`` (V100, binary16),
-  ``tc_test_numerics-T4-A100-binary16.cu`` and ``tc_test_numerics-A100-tf32.cu``
-  (A100).  Each item of the suite checks the value the GPU returned (the suite
+  ``tc_test_numerics-T4-A100-binary16.cu``, ``tc_test_numerics-A100-tf32.cu`` and
+  ``tc_test_numerics-A100-bf16.cu`` (A100; the binary64 suite tests fp64 tensor
+  cores, which the model does not cover).  Each item of the suite checks the value the GPU returned (the suite
   prints PASS on the GPU it was written for); here the same inputs go through
   the preset and the same value is asserted.
 * Khattak and Mikaitis, HPEC 2025 feature tests, github.com/faiziktk/
@@ -148,20 +149,28 @@ def _tf32(x):
     return float(round_to(np.float32(x), "tf32", "rtz"))
 
 
-def test_fasi_a100_tf32_suite():
-    """tc_test_numerics-A100-tf32.cu on the A100 tf32 preset."""
-    u = preset("A100", "tf32", "fp32")
+@pytest.mark.parametrize("fmt", ["tf32", "bf16"])
+def test_fasi_a100_tf32_bf16_suites(fmt):
+    """tc_test_numerics-A100-tf32.cu and tc_test_numerics-A100-bf16.cu on the
+    A100 tf32 and bf16 presets (same items; bf16 differs in A1 and B1)."""
+    u = preset("A100", fmt, "fp32")
     belowone, sub = 1 - L(1, -24), L(1, -24)
+    if fmt == "tf32":
+        conv, minsub, up, below_in = _tf32, L(1, -136), L(1, 10), belowone
+        prod = 1 - L(1, -10) + L(1, -22)   # (1 - 2^-11)^2: the input is truncated
+    else:
+        conv, minsub, up, below_in = float, L(1, -133), L(1, 7), 1 - L(1, -8)
+        prod = 1 - L(1, -7) + L(1, -16)
 
     def d(a, b, c=0.0):
-        return dot(u, [_tf32(x) for x in a], [_tf32(x) for x in b], c)
+        return dot(u, [conv(x) for x in a], [conv(x) for x in b], c)
     checks = [
-        ("A1 tf32 subnormal input", d([L(1, -136)], [L(1, 10)]), L(1, -126)),
+        ("A1 subnormal input", d([minsub], [up]), L(1, -126)),
         ("A2 fp32 subnormal C", d([], [], L(1, -149)), L(1, -149)),
         ("A3 subnormal output", d([L(1, -126)], [0.5]), L(1, -127)),
         ("A3 subnormal output (b)", d([L(1, -126)], [1.0], -L(1, -127)), L(1, -127)),
-        ("B1 products exact", d([belowone], [belowone]), 1 - L(1, -10) + L(1, -22)),
-        ("B1 x4", d([belowone] * 4, [belowone] * 4), 4 * (1 - L(1, -10) + L(1, -22))),
+        ("B1 products exact", d([below_in], [below_in]), prod),
+        ("B1 x4", d([below_in] * 4, [below_in] * 4), 4 * prod),
         ("B2 accumulated in binary32", d([0.5] * 4, [sub] * 4, 1.0), 1.0),
         ("C1 round-down", d([1.0] * 4, [2.0, L(1, -23) + L(1, -24)]), 2.0),
         ("C2 round-up negative", d([1.0] * 4, [-2.0, -L(1, -23) - L(1, -24)]), -2.0),
@@ -170,7 +179,13 @@ def test_fasi_a100_tf32_suite():
         ("D3 subtraction", d([1.0, 1.0], [1.0, -sub], -1 + sub), 0.0),
         ("D4 third carry bit", d([1.0] * 4, [1.0, 1.5, 1.75, 1.875], 1.875), 8.0),
         ("D4 round-down", d([1.0] * 4, [1.0] * 4, 1 + L(1, -22) + L(1, -23)), 5.0),
+        ("D4 round-up negative", d([1.0] * 4, [-1.0] * 4, -1 - L(1, -22) - L(1, -23)), -5.0),
     ]
+    for i in range(4):
+        b = [1.0] * 4
+        b[i] = L(1, -23)
+        checks.append((f"D4 carry i={i}", d([1.0] * 4, b, 1 + L(1, -22) + L(1, -23)),
+                       4 + L(1, -21)))
     for j in range(4):
         a, b = [0.5] * 4, [sub] * 4
         a[j], b[j] = 1.0, 1.0

@@ -151,14 +151,16 @@ class MatrixUnit:
         with ``interleave=2``.
     result_bits : int or None
         Significand bits of block results, when narrower than ``out_fmt``'s
-        (Ada/L40S fp8 keep 13 bits in fp32 output); None = ``out_fmt``'s.
+        (fp8 on Ada/L40S/H100 with fp32 output: 14, i.e. 23 + neab = 13
+        fraction bits, ``GEMM.m`` special case 2; DeepSeek-V3 section 3.3.2
+        estimates "around 14 bits" on H800); None = ``out_fmt``'s.
     promote_every : int or None
         N_C: products accumulated in the unit before the partial sum is added
         to an fp32 accumulator in CUDA cores (DeepSeek-V3, section 3.3.2;
         they use 128).  Must be a multiple of the block length.  None
         (default): never, the unit accumulates all of K.
     name : str
-        Label, e.g. ``"H100 fp16->fp32"`` (not a numerical feature).
+        Label, e.g. ``"H100/fp16/fp32"`` (not a numerical feature).
     source : str
         Where the parameters come from (file and section).
     evidence : str
@@ -259,10 +261,16 @@ def _values(x, fmt: Format, name: str, flush: bool) -> np.ndarray:
 
 
 def _anchor_pow2(v: np.ndarray, emin: int) -> np.ndarray:
-    """``2**max(floor(log2|v|), emin)`` for nonzero finite v, 0 for zero."""
-    _, e = np.frexp(v)
-    e = np.maximum(e.astype(np.int64) - 1, emin)
-    return np.where(v != 0, np.ldexp(1.0, e), 0.0)
+    """``2**max(floor(log2|v|), emin)`` for nonzero finite v, 0 for zero.
+
+    Read from the float64 exponent field (every value of the formats here is
+    a normal float64), so no frexp/ldexp."""
+    v = np.ascontiguousarray(v, dtype=np.float64)
+    e = (v.view(np.int64) >> 52) & 0x7FF
+    np.maximum(e, emin + 1023, out=e)
+    out = (e << 52).view(np.float64)
+    out[v == 0] = 0.0
+    return out
 
 
 def _exponents(v: np.ndarray, emin: int) -> np.ndarray:
