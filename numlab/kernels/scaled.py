@@ -352,10 +352,11 @@ def _pow2(e: np.ndarray, W) -> np.ndarray:
 
 def _tensor_scale(fmt: ScaledFormat, amax_all, W) -> W:
     """NVFP4's fp32 tensor scale ``amax / (max_scale * max_elem)`` (torchao's
-    ``per_tensor_amax_to_scale``; 448 * 6 = 2688 exactly), at least fp32's
-    smallest normal (an all-zero tensor would otherwise divide by 0)."""
-    denom = W(fmt.scale_format.max * fmt.max_elem)
-    return W(max(W(amax_all) / denom, W(FP32.smallest_normal)))
+    ``per_tensor_amax_to_scale``; 448 * 6 = 2688 exactly); 1 when that is
+    below fp32's smallest normal (an all-zero tensor would otherwise divide
+    by 0, and 1/ts would overflow)."""
+    ts = W(amax_all) / W(fmt.scale_format.max * fmt.max_elem)
+    return W(ts) if ts >= W(FP32.smallest_normal) else W(1.0)
 
 
 def _scales(fmt: ScaledFormat, amax: np.ndarray, ts, W):
