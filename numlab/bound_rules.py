@@ -421,3 +421,70 @@ def is_decomposed(rule) -> bool:
         return False
     prop = rule[1] if isinstance(rule, tuple) else rule
     return prop is propagate_decomposed
+
+
+# --- block-scaled operators (h6) ---
+# Rules of quantize / block_scale / dequantize / scaled_matmul
+# (numlab.kernels.scaled).  A block's shape follows from the shapes of a tensor
+# and of its scales (no format constants needed here, layer 1).
+def expand_block_scales(s, shape) -> np.ndarray:
+    """Per-block scales ``s`` of shape ``(..., R/bm, C/bn)`` repeated to ``shape``
+    ``(..., R, C)`` (each scale over its bm x bn block)."""
+    s = np.asarray(s)
+    R, C = shape[-2:]
+    bm, bn = R // s.shape[-2], C // s.shape[-1]
+    return np.repeat(np.repeat(s, bm, axis=-2), bn, axis=-1)
+
+
+def propagate_quantize(xs, bs, attrs, ref):
+    """quantize: elements lie in ``[-max_elem, max_elem]`` and the largest
+    element of the tensor is at least ``max_elem / 2`` under every scale rule
+    (floor: ``>= 2**emax_elem``; rceil and amax: ``> max_elem / 2``), so a moved
+    input moves an element by at most ``2 max_elem <= 4 max|q|``; 0 when no
+    input moves (the rule is a function of its input)."""
+    q = _f(ref(*xs, **attrs))
+    moved = np.any(_f(bs[0]) > 0)
+    top = np.max(_absfinite(q)) if q.size else 0.0
+    return np.full(q.shape, 4 * top * INFL if moved else 0.0), None
+
+
+def propagate_block_scale(xs, bs, attrs, ref):
+    """block_scale: the scale is a step function of the block's amax (a power of
+    two, or rounded to the scale format), so no finite bound follows from a
+    moved input: inf for a block any of whose inputs moves, else 0."""
+    s = _f(ref(*xs, **attrs))
+    b = _f(bs[0])
+    R, C = b.shape[-2:]
+    moved = b.reshape(*b.shape[:-2], s.shape[-2], R // s.shape[-2], s.shape[-1], C // s.shape[-1]).max(axis=(-3, -1))
+    return np.where(moved > 0, np.inf, 0.0), None
+
+
+def propagate_dequantize(xs, bs, attrs, ref):
+    """dequantize ``q * s`` (s per block): ``|q| b_s + |s| b_q + b_q b_s``."""
+    q, s = _f(xs[0]), expand_block_scales(_f(xs[1]), np.shape(xs[0]))
+    bq, bsc = _f(bs[0]), expand_block_scales(_f(bs[1]), np.shape(xs[0]))
+    return (np.abs(q) * bsc + np.abs(s) * bq + bq * bsc) * INFL, None
+
+
+def _dequantised(q, s, bq=None, bsc=None):
+    q = _f(q)
+    s = expand_block_scales(_f(s), q.shape)
+    if bq is None:
+        return q * s
+    bsc = expand_block_scales(_f(bsc), q.shape)
+    return q * s, (np.abs(q) * bsc + np.abs(s) * _f(bq) + _f(bq) * bsc) * INFL
+
+
+def slack_scaled_matmul(v, ins, attrs):
+    """scaled_matmul's float64 reference ``(qa sa) @ (qb sb)``: the dequantised
+    operands are exact in float64 (<= 4 + 24 significant bits), then
+    :func:`slack_matmul`."""
+    return slack_matmul(v, [_dequantised(ins[0], ins[1]), _dequantised(ins[2], ins[3])], attrs)
+
+
+def propagate_scaled_matmul(xs, bs, attrs, ref):
+    """scaled_matmul: bounds of the dequantised operands (as
+    :func:`propagate_dequantize`), then :func:`propagate_matmul`."""
+    A, bA = _dequantised(xs[0], xs[1], bs[0], bs[1])
+    B, bB = _dequantised(xs[2], xs[3], bs[2], bs[3])
+    return propagate_matmul([A, B], [bA, bB], attrs, ref)

@@ -81,6 +81,7 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 
+from ..bound_rules import expand_block_scales
 from ..formats import FP8_E4M3, FP8_E5M2, FP32, Format
 from ..rounding import round_to
 
@@ -109,6 +110,15 @@ __all__ = [
     "E8M0_MIN_EXP",
     "E8M0_MAX_EXP",
     "E8M0_NAN",
+    "quantize_kernel",
+    "block_scale_kernel",
+    "dequantize_kernel",
+    "scaled_matmul_kernel",
+    "quantize_ref",
+    "block_scale_ref",
+    "dequantize_ref",
+    "scaled_matmul_ref",
+    "infer_scaled",
 ]
 
 SCALE_RULES = ("floor", "rceil", "amax")
@@ -472,3 +482,113 @@ def element_values(fmt) -> np.ndarray:
     codes = np.arange(1 << (bits - 1), dtype=np.uint8)
     v = codes.view(dt).astype(np.float64)
     return np.unique(v[np.isfinite(v)])
+
+
+# ---------------------------------------------------------------------------
+# graph operators: engine kernels and float64 references (registered in
+# numlab.ops, "block-scaled operators" section; rules in numlab.bound_rules)
+# ---------------------------------------------------------------------------
+def _f32(x) -> np.ndarray:
+    a = np.asarray(x)
+    return a if a.dtype == np.float32 else a.astype(np.float32)
+
+
+def quantize_kernel(ctx, x, *, fmt):
+    """Engine kernel of ``quantize``: the elements of ``x`` (values of the
+    element format, float32).  The op's meaning rounds (as ``cast``);
+    ``ctx`` does not change a bit."""
+    return quantize(_f32(x), fmt).elements
+
+
+def block_scale_kernel(ctx, x, *, fmt):
+    """Engine kernel of ``block_scale``: each block's dequantisation scale (float32)."""
+    return block_scales(_f32(x), fmt)
+
+
+def dequantize_kernel(ctx, q, s, *, fmt):
+    """Engine kernel of ``dequantize``: ``q * s`` per block, the product rounded
+    to ``ctx.inner`` (fp32 in a fused block; S in a one-operator kernel under
+    ``promotion=native``)."""
+    return ctx.mul(_f32(q), expand_block_scales(_f32(s), np.shape(q)))
+
+
+def scaled_matmul_kernel(ctx, qa, sa, qb, sb, *, fmt_a, fmt_b):
+    """Engine kernel of ``scaled_matmul`` (DeepSeek-V3's fp8 GEMM): per block
+    of K (the operands' common block length along K), the product of the
+    elements by ``ctx.matmul`` (the spec's matmul order and accumulator),
+    then in the epilogue ``(p * sa) * sb`` added to the output, each step
+    rounded to ``ctx.inner`` (their Triton kernel:
+    ``acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]``).  Loops over K
+    blocks only."""
+    qa, sa, qb, sb = _f32(qa), _f32(sa), _f32(qb), _f32(sb)
+    K = qa.shape[-1]
+    kb = K // sa.shape[-1]
+    sa_full = expand_block_scales(sa, (qa.shape[0], sa.shape[-1]))  # (M, K/kb): rows expanded
+    sb_full = expand_block_scales(sb, (sb.shape[0], qb.shape[1]))  # (K/kb, N): columns expanded
+    out = None
+    for j in range(K // kb):
+        p = ctx.matmul(qa[:, j * kb:(j + 1) * kb], qb[j * kb:(j + 1) * kb, :])
+        t = ctx.mul(ctx.mul(p, sa_full[:, j:j + 1]), sb_full[j:j + 1, :])
+        out = t if out is None else ctx.add(out, t)
+    return out
+
+
+def quantize_ref(x, *, fmt):
+    """float64 reference of ``quantize``: the rule evaluated on float64 values
+    (exact for the E8M0 rules; for ``amax`` rules the quotient amax/max_elem
+    is rounded to float64 before the scale format)."""
+    return quantize(np.asarray(x, dtype=np.float64), fmt).elements
+
+
+def block_scale_ref(x, *, fmt):
+    """float64 reference of ``block_scale`` (as :func:`quantize_ref`)."""
+    return block_scales(np.asarray(x, dtype=np.float64), fmt)
+
+
+def dequantize_ref(q, s, *, fmt):
+    """float64 reference of ``dequantize``: ``q * s`` (exact in float64)."""
+    q = np.asarray(q, dtype=np.float64)
+    return q * expand_block_scales(np.asarray(s, dtype=np.float64), q.shape)
+
+
+def scaled_matmul_ref(qa, sa, qb, sb, *, fmt_a, fmt_b):
+    """float64 reference of ``scaled_matmul``: ``(qa sa) @ (qb sb)`` (float64 BLAS)."""
+    return dequantize_ref(qa, sa, fmt=fmt_a) @ dequantize_ref(qb, sb, fmt=fmt_b)
+
+
+def infer_scaled(op, shapes, attrs):
+    """Shape rule of the block-scaled operators (``op`` one of ``quantize``,
+    ``block_scale``, ``dequantize``, ``scaled_matmul``): canonical attributes
+    (format names) and the output shape; errors name the shapes and blocks."""
+    names = ("fmt_a", "fmt_b") if op == "scaled_matmul" else ("fmt",)
+    fmts = []
+    for k in names:
+        f = get_scaled_format(attrs[k], k)
+        attrs[k] = f.name
+        fmts.append(f)
+    x = shapes[0]
+    if len(x) < 2:
+        raise ValueError(f"{op} needs a tensor of rank >= 2 (blocks span the last two axes), got shape {x}")
+    bm, bn = fmts[0].block
+    if op in ("quantize", "block_scale"):
+        if x[-2] % bm or x[-1] % bn:
+            raise ValueError(f"shape {x} does not split into blocks {fmts[0].block} of {fmts[0].name}")
+        return attrs, (x if op == "quantize" else (*x[:-2], x[-2] // bm, x[-1] // bn))
+    if op == "dequantize":
+        want = (*x[:-2], x[-2] // bm, x[-1] // bn)
+        if x[-2] % bm or x[-1] % bn or tuple(shapes[1]) != want:
+            raise ValueError(f"dequantize of elements {x} in blocks {fmts[0].block} needs scales of shape {want}, "
+                             f"got {tuple(shapes[1])}")
+        return attrs, x
+    qa, sa, qb, sb = (tuple(s) for s in shapes)
+    fa, fb = fmts
+    if len(qa) != 2 or len(qb) != 2 or qa[1] != qb[0]:
+        raise ValueError(f"scaled_matmul needs (M, K) @ (K, N) elements, got {qa} and {qb}")
+    if fa.block[1] != fb.block[0]:
+        raise ValueError(f"scaled_matmul needs the same block length along K: fmt_a={fa.name} has {fa.block[1]}, "
+                         f"fmt_b={fb.name} has {fb.block[0]} (use a transposed format for b)")
+    for q, s, f in ((qa, sa, fa), (qb, sb, fb)):
+        want = (q[0] // f.block[0], q[1] // f.block[1])
+        if q[0] % f.block[0] or q[1] % f.block[1] or s != want:
+            raise ValueError(f"scaled_matmul: elements {q} in blocks {f.block} ({f.name}) need scales {want}, got {s}")
+    return attrs, (qa[0], qb[1])
