@@ -1134,24 +1134,26 @@ def __getattr__(name):
 # quantize / block_scale / dequantize / scaled_matmul: numlab.kernels.scaled
 # (formats, kernels, float64 references, shape rule); bound rules in
 # numlab.bound_rules' block-scaled section.  ATen: torchao's mx/nvfp4 casts are
-# not ATen operators; the nearest ATen counterparts are named.
+# not ATen operators; ``aten`` names the nearest ATen operators (per-channel
+# quantisation, scale choice, dequantisation, ``_scaled_mm``), none of which
+# the torch bridge maps.
 from .kernels import scaled as _scaled  # noqa: E402  (section appended at the end)
 
 _register("quantize", "elementwise", (1, 1), {"fmt": REQUIRED},
           lambda shapes, attrs: _scaled.infer_scaled("quantize", shapes, attrs), _scaled.quantize_ref,
           kernel=E.quantize, slack=R.slack_exact, propagate=R.propagate_quantize,
-          aten=("_to_copy.default",),
+          aten=("quantize_per_channel",),
           doc="elements of x in the block-scaled format fmt (kernels.scaled presets: mxfp8_e4m3, nvfp4, "
               "deepseek_1x128, ...); each output depends on its block's amax")
 _register("block_scale", "elementwise", (1, 1), {"fmt": REQUIRED},
           lambda shapes, attrs: _scaled.infer_scaled("block_scale", shapes, attrs), _scaled.block_scale_ref,
           kernel=E.block_scale, slack=R.slack_exact, propagate=R.propagate_block_scale,
-          aten=("amax",),
+          aten=("choose_qparams_optimized",),
           doc="per-block dequantisation scale of x in fmt, shape (..., R/bm, C/bn)")
 _register("dequantize", "elementwise", (2, 2), {"fmt": REQUIRED},
           lambda shapes, attrs: _scaled.infer_scaled("dequantize", shapes, attrs), _scaled.dequantize_ref,
           kernel=E.dequantize, slack=R.slack_exact, propagate=R.propagate_dequantize,
-          aten=("mul",),
+          aten=("dequantize",),
           doc="elements q times their block's scale s (one rounding)")
 _register("scaled_matmul", "matmul", (4, 4), {"fmt_a": REQUIRED, "fmt_b": REQUIRED},
           lambda shapes, attrs: _scaled.infer_scaled("scaled_matmul", shapes, attrs), _scaled.scaled_matmul_ref,
