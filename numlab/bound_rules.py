@@ -436,27 +436,44 @@ def expand_block_scales(s, shape) -> np.ndarray:
     return np.repeat(np.repeat(s, bm, axis=-2), bn, axis=-1)
 
 
+SCALED_FORMATS: dict = {}
+"""Block-scaled format name -> (largest element, whether a block's scale depends
+only on its own block), filled by :mod:`numlab.kernels.scaled` for its presets
+when it is imported (this module, layer 1, cannot import it)."""
+
+
+def _scaled_format(attrs):
+    name = attrs["fmt"]
+    if name not in SCALED_FORMATS:
+        raise ValueError(f"fmt={name!r} has no bound constants; known: {sorted(SCALED_FORMATS)}")
+    return SCALED_FORMATS[name]
+
+
 def propagate_quantize(xs, bs, attrs, ref):
-    """quantize: elements lie in ``[-max_elem, max_elem]`` and the largest
-    element of the tensor is at least ``max_elem / 2`` under every scale rule
-    (floor: ``>= 2**emax_elem``; rceil and amax: ``> max_elem / 2``), so a moved
-    input moves an element by at most ``2 max_elem <= 4 max|q|``; 0 when no
-    input moves (the rule is a function of its input)."""
-    q = _f(ref(*xs, **attrs))
-    moved = np.any(_f(bs[0]) > 0)
-    top = np.max(_absfinite(q)) if q.size else 0.0
-    return np.full(q.shape, 4 * top * INFL if moved else 0.0), None
+    """quantize: elements lie in ``[-max_elem, max_elem]``, so a moved input
+    moves an element by at most ``2 max_elem`` (the scale may jump: quantize is
+    a step function); 0 when no input moves."""
+    max_elem, _ = _scaled_format(attrs)
+    moved = bool(np.any(_f(bs[0]) > 0))
+    return np.full(np.shape(xs[0]), 2 * max_elem if moved else 0.0), None
 
 
 def propagate_block_scale(xs, bs, attrs, ref):
-    """block_scale: the scale is a step function of the block's amax (a power of
-    two, or rounded to the scale format), so no finite bound follows from a
-    moved input: inf for a block any of whose inputs moves, else 0."""
-    s = _f(ref(*xs, **attrs))
-    b = _f(bs[0])
-    R, C = b.shape[-2:]
-    moved = b.reshape(*b.shape[:-2], s.shape[-2], R // s.shape[-2], s.shape[-1], C // s.shape[-1]).max(axis=(-3, -1))
-    return np.where(moved > 0, np.inf, 0.0), None
+    """block_scale: for a format whose scale is a non-decreasing function of
+    its own block's amax (every rule without a tensor scale), the moved scale
+    lies between the scales of ``max(|x| - b, 0)`` and ``|x| + b`` (the amax
+    envelope), evaluated by the reference; a tensor scale couples every block
+    (NVFP4), so then inf for every scale once any input moves."""
+    _, local = _scaled_format(attrs)
+    x, b = _f(xs[0]), _f(bs[0])
+    s = _f(ref(x, **attrs))
+    if not np.any(b > 0):
+        return np.zeros(s.shape), None
+    if not local:
+        return np.full(s.shape, np.inf), None
+    lo = _f(ref(np.maximum(np.abs(x) - b, 0.0), **attrs))
+    hi = _f(ref(np.abs(x) + b, **attrs))
+    return np.maximum(hi - s, s - lo) * INFL, None
 
 
 def propagate_dequantize(xs, bs, attrs, ref):

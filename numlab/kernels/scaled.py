@@ -81,6 +81,7 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 
+from .. import bound_rules as _R
 from ..bound_rules import expand_block_scales
 from ..formats import FP8_E4M3, FP8_E5M2, FP32, Format
 from ..rounding import round_to
@@ -273,6 +274,9 @@ DeepSeek-V3 (e4m3 elements, fp32 scales on 1x128 activation tiles and
 128x128 weight blocks)."""
 
 
+_R.SCALED_FORMATS.update({n: (f.max_elem, not f.tensor_scale) for n, f in PRESETS.items()})
+
+
 def get_scaled_format(fmt, name: str = "fmt") -> ScaledFormat:
     """The :class:`ScaledFormat` named by ``fmt`` (a preset name or a ScaledFormat)."""
     if isinstance(fmt, ScaledFormat):
@@ -360,13 +364,14 @@ def _pow2(e: np.ndarray, W) -> np.ndarray:
     return np.ldexp(W(1.0), e.astype(np.int32)).astype(W)
 
 
-def _tensor_scale(fmt: ScaledFormat, amax_all, W) -> W:
+def _tensor_scale(fmt: ScaledFormat, amax_all, W):
     """NVFP4's fp32 tensor scale ``amax / (max_scale * max_elem)`` (torchao's
-    ``per_tensor_amax_to_scale``; 448 * 6 = 2688 exactly); 1 when that is
+    ``per_tensor_amax_to_scale``; 448 * 6 = 2688 exactly), an fp32 number
+    whatever the working precision; 1 when that is
     below fp32's smallest normal (an all-zero tensor would otherwise divide
     by 0, and 1/ts would overflow)."""
-    ts = W(amax_all) / W(fmt.scale_format.max * fmt.max_elem)
-    return W(ts) if ts >= W(FP32.smallest_normal) else W(1.0)
+    ts = np.float32(np.float32(amax_all) / np.float32(fmt.scale_format.max * fmt.max_elem))
+    return W(ts) if ts >= np.float32(FP32.smallest_normal) else W(1.0)
 
 
 def _scales(fmt: ScaledFormat, amax: np.ndarray, ts, W):
