@@ -423,3 +423,121 @@ def test_nvfp4_bit_exact_against_torchao(two_level):
         t = N.NVFP4Tensor.to_nvfp4(torch.from_numpy(x), per_tensor_scale=pts)
         np.testing.assert_array_equal(S.dequantize(q).view(np.uint32),
                                       t.dequantize(torch.float32).numpy().view(np.uint32))
+
+
+# ---------------------------------------------------------------------------
+# the operators in graphs
+# ---------------------------------------------------------------------------
+from numlab import bound_rules as R  # noqa: E402
+from numlab import ops, zoo  # noqa: E402
+from numlab.execute import run  # noqa: E402
+from numlab.kernels import KernelSpec  # noqa: E402
+from numlab.kernels import engine as E  # noqa: E402
+
+
+@pytest.mark.parametrize("name", ["mxfp8_e4m3", "mxfp4", "mxfp6_e3m2", "deepseek_1x128", "deepseek_128x128"])
+def test_operator_kernels_match_their_float64_references(name):
+    """On float32 values the E8M0 rules are exact in both precisions, and fp32's
+    amax/448 equals float64's rounded to fp32 (a quotient of two fp32 numbers
+    double-rounds innocuously through binary64)."""
+    x = heavy((128, 256), seed=7)
+    ctx = E.Ctx("fp32", KernelSpec.codegen(), fused=True)
+    q = ops.get_op("quantize")
+    s = ops.get_op("block_scale")
+    np.testing.assert_array_equal(q.kernel(ctx, x, fmt=name), q.ref(x, fmt=name))
+    np.testing.assert_array_equal(s.kernel(ctx, x, fmt=name), s.ref(x, fmt=name))
+    qs, ss = q.ref(x, fmt=name), s.ref(x, fmt=name)
+    d = ops.get_op("dequantize")
+    exact = qs * np.repeat(np.repeat(ss, x.shape[0] // ss.shape[0], 0), x.shape[1] // ss.shape[1], 1)
+    np.testing.assert_array_equal(d.ref(qs, ss, fmt=name), exact)           # exact in float64
+    kern = d.kernel(ctx, qs, ss, fmt=name)                                   # one fp32 rounding
+    np.testing.assert_array_equal(kern, exact.astype(np.float32))
+    np.testing.assert_array_equal(kern, S.dequantize(S.quantize(x, name)))
+
+
+def test_dequantize_kernel_rounds_once_to_inner():
+    """Eager under promotion=native rounds q*s to S; a fused block keeps fp32."""
+    x = heavy((4, 128), seed=8)
+    q, s = ops.quantize(x, "deepseek_1x128"), ops.block_scale(x, "deepseek_1x128")
+    exact = q * np.repeat(s, 128, axis=1)                     # exact in float64 (4 + 24 bits)
+    fused = E.dequantize(E.Ctx("bf16", KernelSpec.codegen(), fused=True), q, s, fmt="deepseek_1x128")
+    np.testing.assert_array_equal(fused, exact.astype(np.float32))
+    native = KernelSpec.parse("handwritten:promotion=native")
+    eager = E.dequantize(E.Ctx("bf16", native), q, s, fmt="deepseek_1x128")
+    np.testing.assert_array_equal(eager, exact.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float32))
+    assert not np.array_equal(eager, fused)                   # fp32 scales: the product needs > 8 bits
+
+
+def test_scaled_matmul_epilogue_per_k_block():
+    """scaled_matmul = sum over K blocks of (qa_j @ qb_j) * sa_j * sb_j: the
+    float64 reference is the dequantised product; the fp32 kernel is within
+    the fp32 error of its K-block sums and epilogue (a bound computed here)."""
+    rng = np.random.default_rng(9)
+    a = heavy((16, 256), seed=10)
+    b = (rng.standard_normal((256, 128)) * 0.05).astype(np.float32)
+    fa, fb = "deepseek_1x128", "deepseek_128x128"
+    qa, sa, qb, sb = ops.quantize(a, fa), ops.block_scale(a, fa), ops.quantize(b, fb), ops.block_scale(b, fb)
+    info = ops.get_op("scaled_matmul")
+    ref = info.ref(qa, sa, qb, sb, fmt_a=fa, fmt_b=fb)
+    A, B = qa * np.repeat(sa, 128, axis=1), qb * np.repeat(np.repeat(sb, 128, 0), 128, 1)
+    np.testing.assert_allclose(ref, A @ B, rtol=1e-14, atol=0)
+    # independent per-block sum in float64, as DeepSeek's epilogue adds the scaled partial products
+    blockwise = sum((qa[:, j:j + 128] @ qb[j:j + 128]) * sa[:, [j // 128]] * sb[[j // 128], 0]
+                    for j in range(0, 256, 128))
+    assert np.all(np.abs(ref - blockwise) <= 300 * 2.0 ** -52 * (np.abs(A) @ np.abs(B)))
+    got = info.kernel(E.Ctx("fp32", KernelSpec.codegen(), fused=True), qa, sa, qb, sb, fmt_a=fa, fmt_b=fb)
+    u = 2.0 ** -24
+    bound = (128 + 2 * 3) * u * (np.abs(A) @ np.abs(B)) * 1.01  # gamma_{k_blk} per block + 3 epilogue roundings
+    assert np.all(np.abs(got - ref) <= bound)
+    assert not np.array_equal(got.astype(np.float64), ref)    # fp32 did round somewhere
+
+
+def test_operator_shape_errors_name_the_blocks():
+    x = np.ones((4, 100))
+    with pytest.raises(ValueError, match=r"\(4, 100\).*\(1, 32\)"):
+        ops.quantize(x, "mxfp8_e4m3")
+    with pytest.raises(ValueError, match="valid presets"):
+        ops.quantize(np.ones((4, 64)), "mxfp9")
+    with pytest.raises(ValueError, match="scales of shape"):
+        ops.dequantize(np.ones((4, 64)), np.ones((4, 3)), "mxfp8_e4m3")
+    with pytest.raises(ValueError, match="same block length along K"):
+        ops.scaled_matmul(np.ones((4, 128)), np.ones((4, 1)), np.ones((128, 32)), np.ones((4, 1)),
+                          "deepseek_1x128", "mxfp8_e4m3")
+
+
+def test_block_scale_bound_brackets_moved_inputs():
+    """The block_scale rule's envelope contains the scale of every input moved
+    within its bound (random moves), and quantize's bound 2 max_elem holds."""
+    rng = np.random.default_rng(11)
+    x = heavy((8, 128), seed=12)
+    b = np.abs(x) * 0.05 * rng.random(x.shape)
+    info = ops.get_op("block_scale")
+    for name in ("mxfp8_e4m3", "mxfp4", "deepseek_1x128"):
+        s = info.ref(x, fmt=name)
+        bound, _ = info.propagate([x], [b], {"fmt": name}, info.ref)
+        qi = ops.get_op("quantize")
+        qb, _ = qi.propagate([x], [b], {"fmt": name}, qi.ref)
+        for _ in range(20):
+            moved = x + b * rng.uniform(-1, 1, x.shape)
+            assert np.all(np.abs(info.ref(moved, fmt=name) - s) <= bound), name
+            assert np.all(np.abs(qi.ref(moved, fmt=name) - qi.ref(x, fmt=name)) <= qb), name
+    nv, _ = info.propagate([x[:, :16]], [b[:, :16]], {"fmt": "nvfp4"}, info.ref)
+    assert np.all(np.isinf(nv))                                # the tensor scale couples the blocks
+    assert R.SCALED_FORMATS["mxfp4"] == (6.0, True)
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+def test_fp8_mlp_eager_and_fused_place_the_casts_differently(fmt):
+    g = zoo.get_model("fp8_mlp")
+    x = zoo.make_inputs(g, "normal", seed=0)
+    ref = run(g, x, mode="reference", fmt=fmt).outputs["y"]
+    eager = run(g, x, mode="eager", fmt=fmt)
+    fused = run(g, x, mode="fused", fmt=fmt)
+    block = next(b for b in fused.plan.blocks if "quantize_2" in b.members)
+    assert block.codegen and {"gelu_0", "quantize_2", "block_scale_2", "dequantize_0"} <= set(block.members)
+    ye, yf = eager.outputs["y"], fused.outputs["y"]
+    assert not np.array_equal(ye, yf)
+    assert np.all(np.isfinite(ref)) and np.all(np.isfinite(ye.astype(np.float32)))
+    # emulated casts round every node to S as eager does: the same bits as eager here
+    emu = run(g, x, mode="emulated_casts", fmt=fmt, align=True)
+    np.testing.assert_array_equal(emu.outputs["y"].view(np.uint16), ye.view(np.uint16))
