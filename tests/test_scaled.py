@@ -30,14 +30,18 @@ from numlab.kernels import scaled as S
 # the independent exact reference
 # ---------------------------------------------------------------------------
 # (exponent bits, mantissa bits, bias, special codes): "fn" = only the all-ones
-# code is NaN (e4m3fn), "ieee" = top exponent is inf/NaN, "none" = all finite
+# code is NaN (e4m3fn), "ieee" = top exponent is inf/NaN, "none" = all finite,
+# "fnuz" = no negative zero, its code is the one NaN
 LAYOUTS = {
     "fp8_e4m3": (4, 3, 7, "fn"),
     "fp8_e5m2": (5, 2, 15, "ieee"),
     "fp6_e2m3": (2, 3, 1, "none"),
     "fp6_e3m2": (3, 2, 3, "none"),
     "fp4_e2m1": (2, 1, 1, "none"),
+    "fp8_e4m3fnuz": (4, 3, 8, "fnuz"),   # NaN is the -0 code 0x80: every positive code is finite
+    "fp8_e5m2fnuz": (5, 2, 16, "fnuz"),
 }
+OCP_ELEMENTS = ("fp8_e4m3", "fp8_e5m2", "fp6_e2m3", "fp6_e3m2", "fp4_e2m1")
 
 
 def grid(name):
@@ -73,7 +77,7 @@ def round_elem(v: Fraction, name, saturate=True):
         if saturate:
             r = g[-1]
         else:
-            return math.nan if LAYOUTS[name][3] == "fn" else math.copysign(math.inf, v)
+            return math.nan if LAYOUTS[name][3] in ("fn", "fnuz") else math.copysign(math.inf, v)
     else:
         r = ext[best]
     return -r if v < 0 else r
@@ -223,7 +227,7 @@ def test_elements_are_ml_dtypes_saturating_casts(elem):
 def test_element_grids_match_layouts():
     for name in S.ELEMENT_FORMATS:
         assert [Fraction(float(v)) for v in S.element_values(name)] == grid(name), name
-        assert S.ELEMENT_FORMATS[name][0].max == float(grid(name)[-1])
+        assert S.ELEMENT_FORMATS[name].max == float(grid(name)[-1])
 
 
 # ---------------------------------------------------------------------------
@@ -391,7 +395,7 @@ def _torchao():
 
 
 @pytest.mark.parametrize("rule", ["floor", "rceil"])
-@pytest.mark.parametrize("elem", list(S.ELEMENT_FORMATS))
+@pytest.mark.parametrize("elem", OCP_ELEMENTS)
 def test_mx_bit_exact_against_torchao(elem, rule):
     torch, C, M, _ = _torchao()
     tdt = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2, "fp6_e2m3": C.DTYPE_FP6_E2M3,
@@ -541,3 +545,15 @@ def test_fp8_mlp_eager_and_fused_place_the_casts_differently(fmt):
     # emulated casts round every node to S as eager does: the same bits as eager here
     emu = run(g, x, mode="emulated_casts", fmt=fmt, align=True)
     np.testing.assert_array_equal(emu.outputs["y"].view(np.uint16), ye.view(np.uint16))
+
+
+def test_fnuz_elements_have_no_negative_zero_and_nan_overflow():
+    fmt = S.ScaledFormat("fnuz", "fp8_e4m3fnuz", overflow="nan")
+    x = np.ones((1, 32), np.float32)
+    x[0, 1] = -1e-30                       # rounds to zero: +0 (fnuz has no -0)
+    x[0, 2] = 255.0                        # amax 255: X = 2**(7 - 7) = 1; 255 > 240 overflows
+    q = S.quantize(x, fmt)
+    assert q.scales[0, 0] == 1.0 and q.elements[0, 1] == 0 and not np.signbit(q.elements[0, 1])
+    assert np.isnan(q.elements[0, 2]) and q.element_codes()[0, 2] == 0x80
+    assert S.quantize(x, replace_fmt := dataclasses.replace(fmt, overflow="saturate")).elements[0, 2] == 240
+    assert replace_fmt.max_elem == 240 and replace_fmt.emax_elem == 7

@@ -83,7 +83,8 @@ import numpy as np
 
 from .. import bound_rules as _R
 from ..bound_rules import expand_block_scales
-from ..formats import FP8_E4M3, FP8_E5M2, FP32, Format
+from ..formats import (FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E4M3FNUZ, FP8_E5M2, FP8_E5M2FNUZ, FP8_E8M0,
+                       FP32, Format)
 from ..rounding import round_to
 
 __all__ = [
@@ -132,20 +133,12 @@ E8M0_NAN = 0xFF
 """E8M0 (OCP v1.0 section 5.4.1): 8-bit unsigned exponent, bias 127, codes
 0..254 are 2**-127..2**127, 0xFF is NaN; no zero, no sign."""
 
-# The element formats, with the storage dtype ml_dtypes gives each (values
-# are held in float32 containers; ``Scaled.element_codes`` gives the bits).
-# TODO(h4): use the presets of numlab.formats once they land there.
-_FP6_E2M3 = Format("fp6_e2m3", 4, 2, emin=0, inf=False, nan="none")
-_FP6_E3M2 = Format("fp6_e3m2", 3, 4, emin=-2, inf=False, nan="none")
-_FP4_E2M1 = Format("fp4_e2m1", 2, 2, emin=0, inf=False, nan="none")
-ELEMENT_FORMATS: dict[str, tuple[Format, np.dtype]] = {
-    "fp8_e4m3": (FP8_E4M3, np.dtype(ml_dtypes.float8_e4m3fn)),
-    "fp8_e5m2": (FP8_E5M2, np.dtype(ml_dtypes.float8_e5m2)),
-    "fp6_e2m3": (_FP6_E2M3, np.dtype(ml_dtypes.float6_e2m3fn)),
-    "fp6_e3m2": (_FP6_E3M2, np.dtype(ml_dtypes.float6_e3m2fn)),
-    "fp4_e2m1": (_FP4_E2M1, np.dtype(ml_dtypes.float4_e2m1fn)),
-}
-"""Element format name -> (numlab Format, ml_dtypes storage dtype)."""
+ELEMENT_FORMATS: dict[str, Format] = {f.name: f for f in (
+    FP8_E4M3, FP8_E5M2, FP6_E2M3, FP6_E3M2, FP4_E2M1, FP8_E4M3FNUZ, FP8_E5M2FNUZ)}
+"""Element format name -> :class:`~numlab.formats.Format` (each has an ml_dtypes
+storage dtype; values are held in float containers, ``Scaled.element_codes``
+gives the bits).  OCP MX v1.0 defines the first five; the fnuz pair (AMD
+MI300's fp8: no -0, one NaN code 0x80) takes the same per-block scaling."""
 
 
 def _choice(value, valid, what):
@@ -210,7 +203,7 @@ class ScaledFormat:
         if self.tensor_scale and self.scale_rule != "amax":
             raise ValueError("tensor_scale=True needs scale_rule='amax' (a power-of-two block scale "
                              "has no use for an fp32 tensor scale)")
-        fmt = ELEMENT_FORMATS[self.elem][0]
+        fmt = ELEMENT_FORMATS[self.elem]
         if self.overflow == "nan" and fmt.nan == "none" and not fmt.inf:
             raise ValueError(f"overflow='nan' is impossible for elem={self.elem!r}: it has neither NaN "
                              "nor inf (OCP MX v1.0 section 5.3.3); use overflow='saturate'")
@@ -225,7 +218,7 @@ class ScaledFormat:
     @property
     def elem_dtype(self) -> np.dtype:
         """ml_dtypes' storage dtype of the element format."""
-        return ELEMENT_FORMATS[self.elem][1]
+        return self._elem_fmt.dtype
 
     @property
     def max_elem(self) -> float:
@@ -238,14 +231,14 @@ class ScaledFormat:
         return self._elem_fmt.emax
 
     @property
-    def scale_format(self) -> Format | None:
-        """The scale's Format (None for E8M0, which is not a Format: no sign, no significand)."""
-        return {"fp8_e4m3": FP8_E4M3, "fp32": FP32}.get(self.scale_fmt)
+    def scale_format(self) -> Format:
+        """The scale's :class:`~numlab.formats.Format` (``FP8_E8M0``, ``FP8_E4M3`` or ``FP32``)."""
+        return {"e8m0": FP8_E8M0, "fp8_e4m3": FP8_E4M3, "fp32": FP32}[self.scale_fmt]
 
     @property
     def bits_per_element(self) -> float:
         """Storage cost: element bits plus the scale's share (MXFP8: 8.25, NVFP4: 4.5)."""
-        eb = {"fp8": 8, "fp6": 6, "fp4": 4}[self.elem[:3]]
+        eb = self._elem_fmt.bits
         sb = {"e8m0": 8, "fp8_e4m3": 8, "fp32": 32}[self.scale_fmt]
         return eb + sb / (self.block[0] * self.block[1])
 
@@ -482,9 +475,9 @@ def element_values(fmt) -> np.ndarray:
     :data:`ELEMENT_FORMATS` or a ScaledFormat), ascending, from ml_dtypes'
     codes (independent of the rounding code)."""
     name = fmt.elem if isinstance(fmt, ScaledFormat) else _choice(fmt, ELEMENT_FORMATS, "fmt")
-    dt = ELEMENT_FORMATS[name][1]
-    bits = 8 if name.startswith("fp8") else int(name[2])
-    codes = np.arange(1 << (bits - 1), dtype=np.uint8)
+    f = ELEMENT_FORMATS[name]
+    codes = np.arange(1 << (f.bits - 1), dtype=np.uint8)
+    dt = f.dtype
     v = codes.view(dt).astype(np.float64)
     return np.unique(v[np.isfinite(v)])
 
