@@ -557,3 +557,32 @@ def test_fnuz_elements_have_no_negative_zero_and_nan_overflow():
     assert np.isnan(q.elements[0, 2]) and q.element_codes()[0, 2] == 0x80
     assert S.quantize(x, replace_fmt := dataclasses.replace(fmt, overflow="saturate")).elements[0, 2] == 240
     assert replace_fmt.max_elem == 240 and replace_fmt.emax_elem == 7
+
+
+def test_e8m0_scales_agree_with_round_to_e8m0():
+    """The power-of-two scales, computed from frexp in kernels.scaled, equal
+    numlab.round_to onto FP8_E8M0 (h4's format, its own code path): floor is
+    amax rounded down to E8M0 times 2**-emax_elem; rceil is fp32(amax /
+    max_elem) rounded up to E8M0 (positive, in range)."""
+    from numlab.formats import FP8_E8M0
+    from numlab.rounding import round_to
+
+    x = heavy((64, 256), seed=13)
+    amax = np.abs(x).reshape(64, 8, 32).max(axis=-1)
+    for elem in OCP_ELEMENTS:
+        f = dataclasses.replace(S.MXFP8_E4M3, elem=elem)
+        down = np.asarray(round_to(amax, FP8_E8M0, "down"), np.float64) * 2.0 ** -f.emax_elem
+        np.testing.assert_array_equal(S.quantize(x, f).scales, down)
+        rc = dataclasses.replace(f, scale_rule="rceil")
+        up = np.asarray(round_to((amax / np.float32(f.max_elem)).astype(np.float32), FP8_E8M0, "up"))
+        np.testing.assert_array_equal(S.quantize(x, rc).scales, up)
+
+
+def test_benchmark_rows_run_on_a_small_tensor():
+    from numlab.bench import scaled as B
+
+    rows = B.rows(n=128, repeat=1, formats=("mxfp4", "nvfp4"))
+    assert [r["format"] for r in rows] == ["mxfp4", "nvfp4"]
+    assert all(r["seconds"] > 0 and r["baseline_seconds"] > 0 and r["ratio"] == r["seconds"] / r["baseline_seconds"]
+               for r in rows)
+    assert rows[0]["target"] == B.TARGET and set(B.TARGETED) <= set(S.PRESETS)

@@ -76,7 +76,7 @@ and its ``inference/kernel.py`` (``act_quant``: ``s = amax / 448``, ``y = x / s`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import ml_dtypes
 import numpy as np
@@ -245,8 +245,6 @@ class ScaledFormat:
     def transposed(self, name: str | None = None) -> "ScaledFormat":
         """The same format with the block transposed (``(1, 32)`` -> ``(32, 1)``):
         blocks along a matmul's K axis for its right operand."""
-        from dataclasses import replace  # dataclasses is stdlib; kept local to the one user
-
         return replace(self, name=name or f"{self.name}^T", block=self.block[::-1])
 
 
