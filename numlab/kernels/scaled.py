@@ -433,7 +433,7 @@ def quantize(x, fmt, *, pad: bool = False) -> Scaled:
         v = b * q if how == "mul" else b / q
         v = v.astype(W, copy=False)
         e = round_to(v, fmt.elem_format, saturate=fmt.overflow == "saturate")
-        e = np.where(np.isnan(s), np.copysign(W(0), b), e)  # a NaN block keeps zeros (the scale is NaN)
+        e = np.where(np.isnan(s), W(0), e)  # a NaN block stores +0 (the scale is NaN; fnuz has no -0)
     e = np.asarray(e, dtype=W)
     R, C = b.shape[-4] * b.shape[-3], b.shape[-2] * b.shape[-1]
     elements = e.reshape(*b.shape[:-4], R, C)
