@@ -449,13 +449,39 @@ def _scaled_format(attrs):
     return SCALED_FORMATS[name]
 
 
+SCALED_FUNCTIONS: dict = {}
+"""Block-scaled format name -> (``scale_of(x)``: each element's block scale
+in float64, ``elem_round(v)``: ``v`` rounded to the element format as
+quantize rounds), filled by :mod:`numlab.kernels.scaled` with
+:data:`SCALED_FORMATS`."""
+_WIDEN = 2.0**-50  # the float64 reference divides (one rounding) before it rounds to the element
+
+
 def propagate_quantize(xs, bs, attrs, ref):
-    """quantize: elements lie in ``[-max_elem, max_elem]``, so a moved input
-    moves an element by at most ``2 max_elem`` (the scale may jump: quantize is
-    a step function); 0 when no input moves."""
-    max_elem, _ = _scaled_format(attrs)
-    moved = bool(np.any(_f(bs[0]) > 0))
-    return np.full(np.shape(xs[0]), 2 * max_elem if moved else 0.0), None
+    """quantize, elements ``q = round(x / s)``: for a format whose scale depends
+    only on its own block, a moved input ``x'`` in ``[x - b, x + b]`` has a scale
+    ``s'`` between the scales of its block's amax envelope (see
+    :func:`propagate_block_scale`), so ``x' / s'`` lies between the extreme
+    quotients of those endpoints (widened by 2**-50 for the reference's
+    division) and, rounding being monotone, ``q'`` between their roundings.
+    Never more than ``2 max_elem`` (elements lie in ``[-max_elem, max_elem]``),
+    which is the bound when a tensor scale couples the blocks (NVFP4); 0 when
+    no input moves."""
+    max_elem, local = _scaled_format(attrs)
+    x, b = _f(xs[0]), _f(bs[0])
+    if not np.any(b > 0):
+        return np.zeros(x.shape), None
+    fns = SCALED_FUNCTIONS.get(attrs["fmt"])
+    if not local or fns is None:
+        return np.full(x.shape, 2 * max_elem), None
+    scale_of, elem_round = fns
+    s_lo, s_hi = scale_of(np.maximum(np.abs(x) - b, 0.0)), scale_of(np.abs(x) + b)
+    lo = np.minimum((x - b) / s_lo, (x - b) / s_hi)
+    hi = np.maximum((x + b) / s_lo, (x + b) / s_hi)
+    lo, hi = lo - np.abs(lo) * _WIDEN, hi + np.abs(hi) * _WIDEN
+    q = _f(ref(x, **attrs))
+    bound = np.maximum(_f(elem_round(hi)) - q, q - _f(elem_round(lo)))
+    return np.minimum(bound, 2 * max_elem), None
 
 
 def propagate_block_scale(xs, bs, attrs, ref):

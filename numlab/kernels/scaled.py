@@ -265,7 +265,23 @@ DeepSeek-V3 (e4m3 elements, fp32 scales on 1x128 activation tiles and
 128x128 weight blocks)."""
 
 
+def _scale_of(fmt: ScaledFormat):
+    def scale_of(x):
+        x = np.asarray(x, dtype=np.float64)
+        return expand_block_scales(block_scales(x, fmt), x.shape)
+    return scale_of
+
+
+def _elem_round(fmt: ScaledFormat):
+    def elem_round(v):
+        return np.asarray(round_to(np.asarray(v, dtype=np.float64), fmt.elem_format,
+                                   saturate=fmt.overflow == "saturate"), dtype=np.float64)
+    return elem_round
+
+
+# the bound rules of the graph operators (numlab.bound_rules, layer 1) read these
 _R.SCALED_FORMATS.update({n: (f.max_elem, not f.tensor_scale) for n, f in PRESETS.items()})
+_R.SCALED_FUNCTIONS.update({n: (_scale_of(f), _elem_round(f)) for n, f in PRESETS.items()})
 
 
 def get_scaled_format(fmt, name: str = "fmt") -> ScaledFormat:
