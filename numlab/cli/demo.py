@@ -295,9 +295,9 @@ def add_parser(sub) -> None:
                force="(default: a fresh run-NNN subfolder)")
     p.add_argument("--quick", action="store_true", help="4 models and short chains (a few seconds)")
     p.add_argument("--models", default=None, metavar="A,B", type=models_type,
-                   help="comma-separated subset of the zoo models (default all): "
-                        f"{', '.join(zoo.MODELS)}; demo runs several models, so it takes --models "
-                        "where one-model commands take a MODEL positional")
+                   help="demo runs several models, so it takes --models where one-model commands take "
+                        "a MODEL positional: a comma-separated subset of the zoo models (default all): "
+                        f"{', '.join(zoo.MODELS)}")
     p.set_defaults(func=_cli)
 
 
