@@ -4,7 +4,8 @@ A :class:`ScaledFormat` says how a high-precision tensor becomes narrow
 *elements* that share one *scale* per block:
 
 * ``elem`` -- the element format (``fp8_e4m3``, ``fp8_e5m2``, ``fp6_e2m3``,
-  ``fp6_e3m2``, ``fp4_e2m1``; :data:`ELEMENT_FORMATS`);
+  ``fp6_e3m2``, ``fp4_e2m1``, and AMD's ``fp8_e4m3fnuz``/``fp8_e5m2fnuz``;
+  :data:`ELEMENT_FORMATS`);
 * ``block`` -- the block shape over the last two axes (``(1, 32)``: 32
   consecutive elements of a row; ``(128, 128)``: a weight tile; ``(32, 1)``:
   32 consecutive elements of a column, e.g. the K axis of a matmul's right
@@ -31,7 +32,7 @@ A :class:`ScaledFormat` says how a high-precision tensor becomes narrow
 
 * ``overflow`` -- ``"saturate"`` (elements beyond the largest finite value
   become it; a block with an infinity gets the largest scale) or ``"nan"``
-  (the element format's own overflow: NaN for e4m3fn, inf for e5m2; a block
+  (the element format's own overflow: NaN for e4m3fn and fnuz, inf for e5m2; a block
   holding an infinity gets a NaN scale).  fp6/fp4 have neither NaN nor inf,
   so they only saturate (OCP v1.0 section 5.3.3);
 * ``tensor_scale`` -- NVFP4's second-level fp32 scale
