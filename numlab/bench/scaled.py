@@ -52,8 +52,8 @@ def rows(n: int = 4096, repeat: int = 3, formats=FORMATS) -> list[dict]:
     for name in formats:
         fmt = PRESETS[name]
         dt = fmt.elem_dtype
-        t, tb = _alternate(lambda: dequantize(quantize(x, fmt)),
-                           lambda: x.astype(dt).astype(np.float32), repeat)
+        t, tb = _alternate(lambda fmt=fmt: dequantize(quantize(x, fmt)),
+                           lambda dt=dt: x.astype(dt).astype(np.float32), repeat)
         out.append({"format": name, "seconds": t, "baseline_seconds": tb, "ratio": t / tb,
                     "target": TARGET if name in TARGETED else None})
     return out

@@ -84,8 +84,18 @@ import numpy as np
 
 from .. import bound_rules as _R
 from ..bound_rules import expand_block_scales
-from ..formats import (FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E4M3FNUZ, FP8_E5M2, FP8_E5M2FNUZ, FP8_E8M0,
-                       FP32, Format)
+from ..formats import (
+    FP4_E2M1,
+    FP6_E2M3,
+    FP6_E3M2,
+    FP8_E4M3,
+    FP8_E4M3FNUZ,
+    FP8_E5M2,
+    FP8_E5M2FNUZ,
+    FP8_E8M0,
+    FP32,
+    Format,
+)
 from ..rounding import round_to
 
 __all__ = [
