@@ -619,3 +619,18 @@ def test_scaled_matmul_on_a_matrix_unit_promotes_per_k_block():
     exact = qa.astype(np.float64) @ qb.astype(np.float64)
     whole_k = np.abs(ctx.matmul(qa, qb) - exact).max() / np.abs(exact).max()
     assert per_block < 2.0 ** -12 < whole_k, (per_block, whole_k)
+
+
+def test_transposed_presets_in_graphs():
+    """``NAME^T`` is the preset with its block transposed: MX blocks along K for
+    a matmul's right operand (32 x 1), usable in the zoo's fp8 MLP."""
+    f = S.get_scaled_format("mxfp8_e4m3^T")
+    assert f.block == (32, 1) and f.name == "mxfp8_e4m3^T" and f.elem == "fp8_e4m3"
+    w = heavy((64, 8), seed=15)
+    np.testing.assert_array_equal(S.dequantize(S.quantize(w, f)), S.dequantize(S.quantize(w.T, S.MXFP8_E4M3)).T)
+    g = zoo.fp8_mlp(act_fmt="mxfp8_e4m3", w_fmt="mxfp8_e4m3^T")
+    assert {n.attrs.get("fmt_b") for n in g.nodes if n.op == "scaled_matmul"} == {"mxfp8_e4m3^T"}
+    x = zoo.make_inputs(g, "normal", seed=0)
+    assert np.all(np.isfinite(run(g, x, mode="fused", fmt="bf16").outputs["y"].astype(np.float32)))
+    with pytest.raises(ValueError, match=r"\^T"):
+        S.get_scaled_format("mxfp8^T")

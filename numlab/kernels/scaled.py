@@ -291,17 +291,25 @@ def _elem_round(fmt: ScaledFormat):
 
 
 # the bound rules of the graph operators (numlab.bound_rules, layer 1) read these
-_R.SCALED_FORMATS.update({n: (f.max_elem, not f.tensor_scale) for n, f in PRESETS.items()})
-_R.SCALED_FUNCTIONS.update({n: (_scale_of(f), _elem_round(f)) for n, f in PRESETS.items()})
+_GRAPH_FORMATS = {**PRESETS, **{f"{n}^T": f.transposed(f"{n}^T") for n, f in PRESETS.items()}}
+_R.SCALED_FORMATS.update({n: (f.max_elem, not f.tensor_scale) for n, f in _GRAPH_FORMATS.items()})
+_R.SCALED_FUNCTIONS.update({n: (_scale_of(f), _elem_round(f)) for n, f in _GRAPH_FORMATS.items()})
 
 
 def get_scaled_format(fmt, name: str = "fmt") -> ScaledFormat:
-    """The :class:`ScaledFormat` named by ``fmt`` (a preset name or a ScaledFormat)."""
+    """The :class:`ScaledFormat` named by ``fmt``: a ScaledFormat, a preset name
+    of :data:`PRESETS`, or a preset name followed by ``^T`` (the preset with
+    its block transposed, :meth:`ScaledFormat.transposed`: ``"mxfp8_e4m3^T"``
+    has 32 x 1 blocks, along the K axis of a matmul's right operand)."""
     if isinstance(fmt, ScaledFormat):
         return fmt
-    if isinstance(fmt, str) and fmt.strip().lower() in PRESETS:
-        return PRESETS[fmt.strip().lower()]
-    raise ValueError(f"{name}={fmt!r} is not a scaled format; valid presets: {sorted(PRESETS)}")
+    if isinstance(fmt, str):
+        key = fmt.strip().lower()
+        base, t = (key[:-2], True) if key.endswith("^t") else (key, False)
+        if base in PRESETS:
+            return PRESETS[base].transposed(f"{base}^T") if t else PRESETS[base]
+    raise ValueError(f"{name}={fmt!r} is not a scaled format; valid presets: {sorted(PRESETS)}, each optionally "
+                     "followed by ^T (block transposed)")
 
 
 # ---------------------------------------------------------------------------
