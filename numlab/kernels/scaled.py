@@ -315,7 +315,7 @@ def get_scaled_format(fmt, name: str = "fmt") -> ScaledFormat:
 # ---------------------------------------------------------------------------
 # the quantised tensor
 # ---------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # holds arrays: compare their fields, not the objects
 class Scaled:
     """A quantised tensor: ``elements`` (values of the element format, in a
     float container of the padded shape), ``scales`` (one per block, shape
