@@ -601,3 +601,113 @@ def mma_bound(a, b, unit, c=None) -> np.ndarray:
     if unit.carry_bits is not None and unit.carry_bits < 2 + math.floor(math.log2(blk + 1)):
         bnd = np.full_like(bnd, np.inf)
     return np.where(bad | (hat + bnd >= top), np.inf, bnd)
+
+
+# --- block-scaled operators (h6) ---
+# Rules of quantize / block_scale / dequantize / scaled_matmul
+# (numlab.kernels.scaled).  A block's shape follows from the shapes of a tensor
+# and of its scales (no format constants needed here, layer 1).
+def expand_block_scales(s, shape) -> np.ndarray:
+    """Per-block scales ``s`` of shape ``(..., R/bm, C/bn)`` repeated to ``shape``
+    ``(..., R, C)`` (each scale over its bm x bn block)."""
+    s = np.asarray(s)
+    R, C = shape[-2:]
+    bm, bn = R // s.shape[-2], C // s.shape[-1]
+    return np.repeat(np.repeat(s, bm, axis=-2), bn, axis=-1)
+
+
+SCALED_FORMATS: dict = {}
+"""Block-scaled format name -> (largest element, whether a block's scale depends
+only on its own block), filled by :mod:`numlab.kernels.scaled` for its presets
+when it is imported (this module, layer 1, cannot import it)."""
+
+
+def _scaled_format(attrs):
+    name = attrs["fmt"]
+    if name not in SCALED_FORMATS:
+        raise ValueError(f"fmt={name!r} has no bound constants; known: {sorted(SCALED_FORMATS)}")
+    return SCALED_FORMATS[name]
+
+
+SCALED_FUNCTIONS: dict = {}
+"""Block-scaled format name -> (``scale_of(x)``: each element's block scale
+in float64, ``elem_round(v)``: ``v`` rounded to the element format as
+quantize rounds), filled by :mod:`numlab.kernels.scaled` with
+:data:`SCALED_FORMATS`."""
+_WIDEN = 2.0**-50  # the float64 reference divides (one rounding) before it rounds to the element
+
+
+def propagate_quantize(xs, bs, attrs, ref):
+    """quantize, elements ``q = round(x / s)``: for a format whose scale depends
+    only on its own block, a moved input ``x'`` in ``[x - b, x + b]`` has a scale
+    ``s'`` between the scales of its block's amax envelope (see
+    :func:`propagate_block_scale`), so ``x' / s'`` lies between the extreme
+    quotients of those endpoints (widened by 2**-50 for the reference's
+    division) and, rounding being monotone, ``q'`` between their roundings.
+    Never more than ``2 max_elem`` (elements lie in ``[-max_elem, max_elem]``),
+    which is the bound when a tensor scale couples the blocks (NVFP4); 0 when
+    no input moves."""
+    max_elem, local = _scaled_format(attrs)
+    x, b = _f(xs[0]), _f(bs[0])
+    if not np.any(b > 0):
+        return np.zeros(x.shape), None
+    fns = SCALED_FUNCTIONS.get(attrs["fmt"])
+    if not local or fns is None:
+        return np.full(x.shape, 2 * max_elem), None
+    scale_of, elem_round = fns
+    s_lo, s_hi = scale_of(np.maximum(np.abs(x) - b, 0.0)), scale_of(np.abs(x) + b)
+    lo = np.minimum((x - b) / s_lo, (x - b) / s_hi)
+    hi = np.maximum((x + b) / s_lo, (x + b) / s_hi)
+    lo, hi = lo - np.abs(lo) * _WIDEN, hi + np.abs(hi) * _WIDEN
+    q = _f(ref(x, **attrs))
+    bound = np.maximum(_f(elem_round(hi)) - q, q - _f(elem_round(lo)))
+    return np.minimum(bound, 2 * max_elem), None
+
+
+def propagate_block_scale(xs, bs, attrs, ref):
+    """block_scale: for a format whose scale is a non-decreasing function of
+    its own block's amax (every rule without a tensor scale), the moved scale
+    lies between the scales of ``max(|x| - b, 0)`` and ``|x| + b`` (the amax
+    envelope), evaluated by the reference; a tensor scale couples every block
+    (NVFP4), so then inf for every scale once any input moves."""
+    _, local = _scaled_format(attrs)
+    x, b = _f(xs[0]), _f(bs[0])
+    s = _f(ref(x, **attrs))
+    if not np.any(b > 0):
+        return np.zeros(s.shape), None
+    if not local:
+        return np.full(s.shape, np.inf), None
+    lo = _f(ref(np.maximum(np.abs(x) - b, 0.0), **attrs))
+    hi = _f(ref(np.abs(x) + b, **attrs))
+    return np.maximum(hi - s, s - lo) * INFL, None
+
+
+def propagate_dequantize(xs, bs, attrs, ref):
+    """dequantize ``q * s`` (s per block): ``|q| b_s + |s| b_q + b_q b_s``."""
+    q, s = _f(xs[0]), expand_block_scales(_f(xs[1]), np.shape(xs[0]))
+    bq, bsc = _f(bs[0]), expand_block_scales(_f(bs[1]), np.shape(xs[0]))
+    return (np.abs(q) * bsc + np.abs(s) * bq + bq * bsc) * INFL, None
+
+
+def _dequantised(q, s, bq=None, bsc=None):
+    q = _f(q)
+    s = expand_block_scales(_f(s), q.shape)
+    if bq is None:
+        return q * s
+    bsc = expand_block_scales(_f(bsc), q.shape)
+    return q * s, (np.abs(q) * bsc + np.abs(s) * _f(bq) + _f(bq) * bsc) * INFL
+
+
+def slack_scaled_matmul(v, ins, attrs):
+    """scaled_matmul's float64 reference ``(qa sa) @ (qb sb)``: the dequantised
+    operands are exact in float64 (<= 4 + 24 significant bits), then
+    :func:`slack_matmul`."""
+    return slack_matmul(v, [_dequantised(ins[0], ins[1]), _dequantised(ins[2], ins[3])], attrs)
+
+
+def propagate_scaled_matmul(xs, bs, attrs, ref):
+    """scaled_matmul: bounds of the dequantised operands (as
+    :func:`propagate_dequantize`), then :func:`propagate_matmul`."""
+    A, bA = _dequantised(xs[0], xs[1], bs[0], bs[1])
+    B, bB = _dequantised(xs[2], xs[3], bs[2], bs[3])
+    return propagate_matmul([A, B], [bA, bB], attrs, ref)

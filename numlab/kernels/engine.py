@@ -765,3 +765,15 @@ def log_softmax(ctx, x, *, axis=-1):
     d = ctx.sub(x, ctx.reduce(x, "max", axis, True))
     s = ctx.reduce(ctx.exp(d), "sum", axis, True)
     return ctx.sub(d, ctx.log(s))
+
+
+# --- block-scaled operators (h6) ---
+# The kernels of quantize / block_scale / dequantize / scaled_matmul live in
+# numlab.kernels.scaled (with the formats they implement); named here so that
+# every operator's kernel is reached through this module.
+from .scaled import block_scale_kernel as block_scale  # noqa: E402  (section appended at the end, see brief)
+from .scaled import dequantize_kernel as dequantize  # noqa: E402
+from .scaled import quantize_kernel as quantize  # noqa: E402
+from .scaled import scaled_matmul_kernel as scaled_matmul  # noqa: E402
+
+__all__ += ["quantize", "block_scale", "dequantize", "scaled_matmul"]
