@@ -1,0 +1,211 @@
+"""A real kernel's outputs in place of numlab's fused run.
+
+``claims.check(claim, graph_or_function, inputs=..., observed=...)`` checks a
+claim on *given* data: the graph (or a function traced with the shapes of
+``inputs``, or a registered model name), its inputs, and the outputs a real
+kernel produced on them.  Eager and the fp64 reference come from numlab; the
+observed outputs take the place of numlab's fused run.  This module turns what
+the caller gave into checked arrays:
+
+* :func:`resolve_graph` -- a :class:`~numlab.graph.Graph`, a traceable Python
+  function (traced with the shapes of the given inputs) or a registered model
+  name (``numlab.zoo.MODELS``, :data:`~numlab.claims.EXTRA_MODELS`,
+  ``"module:function"``);
+* :func:`read_arrays` -- named arrays from a mapping, a ``.npz`` file, a
+  directory of ``NAME.npy`` files, or a loaded dump (any object with
+  ``names`` and ``array(name)``, such as :func:`numlab.compare.load_dump`'s
+  :class:`~numlab.compare.dump.Dump`, which reads numlab's, msprobe's and
+  msit's layouts: ``numlab.claims`` and ``numlab.compare`` are independent
+  layers, so a dump layout is read by the caller and passed in);
+* :func:`given_inputs` / :func:`observed_outputs` -- check names, shapes and
+  dtypes against the graph, with errors naming the argument, the array and
+  what was expected.
+
+Observed values must be values of the storage format S: an array in S's
+container dtype (float16 for fp16, ``ml_dtypes.bfloat16`` for bf16, ...), or
+a wider float array (a float32 copy, as msprobe and msit write) whose every
+value is exactly representable in S.  Integer arrays are refused: a dump of
+bf16 or fp8 bit patterns must be viewed as the format first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from ..formats import Format, get_format
+from ..graph import Graph, trace
+from ..rounding import round_to
+from .catalogue import all_models, get_model
+
+__all__ = ["DUMP_MARKERS", "resolve_graph", "read_arrays", "given_inputs", "observed_outputs",
+           "model_label"]
+
+DUMP_MARKERS = {"manifest.json": "a numlab dump", "dump.json": "an msprobe dump"}
+"""Files that mark a dump layout :func:`read_arrays` does not read itself
+(their arrays may be bit patterns or renamed): load such a directory with
+``numlab.compare.load_dump(path)`` and pass the Dump."""
+
+
+def _is_dump(obj) -> bool:
+    return hasattr(obj, "array") and hasattr(obj, "names") and not isinstance(obj, Mapping)
+
+
+def read_arrays(src, arg: str) -> dict:
+    """Named arrays from ``src``: a mapping name -> array, a ``.npz`` file, a
+    directory of ``NAME.npy`` files (sub-directories are not read), or a
+    loaded dump (``names`` + ``array(name)``).  ValueError names ``arg``."""
+    if isinstance(src, Mapping):
+        return {str(k): np.asarray(v) for k, v in src.items()}
+    if _is_dump(src):
+        return {n: np.asarray(src.array(n)) for n in src.names}
+    if not isinstance(src, (str, os.PathLike)):
+        raise TypeError(f"{arg} must be a dict name -> array, a .npz file, a directory of NAME.npy files "
+                        f"or a loaded dump (numlab.compare.load_dump), got {type(src).__name__}")
+    p = Path(src)
+    if p.is_file() and p.suffix == ".npz":
+        with np.load(p, allow_pickle=False) as z:
+            return {k: _decode(z[k]) for k in z.files}
+    if p.is_file() and p.suffix == ".npy":
+        return {p.stem: _decode(np.load(p, allow_pickle=False))}
+    if not p.is_dir():
+        raise ValueError(f"{arg} {str(p)!r}: no such .npz file, .npy file or directory of .npy files")
+    for marker, what in DUMP_MARKERS.items():
+        if (p / marker).exists():
+            raise ValueError(f"{arg} {str(p)!r} is {what} ({marker}); numlab.claims reads plain .npy "
+                             "directories and .npz files only: load it with numlab.compare.load_dump(path) "
+                             "and pass the Dump (the CLI's --observed does this)")
+    files = sorted(p.glob("*.npy"))
+    if not files:
+        raise ValueError(f"{arg} {str(p)!r} holds no .npy files")
+    return {f.stem: _decode(np.load(f, allow_pickle=False)) for f in files}
+
+
+def _decode(a: np.ndarray) -> np.ndarray:
+    """``np.save`` of a bfloat16 array writes ``|V2``: view it back."""
+    if a.dtype.kind == "V" and not a.dtype.fields and a.dtype.itemsize == 2:
+        return a.view(get_format("bf16").dtype)
+    return a
+
+
+def model_label(model) -> str:
+    """A printable name for ``model`` (a name, a Graph or a function)."""
+    if isinstance(model, str):
+        return model
+    if isinstance(model, Graph):
+        return model.name
+    mod = getattr(model, "__module__", None)
+    name = getattr(model, "__qualname__", getattr(model, "__name__", type(model).__name__))
+    return f"{mod}:{name}" if mod and mod != "__main__" else name
+
+
+def resolve_graph(model, inputs: dict | None = None, sizes: dict | None = None) -> Graph:
+    """The graph of ``model``: a Graph as given; a registered model name
+    (with ``sizes``); a callable traced by :func:`numlab.graph.trace` with the
+    shapes of ``inputs`` (a dict name -> array, required then)."""
+    if isinstance(model, Graph):
+        if sizes:
+            raise ValueError(f"sizes={sizes!r}: a Graph has fixed shapes; sizes apply to a model name only")
+        return model
+    if isinstance(model, str):
+        return get_model(model, sizes)
+    if callable(model):
+        if sizes:
+            raise ValueError(f"sizes={sizes!r}: a function is traced with the shapes of inputs; sizes apply "
+                             "to a model name only")
+        if inputs is None:
+            raise ValueError(f"model {model_label(model)!r} is a function: give inputs={{name: array}} (their "
+                             "shapes trace it), or pass numlab.graph.trace(fn, name=shape, ...)")
+        shapes = {k: tuple(np.shape(v)) for k, v in inputs.items()}
+        try:
+            return trace(model, **shapes)
+        except TypeError as exc:
+            raise TypeError(f"model {model_label(model)!r} could not be traced with inputs {shapes}: {exc}") \
+                from exc
+    raise TypeError(f"model must be a numlab Graph, a traceable function or a model name "
+                    f"({sorted(all_models())} or 'module:function'), got {type(model).__name__}")
+
+
+def given_inputs(graph: Graph, inputs, arg: str = "inputs") -> dict:
+    """The inputs of ``graph`` read from ``inputs`` (see :func:`read_arrays`),
+    checked: every graph input present, none extra, shapes equal, numbers.
+    Float64 arrays (gather indices keep their integer dtype), in the graph's
+    input order; the run rounds them to S."""
+    arrs = read_arrays(inputs, arg)
+    missing = [k for k in graph.inputs if k not in arrs]
+    extra = [k for k in arrs if k not in graph.inputs]
+    if missing or extra:
+        raise ValueError(f"{arg}: " + "; ".join(
+            ([f"missing input(s) {missing}"] if missing else []) + ([f"unexpected array(s) {extra}"] if extra else []))
+            + f"; the graph's inputs (name: shape) are {dict(graph.inputs)}")
+    out = {}
+    for k, shape in graph.inputs.items():
+        a = arrs[k]
+        if tuple(a.shape) != tuple(shape):
+            raise ValueError(f"{arg}: input {k!r} has shape {tuple(a.shape)}; the graph expects {tuple(shape)}")
+        if a.dtype.kind in "iub" and graph.role(k) == "index":
+            out[k] = a
+            continue
+        if a.dtype.kind != "f" and a.dtype.name != "bfloat16" and not a.dtype.name.startswith("float8"):
+            raise TypeError(f"{arg}: input {k!r} has dtype {a.dtype}, not a floating-point array"
+                            + (" (integer bit patterns? view them as the format first, e.g. "
+                               "a.view(ml_dtypes.bfloat16))" if a.dtype.kind in "iu" else ""))
+        out[k] = a.astype(np.float64)
+    return out
+
+
+def observed_outputs(graph: Graph, observed, fmt, arg: str = "observed") -> dict:
+    """The observed outputs of ``graph`` from ``observed`` (see
+    :func:`read_arrays`), checked against the graph's outputs and returned
+    in S's container dtype, in the graph's output order.
+
+    Every graph output must be present, with the output's shape.  A mapping,
+    ``.npz`` or directory may hold graph inputs or other graph nodes too
+    (a dump of a run does; they are ignored), nothing else; a loaded dump
+    may hold anything (only the graph's outputs are read).  The dtype is
+    S's container dtype, or a wider float whose values S represents exactly
+    (a float32 copy); otherwise TypeError naming the output, its dtype and
+    the first value S does not hold."""
+    S: Format = get_format(fmt, "fmt")
+    arrs = read_arrays(observed, arg)
+    missing = [o for o in graph.outputs if o not in arrs]
+    known = set(graph.inputs) | {n.name for n in graph.nodes}
+    extra = [] if _is_dump(observed) else [k for k in arrs if k not in known]
+    expect = {o: graph.shape(o) for o in graph.outputs}
+    if missing or extra:
+        raise ValueError(f"{arg}: " + "; ".join(
+            ([f"missing output(s) {missing}"] if missing else [])
+            + ([f"unexpected array(s) {extra} (not a node of the graph)"] if extra else []))
+            + f"; the graph's outputs (name: shape) are {expect}, stored in {S.name} ({S.dtype})")
+    out = {}
+    for o, shape in expect.items():
+        a = arrs[o]
+        if tuple(a.shape) != tuple(shape):
+            raise ValueError(f"{arg}: output {o!r} has shape {tuple(a.shape)}; the graph's output {o!r} has "
+                             f"shape {tuple(shape)}")
+        out[o] = _as_storage(a, S, f"{arg}: output {o!r}")
+    return out
+
+
+def _as_storage(a: np.ndarray, S: Format, what: str) -> np.ndarray:
+    """``a`` in S's container dtype, refusing values S does not hold."""
+    dt = np.dtype(S.container)
+    floating = a.dtype.kind == "f" or a.dtype.name == "bfloat16" or a.dtype.name.startswith("float8")
+    if not floating:
+        raise TypeError(f"{what} has dtype {a.dtype}; the graph's outputs are {S.name} values ({dt})"
+                        + ("; integer bit patterns? view them as the format first (e.g. a.view(ml_dtypes."
+                           "bfloat16))" if a.dtype.kind in "iu" else ""))
+    x = a.astype(np.float64)
+    with np.errstate(all="ignore"):
+        r = np.asarray(round_to(x, S), dtype=np.float64)
+    bad = ~((r == x) | (np.isnan(r) & np.isnan(x)))
+    if bad.any():
+        i = tuple(int(j) for j in np.argwhere(bad)[0])
+        raise TypeError(f"{what} has dtype {a.dtype} and holds values that are not {S.name} values "
+                        f"({int(bad.sum())} of {a.size}, e.g. index {list(i)}: {x[i]!r}); the graph's outputs are "
+                        f"stored in {S.name}: give the kernel's {S.name} outputs, or pass fmt= matching the "
+                        "kernel's output format")
+    return x.astype(dt)
