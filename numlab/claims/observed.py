@@ -8,18 +8,20 @@ observed outputs take the place of numlab's fused run.  This module turns what
 the caller gave into checked arrays:
 
 * :func:`resolve_graph` -- a :class:`~numlab.graph.Graph`, a traceable Python
-  function (traced with the shapes of the given inputs) or a registered model
-  name (``numlab.zoo.MODELS``, :data:`~numlab.claims.EXTRA_MODELS`,
-  ``"module:function"``);
-* :func:`read_arrays` -- named arrays from a mapping, a ``.npz`` file, a
-  directory of ``NAME.npy`` files, or a loaded dump (any object with
-  ``names`` and ``array(name)``, such as :func:`numlab.compare.load_dump`'s
+  function (:func:`numlab.graph.as_graph`: traced with the shapes of the
+  given inputs) or a registered model name (``numlab.zoo.MODELS``,
+  :data:`~numlab.claims.EXTRA_MODELS`, ``"module:function"``);
+* :func:`read_arrays` -- named arrays from a mapping, a ``.npz`` file or a
+  directory of ``NAME.npy`` files (:func:`numlab.graph.read_arrays`, the one
+  reader), or from a loaded dump (any object with ``names`` and
+  ``array(name)``, such as :func:`numlab.compare.load_dump`'s
   :class:`~numlab.compare.dump.Dump`, which reads numlab's, msprobe's and
   msit's layouts: ``numlab.claims`` and ``numlab.compare`` are independent
-  layers, so a dump layout is read by the caller and passed in);
+  layers, so a dump layout is read by the caller and passed in; the CLI's
+  ``--observed`` does this);
 * :func:`given_inputs` / :func:`observed_outputs` -- check names, shapes and
-  dtypes against the graph, with errors naming the argument, the array and
-  what was expected.
+  dtypes against the graph (:func:`numlab.graph.load_inputs` for the inputs),
+  with errors naming the argument, the array and what was expected.
 
 Observed values must be values of the storage format S: an array in S's
 container dtype (float16 for fp16, ``ml_dtypes.bfloat16`` for bf16, ...), or
@@ -37,7 +39,8 @@ from pathlib import Path
 import numpy as np
 
 from ..formats import Format, get_format
-from ..graph import Graph, trace
+from .. import graph as G
+from ..graph import Graph
 from ..rounding import round_to
 from .catalogue import all_models, get_model
 
@@ -55,40 +58,22 @@ def _is_dump(obj) -> bool:
 
 
 def read_arrays(src, arg: str) -> dict:
-    """Named arrays from ``src``: a mapping name -> array, a ``.npz`` file, a
-    directory of ``NAME.npy`` files (sub-directories are not read), or a
-    loaded dump (``names`` + ``array(name)``).  ValueError names ``arg``."""
-    if isinstance(src, Mapping):
-        return {str(k): np.asarray(v) for k, v in src.items()}
+    """Named arrays from ``src``: a loaded dump (``names`` + ``array(name)``),
+    else :func:`numlab.graph.read_arrays` (a mapping, a ``.npz`` file, a
+    directory of ``NAME.npy``).  A directory holding a dump layout's marker
+    file (:data:`DUMP_MARKERS`) is refused, naming the loader to use.
+    Errors name ``arg``."""
     if _is_dump(src):
         return {n: np.asarray(src.array(n)) for n in src.names}
-    if not isinstance(src, (str, os.PathLike)):
-        raise TypeError(f"{arg} must be a dict name -> array, a .npz file, a directory of NAME.npy files "
-                        f"or a loaded dump (numlab.compare.load_dump), got {type(src).__name__}")
-    p = Path(src)
-    if p.is_file() and p.suffix == ".npz":
-        with np.load(p, allow_pickle=False) as z:
-            return {k: _decode(z[k]) for k in z.files}
-    if p.is_file() and p.suffix == ".npy":
-        return {p.stem: _decode(np.load(p, allow_pickle=False))}
-    if not p.is_dir():
-        raise ValueError(f"{arg} {str(p)!r}: no such .npz file, .npy file or directory of .npy files")
-    for marker, what in DUMP_MARKERS.items():
-        if (p / marker).exists():
-            raise ValueError(f"{arg} {str(p)!r} is {what} ({marker}); numlab.claims reads plain .npy "
-                             "directories and .npz files only: load it with numlab.compare.load_dump(path) "
-                             "and pass the Dump (the CLI's --observed does this)")
-    files = sorted(p.glob("*.npy"))
-    if not files:
-        raise ValueError(f"{arg} {str(p)!r} holds no .npy files")
-    return {f.stem: _decode(np.load(f, allow_pickle=False)) for f in files}
-
-
-def _decode(a: np.ndarray) -> np.ndarray:
-    """``np.save`` of a bfloat16 array writes ``|V2``: view it back."""
-    if a.dtype.kind == "V" and not a.dtype.fields and a.dtype.itemsize == 2:
-        return a.view(get_format("bf16").dtype)
-    return a
+    if isinstance(src, (str, os.PathLike)):
+        p = Path(src)
+        for marker, what in DUMP_MARKERS.items():
+            if p.is_dir() and (p / marker).exists():
+                raise ValueError(f"{arg} {str(p)!r} is {what} ({marker}); numlab.claims reads plain .npy "
+                                 "directories and .npz files only: load it with numlab.compare.load_dump(path) "
+                                 "and pass the Dump (the CLI's --observed does this)")
+        src = p
+    return G.read_arrays(src, option=arg)
 
 
 def model_label(model) -> str:
@@ -102,59 +87,28 @@ def model_label(model) -> str:
     return f"{mod}:{name}" if mod and mod != "__main__" else name
 
 
-def resolve_graph(model, inputs: dict | None = None, sizes: dict | None = None) -> Graph:
-    """The graph of ``model``: a Graph as given; a registered model name
-    (with ``sizes``); a callable traced by :func:`numlab.graph.trace` with the
-    shapes of ``inputs`` (a dict name -> array, required then)."""
-    if isinstance(model, Graph):
-        if sizes:
-            raise ValueError(f"sizes={sizes!r}: a Graph has fixed shapes; sizes apply to a model name only")
-        return model
+def resolve_graph(model, inputs=None, sizes: dict | None = None) -> Graph:
+    """The graph of ``model``: a registered model name (with ``sizes``), else
+    :func:`numlab.graph.as_graph` (a Graph as given; a callable traced with
+    the shapes of ``inputs``, which it then needs)."""
     if isinstance(model, str):
         return get_model(model, sizes)
-    if callable(model):
-        if sizes:
-            raise ValueError(f"sizes={sizes!r}: a function is traced with the shapes of inputs; sizes apply "
-                             "to a model name only")
-        if inputs is None:
-            raise ValueError(f"model {model_label(model)!r} is a function: give inputs={{name: array}} (their "
-                             "shapes trace it), or pass numlab.graph.trace(fn, name=shape, ...)")
-        shapes = {k: tuple(np.shape(v)) for k, v in inputs.items()}
-        try:
-            return trace(model, **shapes)
-        except TypeError as exc:
-            raise TypeError(f"model {model_label(model)!r} could not be traced with inputs {shapes}: {exc}") \
-                from exc
-    raise TypeError(f"model must be a numlab Graph, a traceable function or a model name "
-                    f"({sorted(all_models())} or 'module:function'), got {type(model).__name__}")
+    if sizes:
+        raise ValueError(f"sizes={sizes!r}: a Graph or a traced function has fixed shapes; sizes apply to a "
+                         "model name only")
+    if not (isinstance(model, Graph) or callable(model)):
+        raise TypeError(f"model must be a numlab Graph, a traceable function or a model name "
+                        f"({sorted(all_models())} or 'module:function'), got {type(model).__name__}")
+    return G.as_graph(model, inputs, option="inputs")
 
 
 def given_inputs(graph: Graph, inputs, arg: str = "inputs") -> dict:
-    """The inputs of ``graph`` read from ``inputs`` (see :func:`read_arrays`),
-    checked: every graph input present, none extra, shapes equal, numbers.
-    Float64 arrays (gather indices keep their integer dtype), in the graph's
-    input order; the run rounds them to S."""
-    arrs = read_arrays(inputs, arg)
-    missing = [k for k in graph.inputs if k not in arrs]
-    extra = [k for k in arrs if k not in graph.inputs]
-    if missing or extra:
-        raise ValueError(f"{arg}: " + "; ".join(
-            ([f"missing input(s) {missing}"] if missing else []) + ([f"unexpected array(s) {extra}"] if extra else []))
-            + f"; the graph's inputs (name: shape) are {dict(graph.inputs)}")
-    out = {}
-    for k, shape in graph.inputs.items():
-        a = arrs[k]
-        if tuple(a.shape) != tuple(shape):
-            raise ValueError(f"{arg}: input {k!r} has shape {tuple(a.shape)}; the graph expects {tuple(shape)}")
-        if a.dtype.kind in "iub" and graph.role(k) == "index":
-            out[k] = a
-            continue
-        if a.dtype.kind != "f" and a.dtype.name != "bfloat16" and not a.dtype.name.startswith("float8"):
-            raise TypeError(f"{arg}: input {k!r} has dtype {a.dtype}, not a floating-point array"
-                            + (" (integer bit patterns? view them as the format first, e.g. "
-                               "a.view(ml_dtypes.bfloat16))" if a.dtype.kind in "iu" else ""))
-        out[k] = a.astype(np.float64)
-    return out
+    """The inputs of ``graph`` from ``inputs`` (:func:`read_arrays`), checked
+    by :func:`numlab.graph.load_inputs` (every graph input present, none
+    extra, shapes equal); floating-point arrays widened exactly to float64
+    (a case's inputs), integer and bool arrays (indices, conditions) kept."""
+    xs = G.load_inputs(read_arrays(inputs, arg), graph, option=arg)
+    return {k: a if a.dtype.kind in "iub" else np.asarray(a).astype(np.float64) for k, a in xs.items()}
 
 
 def observed_outputs(graph: Graph, observed, fmt, arg: str = "observed") -> dict:

@@ -93,6 +93,9 @@ class CheckReport:
 
     ``verdict`` ("holds", "fails" or "undecided"; :attr:`holds` is
     ``verdict == "holds"``, :attr:`exit_code` 0 / 1 / 2); ``claim``;
+    ``search`` ("random", "adversarial", or for given data "given" /
+    "observed": ``trials`` is then the number of given cases and the
+    "fused" numbers in ``worst_detail`` are the observed outputs');
     ``fusion`` (the canonical fusion spec); ``trials``; ``violations``
     (violating cases); ``undecided`` (cases whose decision rests on an
     infinite, NaN, unknown or empty result); ``undecided_detail`` (the first
@@ -140,8 +143,14 @@ class CheckReport:
         head = {"holds": "HOLDS", "fails": f"VIOLATED ({self.violations} violating cases)",
                 "undecided": f"UNDECIDED ({self.undecided} of {self.trials} cases rest on an infinite, NaN, "
                              "unknown or empty result)"}[self.verdict]
-        lines = [f"claim {self.claim} on {self.model} ({self.fmt}), fusion {self.fusion}, {self.trials} trials, "
-                 f"search={self.search}: {head}"]
+        if self.search in ("given", "observed"):
+            fused = ("the observed outputs in place of numlab's fused run" if self.search == "observed"
+                     else "numlab's fused run")
+            lines = [f"claim {self.claim} on {self.model} ({self.fmt}), stated plan {self.fusion}, "
+                     f"{self.trials} given case(s), fused = {fused}: {head}"]
+        else:
+            lines = [f"claim {self.claim} on {self.model} ({self.fmt}), fusion {self.fusion}, {self.trials} trials, "
+                     f"search={self.search}: {head}"]
         where = (f"trial {self.worst_trial}" if self.worst_trial is not None
                  else f"the pooled outputs of all {self.trials} trials: a population claim, no single trial")
         lines.append(f"  worst margin {self.worst_margin:.4g} ({where}): "

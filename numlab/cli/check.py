@@ -3,6 +3,7 @@
 ::
 
     numlab check CLAIM MODEL --dtype D --trials N [--search adversarial] [--out DIR]
+    numlab check CLAIM MODEL|--graph MODULE:FUNCTION --inputs FILE.npz|DIR [--observed DIR|FILE.npz]
     numlab check plan [--out DIR] [--trials N] [--quick] [--force] [--fusion SPEC[,SPEC...]]...
     numlab check determinism MODEL [--runs N] [--mode M] [--order O] ...   (numlab.determinism)
     numlab check list                   (the built-in claims)
@@ -13,6 +14,16 @@ it was saved); 2 undecided (some case's decision rests on an infinite, NaN,
 unknown or empty result: the report names the operators responsible and the
 causes) or bad usage.  ``check plan``: 1 if any chain FAILs, else 2 if any is
 UNDECIDED, else 0.
+
+Your kernel: with ``--inputs FILE.npz|DIR`` the claim is checked on exactly
+those inputs (no search), and with ``--observed`` a real kernel's outputs on
+them take the place of numlab's fused run (eager and the fp64 reference come
+from numlab; :func:`numlab.claims.check`).  ``--observed`` is a directory of
+``NAME.npy`` (one per graph output), a numlab dump, any layout
+:func:`numlab.compare.load_dump` reads (msprobe, msit when it reads them),
+or a ``.npz`` file.  Claims that need more of the kernel than its outputs
+are undecided (exit 2) with the reason "needs a model of the fused kernel".
+A violating case is saved with the real data under ``--out``.
 """
 
 from __future__ import annotations
@@ -20,21 +31,31 @@ from __future__ import annotations
 import json
 from concurrent.futures import ProcessPoolExecutor
 
+from pathlib import Path
+
 from .. import claims as C
 from .. import plots, report, zoo
+from ..compare import load_dump
 from ..determinism import EXEC_MODES, INJECTIONS, check_determinism
 from ..fusion import FusionOptions
-from .options import add_shared, fusion_list_type, nonneg_int
+from .options import add_shared, fusion_list_type, graph_and_inputs, nonneg_int
 
 __all__ = ["add_parser", "EXECUTORS"]
 
 EXECUTORS = ("inprocess", "process", "dask")
 
 NO_INPUT_FILES = (
-    "--inputs takes input kinds, not a FILE: a check searches, each trial drawing its own inputs "
-    "(one seed per trial) and a counterexample is shrunk by resizing the model, so a file of fixed "
-    "inputs would make every trial the same case.  To run given inputs: numlab run MODEL --inputs FILE.")
-"""Why ``check CLAIM`` and ``check plan`` refuse ``--inputs FILE`` (their help epilog)."""
+    "--inputs takes input kinds, not a FILE: the plan runs its chains on drawn inputs (one seed per "
+    "trial).  To check a claim on given inputs: numlab check CLAIM MODEL --inputs FILE [--observed DIR].")
+"""Why ``check plan`` refuses ``--inputs FILE`` (its help epilog)."""
+
+GIVEN_INPUTS = (
+    "With --inputs KIND[,KIND...] the claim is searched on drawn inputs (--trials, --search).  With "
+    "--inputs FILE.npz|DIR it is checked on exactly those inputs (no search), and --observed DIR|FILE.npz "
+    "puts a real kernel's outputs on them in place of numlab's fused run: eager and the fp64 reference "
+    "come from numlab; names, shapes and dtypes are checked against the graph's outputs.  Claims that "
+    "need more of the kernel than its outputs are undecided (exit 2): 'needs a model of the fused kernel'.")
+"""The help epilog of ``check CLAIM``."""
 
 
 def add_parser(sub) -> None:
@@ -48,12 +69,17 @@ def add_parser(sub) -> None:
     )
     csub = p.add_subparsers(dest="check_command", metavar="CLAIM|plan|determinism|list")
     for name, claim in sorted(C.CLAIMS.items()):
-        cp = csub.add_parser(name, help=claim.statement, description=claim.statement, epilog=NO_INPUT_FILES)
+        cp = csub.add_parser(name, help=claim.statement, description=claim.statement, epilog=GIVEN_INPUTS)
         add_shared(cp, model="a zoo model (numlab.zoo.MODELS), a claims model (numlab.claims.EXTRA_MODELS) "
-                   "or module:function",
-                   dtype="fp16", fusion="", size="", seed=0,
+                   "or module:function (or give --graph)", model_required=False, graph=True,
+                   dtype="fp16", fusion="(the stated plan)", size="", seed=0,
                    inputs="normal,uniform,shifted_mean,heavy_tailed,near_overflow", inputs_multi=True,
+                   inputs_files=True,
                    out="data/counterexamples", force="(a different counterexample file of the same name)")
+        cp.add_argument("--observed", default=None, metavar="DIR|FILE.npz",
+                        help="a real kernel's outputs on the --inputs FILE arrays, in place of numlab's fused "
+                             "run: a directory of NAME.npy (one per graph output), a dump numlab.compare "
+                             "reads, or a .npz file")
         cp.add_argument("--trials", type=int, default=100, help="random trials (default 100)")
         cp.add_argument("--search", choices=("random", "adversarial"), default="random")
         cp.add_argument("--steps", type=int, default=200, help="adversarial mutations (default 200)")
@@ -161,7 +187,41 @@ def _executor(kind: str, workers: int):
     return client, close
 
 
+def _observed(value: str):
+    """``--observed``: a ``.npz`` file as its path (numlab.claims reads it),
+    anything else through :func:`numlab.compare.load_dump` (plain ``.npy``
+    folders, numlab dumps, and the other layouts it reads)."""
+    p = Path(value)
+    if not p.exists():
+        raise FileNotFoundError(f"--observed {value!r}: no such directory or file")
+    if p.is_file() and p.suffix == ".npz":
+        return p
+    return load_dump(p)
+
+
+def _run_given(args) -> int:
+    """``check CLAIM`` on the arrays of ``--inputs FILE`` (and ``--observed``)."""
+    if args.search != "random":
+        raise ValueError("--search adversarial mutates inputs; with --inputs FILE the check runs exactly those "
+                         "inputs (use --inputs KIND to search)")
+    graph, inputs = graph_and_inputs(args)
+    observed = None if args.observed is None else _observed(args.observed)
+    fusion = FusionOptions.parse(args.fusion)
+    what = f"observed={args.observed}" if observed is not None else "fused=numlab's model"
+    print(f"numlab check {args.claim} {graph.name}: dtype={args.dtype.name} fusion={fusion.spec} "
+          f"inputs={args.inputs} {what}")
+    rep = C.check(args.claim, graph, inputs=inputs, observed=observed, fmt=args.dtype.name, fusion=fusion.spec,
+                  save=None if args.no_save else args.out, shrink_cex=not args.no_shrink, force=args.force)
+    return _print_verdict(args, rep)
+
+
 def _run_claim(args) -> int:
+    if args.model is None:
+        raise ValueError("MODEL (or --graph MODULE:FUNCTION) is required; see `numlab check CLAIM --help`")
+    if isinstance(args.inputs, Path):
+        return _run_given(args)
+    if args.observed is not None:
+        raise ValueError("--observed needs the inputs the kernel ran on: give --inputs FILE.npz|DIR")
     if args.trials < 1:
         raise ValueError(f"--trials={args.trials} must be >= 1")
     kinds = tuple(k.strip() for k in args.inputs.split(",") if k.strip())
@@ -178,11 +238,18 @@ def _run_claim(args) -> int:
     finally:
         if close:
             close()
+    return _print_verdict(args, rep)
+
+
+def _print_verdict(args, rep) -> int:
+    """The report, the closing lines and the exit code (0 / 1 / 2)."""
     print(report.wrap_lines(rep.summary()))
     if rep.verdict == "fails":
         if rep.worst_trial is None and rep.counterexample is None:  # a population claim
-            print(f"claim {rep.claim} fails on {rep.model} over the pooled outputs of all {rep.trials} "
-                  f"trials (margin {rep.worst_margin:.4g}); a population claim has no single "
+            what = (f"{rep.trials} given case(s)" if rep.search in ("given", "observed")
+                    else f"all {rep.trials} trials")
+            print(f"claim {rep.claim} fails on {rep.model} over the pooled outputs of {what} "
+                  f"(margin {rep.worst_margin:.4g}); a population claim has no single "
                   "counterexample case to save")
         else:
             if rep.saved:
