@@ -298,3 +298,37 @@ def test_cli_exit_codes(kernel_files, capsys):
     assert "--observed needs" in capsys.readouterr().err
     assert cli_main(["check", "no_worse_tensor", *base, "--observed", str(t / "nope")]) == 2
     assert "--observed" in capsys.readouterr().err
+
+
+def _msprobe_rule(cos, mae):
+    """msprobe's check_accuracy, written out: "No" when (cos < 0.99 and mae > 0.001), cos < 0.9 or mae > 1."""
+    return not ((cos < 0.99 and mae > 0.001) or cos < 0.9 or mae > 1.0)
+
+
+def test_msprobe_accuracy_claim_follows_msprobes_rule():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 256)).astype(np.float16)
+    ident = lambda x: {"y": x * 1.0}  # noqa: E731  eager is x itself (exact product by one)
+    noise = rng.standard_normal(x.shape)
+    seen = set()
+    # (input scale, noise scale, spike): every branch of the rule, each side of each threshold
+    for xs, scale, spike in ((1, 1e-4, 0), (1, 0.3, 0), (1, 0.6, 0), (1, 0.02, 0), (1, 0, 3.0), (1, 1.5, 0),
+                             (1, 0, 0), (1e-3, 0.2, 0), (1e-3, 0.5, 0)):
+        xi = (x.astype(np.float64) * xs).astype(np.float16)
+        y64 = xi.astype(np.float64) + scale * xs * noise
+        y64[1, 7] += spike
+        y = y64.astype(np.float16)
+        e, f = xi.astype(np.float64).ravel(), y.astype(np.float64).ravel()
+        cos = float(e @ f / np.sqrt(e @ e) / np.sqrt(f @ f))
+        mae = float(np.max(np.abs(f - e)))
+        rep = C.check("msprobe_accuracy", ident, inputs={"x": xi}, observed={"y": y})
+        assert rep.verdict == ("holds" if _msprobe_rule(cos, mae) else "fails"), (xs, scale, spike, cos, mae)
+        assert rep.worst_detail["cosine"] == pytest.approx(cos, abs=1e-12)
+        assert rep.worst_detail["max_abs_err"] == mae
+        seen.add((rep.verdict, cos < 0.99, mae > 0.001))
+    assert seen >= {("holds", False, True), ("holds", True, False), ("fails", True, True), ("fails", False, True)}
+    # NaN where eager is finite: msprobe's metrics are N/A, so undecided (exit 2), never "holds"
+    y = x.copy()
+    y[0, 0] = np.nan
+    rep = C.check("msprobe_accuracy", ident, inputs={"x": x}, observed={"y": y})
+    assert rep.verdict == "undecided" and "N/A" in rep.undecided_detail["reason"]
