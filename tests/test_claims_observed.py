@@ -300,6 +300,29 @@ def test_cli_exit_codes(kernel_files, capsys):
     assert "--observed" in capsys.readouterr().err
 
 
+def test_cli_reads_numlab_dumps_and_renamed_tensors(kernel_files, capsys):
+    """numlab's own fused run, dumped by ``numlab run --dump`` (every block output, a manifest),
+    as --observed: the same verdict as the model path on the same inputs; a dump that names the
+    output otherwise is mapped with --observed-name."""
+    t = kernel_files
+    base = ["--graph", "usermodel:model", "--inputs", str(t / "inputs.npz"), "--no-save"]
+    for fusion, code in (("autofuse", 0), ("autofuse+decompose", 1)):
+        d = t / f"dump_{code}"
+        assert cli_main(["run", *base[:4], "--mode", "fused", "--fusion", fusion, "--dump", str(d)]) == 0
+        assert (d / "manifest.json").is_file()
+        assert cli_main(["check", "no_worse_tensor", *base, "--fusion", fusion]) == code
+        assert cli_main(["check", "no_worse_tensor", *base, "--fusion", fusion, "--observed", str(d)]) == code
+    capsys.readouterr()
+    d = t / "renamed"
+    d.mkdir()
+    np.save(d / "Functional.layer_norm.0.forward.output.0.npy", np.load(t / "bad" / "y.npy"))
+    args = ["check", "no_worse_tensor", *base, "--observed", str(d)]
+    assert cli_main(args) == 2 and "missing output(s) ['y']" in capsys.readouterr().err
+    assert cli_main([*args, "--observed-name", "y=Functional.layer_norm.0.forward.output.0"]) == 1
+    assert cli_main([*args, "--observed-name", "y=nope"]) == 2
+    assert "Functional.layer_norm.0.forward.output.0" in capsys.readouterr().err
+
+
 def _msprobe_rule(cos, mae):
     """msprobe's check_accuracy, written out: "No" when (cos < 0.99 and mae > 0.001), cos < 0.9 or mae > 1."""
     return not ((cos < 0.99 and mae > 0.001) or cos < 0.9 or mae > 1.0)

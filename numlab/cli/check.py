@@ -33,6 +33,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 from pathlib import Path
 
+import numpy as np
+
 from .. import claims as C
 from .. import plots, report, zoo
 from ..compare import load_dump
@@ -80,6 +82,9 @@ def add_parser(sub) -> None:
                         help="a real kernel's outputs on the --inputs FILE arrays, in place of numlab's fused "
                              "run: a directory of NAME.npy (one per graph output), a dump numlab.compare "
                              "reads, or a .npz file")
+        cp.add_argument("--observed-name", action="append", default=[], metavar="OUTPUT=TENSOR",
+                        help="the tensor of --observed holding graph output OUTPUT, when the dump names it "
+                             "otherwise (e.g. y=Functional.layer_norm.0.forward.output.0); repeatable")
         cp.add_argument("--trials", type=int, default=100, help="random trials (default 100)")
         cp.add_argument("--search", choices=("random", "adversarial"), default="random")
         cp.add_argument("--steps", type=int, default=200, help="adversarial mutations (default 200)")
@@ -187,16 +192,41 @@ def _executor(kind: str, workers: int):
     return client, close
 
 
-def _observed(value: str):
+def _observed(value: str, names: dict):
     """``--observed``: a ``.npz`` file as its path (numlab.claims reads it),
     anything else through :func:`numlab.compare.load_dump` (plain ``.npy``
-    folders, numlab dumps, and the other layouts it reads)."""
+    folders, numlab dumps, and the other layouts it reads).  ``names``
+    (``--observed-name OUTPUT=TENSOR``) picks each graph output's tensor
+    by the name the dump gives it (a tool's dump names tensors its own way)."""
     p = Path(value)
     if not p.exists():
         raise FileNotFoundError(f"--observed {value!r}: no such directory or file")
-    if p.is_file() and p.suffix == ".npz":
-        return p
-    return load_dump(p)
+    src = p if p.is_file() and p.suffix == ".npz" else load_dump(p)
+    if not names:
+        return src
+    if isinstance(src, Path):
+        with np.load(src, allow_pickle=False) as z:
+            have = {k: z[k] for k in z.files}
+        get, avail = have.__getitem__, list(have)
+    else:
+        get, avail = src.array, list(src.names)
+    missing = [t for t in names.values() if t not in avail]
+    if missing:
+        raise ValueError(f"--observed-name: {missing} not in --observed {value!r}; it holds "
+                         f"{avail[:20]}{' ...' if len(avail) > 20 else ''}")
+    return {out: np.asarray(get(t)) for out, t in names.items()}
+
+
+def _observed_names(items) -> dict:
+    out = {}
+    for item in items or []:
+        for part in item.split(","):
+            k, sep, v = part.partition("=")
+            if not sep or not k.strip() or not v.strip():
+                raise ValueError(f"--observed-name {item!r}: give OUTPUT=TENSOR (a graph output and the name "
+                                 "of its tensor in the --observed dump)")
+            out[k.strip()] = v.strip()
+    return out
 
 
 def _run_given(args) -> int:
@@ -205,7 +235,10 @@ def _run_given(args) -> int:
         raise ValueError("--search adversarial mutates inputs; with --inputs FILE the check runs exactly those "
                          "inputs (use --inputs KIND to search)")
     graph, inputs = graph_and_inputs(args)
-    observed = None if args.observed is None else _observed(args.observed)
+    names = _observed_names(args.observed_name)
+    if names and args.observed is None:
+        raise ValueError("--observed-name needs --observed DIR|FILE.npz")
+    observed = None if args.observed is None else _observed(args.observed, names)
     fusion = FusionOptions.parse(args.fusion)
     what = f"observed={args.observed}" if observed is not None else "fused=numlab's model"
     print(f"numlab check {args.claim} {graph.name}: dtype={args.dtype.name} fusion={fusion.spec} "
@@ -220,7 +253,7 @@ def _run_claim(args) -> int:
         raise ValueError("MODEL (or --graph MODULE:FUNCTION) is required; see `numlab check CLAIM --help`")
     if isinstance(args.inputs, Path):
         return _run_given(args)
-    if args.observed is not None:
+    if args.observed is not None or args.observed_name:
         raise ValueError("--observed needs the inputs the kernel ran on: give --inputs FILE.npz|DIR")
     if args.trials < 1:
         raise ValueError(f"--trials={args.trials} must be >= 1")
