@@ -38,8 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..formats import Format, get_format
 from .. import graph as G
+from ..formats import Format, get_format
 from ..graph import Graph
 from ..rounding import round_to
 from .catalogue import all_models, get_model

@@ -37,8 +37,8 @@ from tqdm.auto import tqdm
 
 from .. import metrics
 from ..formats import get_format
-from ..rounding import round_to
 from ..graph import Graph
+from ..rounding import round_to
 from ._fusion import fusion_spec
 from .cases import Case, Runs, data_inputs, evaluate, make_case
 from .catalogue import CLAIMS, get_claim, get_model, model_path, model_sizes, responsible_ops

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ProcessPoolExecutor
-
 from pathlib import Path
 
 import numpy as np
