@@ -332,5 +332,7 @@ def _run_plan(args) -> int:
 def _run_list(args) -> int:
     for name, c in sorted(C.CLAIMS.items()):
         print(f"{name:<24} {c.statement}")
+        if c.on_observed:
+            print(f"{'':<24} [with --observed: undecided, {C.NEEDS_KERNEL_MODEL}]")
     return 0
 
