@@ -47,7 +47,7 @@ from .catalogue import all_models, get_model
 __all__ = ["DUMP_MARKERS", "resolve_graph", "read_arrays", "given_inputs", "observed_outputs",
            "model_label"]
 
-DUMP_MARKERS = {"manifest.json": "a numlab dump", "dump.json": "an msprobe dump"}
+DUMP_MARKERS = {"manifest.json": "a numlab dump", "dump.json": "an msprobe dump", "model_tree.json": "an msit dump"}
 """Files that mark a dump layout :func:`read_arrays` does not read itself
 (their arrays may be bit patterns or renamed): load such a directory with
 ``numlab.compare.load_dump(path)`` and pass the Dump."""
