@@ -355,3 +355,27 @@ def test_msprobe_accuracy_claim_follows_msprobes_rule():
     y[0, 0] = np.nan
     rep = C.check("msprobe_accuracy", ident, inputs={"x": x}, observed={"y": y})
     assert rep.verdict == "undecided" and "N/A" in rep.undecided_detail["reason"]
+
+
+def test_cli_reads_msprobe_and_msit_dumps(kernel_files, capsys):
+    """A kernel's output dumped in msprobe's and msit's layouts (numlab's writers, the tools'
+    file types): --observed reads them; without numlab's sidecar the tool's own tensor names
+    are mapped with --observed-name."""
+    pytest.importorskip("torch", reason="msprobe/msit dumps hold torch tensor files")
+    from numlab.compare.layouts import SIDECAR, write_msit_dump, write_msprobe_dump
+
+    t = kernel_files
+    bad = np.load(t / "bad" / "y.npy")
+    base = ["check", "no_worse_tensor", "--graph", "usermodel:model", "--inputs", str(t / "inputs.npz"), "--no-save"]
+    for layout, write in (("msprobe", write_msprobe_dump), ("msit", write_msit_dump)):
+        root = write(t / layout, {"y": bad})
+        assert cli_main([*base, "--observed", str(root)]) == 1, layout
+        for side in root.rglob(SIDECAR):
+            side.unlink()  # a dump as the tool itself writes it: its own tensor names
+        capsys.readouterr()
+        assert cli_main([*base, "--observed", str(root)]) == 2
+        err = capsys.readouterr().err
+        assert "missing output(s) ['y']" in err and "--observed-name" in err
+        name = {"msprobe": "Numlab.y.0.forward.output.0", "msit": "root.y"}[layout]
+        assert name in err
+        assert cli_main([*base, "--observed", str(root), "--observed-name", f"y={name}"]) == 1, layout

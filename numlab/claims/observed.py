@@ -14,9 +14,9 @@ the caller gave into checked arrays:
 * :func:`read_arrays` -- named arrays from a mapping, a ``.npz`` file or a
   directory of ``NAME.npy`` files (:func:`numlab.graph.read_arrays`, the one
   reader), or from a loaded dump (any object with ``names`` and
-  ``array(name)``, such as :func:`numlab.compare.load_dump`'s
-  :class:`~numlab.compare.dump.Dump`, which reads numlab's, msprobe's and
-  msit's layouts: ``numlab.claims`` and ``numlab.compare`` are independent
+  ``array(name)``, such as the :class:`~numlab.compare.dump.Dump` of
+  :func:`numlab.compare.layouts.load_any`, which reads numlab's, msprobe's
+  and msit's layouts: ``numlab.claims`` and ``numlab.compare`` are independent
   layers, so a dump layout is read by the caller and passed in; the CLI's
   ``--observed`` does this);
 * :func:`given_inputs` / :func:`observed_outputs` -- check names, shapes and
@@ -49,8 +49,8 @@ __all__ = ["DUMP_MARKERS", "resolve_graph", "read_arrays", "given_inputs", "obse
 
 DUMP_MARKERS = {"manifest.json": "a numlab dump", "dump.json": "an msprobe dump", "model_tree.json": "an msit dump"}
 """Files that mark a dump layout :func:`read_arrays` does not read itself
-(their arrays may be bit patterns or renamed): load such a directory with
-``numlab.compare.load_dump(path)`` and pass the Dump."""
+(their arrays may be bit patterns, torch files or renamed): load such a
+directory with ``numlab.compare.layouts.load_any(path)`` and pass the Dump."""
 
 
 def _is_dump(obj) -> bool:
@@ -70,8 +70,9 @@ def read_arrays(src, arg: str) -> dict:
         for marker, what in DUMP_MARKERS.items():
             if p.is_dir() and (p / marker).exists():
                 raise ValueError(f"{arg} {str(p)!r} is {what} ({marker}); numlab.claims reads plain .npy "
-                                 "directories and .npz files only: load it with numlab.compare.load_dump(path) "
-                                 "and pass the Dump (the CLI's --observed does this)")
+                                 "directories and .npz files only: load it with "
+                                 "numlab.compare.layouts.load_any(path) and pass the Dump (the CLI's --observed "
+                                 "does this)")
         src = p
     return G.read_arrays(src, option=arg)
 

@@ -19,9 +19,9 @@ Your kernel: with ``--inputs FILE.npz|DIR`` the claim is checked on exactly
 those inputs (no search), and with ``--observed`` a real kernel's outputs on
 them take the place of numlab's fused run (eager and the fp64 reference come
 from numlab; :func:`numlab.claims.check`).  ``--observed`` is a directory of
-``NAME.npy`` (one per graph output), a numlab dump, any layout
-:func:`numlab.compare.load_dump` reads (msprobe, msit when it reads them),
-or a ``.npz`` file.  Claims that need more of the kernel than its outputs
+``NAME.npy`` (one per graph output), a numlab dump, an msprobe or msit dump
+(:func:`numlab.compare.layouts.load_any`; ``--observed-name OUTPUT=TENSOR``
+maps a tool's tensor name to a graph output), or a ``.npz`` file.  Claims that need more of the kernel than its outputs
 are undecided (exit 2) with the reason "needs a model of the fused kernel".
 A violating case is saved with the real data under ``--out``.
 """
@@ -36,7 +36,7 @@ import numpy as np
 
 from .. import claims as C
 from .. import plots, report, zoo
-from ..compare import load_dump
+from ..compare.layouts import load_any
 from ..determinism import EXEC_MODES, INJECTIONS, check_determinism
 from ..fusion import FusionOptions
 from .options import add_shared, fusion_list_type, graph_and_inputs, nonneg_int
@@ -79,8 +79,8 @@ def add_parser(sub) -> None:
                    out="data/counterexamples", force="(a different counterexample file of the same name)")
         cp.add_argument("--observed", default=None, metavar="DIR|FILE.npz",
                         help="a real kernel's outputs on the --inputs FILE arrays, in place of numlab's fused "
-                             "run: a directory of NAME.npy (one per graph output), a dump numlab.compare "
-                             "reads, or a .npz file")
+                             "run: a directory of NAME.npy (one per graph output), a numlab, msprobe or msit "
+                             "dump, or a .npz file")
         cp.add_argument("--observed-name", action="append", default=[], metavar="OUTPUT=TENSOR",
                         help="the tensor of --observed holding graph output OUTPUT, when the dump names it "
                              "otherwise (e.g. y=Functional.layer_norm.0.forward.output.0); repeatable")
@@ -193,14 +193,15 @@ def _executor(kind: str, workers: int):
 
 def _observed(value: str, names: dict):
     """``--observed``: a ``.npz`` file as its path (numlab.claims reads it),
-    anything else through :func:`numlab.compare.load_dump` (plain ``.npy``
-    folders, numlab dumps, and the other layouts it reads).  ``names``
+    anything else through :func:`numlab.compare.layouts.load_any` (plain
+    ``.npy`` folders, numlab dumps, msprobe's and msit's layouts; files
+    checked, a missing or corrupt one is an error).  ``names``
     (``--observed-name OUTPUT=TENSOR``) picks each graph output's tensor
     by the name the dump gives it (a tool's dump names tensors its own way)."""
     p = Path(value)
     if not p.exists():
         raise FileNotFoundError(f"--observed {value!r}: no such directory or file")
-    src = p if p.is_file() and p.suffix == ".npz" else load_dump(p)
+    src = p if p.is_file() and p.suffix == ".npz" else load_any(p, strict=True)
     if not names:
         return src
     if isinstance(src, Path):
