@@ -125,28 +125,25 @@ def observed_outputs(graph: Graph, observed, fmt, arg: str = "observed") -> dict
     (a float32 copy); otherwise TypeError naming the output, its dtype and
     the first value S does not hold."""
     S: Format = get_format(fmt, "fmt")
+    expect = {o: graph.shape(o) for o in graph.outputs}
+    want = f"the graph's outputs (name: shape) are {expect}, stored in {S.name} ({np.dtype(S.container)})"
     if _is_dump(observed):  # read only the outputs (a dump may hold every tensor of a run)
-        names = set(observed.names)
-        arrs = {o: np.asarray(observed.array(o)) for o in graph.outputs if o in names}
-        missing = [o for o in graph.outputs if o not in names]
+        names = list(observed.names)
+        missing = [o for o in expect if o not in set(names)]
         if missing:
-            arrs = {n: None for n in sorted(names)[:20]}  # listed in the message
+            raise ValueError(f"{arg}: missing output(s) {missing} in the dump, which holds {names[:20]}"
+                             f"{' ...' if len(names) > 20 else ''}; {want} (the CLI maps a tensor to an output "
+                             "with --observed-name OUTPUT=TENSOR)")
+        arrs = {o: np.asarray(observed.array(o)) for o in expect}
     else:
         arrs = read_arrays(observed, arg)
-        missing = [o for o in graph.outputs if o not in arrs]
-    known = set(graph.inputs) | {n.name for n in graph.nodes}
-    extra = [] if _is_dump(observed) else [k for k in arrs if k not in known]
-    if missing and _is_dump(observed):
-        raise ValueError(f"{arg}: missing output(s) {missing} in the dump, which holds {list(arrs)}"
-                         f"{' ...' if len(names) > 20 else ''}; the graph's outputs (name: shape) are "
-                         f"{ {o: graph.shape(o) for o in graph.outputs} } (the CLI maps a tensor to an output "
-                         "with --observed-name OUTPUT=TENSOR)")
-    expect = {o: graph.shape(o) for o in graph.outputs}
-    if missing or extra:
-        raise ValueError(f"{arg}: " + "; ".join(
-            ([f"missing output(s) {missing}"] if missing else [])
-            + ([f"unexpected array(s) {extra} (not a node of the graph)"] if extra else []))
-            + f"; the graph's outputs (name: shape) are {expect}, stored in {S.name} ({S.dtype})")
+        known = set(graph.inputs) | {n.name for n in graph.nodes}
+        missing = [o for o in expect if o not in arrs]
+        extra = [k for k in arrs if k not in known]
+        if missing or extra:
+            raise ValueError(f"{arg}: " + "; ".join(
+                ([f"missing output(s) {missing}"] if missing else [])
+                + ([f"unexpected array(s) {extra} (not a node of the graph)"] if extra else [])) + f"; {want}")
     out = {}
     for o, shape in expect.items():
         a = arrs[o]
