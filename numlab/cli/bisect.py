@@ -58,7 +58,7 @@ def main(args) -> int:
     S = args.dtype
     model = args.model
     if not model:
-        raise ValueError("MODEL (or --graph MODULE:FUNCTION) is required; see `numlab run --list`")
+        raise ValueError("MODEL is required (or --graph MODULE:FUNCTION); see `numlab run --list`")
     graph, inputs = graph_and_inputs(args)
     opts = FusionOptions.parse(args.fusion)
     kernels, library = args.kernels, args.library

@@ -52,18 +52,17 @@ lets a spec value that starts with ``--`` follow ``--fusion`` after a space.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-
 import inspect
 import sys
+from pathlib import Path
 
 import numpy as np
 
 from .. import zoo
 from ..claims import EXTRA_MODELS, all_models
-from ..graph import Graph, load_inputs, read_arrays, trace_function
 from ..formats import FORMATS, get_format
 from ..fusion import DEFAULT_SPEC, FusionOptions, split_specs
+from ..graph import Graph, load_inputs, read_arrays, trace_function
 from ..kernels import KernelSpec
 
 __all__ = ["SPEC_OPTIONS", "FUSION_HELP", "KERNELS_HELP", "GRAMMAR", "add_shared", "coerce", "join_spec_values",
@@ -357,7 +356,7 @@ def _torch_graph(fn, arrays: dict, spec: str, option: str) -> Graph:
         missing = [k for k in req if k not in arrays]
         extra = [k for k in arrays if k not in req + opt]
         if missing or extra:
-            raise ValueError(f"--inputs: " + "; ".join(
+            raise ValueError("--inputs: " + "; ".join(
                 ([f"no array for parameter(s) {missing} of {spec}"] if missing else [])
                 + ([f"array(s) {extra} are not parameters of {spec}"] if extra else []))
                 + f"; valid names: {req + opt} (required: {req})")
@@ -437,7 +436,7 @@ def load_graph(spec: str, *, sizes: dict | None = None, inputs=None, option: str
     if inputs is not None and not isinstance(inputs, str):
         arrays = read_arrays(inputs, option="--inputs")
     if spec in all_models():
-        return build_model(spec, sizes)
+        return build_model(spec, sizes, option)
     fn = zoo.model_factory(spec, option)
     if is_torch_function(fn):
         if arrays is None:
@@ -457,7 +456,7 @@ def load_graph(spec: str, *, sizes: dict | None = None, inputs=None, option: str
                              "shapes from --inputs)")
         return trace_function(fn, arrays, name=spec.partition(":")[2], option="--inputs")
     try:
-        g = build_model(spec, sizes)
+        g = build_model(spec, sizes, option)
     except (TypeError, ValueError) as exc:
         if req and not any(k in sizes for k in req):
             have = "no --inputs file" if arrays is None else f"--inputs has {sorted(arrays)}"
@@ -484,25 +483,27 @@ def graph_and_inputs(args) -> tuple[Graph, dict]:
     return graph, model_inputs(graph, args)
 
 
-def build_model(model: str | None, sizes: dict):
+def build_model(model: str | None, sizes: dict, option: str = "MODEL"):
     """The graph of ``MODEL`` with the ``--size`` values: a zoo model, a
-    claims model or ``module:function``.  ValueError names MODEL or --size."""
+    claims model or a ``module:function`` factory.  ValueError names
+    ``option`` (MODEL or --graph) or --size.  :func:`load_graph` is the
+    full loader (it also traces functions on ``--inputs`` arrays)."""
     if not model:
         raise ValueError(f"MODEL is required; valid: {sorted(all_models())} or module:function")
     factory = EXTRA_MODELS[model] if model in EXTRA_MODELS and model not in zoo.MODELS else None
     try:
         if factory is not None:
             return factory(**sizes)
-        return zoo.get_model(model, arg="MODEL", **sizes)
+        return zoo.get_model(model, arg=option, **sizes)
     except TypeError as exc:
         # only the factory's own signature error is a bad --size; any other TypeError
         # (a bug inside a user's module:function, a non-Graph result) propagates as it is
         if "unexpected keyword argument" not in str(exc):
             raise
-        raise ValueError(f"--size {sizes}: not valid for MODEL {model!r} ({exc})") from None
+        raise ValueError(f"--size {sizes}: not valid for {option} {model!r} ({exc})") from None
     except ValueError as exc:
         msg = str(exc)
-        raise ValueError(msg if msg.startswith(("MODEL", "--size")) else f"--size {sizes}: {msg}") from None
+        raise ValueError(msg if msg.startswith((option, "--size")) else f"--size {sizes}: {msg}") from None
 
 
 def model_inputs(graph, args) -> dict:

@@ -95,8 +95,8 @@ def main(args) -> int:
         return 0
     model = args.model
     if not model:
-        raise ValueError(f"MODEL (or --graph) is required; valid: {sorted({**zoo.MODELS, **EXTRA_MODELS})}, "
-                         "module:function, or --list")
+        raise ValueError("MODEL is required (or --graph MODULE:FUNCTION); valid: "
+                         f"{sorted({**zoo.MODELS, **EXTRA_MODELS})}, module:function, or --list")
     if args.dump:  # refuse an existing dump before running, not after
         check_target(Path(args.dump), args.force)
     S = args.dtype
