@@ -379,3 +379,20 @@ def test_cli_reads_msprobe_and_msit_dumps(kernel_files, capsys):
         name = {"msprobe": "Numlab.y.0.forward.output.0", "msit": "root.y"}[layout]
         assert name in err
         assert cli_main([*base, "--observed", str(root), "--observed-name", f"y={name}"]) == 1, layout
+
+
+def test_a_numpy_function_is_the_specification():
+    """The specification written with numpy ufuncs (traced through __array_ufunc__): an fp32
+    softmax kernel computes what it says; one scaled by 1.004 does not."""
+    def softmax(x):
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        return {"y": e / e.sum(axis=-1, keepdims=True)}
+
+    x = np.random.default_rng(1).standard_normal((4, 32)).astype(np.float16)
+    x32 = x.astype(np.float32)
+    e = np.exp(x32 - x32.max(-1, keepdims=True))
+    p = e / e.sum(-1, keepdims=True)
+    good, bad = p.astype(np.float16), (p * np.float32(1.004)).astype(np.float16)
+    for claim in ("no_worse_tensor", "error_within_bound", "inductor_rule"):
+        assert C.check(claim, softmax, inputs={"x": x}, observed={"y": good}).verdict == "holds", claim
+        assert C.check(claim, softmax, inputs={"x": x}, observed={"y": bad}).verdict == "fails", claim
