@@ -46,8 +46,10 @@ __all__ = ["add_parser", "EXECUTORS"]
 EXECUTORS = ("inprocess", "process", "dask")
 
 NO_INPUT_FILES = (
-    "--inputs takes input kinds, not a FILE: the plan runs its chains on drawn inputs (one seed per "
-    "trial).  To check a claim on given inputs: numlab check CLAIM MODEL --inputs FILE [--observed DIR].")
+    "--inputs takes input kinds, not a FILE: a check searches, each chain's trials drawing their own inputs "
+    "(one seed per trial), so a file of fixed inputs would make every trial the same case.  To check a claim "
+    "on given inputs: numlab check CLAIM MODEL --inputs FILE [--observed DIR]; to run them: numlab run MODEL "
+    "--inputs FILE.")
 """Why ``check plan`` refuses ``--inputs FILE`` (its help epilog)."""
 
 GIVEN_INPUTS = (
