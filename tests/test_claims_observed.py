@@ -130,6 +130,8 @@ def test_a_graph_or_a_function_is_accepted_where_a_model_name_was():
     assert (r1.verdict, r1.worst_margin) == (r2.verdict, r2.worst_margin) and r1.trials == 1
     with pytest.raises(TypeError, match="inputs"):
         C.check("no_worse_tensor", ln_model)  # a function needs inputs to be traced
+    with pytest.raises(TypeError, match="pass the function itself"):  # a name is a factory of sizes
+        C.check("no_worse_tensor", f"{__name__}:ln_model", inputs=ins)
     with pytest.raises(ValueError, match="pass inputs= too"):
         C.check("no_worse_tensor", g, observed={"y": np.zeros((4, 64), np.float16)})
     with pytest.raises(ValueError, match="adversarial"):

@@ -93,7 +93,14 @@ def resolve_graph(model, inputs=None, sizes: dict | None = None) -> Graph:
     :func:`numlab.graph.as_graph` (a Graph as given; a callable traced with
     the shapes of ``inputs``, which it then needs)."""
     if isinstance(model, str):
-        return get_model(model, sizes)
+        try:
+            return get_model(model, sizes)
+        except TypeError as exc:
+            if inputs is None or ":" not in model or "required positional argument" not in str(exc):
+                raise
+            raise TypeError(f"model {model!r} is not a factory of sizes returning a Graph ({exc}); to trace a "
+                            "function with the shapes of inputs, pass the function itself (from module import "
+                            "function), or use the CLI's --graph module:function") from None
     if sizes:
         raise ValueError(f"sizes={sizes!r}: a Graph or a traced function has fixed shapes; sizes apply to a "
                          "model name only")
