@@ -579,7 +579,9 @@ def test_csv_roundtrip_and_no_overwrite(tmp_path):
     rep = compare_dumps(g, m)
     out = rep.to_csv(tmp_path / "r.csv")
     with open(out, newline="") as f:
+        first = f.readline()
         rows = list(csv.DictReader(f))
+    assert first.startswith("# numlab compare, flavor=exact: every metric is computed exactly in float64")
     assert list(rows[0]) == COLUMNS
     for k in ("cosine_similarity", "kl_divergence", "One Thousandth Err Ratio",
               "Accuracy Reached or Not", "cmp_fail_reason", "EucDist"):
@@ -601,15 +603,17 @@ def test_cli_compare(tmp_path, capsys):
     g, m = _dumps(tmp_path, bad_at="b")
     rc = main(["compare", "-gp", str(g), "-mp", str(m), "-o", str(tmp_path / "o.csv")])
     out = capsys.readouterr().out
-    assert rc == 0 and "first divergence: c" in out and "Saved comparing results" in out
+    assert rc == 1 and "first divergence: c" in out and "Saved comparing results" in out
     assert (tmp_path / "o.csv").exists()
     rc = main(["compare", "--golden-path", str(g), "--my-path", str(m), "--output",
                str(tmp_path / "o.csv")])
     assert rc == 2  # exists, no --force
     assert "already exists" in capsys.readouterr().err
     rc = main(["compare", "--golden-path", str(g), "--my-path", str(m), "--output",
-               str(tmp_path / "o.csv"), "--force", "--fail-on-divergence"])
-    assert rc == 1
+               str(tmp_path / "o.csv"), "--force", "--allow-failures"])
+    assert rc == 0
+    g_ok, m_ok = _dumps(tmp_path / "ok")
+    assert main(["compare", "-gp", str(g_ok), "-mp", str(m_ok)]) == 0
     rc = main(["compare", "-gp", str(tmp_path / "nope"), "-mp", str(m)])
     assert rc == 2
     assert "does not exist" in capsys.readouterr().err
@@ -644,8 +648,8 @@ def test_uncompared_rows_are_counted_and_fail_the_cli(tmp_path, capsys):
     rep = compare_dumps(g, m)
     assert [r["node"] for r in rep.uncompared] == ["c"] and not rep.failing
     assert "1 matched node(s) could not be compared" in rep.summary()
-    assert main(["compare", "-gp", str(g), "-mp", str(m)]) == 0
-    assert main(["compare", "-gp", str(g), "-mp", str(m), "--fail-on-divergence"]) == 1
+    assert main(["compare", "-gp", str(g), "-mp", str(m)]) == 2
+    assert main(["compare", "-gp", str(g), "-mp", str(m), "--allow-failures"]) == 0
     # an error downstream of the unreadable node is flagged as possibly coming from it
     g2, m2 = _dumps(tmp_path / "second", bad_at="b")
     f2 = m2 / json.loads((m2 / MANIFEST).read_text())["nodes"]["c"]["file"]
@@ -659,6 +663,77 @@ def test_uncompared_rows_are_counted_and_fail_the_cli(tmp_path, capsys):
     for bad in (["--dtype", "fp17"], ["--cosine", "1.5"], ["--chunk", "0"]):
         assert main(["compare", "-gp", str(g), "-mp", str(m), *bad]) == 2
         assert bad[1] in capsys.readouterr().err
+
+
+def test_cli_exit_codes_cannot_hide_a_failure(tmp_path, capsys):
+    """0 only when something was compared and every row passes; 2 when nothing
+    was compared (even with --allow-failures), or a file is missing, corrupt or
+    fails its SHA-256 check; 1 when a row fails; --allow-failures gives 0 for
+    the last two."""
+    from numlab.cli import main
+
+    def run(g, m, *extra):
+        rc = main(["compare", "-gp", str(g), "-mp", str(m), *extra])
+        return rc, capsys.readouterr()
+
+    # nothing compared: two empty folders, and two dumps with no common node
+    (tmp_path / "e1").mkdir()
+    (tmp_path / "e2").mkdir()
+    for extra in ((), ("--allow-failures",)):
+        rc, cap = run(tmp_path / "e1", tmp_path / "e2", *extra)
+        assert rc == 2 and "nothing was compared" in cap.err and "NOTHING WAS COMPARED" in cap.out
+    write_dump(tmp_path / "x", {"p": np.ones(3, np.float32)})
+    write_dump(tmp_path / "y", {"q": np.ones(3, np.float32)})
+    assert run(tmp_path / "x", tmp_path / "y")[0] == 2
+    # a flipped byte of the same size: only the SHA-256 check sees it
+    g, m = _dumps(tmp_path / "sha")
+    man = json.loads((m / MANIFEST).read_text())
+    f = m / man["nodes"]["e"]["file"]
+    raw = bytearray(f.read_bytes())
+    raw[-1] ^= 1
+    f.write_bytes(bytes(raw))
+    rc, cap = run(g, m)
+    assert rc == 2 and "sha256" in cap.out and "bad file" in cap.err
+    assert run(g, m, "--allow-failures")[0] == 0
+    assert run(g, m, "--no-verify")[0] == 0  # the flip is below every threshold
+    # a file listed in the manifest is missing
+    g, m = _dumps(tmp_path / "missing")
+    (m / json.loads((m / MANIFEST).read_text())["nodes"]["a"]["file"]).unlink()
+    rc, cap = run(g, m)
+    assert rc == 2 and "missing file" in cap.out
+    # an unreadable manifest (corrupt JSON): read without it, still exit 2
+    g, m = _dumps(tmp_path / "json")
+    (m / MANIFEST).write_text("{not json")
+    rc, cap = run(g, m)
+    assert rc == 2 and "manifest" in cap.out
+    # a failing row
+    g, m = _dumps(tmp_path / "fail", bad_at="d")
+    rc, cap = run(g, m)
+    assert rc == 1 and "fail the thresholds" in cap.err
+    assert run(g, m, "--allow-failures")[0] == 0
+
+
+def test_cli_says_when_thresholds_pass_an_error_ulps_flag(tmp_path, capsys):
+    """A planted error of 2**20 ULPs on values ~1e-6 passes msprobe's
+    absolute rule (MaxAbsErr ~1e-7 < 0.001, cosine ~1): exit 0, but the CLI
+    names the row; --max-ulp makes it fail."""
+    from numlab.cli import main
+
+    rng = np.random.default_rng(3)
+    g = (rng.standard_normal(256) * 1e-6).astype(np.float32)
+    m = g.copy()
+    m[7] = np.float32(g[7] * 1.125)  # a 12.5% error: ~2**20 ULPs of fp32
+    write_dump(tmp_path / "g", {"y": g})
+    write_dump(tmp_path / "m", {"y": m})
+    row = compare_dumps(tmp_path / "g", tmp_path / "m").row("y")
+    assert row["Accuracy Reached or Not"] == "Yes" and row["max_ulp_error"] > 1e5
+    rc = main(["compare", "-gp", str(tmp_path / "g"), "-mp", str(tmp_path / "m")])
+    out = " ".join(capsys.readouterr().out.split())
+    assert rc == 0 and "WARNING: 1 row(s) pass the thresholds but have a max ULP error above 16: y" in out
+    assert main(["compare", "-gp", str(tmp_path / "g"), "-mp", str(tmp_path / "m"), "--max-ulp", "16"]) == 1
+    # no warning for a clean compare
+    main(["compare", "-gp", str(tmp_path / "g"), "-mp", str(tmp_path / "g")])
+    assert "WARNING" not in capsys.readouterr().out
 
 
 # --------------------------------------------------------------------------

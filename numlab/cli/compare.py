@@ -12,9 +12,19 @@ from __future__ import annotations
 import sys
 
 from ..compare.compare import DEFAULT_CHUNK, Thresholds, compare_dumps, report_path
+from ..compare.flavors import FLAVORS
 from ..compare.table import format_number
 from ..report import Column, render_table, wrap_lines
 from .options import dtype_type
+
+
+ULP_WARN = 16.0
+"""Default ``--ulp-warn``: a row that passes msprobe's thresholds with a
+larger max ULP error is named in a warning (``--max-ulp`` makes it fail)."""
+
+EXIT_OK, EXIT_FAIL, EXIT_UNDECIDED = 0, 1, 2
+"""Exit status: every compared row passes / some row fails / nothing was
+compared, or a file is missing, corrupt or fails its SHA-256 check."""
 
 
 def add_parser(sub) -> None:
@@ -46,11 +56,21 @@ def add_parser(sub) -> None:
                    help="also fail rows whose max ULP error exceeds this")
     p.add_argument("--chunk", type=int, default=DEFAULT_CHUNK,
                    help=f"elements per streaming chunk (default {DEFAULT_CHUNK})")
+    p.add_argument("--flavor", default="exact", choices=FLAVORS,
+                   help="columns of the CSV: exact (default: numlab's metrics exactly in float64, "
+                        "said in the CSV's first line) or a tool's own header and formulas: msit "
+                        "(8.2.0, torch float32), msprobe-8.3 (8.3.3), msprobe-26 (26.2.0); pass/fail "
+                        "and the exit status stay numlab's exact rule (docs/compare.md)")
     p.add_argument("--no-verify", action="store_true", help="skip SHA-256 verification")
     p.add_argument("--rows", type=int, default=60, help="rows of the printed table (default 60)")
-    p.add_argument("--fail-on-divergence", action="store_true",
-                   help="exit with status 1 when some row fails the thresholds or a matched "
-                        "node could not be compared (unreadable, corrupt or empty data)")
+    p.add_argument("--allow-failures", action="store_true",
+                   help="exit 0 even when rows fail the thresholds or files are missing, corrupt "
+                        "or fail their SHA-256 check (they are still reported); a compare that "
+                        "compared nothing still exits 2")
+    p.add_argument("--ulp-warn", type=float, default=ULP_WARN, metavar="N",
+                   help=f"warn about rows that pass the thresholds with a max ULP error above N "
+                        f"(default {ULP_WARN:g}; the thresholds are absolute and miss errors on "
+                        f"small values)")
     p.set_defaults(func=main)
 
 
@@ -95,7 +115,7 @@ def main(args) -> int:
     # refuse an existing report before spending the compare on it
     out = report_path(args.output, force=args.force) if args.output else None
     report = compare_dumps(args.golden_path, args.my_path, fmt=args.dtype, thresholds=th,
-                           chunk_elems=args.chunk, verify=not args.no_verify)
+                           chunk_elems=args.chunk, verify=not args.no_verify, flavor=args.flavor)
     if out is not None:  # saved before printing: a closed stdout cannot lose the report
         out = report.to_csv(out, force=args.force)
     print(wrap_lines(report.summary()))
@@ -103,7 +123,39 @@ def main(args) -> int:
     print(compare_table(report.rows, max_rows=args.rows))
     if out is not None:
         print(f"\nSaved comparing results: {out}")
+    flagged = report.ulp_flagged(args.ulp_warn) if args.ulp_warn is not None else []
+    if flagged:
+        worst = max(flagged, key=lambda r: float(r["max_ulp_error"]))
+        print(wrap_lines(
+            f"\nWARNING: {len(flagged)} row(s) pass the thresholds but have a max ULP error above "
+            f"{args.ulp_warn:g}: " + ", ".join(r["node"] for r in flagged[:8])
+            + (" ..." if len(flagged) > 8 else "")
+            + f" (worst {worst['node']}: {format_number(worst['max_ulp_error'])} ULP of "
+            f"{worst['ulp_format']}, MaxAbsErr {format_number(worst['MaxAbsErr'])}). msprobe's rule "
+            "is absolute (MaxAbsErr > 0.001) and cannot see an error on small values; "
+            "--max-ulp N makes such rows fail."))
+    return exit_status(report, allow_failures=args.allow_failures)
+
+
+def exit_status(report, *, allow_failures: bool = False) -> int:
+    """The exit status of ``numlab compare`` for ``report`` (printing why to
+    stderr): 2 when nothing was compared (always), 2 when a file is missing,
+    corrupt, fails its SHA-256 check or a matched node could not be compared,
+    1 when a row fails; 0 otherwise, and 0 for the last two when
+    ``allow_failures`` (``--allow-failures``)."""
     sys.stdout.flush()
-    if args.fail_on_divergence and (report.failing or report.uncompared):
-        return 1
-    return 0
+    if not report.compared:
+        print("numlab compare: nothing was compared (no node has readable data on both sides); "
+              "exit status 2", file=sys.stderr)
+        return EXIT_UNDECIDED
+    bad = len(report.problems) + len(report.uncompared)
+    failing = len(report.failing)
+    if allow_failures or not (bad or failing):
+        return EXIT_OK
+    if bad:
+        print(f"numlab compare: {len(report.problems)} bad file(s) and {len(report.uncompared)} matched "
+              f"node(s) without metrics; exit status 2 (--allow-failures: 0)", file=sys.stderr)
+        return EXIT_UNDECIDED
+    print(f"numlab compare: {failing} row(s) fail the thresholds; exit status 1 "
+          "(--allow-failures: 0)", file=sys.stderr)
+    return EXIT_FAIL
