@@ -243,3 +243,24 @@ def test_cli_check_kernels_and_library_exit_codes(capsys):
     assert _check_cli("--library", "fast") == 2
     err = capsys.readouterr().err
     assert "--library" in err and "valid presets" in err
+
+
+def test_shrunk_and_adversarial_cases_keep_their_kernels(tmp_path):
+    # shrinking resizes the model and simplifies values: the case stays on the unit and still fails there
+    opts = C.SearchOptions(trials=3, kinds=("normal",), shrink_budget=25)
+    rep = C.check("no_worse_tensor", "gelu_mlp", fusion=MM_FUSION, options=opts, kernels=GEN, library=LIB,
+                  save=str(tmp_path))
+    case, res = rep.counterexample
+    assert "shrunk" in case.origin and (case.kernels, case.library) == (GEN, LIB) and res.fails
+    assert rep.shrink_stats["elements_after"] < rep.shrink_stats["elements_before"]
+    assert C.reproduce(rep.saved)["bitwise"]
+    # without the unit the shrunk inputs hold: the violation is the unit's
+    plain = C.evaluate("no_worse_tensor", C.Case(case.model, case.sizes, case.fmt, case.fusion, case.inputs))
+    assert plain.verdict == "holds"
+    # the adversarial search climbs from cases made with the given kernels: the one it returns keeps them
+    adv = C.SearchOptions(trials=20, kinds=("normal",), search="adversarial", adversarial_steps=150)
+    rep = C.check("inductor_rule", "mul_scalar", options=adv, shrink_cex=False, kernels="codegen:fma=false",
+                  library="handwritten:fma=true")
+    case, res = rep.counterexample
+    assert case.origin.startswith("adversarial:") and res.fails
+    assert (case.kernels, case.library) == ("codegen:fma=false", "handwritten:fma=true")
