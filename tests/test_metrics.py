@@ -273,9 +273,15 @@ def test_kl_divergence_vs_mpmath(scale, shift):
     Mm = [mpmath.mpf(float(v)) for v in m]
     zg = mpmath.fsum(mpmath.exp(v) for v in G)
     zm = mpmath.fsum(mpmath.exp(v) for v in Mm)
-    ref = mpmath.fsum(mpmath.exp(a) / zg * ((a - mpmath.log(zg)) - (b - mpmath.log(zm))) for a, b in zip(G, Mm))
+    ref = mpmath.fsum(mpmath.exp(a) / zg * ((a - mpmath.log(zg)) - (b - mpmath.log(zm))) for a, b in zip(G, Mm, strict=True))
     got = M.kl_divergence(g, m)
     assert abs(mpmath.mpf(got) - ref) <= 1e-14 * ref, (got, ref)
+    for chunk in (64, 7):  # the streaming compare's KL, over chunks
+        acc = M.CompareAccumulator("fp32")
+        for i in range(0, 64, chunk):
+            acc.update(g[i:i + chunk], m[i:i + chunk])
+        got = acc.finish()[0]["kl_divergence"]
+        assert abs(mpmath.mpf(got) - ref) <= 1e-14 * ref, (chunk, got, ref)
 
 
 # ---------------------------------------------------------------- msprobe / msit

@@ -66,6 +66,10 @@ __all__ = [
     "msprobe_columns",
     "msprobe_check_accuracy",
     "msprobe26_result",
+    "msprobe_api_name",
+    "MSIT_HEADER",
+    "MSPROBE83_HEADER",
+    "MSPROBE26_HEADER",
 ]
 
 FLAVORS = ("exact", "msit", "msprobe-8.3", "msprobe-26")
@@ -455,6 +459,10 @@ def flavor_rows(rows: list[Mapping], flavor: str) -> list[dict]:
     by_node = {r["node"]: r for r in rows}
     # a dump msprobe wrote names its rows <API>.<forward|backward>.<input|output>.<i>
     api_of = {r["node"]: m.group(1) for r in rows if (m := _MSPROBE_ROW.match(str(r["node"])))}
+    api_inputs: dict[str, list] = {}
+    for n, api in api_of.items():
+        if ".input." in n[len(api):] and by_node[n].get("_flavor"):
+            api_inputs.setdefault(api, []).append(by_node[n]["_flavor"])
     for r in rows:
         cells = r.get("_flavor")
         if not cells:
@@ -463,6 +471,8 @@ def flavor_rows(rows: list[Mapping], flavor: str) -> list[dict]:
             row = dict(cells, token_id=0, data_id=len(out), golden_data_path=r.get("golden_path", ""),
                        my_data_path=r.get("my_path", ""), golden_op_type=r.get("op", ""),
                        my_op_type=r.get("op", ""))
+            # msit writes its DataFrame with fillna(""): a NaN cell is empty
+            row = {k: "" if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
         else:
             name = r["node"] if r["node"] in api_of else msprobe_api_name(r["node"]) + ".output.0"
             row = dict(cells)
@@ -470,9 +480,7 @@ def flavor_rows(rows: list[Mapping], flavor: str) -> list[dict]:
                         "Data_name": str([name + ".pt", name + ".pt"])})
             if flavor == "msprobe-26":
                 if r["node"] in api_of:  # the API's input rows of the same dump
-                    api = api_of[r["node"]]
-                    ins = [by_node[n]["_flavor"] for n, a in api_of.items()
-                           if a == api and ".input." in n[len(api):] and by_node[n].get("_flavor")]
+                    ins = api_inputs.get(api_of[r["node"]], [])
                 else:  # numlab node: its graph inputs
                     ins = [by_node[i]["_flavor"] for i in str(r.get("inputs") or "").split()
                            if i in by_node and by_node[i].get("_flavor")]

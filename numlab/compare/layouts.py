@@ -76,6 +76,9 @@ __all__ = [
     "load_msprobe_dump",
     "write_msit_dump",
     "load_msit_dump",
+    "dump_run_as",
+    "to_torch",
+    "from_torch",
 ]
 
 SIDECAR = "numlab_manifest.json"
@@ -200,6 +203,8 @@ def write_msprobe_dump(path, arrays: Mapping[str, np.ndarray], *, node_meta: Map
     path = Path(path)
     node_meta, run_meta, order = _graph(arrays, node_meta, run_meta)
     leaf = Path(f"step{step}") / f"rank{rank}"
+    if len({msprobe_api_name(n) for n in order}) != len(order):
+        raise ValueError("two node names map to the same msprobe API name (dots become _); rename them")
 
     def build(stage: Path):
         root = stage / leaf

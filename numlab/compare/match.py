@@ -14,9 +14,9 @@ import numpy as np
 
 from ..formats import Format, get_format
 from .columns import COLUMNS, Thresholds
+from .dump import Dump, DumpEntry, DumpError, describe_graph, format_name, natural_key
 from .flavors import check_flavor, flavor_cells
 from .layouts import load_any
-from .dump import Dump, DumpEntry, DumpError, describe_graph, format_name, natural_key
 from .stream import DEFAULT_CHUNK, compare_arrays
 from .table import CompareReport, _to_float
 
@@ -95,23 +95,19 @@ def compare_dumps(
     Parameters
     ----------
     golden, mine : path, Dump, RunResult or mapping
-        Dump directories (with or without manifest), single ``.npy`` files,
-        loaded dumps, run results or dicts name -> array.
+        Dumps of any layout (numlab, msprobe, msit; :func:`load_any`), single
+        ``.npy`` files, loaded dumps, run results or dicts name -> array.
     fmt : Format or str, optional
         Storage format for the ULP columns (default: mine's manifest dtype,
         else each array's own format).
     thresholds : Thresholds, optional
         Failure rule for ``Accuracy Reached or Not`` and the first divergence.
     chunk_elems : int
-        Elements per streaming chunk.
-    verify : bool
-        Verify SHA-256 checksums of manifest dumps (bad files become rows).
+        Elements per streaming chunk.  ``verify``: check SHA-256 (bad files
+        become rows).
     flavor : str
-        ``"exact"`` (default: numlab's float64 columns only) or a tool --
-        ``"msit"``, ``"msprobe-8.3"``, ``"msprobe-26"`` -- whose cells
-        (:mod:`numlab.compare.flavors`) are computed too, from the whole
-        arrays, and written by :meth:`CompareReport.to_csv` with the tool's
-        header.  Pass/fail (and the exit status) stays numlab's exact rule.
+        ``"exact"`` or a tool (:data:`numlab.compare.flavors.FLAVORS`) whose
+        cells the CSV gets too; pass/fail stays numlab's exact rule.
 
     Returns
     -------
@@ -120,18 +116,9 @@ def compare_dumps(
         ``error_origin`` and ``first_divergence`` set.  Never raises for bad
         data; problems are rows with a ``cmp_fail_reason``.
     """
-    th = thresholds or Thresholds()
-    if not isinstance(th, Thresholds):
-        raise TypeError(f"thresholds must be a Thresholds or None, got {type(th).__name__}")
-    if isinstance(chunk_elems, bool) or not isinstance(chunk_elems, (int, np.integer)) or chunk_elems < 1:
-        raise ValueError(f"chunk_elems={chunk_elems!r} is not valid; it must be an int >= 1")
-    check_flavor(flavor)
-    if fmt is not None:
-        fmt = get_format(fmt)  # a bad name fails here, not as one failed row per node
-    gd = load_any(golden, verify=verify, strict=False) if isinstance(golden, (str, os.PathLike)) \
-        else as_dump(golden, "golden")
-    md = load_any(mine, verify=verify, strict=False) if isinstance(mine, (str, os.PathLike)) \
-        else as_dump(mine, "mine")
+    th, fmt = _checked_args(thresholds, chunk_elems, flavor, fmt)
+    gd, md = (load_any(x, verify=verify, strict=False) if isinstance(x, (str, os.PathLike))
+              else as_dump(x, label) for x, label in ((golden, "golden"), (mine, "mine")))
     if _single_file(gd) and _single_file(md) and gd.names != md.names:
         # two single .npy files (msit -gp/-mp FILE): compared with each other
         # whatever their names, under mine's name
@@ -185,13 +172,31 @@ def compare_dumps(
     for i, r in enumerate(rows):
         r["index"] = i
     report = CompareReport(rows, str(gd.path), str(md.path), th, notes, flavor=flavor)
+    _collect_problems(report, gd, md)
+    _mark_origins(report, gd, md, blocks, member_of, set(decomposed.values()))
+    return report
+
+
+def _checked_args(thresholds, chunk_elems, flavor, fmt):
+    """(thresholds, format) of compare_dumps' arguments, or the error naming
+    the bad one (a bad format fails here, not as one failed row per node)."""
+    th = thresholds or Thresholds()
+    if not isinstance(th, Thresholds):
+        raise TypeError(f"thresholds must be a Thresholds or None, got {type(th).__name__}")
+    if isinstance(chunk_elems, bool) or not isinstance(chunk_elems, (int, np.integer)) or chunk_elems < 1:
+        raise ValueError(f"chunk_elems={chunk_elems!r} is not valid; it must be an int >= 1")
+    check_flavor(flavor)
+    return th, (get_format(fmt) if fmt is not None else None)
+
+
+def _collect_problems(report: CompareReport, gd: Dump, md: Dump) -> None:
+    """``report.problems``: every missing/corrupt file of both dumps, and an
+    unreadable manifest (the folder was then read without it)."""
     report.problems = {f"{side}:{n}": r for side, d in (("golden", gd), ("my", md))
                        for n, r in d.problems.items()}
     for side, d in (("golden", gd), ("my", md)):
-        for note in d.notes:  # an unreadable manifest.json: the folder was read without it
+        for note in d.notes:
             report.problems[f"{side}:manifest.json"] = note
-    _mark_origins(report, gd, md, blocks, member_of, set(decomposed.values()))
-    return report
 
 
 class _Sides:
