@@ -96,7 +96,8 @@ def add_parser(sub) -> None:
         cp.add_argument("--observed-name", action="append", default=[], metavar="OUTPUT=TENSOR",
                         help="the tensor of --observed holding graph output OUTPUT, when the dump names it "
                              "otherwise (e.g. y=Functional.layer_norm.0.forward.output.0); repeatable")
-        add_shared(cp, kernels="of the fused side (default codegen), e.g. 'codegen:mma=H100/fp8_e4m3/fp32'")
+        add_shared(cp, kernels="(here: the fused side's kernels, default codegen; e.g. "
+                                 "'codegen:mma=H100/fp8_e4m3/fp32')")
         cp.add_argument("--library", default=None, metavar="SPEC", type=kernels_type("--library"),
                         help="kernel spec of eager's library kernels, also called by fused plans for blocks "
                              "they do not generate (default handwritten), same grammar as --kernels")
