@@ -56,6 +56,15 @@ within the running bound.
 
 Fusion configurations are fusion specs or :class:`numlab.fusion.FusionOptions`
 objects, coerced by ``FusionOptions.parse``; a case keeps the canonical spec.
+Kernels likewise: ``kernels=`` (the fused side's kernels, default
+``codegen``) and ``library=`` (eager's library kernels, which fused plans
+also call; default ``handwritten``) of :func:`check` and :func:`make_case`
+are kernel specs or :class:`numlab.kernels.KernelSpec` objects, coerced by
+``KernelSpec.parse``; a case, a report and a saved counterexample keep the
+canonical specs, and every run a claim makes (running bounds included) uses
+them -- e.g. ``kernels="codegen:mma=H100/fp8_e4m3/fp32",
+library="handwritten:mma=H100/fp8_e4m3/fp32"`` puts every matmul on a
+matrix unit (``numlab mma sweep``'s claims table).
 """
 
 from __future__ import annotations

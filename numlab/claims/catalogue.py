@@ -211,12 +211,13 @@ def _result(margin: float, detail: dict, undecided: dict | None = None, **kw) ->
 
 
 def _bounded(runs, mode: str):
-    """The :class:`numlab.running_bounds.BoundedRun` of ``mode``, cached on ``runs``."""
+    """The :class:`numlab.running_bounds.BoundedRun` of ``mode`` with the
+    case's kernel specs (``runs.kernel_args``), cached on ``runs``."""
     key = ("bounds", mode)
     if key not in runs._res:
         fusion = runs.fusion if mode in ("fused", "emulated_casts") else None
         runs._res[key] = RB.run_with_bounds(runs.graph, runs.case.inputs, mode=mode, fmt=runs.S,
-                                            reference=False, fusion=fusion)
+                                            reference=False, fusion=fusion, **runs.kernel_args(mode))
     return runs._res[key]
 
 
@@ -561,7 +562,8 @@ def _claim_compile_det(runs) -> CaseResult:
     r1 = runs.run("fused")
     g2 = runs.case.graph()  # a second compile from scratch: a fresh graph object and plan
     with np.errstate(all="ignore"):
-        r2 = run(g2, runs.case.inputs, mode="fused", fmt=runs.S, fusion=runs.fusion)
+        r2 = run(g2, runs.case.inputs, mode="fused", fmt=runs.S, fusion=runs.fusion,
+                 **runs.kernel_args("fused"))
     plan_equal = str(r1.plan) == str(r2.plan)
     same = plan_equal and r1.fingerprint == r2.fingerprint
     return CaseResult(same, 0.0 if same else 1.0,
@@ -575,7 +577,7 @@ def _claim_exec_det(runs) -> CaseResult:
         a = runs.outputs(mode)
         with np.errstate(all="ignore"):
             b = run(runs.graph, runs.case.inputs, mode=mode, fmt=runs.S,
-                    fusion=runs.fusion if mode == "fused" else None).outputs
+                    fusion=runs.fusion if mode == "fused" else None, **runs.kernel_args(mode)).outputs
         for name in a:
             neq = int(np.count_nonzero(~metrics.bitwise_equal(a[name], np.asarray(b[name]))))
             if neq:

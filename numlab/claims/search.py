@@ -40,6 +40,7 @@ from ..formats import get_format
 from ..graph import Graph
 from ..rounding import round_to
 from ._fusion import fusion_spec
+from ._kernels import DEFAULT_KERNELS, DEFAULT_LIBRARY, kernel_spec
 from .cases import Case, Runs, data_inputs, evaluate, make_case
 from .catalogue import CLAIMS, get_claim, get_model, model_path, model_sizes, responsible_ops
 from .observed import given_inputs, model_label, observed_outputs, read_arrays, resolve_graph
@@ -103,7 +104,9 @@ class CheckReport:
     ``worst_detail`` / ``worst_trial`` (largest margin over the decided
     cases); ``counterexample`` (shrunk case and result, or None); ``saved``
     (path stem or None); ``shrink_stats``; ``population`` (population
-    claims); ``fingerprints`` (fused fingerprints seen across tasks)."""
+    claims); ``fingerprints`` (fused fingerprints seen across tasks);
+    ``kernels`` / ``library`` (the canonical kernel specs of the fused side
+    and of eager's library)."""
 
     claim: str
     model: str
@@ -123,6 +126,8 @@ class CheckReport:
     fusion: str = "autofuse"
     undecided: int = 0
     undecided_detail: dict = field(default_factory=dict)
+    kernels: str = DEFAULT_KERNELS
+    library: str = DEFAULT_LIBRARY
 
     @property
     def holds(self) -> bool:
@@ -151,6 +156,8 @@ class CheckReport:
         else:
             lines = [f"claim {self.claim} on {self.model} ({self.fmt}), fusion {self.fusion}, {self.trials} trials, "
                      f"search={self.search}: {head}"]
+        if (self.kernels, self.library) != (DEFAULT_KERNELS, DEFAULT_LIBRARY):
+            lines.append(f"  kernels: fused {self.kernels}, eager's library {self.library}")
         where = (f"trial {self.worst_trial}" if self.worst_trial is not None
                  else f"the pooled outputs of all {self.trials} trials: a population claim, no single trial")
         lines.append(f"  worst margin {self.worst_margin:.4g} ({where}): "
@@ -179,7 +186,8 @@ def _task(payload: dict) -> list:
     for t in range(payload["lo"], payload["hi"]):
         kind = payload["kinds"][t % len(payload["kinds"])]
         case = make_case(payload["model"], sizes=payload["sizes"], fmt=payload["fmt"],
-                         fusion=payload["fusion"], kind=kind, seed=payload["seed"], trial=t, graph=graph)
+                         fusion=payload["fusion"], kind=kind, seed=payload["seed"], trial=t, graph=graph,
+                         kernels=payload.get("kernels"), library=payload.get("library"))
         runs = Runs(case, graph=graph)
         if claim.scope == "population":
             out.append((t, kind, claim.case_fn(runs), runs.run("fused").fingerprint))
@@ -204,7 +212,7 @@ def _key(margin: float) -> float:
 def check(claim, model, *, inputs=None, observed=None, fmt="fp16", sizes=None, fusion=None,
           trials: int = 100, search: str = "random", seed: int = 0, executor=None, save: str | None = None,
           options: SearchOptions | None = None, progress: bool = False, shrink_cex: bool = True,
-          force: bool = False) -> CheckReport:
+          force: bool = False, kernels=None, library=None) -> CheckReport:
     """Check ``claim`` on ``model``, on random inputs or on given data.
 
     ``model`` is a zoo model, a claims model (:data:`EXTRA_MODELS
@@ -214,6 +222,14 @@ def check(claim, model, *, inputs=None, observed=None, fmt="fp16", sizes=None, f
     needs).  ``fmt`` is the storage format S (default fp16).  ``fusion`` is a
     fusion spec or a :class:`numlab.fusion.FusionOptions` (coerced by
     ``FusionOptions.parse``; None: ``"autofuse"``): the stated plan.
+    ``kernels`` is the fused side's kernel spec (the code generator; None:
+    ``"codegen"``) and ``library`` eager's library kernel spec (also called
+    by fused plans for the blocks they do not generate; None:
+    ``"handwritten"``), each a :class:`numlab.kernels.KernelSpec` or a spec
+    string (``KernelSpec.parse``, e.g. ``"codegen:mma=H100/fp8_e4m3/fp32"``
+    puts the fused matmuls on a matrix unit).  Every run a claim makes
+    (eager, fused, emulated casts, running bounds) takes them; cases and
+    saved counterexamples keep their canonical specs.
 
     **Random trials** (``inputs`` None): ``options.trials`` zoo-generated
     cases run as executor tasks of ``options.chunk`` trials (per-trial seeds
@@ -249,8 +265,10 @@ def check(claim, model, *, inputs=None, observed=None, fmt="fp16", sizes=None, f
     opts = options if options is not None else SearchOptions(trials=trials, search=search)
     S = get_format(fmt, "fmt")
     spec = fusion_spec(fusion)
+    ks = {"kernels": kernel_spec(kernels, "kernels", DEFAULT_KERNELS),
+          "library": kernel_spec(library, "library", DEFAULT_LIBRARY)}
     if inputs is not None:
-        return _check_given(claim, model, inputs, observed, S, sizes, spec, opts, save, shrink_cex, force)
+        return _check_given(claim, model, inputs, observed, S, sizes, spec, opts, save, shrink_cex, force, ks)
     if observed is not None:
         raise ValueError("observed outputs need the inputs they were computed on: pass inputs= too")
     if not isinstance(model, (str, Graph)):
@@ -261,7 +279,7 @@ def check(claim, model, *, inputs=None, observed=None, fmt="fp16", sizes=None, f
     label = model_label(model)
     payloads = [{"claim": claim.name if claim.name in CLAIMS and CLAIMS[claim.name] is claim else claim,
                  "model": model, "path": model_path(model), "sizes": sizes, "fmt": S.name, "fusion": spec,
-                 "seed": seed,
+                 "seed": seed, **ks,
                  "kinds": tuple(opts.kinds), "lo": lo, "hi": min(lo + opts.chunk, opts.trials)}
                 for lo in range(0, opts.trials, opts.chunk)]
     results = [r for chunk in _submit_all(executor, payloads, progress, f"check {claim.name}") for r in chunk]
@@ -271,15 +289,15 @@ def check(claim, model, *, inputs=None, observed=None, fmt="fp16", sizes=None, f
         return CheckReport(claim.name, label, S.name, res.verdict, opts.trials, int(res.fails),
                            res.margin, res.detail, population=res.stats, fingerprints=fps, search=opts.search,
                            fusion=spec, undecided=0 if not res.undecided else 1,
-                           undecided_detail=dict(res.undecided))
-    rep = _report(claim, label, S.name, spec, results, fps, opts)
+                           undecided_detail=dict(res.undecided), **ks)
+    rep = _report(claim, label, S.name, spec, results, fps, opts, ks)
     viol = [r for r in results if r[2][0] == "fails"]
     cex = None
     if viol:
         t = viol[int(np.argmax([r[2][1] for r in viol]))]
-        cex = make_case(model, sizes=sizes, fmt=S.name, fusion=spec, kind=t[1], seed=seed, trial=t[0])
+        cex = make_case(model, sizes=sizes, fmt=S.name, fusion=spec, kind=t[1], seed=seed, trial=t[0], **ks)
     elif opts.search == "adversarial" and claim.searchable:
-        cex = _adversarial(claim, model, sizes, S, spec, seed, results, opts, rep, progress)
+        cex = _adversarial(claim, model, sizes, S, spec, seed, results, opts, rep, progress, ks)
     if cex is not None:
         _keep_counterexample(claim, cex, rep, opts, save, shrink_cex, force)
     return rep
@@ -289,7 +307,8 @@ def _listed(x) -> list:
     return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
-def _check_given(claim, model, inputs, observed, S, sizes, spec, opts, save, shrink_cex, force) -> CheckReport:
+def _check_given(claim, model, inputs, observed, S, sizes, spec, opts, save, shrink_cex, force,
+                 ks) -> CheckReport:
     """:func:`check` on given inputs (and observed outputs): one case each."""
     if opts.search != "random":
         raise ValueError(f"search={opts.search!r}: the adversarial search mutates inputs; with given inputs "
@@ -312,13 +331,13 @@ def _check_given(claim, model, inputs, observed, S, sizes, spec, opts, save, shr
         o = None if obs is None else observed_outputs(graph, obs[i], S, f"observed[{i}]" if many else "observed")
         cases.append(Case(model_label(model), sizes, S.name, spec, xs, kind="given", seed=0, trial=i,
                           origin="observed" if o is not None else "given",
-                          source=None if named else graph, observed=o))
+                          source=None if named else graph, observed=o, **ks))
     search = "observed" if obs is not None else "given"
     if claim.scope == "population":
         res = claim.fn([claim.case_fn(Runs(c, graph=graph)) for c in cases])
         return CheckReport(claim.name, model_label(model), S.name, res.verdict, len(cases), int(res.fails),
                            res.margin, res.detail, population=res.stats, search=search, fusion=spec,
-                           undecided=0 if not res.undecided else 1, undecided_detail=dict(res.undecided))
+                           undecided=0 if not res.undecided else 1, undecided_detail=dict(res.undecided), **ks)
     results = [evaluate(claim, c, graph=graph) for c in cases]
     viol = [i for i, r in enumerate(results) if r.fails]
     und = [i for i, r in enumerate(results) if r.verdict == "undecided"]
@@ -328,7 +347,8 @@ def _check_given(claim, model, inputs, observed, S, sizes, spec, opts, save, shr
     rep = CheckReport(claim.name, model_label(model), S.name, verdict, len(cases), len(viol),
                       float(results[wi].margin), results[wi].detail, worst_trial=wi, fingerprints=fps,
                       search=search, fusion=spec, undecided=len(und),
-                      undecided_detail={"trial": und[0], "kind": "given", **results[und[0]].undecided} if und else {})
+                      undecided_detail={"trial": und[0], "kind": "given", **results[und[0]].undecided} if und else {},
+                      **ks)
     if viol:
         i = viol[int(np.argmax([results[j].margin for j in viol]))]
         if obs is not None or not shrink_cex or not claim.searchable:
@@ -342,7 +362,7 @@ def _check_given(claim, model, inputs, observed, S, sizes, spec, opts, save, shr
     return rep
 
 
-def _report(claim, model, fmt, spec, results, fps, opts) -> CheckReport:
+def _report(claim, model, fmt, spec, results, fps, opts, ks) -> CheckReport:
     """The report of the random trials (before any adversarial search)."""
     viol = [r for r in results if r[2][0] == "fails"]
     und = [r for r in results if r[2][0] == "undecided"]
@@ -351,7 +371,8 @@ def _report(claim, model, fmt, spec, results, fps, opts) -> CheckReport:
     verdict = "fails" if viol else ("undecided" if und else "holds")
     rep = CheckReport(claim.name, model, fmt, verdict, opts.trials, len(viol), float(worst[2][1]), worst[2][2],
                       worst_trial=worst[0], fingerprints=fps, search=opts.search, fusion=spec, undecided=len(und),
-                      undecided_detail={"trial": und[0][0], "kind": und[0][1], **und[0][2][3]} if und else {})
+                      undecided_detail={"trial": und[0][0], "kind": und[0][1], **und[0][2][3]} if und else {},
+                      **ks)
     if len(fps) > 1:  # the trials of one check must see one compiled plan
         rep.verdict = "fails"
         if claim.name == "compile_determinism":
@@ -378,7 +399,7 @@ def _keep_counterexample(claim, cex: Case, rep: CheckReport, opts, save, shrink_
             rep.saved = save_counterexample(claim, cex, rep.counterexample[1], save, force=force)
 
 
-def _adversarial(claim, model, sizes, S, fusion, seed, results, opts, rep, progress) -> Case | None:
+def _adversarial(claim, model, sizes, S, fusion, seed, results, opts, rep, progress, ks) -> Case | None:
     """Hill climbing from the 3 highest-margin random cases (module
     docstring); undecided candidates are not climbed into."""
     order = np.argsort([-_key(r[2][1]) for r in results], kind="stable")[:3]
@@ -393,7 +414,7 @@ def _adversarial(claim, model, sizes, S, fusion, seed, results, opts, rep, progr
     try:
         for t, kind, (_, margin, _, _), _ in starts:
             case = make_case(model, sizes=sizes, fmt=S.name, fusion=fusion, kind=kind, seed=seed, trial=t,
-                             graph=graph)
+                             graph=graph, **ks)
             best = _key(margin)
             for _ in range(per_start):
                 cand, _how = _mutate(case, graph, rng)

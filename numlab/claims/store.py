@@ -17,7 +17,18 @@ code and re-evaluates the claim on the saved observed outputs (numlab cannot
 re-run the real kernel: ``"bitwise"`` then covers eager and the reference).
 Such a file's name hashes the inputs and the observed outputs (two kernels'
 outputs on the same inputs are two counterexamples); its ``"case_sha256"``
-records that hash."""
+records that hash.
+
+The kernels are saved as canonical spec strings (``KernelSpec.spec``) in
+``"kernels"``: ``{"fused": the fused side's kernels, "fused_library": the
+library fused plans call, "eager": eager's library}`` (the last two are one
+spec, :attr:`Case.library`); :func:`load_counterexample` rebuilds the case
+with them, so :func:`reproduce` re-runs the same kernels.  Files written
+before kernel specs were saved hold the descriptions
+``"KernelSpec.codegen()"`` / ``"KernelSpec.handwritten()"``, read as those
+presets (what ran).  A case with other kernels than the defaults has the
+kernel specs in its file-name hash (``"case_sha256"``): the same inputs
+under two kernels are two counterexamples."""
 
 from __future__ import annotations
 
@@ -31,6 +42,7 @@ import numpy as np
 from ..fusion import FusionOptions
 from ..graph import Graph
 from ._fusion import fusion_options, fusion_spec
+from ._kernels import DEFAULT_KERNELS, DEFAULT_LIBRARY, kernel_spec
 from .cases import Case, evaluate
 from .catalogue import CaseResult, get_claim
 
@@ -73,6 +85,11 @@ def save_counterexample(claim, case: Case, result: CaseResult, directory="data/c
         key = sha256_arrays({**{f"input/{k}": v for k, v in case.inputs.items()},
                              **{f"observed/{k}": v for k, v in case.observed.items()}})
         extra["case_sha256"] = key
+    if (case.kernels, case.library) != (DEFAULT_KERNELS, DEFAULT_LIBRARY):
+        h = hashlib.sha256(key.encode())
+        h.update(f"kernels={case.kernels}\0library={case.library}".encode())
+        key = h.hexdigest()
+        extra["case_sha256"] = key
     if case.source is not None:
         extra["graph"] = case.source.to_dict()
         extra["graph_roles"] = dict(case.source.roles)
@@ -86,8 +103,7 @@ def save_counterexample(claim, case: Case, result: CaseResult, directory="data/c
         "fmt": case.fmt,
         "fusion": case.fusion,
         "fusion_options": fusion_options(case.fusion).canonical(),
-        "kernels": {"eager": "KernelSpec.handwritten()", "fused": "KernelSpec.codegen()",
-                    "fused_library": "KernelSpec.handwritten()"},
+        "kernels": {"eager": case.library, "fused": case.kernels, "fused_library": case.library},
         "kind": case.kind,
         "seed": case.seed,
         "trial": case.trial,
@@ -144,9 +160,10 @@ def load_counterexample(path) -> tuple[Case, dict, dict]:
     observed = None
     if meta.get("observed"):
         observed = {k.split("/", 2)[2]: v for k, v in arrs.items() if k.startswith("output/observed/")}
+    kernels, library = _saved_kernels(meta)
     case = Case(meta["model"], meta["sizes"], fmt, _saved_fusion(meta), inputs,
                 meta.get("kind", "normal"), meta.get("seed", 0), meta.get("trial", 0), meta.get("origin", ""),
-                source=source, observed=observed)
+                source=source, observed=observed, kernels=kernels, library=library)
     return case, meta, arrs
 
 
@@ -160,10 +177,32 @@ def _saved_fusion(meta: dict) -> str:
                          enable_autofuse=fo["enable_autofuse"], name=fo.get("name", "autofuse")).spec
 
 
+_LEGACY_KERNELS = {"KernelSpec.codegen()": DEFAULT_KERNELS, "KernelSpec.handwritten()": DEFAULT_LIBRARY}
+"""What files saved before kernel specs were stored hold in ``"kernels"``
+(descriptions of the defaults that ran), mapped to the presets' specs."""
+
+
+def _saved_kernels(meta: dict) -> tuple[str, str]:
+    """(fused kernels, library) canonical specs of a saved counterexample."""
+    saved = meta.get("kernels") or {}
+    if not isinstance(saved, dict):
+        raise ValueError(f"counterexample 'kernels' must be a dict of kernel specs, got {saved!r}")
+    specs = {k: _LEGACY_KERNELS.get(v, v) for k, v in saved.items()}
+    kernels = kernel_spec(specs.get("fused"), "kernels['fused']", DEFAULT_KERNELS)
+    library = kernel_spec(specs.get("fused_library", specs.get("eager")), "kernels['fused_library']",
+                          DEFAULT_LIBRARY)
+    eager = kernel_spec(specs.get("eager"), "kernels['eager']", library)
+    if eager != library:
+        raise ValueError(f"counterexample kernels {saved!r}: eager's library {eager!r} differs from the fused "
+                         f"plan's library {library!r}; a case has one library (Case.library)")
+    return kernels, library
+
+
 def reproduce(path) -> dict:
     """Re-run a saved counterexample: ``{"bitwise": all saved outputs equal bit
     for bit, "violated": claim still violated (verdict "fails"), "verdict",
-    "fingerprints_equal": ..., "result": CaseResult}``."""
+    "fingerprints_equal": ..., "kernels", "library" (the specs it re-ran),
+    "result": CaseResult}``."""
     case, meta, arrs = load_counterexample(path)
     res = evaluate(meta["claim"], case)
     same = True
@@ -177,4 +216,4 @@ def reproduce(path) -> dict:
             same = False
     fp_equal = all(res.fingerprints.get(m) == f for m, f in meta.get("fingerprints", {}).items())
     return {"bitwise": same, "violated": res.fails, "verdict": res.verdict, "fingerprints_equal": fp_equal,
-            "result": res}
+            "kernels": case.kernels, "library": case.library, "result": res}

@@ -3,6 +3,7 @@
 ::
 
     numlab check CLAIM MODEL --dtype D --trials N [--search adversarial] [--out DIR]
+                             [--kernels SPEC] [--library SPEC]
     numlab check CLAIM MODEL|--graph MODULE:FUNCTION --inputs FILE.npz|DIR [--observed DIR|FILE.npz]
     numlab check plan [--out DIR] [--trials N] [--quick] [--force] [--fusion SPEC[,SPEC...]]...
     numlab check determinism MODEL [--runs N] [--mode M] [--order O] ...   (numlab.determinism)
@@ -24,6 +25,15 @@ from numlab; :func:`numlab.claims.check`).  ``--observed`` is a directory of
 maps a tool's tensor name to a graph output), or a ``.npz`` file.  Claims that need more of the kernel than its outputs
 are undecided (exit 2) with the reason "needs a model of the fused kernel".
 A violating case is saved with the real data under ``--out``.
+
+Kernels: ``--kernels SPEC`` is the fused side's kernel spec (the code
+generator, default ``codegen``) and ``--library SPEC`` eager's library
+kernel spec (also called by fused plans for the blocks they do not
+generate; default ``handwritten``), both in the ``KernelSpec.parse`` grammar
+(``numlab --help``); e.g. ``--kernels codegen:mma=H100/fp8_e4m3/fp32
+--library handwritten:mma=H100/fp8_e4m3/fp32`` puts every matmul on the
+H100 fp8 matrix unit.  Every run of the claim (running bounds included)
+takes them and a saved counterexample records them.
 """
 
 from __future__ import annotations
@@ -39,7 +49,7 @@ from .. import plots, report, zoo
 from ..compare.layouts import load_any
 from ..determinism import EXEC_MODES, INJECTIONS, check_determinism
 from ..fusion import FusionOptions
-from .options import add_shared, fusion_list_type, graph_and_inputs, nonneg_int
+from .options import add_shared, fusion_list_type, graph_and_inputs, kernels_type, nonneg_int
 
 __all__ = ["add_parser", "EXECUTORS"]
 
@@ -86,6 +96,11 @@ def add_parser(sub) -> None:
         cp.add_argument("--observed-name", action="append", default=[], metavar="OUTPUT=TENSOR",
                         help="the tensor of --observed holding graph output OUTPUT, when the dump names it "
                              "otherwise (e.g. y=Functional.layer_norm.0.forward.output.0); repeatable")
+        add_shared(cp, kernels="(here: the fused side's kernels, default codegen; e.g. "
+                                 "'codegen:mma=H100/fp8_e4m3/fp32')")
+        cp.add_argument("--library", default=None, metavar="SPEC", type=kernels_type("--library"),
+                        help="kernel spec of eager's library kernels, also called by fused plans for blocks "
+                             "they do not generate (default handwritten), same grammar as --kernels")
         cp.add_argument("--trials", type=int, default=100, help="random trials (default 100)")
         cp.add_argument("--search", choices=("random", "adversarial"), default="random")
         cp.add_argument("--steps", type=int, default=200, help="adversarial mutations (default 200)")
@@ -243,10 +258,11 @@ def _run_given(args) -> int:
     observed = None if args.observed is None else _observed(args.observed, names)
     fusion = FusionOptions.parse(args.fusion)
     what = f"observed={args.observed}" if observed is not None else "fused=numlab's model"
-    print(f"numlab check {args.claim} {graph.name}: dtype={args.dtype.name} fusion={fusion.spec} "
-          f"inputs={args.inputs} {what}")
+    print(f"numlab check {args.claim} {graph.name}: dtype={args.dtype.name} fusion={fusion.spec}"
+          f"{_kernels_text(args)} inputs={args.inputs} {what}")
     rep = C.check(args.claim, graph, inputs=inputs, observed=observed, fmt=args.dtype.name, fusion=fusion.spec,
-                  save=None if args.no_save else args.out, shrink_cex=not args.no_shrink, force=args.force)
+                  save=None if args.no_save else args.out, shrink_cex=not args.no_shrink, force=args.force,
+                  kernels=args.kernels, library=args.library)
     return _print_verdict(args, rep)
 
 
@@ -261,19 +277,30 @@ def _run_claim(args) -> int:
         raise ValueError(f"--trials={args.trials} must be >= 1")
     kinds = tuple(k.strip() for k in args.inputs.split(",") if k.strip())
     fusion = FusionOptions.parse(args.fusion)
-    print(f"numlab check {args.claim} {args.model}: dtype={args.dtype.name} fusion={fusion.spec} "
-          f"inputs={','.join(kinds)} seed={args.seed} trials={args.trials} search={args.search}")
+    print(f"numlab check {args.claim} {args.model}: dtype={args.dtype.name} fusion={fusion.spec}"
+          f"{_kernels_text(args)} inputs={','.join(kinds)} seed={args.seed} trials={args.trials} "
+          f"search={args.search}")
     opts = C.SearchOptions(trials=args.trials, search=args.search, adversarial_steps=args.steps, kinds=kinds)
     ex, close = _executor(args.executor, args.workers)
     try:
         # claims.check takes the spec string (it stores it in the case record)
         rep = C.check(args.claim, args.model, fmt=args.dtype.name, sizes=args.size, fusion=fusion.spec,
                       seed=args.seed, executor=ex, save=None if args.no_save else args.out, options=opts,
-                      progress=args.progress, shrink_cex=not args.no_shrink, force=args.force)
+                      progress=args.progress, shrink_cex=not args.no_shrink, force=args.force,
+                      kernels=args.kernels, library=args.library)
     finally:
         if close:
             close()
     return _print_verdict(args, rep)
+
+
+def _kernels_text(args) -> str:
+    """`` kernels=SPEC library=SPEC`` for the head line, when either is given."""
+    if args.kernels is None and args.library is None:
+        return ""
+    k = "codegen" if args.kernels is None else args.kernels.spec
+    lib = "handwritten" if args.library is None else args.library.spec
+    return f" kernels={k} library={lib}"
 
 
 def _print_verdict(args, rep) -> int:

@@ -18,7 +18,8 @@ tables as ``results.json``; an --out that already holds results gets a fresh
    the built-in claims (:data:`numlab.claims.CLAIMS`) evaluated on a zoo
    model whose eager library matmul (``handwritten:mma=UNIT``) and fused
    block matmul (``codegen:mma=UNIT`` with matmul-epilogue fusion on) both run
-   on the unit; one verdict per claim over ``--trials`` random cases.
+   on the unit (:func:`numlab.claims.check` with ``kernels=`` / ``library=``);
+   one verdict per claim over ``--trials`` random cases.
 
 Examples::
 
@@ -30,23 +31,19 @@ Examples::
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
-import numpy as np
-
 from .. import plots
-from ..claims import Runs, get_claim, make_case, model_sizes
+from ..claims import SearchOptions, check, get_claim, model_sizes
 from ..kernels import KernelSpec
 from ..kernels.grammar import parse_unit, unit_string
 from ..kernels.mma_lab import DEEPSEEK_NC, SWEEP_KS, e4m3_inputs, k_sweep, preset_errors
 from ..kernels.mma_presets import PRESETS
 from ..report import render_table
-from ..running_bounds import run_with_bounds
 from .demo import resolve_out_dir
 from .options import add_shared, arg_type, model_type
 
-__all__ = ["add_parser", "sweep_report", "unit_claims", "UNIT_FUSION", "UNIT_CLAIMS"]
+__all__ = ["add_parser", "sweep_report", "unit_claims", "unit_kernels", "UNIT_FUSION", "UNIT_CLAIMS"]
 
 UNIT_FUSION = "autofuse:--autofuse_enable_pass=elementwise,broadcast,reshape,matmul"
 """Fusion spec of the claims table: autofusion with matmul-epilogue fusion on,
@@ -56,70 +53,40 @@ UNIT_CLAIMS = ("no_worse_elementwise", "no_worse_tensor", "fp32_inside", "bound_
 """The claims of the third table (the autofusion note's "fp32 inside" family)."""
 
 
-class _UnitRuns(Runs):
-    """A case's runs with every matmul on ``unit``: eager's library kernels
-    ``handwritten:mma=UNIT``, the fused code generator ``codegen:mma=UNIT`` and
-    its library ``handwritten:mma=UNIT``."""
-
-    def __init__(self, case, unit, graph=None):
-        super().__init__(case, graph=graph)
-        self._eager = KernelSpec.handwritten(mma=unit)
-        self._gen = KernelSpec.codegen(mma=unit)
-
-    def _kernels(self, mode: str) -> dict:
-        if mode == "eager":
-            return {"kernels": self._eager}
-        if mode in ("fused", "emulated_casts"):
-            return {"kernels": self._gen, "library": self._eager}
-        return {}
-
-    def run(self, mode: str, **kw):
-        return super().run(mode, **{**self._kernels(mode), **kw})
-
-    def prime_bounds(self) -> None:
-        """Running bounds of eager and fused with the unit's kernels, in the
-        cache the claims read (``numlab.claims.catalogue._bounded`` runs
-        ``run_with_bounds`` with the default kernels otherwise)."""
-        for mode in ("eager", "fused"):
-            fusion = self.fusion if mode == "fused" else None
-            with np.errstate(all="ignore"):
-                self._res[("bounds", mode)] = run_with_bounds(
-                    self.graph, self.case.inputs, mode=mode, fmt=self.S, reference=False, fusion=fusion,
-                    **self._kernels(mode))
+def unit_kernels(unit) -> dict:
+    """The kernel specs that put every matmul on ``unit`` (None: numlab's
+    defaults), as :func:`numlab.claims.check`'s keyword arguments: the fused
+    side's kernels ``codegen:mma=UNIT`` and eager's library
+    ``handwritten:mma=UNIT`` (which fused plans also call for the blocks they
+    do not generate)."""
+    unit = parse_unit(unit, "unit")
+    if unit is None:
+        return {"kernels": None, "library": None}
+    return {"kernels": KernelSpec.codegen(mma=unit), "library": KernelSpec.handwritten(mma=unit)}
 
 
 def unit_claims(model: str, unit, *, fmt="fp16", trials: int = 3, seed: int = 0, claims=UNIT_CLAIMS,
                 fusion: str = UNIT_FUSION, sizes=None) -> list[dict]:
     """The built-in ``claims`` on ``model`` with every matmul on ``unit``
-    (eager and fused alike; None: the default kernels), over ``trials`` random cases (zoo inputs,
-    seeds from :func:`numlab.claims.make_case`).  One row per claim:
-    ``{"claim", "verdict", "fails", "undecided", "margin", "statement"}``;
-    the verdict is "fails" if a case violates it, else "undecided" if a case
-    rests on an infinite/NaN/empty result, else "holds"."""
-    unit = parse_unit(unit, "unit")
+    (eager and fused alike, :func:`unit_kernels`; None: the default
+    kernels), each checked by :func:`numlab.claims.check` over ``trials``
+    random cases of input kind ``normal`` (per-trial seeds from ``seed``;
+    nothing shrunk or saved).  One row per claim: ``{"claim", "verdict",
+    "fails", "undecided", "margin", "statement"}``; the verdict is "fails"
+    if a case violates it, else "undecided" if a case rests on an
+    infinite/NaN/empty result, else "holds"."""
+    ks = unit_kernels(unit)
     sizes = model_sizes(model, sizes)
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ValueError(f"trials={trials!r} must be an integer >= 1")
+    opts = SearchOptions(trials=trials, kinds=("normal",))
     rows = []
-    cases = [make_case(model, sizes=sizes, fmt=fmt, fusion=fusion, seed=seed, trial=t) for t in range(trials)]
-    graph = cases[0].graph()
     for name in claims:
-        claim = get_claim(name)
-        fails = undecided = 0
-        margin = -math.inf
-        for case in cases:
-            runs = _UnitRuns(case, unit, graph=graph)
-            if claim.requires == "numlab.running_bounds":
-                runs.prime_bounds()
-            with np.errstate(all="ignore"):
-                r = claim.evaluate(runs)
-            fails += int(r.verdict == "fails")
-            undecided += int(r.verdict == "undecided")
-            if not math.isnan(float(r.margin)):
-                margin = max(margin, float(r.margin))
-        verdict = "fails" if fails else ("undecided" if undecided else "holds")
-        rows.append({"claim": name, "verdict": verdict, "fails": fails, "undecided": undecided,
-                     "margin": margin, "statement": claim.statement})
+        rep = check(name, model, fmt=fmt, sizes=sizes, fusion=fusion, seed=seed, options=opts,
+                    shrink_cex=False, **ks)
+        rows.append({"claim": rep.claim, "verdict": rep.verdict, "fails": rep.violations,
+                     "undecided": rep.undecided, "margin": rep.worst_margin,
+                     "statement": get_claim(name).statement})
     return rows
 
 
