@@ -16,20 +16,14 @@ from .values import stored_formats
 
 __all__ = ["canonical", "fingerprint"]
 
-#: dataclass fields added after fingerprints were first stored (the committed
-#: counterexamples in ``data/counterexamples``): type name -> {field: the value
-#: that means "as before"}.  Such a field enters the canonical form only when
-#: it holds another value, so every earlier fingerprint stays as it was (the
-#: same rule as the #16 fields of :class:`Format`).  ``KernelSpec.mma``
-#: (issue #15): None = no matrix unit, the matmul as before.
-_LATER_FIELDS = {"KernelSpec": {"mma": None}}
-
 
 def canonical(obj):
     """A JSON-able canonical form of ``obj`` that does not depend on the
     process, memory addresses or ``PYTHONHASHSEED``: dicts with sorted string
     keys, sets sorted, floats as ``float.hex`` (exact), arrays as dtype, shape
-    and the sha256 of their bytes, dataclasses as their type name and fields.
+    and the sha256 of their bytes, dataclasses as their type name and fields
+    (a field with ``metadata={"canonical": "omit_default"}`` only when it is
+    not at its default: fields added after fingerprints were first saved).
 
     Raises
     ------
@@ -60,13 +54,10 @@ def canonical(obj):
         return {"dtype": str(obj)}
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out = {"__type__": type(obj).__name__}
-        later = _LATER_FIELDS.get(type(obj).__name__, {})
         for f in dataclasses.fields(obj):
-            if f.name.startswith("_"):
-                continue
             v = getattr(obj, f.name)
-            if f.name in later and (v is later[f.name] or v == later[f.name]):
-                continue
+            if f.name.startswith("_") or (f.metadata.get("canonical") == "omit_default" and v == f.default):
+                continue  # a field marked omit_default (added later) enters only when set
             out[f.name] = canonical(v)
         return out
     if isinstance(obj, Mapping):
