@@ -33,6 +33,7 @@ from numlab.formats import FP8_E4M3, FP8_E5M2, FP32
 from numlab.fusion import FusionOptions
 from numlab.graph import trace
 from numlab.kernels import KernelSpec
+from numlab.kernels import scaled as S
 from numlab.running_bounds import run_with_bounds
 
 BF16 = ml_dtypes.bfloat16
@@ -72,20 +73,20 @@ def test_registration_declares_the_stored_formats():
     assert "stored_fmt_probe" not in ops.CATALOGUE
 
 
-def deepseek_by_hand(xs, S=BF16):
-    """DeepSeek-V3's act_quant + dequantisation on S values (default bf16), in
+def deepseek_by_hand(xs, dt=BF16):
+    """DeepSeek-V3's act_quant + dequantisation on values of the numpy dtype dt (default bf16), in
     numpy: fp32 amax per 1x128 tile, s = fp32(amax / 448), q = e4m3(x / s)
-    (RNE), y = S(fp32(q * s)).  Returns (q, s, y) and y with the scale rounded
-    to S first (the old placement)."""
-    x = xs.astype(S).astype(np.float32)
+    (RNE), y = dt(fp32(q * s)).  Returns (q, s, y) and y with the scale rounded
+    to dt first (the old placement)."""
+    x = xs.astype(dt).astype(np.float32)
     b = x.reshape(x.shape[0], -1, 128)
     amax = np.max(np.abs(b), axis=-1, keepdims=True)
     assert np.all(amax > 0)
     s = (amax / np.float32(448.0)).astype(np.float32)
     q = (b / s).astype(np.float32).astype(ml_dtypes.float8_e4m3fn)
-    y = (q.astype(np.float32) * s).astype(np.float32).astype(S)
-    s_old = s.astype(S).astype(np.float32)
-    y_old = (q.astype(np.float32) * s_old).astype(np.float32).astype(S)
+    y = (q.astype(np.float32) * s).astype(np.float32).astype(dt)
+    s_old = s.astype(dt).astype(np.float32)
+    y_old = (q.astype(np.float32) * s_old).astype(np.float32).astype(dt)
     return q.reshape(x.shape), s[..., 0], y.reshape(x.shape), y_old.reshape(x.shape)
 
 
@@ -120,17 +121,17 @@ def test_deepseek_bf16_eager_equals_torch():
     np.testing.assert_array_equal(bits(r.outputs["y"]), yt.view(torch.int16).numpy().view(np.uint16))
 
 
-def mx_by_hand(xs, S):
-    """OCP MX v1.0 (mxfp8_e4m3, 1x32, floor rule) by hand on S-rounded values:
+def mx_by_hand(xs, dt):
+    """OCP MX v1.0 (mxfp8_e4m3, 1x32, floor rule) by hand on values rounded to the numpy dtype dt:
     X = 2**(floor(log2 amax) - 8), elements clamped to +-448 and cast (RNE),
-    y = S(q * X)."""
-    x = xs.astype(S).astype(np.float32)
+    y = dt(q * X)."""
+    x = xs.astype(dt).astype(np.float32)
     b = x.reshape(x.shape[0], -1, 32)
     amax = np.max(np.abs(b), axis=-1, keepdims=True)
     e = np.floor(np.log2(amax)).astype(np.int32) - 8     # amax > 0 here
     X = np.ldexp(np.float32(1), e).astype(np.float32)
     q = np.clip(b / X, -448, 448).astype(ml_dtypes.float8_e4m3fn)
-    return (q.astype(np.float32) * X).astype(np.float32).astype(S).reshape(x.shape), X[..., 0]
+    return (q.astype(np.float32) * X).astype(np.float32).astype(dt).reshape(x.shape), X[..., 0]
 
 
 def test_mx_power_of_two_scales_are_unchanged_in_bf16(monkeypatch):
@@ -187,8 +188,8 @@ def test_fused_block_edges_and_emulated_casts_use_the_stored_formats(fmt):
     (every node written as eager writes it) give eager's bits everywhere."""
     g = zoo.get_model("fp8_mlp")
     xs = zoo.make_inputs(g, "normal", seed=0)
-    S = {"bf16": BF16, "fp16": np.float16}[fmt]
-    q, s, _, _ = deepseek_by_hand(xs["x"], S)
+    dt = {"bf16": BF16, "fp16": np.float16}[fmt]
+    q, s, _, _ = deepseek_by_hand(xs["x"], dt)
     fused = run(g, xs, mode="fused", fmt=fmt)
     blocks = {m: b for b in fused.plan.blocks for m in b.members}
     assert "block_scale_0" in blocks["block_scale_0"].outputs
@@ -240,3 +241,30 @@ def test_fingerprint_names_the_stored_formats_only_where_values_are_stored(monke
     assert after["eager"] != before["eager"] and after["fused"] != before["fused"]
     assert after["reference"] == before["reference"]
     assert fingerprint(plain, mode="eager", fmt="bf16") == before_plain
+
+
+@pytest.mark.parametrize("preset", sorted(S.PRESETS))
+def test_every_preset_stores_elements_and_scales_as_quantize_gives_them(preset, monkeypatch):
+    """Every preset in a bf16 eager run: the elements are written in the
+    element format's ml_dtypes container and the scales in float32, with the
+    bits of ``kernels.scaled.quantize`` on the bf16-rounded input (that
+    function is checked against exact and torchao references in
+    tests/test_scaled.py; here the placement is under test).  The old
+    placement changes the output bits exactly for the presets whose scales are
+    not all exact in bf16: DeepSeek's fp32 ``amax / 448`` and NVFP4's
+    ``tensor_scale * e4m3`` products; never for the power-of-two MX scales."""
+    shape = (128, 256)
+    g = fake_quant_graph(preset, shape)
+    xs = data(shape, seed=6)
+    x = xs.astype(BF16).astype(np.float32)
+    want = S.quantize(x, preset)
+    r = run(g, {"x": xs}, mode="eager", fmt="bf16")
+    fmt = S.PRESETS[preset]
+    assert r["quantize_0"].dtype == fmt.elem_dtype and r["block_scale_0"].dtype == np.float32
+    np.testing.assert_array_equal(bits(r["quantize_0"]), bits(want.elements.astype(fmt.elem_dtype)))
+    np.testing.assert_array_equal(bits(r["block_scale_0"]), bits(want.dequant_scales()))
+    exact_in_bf16 = np.array_equal(want.dequant_scales().astype(BF16).astype(np.float32), want.dequant_scales())
+    assert exact_in_bf16 == (fmt.scale_rule != "amax")
+    old_placement(monkeypatch)
+    same = np.array_equal(bits(run(g, {"x": xs}, mode="eager", fmt="bf16").outputs["y"]), bits(r.outputs["y"]))
+    assert same == exact_in_bf16
