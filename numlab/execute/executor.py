@@ -196,7 +196,7 @@ def _run_blocks(plan, vals, S, gen, lib, *, fused_mode, align, seed, keep_intern
                 c = E.store(v, out, bspec.vector_rounding)  # written to memory in S (or its stored format)
                 values[m] = c
                 nonfinite[m] = count_stored(c, out)
-                # consumers read it back, exactly, as fp32 values of S
+                # consumers read it back, exactly, as fp32 values of S (or of its stored format)
                 vals[m] = c.astype(np.float32) if m in used else None
     return values, nonfinite, internals
 
