@@ -543,7 +543,8 @@ def test_fp8_mlp_eager_and_fused_place_the_casts_differently(fmt):
     ye, yf = eager.outputs["y"], fused.outputs["y"]
     assert not np.array_equal(ye, yf)
     assert np.all(np.isfinite(ref)) and np.all(np.isfinite(ye.astype(np.float32)))
-    # emulated casts round every node to S as eager does: the same bits as eager here
+    # emulated casts write every node as eager does (S, or the stored formats of quantize and
+    # block_scale): the same bits as eager here
     emu = run(g, x, mode="emulated_casts", fmt=fmt, align=True)
     np.testing.assert_array_equal(emu.outputs["y"].view(np.uint16), ye.view(np.uint16))
 

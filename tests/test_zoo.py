@@ -295,3 +295,25 @@ def test_parse_sizes_types_and_errors():
     # values are validated by the model, not silently accepted
     with pytest.raises(ValueError, match="positive int"):
         get_model("layernorm", **parse_sizes("hidden=abc"))
+
+
+def test_load_inputs_is_the_graph_reader(tmp_path):
+    """zoo.load_inputs reads through numlab.graph.load_inputs (one reader): the
+    same arrays from a .npz file and from a directory of NAME.npy, dtypes kept,
+    in the graph's input order; errors name the argument."""
+    g = zoo.get_model("layernorm")
+    xs = zoo.make_inputs(g, "normal", seed=3)
+    xs["gamma"] = xs["gamma"].astype(np.float16)
+    np.savez(tmp_path / "in.npz", **{k: xs[k] for k in reversed(list(xs))})
+    (tmp_path / "dir").mkdir()
+    for k, v in xs.items():
+        np.save(tmp_path / "dir" / f"{k}.npy", v)
+    for src in (tmp_path / "in.npz", tmp_path / "dir"):
+        got = zoo.load_inputs(g, src)
+        assert list(got) == list(g.inputs) and got["gamma"].dtype == np.float16
+        for k in xs:
+            np.testing.assert_array_equal(got[k], xs[k])
+    with pytest.raises(ValueError, match=r"--inputs: missing input\(s\) \['beta'\]"):
+        zoo.load_inputs(g, {"x": xs["x"], "gamma": xs["gamma"]}, arg="--inputs")
+    with pytest.raises(ValueError, match=r"--inputs: input 'x' has shape \(2, 2\)"):
+        zoo.load_inputs(g, {**xs, "x": np.zeros((2, 2))}, arg="--inputs")

@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import __version__
 from ..formats import Format, get_format
+from .values import stored_formats
 
 __all__ = ["canonical", "fingerprint"]
 
@@ -75,7 +76,11 @@ def fingerprint(graph, *, mode, fmt, kernels=None, library=None, fusion=None, al
     (:meth:`numlab.graph.Graph.to_dict`, the graph's one canonical encoding:
     name, inputs, nodes with ops, attributes and shapes, outputs), the
     storage format, the mode, the kernel specs, the fusion options,
-    ``align`` and the numlab version.
+    ``align`` and the numlab version; in the modes that store values, also
+    the formats of the nodes written in a format other than S
+    (:func:`numlab.execute.values.stored_formats`; the key is absent when
+    there are none, so the fingerprints of graphs without such nodes are
+    unchanged).
 
     Input values and the schedule seed are run-time inputs and are not
     included (compile determinism vs execution determinism).
@@ -90,5 +95,8 @@ def fingerprint(graph, *, mode, fmt, kernels=None, library=None, fusion=None, al
         "fusion": None if fusion is None else fusion.canonical(),
         "align": sorted(align),
     }
+    stored = stored_formats(graph) if mode != "reference" else {}
+    if stored:
+        doc["stored"] = {k: canonical(v) for k, v in stored.items()}
     blob = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(blob.encode("ascii")).hexdigest()

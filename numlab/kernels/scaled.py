@@ -132,6 +132,8 @@ __all__ = [
     "dequantize_ref",
     "scaled_matmul_ref",
     "infer_scaled",
+    "element_storage",
+    "scale_storage",
 ]
 
 SCALE_RULES = ("floor", "rceil", "amax")
@@ -563,6 +565,27 @@ def scaled_matmul_kernel(ctx, qa, sa, qb, sb, *, fmt_a, fmt_b):
         t = ctx.mul(ctx.mul(p, sa_full[:, j:j + 1]), sb_full[j:j + 1, :])
         out = t if out is None else ctx.add(out, t)
     return out
+
+
+def element_storage(attrs) -> Format:
+    """Where a ``quantize`` node's output lives between kernels
+    (``OpInfo.stored_fmt``): its element format (``fp8_e4m3`` for
+    ``deepseek_1x128``, ``fp4_e2m1`` for ``nvfp4``, ...), as the fp8/fp4 tensor a
+    real quantisation kernel writes, whatever the run's storage format S."""
+    return get_scaled_format(attrs["fmt"]).elem_format
+
+
+def scale_storage(attrs) -> Format:
+    """Where a ``block_scale`` node's output lives between kernels
+    (``OpInfo.stored_fmt``): fp32, for every scale format.  DeepSeek-V3's
+    ``act_quant`` returns its scales as an fp32 tensor and torchao keeps
+    NVFP4's ``tensor_scale * scale`` in fp32; E8M0 and e4m3 scales are exact in
+    fp32 (2**-127 is an fp32 subnormal), so the stored value is the kernel's
+    value for every preset.  Storing them in a bf16/fp16 S would round an fp32
+    scale (DeepSeek's ``amax / 448``) and, in fp16, flush or overflow power-of-two
+    scales beyond 2**-24..2**15."""
+    get_scaled_format(attrs["fmt"])  # a bad name is refused here as in the operator
+    return FP32
 
 
 def quantize_ref(x, *, fmt):
