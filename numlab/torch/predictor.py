@@ -11,7 +11,8 @@
 ``mode="compiled"``
     Inductor's decomposition of the same function
     (:class:`~numlab.torch.presets.InductorCpu`): every value fp32, scalars
-    fp32, no FMA, roundings only where a buffer is stored (graph outputs and
+    fp32 (except a comparison's, in the compared tensor's dtype as in eager:
+    measured), no FMA, roundings only where a buffer is stored (graph outputs and
     reduction results), or at every fp16/bf16 value with
     ``emulate_precision_casts``; reductions in Inductor's lane order.
 ``mode="fp64"``
