@@ -291,3 +291,43 @@ def test_graph_option_traces_a_torch_function_with_comparisons(torch, tmp_path, 
     tx, ty = torch.from_numpy(xs), torch.from_numpy(ys)
     want = torch.where(tx > 0.3, tx * ty, ty.clamp(min=-0.5)).float().numpy()
     assert _same(got, want)
+
+
+def literals(x):
+    import torch
+
+    return (x > torch.tensor(0.3), torch.where(x >= torch.tensor(0.3), x, torch.tensor(0.1)),
+            x * torch.tensor(0.3), x + torch.tensor(0.1), torch.tensor(0.7) - x, x / torch.tensor(3.3))
+
+
+@pytest.mark.parametrize("dt", ["fp16", "bf16"])
+def test_tensor_literals_promote_as_aten(torch, dt):
+    """``torch.tensor(0.3)`` (a 0-d fp32 literal) with an fp16/bf16 tensor: eager ATen
+    converts it to the tensor's dtype for comparisons, where, add and sub, and reads
+    it as an fp32 scalar for mul and div; Inductor computes with the fp32 value.
+    Both predicted bit for bit; the graph reads the literal as a scalar operand."""
+    from numlab.torch import compile_fn, from_torch, predict, run_torch
+
+    x, t = _threshold_data(torch, dt, n=2000, seed=11)
+    tr = from_torch(literals, (x,))
+    te = run_torch(tr, (x,))
+    tc = run_torch(tr, (x,), mode="compiled", compiled=compile_fn(literals))
+    for mode, want in (("eager", te), ("compiled", tc)):
+        got = predict(tr, (x,), mode=mode).outputs
+        for i, (p, w) in enumerate(zip(got, want, strict=True)):
+            assert _same(p, w), (dt, mode, i)
+    xs = x.float().numpy()
+    at = xs == np.float32(t)
+    assert not te[0][at].any() and tc[0][at].all()  # eager: dtype(0.3) > dtype(0.3) is False
+    # mul keeps fp32(0.3): the product by dtype(0.3) rounded once differs somewhere
+    alt = (x.float() * torch.tensor(0.3, dtype=x.dtype).float()).to(x.dtype).float().numpy()
+    assert not _same(te[2], alt)
+    g = tr.to_graph()
+    ops = {n.name: n for n in g.nodes}
+    muls = [n for n in g.nodes if n.op == "mul_scalar"]
+    assert len(muls) == 1 and muls[0].attrs["scalar"] == float(np.float32(0.3))
+    assert {n.op for n in g.nodes} >= {"gt", "ge", "where", "add_scalar", "rsub_scalar", "div_scalar"}
+    assert set(g.inputs) == set(tr.input_names) and len(ops) == len(g.nodes)
+    # a dimensioned fp32 literal with an fp16/bf16 tensor computes in fp32: not one storage format
+    with pytest.raises(ValueError, match=r"lift_fresh_copy.default of a fp32 tensor of shape \(2000,\) in a "):
+        from_torch(lambda v: v > torch.tensor([0.3] * 2000), (x,)).to_graph()

@@ -300,6 +300,8 @@ class TorchTrace:
         inputs = {p.name: tuple(p.shape) for p in self.inputs}
         outs = [alias.get(o, o) for o in self.outputs]
         used = {i for g in gnodes for i in g.inputs} | set(outs)
+        # a literal read as an arithmetic op's scalar leaves its constant node unused
+        gnodes = [g for g in gnodes if g.op != "constant" or g.name in used]
         for n in self.nodes:
             # a module's parameter or buffer is a graph input; a literal tensor made inside
             # the function (lift_fresh_copy) became a constant node and is no input
@@ -344,6 +346,18 @@ def scalar_value(s) -> float:
     return v
 
 
+def _literal(tr: "TorchTrace", ref: Ref):
+    """The value of a 0-d float tensor literal (``torch.tensor(0.3)`` in the function:
+    ``lift_fresh_copy`` of a constant) as a Python float, else None."""
+    if not isinstance(ref, Ref):
+        return None
+    n = tr.node(ref.name)
+    if n.op.startswith("lift_fresh_copy") and n.shape == () and n.args[0].name in tr.constants \
+            and n.dtype in ("fp32", "fp16", "bf16"):
+        return float(tr.constants[n.args[0].name].double().item())
+    return None
+
+
 def _const(name: str, s) -> tuple:
     """A 0-d ``constant`` graph node holding the Python number ``s`` (:func:`scalar_value`)."""
     return (name, "constant", (), {"value": _ops.ConstValue(scalar_value(s))})
@@ -376,7 +390,8 @@ def _map_node(n: ANode, alias: dict, tr: TorchTrace):
         return [(nm, "cast", (r[0],), {"to": n.dtype})]
     if base in ("add", "sub", "mul", "div"):
         alpha = n.kwargs.get("alpha", 1)
-        a, b = r[0], r[1]
+        # a 0-d tensor literal is read by ATen's kernel as its scalar, like a Python number
+        a, b = (v if (lit := _literal(tr, x)) is None else lit for x, v in zip(n.args[:2], r[:2], strict=True))
         if _is_num(a) and _is_num(b):
             raise _Unmapped(f"aten.{n.op} of two scalars")
         if alpha != 1:
@@ -470,6 +485,10 @@ def _map_node(n: ANode, alias: dict, tr: TorchTrace):
         if src not in tr.constants:
             raise _Unmapped(f"aten.{n.op} of a computed tensor")
         t = tr.constants[src]
+        dt = _dtype_name(t.dtype)
+        if t.dim() and dt != tr.storage:
+            raise _Unmapped(f"aten.{n.op} of a {dt} tensor of shape {tuple(t.shape)} in a {tr.storage} "
+                            "function (numlab holds every value in one storage format)")
         vals = t.numpy() if str(t.dtype) == "torch.bool" else t.double().numpy()
         return [(nm, "constant", (), {"value": _ops.ConstValue(vals)})]
     raise _Unmapped(f"aten.{n.op}")

@@ -407,6 +407,10 @@ def _aten_layer_norm(x, w, b, eps, out_dt, preset, ind=None, widen=False):
 _MATH = ("exp", "log", "tanh", "erf", "sqrt", "rsqrt", "reciprocal", "sigmoid", "silu", "gelu",
          "log1p", "softplus", "hardswish")
 _CLAMP = ("clamp", "clamp_min", "clamp_max", "hardtanh")
+_FLOATS = ("fp32", "fp16", "bf16")
+# binary ATen ops whose tensor operands TensorIterator converts to the common dtype
+_PROMOTING = ("add", "sub", "mul", "div", "where", "maximum", "minimum",
+              "gt", "lt", "ge", "le", "eq", "ne")
 _CMP = {"gt": np.greater, "lt": np.less, "ge": np.greater_equal, "le": np.less_equal,
         "eq": np.equal, "ne": np.not_equal}
 
@@ -467,6 +471,8 @@ class _Interp:
             if why:
                 raise NotModelled(f"aten.{op}: {why}")
         ft = np.float64 if self.mode == "fp64" else np.float32
+        if self.mode != "fp64" and self.sw.algorithm == "aten" and base_ in _PROMOTING:
+            a = self.promote(node, a)
         with np.errstate(all="ignore"):
             if base_ in ("add", "sub", "mul", "div"):
                 x, y = a[0], a[1]
@@ -608,6 +614,43 @@ class _Interp:
             if base == "hardswish":
                 return self.hardswish(np.asarray(a[0], ft), dt)
         raise NotModelled(f"aten.{node.op} is not modelled ({self.sw})")
+
+    def promote(self, node, a):
+        """ATen's TensorIterator converts tensor operands of different float dtypes to
+        their common dtype before the kernel runs (``torch.result_type``: a 0-d tensor
+        yields to a dimensioned one of the same category, fp16 with bf16 is fp32):
+        ``x16 > torch.tensor(0.3)`` compares with fp16(0.3) (measured torch 2.13).
+        Inductor computes such operands in fp32 unconverted (measured): not applied there."""
+        first = 1 if node.op.split(".")[0] == "where" else 0  # where's condition is bool
+        idx = [i for i in range(first, len(a)) if isinstance(node.args[i], Ref)
+               and self.dt.get(node.args[i].name) in _FLOATS]
+        if len(idx) < 2:
+            return a
+        dims = [i for i in idx if np.ndim(a[i]) > 0] or idx
+        dts = {self.dt[node.args[i].name] for i in dims}
+        common = dts.pop() if len(dts) == 1 else "fp32"
+        if common == "fp32":
+            return a  # fp16/bf16 values are exact in fp32: nothing to convert
+        out = list(a)
+        for i in idx:
+            if self.dt[node.args[i].name] == common:
+                continue
+            if i not in dims and self.pe.scalar_rule(self._rule(node, i)) == "opmath":
+                # a 0-d CPU tensor is read as the kernel's scalar, like a Python number:
+                # mul/div keep its fp32 value (measured: x16 * torch.tensor(0.3))
+                continue
+            out[i] = _rnd(a[i], common)
+        return tuple(out)
+
+    @staticmethod
+    def _rule(node, i) -> str:
+        """The scalar rule (``TorchCpuEager.scalar_rules``) of operand ``i`` of ``node``."""
+        base = node.op.split(".")[0].rstrip("_")
+        if base in _CMP:
+            return "compare"
+        if base == "sub" and i == 0:
+            return "rsub"
+        return base if base in ("add", "sub", "mul", "div", "where") else "where"
 
     def dt_of(self, node, i):
         arg = node.args[i]
