@@ -454,27 +454,42 @@ def _map_node(n: ANode, alias: dict, tr: TorchTrace):
     if base in CATALOGUE_MAP and len(n.args) == 1:
         return [(nm, CATALOGUE_MAP[base], (r[0],), {})]
     if base in ("clamp", "clamp_min", "clamp_max", "hardtanh"):
-        # min(max(x, lo), hi) as ATen computes it: lo first, NaN propagates
-        if base == "clamp_min":
-            lo, hi = r[1], None
-        elif base == "clamp_max":
-            lo, hi = None, r[1]
-        else:
-            dflt = (-1.0, 1.0) if base == "hardtanh" else (None, None)
-            lo = r[1] if len(r) > 1 else n.kwargs.get("min", n.kwargs.get("min_val", dflt[0]))
-            hi = r[2] if len(r) > 2 else n.kwargs.get("max", n.kwargs.get("max_val", dflt[1]))
-            lo = alias.get(lo.name, lo.name) if isinstance(lo, Ref) else lo
-            hi = alias.get(hi.name, hi.name) if isinstance(hi, Ref) else hi
-        steps = [(op, b) for op, b in (("maximum", lo), ("minimum", hi)) if b is not None]
-        if not steps:
-            return r[0]
-        out, src = [], r[0]
-        for k, (op, b) in enumerate(steps):
-            name = nm if k == len(steps) - 1 else f"{nm}.{op}"
-            pre, (b_name,) = _tensorise(name, [b])
-            out += pre + [(name, op, (src, b_name), {})]
-            src = name
-        return out
+        return _map_clamp(n, base, r, alias)
+    if base in ("scalar_tensor", "lift_fresh_copy"):
+        return _map_literal(n, base, r, tr)
+    raise _Unmapped(f"aten.{n.op}")
+
+
+def _map_clamp(n: ANode, base: str, r: list, alias: dict):
+    """clamp / clamp_min / clamp_max / hardtanh -> min(max(x, lo), hi) as ATen computes
+    it (lo first, NaN propagates); a number bound becomes a 0-d constant."""
+    nm = n.name
+    if base == "clamp_min":
+        lo, hi = r[1], None
+    elif base == "clamp_max":
+        lo, hi = None, r[1]
+    else:
+        dflt = (-1.0, 1.0) if base == "hardtanh" else (None, None)
+        lo = r[1] if len(r) > 1 else n.kwargs.get("min", n.kwargs.get("min_val", dflt[0]))
+        hi = r[2] if len(r) > 2 else n.kwargs.get("max", n.kwargs.get("max_val", dflt[1]))
+        lo = alias.get(lo.name, lo.name) if isinstance(lo, Ref) else lo
+        hi = alias.get(hi.name, hi.name) if isinstance(hi, Ref) else hi
+    steps = [(op, b) for op, b in (("maximum", lo), ("minimum", hi)) if b is not None]
+    if not steps:
+        return r[0]
+    out, src = [], r[0]
+    for k, (op, b) in enumerate(steps):
+        name = nm if k == len(steps) - 1 else f"{nm}.{op}"
+        pre, (b_name,) = _tensorise(name, [b])
+        out += pre + [(name, op, (src, b_name), {})]
+        src = name
+    return out
+
+
+def _map_literal(n: ANode, base: str, r: list, tr: "TorchTrace"):
+    """scalar_tensor (a number as a 0-d tensor) and lift_fresh_copy (a tensor literal
+    made in the function) -> a ``constant`` node."""
+    nm = n.name
     if base == "scalar_tensor":
         if n.dtype != tr.storage:
             raise _Unmapped(f"aten.{n.op} of dtype {n.dtype} in a {tr.storage} function (numlab holds "
