@@ -1257,3 +1257,62 @@ def __getattr__(name):
     if name in _ALIASES:
         return _ALIASES[name]
     raise AttributeError(f"module 'numlab.ops' has no attribute {name!r}")
+
+
+# --- block-scaled operators (h6) ---
+# quantize / block_scale / dequantize / scaled_matmul: numlab.kernels.scaled
+# (formats, kernels, float64 references, shape rule); bound rules in
+# numlab.bound_rules' block-scaled section.  ATen: torchao's mx/nvfp4 casts are
+# not ATen operators; ``aten`` names the nearest ATen operators (per-channel
+# quantisation, scale choice, dequantisation, ``_scaled_mm``), none of which
+# the torch bridge maps.
+from .kernels import scaled as _scaled  # noqa: E402  (section appended at the end)
+
+_register("quantize", "elementwise", (1, 1), {"fmt": REQUIRED},
+          lambda shapes, attrs: _scaled.infer_scaled("quantize", shapes, attrs), _scaled.quantize_ref,
+          kernel=E.quantize, slack=R.slack_exact, propagate=R.propagate_quantize,
+          aten=("quantize_per_channel",),
+          doc="elements of x in the block-scaled format fmt (kernels.scaled presets: mxfp8_e4m3, nvfp4, "
+              "deepseek_1x128, ...); each output depends on its block's amax")
+_register("block_scale", "elementwise", (1, 1), {"fmt": REQUIRED},
+          lambda shapes, attrs: _scaled.infer_scaled("block_scale", shapes, attrs), _scaled.block_scale_ref,
+          kernel=E.block_scale, slack=R.slack_exact, propagate=R.propagate_block_scale,
+          aten=("choose_qparams_optimized",),
+          doc="per-block dequantisation scale of x in fmt, shape (..., R/bm, C/bn)")
+_register("dequantize", "elementwise", (2, 2), {"fmt": REQUIRED},
+          lambda shapes, attrs: _scaled.infer_scaled("dequantize", shapes, attrs), _scaled.dequantize_ref,
+          kernel=E.dequantize, slack=R.slack_exact, propagate=R.propagate_dequantize,
+          aten=("dequantize",),
+          doc="elements q times their block's scale s (one rounding)")
+_register("scaled_matmul", "matmul", (4, 4), {"fmt_a": REQUIRED, "fmt_b": REQUIRED},
+          lambda shapes, attrs: _scaled.infer_scaled("scaled_matmul", shapes, attrs), _scaled.scaled_matmul_ref,
+          kernel=E.scaled_matmul, slack=R.slack_scaled_matmul, propagate=R.propagate_scaled_matmul,
+          aten=("_scaled_mm",), accumulator="float64",
+          doc="(qa sa) @ (qb sb) with the scales applied per K block in the epilogue (DeepSeek-V3)")
+
+
+def quantize(x, fmt):
+    """The elements of ``x`` in the block-scaled format ``fmt`` (a preset name of
+    :data:`numlab.kernels.scaled.PRESETS` or a ScaledFormat preset)."""
+    return _apply("quantize", [x], {"fmt": getattr(fmt, "name", fmt)})
+
+
+def block_scale(x, fmt):
+    """Per-block dequantisation scales of ``x`` in ``fmt``."""
+    return _apply("block_scale", [x], {"fmt": getattr(fmt, "name", fmt)})
+
+
+def dequantize(q, s, fmt):
+    """``q * s`` with one scale per block of ``fmt``."""
+    return _apply("dequantize", [q, s], {"fmt": getattr(fmt, "name", fmt)})
+
+
+def fake_quantize(x, fmt):
+    """``dequantize(quantize(x), block_scale(x))``: three nodes."""
+    return dequantize(quantize(x, fmt), block_scale(x, fmt), fmt)
+
+
+def scaled_matmul(qa, sa, qb, sb, fmt_a, fmt_b):
+    """``(qa sa) @ (qb sb)``, scales applied per block of K in the epilogue."""
+    return _apply("scaled_matmul", [qa, sa, qb, sb],
+                  {"fmt_a": getattr(fmt_a, "name", fmt_a), "fmt_b": getattr(fmt_b, "name", fmt_b)})

@@ -62,6 +62,7 @@ __all__ = [
     "swiglu",
     "residual_rmsnorm",
     "transformer_block",
+    "fp8_mlp",
 ]
 
 KINDS = ("normal", "uniform", "shifted_mean", "near_overflow", "heavy_tailed")
@@ -206,6 +207,35 @@ def transformer_block(seq: int = 8, d_model: int = 32, heads: int = 2, d_ff: int
     )
 
 
+def fp8_mlp(batch: int = 8, d_model: int = 128, d_ff: int = 256, act_fmt: str = "deepseek_1x128",
+            w_fmt: str = "deepseek_128x128") -> Graph:
+    """An MLP block in DeepSeek-V3's fine-grained fp8 (e4m3 elements, fp32
+    scales on 1x128 activation tiles and 128x128 weight blocks), with a
+    residual::
+
+        h  = scaled_matmul(quantize(x), block_scale(x), quantize(w1), block_scale(w1)) + b1
+        a  = gelu(h)                                   # fused: a stays fp32 into the next cast
+        ad = dequantize(quantize(a), block_scale(a))   # fp8 activations, dequantised
+        y  = x + ad @ w2
+
+    Eager writes every node to S (a, ad rounded to S; the scales too); fused
+    keeps ``h + b1 -> gelu -> quantize/block_scale -> dequantize -> + x``
+    in fp32 up to the block edge (the matmuls are library calls).
+    ``d_model`` and ``d_ff`` must be multiples of 128 (the blocks).
+    """
+    for v, w in ((batch, "batch"), (d_model, "d_model"), (d_ff, "d_ff")):
+        _pos(v, w)
+
+    def fp8_mlp(x, w1, b1, w2):
+        h = ops.scaled_matmul(ops.quantize(x, act_fmt), ops.block_scale(x, act_fmt),
+                              ops.quantize(w1, w_fmt), ops.block_scale(w1, w_fmt), act_fmt, w_fmt) + b1
+        a = ops.gelu(h, approximate="tanh")
+        ad = ops.fake_quantize(a, act_fmt)
+        return {"y": x + ad @ w2}
+
+    return trace(fp8_mlp, x=(batch, d_model), w1=(d_model, d_ff), b1=(d_ff,), w2=(d_ff, d_model))
+
+
 MODELS = {
     "layernorm": layernorm,
     "rmsnorm": rmsnorm,
@@ -216,6 +246,7 @@ MODELS = {
     "swiglu": swiglu,
     "residual_rmsnorm": residual_rmsnorm,
     "transformer_block": transformer_block,
+    "fp8_mlp": fp8_mlp,
 }
 
 

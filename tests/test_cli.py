@@ -21,6 +21,8 @@ from numlab.execute import run
 # the quickest run of every subcommand, with every shared option it takes
 # ({tmp} is replaced by a fresh directory)
 GOOD = {
+    "mma sweep": ["mma", "sweep", "--ks", "256", "--m", "2", "--n", "2", "--kind", "uniform", "--claims-model",
+                  "none", "--preset-k", "256", "--seed", "1", "--out", "{tmp}/mma", "--force"],
     "demo": ["demo", "--quick", "--models", "softmax", "--inputs", "uniform", "--seed", "1",
              "--fusion", "inductor", "--out", "{tmp}/demo", "--force"],
     "run": ["run", "layernorm", "--dtype", "bf16", "--size", "batch=2", "--size", "hidden=16",
@@ -106,6 +108,7 @@ BAD = {
 }
 # which shared options each command takes, and where its argv puts MODEL
 TAKES = {
+    "mma sweep": ["--seed"],
     "demo": ["--inputs", "--fusion", "--seed", "--models"],
     "run": ["MODEL", "--dtype", "--size", "--inputs", "--fusion", "--kernels", "--seed"],
     "compare": ["--dtype"],

@@ -35,8 +35,12 @@ def canonical(obj):
     if isinstance(obj, float | np.floating):
         return {"f": float(obj).hex()}
     if isinstance(obj, Format):
-        return {"format": obj.name, "p": obj.p, "emin": obj.emin, "emax": obj.emax,
-                "subnormals": obj.subnormals, "inf": obj.inf, "nan": obj.nan}
+        d = {"format": obj.name, "p": obj.p, "emin": obj.emin, "emax": obj.emax,
+             "subnormals": obj.subnormals, "inf": obj.inf, "nan": obj.nan}
+        # the #16 fields enter only where they differ from IEEE's (True), so the
+        # fingerprints of every earlier format, and of saved counterexamples, stay as they were
+        d.update({k: getattr(obj, k) for k in ("negzero", "signed", "zero") if not getattr(obj, k)})
+        return d
     if isinstance(obj, enum.Enum):
         return {"enum": type(obj).__name__, "value": canonical(obj.value)}
     if isinstance(obj, np.ndarray):
