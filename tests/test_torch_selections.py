@@ -331,3 +331,24 @@ def test_tensor_literals_promote_as_aten(torch, dt):
     # a dimensioned fp32 literal with an fp16/bf16 tensor computes in fp32: not one storage format
     with pytest.raises(ValueError, match=r"lift_fresh_copy.default of a fp32 tensor of shape \(2000,\) in a "):
         from_torch(lambda v: v > torch.tensor([0.3] * 2000), (x,)).to_graph()
+
+
+def test_explain_bool_output_and_nan(torch):
+    """explain() on a function with a NaN input and a bool output: NaN pairs agree,
+    a truth value's distance is 0 or inf ulp, and the eager/compiled flip of
+    ``x > torch.tensor(0.3)`` at x == fp16(0.3) (eager converts the literal to fp16,
+    Inductor compares with fp32(0.3)) is attributed to promotion or scalars."""
+    from numlab.torch import explain
+
+    x, t = _threshold_data(torch, "fp16", n=2000, seed=11)
+    assert np.isnan(x.float().numpy()).sum() == 1
+    e = explain(where_gt, (x,))
+    assert (e.n_differ, e.faith_eager, e.faith_compiled) == (0, 1.0, 1.0)
+    assert e.verdict() == "eager and compiled agree bit for bit: nothing to attribute"
+    e = explain(literals, (x,), output=0)
+    at = int(np.sum(x.float().numpy() == np.float32(t)))
+    assert e.dtype == "bool" and e.n_differ == e.n_differ_pred == at >= 2
+    assert (e.faith_eager, e.faith_compiled, e.max_ulp_eager) == (1.0, 1.0, 0.0)
+    assert {s for s, d in e.sources.items() if d["explains"] == 1.0} == {"promotion", "scalars"}
+    assert e.errors["torch eager"][1] == np.inf  # the fp64 reference (0.3 exactly) says True there
+    assert "promotion or scalars alone moves every differing element" in e.verdict()

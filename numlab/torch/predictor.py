@@ -471,7 +471,7 @@ class _Interp:
             if why:
                 raise NotModelled(f"aten.{op}: {why}")
         ft = np.float64 if self.mode == "fp64" else np.float32
-        if self.mode != "fp64" and self.sw.algorithm == "aten" and base_ in _PROMOTING:
+        if self.mode != "fp64" and self.sw.promotion == "eager" and base_ in _PROMOTING:
             a = self.promote(node, a)
         with np.errstate(all="ignore"):
             if base_ in ("add", "sub", "mul", "div"):
@@ -620,7 +620,8 @@ class _Interp:
         their common dtype before the kernel runs (``torch.result_type``: a 0-d tensor
         yields to a dimensioned one of the same category, fp16 with bf16 is fp32):
         ``x16 > torch.tensor(0.3)`` compares with fp16(0.3) (measured torch 2.13).
-        Inductor computes such operands in fp32 unconverted (measured): not applied there."""
+        Inductor computes such operands in fp32 unconverted (measured): applied under
+        ``Switches.promotion == "eager"`` only, 0-d operands under ``scalars == "aten"``."""
         first = 1 if node.op.split(".")[0] == "where" else 0  # where's condition is bool
         idx = [i for i in range(first, len(a)) if isinstance(node.args[i], Ref)
                and self.dt.get(node.args[i].name) in _FLOATS]
@@ -635,9 +636,11 @@ class _Interp:
         for i in idx:
             if self.dt[node.args[i].name] == common:
                 continue
-            if i not in dims and self.pe.scalar_rule(self._rule(node, i)) == "opmath":
+            if i not in dims and (self.sw.scalars == "inductor"
+                                  or self.pe.scalar_rule(self._rule(node, i)) == "opmath"):
                 # a 0-d CPU tensor is read as the kernel's scalar, like a Python number:
-                # mul/div keep its fp32 value (measured: x16 * torch.tensor(0.3))
+                # mul/div keep its fp32 value (measured: x16 * torch.tensor(0.3));
+                # Inductor's scalars stay fp32
                 continue
             out[i] = _rnd(a[i], common)
         return tuple(out)
