@@ -358,3 +358,29 @@ def test_explain_bool_output_and_nan(torch):
     assert {s for s, d in e.sources.items() if d["explains"] == 1.0} == {"promotion", "scalars"}
     assert e.errors["torch eager"][1] == np.inf  # the fp64 reference (0.3 exactly) says True there
     assert "promotion or scalars alone moves every differing element" in e.verdict()
+
+
+def logic(x):
+    import torch
+
+    return ((x > 0) & (x < 1), torch.logical_or(x > 0.5, x < -0.5), ~(x > 0), torch.logical_not(x > 0),
+            torch.logical_and(x, x < 1), (x > 0) ^ (x < 1), torch.logical_xor(x, x > 0.3), (x > 0) | (x < 0.3),
+            torch.logical_not(x), x.masked_fill(x > 0.3, 0.1),
+            x.masked_fill((x < -0.2) & (x > -1), float("-inf")))
+
+
+@pytest.mark.parametrize("dt", DTS)
+def test_logical_ops_and_masked_fill(torch, dt):
+    """&, |, ^, ~ of masks, logical_* (a float operand's truth, NaN true), masked_fill
+    with a number: bool outputs stay truth values in the graph (exact comparisons of
+    0/1); eager, compiled (fp16) and numlab's graph bit for bit."""
+    x, t = _threshold_data(torch, dt, n=2000, seed=12)
+    tr, g, te = _check_all(torch, logic, (x,), dt, compiled=(dt == "fp16"))
+    assert [g.value_kind(o) for o in g.outputs] == ["bool"] * 9 + ["float"] * 2
+    xs = x.float().numpy()
+    nan = np.isnan(xs)
+    assert nan.any() and not te[8][nan].any()  # logical_not(NaN) is False: NaN is true
+    assert np.array_equal(te[0], (xs > 0) & (xs < 1))  # independent numpy truth values
+    # filled where x > dtype(0.3) (torch's mask), with dtype(0.1)
+    assert np.all(te[9][xs > np.float32(t)] == np.float32(torch.tensor(0.1, dtype=x.dtype).float().item()))
+    assert np.all(te[9][xs == np.float32(t)] == np.float32(t))

@@ -63,7 +63,9 @@ _ELEMENTWISE = (
     "_to_copy.default", "clone.default", "alias.default", "detach.default",
     "convert_element_type.default", "scalar_tensor.default",
     "softplus.default", "hardswish.default", "log1p.default", "clamp.default", "clamp_min.default",
-    "clamp_max.default", "hardtanh.default", "lift_fresh_copy.default",
+    "clamp_max.default", "hardtanh.default", "lift_fresh_copy.default", "masked_fill.Scalar",
+    "bitwise_and.Tensor", "bitwise_or.Tensor", "bitwise_xor.Tensor", "bitwise_not.default",
+    "logical_and.default", "logical_or.default", "logical_xor.default", "logical_not.default",
 )
 _REDUCTION = ("sum.dim_IntList", "mean.dim", "amax.default", "amin.default", "var_mean.correction")
 _COMPOSITE = ("_softmax.default", "native_layer_norm.default")
@@ -455,6 +457,11 @@ def _map_node(n: ANode, alias: dict, tr: TorchTrace):
         return [(nm, CATALOGUE_MAP[base], (r[0],), {})]
     if base in ("clamp", "clamp_min", "clamp_max", "hardtanh"):
         return _map_clamp(n, base, r, alias)
+    if base in _LOGIC:
+        return _map_logic(n, base, r, tr)
+    if base == "masked_fill":  # x.masked_fill(mask, v) = where(mask, v, x)
+        pre, (v,) = _tensorise(nm, [r[2]])
+        return pre + [(nm, "where", (r[1], v, r[0]), {})]
     if base in ("scalar_tensor", "lift_fresh_copy"):
         return _map_literal(n, base, r, tr)
     raise _Unmapped(f"aten.{n.op}")
@@ -484,6 +491,36 @@ def _map_clamp(n: ANode, base: str, r: list, alias: dict):
         out += pre + [(name, op, (src, b_name), {})]
         src = name
     return out
+
+
+_LOGIC = ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
+          "logical_and", "logical_or", "logical_xor", "logical_not")
+
+
+def _map_logic(n: ANode, base: str, r: list, tr: "TorchTrace"):
+    """Logical operators as exact comparisons of 0.0 / 1.0 (truth values, value_kind
+    "bool"): and = ne(minimum(a, b), 0), or = ne(maximum(a, b), 0), xor = ne(a, b),
+    not = eq(a, 0); a float operand of a logical_* op is first its truth (x != 0,
+    NaN is true).  bitwise_* of integers has no catalogue equivalent."""
+    nm = n.name
+    out, names = [], []
+    for i, (arg, v) in enumerate(zip(n.args, r, strict=False)):
+        if not isinstance(arg, Ref):
+            raise _Unmapped(f"aten.{n.op} with a Python scalar operand")
+        if tr.node(arg.name).dtype != "bool":
+            if base.startswith("bitwise"):
+                raise _Unmapped(f"aten.{n.op} of a {tr.node(arg.name).dtype} tensor (integers)")
+            out += [_const(f"{nm}.z{i}", 0.0), (f"{nm}.t{i}", "ne", (v, f"{nm}.z{i}"), {})]
+            v = f"{nm}.t{i}"
+        names.append(v)
+    kind = base.split("_")[1]
+    if kind == "not":
+        return out + [_const(f"{nm}.z", 0.0), (nm, "eq", (names[0], f"{nm}.z"), {})]
+    if kind == "xor":
+        return out + [(nm, "ne", tuple(names), {})]
+    sel = "minimum" if kind == "and" else "maximum"
+    return out + [(f"{nm}.{sel}", sel, tuple(names), {}), _const(f"{nm}.z", 0.0),
+                  (nm, "ne", (f"{nm}.{sel}", f"{nm}.z"), {})]
 
 
 def _map_literal(n: ANode, base: str, r: list, tr: "TorchTrace"):

@@ -408,6 +408,8 @@ _MATH = ("exp", "log", "tanh", "erf", "sqrt", "rsqrt", "reciprocal", "sigmoid", 
          "log1p", "softplus", "hardswish")
 _CLAMP = ("clamp", "clamp_min", "clamp_max", "hardtanh")
 _FLOATS = ("fp32", "fp16", "bf16")
+_LOGIC = ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
+          "logical_and", "logical_or", "logical_xor", "logical_not")
 # binary ATen ops whose tensor operands TensorIterator converts to the common dtype
 _PROMOTING = ("add", "sub", "mul", "div", "where", "maximum", "minimum",
               "gt", "lt", "ge", "le", "eq", "ne")
@@ -495,17 +497,13 @@ class _Interp:
                     raise NotModelled("rsub with alpha")
                 return self.out(np.asarray(s, ft) - np.asarray(a[0], ft), dt)
             if base in _CMP:
-                x, y = a[0], a[1]
-                if _is_num(y):
-                    dti = self.dt_of(node, 0)
-                    if self.mode != "fp64" and self.sw.scalars == "inductor" and dti in _LOW:
-                        # Inductor too compares with the scalar in the compared tensor's dtype,
-                        # double -> float -> dtype (ops.constant(s, dtype); measured torch 2.13:
-                        # an fp16 x == fp16(0.3) is not > 0.3, compiled as in eager)
-                        y = _scalar(y, dti)
-                    else:
-                        y = self.sc(y, "compare", dti)
-                return _CMP[base](np.asarray(x, ft), y)
+                return self.compare(node, base, a, ft)
+            if base_ in _LOGIC:
+                return self.logic(node, base_, a)
+            if base == "masked_fill":  # value converted to the tensor dtype (double -> float -> dtype)
+                x, mask, v = a
+                v = self.sc(v, "where", dt) if _is_num(v) else v
+                return self.out(np.where(mask, np.asarray(v, ft), np.asarray(x, ft)), dt)
             if base == "where":
                 c, x, y = a
                 x = self.sc(x, "where", dt) if _is_num(x) else x
@@ -654,6 +652,35 @@ class _Interp:
         if base == "sub" and i == 0:
             return "rsub"
         return base if base in ("add", "sub", "mul", "div", "where") else "where"
+
+    def compare(self, node, base, a, ft):
+        """gt/ge/lt/le/eq/ne: exact, bool results; a Python-scalar operand in the
+        compared tensor's dtype (the preset's "compare" rule in eager)."""
+        x, y = a[0], a[1]
+        if _is_num(y):
+            dti = self.dt_of(node, 0)
+            if self.mode != "fp64" and self.sw.scalars == "inductor" and dti in _LOW:
+                # Inductor too compares with the scalar in the compared tensor's dtype,
+                # double -> float -> dtype (ops.constant(s, dtype); measured torch 2.13:
+                # an fp16 x == fp16(0.3) is not > 0.3, compiled as in eager)
+                y = _scalar(y, dti)
+            else:
+                y = self.sc(y, "compare", dti)
+        return _CMP[base](np.asarray(x, ft), y)
+
+    def logic(self, node, base, a):
+        """bitwise_* of bool tensors and logical_* (a float operand's truth: x != 0,
+        NaN is true, as C++ ``bool(x)``): exact, bool results."""
+        vals = []
+        for i, v in enumerate(a):
+            d = self.dt_of(node, i)
+            if base.startswith("bitwise") and d != "bool":
+                raise NotModelled(f"aten.{node.op} of {d} tensors (integers are not modelled)")
+            vals.append(np.asarray(v) != 0)
+        kind = base.split("_")[1]
+        if kind == "not":
+            return ~vals[0]
+        return {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}[kind](*vals)
 
     def dt_of(self, node, i):
         arg = node.args[i]
