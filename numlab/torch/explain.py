@@ -9,8 +9,9 @@ switching each one on its own (:class:`~numlab.torch.predict.Switches`):
 * **promotion** -- every ATen kernel rounds to fp16/bf16 vs one fused fp32
   kernel rounding at its stores;
 * **scalars** (instruction choice) -- Python scalars rounded to the tensor
-  dtype for add/sub/compare and an FMA in ``add(alpha)`` vs fp32 scalars and
-  no contraction (``-ffp-contract=off``);
+  dtype for add/sub and an FMA in ``add(alpha)`` vs fp32 scalars and
+  no contraction (``-ffp-contract=off``); a comparison's scalar is in the
+  tensor dtype in both (measured), so it is not switched;
 * **order** -- ATen's cascade sum (8 lanes) vs Inductor's 16/32 lane vector
   and butterfly (and thread split);
 * **algorithm** -- ATen's softmax/layer-norm/gelu kernels vs Inductor's
@@ -37,7 +38,7 @@ __all__ = ["explain", "Explanation", "ulp_distance", "SOURCE_TEXT"]
 
 SOURCE_TEXT = {
     "promotion": "each ATen op rounds to the tensor dtype | one fused fp32 kernel, rounding at stores",
-    "scalars": "add/sub/compare scalars rounded to dtype, add(alpha) FMA | fp32 scalars, no FMA",
+    "scalars": "add/sub scalars rounded to dtype, add(alpha) FMA | fp32 scalars, no FMA (compare: dtype in both)",
     "order": "ATen cascade sum (8 lanes) | Inductor 16/32 lanes + butterfly (thread split)",
     "algorithm": "ATen softmax/layer_norm/gelu kernels | Inductor's decompositions",
 }
