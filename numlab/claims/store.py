@@ -6,17 +6,30 @@ bit for bit.  The storage format's key is ``"fmt"``; files written before
 the rename have ``"dtype"`` and still load.  The fusion is rebuilt from the
 saved ``"fusion_options"`` fields (what ran), not from the spec string,
 whose preset may have changed default since (the autofuse preset kept
-composites decomposed before it kept them whole)."""
+composites decomposed before it kept them whole).
+
+A case checked on a real kernel's outputs (``Case.observed``) saves them as
+``output/observed/<name>`` next to numlab's eager and reference outputs; a
+case whose model is a Graph or a traced function (``Case.source``) saves the
+graph in the ``.json`` (``"graph"``: :meth:`numlab.graph.Graph.to_dict`, and
+``"graph_roles"``), so :func:`reproduce` rebuilds it without the user's
+code and re-evaluates the claim on the saved observed outputs (numlab cannot
+re-run the real kernel: ``"bitwise"`` then covers eager and the reference).
+Such a file's name hashes the inputs and the observed outputs (two kernels'
+outputs on the same inputs are two counterexamples); its ``"case_sha256"``
+records that hash."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
 
 import numpy as np
 
 from ..fusion import FusionOptions
+from ..graph import Graph
 from ._fusion import fusion_options, fusion_spec
 from .cases import Case, evaluate
 from .catalogue import CaseResult, get_claim
@@ -49,9 +62,22 @@ def save_counterexample(claim, case: Case, result: CaseResult, directory="data/c
     for mode, outs in result.outputs.items():
         for k, v in outs.items():
             arrs[f"output/{mode}/{k}"] = np.asarray(v)
+    if case.observed is not None:
+        for k, v in case.observed.items():
+            arrs[f"output/observed/{k}"] = np.asarray(v)
     ih = sha256_arrays({k: v for k, v in arrs.items() if k.startswith("input/")})
     oh = sha256_arrays({k: v for k, v in arrs.items() if k.startswith("output/")})
-    stem = os.path.join(directory, f"{claim.name}__{case.model}__{case.fmt}__{ih[:12]}")
+    key = ih
+    extra = dict(extra or {})
+    if case.observed is not None:
+        key = sha256_arrays({**{f"input/{k}": v for k, v in case.inputs.items()},
+                             **{f"observed/{k}": v for k, v in case.observed.items()}})
+        extra["case_sha256"] = key
+    if case.source is not None:
+        extra["graph"] = case.source.to_dict()
+        extra["graph_roles"] = dict(case.source.roles)
+    label = re.sub(r"[^A-Za-z0-9_.+-]", "_", str(case.model))  # a file name, whatever the label holds
+    stem = os.path.join(directory, f"{claim.name}__{label}__{case.fmt}__{key[:12]}")
     meta = {
         "claim": claim.name,
         "statement": claim.statement,
@@ -72,7 +98,8 @@ def save_counterexample(claim, case: Case, result: CaseResult, directory="data/c
         "margin": result.margin,
         "verdict": result.verdict,
         "detail": result.detail,
-        **(extra or {}),
+        "observed": case.observed is not None,
+        **extra,
     }
     jpath, npath = stem + ".json", stem + ".npz"
     text = json.dumps(meta, indent=2, sort_keys=True, default=_json_default)
@@ -111,8 +138,15 @@ def load_counterexample(path) -> tuple[Case, dict, dict]:
         arrs = {k: z[k] for k in z.files}
     inputs = {k.split("/", 1)[1]: v for k, v in arrs.items() if k.startswith("input/")}
     fmt = meta["fmt"] if "fmt" in meta else meta["dtype"]  # "dtype": files saved before the rename
+    source = None
+    if meta.get("graph"):
+        source = Graph.from_dict(meta["graph"]).with_roles(**meta.get("graph_roles", {}))
+    observed = None
+    if meta.get("observed"):
+        observed = {k.split("/", 2)[2]: v for k, v in arrs.items() if k.startswith("output/observed/")}
     case = Case(meta["model"], meta["sizes"], fmt, _saved_fusion(meta), inputs,
-                meta.get("kind", "normal"), meta.get("seed", 0), meta.get("trial", 0), meta.get("origin", ""))
+                meta.get("kind", "normal"), meta.get("seed", 0), meta.get("trial", 0), meta.get("origin", ""),
+                source=source, observed=observed)
     return case, meta, arrs
 
 

@@ -20,7 +20,9 @@ def canonical(obj):
     """A JSON-able canonical form of ``obj`` that does not depend on the
     process, memory addresses or ``PYTHONHASHSEED``: dicts with sorted string
     keys, sets sorted, floats as ``float.hex`` (exact), arrays as dtype, shape
-    and the sha256 of their bytes, dataclasses as their type name and fields.
+    and the sha256 of their bytes, dataclasses as their type name and fields
+    (a field with ``metadata={"canonical": "omit_default"}`` only when it is
+    not at its default: fields added after fingerprints were first saved).
 
     Raises
     ------
@@ -52,9 +54,10 @@ def canonical(obj):
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out = {"__type__": type(obj).__name__}
         for f in dataclasses.fields(obj):
-            if f.name.startswith("_"):
-                continue
-            out[f.name] = canonical(getattr(obj, f.name))
+            v = getattr(obj, f.name)
+            if f.name.startswith("_") or (f.metadata.get("canonical") == "omit_default" and v == f.default):
+                continue  # a field marked omit_default (added later) enters only when set
+            out[f.name] = canonical(v)
         return out
     if isinstance(obj, Mapping):
         return {"__map__": sorted([str(k), canonical(v)] for k, v in obj.items())}

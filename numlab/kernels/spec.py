@@ -140,7 +140,9 @@ class KernelSpec:
     variance: str = "two_pass"
     matmul_algo: str = "block_fma"
     k_tile: int = 128
-    mma: object = None
+    # added after fingerprints were first saved: left out of the canonical form at its
+    # default, so earlier fingerprints (and saved counterexamples) keep their value
+    mma: object = field(default=None, metadata={"canonical": "omit_default"})
 
     def __post_init__(self):
         check_choice("promotion", self.promotion, PROMOTIONS)
