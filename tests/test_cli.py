@@ -113,7 +113,7 @@ TAKES = {
     "run": ["MODEL", "--dtype", "--size", "--inputs", "--fusion", "--kernels", "--seed"],
     "compare": ["--dtype"],
     "bisect": ["MODEL", "--dtype", "--size", "--inputs", "--fusion", "--kernels", "--seed"],
-    "check CLAIM": ["MODEL", "--dtype", "--size", "--inputs", "--fusion", "--seed"],
+    "check CLAIM": ["MODEL", "--dtype", "--size", "--inputs", "--fusion", "--kernels", "--seed"],
     "check plan": ["--inputs", "--fusion", "--seed"],
     "check determinism": ["MODEL", "--dtype", "--size", "--inputs", "--fusion", "--kernels", "--seed"],
     "race": ["--seed"],
