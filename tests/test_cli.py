@@ -506,3 +506,24 @@ def test_graph_and_inputs_errors_name_the_option_and_the_value(tmp_path, monkeyp
     for w in words:
         assert w in err, (w, err)
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("layout", ["msprobe", "msit"])
+def test_run_dump_layout_is_read_back_by_compare(tmp_path, capsys, layout):
+    # numlab run --dump-layout writes a foreign tool's layout; compare reads it and finds
+    # the same values as the native dump (exit 0: identical runs, every row compared)
+    base = ["run", "layernorm", "--dtype", "bf16", "--size", "batch=2,hidden=16", "--seed", "3"]
+    assert cli.main([*base, "--dump", str(tmp_path / "native")]) == 0
+    assert cli.main([*base, "--dump", str(tmp_path / layout), "--dump-layout", layout]) == 0
+    capsys.readouterr()
+    assert cli.main(["compare", "-gp", str(tmp_path / "native"), "-mp", str(tmp_path / layout),
+                     "-o", str(tmp_path / "r.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "0 failing" in out
+    # existing target: refused without --force, before running
+    assert cli.main([*base, "--dump", str(tmp_path / layout), "--dump-layout", layout]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert cli.main([*base, "--dump-layout", layout]) == 2
+    assert "--dump-layout" in capsys.readouterr().err
+    assert cli.main([*base, "--dump", str(tmp_path / "x"), "--dump-layout", "onnx"]) == 2
+    assert "onnx" in capsys.readouterr().err
