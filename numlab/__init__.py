@@ -58,6 +58,7 @@ _LAZY = {
 _LAZY_ATTRS = {
     "run": ("numlab.execute", "run"),
     "trace": ("numlab.graph", "trace"),
+    "trace_function": ("numlab.graph", "trace_function"),
     "KernelSpec": ("numlab.kernels", "KernelSpec"),
     "Hardware": ("numlab.kernels", "Hardware"),
     "FusionOptions": ("numlab.fusion", "FusionOptions"),

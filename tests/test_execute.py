@@ -806,3 +806,17 @@ def test_fingerprint_canonical_form_tells_the_fnuz_fields_apart():
     b = dataclasses.replace(a, negzero=False)
     assert a.negzero != b.negzero
     assert canonical(a) != canonical(b)
+
+
+def test_fingerprint_omits_a_later_field_only_at_its_default():
+    # KernelSpec.mma was added after counterexamples were saved: at None it is left out
+    # (old fingerprints stand), set it enters (a run on a matrix unit is another program)
+    from numlab.execute.fingerprint import canonical
+    from numlab.kernels import KernelSpec
+    plain = KernelSpec.codegen()
+    unit = dataclasses.replace(plain, mma="H100")
+    assert "mma" not in canonical(plain) and "mma" in canonical(unit)
+    g = zoo.gelu_mlp()
+    fps = {run(g, zoo.make_inputs(g, seed=0), mode="fused", fmt="fp16", kernels=k).fingerprint
+           for k in (plain, unit)}
+    assert len(fps) == 2

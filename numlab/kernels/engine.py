@@ -48,6 +48,7 @@ from . import algorithms as _alg
 from ._common import Arith, check_choice
 from ._common import round_to as _round_to
 from .matmul import matmul as _kmatmul
+from .mma_lab import unit_matmul as _unit_matmul
 from .reduce import OPS as _REDUCE_OPS
 from .reduce import Blocked, Shuffled
 from .reduce import reduce as _kreduce
@@ -312,11 +313,17 @@ class Ctx:
 
     def matmul(self, a, b):
         """numpy matmul rules; K-tiled by ``spec.matmul_algo`` and
-        ``spec.k_tile`` with the accumulator ``acc``, rounded to inner."""
+        ``spec.k_tile`` with the accumulator ``acc``, rounded to inner; on
+        the matrix unit ``spec.mma`` when set
+        (:func:`numlab.kernels.mma_lab.unit_matmul`)."""
         a, b = _f32(a), _f32(b)
         va, vb = a.ndim == 1, b.ndim == 1  # numpy matmul's vector rules
-        r = _f32(_kmatmul(a[None, :] if va else a, b[:, None] if vb else b, k_tile=self.spec.k_tile,
-                          acc=self.acc, out=self.inner, algo=self.spec.matmul_algo, fma=self.spec.fma))
+        a2, b2 = a[None, :] if va else a, b[:, None] if vb else b
+        if self.spec.mma is not None:  # a modelled matrix unit (KernelSpec.mma)
+            r = _unit_matmul(a2, b2, self.spec.mma, self.inner)
+        else:
+            r = _f32(_kmatmul(a2, b2, k_tile=self.spec.k_tile, acc=self.acc, out=self.inner,
+                              algo=self.spec.matmul_algo, fma=self.spec.fma))
         if vb:
             r = r[..., 0]
         if va:
@@ -636,28 +643,20 @@ def where(ctx, cond, a, b):
 
 # comparisons: exact on the values of S (IEEE: false with a NaN, except !=);
 # a boolean is held as 0.0 / 1.0 (exact in every format)
-def gt(ctx, a, b):
-    return np.greater(_f32(a), _f32(b)).astype(np.float32)
+def _comparison(name, ufunc):
+    def kernel(ctx, a, b):
+        return ufunc(_f32(a), _f32(b)).astype(np.float32)
+    kernel.__name__ = kernel.__qualname__ = name
+    kernel.__doc__ = f"``{ufunc.__name__}`` of two values of S, held as 0.0 / 1.0."
+    return kernel
 
 
-def ge(ctx, a, b):
-    return np.greater_equal(_f32(a), _f32(b)).astype(np.float32)
-
-
-def lt(ctx, a, b):
-    return np.less(_f32(a), _f32(b)).astype(np.float32)
-
-
-def le(ctx, a, b):
-    return np.less_equal(_f32(a), _f32(b)).astype(np.float32)
-
-
-def eq(ctx, a, b):
-    return np.equal(_f32(a), _f32(b)).astype(np.float32)
-
-
-def ne(ctx, a, b):
-    return np.not_equal(_f32(a), _f32(b)).astype(np.float32)
+gt = _comparison("gt", np.greater)
+ge = _comparison("ge", np.greater_equal)
+lt = _comparison("lt", np.less)
+le = _comparison("le", np.less_equal)
+eq = _comparison("eq", np.equal)
+ne = _comparison("ne", np.not_equal)
 
 
 def constant(ctx, *, value):
@@ -758,3 +757,15 @@ def log_softmax(ctx, x, *, axis=-1):
     d = ctx.sub(x, ctx.reduce(x, "max", axis, True))
     s = ctx.reduce(ctx.exp(d), "sum", axis, True)
     return ctx.sub(d, ctx.log(s))
+
+
+# --- block-scaled operators (h6) ---
+# The kernels of quantize / block_scale / dequantize / scaled_matmul live in
+# numlab.kernels.scaled (with the formats they implement); named here so that
+# every operator's kernel is reached through this module.
+from .scaled import block_scale_kernel as block_scale  # noqa: E402  (section appended at the end, see brief)
+from .scaled import dequantize_kernel as dequantize  # noqa: E402
+from .scaled import quantize_kernel as quantize  # noqa: E402
+from .scaled import scaled_matmul_kernel as scaled_matmul  # noqa: E402
+
+__all__ += ["quantize", "block_scale", "dequantize", "scaled_matmul"]

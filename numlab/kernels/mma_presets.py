@@ -25,6 +25,14 @@ tests/test_mma_model.py reproduces the published test vectors (Fasi et al.'s
 suites for V100 and A100, the HPEC feature tests and the repository's
 exceptional-case tests) with their documented outcomes.
 
+Measured outputs do carry one input-free check: every H100 fp8 -> fp32
+output of the preset has at most 14 significant bits (``result_bits``), while
+the outputs the authors measured on the H100 (``model_validation/H100/E4M3``
+and ``E5M2``, ``d_H100_fp32.txt``, K = 32, one block) have 18 to 24.  Those two
+presets say so in their ``evidence`` (tests/test_mma_vectors.py).  The
+``H100TC.m`` read (@07113e7) sets ``neab = -10`` for fp8; how the authors'
+newer ``GEMM.m`` turns that into output bits is not in the published files.
+
 Not covered: AMD CDNA1-3 (``models/CDNA*.m``, ``MI*MC.m``) and the newer
 NVIDIA parameters ``global_alignment``, ``late_partial_sum``, ``armode``,
 ``odd_even_grouping``, ``correct_rounding``: the code that interprets them
@@ -42,6 +50,17 @@ __all__ = ["PRESETS", "GPUS", "preset", "preset_names"]
 _REPO = "north-numerical-computing/MATLAB-tensor-core"
 _EVIDENCE = ("parameters only: no published GPU outputs with their inputs; "
              "reproduces the published test vectors (tests/test_mma_model.py)")
+
+
+_CONTRADICTED = {
+    f"H100/{f}/fp32": (
+        "parameters only; contradicted by measured outputs: model_validation/H100/"
+        f"{'E4M3' if f == 'fp8_e4m3' else 'E5M2'}/d_H100_fp32.txt @109e412 (mma.sync "
+        "m16n8k32, K = 32) has 18-24 significant bits per output, this preset gives at "
+        "most 14 (result_bits), so it matches none of them (tests/test_mma_vectors.py)")
+    for f in ("fp8_e4m3", "fp8_e5m2")
+}
+"""Presets that published measurements rule out, with the evidence."""
 
 
 def _src(gpu_file: str, commit: str, note: str = "") -> str:
@@ -108,7 +127,7 @@ def _build() -> dict[str, MatrixUnit]:
                     in_fmt=fin, out_fmt=fout, fma_size=fma, align_bits=neab,
                     final_rounding="rtz" if fout == "fp32" else "rne",
                     interleave=inter, result_bits=rbits if fout == "fp32" else None,
-                    name=key, source=src, evidence=_EVIDENCE)
+                    name=key, source=src, evidence=_CONTRADICTED.get(key, _EVIDENCE))
     return out
 
 
