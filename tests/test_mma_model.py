@@ -729,6 +729,35 @@ def test_numba_engine_random_units_and_hard_inputs(seed):
         assert np.array_equal(np.signbit(x), np.signbit(y)), (u, M, K, N)
 
 
+def test_numba_engine_subnormal_and_overflowing_results():
+    """Block results in fp32's subnormal range (bf16 products near 2**-140,
+    subnormal C) and results that overflow (C near fp32's max): the compiled
+    path's shortcut for rows whose anchors exclude both must not be taken
+    (N = 128: one full column tile, where the shortcut applies)."""
+    pytest.importorskip("numba", reason="numba is optional; the compiled mma path needs it")
+    from numlab.rounding import round_to
+    rng = np.random.default_rng(31)
+    u = PRESETS["B200/bf16/fp32"]
+    a = round_to(rng.standard_normal((20, 40)) * 2.0 ** -70, get_format("bf16"))
+    b = round_to(rng.standard_normal((40, 128)) * 2.0 ** -70, get_format("bf16"))
+    c = round_to(rng.standard_normal((20, 128)) * 2.0 ** -130, get_format("fp32"), "rtz")
+    x, y = mma(a, b, u, c, engine="numpy"), mma(a, b, u, c, engine="numba")
+    assert np.array_equal(x, y)
+    assert np.any((x != 0) & (np.abs(x) < 2.0 ** -126))  # the case is exercised
+    # bf16 products 2**126 on C = +-max: the first block of 8 overflows to
+    # inf, which stays although the second block (products -1.5 2**126)
+    # would bring the sum back below 2**128
+    u = PRESETS["A100/bf16/fp32"]
+    a = np.full((20, 16), 2.0 ** 63)
+    a[:, 8:] *= -1.5
+    b = np.full((16, 128), 2.0 ** 63)
+    c = np.full((20, 128), np.finfo(np.float32).max, dtype=np.float32)
+    c[::2] *= -1
+    x, y = mma(a, b, u, c, engine="numpy"), mma(a, b, u, c, engine="numba")
+    assert np.array_equal(x, y)
+    assert np.isposinf(x).all()  # the case is exercised: inf stays
+
+
 @pytest.mark.parametrize("key", ["A100/fp16/fp32", "H100/fp16/fp16", "H100/fp8_e4m3/fp32",
                                  "V100/fp16/fp32", "B200/bf16/fp32", "A100/tf32/fp32"])
 def test_numba_engine_matches_scalar_transcription(key):

@@ -14,7 +14,9 @@ so the order of the additions does not change a bit); the block result is
 the sum scaled back (exact) and rounded to the result format by scaling to its
 quantum and applying ``trunc``/``rint``/``floor``/``ceil``, or for truncation
 by clearing the float64 bits below the quantum (every step exact, as in
-``numlab.rounding``'s generic and bit paths).
+``numlab.rounding``'s generic and bit paths).  When the anchors of a row's
+block (over a column tile) rule out subnormal and overflowing results,
+truncation clears a fixed number of bits (``_finish_plain``).
 
 Layout: B and its exponents are packed into column tiles of ``_TJ``
 (``_pack``); the output is cut into tiles of ``_TI`` rows by ``_TJ`` columns;
@@ -61,6 +63,16 @@ _TI = 16
 """Rows per tile: they share the block's slice of B in L1."""
 _TJ = 128
 """Columns per tile (the vectorised inner loops run over them)."""
+
+
+@numba.njit(inline="always")
+def _len_bits(n):
+    """The bit length of n >= 0."""
+    b = 0
+    while n > 0:
+        n >>= 1
+        b += 1
+    return b
 
 
 @numba.njit(inline="always")
@@ -150,8 +162,13 @@ def _block(ot, ii, a, bp, ea, ebp, t, i, ks, ng, anc, sc, s, width, acode):
     # to an integer; the sum is exact, so its order does not matter
     k0, k1, k2, k3 = ks[0], ks[1], ks[2], ks[3]
     y0, y1, y2, y3 = a[i, k0], a[i, k1], a[i, k2], a[i, k3]
+    lo = np.int64(1 << 20)
+    hi = np.int64(-(1 << 20))
     for jj in range(_TJ):
-        f = _as_float(_pow2(width - np.int64(anc[jj])))
+        e = np.int64(anc[jj])
+        lo = min(lo, e)
+        hi = max(hi, e)
+        f = _as_float(_pow2(width - e))
         sc[jj] = f
         d = ot[ii, jj]
         # C; an infinite C (an earlier overflow) stays infinite (see _finish)
@@ -168,6 +185,17 @@ def _block(ot, ii, a, bp, ea, ebp, t, i, ks, ng, anc, sc, s, width, acode):
                        + _align(y1 * bp[t, k1, jj] * f, acode))
                       + (_align(y2 * bp[t, k2, jj] * f, acode)
                          + _align(y3 * bp[t, k3, jj] * f, acode)))
+    return lo, hi
+
+
+@numba.njit(inline="always")
+def _finish_plain(ot, ii, sc, s, inv, mask):
+    """_finish for truncation when no result of the row's block can be
+    subnormal or overflow (checked by the caller from the anchors):
+    truncation to the format is then clearing the float64 bits below it."""
+    for jj in range(_TJ):
+        v = np.float64(s[jj]) * _as_float(inv - _as_bits(sc[jj]))
+        ot[ii, jj] = _as_float(_as_bits(v) & mask)
 
 
 @numba.njit(inline="always")
@@ -197,6 +225,13 @@ def run(a, bp, ea, ebp, c, blk, width, acode, fcode, p, emin, emax, flush, promo
     tiny = 2.0 ** emin
     # bits of 2**0 doubled (2**-1 for the sticky bit's half units)
     inv = np.int64((2045 if acode == 3 else 2046) << 52)
+    # a nonzero block sum is at least 2**(anchor - width - 1) (sticky: half
+    # units) and below (blk + 1) 2**(anchor + 3) (terms below 2**(anchor + 2),
+    # sticky doubling), so with every anchor of a row in [lo_plain, hi_plain]
+    # no result is subnormal or reaches 2**(emax + 1)
+    lo_plain = emin + width + 1
+    hi_plain = emax + 1 - 3 - _len_bits(blk + 1)
+    mask = np.int64(-1) << (53 - p)
     anc = np.empty(_TJ, np.float32)
     sc = np.empty(_TJ)
     s = np.empty(_TJ, np.int64)
@@ -225,14 +260,20 @@ def run(a, bp, ea, ebp, c, blk, width, acode, fcode, p, emin, emax, flush, promo
                     for k in range(nk, 4 * ng):
                         ks[k] = zero
                     if acode == 0:
-                        _block(ot, ii, a, bp, ea, ebp, t, i, ks, ng, anc, sc, s, width, 0)
+                        lo, hi = _block(ot, ii, a, bp, ea, ebp, t, i, ks, ng, anc, sc, s,
+                                        width, 0)
                     elif acode == 1:
-                        _block(ot, ii, a, bp, ea, ebp, t, i, ks, ng, anc, sc, s, width, 1)
+                        lo, hi = _block(ot, ii, a, bp, ea, ebp, t, i, ks, ng, anc, sc, s,
+                                        width, 1)
                     elif acode == 2:
-                        _block(ot, ii, a, bp, ea, ebp, t, i, ks, ng, anc, sc, s, width, 2)
+                        lo, hi = _block(ot, ii, a, bp, ea, ebp, t, i, ks, ng, anc, sc, s,
+                                        width, 2)
                     else:
-                        _block(ot, ii, a, bp, ea, ebp, t, i, ks, ng, anc, sc, s, width, 3)
-                    if fcode == 0:
+                        lo, hi = _block(ot, ii, a, bp, ea, ebp, t, i, ks, ng, anc, sc, s,
+                                        width, 3)
+                    if fcode == 0 and lo >= lo_plain and hi <= hi_plain:
+                        _finish_plain(ot, ii, sc, s, inv, mask)
+                    elif fcode == 0:
                         _finish(ot, ii, sc, s, inv, p, emin, big, tiny, flush, 0)
                     elif fcode == 1:
                         _finish(ot, ii, sc, s, inv, p, emin, big, tiny, flush, 1)
