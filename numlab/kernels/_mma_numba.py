@@ -19,7 +19,7 @@ block (over a column tile) rule out subnormal and overflowing results,
 truncation clears a fixed number of bits (``_finish_plain``).
 
 Layout: B and its exponents are packed into column tiles of ``_TJ``
-(``_pack``); the output is cut into tiles of ``_TI`` rows by ``_TJ`` columns;
+(``_prep_b``); the output is cut into tiles of ``_TI`` rows by ``_TJ`` columns;
 for each tile the K blocks run in order, and within a block every row of the
 tile reads the same ``block x _TJ`` slice of B (and of its exponents) from the
 L1 cache.  The loops over the columns of a tile are written so that LLVM
@@ -296,27 +296,47 @@ def run(a, bp, ea, ebp, c, blk, width, acode, fcode, p, emin, emax, flush, promo
     return out
 
 
-def _pack(b: np.ndarray, fill) -> np.ndarray:
-    """B (K, N) with a row of ``fill`` appended, cut into column tiles of
-    ``_TJ`` (padded with ``fill``): shape (tiles, K + 1, _TJ), C order."""
-    K, N = b.shape
-    nt = -(-N // _TJ)
-    out = np.full((K + 1, nt * _TJ), fill, dtype=b.dtype)
-    out[:K, :N] = b
-    return np.ascontiguousarray(out.reshape(K + 1, nt, _TJ).transpose(1, 0, 2))
-
-
-def _exponents(v: np.ndarray, emin: int) -> np.ndarray:
-    """``max(floor(log2|v|), emin)`` of float64 values (of a format whose
-    values are all normal float64 numbers), read from the exponent field, as
-    float32; ``_ABSENT`` for zeros (a product with a zero factor never sets
+@numba.njit(inline="always")
+def _exp_of(v, emin):
+    """``max(floor(log2|v|), emin)`` of a nonzero float64 value of an input
+    format (all of them normal float64 numbers) from its exponent field, as
+    float32; ``_ABSENT`` for zero (a product with a zero factor never sets
     the anchor)."""
-    e = (v.view(np.int64) >> 52) & 0x7FF
-    e -= 1023
-    np.maximum(e, emin, out=e)
-    out = e.astype(np.float32)
-    out[v == 0] = _ABSENT
-    return out
+    e = np.float32(max(_exponent(_as_bits(v)), emin))
+    return e if v != 0.0 else np.float32(_ABSENT)
+
+
+@numba.njit(cache=True, nogil=True)
+def _prep_a(a, emin):
+    """A (M, K) with an all-zero column appended and its exponents (float32,
+    ``_ABSENT`` in that column), in one pass."""
+    M, K = a.shape
+    ap = np.zeros((M, K + 1))
+    ea = np.empty((M, K + 1), np.float32)
+    for i in range(M):
+        for k in range(K):
+            v = a[i, k]
+            ap[i, k] = v
+            ea[i, k] = _exp_of(v, emin)
+        ea[i, K] = _ABSENT
+    return ap, ea
+
+
+@numba.njit(cache=True, nogil=True)
+def _prep_b(b, emin):
+    """B (K, N) with a zero row appended, cut into column tiles of ``_TJ``
+    (zero-padded): shape (tiles, K + 1, _TJ), and its exponents likewise
+    (float32, ``_ABSENT`` for the zeros), in one pass."""
+    K, N = b.shape
+    nt = (N + _TJ - 1) // _TJ
+    bp = np.zeros((nt, K + 1, _TJ))
+    ebp = np.full((nt, K + 1, _TJ), np.float32(_ABSENT))
+    for k in range(K):
+        for j in range(N):
+            v = b[k, j]
+            bp[j // _TJ, k, j % _TJ] = v
+            ebp[j // _TJ, k, j % _TJ] = _exp_of(v, emin)
+    return bp, ebp
 
 
 def mma_numba(a, b, emin, c, unit, fmt) -> np.ndarray:
@@ -325,13 +345,9 @@ def mma_numba(a, b, emin, c, unit, fmt) -> np.ndarray:
     ``emin``: the input format's; ``c`` finite) on row chunks in threads
     (``run`` releases the GIL; rows are independent, so the bits do not
     depend on the number of threads)."""
-    M, K = a.shape
-    ap = np.zeros((M, K + 1))
-    ap[:, :K] = a
-    ea = np.full((M, K + 1), _ABSENT, dtype=np.float32)
-    ea[:, :K] = _exponents(a, emin)
-    bp, ebp = _pack(b, 0.0), _pack(_exponents(b, emin), np.float32(_ABSENT))
-    a = ap
+    M = a.shape[0]
+    a, ea = _prep_a(a, emin)
+    bp, ebp = _prep_b(b, emin)
     args = (unit.block, 23 + unit.align_bits, _ALIGN[unit.align_rounding],
             _FINAL[unit.final_rounding], fmt.p, fmt.emin, fmt.emax,
             not unit.subnormals, unit.promote_every or 0, unit.out_fmt == "fp16")
