@@ -758,6 +758,28 @@ def test_numba_engine_subnormal_and_overflowing_results():
     assert np.isposinf(x).all()  # the case is exercised: inf stays
 
 
+def test_block_result_below_the_smallest_subnormal_is_zero():
+    """A truncated block result below fp32's smallest subnormal (2**-155) is
+    -0, so the next block has no C: 1 * 1 gives 1 exactly.  (The compiled
+    path once cleared exponent bits there and left a tiny nonzero C, whose
+    floor-aligned term took one unit off.)  Both engines."""
+    u = MatrixUnit("bf16", "fp32", fma_size=1, align_bits=0, align_rounding="down")
+    a = np.array([[2.0 ** -100, 1.0]])
+    b = np.array([[-(2.0 ** -55)], [1.0]])
+    for engine in ("numpy", "numba") if _has_numba() else ("numpy",):
+        assert mma(a[:, :1], b[:1], u, engine=engine)[0, 0] == 0.0
+        assert mma(a, b, u, engine=engine)[0, 0] == 1.0, engine
+
+
+def _has_numba() -> bool:
+    try:
+        import numba  # noqa: F401  (optional)
+    except ImportError:
+        print("numba not installed: the compiled path is not tested here")
+        return False
+    return True
+
+
 @pytest.mark.parametrize("key", ["A100/fp16/fp32", "H100/fp16/fp16", "H100/fp8_e4m3/fp32",
                                  "V100/fp16/fp32", "B200/bf16/fp32", "A100/tf32/fp32"])
 def test_numba_engine_matches_scalar_transcription(key):

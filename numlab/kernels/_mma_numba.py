@@ -120,8 +120,10 @@ def _rounded(v, p, emin, big, tiny, flush, code):
     vb = _as_bits(v)
     if code == 0:
         # clear the float64 significand bits below the quantum
-        # 2**(max(e, emin) - p + 1): 53 - p of them for a normal result
-        k = min(53 - p + max(emin - _exponent(vb), 0), 63)
+        # 2**(max(e, emin) - p + 1): 53 - p of them for a normal result;
+        # below the smallest subnormal (k > 52) everything but the sign
+        k = 53 - p + max(emin - _exponent(vb), 0)
+        k = k if k <= 52 else 63
         r = _as_float(vb & (np.int64(-1) << k))
     else:
         e = max(_exponent(vb), emin)
