@@ -31,6 +31,7 @@ from numlab.compare import (
 )
 from numlab.compare.bisect import bisect_run, range_diverges
 from numlab.compare.dump import MANIFEST
+from numlab.compare.flavors import FLAVOR_HEADERS
 from numlab.formats import ulp
 
 EPS64 = 2.0**-52
@@ -861,35 +862,75 @@ def _flavor_key(flavor, row):
 
 
 def _check_flavor_against(flavor, report_text, tool_csv, kind):
-    ours = {_flavor_key(flavor, r): r for r in _read_csv(report_text)}
-    theirs = {_flavor_key(flavor, r): r for r in _read_csv(tool_csv)}
-    if kind == "numlab" and flavor != "msit":  # our rows are the nodes' outputs
-        theirs = {k: v for k, v in theirs.items() if ".output." in k}
-    common = set(ours) & set(theirs)
-    assert len(common) >= 5 and common == set(ours) & set(theirs), (sorted(ours), sorted(theirs))
-    cells = _MSIT_CELLS if flavor == "msit" else [
-        *_MSPROBE_CELLS, "Accuracy Reached or Not" if flavor == "msprobe-8.3" else "Result",
-        "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape"]
-    bad = [(k, c, ours[k][c], theirs[k][c]) for k in sorted(common) for c in cells
-           if not _same_cell(ours[k][c], theirs[k][c])]
+    """Every row and every cell of ``--flavor``'s CSV equals the tool's.
+    msprobe: the same rows in the same order (each API's input rows, its
+    non-tensor arguments, its outputs), all columns including the stack.
+    msit: the same rows (its order is not the model tree's and numlab does
+    not reproduce it: docs/compare.md), all columns but ``data_id`` and the
+    file paths' folder above the dump (the tool printed absolute paths)."""
+    ours, theirs = _read_csv(report_text), _read_csv(tool_csv)
+    if flavor == "msit":
+        key = {r["my_data_path"]: _flavor_key(flavor, r) for r in ours + theirs}
+        ours = sorted(ours, key=lambda r: key[r["my_data_path"]])
+        theirs = sorted(theirs, key=lambda r: key[r["my_data_path"]])
+    names = [_flavor_key(flavor, r) for r in ours]
+    assert names == [_flavor_key(flavor, r) for r in theirs], kind
+    assert len(names) >= 5
+    cells = [c for c in FLAVOR_HEADERS[flavor] if c != "data_id"]
+    bad = []
+    for a, b in zip(ours, theirs, strict=True):
+        for c in cells:
+            x, y = a[c], b[c]
+            if c.endswith("_data_path"):  # the dump's own part of the path
+                x, y = (v.replace("\\", "/").split("compare_tools/")[-1] for v in (x, y))
+            if not _same_cell(x, y):
+                bad.append((_flavor_key(flavor, a), c, x[:60], y[:60]))
     assert not bad, bad
-    return common
+    return names
 
 
-@pytest.mark.parametrize("flavor", list(_FLAVOR_FILES))
-@pytest.mark.parametrize("kind", ["numlab", "tool"])
+@pytest.mark.parametrize("flavor,kind", [(f, k) for f in _FLAVOR_FILES for k in ("numlab", "tool", "rules")
+                                         if not (f == "msit" and k == "rules")])
 def test_flavor_reproduces_recorded_tool_output(flavor, kind):
     """``compare_dumps(flavor=...)`` on the recorded dumps (numlab's dumps in
-    the tool's layout, and dumps the tool wrote itself) gives, cell for cell,
-    what the real tool printed for them (tests/data/compare_tools/*.csv,
-    recorded by make_fixtures.py)."""
+    the tool's layout, dumps the tool wrote itself, and for msprobe a graph
+    tripping each of 26.2.0's ``Result`` rules) gives, row for row and cell
+    for cell, what the real tool printed for them
+    (tests/data/compare_tools/*.csv, recorded by make_fixtures.py)."""
     pytest.importorskip("torch", reason="the tools' dumps hold torch tensors; msit computes with torch")
     layout, tool = _FLAVOR_FILES[flavor]
     index = json.loads((TOOLS / "index.json").read_text())
-    key = layout if kind == "numlab" else tool
+    key = layout if kind != "tool" else tool
     g, m = (TOOLS / index[kind][f"{key}/{side}"] for side in ("golden", "mine"))
     rep = compare_dumps(g, m, flavor=flavor)
-    common = _check_flavor_against(flavor, rep.to_csv_text(), TOOLS / f"{kind}_{tool}.csv", kind)
+    csv_name = f"numlab_rules_{tool}.csv" if kind == "rules" else f"{kind}_{tool}.csv"
+    common = _check_flavor_against(flavor, rep.to_csv_text(), TOOLS / csv_name, kind)
+    if kind == "rules" and flavor == "msprobe-26":  # every rule fired at least once
+        results = {r["NPU Name"].split(".")[1]: (r["Result"], r["Err_message"])
+                   for r in _read_csv(rep.to_csv_text()) if ".output." in r["NPU Name"]}
+        assert results["warn"] == ("warning", '["warning: The input/parameters of Cosine > 0.9, and '
+                                              'input/parameters - output > 0.1"]')
+        assert results["both"][0] == "error" and "One Thousandth" in results["both"][1] \
+            and "Cosine" in results["both"][1]
+        assert "dtype" in results["dtype"][1] and "shape" in results["shape"][1]
+        assert "nan/inf" in results["inf"][1] and "nan/inf" in results["after_inf"][1]
+        assert results["src"][0] == "error"  # no inputs: their minimum is 1.0
+        assert results["to"] == ("pass", "[]")  # an ignored API name
+    if kind == "numlab" and flavor != "msit":
+        # the rows of numlab's own layout are those msprobe prints for the same graph in its layout
+        import importlib.util
+        import tempfile
+
+        spec = importlib.util.spec_from_file_location("mkfix", TOOLS / "make_fixtures.py")
+        mk = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mk)
+        gv, mv, meta = mk.graph()
+
+        with tempfile.TemporaryDirectory() as t:
+            order = {"order": list(gv)}
+            native = compare_dumps(write_dump(f"{t}/g", gv, node_meta=meta, run_meta=order),
+                                   write_dump(f"{t}/m", mv, node_meta=meta, run_meta=order), flavor=flavor)
+            _check_flavor_against(flavor, native.to_csv_text(), TOOLS / f"{kind}_{tool}.csv", kind)
     if kind == "numlab" and flavor != "msit":
         # the planted cases show the documented differences between the versions
         key = "Numlab.{}.0.forward.output.0"
