@@ -36,10 +36,8 @@ read as float32 and squeezed (``np.squeeze``); the relative error is
 computed in ``result_type(m, g, float32)`` with **that type's** eps added
 where ``g == 0`` (fp16/bf16/fp32 data: float32 and 1.19e-7); a 1-element
 tensor has no cosine (``unsupported``); the verdict column is ``Result``
-(pass/warning/error) from API-level rules: NaN/inf in mine's max/min where
-golden has none, or the inputs' One Thousandth ratio > 0.9 with the
-output's < 0.1 -> error; inputs' cosine > 0.9 and the drop to the output >
-0.1 -> warning.  ``check_accuracy`` (the ``Accuracy Reached or Not`` rule,
+(pass/warning/error) from the seven tensor-mode checkers of
+``indicator_analysis`` (:func:`msprobe26_results`).  ``check_accuracy`` (the ``Accuracy Reached or Not`` rule,
 NaN cosine -> ``Yes``) is unchanged in 26.2.0 but only used by its MindSpore
 graph compare; it is reported in the numlab columns.
 """
