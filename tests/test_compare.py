@@ -1014,6 +1014,8 @@ def test_flavor_against_the_installed_tool(flavor, graph, tmp_path):
     env, dist, version, _ = _TOOL_ENV[flavor]
     exe = _tool_exe(flavor)
     if exe is None or not exe.exists():
+        if os.environ.get("NUMLAB_REQUIRE_TOOLS"):  # CI's tools step: absent means its install failed
+            pytest.fail(f"NUMLAB_REQUIRE_TOOLS is set but {dist}=={version} is not found (${env})")
         pytest.skip(f"{dist}=={version} is not installed here: set ${env} to its executable "
                     f"(docs/compare.md: a venv per tool) to run this test")
     pytest.importorskip("torch", reason="numlab writes the tools' layouts with torch")
@@ -1070,3 +1072,23 @@ def test_cli_compare_your_function_against_your_kernel_dump(tmp_path, capsys, mo
     np.save(tmp_path / "kern" / "other.npy", np.zeros(32, np.float32))
     assert main(argv) == 2
     assert "none of its arrays" in capsys.readouterr().err
+
+
+def test_msprobe26_requires_grad_rule_follows_the_tools_truthiness():
+    """RequiresGradErrChecker (26.2.0) is not tripped by any recorded dump:
+    the tool holds dump.json's bools and skips a row when either side is
+    falsy, so True/False never errs; a truthy mismatch (True vs 'N/A') does,
+    and an ignored API (``Tensor.to``) is never marked."""
+    from numlab.compare.flavors import msprobe26_results
+
+    def row(name, npu, bench):
+        return {"NPU Name": name, "Bench Name": name, "NPU Requires_grad": npu, "Bench Requires_grad": bench,
+                "NPU Dtype": "torch.float32", "Bench Dtype": "torch.float32", "Cosine": 1.0,
+                "One Thousandth Err Ratio": 1.0, "NPU Tensor Shape": "[2]", "Bench Tensor Shape": "[2]"}
+
+    api = "Torch.mul.0.forward"
+    assert msprobe26_results([row(f"{api}.input.0", "True", "False"), row(f"{api}.output.0", "False", "False")]) \
+        == [("pass", "[]"), ("pass", "[]")]
+    got = msprobe26_results([row(f"{api}.input.0", "True", "N/A"), row(f"{api}.output.0", "False", "False")])
+    assert got[0] == ("error", '["error: The Required_Grad of NPU and Bench are inconsistent"]')
+    assert msprobe26_results([row("Tensor.to.0.forward.input.0", "True", "N/A")]) == [("pass", "[]")]
