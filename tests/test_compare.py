@@ -865,8 +865,7 @@ def _check_flavor_against(flavor, report_text, tool_csv, kind):
     """Every row and every cell of ``--flavor``'s CSV equals the tool's.
     msprobe: the same rows in the same order (each API's input rows, its
     non-tensor arguments, its outputs), all columns including the stack.
-    msit: the same rows (its order is not the model tree's and numlab does
-    not reproduce it: docs/compare.md), all columns but ``data_id`` and the
+    msit: the same rows (its order changes with PYTHONHASHSEED: docs/compare.md), all columns but ``data_id`` and the
     file paths' folder above the dump (the tool printed absolute paths)."""
     ours, theirs = _read_csv(report_text), _read_csv(tool_csv)
     if flavor == "msit":

@@ -673,8 +673,8 @@ def flavor_rows(rows: list[Mapping], flavor: str) -> list[dict]:
     (the rows ``msprobe compare`` prints for the dump
     :func:`numlab.compare.layouts.write_msprobe_dump` writes).  msit lists
     module outputs only (its compare never reads ``input_<i>.pth``); its
-    order is the file system's directory order (``os.walk``), so numlab
-    keeps the model-tree order."""
+    order follows Python's string hashing (it changes with
+    ``PYTHONHASHSEED``), so numlab keeps the model-tree order."""
     check_flavor(flavor)
     if flavor == "exact":
         raise ValueError("flavor='exact' has no tool rows; valid: ['msit', 'msprobe-8.3', 'msprobe-26']")
