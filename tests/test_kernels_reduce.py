@@ -4,6 +4,7 @@ bad-input errors."""
 
 from __future__ import annotations
 
+import importlib
 import math
 import tracemalloc
 import zlib
@@ -420,6 +421,21 @@ from numlab.kernels._common import Arith  # noqa: E402
 from numlab.kernels.reduce import _bf16_widen_T, _reduce_reference  # noqa: E402
 from numlab.kernels.tree_order import Tree  # noqa: E402
 
+_reduce_mod = importlib.import_module("numlab.kernels.reduce")
+
+
+@pytest.fixture(params=["numpy", "compiled"])
+def accel(request, monkeypatch):
+    """Run a fast-path test on numpy's kernels and on the compiled ones
+    (numlab.kernels._accel, numba: extra ``fast``) for every input size."""
+    if request.param == "numpy":
+        monkeypatch.setattr(_reduce_mod, "_ACCEL_MIN_ELEMENTS", 1 << 62)
+    else:
+        pytest.importorskip("numba", reason="the compiled fast path needs numba (extra 'fast')")
+        monkeypatch.delenv("NUMLAB_ACCEL", raising=False)
+        monkeypatch.setattr(_reduce_mod, "_ACCEL_MIN_ELEMENTS", 0)
+    return request.param
+
 FAST_ORDERS = [
     "sequential", "pairwise", "kahan", "lanes(16)", "lanes(8,sequential)", "lanes(8,tree,epilogue)",
     "lanes(3,sequential,epilogue)", "lanes(5,tree)", "blocked(512)", "blocked(7,pairwise,sequential)",
@@ -443,7 +459,7 @@ def _rows(rng, rows, n, kind):
 
 @pytest.mark.parametrize("acc", ["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("order", FAST_ORDERS)
-def test_fast_path_bit_identical_to_reference(order, acc):
+def test_fast_path_bit_identical_to_reference(order, acc, accel):
     rng = np.random.default_rng(zlib.crc32(f"fast/{order}/{acc}".encode()))
     for n in FAST_LENGTHS:
         for kind in ("random", "cancelling"):
@@ -458,7 +474,7 @@ def test_fast_path_bit_identical_to_reference(order, acc):
 
 
 @pytest.mark.parametrize("order", ["sequential", "pairwise", "kahan", "lanes(16)", "blocked(512,pairwise,sequential)"])
-def test_fast_path_many_rows_axes_ops_and_specials(order):
+def test_fast_path_many_rows_axes_ops_and_specials(order, accel):
     """More rows than one tile (several chunks and a short last one), axis=0 and 3-D
     input, mean/sumsq, and rows holding inf/NaN/-0.0/overflow: all equal the reference."""
     rng = np.random.default_rng(zlib.crc32(order.encode()))
@@ -476,7 +492,7 @@ def test_fast_path_many_rows_axes_ops_and_specials(order):
                 np.testing.assert_array_equal(_bits(got), _bits(exp), err_msg=f"{acc} {op} axis={axis}")
 
 
-def test_fast_path_via_order_sum_matches_reference():
+def test_fast_path_via_order_sum_matches_reference(accel):
     """Order._sum (used by the engine and split-K matmul) dispatches to the fast path."""
     rng = np.random.default_rng(5)
     ar = Arith("fp16")
@@ -530,8 +546,10 @@ def test_bf16_transposed_widening_exact_for_every_bit_pattern():
         np.testing.assert_array_equal(dst.view(np.uint32), exp.view(np.uint32))
 
 
-def test_fast_path_peak_memory_is_below_twice_the_input():
-    x = np.random.default_rng(0).standard_normal((512, 4096)).astype(np.float16)  # 4 MiB
+@pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16])
+def test_fast_path_peak_memory_is_below_twice_the_input(accel, dt):
+    x = np.random.default_rng(0).standard_normal((512, 4096)).astype(dt)  # 4 MiB
+    K.reduce(x[:8], "sum", order="kahan", acc="fp32")  # compile / load outside the measurement
     for order in ("sequential", "pairwise", "kahan", "lanes(16)", "blocked(512)"):
         tracemalloc.start()
         K.reduce(x, "sum", order=order, acc="fp32")

@@ -1,0 +1,155 @@
+"""Optional compiled kernels for the reduction fast path (numba; extra ``fast``).
+
+numpy cannot reach two of the speed targets of the chunked reductions on a
+small machine: filling a transposed float32 tile from bfloat16 rows (a strided
+16-bit gather numpy performs one element at a time) and Kahan summation (four
+numpy calls per element step).  When numba is installed these few kernels do
+exactly the same operations:
+
+* :func:`widen_t` -- ``dst[i, k] = float32(src[k, i])`` for bfloat16 (the 16
+  bits moved to the top of a binary32: exact for every pattern, NaN payloads
+  included) and float16 (a table of the 65536 exact float32 values, built by
+  numpy's own float16 -> float32 cast); pure data movement, no arithmetic;
+* :func:`kahan` -- the compensated step of :meth:`numlab.kernels.reduce.Kahan._fast`,
+  ``y = x - c; t = s + y; c = (t - s) - y; s = t``, in the tile's IEEE dtype
+  (float32/float64), each operation rounded once: numba compiles without
+  ``fastmath``, so LLVM neither reassociates nor contracts, and the loop over
+  the W independent rows is the only one it vectorises.
+
+The numpy path stays the reference: tests/test_kernels_reduce.py runs the whole
+fast-path suite with and without these kernels against ``_reduce_reference``.
+``NUMLAB_ACCEL=0`` in the environment switches them off.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+_STATE: dict = {}
+
+
+def kernels():
+    """The compiled kernels (a dict of name -> function), or None when numba is not
+    installed or ``NUMLAB_ACCEL=0``.  Compiled (or loaded from numba's cache) on
+    first use."""
+    if os.environ.get("NUMLAB_ACCEL", "1") == "0":
+        return None
+    if "k" not in _STATE:
+        _STATE["k"] = _build()
+    return _STATE["k"]
+
+
+def _build():
+    try:
+        import numba  # optional heavy dependency (extra "fast")
+    except ImportError:
+        return None
+    jit = numba.njit(cache=True, nogil=True)
+
+    @jit
+    def widen_t_shift(src, dst):  # src (r, c) uint16 bfloat16 bits, dst (c, r) uint32
+        r, c = src.shape
+        for i in range(c):
+            for k in range(r):
+                dst[i, k] = np.uint32(src[k, i]) << np.uint32(16)
+
+    @jit
+    def widen_t_shift4(src, dst):  # src (r, c/4) uint64 = 4 bfloat16 each, dst (c, r) uint32
+        # little endian: value e of the 4 is bits 16 e .. 16 e + 15 of the uint64
+        r, c4 = src.shape
+        hi = np.uint32(0xFFFF0000)
+        for i in range(c4):
+            for k in range(r):
+                w = src[k, i]
+                dst[4 * i, k] = np.uint32(w << np.uint64(16))
+                dst[4 * i + 1, k] = np.uint32(w) & hi
+                dst[4 * i + 2, k] = np.uint32(w >> np.uint64(16)) & hi
+                dst[4 * i + 3, k] = np.uint32(w >> np.uint64(32)) & hi
+
+    @jit
+    def widen_t_lut(src, lut, dst):  # src (r, c) uint16 float16 bits, dst (c, r) float32
+        r, c = src.shape
+        for i in range(c):
+            for k in range(r):
+                dst[i, k] = lut[src[k, i]]
+
+    @jit
+    def kahan(t, s, c):  # t (B, m, W); s, c (B, W), updated in place
+        B, m, W = t.shape
+        for b in range(B):
+            # private copies: numba cannot prove s, c and t do not alias, and would
+            # not vectorise the loop over the W independent rows otherwise
+            ss, cc = s[b].copy(), c[b].copy()
+            for i in range(m):
+                for j in range(W):
+                    y = t[b, i, j] - cc[j]
+                    nt = ss[j] + y
+                    cc[j] = (nt - ss[j]) - y
+                    ss[j] = nt
+            s[b, :] = ss
+            c[b, :] = cc
+
+    @jit
+    def pairwise(t):  # t (B, m, W), reduced in place into t[:, 0]
+        B, m, W = t.shape
+        for b in range(B):
+            step = 1
+            while step < m:  # the elements of a level sit at multiples of step
+                for k in range(0, m - step, 2 * step):  # the odd last one is carried
+                    for j in range(W):
+                        t[b, k, j] = t[b, k, j] + t[b, k + step, j]
+                step *= 2
+
+    lut = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
+    return {"widen_t_shift": widen_t_shift, "widen_t_shift4": widen_t_shift4, "pairwise": pairwise, "widen_t_lut": widen_t_lut, "kahan": kahan, "f16_lut": lut}
+
+
+def widen_t(dst: np.ndarray, blk: np.ndarray) -> bool:
+    """``dst[...] = blk.T`` widened to float32 for a bfloat16 or float16 ``blk`` (2-D,
+    any strides); False (nothing written) when the kernels are unavailable or the
+    dtypes are others."""
+    k = kernels()
+    if k is None or dst.dtype != np.float32 or blk.ndim != 2:
+        return False
+    if blk.dtype == np.float16:
+        k["widen_t_lut"](blk.view(np.uint16), k["f16_lut"], dst)
+        return True
+    if blk.dtype.name == "bfloat16" and blk.dtype.itemsize == 2:
+        u, d = blk.view(np.uint16), dst.view(np.uint32)
+        c4 = u.shape[1] // 4 if np.little_endian and u.strides[1] == 2 and u.strides[0] % 8 == 0 \
+            and u.ctypes.data % 8 == 0 else 0
+        if c4:  # four values per 8-byte load
+            k["widen_t_shift4"](u[:, :4 * c4].view(np.uint64), d)
+        k["widen_t_shift"](u[:, 4 * c4:], d[4 * c4:])
+        return True
+    return False
+
+
+def pairwise(t: np.ndarray) -> np.ndarray | None:
+    """The adjacent-pairs tree over axis -2 of ``t`` (``(..., m, W)``, float32/float64,
+    odd element carried) on a copy, as :meth:`numlab.kernels.reduce.Pairwise._fast`;
+    returns the ``(..., W)`` sums, or None when unavailable."""
+    k = kernels()
+    if k is None or t.dtype not in (np.float32, np.float64):
+        return None
+    lead = t.shape[:-2]
+    t3 = np.array(t, copy=True, order="C").reshape((-1,) + t.shape[-2:])
+    k["pairwise"](t3)
+    return t3[:, 0, :].reshape(lead + t.shape[-1:])
+
+
+def kahan(t: np.ndarray, s: np.ndarray, c: np.ndarray) -> bool:
+    """Kahan steps over axis -2 of ``t`` (shape ``(..., m, W)``, float32/float64)
+    continuing ``(s, c)`` (shape ``(..., W)``) in place; False when unavailable."""
+    k = kernels()
+    if k is None or t.dtype not in (np.float32, np.float64) or s.dtype != t.dtype or c.dtype != t.dtype:
+        return False
+    B = int(np.prod(t.shape[:-2], dtype=np.int64))
+    t3 = t.reshape((B,) + t.shape[-2:])
+    s2, c2 = s.reshape(B, s.shape[-1]), c.reshape(B, c.shape[-1])
+    if not (np.shares_memory(s2, s) or s.size == 0) or not (np.shares_memory(c2, c) or c.size == 0):
+        return False  # the state must be updated in place
+    k["kahan"](t3, s2, c2)
+    return True
