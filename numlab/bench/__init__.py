@@ -22,6 +22,9 @@ import platform
 import sys
 import time
 
+import ml_dtypes
+import numpy as np
+
 TARGETS: dict[str, str] = {
     "rounding": "round_to for 10^7 float32 values vs ml_dtypes/numpy round trips",
     "kernels": ("every reduction order (fp16/bf16 data) vs numpy sum, peak memory, 16-bit accumulators "
@@ -55,9 +58,6 @@ def _cpu_info() -> tuple[str, list[str]]:
 
 def machine_header() -> str:
     """One paragraph naming the machine a bench ran on."""
-    import ml_dtypes
-    import numpy as np
-
     model, flags = _cpu_info()
     load = " ".join(f"{v:.2f}" for v in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
     try:
