@@ -10,6 +10,12 @@ exactly the same operations:
   bits moved to the top of a binary32: exact for every pattern, NaN payloads
   included) and float16 (a table of the 65536 exact float32 values, built by
   numpy's own float16 -> float32 cast); pure data movement, no arithmetic;
+* :func:`add_round32` -- the fp32 step of ``block_fma`` matmul after its BLAS
+  call, ``out = RN32(fl64(S + c))`` and the flag of float64 sums that sit on an
+  fp32 midpoint (low 29 significand bits ``1 << 28``), in one pass instead of
+  numpy's four (:func:`numlab.kernels.matmul._tile_certified_exact`); the
+  conversion is the same hardware instruction numpy's cast uses (``cvtsd2ss``:
+  round to nearest even, overflow to inf);
 * :func:`kahan` -- the compensated step of :meth:`numlab.kernels.reduce.Kahan._fast`,
   ``y = x - c; t = s + y; c = (t - s) - y; s = t``, in the tile's IEEE dtype
   (float32/float64), each operation rounded once: numba compiles without
@@ -102,8 +108,25 @@ def _build():
                         t[b, k, j] = t[b, k, j] + t[b, k + step, j]
                 step *= 2
 
+    @jit
+    def add_round32(sm, c, out, flag):  # (M, N): out = RN32(fl64(sm + c)), flag fp32 midpoints
+        M, N = sm.shape
+        v = np.empty(N, np.float64)
+        vb = v.view(np.uint64)
+        low, half = np.uint64(0x1FFFFFFF), np.uint64(0x10000000)
+        cnt = 0
+        for i in range(M):
+            for j in range(N):
+                v[j] = sm[i, j] + np.float64(c[i, j])
+            for j in range(N):
+                out[i, j] = np.float32(v[j])
+                f = (vb[j] & low) == half
+                flag[i, j] = f
+                cnt += f
+        return cnt
+
     lut = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
-    return {"widen_t_shift": widen_t_shift, "widen_t_shift4": widen_t_shift4, "pairwise": pairwise, "widen_t_lut": widen_t_lut, "kahan": kahan, "f16_lut": lut}
+    return {"add_round32": add_round32, "widen_t_shift": widen_t_shift, "widen_t_shift4": widen_t_shift4, "pairwise": pairwise, "widen_t_lut": widen_t_lut, "kahan": kahan, "f16_lut": lut}
 
 
 def widen_t(dst: np.ndarray, blk: np.ndarray) -> bool:
@@ -138,6 +161,18 @@ def pairwise(t: np.ndarray) -> np.ndarray | None:
     t3 = np.array(t, copy=True, order="C").reshape((-1,) + t.shape[-2:])
     k["pairwise"](t3)
     return t3[:, 0, :].reshape(lead + t.shape[-1:])
+
+
+def add_round32(sm: np.ndarray, c: np.ndarray, out: np.ndarray, flag: np.ndarray) -> int | None:
+    """``out = float32(sm + c)`` (float64 sum), ``flag`` = the sum is an fp32 midpoint;
+    returns the number flagged, or None (nothing written) when unavailable or the
+    operands are not same-shape 2-D arrays."""
+    k = kernels()
+    if (k is None or sm.ndim != 2 or np.shape(c) != sm.shape or out.shape != sm.shape
+            or flag.shape != sm.shape or sm.dtype != np.float64 or out.dtype != np.float32
+            or np.asarray(c).dtype not in (np.float32, np.float64)):
+        return None
+    return int(k["add_round32"](sm, c, out, flag))
 
 
 def kahan(t: np.ndarray, s: np.ndarray, c: np.ndarray) -> bool:
