@@ -16,6 +16,8 @@ exactly the same operations:
   numpy's four (:func:`numlab.kernels.matmul._tile_certified_exact`); the
   conversion is the same hardware instruction numpy's cast uses (``cvtsd2ss``:
   round to nearest even, overflow to inf);
+* :func:`rows_direct` -- Sequential and Blocked(T, sequential, sequential)
+  straight from the 16-bit rows (eight rows at a time), with no tile;
 * :func:`kahan` -- the compensated step of :meth:`numlab.kernels.reduce.Kahan._fast`,
   ``y = x - c; t = s + y; c = (t - s) - y; s = t``, in the tile's IEEE dtype
   (float32/float64), each operation rounded once: numba compiles without
@@ -125,8 +127,48 @@ def _build():
                 cnt += f
         return cnt
 
+    def make_rows_direct(bf16: bool):
+        # Row sums of src (uint16 codes: bfloat16, or float16 through lut; rows a
+        # multiple of 8), eight rows at a time as eight independent float32 chains
+        # (fixed trip counts: LLVM keeps them in registers): tiles of T elements
+        # summed sequentially from -0.0, the tile partials summed sequentially from
+        # -0.0 (T >= n: plain sequential, no outer add)
+        @jit
+        def rows_direct(src, lut, T, out):
+            R, n = src.shape
+            bits = np.empty(8, np.uint32)
+            vals = bits.view(np.float32)
+            s = np.empty(8, np.float32)
+            p = np.empty(8, np.float32)
+            for r0 in range(0, R, 8):
+                for k in range(8):
+                    s[k] = -0.0
+                for t0 in range(0, n, T):
+                    for k in range(8):
+                        p[k] = -0.0
+                    for i in range(t0, min(n, t0 + T)):
+                        if bf16:
+                            for k in range(8):
+                                bits[k] = np.uint32(src[r0 + k, i]) << np.uint32(16)
+                        else:
+                            for k in range(8):
+                                vals[k] = lut[src[r0 + k, i]]
+                        for k in range(8):
+                            p[k] = p[k] + vals[k]
+                    if T >= n:
+                        for k in range(8):
+                            s[k] = p[k]
+                    else:
+                        for k in range(8):
+                            s[k] = s[k] + p[k]
+                for k in range(8):
+                    out[r0 + k] = s[k]
+        return rows_direct
+
+    rows_direct = {True: make_rows_direct(True), False: make_rows_direct(False)}
+
     lut = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
-    return {"add_round32": add_round32, "widen_t_shift": widen_t_shift, "widen_t_shift4": widen_t_shift4, "pairwise": pairwise, "widen_t_lut": widen_t_lut, "kahan": kahan, "f16_lut": lut}
+    return {"add_round32": add_round32, "rows_direct": rows_direct, "widen_t_shift": widen_t_shift, "widen_t_shift4": widen_t_shift4, "pairwise": pairwise, "widen_t_lut": widen_t_lut, "kahan": kahan, "f16_lut": lut}
 
 
 def widen_t(dst: np.ndarray, blk: np.ndarray) -> bool:
@@ -148,6 +190,32 @@ def widen_t(dst: np.ndarray, blk: np.ndarray) -> bool:
         k["widen_t_shift"](u[:, 4 * c4:], d[4 * c4:])
         return True
     return False
+
+
+def rows_direct(X: np.ndarray, tile: int, out: np.ndarray) -> bool:
+    """Row sums of ``X`` (2-D bfloat16/float16) into float32 ``out`` straight from the
+    16-bit codes, without a transposed tile, in the order
+    ``Blocked(tile, sequential, sequential)`` (``tile >= n``: Sequential): the same
+    float32 additions, in the same order, as the tile path.  False when unavailable."""
+    k = kernels()
+    if k is None or X.ndim != 2 or out.dtype != np.float32 or X.dtype.itemsize != 2:
+        return False
+    if X.dtype == np.float16:
+        f = k["rows_direct"][False]
+    elif X.dtype.name == "bfloat16":
+        f = k["rows_direct"][True]
+    else:
+        return False
+    u, T = X.view(np.uint16), max(1, int(tile))
+    R8 = u.shape[0] - u.shape[0] % 8
+    if R8:
+        f(u[:R8], k["f16_lut"], T, out[:R8])
+    if R8 < u.shape[0]:  # the last rows, padded to a block of 8 with copies of the last one
+        pad = np.concatenate([u[R8:], np.repeat(u[-1:], R8 + 8 - u.shape[0], axis=0)])
+        res = np.empty(8, np.float32)
+        f(pad, k["f16_lut"], T, res)
+        out[R8:] = res[: u.shape[0] - R8]
+    return True
 
 
 def pairwise(t: np.ndarray) -> np.ndarray | None:

@@ -687,6 +687,17 @@ def _bf16_widen_T(dst: np.ndarray, blk: np.ndarray, buf=None) -> bool:
     return True
 
 
+def _direct_tile(order: Order, n: int) -> int | None:
+    """For :func:`numlab.kernels._accel.rows_direct`: the tile of an order it computes
+    (Sequential: ``n``; ``Blocked(T, Sequential, Sequential)``: T), else None."""
+    if type(order) is Sequential:
+        return max(n, 1)
+    if (type(order) is Blocked and type(order.inner) is Sequential
+            and type(order.outer) is Sequential):
+        return int(order.tile)
+    return None
+
+
 def _sum_fast(x: np.ndarray, order: Order, fa: _FastAcc, ar: Arith, *, prepared: bool,
               square: bool = False) -> np.ndarray:
     """Sum the last axis of ``x`` by ``order`` in row chunks; returns ``ar.dtype`` values.
@@ -713,6 +724,10 @@ def _sum_fast(x: np.ndarray, order: Order, fa: _FastAcc, ar: Arith, *, prepared:
 
     if x.size >= _ACCEL_MIN_ELEMENTS and not fa.accel and _accel.kernels() is not None:
         fa = _FastAcc(fa.dtype, fa.rt, accel=True)
+    if fa.accel and fa.rt is None and direct and fa.dtype == np.float32:
+        T = _direct_tile(order, n)
+        if T is not None and _accel.rows_direct(X, T, out):
+            return out.reshape(lead).astype(ar.dtype, copy=False)
     scratch: dict = {}
 
     def buf(shape, dt, key):
