@@ -560,10 +560,11 @@ def test_fast_path_peak_memory_is_below_twice_the_input(accel, dt):
 
 @pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16])
 def test_direct_row_sums_equal_reference_and_scalar_loop(dt, accel):
-    """Sequential and Blocked(T, sequential, sequential) on fp16/bf16 rows (the compiled
-    path sums them straight from the 16-bit codes, eight rows at a time, the last
-    block padded): many rows, a row count not a multiple of 8, strided rows, specials;
-    equal to the reference path and to the scalar loop of the order."""
+    """Sequential, Blocked(T, sequential, sequential), Pairwise and Lanes on fp16/bf16
+    rows (the compiled path sums them straight from the 16-bit codes: eight rows at a
+    time with the last block padded, or row by row): many rows, a row count not a
+    multiple of 8, rows shorter than the lanes, strided rows, specials; equal to the
+    reference path and to the scalar loop of the order."""
     rng = np.random.default_rng(zlib.crc32(f"direct/{np.dtype(dt).name}".encode()))
     for rows, n in ((37, 1), (37, 5), (21, 600)):
         with np.errstate(over="ignore"):
@@ -572,10 +573,13 @@ def test_direct_row_sums_equal_reference_and_scalar_loop(dt, accel):
         x[2, -1] = np.nan
         x[3] = -0.0
         for arr, axis in ((x, -1), (np.ascontiguousarray(x.T), 0)):
-            for order in ("sequential", "blocked(7)", "blocked(512)"):
+            for order in ("sequential", "blocked(7)", "blocked(512)", "pairwise", "lanes(16)", "lanes(3,sequential)",
+                          "lanes(8,tree,epilogue)", "lanes(5,sequential,epilogue)"):
                 got = K.reduce(arr, "sum", axis=axis, order=order, acc="fp32")
                 exp = _reduce_reference(arr, "sum", axis=axis, order=order, acc="fp32")
                 np.testing.assert_array_equal(_bits(got), _bits(exp), err_msg=f"{order} {rows}x{n} axis={axis}")
-        got = K.reduce(x, "sum", order="sequential", acc="fp32")
-        for r in (0, 4, rows - 1):
-            assert float(got[r]) == R.seq([float(v) for v in x[r].astype(np.float32)], "fp32")
+        for order in ("sequential", "pairwise", "lanes(8,tree,epilogue)"):
+            o = K.parse_order(order)
+            got = K.reduce(x, "sum", order=o, acc="fp32")
+            for r in (0, 4, rows - 1):
+                assert float(got[r]) == _ref_for(o)([float(v) for v in x[r].astype(np.float32)], "fp32"), order

@@ -18,6 +18,8 @@ exactly the same operations:
   round to nearest even, overflow to inf);
 * :func:`rows_direct` -- Sequential and Blocked(T, sequential, sequential)
   straight from the 16-bit rows (eight rows at a time), with no tile;
+* :func:`rows_order` -- Pairwise and Lanes row by row from a widened copy of
+  the row (contiguous, so the lane loop is one SIMD add per vector);
 * :func:`kahan` -- the compensated step of :meth:`numlab.kernels.reduce.Kahan._fast`,
   ``y = x - c; t = s + y; c = (t - s) - y; s = t``, in the tile's IEEE dtype
   (float32/float64), each operation rounded once: numba compiles without
@@ -167,8 +169,85 @@ def _build():
 
     rows_direct = {True: make_rows_direct(True), False: make_rows_direct(False)}
 
+    def make_row_kernels(bf16: bool):
+        @jit
+        def widen_row(src, r, lut, buf, bits):  # buf (float32) = row r of src, exactly
+            n = src.shape[1]
+            if bf16:
+                for i in range(n):
+                    bits[i] = np.uint32(src[r, i]) << np.uint32(16)
+            else:
+                for i in range(n):
+                    buf[i] = lut[src[r, i]]
+
+        @jit
+        def rows_lanes(src, lut, L, tree, masked, out):
+            # Lanes(L): lane j sums x_j, x_{j+L}, ... sequentially from -0.0 (a masked
+            # last vector adds -0.0 in its inactive lanes), lanes combined by the
+            # butterfly (tree) or left to right from -0.0; an epilogue adds the
+            # n mod L leftovers one by one
+            R, n = src.shape
+            bits = np.empty(n, np.uint32)
+            buf = bits.view(np.float32)
+            lane = np.empty(L, np.float32)
+            m = (n + L - 1) // L if masked else n // L
+            for r in range(R):
+                widen_row(src, r, lut, buf, bits)
+                for j in range(L):
+                    lane[j] = -0.0
+                for i in range(m):
+                    base = i * L
+                    if base + L <= n:
+                        for j in range(L):
+                            lane[j] = lane[j] + buf[base + j]
+                    else:
+                        for j in range(L):
+                            lane[j] = lane[j] + (buf[base + j] if base + j < n else np.float32(-0.0))
+                if m == 0:
+                    s = np.float32(-0.0)
+                elif tree:
+                    mm = L
+                    while mm > 1:
+                        h = (mm + 1) // 2
+                        for j in range(mm - h):
+                            lane[j] = lane[j] + lane[j + h]
+                        mm = h
+                    s = lane[0]
+                else:
+                    s = np.float32(-0.0)
+                    for j in range(L):
+                        s = s + lane[j]
+                for i in range(m * L, n):
+                    s = s + buf[i]
+                out[r] = s
+
+        @jit
+        def rows_pairwise(src, lut, out):
+            # adjacent pairs level by level, an odd last element carried up unchanged
+            R, n = src.shape
+            bits = np.empty(n, np.uint32)
+            a = bits.view(np.float32)
+            b = np.empty(n, np.float32)
+            for r in range(R):
+                widen_row(src, r, lut, a, bits)
+                x, y = a, b
+                m = n
+                while m > 1:
+                    h = m // 2
+                    for k in range(h):
+                        y[k] = x[2 * k] + x[2 * k + 1]
+                    if m % 2:
+                        y[h] = x[m - 1]
+                    m = h + m % 2
+                    x, y = y, x
+                out[r] = x[0]
+
+        return rows_lanes, rows_pairwise
+
+    row_kernels = {True: make_row_kernels(True), False: make_row_kernels(False)}
+
     lut = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
-    return {"add_round32": add_round32, "rows_direct": rows_direct, "widen_t_shift": widen_t_shift, "widen_t_shift4": widen_t_shift4, "pairwise": pairwise, "widen_t_lut": widen_t_lut, "kahan": kahan, "f16_lut": lut}
+    return {"row_kernels": row_kernels, "add_round32": add_round32, "rows_direct": rows_direct, "widen_t_shift": widen_t_shift, "widen_t_shift4": widen_t_shift4, "pairwise": pairwise, "widen_t_lut": widen_t_lut, "kahan": kahan, "f16_lut": lut}
 
 
 def widen_t(dst: np.ndarray, blk: np.ndarray) -> bool:
@@ -215,6 +294,30 @@ def rows_direct(X: np.ndarray, tile: int, out: np.ndarray) -> bool:
         res = np.empty(8, np.float32)
         f(pad, k["f16_lut"], T, res)
         out[R8:] = res[: u.shape[0] - R8]
+    return True
+
+
+def rows_order(X: np.ndarray, order, out: np.ndarray) -> bool:
+    """Row sums of ``X`` (2-D bfloat16/float16) into float32 ``out`` by a ``Pairwise`` or
+    ``Lanes`` order, one row at a time from its widened copy (the same float32
+    additions in the same order as the tile path).  False when unavailable."""
+    k = kernels()
+    if k is None or X.ndim != 2 or out.dtype != np.float32 or X.dtype.itemsize != 2 or X.shape[1] == 0:
+        return False
+    if X.dtype == np.float16:
+        lanes, pw = k["row_kernels"][False]
+    elif X.dtype.name == "bfloat16":
+        lanes, pw = k["row_kernels"][True]
+    else:
+        return False
+    u = X.view(np.uint16)
+    name = type(order).__name__
+    if name == "Pairwise":
+        pw(u, k["f16_lut"], out)
+    elif name == "Lanes":
+        lanes(u, k["f16_lut"], int(order.L), order.combine == "tree", order.tail == "masked", out)
+    else:
+        return False
     return True
 
 

@@ -728,6 +728,8 @@ def _sum_fast(x: np.ndarray, order: Order, fa: _FastAcc, ar: Arith, *, prepared:
         T = _direct_tile(order, n)
         if T is not None and _accel.rows_direct(X, T, out):
             return out.reshape(lead).astype(ar.dtype, copy=False)
+        if type(order) in (Pairwise, Lanes) and _accel.rows_order(X, order, out):
+            return out.reshape(lead).astype(ar.dtype, copy=False)
     scratch: dict = {}
 
     def buf(shape, dt, key):
