@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+import numpy as np
 import pytest
 
 from numlab import bench
@@ -55,3 +56,28 @@ def test_markdown_section_and_overwrite_guard(tmp_path, monkeypatch, capsys):
     assert path.read_text() == "mine"
     ns.force = True
     assert bench._run(ns) == 0 and path.read_text().startswith("## Performance")
+
+
+def test_agreement_counts_values_signs_of_zero_and_nans():
+    from numlab.bench.rounding import agreement
+
+    ours = np.array([1.0, -0.0, np.nan, 2.0])
+    assert agreement(ours, ours.copy()) == 1.0
+    assert agreement(ours, np.array([1.0, 0.0, np.nan, 2.0])) == 0.75  # +0 vs -0
+    assert agreement(ours, np.array([1.0, -0.0, 3.0, np.nan])) == 0.5
+
+
+def test_gfloat_column_agrees_with_numlab_where_both_are_ieee():
+    """gfloat is an independent rounding implementation: its every deterministic
+    mode it offers must agree bit for bit with numlab on random bit patterns."""
+    pytest.importorskip("gfloat", reason="gfloat (optional reference emulator) is not installed")
+    from numlab.bench.rounding import _gfloat_fn, agreement
+    from numlab.formats import BF16, FP8_E4M3, FP8_E5M2, FP16
+    from numlab.rounding import round_to
+
+    x = np.random.default_rng(0).integers(0, 2**32, 4000, dtype=np.uint32).view(np.float32)
+    with np.errstate(all="ignore"):
+        for fmt in (FP16, BF16, FP8_E4M3, FP8_E5M2):
+            for rounding in ("rne", "rtz", "up", "down"):
+                f = _gfloat_fn(fmt, rounding)
+                assert agreement(round_to(x, fmt, rounding), f(x)) == 1.0, (fmt.name, rounding)

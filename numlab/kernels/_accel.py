@@ -52,6 +52,10 @@ def kernels():
 
 
 def _build():
+    """Compile (lazily, per signature) every kernel; None without numba.
+
+    Longer than 100 lines because numba needs each kernel defined after its
+    optional import: the kernels are small closures kept side by side here."""
     try:
         import numba  # optional heavy dependency (extra "fast")
     except ImportError:
