@@ -81,3 +81,12 @@ def test_gfloat_column_agrees_with_numlab_where_both_are_ieee():
             for rounding in ("rne", "rtz", "up", "down"):
                 f = _gfloat_fn(fmt, rounding)
                 assert agreement(round_to(x, fmt, rounding), f(x)) == 1.0, (fmt.name, rounding)
+
+
+def test_demo_timer_runs_numlab_in_a_fresh_interpreter():
+    from numlab.bench import demo
+
+    wall, cpu = demo.time_demo(["--help"])  # the cheapest demo invocation
+    assert wall > 0 and cpu > 0
+    with pytest.raises(Exception, match="returned non-zero exit status"):
+        demo.time_demo(["--seed", "-1"])  # refused by demo's own argument check

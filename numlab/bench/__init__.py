@@ -9,7 +9,7 @@ and bits, cores, load average, library versions).  ``--markdown PATH`` writes
 the whole run as the README's performance section (refusing to overwrite an
 existing file without ``--force``)::
 
-    numlab bench --large --markdown docs/performance.md --force
+    numlab bench rounding kernels layernorm claims demo scaling --large --markdown docs/performance.md --force
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ TARGETS: dict[str, str] = {
     "layernorm": "eager and fused layernorm (4096x4096 fp16) vs a numpy float32 layernorm",
     "claims": "1000 layernorm trials (64x1024 fp16) in eager, fused and reference",
     "faithfulness": "numlab's predictions vs real torch eager and torch.compile (needs torch)",
+    "demo": "wall and CPU time of one `numlab demo` run (and --quick) in a fresh interpreter",
     "scaling": "time per element and peak memory from 10^5 to 10^7 elements (10^8 with --large)",
 }
 # CPU flags that decide speed (SIMD width, float16 conversion, FMA) or bits (FMA
