@@ -51,7 +51,8 @@ __all__ = [
     "slack_decomposed", "slack_softmax", "propagate_softmax",
     "propagate_moved", "propagate_gathered", "propagate_add", "propagate_maximum", "propagate_mul",
     "propagate_div", "propagate_identity", "propagate_mul_scalar", "propagate_div_scalar",
-    "propagate_rdiv_scalar", "propagate_reciprocal", "propagate_where", "propagate_gelu",
+    "propagate_rdiv_scalar", "propagate_reciprocal", "propagate_where", "propagate_compare",
+    "propagate_constant", "propagate_gelu",
     "propagate_silu", "propagate_lipschitz", "propagate_hardswish", "propagate_monotone_ref",
     "propagate_softplus", "propagate_log", "propagate_sqrt", "propagate_rsqrt",
     "propagate_cast", "propagate_sum", "propagate_mean", "propagate_max", "propagate_var",
@@ -243,9 +244,54 @@ def propagate_reciprocal(xs, bs, attrs, ref):
     return _recip(1.0, xs[0], bs[0])
 
 
+def _may_flip(c, bc) -> np.ndarray:
+    """Where a condition value ``c`` (true iff ``c != 0``) with bound ``bc``
+    may have the other truth value exactly: ``bc > 0`` and the interval
+    ``[c - bc, c + bc]`` holds both zero and non-zero values (NaN: always)."""
+    c, bc = _f(c), _f(bc)
+    with np.errstate(invalid="ignore"):
+        return (bc > 0) & ~(np.abs(c) > bc)
+
+
 def propagate_where(xs, bs, attrs, ref):
-    """``where(c, a, b)`` (c exact): the bound of the selected input."""
-    return np.where(_f(xs[0]) != 0, bs[1], bs[2]), None
+    """``where(c, a, b)`` is an exact selection (slack 0).  Where the
+    condition is exact (its bound is 0, or its interval keeps one truth
+    value): the bound of the selected input.  Where the condition may flip
+    (a comparison whose inputs carry error, see :func:`propagate_compare`):
+    the exact result may be the other branch, so the bound is
+    ``max(b_sel, |other - sel| + b_other)`` -- finite and rigorous, inf only
+    when the other branch is not finite."""
+    c, a, b = (_f(x) for x in xs)
+    bc, ba, bb = (_f(x) for x in bs)
+    pick = c != 0
+    sel = np.where(pick, ba, bb)
+    if not np.any(bc):
+        return sel, None
+    flip = _may_flip(c, bc)
+    with np.errstate(all="ignore"):
+        other = np.where(pick, np.abs(b - a) + bb, np.abs(a - b) + ba) * INFL
+        other = np.where(np.isnan(other), np.inf, other)
+    return np.where(flip, np.maximum(sel, other), sel), None
+
+
+def propagate_compare(xs, bs, attrs, ref):
+    """Comparisons (``a > b``, ``>=``, ``<``, ``<=``, ``==``, ``!=``) give 0
+    or 1 and are exact selections (slack 0).  When the inputs carry error
+    the exact comparison can differ from the computed one: wherever
+    ``|a - b| <= b_a + b_b`` (intervals that overlap, NaN included) the
+    bound is 1 (the value may flip), elsewhere 0.  A ``where`` reading such
+    a condition takes both branches into account (:func:`propagate_where`)."""
+    a, b = _f(xs[0]), _f(xs[1])
+    s = (_f(bs[0]) + _f(bs[1])) * INFL
+    with np.errstate(invalid="ignore"):
+        flip = (s > 0) & ~(np.abs(a - b) > s)
+    return flip.astype(np.float64), None
+
+
+def propagate_constant(xs, bs, attrs, ref):
+    """A constant has no input: bound 0 (its value is exact in float64; the
+    kernel's rounding to S is the node's own local error)."""
+    return np.zeros(np.shape(ref(**attrs))), None
 
 
 def propagate_gelu(xs, bs, attrs, ref):

@@ -12,6 +12,24 @@ symbolic :class:`Tensor` objects::
 
     g = trace(lambda x, w: nl.ops.gelu(x @ w) * 0.5, x=(4, 8), w=(8, 16))
 
+numpy works on the symbolic tensors (:data:`UFUNCS` through
+``__array_ufunc__``, :data:`FUNCTIONS` through ``__array_function__``), so
+an ordinary numpy-written function traces as it is::
+
+    def f(x):
+        h = np.maximum(x, 0.0)
+        return np.where(h > 1.0, np.sqrt(h), h * np.array([0.5, 2.0]))
+
+Comparisons give truth values (``Node.value_kind == "bool"``, held as
+0.0 / 1.0 by the executors); numbers and arrays next to a tensor become
+``constant`` nodes whose float64 value (:class:`numlab.ops.ConstValue`) is
+part of the graph, its canonical form and every fingerprint (the scalar of
+``+ - * /`` stays the exact attribute of a scalar op).
+:func:`trace_function` traces a function with the shapes of named arrays
+(:func:`read_arrays`: a ``.npz``, a directory of ``NAME.npy`` or a dict),
+:func:`load_inputs` checks arrays against a graph and :func:`as_graph`
+takes a Graph or a function.
+
 Node names are deterministic: ``<op>_<k>`` with ``k`` counting that op
 (``matmul_0``, ``gelu_0``, ``mul_scalar_0``); return a dict to name the
 outputs, or call :meth:`Tensor.named`.  Nodes no output depends on are
@@ -28,15 +46,18 @@ import inspect
 import json
 import math
 import numbers
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from . import ops as _ops
-from .ops import CATALOGUE, META_ATTRS, get_op
+from .ops import CATALOGUE, META_ATTRS, ConstValue, get_op
 
-__all__ = ["Node", "Graph", "Tensor", "trace", "decompose", "evaluate"]
+__all__ = ["Node", "Graph", "Tensor", "trace", "decompose", "evaluate", "read_arrays", "load_inputs",
+           "trace_function", "function_inputs", "as_graph", "UFUNCS", "UFUNC_REDUCE", "FUNCTIONS"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +80,12 @@ class Node:
         return get_op(self.op).category
 
     @property
+    def value_kind(self) -> str:
+        """``"bool"`` for a comparison's truth values, else ``"float"``
+        (:data:`numlab.ops.VALUE_KINDS`)."""
+        return get_op(self.op).value_kind
+
+    @property
     def origin(self) -> str | None:
         """The composite node this primitive was decomposed from, if any."""
         return self.attrs.get("origin")
@@ -70,6 +97,8 @@ class Node:
 
 
 def _fmt_attr(v):
+    if isinstance(v, ConstValue):
+        return repr(v)
     if isinstance(v, float):
         return repr(v)
     if isinstance(v, list):
@@ -228,6 +257,16 @@ class Graph:
         except KeyError:
             raise ValueError(f"{name!r} is neither an input nor a node of graph {self.name!r}") from None
 
+    def value_kind(self, name: str) -> str:
+        """``"bool"`` when ``name`` is a node holding truth values (a
+        comparison), else ``"float"`` (every graph input: a bool ``where``
+        condition given as input is fed as 0.0 / 1.0).  Executors hold truth
+        values as 0.0 / 1.0."""
+        if name in self._by_name:
+            return self._by_name[name].value_kind
+        self.shape(name)
+        return "float"
+
     def consumers(self, name: str) -> list[Node]:
         """Nodes that read ``name`` (an input or a node), in order."""
         self.shape(name)
@@ -326,8 +365,10 @@ class Graph:
 
         Every input present, none extra, shapes equal, floating-point arrays
         (float16/bfloat16/fp8/float32/float64 containers); integer or bool
-        arrays only for gather's index inputs (role ``"index"``).  Returns
-        ``{name: ndarray}`` in the graph's input order (dtype unchanged).
+        arrays only for gather's index inputs (role ``"index"``), bool
+        arrays also for ``where`` conditions (role ``"mask"``, returned as
+        float32 0.0 / 1.0).  Returns ``{name: ndarray}`` in the graph's
+        input order (dtype otherwise unchanged).
 
         Raises
         ------
@@ -351,11 +392,14 @@ class Graph:
         for k, shape in self.inputs.items():
             a = np.asarray(inputs[k])
             floating = a.dtype.kind == "f" or a.dtype.name == "bfloat16" or a.dtype.name.startswith("float8")
-            if not floating and not (a.dtype.kind in "iub" and self.role(k) == "index"):
+            if a.dtype.kind == "b" and self.role(k) == "mask":
+                a = a.astype(np.float32)  # a where condition: truth values as 0.0 / 1.0
+            elif not floating and not (a.dtype.kind in "iub" and self.role(k) == "index"):
                 raise TypeError(
                     f"input {k!r} has dtype {a.dtype}; give a floating-point array "
                     "(float16/bfloat16/float32/float64; the executor rounds it to the storage format)"
-                    + ("" if a.dtype.kind not in "iub" else "; integer arrays are only for gather indices")
+                    + ("" if a.dtype.kind not in "iub" else
+                       "; integer arrays are only for gather indices, bool arrays for where conditions")
                 )
             if a.shape != shape:
                 raise ValueError(f"input {k!r} has shape {a.shape}; graph {self.name!r} expects {shape}")
@@ -366,12 +410,16 @@ class Graph:
 def _uncanon(v):
     if isinstance(v, dict) and set(v) == {"float"}:
         return float.fromhex(v["float"])
+    if isinstance(v, dict) and set(v) == {"const"}:
+        return ConstValue.from_canonical(v)
     if isinstance(v, list):
         return [_uncanon(x) for x in v]
     return v
 
 
 def _canon(v):
+    if isinstance(v, ConstValue):
+        return v.canonical()  # every byte of the value: fingerprints tell constants apart
     if isinstance(v, float):
         return {"float": v.hex()}
     if isinstance(v, (tuple, list)):
@@ -382,18 +430,223 @@ def _canon(v):
 # ---------------------------------------------------------------------------
 # tracing
 # ---------------------------------------------------------------------------
+def _is_bool(t) -> bool:
+    return isinstance(t, Tensor) and t._tracer.kinds.get(t.name) == "bool"
+
+
+def _add(a, b):
+    """``a + b``; two truth values add as numpy's bools do (logical or):
+    ``maximum`` of 0.0 / 1.0, exact."""
+    if _is_bool(a) and _is_bool(b):
+        return _mark_bool(_ops.maximum(a, b))
+    return _ops.add(a, b)
+
+
+def _mul(a, b):
+    """``a * b``; of two truth values a logical and (0.0 / 1.0, still a truth value)."""
+    r = _ops.mul(a, b)
+    return _mark_bool(r) if _is_bool(a) and _is_bool(b) else r
+
+
+def _mark_bool(t):
+    t._tracer.kinds[t.name] = "bool"
+    return t
+
+
+def _sub(a, b):
+    if _is_bool(a) and _is_bool(b):
+        raise TypeError("subtracting two boolean tensors is not supported (numpy refuses it too); "
+                        "use np.not_equal(a, b) or np.where")
+    return _ops.sub(a, b)
+
+
+def _square(x):
+    return _ops.mul(x, x)
+
+
+def _power(x, p):
+    if isinstance(p, Tensor) or not isinstance(x, Tensor):
+        raise TypeError("np.power on traced tensors takes a tensor base and a number exponent "
+                        "(2, 1, 0.5, -0.5, -1)")
+    return x.__pow__(p)
+
+
+def _positive(x):
+    return x
+
+
+#: numpy ufunc name -> the catalogue function it traces to (method "__call__")
+UFUNCS = {
+    "add": _add, "subtract": _sub, "multiply": _mul, "divide": _ops.div,
+    "negative": _ops.neg, "positive": _positive, "absolute": _ops.abs_, "fabs": _ops.abs_,
+    "exp": _ops.exp, "log": _ops.log, "sqrt": _ops.sqrt, "tanh": _ops.tanh,
+    "reciprocal": _ops.reciprocal, "square": _square, "power": _power,
+    "maximum": _ops.maximum, "minimum": _ops.minimum, "matmul": _ops.matmul,
+    "greater": _ops.gt, "greater_equal": _ops.ge, "less": _ops.lt, "less_equal": _ops.le,
+    "equal": _ops.eq, "not_equal": _ops.ne,
+}
+#: ufunc name -> reduction for ``np.<ufunc>.reduce(x, axis, keepdims=...)``
+UFUNC_REDUCE = {"add": _ops.sum_, "maximum": _ops.max_, "minimum": _ops.min_}
+
+
+def _no_kwargs(fname, kwargs, allowed=()):
+    bad = sorted(k for k, v in kwargs.items() if k not in allowed and v is not None
+                 and not (k == "keepdims" and v is np._NoValue))
+    if bad:
+        raise TypeError(f"np.{fname} on traced tensors: argument(s) {bad} are not supported"
+                        + (f"; supported: {list(allowed)}" if allowed else ""))
+
+
+def _kw(kwargs, key, default):
+    v = kwargs.get(key, default)
+    return default if v is np._NoValue else v
+
+
+def _np_reduce(op):
+    def f(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
+        _no_kwargs(op.__name__.rstrip("_"), {"dtype": dtype, "out": out, **kw})
+        return op(a, axis, _kw({"k": keepdims}, "k", False))
+    return f
+
+
+def _np_var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
+    _no_kwargs("var", {"dtype": dtype, "out": out, **{k: v for k, v in kw.items() if k != "correction"}})
+    corr = kw.get("correction", ddof)
+    return _ops.var(a, axis, _kw({"k": keepdims}, "k", False), 0 if corr is np._NoValue else corr)
+
+
+def _np_where(condition, *xy):
+    if len(xy) != 2:
+        raise TypeError("np.where on traced tensors needs three arguments where(cond, a, b) "
+                        "(the one-argument form gives data-dependent shapes)")
+    return _ops.where(condition, *xy)
+
+
+def _np_reshape(a, shape=None, order="C", **kw):
+    shape = kw.pop("newshape", shape)
+    _no_kwargs("reshape", {"order": None if order == "C" else order, **kw})
+    return _ops.reshape(a, shape)
+
+
+def _np_transpose(a, axes=None):
+    return _ops.transpose(a, axes)
+
+
+def _np_concatenate(arrays, axis=0, out=None, dtype=None, casting=None):
+    _no_kwargs("concatenate", {"out": out, "dtype": dtype, "casting": casting})
+    return _ops.concat(list(arrays), axis)
+
+
+def _np_split(ary, indices_or_sections, axis=0):
+    return _ops.split(ary, indices_or_sections, axis)
+
+
+def _np_take(a, indices, axis=None, out=None, mode=None):
+    _no_kwargs("take", {"out": out, "mode": mode})
+    if axis is None:
+        raise TypeError("np.take on traced tensors needs axis= (no flattening take)")
+    return _ops.gather(a, indices, axis)
+
+
+def _np_clip(a, a_min=None, a_max=None, out=None, **kw):
+    _no_kwargs("clip", {"out": out, **{k: v for k, v in kw.items() if k not in ("min", "max")}})
+    lo = kw.get("min", a_min)
+    hi = kw.get("max", a_max)
+    y = a if lo is None or lo is np._NoValue else _ops.maximum(a, lo)
+    return y if hi is None or hi is np._NoValue else _ops.minimum(y, hi)
+
+
+def _np_expand_dims(a, axis):
+    axes = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis)
+    nd = a.ndim + len(axes)
+    axes = sorted(int(x) % nd for x in axes)
+    shape = list(a.shape)
+    for ax in axes:
+        shape.insert(ax, 1)
+    return _ops.reshape(a, tuple(shape))
+
+
+def _np_squeeze(a, axis=None):
+    if axis is None:
+        axes = [i for i, d in enumerate(a.shape) if d == 1]
+    else:
+        axes = [int(x) % a.ndim for x in ((axis,) if isinstance(axis, numbers.Integral) else axis)]
+        bad = [x for x in axes if a.shape[x] != 1]
+        if bad:
+            raise ValueError(f"np.squeeze: axis {bad} of {a.name!r} {a.shape} does not have size 1")
+    return _ops.reshape(a, tuple(d for i, d in enumerate(a.shape) if i not in axes))
+
+
+def _np_matmul(a, b, **kw):
+    _no_kwargs("matmul", kw)
+    return _ops.matmul(a, b)
+
+
+#: numpy function name -> its tracing (``Tensor.__array_function__``)
+FUNCTIONS = {
+    "where": _np_where, "sum": _np_reduce(_ops.sum_), "mean": _np_reduce(_ops.mean),
+    "max": _np_reduce(_ops.max_), "amax": _np_reduce(_ops.max_), "min": _np_reduce(_ops.min_),
+    "amin": _np_reduce(_ops.min_), "var": _np_var, "reshape": _np_reshape, "transpose": _np_transpose,
+    "concatenate": _np_concatenate, "split": _np_split, "broadcast_to": lambda a, shape, subok=False:
+    _ops.broadcast_to(a, shape), "take": _np_take, "clip": _np_clip, "expand_dims": _np_expand_dims,
+    "squeeze": _np_squeeze, "matmul": _np_matmul,
+    "shape": lambda a: a.shape, "ndim": lambda a: a.ndim, "size": lambda a, axis=None:
+    a.size if axis is None else a.shape[axis],
+}
+
+
 class Tensor:
     """A symbolic tensor while tracing: a name and a shape.
 
     Supports ``+ - * / @``, unary ``-``, ``abs``, ``x ** 2`` (as ``x * x``),
     Python numbers on either side (scalar ops, the float kept exactly),
+    comparisons ``> >= < <= == !=`` (truth values, ``value_kind`` "bool";
+    two of them add as numpy's bools do, as a logical or: ``maximum``),
     ``.sum/.mean/.max/.min/.var(axis, keepdims)``, ``.reshape``, ``.T``,
     ``.mT``, ``.transpose``, ``.broadcast_to``, ``.astype`` (cast), basic
     slicing ``x[..., :4]``, ``x[0]`` and :meth:`named`.
+
+    numpy works on it: the ufuncs of :data:`UFUNCS` (``np.exp(x)``,
+    ``np.maximum(x, 0.0)``, ``np.greater(x, 0)``, ``np.add.reduce``, ...)
+    through ``__array_ufunc__`` and the functions of :data:`FUNCTIONS`
+    (``np.where``, ``np.sum/mean/max/min/var`` with ``axis`` and
+    ``keepdims``, ``np.reshape``, ``np.concatenate``, ``np.clip``, ...)
+    through ``__array_function__``.  Numbers and numpy arrays next to a
+    tensor become ``constant`` nodes (float64 values stored in the graph),
+    except the scalar of ``+ - * /``, which stays the exact attribute of a
+    scalar op.  Anything else raises TypeError naming the ufunc or function
+    and the supported list.
     """
 
-    __array_ufunc__ = None  # numpy scalars defer to our reflected operators
     __slots__ = ("name", "shape", "_tracer")
+    __hash__ = object.__hash__  # identity: == builds a comparison node
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        name = ufunc.__name__
+        if method == "reduce" and name in UFUNC_REDUCE:
+            (x,) = inputs
+            _no_kwargs(f"{name}.reduce", kwargs, ("axis", "keepdims"))
+            return UFUNC_REDUCE[name](x, kwargs.get("axis", 0), bool(kwargs.get("keepdims", False)))
+        if method != "__call__" or name not in UFUNCS:
+            what = f"np.{name}" + ("" if method == "__call__" else f".{method}")
+            raise TypeError(
+                f"numpy ufunc {what} is not supported on traced tensors; supported ufuncs: "
+                f"{sorted(UFUNCS)} (and np.{{{','.join(sorted(UFUNC_REDUCE))}}}.reduce); "
+                "numlab.ops has the rest of the catalogue (sigmoid, erf, gelu, softmax, ...)")
+        _no_kwargs(name, kwargs)
+        return UFUNCS[name](*inputs)
+
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError(f"symbolic tensor {self.name!r} has no values while tracing: np.asarray/np.array "
+                        "of it is not supported (use the tensor itself, numpy ufuncs and functions work on it)")
+
+    def __array_function__(self, func, types, args, kwargs):
+        name = func.__name__
+        f = FUNCTIONS.get(name)
+        if f is None:
+            raise TypeError(f"numpy function np.{name} is not supported on traced tensors; supported "
+                            f"functions: {sorted(FUNCTIONS)} and the ufuncs {sorted(UFUNCS)}")
+        return f(*args, **kwargs)
 
     def __init__(self, name, shape, tracer):
         self.name = name
@@ -421,22 +674,22 @@ class Tensor:
 
     # arithmetic
     def __add__(self, o):
-        return _ops.add(self, o)
+        return _add(self, o)
 
     def __radd__(self, o):
-        return _ops.add(o, self)
+        return _add(o, self)
 
     def __sub__(self, o):
-        return _ops.sub(self, o)
+        return _sub(self, o)
 
     def __rsub__(self, o):
-        return _ops.sub(o, self)
+        return _sub(o, self)
 
     def __mul__(self, o):
-        return _ops.mul(self, o)
+        return _mul(self, o)
 
     def __rmul__(self, o):
-        return _ops.mul(o, self)
+        return _mul(o, self)
 
     def __truediv__(self, o):
         return _ops.div(self, o)
@@ -452,6 +705,25 @@ class Tensor:
 
     def __neg__(self):
         return _ops.neg(self)
+
+    # comparisons: truth values (0.0 / 1.0 in the executors)
+    def __gt__(self, o):
+        return _ops.gt(self, o)
+
+    def __ge__(self, o):
+        return _ops.ge(self, o)
+
+    def __lt__(self, o):
+        return _ops.lt(self, o)
+
+    def __le__(self, o):
+        return _ops.le(self, o)
+
+    def __eq__(self, o):
+        return _ops.eq(self, o)
+
+    def __ne__(self, o):
+        return _ops.ne(self, o)
 
     def __abs__(self):
         return _ops.abs_(self)
@@ -572,6 +844,7 @@ class _Tracer:
         self.counts: dict[str, int] = {}
         self.renames: dict[str, str] = {}
         self.scope: str | None = None
+        self.kinds: dict[str, str] = {}  # node -> value kind ("bool" for comparisons)
 
     def input(self, name, shape):
         _check_name(name, "input name")
@@ -591,14 +864,16 @@ class _Tracer:
 
     def emit(self, op, args, attrs, name=None):
         info = get_op(op)
+        args = list(args)
         for i, a in enumerate(args):
             if not isinstance(a, Tensor):
-                raise TypeError(
-                    f"{op}: argument {i} is a {type(a).__name__}, not a symbolic tensor; constants "
-                    "are not part of the IR -- pass them as graph inputs (Python numbers only "
-                    "as the scalar of + - * /)"
-                )
-            if a._tracer is not self:
+                try:
+                    args[i] = self.constant(a)
+                except (TypeError, ValueError) as exc:
+                    raise TypeError(
+                        f"{op}: argument {i} is a {type(a).__name__}, neither a symbolic tensor nor a "
+                        f"constant (a real number or numeric array): {exc}") from None
+            elif a._tracer is not self:
                 raise ValueError(f"{op}: argument {a.name!r} belongs to another trace")
         name = name or self._fresh(op)
         attrs = dict(attrs)
@@ -607,7 +882,15 @@ class _Tracer:
         attrs, shape = info.check([a.shape for a in args], attrs, node=name)
         self.nodes.append(Node(name, op, tuple(a.name for a in args), attrs, shape))
         self.shapes[name] = shape
+        self.kinds[name] = info.value_kind
         return Tensor(name, shape, self)
+
+    def constant(self, value) -> "Tensor":
+        """A ``constant`` node holding ``value`` (a number or array, stored
+        as float64 in the graph: :class:`numlab.ops.ConstValue`)."""
+        if isinstance(value, Tensor):
+            return value
+        return self.emit("constant", [], {"value": ConstValue(value)})
 
     def rename(self, t: Tensor, new: str):
         _check_name(new, "name")
@@ -680,7 +963,11 @@ def trace(fn, **input_shapes) -> Graph:
             ) from None
     tr = _Tracer()
     args = {k: tr.input(k, s) for k, s in input_shapes.items()}
-    res = fn(**args)
+    _ops._TRACERS.append(tr)
+    try:
+        res = fn(**args)
+    finally:
+        _ops._TRACERS.pop()
     if isinstance(res, Tensor):
         outs = [(None, res)]
     elif isinstance(res, dict):
@@ -742,10 +1029,192 @@ def evaluate(graph: Graph, inputs, *, all_values: bool = False) -> dict:
     """Evaluate with the float64 references of the catalogue.
 
     Returns ``{output: float64 array}`` (``all_values=True``: every input and
-    node).  This is the plain-numpy reference (no rounding to a storage
-    format); ``numlab.execute.run(mode="reference")`` is the full executor.
+    node; truth values of comparisons as 0.0 / 1.0).  This is the
+    plain-numpy reference (no rounding to a storage format);
+    ``numlab.execute.run(mode="reference")`` is the full executor.
     """
     vals = {k: np.asarray(v, dtype=np.float64) for k, v in graph.check_inputs(inputs).items()}
     for n in graph.nodes:
         vals[n.name] = np.asarray(CATALOGUE[n.op].ref(*(vals[i] for i in n.inputs), **n.op_attrs), dtype=np.float64)
     return vals if all_values else {o: vals[o] for o in graph.outputs}
+
+
+# ---------------------------------------------------------------------------
+# your function, your inputs: named arrays from files, tracing with their shapes
+# ---------------------------------------------------------------------------
+def _is_number_array(a: np.ndarray) -> bool:
+    return a.dtype.kind in "biuf" or a.dtype.name == "bfloat16" or a.dtype.name.startswith("float8")
+
+
+def read_arrays(source, *, option: str = "inputs") -> dict:
+    """Named arrays from ``source``: a ``.npz`` file (its names), a directory
+    holding one ``NAME.npy`` per array, or a mapping name -> array-like.
+
+    Arrays keep their dtype (float16/bfloat16/float32/float64, bool for
+    ``where`` conditions, integers for gather indices).  No pickles are read.
+    Errors are ValueError naming ``option`` (the CLI passes ``"--inputs"``),
+    the path or array and what is valid.
+    """
+    if isinstance(source, Mapping):
+        items = dict(source)
+        where = "mapping"
+    else:
+        if not isinstance(source, (str, Path)):
+            raise TypeError(f"{option} must be a .npz file, a directory of NAME.npy files or a dict "
+                            f"name -> array, got {type(source).__name__}")
+        p = Path(source)
+        if p.is_dir():
+            files = sorted(p.glob("*.npy"))
+            if not files:
+                raise ValueError(f"{option} {str(p)!r}: the directory holds no NAME.npy files")
+            items = {f.stem: f for f in files}
+            where = f"directory {str(p)!r}"
+        elif p.is_file() and p.suffix == ".npz":
+            items = None
+            where = f"file {str(p)!r}"
+        elif not p.exists():
+            raise ValueError(f"{option} {str(p)!r}: no such .npz file or directory of NAME.npy files")
+        else:
+            raise ValueError(f"{option} {str(p)!r} is neither a .npz file nor a directory of NAME.npy files")
+    out = {}
+    try:
+        if items is None:
+            with np.load(p, allow_pickle=False) as npz:
+                out = {k: np.asarray(npz[k]) for k in npz.files}
+            if not out:
+                raise ValueError(f"{option} {where} holds no arrays")
+        else:
+            out = {k: np.load(v, allow_pickle=False) if isinstance(v, Path) else np.asarray(v)
+                   for k, v in items.items()}
+    except (OSError, EOFError, zipfile.BadZipFile) as exc:  # a corrupt or truncated file
+        raise ValueError(f"{option} {where}: cannot read it ({exc})") from None
+    except ValueError as exc:
+        if str(exc).startswith(option):
+            raise
+        raise ValueError(f"{option} {where}: cannot read it ({exc}; object arrays/pickles are refused)") from None
+    for k, a in out.items():
+        if not _is_number_array(a):
+            raise ValueError(f"{option}: input {k!r} in {where} has dtype {a.dtype}, not a number type "
+                             "(valid: float16/bfloat16/float32/float64, bool, integers)")
+    return out
+
+
+def _fmt_shapes(d) -> str:
+    return "{" + ", ".join(f"{k}: {tuple(s)}" for k, s in d.items()) + "}"
+
+
+def load_inputs(source, graph: Graph | None = None, *, option: str = "inputs") -> dict:
+    """The inputs of ``graph`` from ``source`` (see :func:`read_arrays`:
+    a ``.npz`` file, a directory of ``NAME.npy`` or a mapping).
+
+    With ``graph``: every graph input present, none extra, shapes equal,
+    returned in the graph's input order (dtypes unchanged; the executor
+    rounds them to its storage format).  Errors are ValueError naming
+    ``option``, the input, the expected and the given shape and the valid
+    names.  Without ``graph``: the arrays as read.
+
+    Example
+    -------
+    >>> xs = load_inputs("inputs.npz", g, option="--inputs")
+    """
+    arrays = read_arrays(source, option=option)
+    if graph is None:
+        return arrays
+    expected = dict(graph.inputs)
+    missing = [k for k in expected if k not in arrays]
+    extra = [k for k in arrays if k not in expected]
+    if missing or extra:
+        raise ValueError(f"{option}: " + "; ".join(
+            ([f"missing input(s) {missing}"] if missing else [])
+            + ([f"unexpected array(s) {extra}"] if extra else []))
+            + f"; valid names (with shapes) for graph {graph.name!r}: {_fmt_shapes(expected)}")
+    for k, shape in expected.items():
+        if tuple(arrays[k].shape) != tuple(shape):
+            raise ValueError(f"{option}: input {k!r} has shape {tuple(arrays[k].shape)}; graph {graph.name!r} "
+                             f"expects {tuple(shape)} (valid names with shapes: {_fmt_shapes(expected)})")
+    return {k: arrays[k] for k in expected}
+
+
+def function_inputs(fn) -> tuple[list, list, bool]:
+    """``(required names, optional names, takes **kwargs)`` of ``fn``'s
+    parameters: the names its inputs go by (:func:`trace_function`,
+    ``numlab.cli.options.load_graph``).  TypeError for ``*args`` or
+    positional-only parameters (inputs are named); ValueError when ``fn``
+    has no signature (some builtins)."""
+    sig = inspect.signature(fn)
+    req, opt, var_kw = [], [], False
+    for p in sig.parameters.values():
+        if p.kind is inspect.Parameter.VAR_KEYWORD:
+            var_kw = True
+        elif p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.POSITIONAL_ONLY):
+            raise TypeError(f"{getattr(fn, '__name__', 'fn')}{sig}: parameter {p.name!r} cannot take a named "
+                            "input (no *args or positional-only parameters)")
+        elif p.default is inspect.Parameter.empty:
+            req.append(p.name)
+        else:
+            opt.append(p.name)
+    return req, opt, var_kw
+
+
+def trace_function(fn, inputs, *, name: str | None = None, option: str = "inputs") -> Graph:
+    """Trace ``fn`` with the input shapes taken from ``inputs``.
+
+    ``fn`` is a numlab-traceable function (numpy ufuncs and functions,
+    operators, comparisons, ``np.where``, :mod:`numlab.ops`; see
+    :class:`Tensor`) whose parameters are the input names.  ``inputs`` maps
+    name -> array (or shape tuple), or is a path read by :func:`read_arrays`.
+    Every parameter without a default needs an array; a parameter with a
+    default that has no array keeps its default (traced as a constant if it
+    is a number or an array).  Errors name ``option``, the input, the
+    expected parameters and the given names.
+
+    Returns the :class:`Graph` (its inputs in ``fn``'s parameter order; the
+    graph is named after ``fn`` unless ``name`` is given).  Use
+    :func:`load_inputs` (or ``g.check_inputs``) for the values.
+
+    Example
+    -------
+    >>> g = trace_function(lambda x: np.exp(x) / np.exp(x).sum(-1, keepdims=True),
+    ...                    {"x": np.zeros((2, 8))})
+    """
+    if not callable(fn):
+        raise TypeError(f"trace_function needs a callable, got {type(fn).__name__}")
+    if isinstance(inputs, (str, Path)):
+        inputs = read_arrays(inputs, option=option)
+    if not isinstance(inputs, Mapping):
+        raise TypeError(f"{option} must be a dict name -> array or shape, or a .npz file / directory, "
+                        f"got {type(inputs).__name__}")
+    shapes = {}
+    for k, v in inputs.items():
+        shapes[k] = _check_shape(v, f"shape of input {k!r}") if isinstance(v, (tuple, list)) else tuple(np.shape(v))
+    fname = getattr(fn, "__name__", "fn")
+    try:
+        req, opt, var_kw = function_inputs(fn)
+    except ValueError:  # no signature (a builtin): take the inputs as given
+        req, opt, var_kw = list(shapes), [], False
+    missing = [k for k in req if k not in shapes]
+    extra = [k for k in shapes if k not in req and k not in opt and not var_kw]
+    if missing or extra:
+        raise ValueError(f"{option}: " + "; ".join(
+            ([f"no array for parameter(s) {missing} of {fname}"] if missing else [])
+            + ([f"array(s) {extra} are not parameters of {fname}"] if extra else []))
+            + f"; valid names: {req + opt} (required: {req}); given: {_fmt_shapes(shapes)}")
+    order = [k for k in req + opt if k in shapes] + [k for k in shapes if k not in req and k not in opt]
+    g = trace(fn, **{k: shapes[k] for k in order})
+    if name is not None:
+        g = Graph(g.inputs, g.nodes, g.outputs, name=name, roles=g.roles)
+    return g
+
+
+def as_graph(obj, inputs=None, *, option: str = "inputs") -> Graph:
+    """``obj`` as a :class:`Graph`: a Graph is returned as it is; a callable
+    is traced with :func:`trace_function` on ``inputs`` (arrays or shapes,
+    needed then).  TypeError for anything else, naming what is valid."""
+    if isinstance(obj, Graph):
+        return obj
+    if callable(obj):
+        if inputs is None:
+            raise TypeError(f"{getattr(obj, '__name__', 'the function')} is a function: give its inputs "
+                            f"({option}=dict name -> array) so it can be traced")
+        return trace_function(obj, inputs, option=option)
+    raise TypeError(f"expected a numlab Graph or a traceable function, got {type(obj).__name__}")

@@ -33,6 +33,9 @@ Each operator has an :class:`OpInfo` in :data:`CATALOGUE` with
 * for composites, ``decompose(*tensors, **attrs)``: the primitive subgraph a
   compiler fuses instead, written with the functions of this module (see
   :func:`numlab.graph.decompose`); None for every other category;
+* ``value_kind`` -- :data:`VALUE_KINDS`: ``"bool"`` for the comparisons
+  (``gt ge lt le eq ne``: their references return numpy bool arrays, their
+  kernels 0.0 / 1.0), ``"float"`` for every other operator;
 * ``aten`` -- the PyTorch ATen operators this op stands for: a base name
   (``"add"``, ``"amax"``, ``"_softmax"``) when the ATen operator maps to it
   directly (:data:`numlab.torch.bridge.CATALOGUE_MAP` is derived from these
@@ -61,6 +64,8 @@ Linear Units" (2016) (erf form; tanh form with 0.044715), as in
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -87,9 +92,19 @@ __all__ = [
     "ops_in",
     "describe",
     "NO_ATEN",
+    "VALUE_KINDS",
+    "COMPARISONS",
+    "ConstValue",
 ]
 
 CATEGORIES = ("elementwise", "reduction", "data_movement", "matmul", "composite")
+#: kinds of value a node holds (``OpInfo.value_kind``): ``"float"`` numbers, or
+#: ``"bool"`` truth values (the comparisons), held by the executors as 0.0 / 1.0
+#: in the storage format (exact in every format) and read by ``where`` as ``!= 0``
+VALUE_KINDS = ("float", "bool")
+#: the comparison operators: op -> (numpy ufunc, symbol)
+COMPARISONS = {"gt": (np.greater, ">"), "ge": (np.greater_equal, ">="), "lt": (np.less, "<"),
+               "le": (np.less_equal, "<="), "eq": (np.equal, "=="), "ne": (np.not_equal, "!=")}
 #: attributes any node may carry that do not change its value
 #: (``origin``: the composite node a decomposed primitive came from).
 META_ATTRS = ("origin",)
@@ -129,6 +144,7 @@ class OpInfo:
     slack: Callable | None = field(default=None, repr=False)
     propagate: Callable | None = field(default=None, repr=False)
     aten: tuple = ()
+    value_kind: str = "float"
 
     def ref(self, *arrays, **attrs):
         """float64 reference (data movement: dtype-preserving).  Meta
@@ -185,7 +201,7 @@ NO_ATEN = ("rdiv_scalar",)
 
 
 def _register(name, category, arity, attrs, infer, ref, *, kernel, slack, propagate, aten,
-              decompose=None, accumulator="none", doc=""):
+              decompose=None, accumulator="none", doc="", value_kind="float"):
     """Add one operator to :data:`CATALOGUE`.  ``kernel``, ``slack``,
     ``propagate`` and ``aten`` are required (module docstring); errors name
     the operator and the missing or invalid field."""
@@ -212,8 +228,10 @@ def _register(name, category, arity, attrs, infer, ref, *, kernel, slack, propag
     if not aten and name not in NO_ATEN:
         raise TypeError(f"op {name!r}: aten=() is only for operators without an ATen counterpart "
                         f"({list(NO_ATEN)}); give the ATen names it maps from")
+    if value_kind not in VALUE_KINDS:
+        raise ValueError(f"op {name!r}: value_kind={value_kind!r} is not valid; choose one of {VALUE_KINDS}")
     CATALOGUE[name] = OpInfo(name, category, arity, dict(attrs), infer, ref, decompose, accumulator, doc,
-                             kernel=kernel, slack=slack, propagate=propagate, aten=aten)
+                             kernel=kernel, slack=slack, propagate=propagate, aten=aten, value_kind=value_kind)
 
 
 def get_op(name: str) -> OpInfo:
@@ -478,6 +496,82 @@ _register("where", "elementwise", (3, 3), {}, _infer_bcast,
           lambda c, a, b: np.where(np.asarray(c) != 0, _f64(a), _f64(b)), kernel=E.where,
           slack=R.slack_exact, propagate=R.propagate_where, aten=("where",),
           doc="where(cond, a, b): a where cond != 0 else b (broadcast)")
+
+# -- comparisons: exact selections giving truth values (value_kind "bool") ----------------------
+for _name, (_fn, _sym) in COMPARISONS.items():
+    _register(_name, "elementwise", (2, 2), {}, _infer_bcast,
+              (lambda f: lambda a, b: f(_f64(a), _f64(b)))(_fn), kernel=getattr(E, _name),
+              slack=R.slack_exact, propagate=R.propagate_compare, aten=(_name,), value_kind="bool",
+              doc=f"a {_sym} b (bool; IEEE: false with a NaN{', except !=' if _name == 'ne' else ''}; broadcast)")
+
+
+# -- constants: a tensor whose value the graph holds ----------------------------------------------
+class ConstValue:
+    """The value of a ``constant`` node: an immutable float64 array.
+
+    Built from a Python number, a nested list or a numpy array of any real
+    dtype (bool becomes 0.0 / 1.0; integers must be exact in float64;
+    float16/bfloat16/fp8/float32 widen exactly).  Equality and hashing are
+    bitwise (``-0.0`` differs from ``0.0``, a NaN equals the same NaN), so
+    graphs and fingerprints tell constants apart by their bytes;
+    :meth:`canonical` (what ``Graph.to_dict`` writes) holds every byte.
+    """
+
+    __slots__ = ("array", "_digest")
+
+    def __init__(self, value):
+        if isinstance(value, ConstValue):
+            value = value.array
+        a = np.asarray(value)
+        if a.dtype.kind not in "biuf" and a.dtype.name != "bfloat16" and not a.dtype.name.startswith("float8"):
+            raise TypeError(f"a constant must be a real number or array, got {type(value).__name__} "
+                            f"of dtype {a.dtype}")
+        f = a.astype(np.float64)
+        if a.dtype.kind in "iu" and a.size and np.any(f.astype(a.dtype) != a):
+            raise ValueError(f"integer constant values beyond 2**53 are not exact in float64 (max |v| {np.abs(a).max()})")
+        f = np.array(f, dtype=np.float64, order="C", copy=True)  # keeps a 0-d shape
+        f.flags.writeable = False
+        self.array = f
+        self._digest = hashlib.sha256(f.tobytes()).hexdigest()
+
+    @property
+    def shape(self) -> tuple:
+        return self.array.shape
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ConstValue) and self.shape == other.shape and self._digest == other._digest
+
+    def __hash__(self) -> int:
+        return hash((self.shape, self._digest))
+
+    def __repr__(self) -> str:
+        if self.array.size <= 4:
+            return f"ConstValue({self.array.tolist()!r})"
+        return f"ConstValue(shape={self.shape}, sha256={self._digest[:12]})"
+
+    def canonical(self) -> dict:
+        """``{"const": {"shape": [...], "float64_le": base64 of the bytes}}``."""
+        data = self.array.astype("<f8").tobytes()
+        return {"const": {"shape": list(self.shape), "float64_le": base64.b64encode(data).decode("ascii")}}
+
+    @classmethod
+    def from_canonical(cls, d: dict) -> "ConstValue":
+        c = d["const"]
+        a = np.frombuffer(base64.b64decode(c["float64_le"]), dtype="<f8").reshape(tuple(c["shape"]))
+        return cls(a.astype(np.float64))
+
+
+def _infer_constant(shapes, attrs):
+    v = attrs["value"]
+    attrs["value"] = v if isinstance(v, ConstValue) else ConstValue(v)
+    return attrs, attrs["value"].shape
+
+
+_register("constant", "elementwise", (0, 0), {"value": REQUIRED}, _infer_constant,
+          lambda value: value.array.copy(), kernel=E.constant, slack=R.slack_exact,
+          propagate=R.propagate_constant, aten=("lift_fresh_copy.default", "scalar_tensor.default"),
+          doc="a tensor held by the graph (attr 'value', float64, every byte in the fingerprint); "
+              "kernels hold it in S")
 
 
 # -- softplus and hardswish: each operator in one place (reference, kernel, rules, ATen) -------
@@ -906,8 +1000,18 @@ _register("rms_norm", "composite", (1, 2), {"axis": -1, "eps": 1e-6}, _infer_nor
 # ---------------------------------------------------------------------------
 # user-facing functions: symbolic while tracing, float64 reference on arrays
 # ---------------------------------------------------------------------------
+#: the tracers running now (innermost last); ``constant()`` outside any
+#: tensor operation needs to know whether it is being traced
+_TRACERS: list = []
+
+
+def _current_tracer():
+    return _TRACERS[-1] if _TRACERS else None
+
+
 def _apply(op: str, args, attrs=None):
-    """Emit ``op`` on symbolic tensors, or evaluate its reference on arrays."""
+    """Emit ``op`` on symbolic tensors, or evaluate its reference on arrays.
+    While tracing, numbers and arrays among ``args`` become constant nodes."""
     attrs = attrs or {}
     tracer = next((a._tracer for a in args if hasattr(a, "_tracer")), None)
     if tracer is not None:
@@ -999,8 +1103,33 @@ def minimum(a, b):
 
 
 def where(cond, a, b):
-    """``a`` where ``cond != 0`` else ``b``."""
+    """``a`` where ``cond != 0`` else ``b`` (numbers and arrays become constants while tracing)."""
     return _apply("where", [cond, a, b])
+
+
+def _compare_fn(op):
+    def f(a, b):
+        return _apply(op, [a, b])
+    f.__name__ = op
+    f.__doc__ = CATALOGUE[op].doc + " (numbers and arrays become constants while tracing)"
+    return f
+
+
+gt = _compare_fn("gt")
+ge = _compare_fn("ge")
+lt = _compare_fn("lt")
+le = _compare_fn("le")
+eq = _compare_fn("eq")
+ne = _compare_fn("ne")
+
+
+def constant(value):
+    """A constant tensor (``value``: a number or array, stored as float64 in
+    the graph); while tracing, a ``constant`` node."""
+    tracer = _current_tracer()
+    if tracer is not None:
+        return tracer.constant(value)
+    return _apply("constant", [], {"value": value})
 
 
 def cast(x, to):

@@ -45,7 +45,8 @@ below ``2**200`` (every numlab format lies inside fp32's range); larger finite
 inputs raise ``ValueError``.
 
 IEEE 754 special cases follow fp64 arithmetic: NaN and inf propagate, x/0 is
-±inf, sqrt of a negative number is NaN, and an exact zero sum has sign +0
+±inf, finite/±inf is ±0 with the XOR of the signs in every mode (a format
+without -0 gives +0; E8M0, which has no zero, NaN), sqrt of a negative number is NaN, and an exact zero sum has sign +0
 except in rounding mode ``"down"`` (-0) unless every term is -0 (section 6.3).
 Stochastic rounding rounds the round-to-odd value, whose distance to the
 exact value is below 2**-52 relative, so P(round up) is exact to ~1e-15.
@@ -278,7 +279,10 @@ def div(a, b, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False
         p, e = _two_prod(q, y)
         # sign(x/y - q) = sign(x - q*y) * sign(y); x - p - e is the exact remainder
         s = _sign_of_sum([x, -p, -e]) * np.sign(y)
-        return q, _odd_select(q, s), None
+        # finite / +-inf is an exact +-0 with the XOR sign (IEEE 754-2019
+        # sections 6.1, 6.3); the remainder test above gives NaN there (0 * inf)
+        rto = np.where(np.isinf(y) & np.isfinite(x), q, _odd_select(q, s))
+        return q, rto, None
 
     return _binary(a, b, fmt, rounding, rng, saturate, ftz, op)
 

@@ -257,10 +257,17 @@ class _Consts:
         self.keep = U(((1 << nbits) - 1) ^ int(self.low))
         self.half_m1 = U((1 << (k - 1)) - 1) if k else U(0)
         self.bit_k = U(1 << k)
+        self.p1 = fmt.p == 1  # E8M0: no stored significand bit, ties round up
         hi = int(np.array(fmt.max, dtype=w).view(U))
         sn_bits = int(np.array(fmt.smallest_normal, dtype=w).view(U))
         needs_lo = w == np.float64 or fmt.emin > -126 or not fmt.subnormals
         lo = sn_bits if needs_lo else 0
+        # float32 input below float32's own normal range (2**-126) when the
+        # format's normal range reaches further down (E8M0: 2**-127): the bit
+        # trick needs normal inputs, so these go to _tiny_chunk (generic path)
+        below_f32 = w == np.float32 and fmt.emin < -126
+        if below_f32:
+            lo = int(np.array(2.0**-126, dtype=w).view(U))
         self.hi, self.lo, self.sn = U(hi), U(lo), U(sn_bits)
         self.two_lo = U(2 * lo)
         self.span = U(2 * (hi - lo))
@@ -269,14 +276,17 @@ class _Consts:
         self.absmask = U((1 << (nbits - 1)) - 1)
         self.infbits = U(int(np.array(np.inf, dtype=w).view(U)))
         self.nanbits = U(int(np.array(np.nan, dtype=w).view(U)))
-        self.top = U(int(self.infbits) if fmt.inf else int(self.nanbits))
+        # what IEEE's "overflow to inf" gives: inf, else NaN, else (fp6/fp4,
+        # neither inf nor NaN) max: OCP MX v1.0 saturates FP6/FP4 conversions
+        self.top = U(int(self.infbits) if fmt.inf else int(self.nanbits) if fmt.nan != "none" else hi)
+        self.special_fmt = not (fmt.negzero and fmt.signed and fmt.zero)
         self.fmax = w.type(fmt.max)
         # Below 2**emin the grid is the multiples of 2**-es (subnormals) or
         # {0, 2**emin} (no subnormals): x * 2**es rounded to an integer, times
         # 2**-es, both exact in the working dtype when es >= 0.  float32 cannot
         # hold 2**es above 2**127: the scaling is then split in two.
         es = fmt.p - 1 - fmt.emin if fmt.subnormals else -fmt.emin
-        self.tiny_fast = es >= 0
+        self.tiny_fast = es >= 0 and not below_f32
         if es > 127 and w == np.float32:
             self.scale = (w.type(2.0**100), w.type(2.0 ** (es - 100)))
         else:
@@ -346,8 +356,15 @@ def _round_chunk(bc, o, c: _Consts, s: _Scratch, m: int, fmt, rounding, rng, sat
     rbits = None
     if c.k == 0:
         np.copyto(o, bc)
-    elif rounding == "rtz":
+    elif rounding == "rtz" or (rounding == "odd" and c.p1):
+        # p = 1: every value has the odd significand 1, so to odd = truncation
         np.bitwise_and(bc, c.keep, out=o)
+    elif rounding == "rne" and c.p1:
+        # p = 1: the upper neighbour 2**(e+1) is the even multiple of the
+        # quantum 2**e, so a tie rounds up (the lowest kept bit is an
+        # exponent bit, which says nothing about the significand)
+        np.add(bc, c.half_m1 + U(1), out=o)
+        o &= c.keep
     elif rounding == "rne":
         np.right_shift(bc, U(c.k), out=o)
         o &= U(1)  # lowest kept bit: ties go to even
@@ -396,6 +413,24 @@ def _round_chunk(bc, o, c: _Consts, s: _Scratch, m: int, fmt, rounding, rng, sat
         t &= c.absmask
         np.invert(t, out=t)
         o &= t
+    if c.special_fmt:
+        _format_fix(bc, o, c, s, m, fmt)
+
+
+def _format_fix(bc, o, c: _Consts, s: _Scratch, m: int, fmt) -> None:
+    """The values a format lacks, in place in ``o``: no -0 (fnuz, E8M0) makes
+    a zero result +0; no zero (E8M0) makes a nonzero result that rounded to
+    0 the smallest value ``2**emin`` (nothing lies below it); unsigned (E8M0)
+    makes every negative input, -0 included, and every 0 input NaN."""
+    zero_out = np.equal(np.bitwise_and(o, c.absmask, out=s.u1[:m]), c.U(0), out=s.m1[:m])
+    if not fmt.zero:
+        np.copyto(o, np.bitwise_and(bc, c.sign, out=s.u2[:m]) | c.sn, where=zero_out)
+    elif not fmt.negzero:
+        np.copyto(o, c.U(0), where=zero_out)
+    if not fmt.signed:
+        bad = np.not_equal(np.bitwise_and(bc, c.sign, out=s.u2[:m]), c.U(0), out=s.m2[:m])
+        bad |= np.equal(np.bitwise_and(bc, c.absmask, out=s.u2[:m]), c.U(0), out=s.m1[:m])
+        np.copyto(o, c.nanbits, where=bad)
 
 
 def _mask_less(x, y, out, c: _Consts):
@@ -460,7 +495,7 @@ def _fix_chunk(bc, o, rbits, c: _Consts, s: _Scratch, m: int, fmt, rounding, rng
             isinf = _mask_less(c.infbits, mag, s.u5[:m], c)  # NaN ...
             isinf ^= mask  # ... so inf
             np.copyto(v, bc)
-            if saturate:
+            if saturate or fmt.nan == "none":  # fp6/fp4: inf gives +-max
                 sat = np.bitwise_and(bc, c.sign, out=s.u6[:m])
                 sat |= c.hi
             else:
@@ -572,7 +607,7 @@ def _round_generic(a: np.ndarray, fmt: Format, rounding: str, rng, saturate: boo
     finite = np.isfinite(x)
     over = (np.abs(out) > fmt.max) & finite
     if over.any():
-        big = np.inf if fmt.inf else np.nan
+        big = np.inf if fmt.inf else np.nan if fmt.nan != "none" else fmt.max
         neg = np.signbit(x)
         if saturate or rounding in ("rtz", "odd"):
             mag = np.full(x.shape, fmt.max)
@@ -589,10 +624,17 @@ def _round_generic(a: np.ndarray, fmt: Format, rounding: str, rng, saturate: boo
         vals = x.copy()
         if not fmt.inf:
             isinf = np.isinf(x)
-            vals[isinf] = np.copysign(fmt.max, x[isinf]) if saturate else np.nan
+            sat = saturate or fmt.nan == "none"  # fp6/fp4: inf gives +-max
+            vals[isinf] = np.copysign(fmt.max, x[isinf]) if sat else np.nan
         np.copyto(out, vals, where=nonfinite)
     if ftz:
         _flush(out, fmt)
+    if not fmt.zero:  # E8M0: nothing below 2**emin, so tiny values go up to it
+        np.copyto(out, np.copysign(fmt.smallest_normal, x), where=(out == 0) & (x != 0))
+    if not fmt.negzero:  # fnuz, E8M0: the zero is +0
+        out[out == 0] = 0.0
+    if not fmt.signed:  # E8M0: negative values, -0 and 0 are NaN
+        out[np.signbit(x) | (x == 0)] = np.nan
     return out.astype(w)
 
 

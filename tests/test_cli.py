@@ -368,3 +368,135 @@ def test_inputs_file_checked_against_the_graph(tmp_path, capsys):
         assert "not a FILE: a check searches" in " ".join(capsys.readouterr().out.split())
     assert cli.main([*base, "--inputs", str(tmp_path / "none.npz")]) == 2
     assert "no such .npz file" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------
+# issue #13: --graph module:function (one loader with MODEL) and --inputs FILE.npz|DIR
+# ---------------------------------------------------------------------------
+USER_MODULE = '''
+import numpy as np
+
+C = np.array([0.5, -1.0, 2.0])
+
+
+def layer(x, w, b):
+    h = np.maximum(x @ w + b, 0.0)
+    return {"y": np.where(h > 0.25, np.sqrt(h), h * C), "m": h > 0.25}
+
+
+def factory(n=3):
+    from numlab.graph import trace
+    return trace(lambda x: np.exp(x) * 0.5, x=(2, n))
+
+
+def not_a_graph(n=3):
+    return n
+'''
+
+TORCH_MODULE = '''
+import torch
+
+
+def tfn(x, w):
+    return torch.tanh(x * w) * 0.5 + x
+'''
+
+
+def _user_files(tmp_path, monkeypatch):
+    (tmp_path / "user_fn13.py").write_text(USER_MODULE)
+    (tmp_path / "user_torch13.py").write_text(TORCH_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rng = np.random.default_rng(13)
+    arrays = {"x": rng.standard_normal((4, 5)).astype(np.float16), "w": rng.standard_normal((5, 3)),
+              "b": rng.standard_normal(3).astype(np.float32)}
+    np.savez(tmp_path / "in.npz", **arrays)
+    (tmp_path / "dir").mkdir()
+    for k, v in arrays.items():
+        np.save(tmp_path / "dir" / f"{k}.npy", v)
+    return arrays
+
+
+def test_graph_option_traces_a_numpy_function_on_the_input_arrays(tmp_path, monkeypatch, capsys):
+    arrays = _user_files(tmp_path, monkeypatch)
+    import user_fn13
+
+    from numlab.graph import trace_function
+    g = trace_function(user_fn13.layer, arrays)
+    want = run(g, arrays, mode="eager", fmt="fp16")
+    for src in ("in.npz", "dir"):
+        for spelling in (["--graph", "user_fn13:layer"], ["user_fn13:layer"]):  # one meaning, two spellings
+            d = tmp_path / f"d_{src}_{len(spelling)}"
+            assert cli.main(["run", *spelling, "--inputs", str(tmp_path / src), "--dump", str(d)]) == 0
+            out = capsys.readouterr().out
+            assert out.startswith("user_fn13:layer: mode=eager dtype=fp16")
+            assert _header_fp(out) == want.fingerprint[:16]
+            for k in ("y", "m"):
+                assert np.load(d / f"{k}.npy").tobytes() == want.outputs[k].tobytes(), (src, k)
+    # bisect takes the same options
+    assert cli.main(["bisect", "--graph", "user_fn13:layer", "--inputs", str(tmp_path / "in.npz"),
+                     "--stages", "fusion"]) == 0
+    assert "numlab bisect user_fn13:layer" in capsys.readouterr().out
+
+
+def test_graph_option_takes_a_factory_and_a_torch_function(tmp_path, monkeypatch, capsys):
+    _user_files(tmp_path, monkeypatch)
+    assert cli.main(["run", "--graph", "user_fn13:factory", "--size", "n=4"]) == 0
+    assert "(2, 4)" in capsys.readouterr().out
+    pytest.importorskip("torch", reason="the PyTorch bridge path needs torch")
+    xw = {"x": np.linspace(-2, 2, 6).reshape(2, 3), "w": np.full((2, 3), 0.75)}
+    np.savez(tmp_path / "t.npz", **xw)
+    assert cli.main(["run", "--graph", "user_torch13:tfn", "--inputs", str(tmp_path / "t.npz"),
+                     "--dtype", "fp32", "--dump", str(tmp_path / "td")]) == 0
+    assert capsys.readouterr().out.startswith("user_torch13:tfn: mode=eager dtype=fp32")
+    assert (tmp_path / "td" / "manifest.json").is_file()
+    # the bridge graph, renamed to the function's parameters, computes torch's own fp32 result
+    import torch
+    import user_torch13
+
+    from numlab.cli.options import load_graph
+    g = load_graph("user_torch13:tfn", inputs=xw)
+    assert list(g.inputs) == ["x", "w"]
+    y = run(g, xw, mode="eager", fmt="fp32").outputs[g.outputs[0]]
+    t = user_torch13.tfn(*(torch.from_numpy(v.astype(np.float32)) for v in xw.values())).numpy()
+    assert np.max(np.abs(y - t)) <= 2 * np.finfo(np.float32).eps  # SLEEF's tanh vs the engine's: ulps
+
+
+GRAPH_ERRORS = [
+    # (argv after "run", words the error must hold)
+    (["--graph", "user_fn13:layer"], ["--graph 'user_fn13:layer'", "--inputs FILE.npz|DIR",
+                                      "['x', 'w', 'b']"]),
+    (["--graph", "user_fn13:layer", "--inputs", "{tmp}/in.npz", "--size", "n=3"],
+     ["--size {'n': 3}", "a traced function takes its shapes from --inputs"]),
+    (["user_fn13:layer", "--graph", "user_fn13:factory"], ["MODEL or --graph, not both"]),
+    (["--graph", "user_fn13:nope"], ["--graph 'user_fn13:nope'", "no function 'nope'"]),
+    (["--graph", "no_such_mod13:f"], ["--graph 'no_such_mod13:f'", "cannot import module"]),
+    (["--graph", "nope"], ["--graph 'nope' is not known", "layernorm", "module:function"]),
+    (["--graph", "user_fn13:not_a_graph"], ["--graph 'user_fn13:not_a_graph'"]),
+    (["--graph", "user_fn13:layer", "--inputs", "{tmp}/extra.npz"],
+     ["--inputs", "array(s) ['z'] are not parameters of layer", "valid names: ['x', 'w', 'b']"]),
+    (["--graph", "user_fn13:layer", "--inputs", "{tmp}/badshape.npz"],
+     ["inner dimensions differ"]),
+    (["--graph", "user_fn13:factory", "--inputs", "{tmp}/in.npz"],
+     ["--inputs", "unexpected array(s) ['w', 'b']", "valid names (with shapes)", "x: (2, 3)"]),
+    (["--graph", "user_fn13:factory", "--inputs", "{tmp}/fshape.npz"],
+     ["--inputs: input 'x' has shape (2, 5)", "expects (2, 3)"]),
+    (["--graph", "user_torch13:tfn"], ["PyTorch function", "--inputs FILE.npz|DIR"]),
+    (["--graph", "user_torch13:tfn", "--inputs", "{tmp}/in.npz"],
+     ["--inputs", "array(s) ['b'] are not parameters of user_torch13:tfn", "valid names: ['x', 'w']"]),
+    (["--graph", "user_fn13:layer", "--inputs", "{tmp}/nothing.npz"], ["--inputs", "no such .npz file"]),
+]
+
+
+@pytest.mark.parametrize("argv,words", GRAPH_ERRORS, ids=[" ".join(a[:2]) + str(i) for i, (a, _) in enumerate(GRAPH_ERRORS)])
+def test_graph_and_inputs_errors_name_the_option_and_the_value(tmp_path, monkeypatch, capsys, argv, words):
+    arrays = _user_files(tmp_path, monkeypatch)
+    np.savez(tmp_path / "extra.npz", **arrays, z=np.zeros(2))
+    np.savez(tmp_path / "badshape.npz", **{**arrays, "w": np.zeros((4, 3))})
+    np.savez(tmp_path / "fshape.npz", x=np.zeros((2, 5)))
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    rc = cli.main(["run", *argv])
+    out, err = capsys.readouterr()
+    assert rc == 2, (out, err)
+    for w in words:
+        assert w in err, (w, err)
+    assert "Traceback" not in err

@@ -47,7 +47,9 @@ def test_tf32_and_custom_constants():
 
 
 def test_formats_registry_and_lookup():
-    assert set(nl.FORMATS) == {"fp64", "fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"}
+    assert set(nl.FORMATS) == {"fp64", "fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2",
+                               "fp8_e4m3fnuz", "fp8_e5m2fnuz", "fp6_e2m3", "fp6_e3m2", "fp4_e2m1",
+                               "fp8_e8m0"}
     assert nl.get_format("float16") is nl.FP16
     assert nl.get_format(" BF16 ") is nl.BF16
     assert nl.get_format(np.float32) is nl.FP32
@@ -64,10 +66,11 @@ def test_formats_registry_and_lookup():
 @pytest.mark.parametrize(
     ("kwargs", "exc", "pattern"),
     [
-        ({"p": 30, "emax": 10}, ValueError, r"p=30 is out of range.*2 <= p <= 24"),
-        ({"p": 1, "emax": 10}, ValueError, r"p=1 is out of range.*2 <= p <= 24"),
-        ({"p": 5, "emax": 200}, ValueError, r"emax=200 is out of range.*-126 <= emin <= emax <= 127"),
-        ({"p": 5, "emax": 10, "emin": -130}, ValueError, r"emin=-130.*-126 <= emin <= emax <= 127"),
+        ({"p": 30, "emax": 10}, ValueError, r"p=30 is out of range.*1 <= p <= 24"),
+        ({"p": 0, "emax": 10}, ValueError, r"p=0 is out of range.*1 <= p <= 24"),
+        ({"p": 5, "emax": 200}, ValueError, r"emax=200 is out of range.*emin <= emax <= 127"),
+        ({"p": 5, "emax": 10, "emin": -146}, ValueError,
+         r"emin=-146.*smallest value >= 2\*\*-149 \(here 2\*\*-150\) so that every value is a float32"),
         ({"p": 5, "emax": 10, "emin": 12}, ValueError, r"emin=12, emax=10.*emin <= emax"),
         ({"p": 5.0, "emax": 10}, TypeError, r"p must be an int, got float \(5.0\)"),
         ({"p": 5, "emax": "10"}, TypeError, r"emax must be an int, got str \('10'\)"),
@@ -208,6 +211,12 @@ def test_cli_formats(capsys):
     assert main(["formats", "--x", "0.3"]) in (0, None)
     out = capsys.readouterr().out
     assert "fp8_e4m3" in out and "65504" in out and "stochastic" in out
+    # the special-values table: fnuz NaN in the -0 code, fp4 saturates, E8M0 unsigned without zero
+    fnuz = next(ln for ln in out.splitlines() if ln.startswith("fp8_e4m3fnuz") and "code" in ln)
+    assert fnuz.split()[1:6] == ["8", "the", "-0", "code", "no"]
+    assert "max (saturates)" in next(ln for ln in out.splitlines() if ln.startswith("fp4_e2m1") and "none" in ln)
+    assert next(ln for ln in out.splitlines() if ln.startswith("fp8_e8m0") and "all-ones" in ln).split()[-4:-1] == [
+        "no", "no", "no"]
     # the rne row shows fp16(0.3) = 0.300048828
     rne = next(line for line in out.splitlines() if line.startswith("rne"))
     assert f"{float(np.float16(0.3)):.9g}" in rne
@@ -226,7 +235,7 @@ def test_storage_layout_of_every_format(name):
         assert f.uint is None and f.nonfinite_mask is None and f.exponent_mask is None
         assert not f.narrow and format_of_dtype(np.float32) is nl.FP32
         return
-    assert f.uint.itemsize * 8 == f.bits == f.dtype.itemsize * 8
+    assert f.uint.itemsize == f.dtype.itemsize and f.bits <= 8 * f.dtype.itemsize
     assert format_of_dtype(f.dtype) is f and STORAGE_DTYPES[f.dtype] is f
     assert format_of_dtype(f.dtype.name) is f  # "float16", "bfloat16", "float8_e4m3fn", ...
     assert f.narrow == (f.bits < 32) == (f.dtype in NARROW_DTYPES)
@@ -241,16 +250,21 @@ def test_storage_layout_of_every_format(name):
     with np.errstate(invalid="ignore", over="ignore"):
         v = nl.decode(codes, f).astype(np.float64)
     m, e = f.nonfinite_mask, f.exponent_mask
-    np.testing.assert_array_equal((codes & f.uint.type(m)) == m, ~np.isfinite(v))
-    # exponent field zero <=> zero or subnormal; all ones <=> inf/NaN (IEEE formats)
-    expo = codes & f.uint.type(e)
     fin = np.isfinite(v)
-    np.testing.assert_array_equal(expo == 0, fin & (np.abs(v) < f.smallest_normal))
+    if m is None:  # fnuz (NaN 0x80) and fp6/fp4 (no NaN): tests/test_rounding_formats.py
+        assert f.nan in ("negzero", "none")
+    else:
+        np.testing.assert_array_equal((codes & f.uint.type(m)) == m, ~fin)
+    # exponent field zero <=> zero or subnormal (or fnuz's NaN 0x80; E8M0's
+    # code 0 is its least value 2**-127)
+    expo = codes & f.uint.type(e)
+    low = fin & (np.abs(v) < f.smallest_normal) if f.zero else fin & (v == f.smallest_normal)
+    np.testing.assert_array_equal(expo == 0, low | (~fin & (f.nan == "negzero")))
     if f.nan == "ieee":
         assert m == e
-    else:  # e4m3fn: the top exponent holds finite numbers too
-        assert m == (1 << (f.bits - 1)) - 1 and ((expo == e) & fin).any()
-    assert f.exponent_bits == f.bits - f.p
+    elif f.nan == "extended":  # e4m3fn: the top exponent holds finite numbers too
+        assert m == (1 << (f.bits - int(f.signed))) - 1 and (((expo == e) & fin).any() or f.p == 1)
+    assert f.exponent_bits == f.bits - f.p + 1 - int(f.signed)
 
 
 def test_format_of_dtype_rejects_other_dtypes():

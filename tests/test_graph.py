@@ -177,8 +177,18 @@ def test_str_lists_inputs_every_node_and_outputs():
 def test_tracing_errors_are_helpful():
     with pytest.raises(ValueError, match=r"node 'matmul_0' \(op 'matmul'\): inner dimensions differ: \(2, 3\) @ \(4, 5\)"):
         trace(lambda x, w: x @ w, x=(2, 3), w=(4, 5))
-    with pytest.raises(TypeError, match="constants are not part of the IR"):
-        trace(lambda x: x + np.ones(3), x=(3,))
+    with pytest.raises(TypeError, match=r"add: argument 1 is a str, neither a symbolic tensor nor a constant"):
+        trace(lambda x: ops.add(x, "1"), x=(3,))
+    with pytest.raises(TypeError, match=r"numpy ufunc np.sin is not supported on traced tensors; supported ufuncs: \['absolute'"):
+        trace(lambda x: np.sin(x), x=(3,))
+    with pytest.raises(TypeError, match=r"numpy function np.cumsum is not supported on traced tensors; supported functions: \["):
+        trace(lambda x: np.cumsum(x), x=(3,))
+    with pytest.raises(TypeError, match=r"np.sum on traced tensors: argument\(s\) \['dtype'\] are not supported"):
+        trace(lambda x: np.sum(x, dtype=np.float32), x=(3,))
+    with pytest.raises(TypeError, match=r"symbolic tensor 'x' has no values while tracing: np.asarray"):
+        trace(lambda x: np.asarray(x) + 1.0, x=(3,))
+    with pytest.raises(TypeError, match=r"np.where on traced tensors needs three arguments"):
+        trace(lambda x: np.where(x), x=(3,))
     with pytest.raises(ValueError, match=r"node 'sum_0' \(op 'sum'\): axis=2 is out of range for rank 2"):
         trace(lambda x: x.sum(2), x=(2, 3))
     with pytest.raises(TypeError, match="no truth value"):

@@ -35,7 +35,7 @@ EXPECTED = {
         "add", "sub", "mul", "div", "add_scalar", "sub_scalar", "rsub_scalar", "mul_scalar",
         "div_scalar", "rdiv_scalar", "neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal",
         "tanh", "sigmoid", "erf", "gelu", "silu", "relu", "maximum", "minimum", "where", "cast",
-        "softplus", "hardswish",
+        "softplus", "hardswish", "gt", "ge", "lt", "le", "eq", "ne", "constant",
     },
     "reduction": {"sum", "mean", "max", "min", "var"},
     "data_movement": {"reshape", "transpose", "slice", "concat", "split", "broadcast_to", "gather"},
@@ -54,6 +54,8 @@ OLD_CATALOGUE_MAP = {
     "native_layer_norm": "layer_norm",
     # made predictable after the registry landed (numlab.torch.predictor models them)
     "softplus": "softplus", "hardswish": "hardswish",
+    # comparisons, registered for issue #13 (the predictor already modelled the ATen ops)
+    "gt": "gt", "ge": "ge", "lt": "lt", "le": "le", "eq": "eq", "ne": "ne",
 }
 # operators with no ATen counterpart (torch computes s / x as reciprocal then mul)
 NO_ATEN = {"rdiv_scalar"}
@@ -592,7 +594,21 @@ def test_registration_refuses_an_incomplete_operator():
         _reg(category="pointwise")
     with pytest.raises(ValueError, match="'softplus' is already registered"):
         _reg(name="softplus")
+    with pytest.raises(ValueError, match=r"value_kind='int' is not valid; choose one of \('float', 'bool'\)"):
+        _reg(value_kind="int")
     assert ops.CATALOGUE == before
+
+
+def test_truth_valued_operators_are_exactly_the_comparisons():
+    bools = {k for k, v in ops.CATALOGUE.items() if v.value_kind == "bool"}
+    assert bools == {"gt", "ge", "lt", "le", "eq", "ne"} == set(ops.COMPARISONS)
+    assert all(v.value_kind == "float" for k, v in ops.CATALOGUE.items() if k not in bools)
+    for op in bools:
+        info = ops.CATALOGUE[op]
+        assert (info.slack, info.propagate, info.aten) == (R.slack_exact, R.propagate_compare, (op,))
+    c = ops.CATALOGUE["constant"]
+    assert c.arity == (0, 0) and (c.slack, c.propagate) == (R.slack_exact, R.propagate_constant)
+    assert c.check([], {"value": [[1, 2, 3]]})[1] == (1, 3)
 
 
 def test_bridge_catalogue_map_is_derived_from_the_registry_and_unchanged():

@@ -198,6 +198,33 @@ def test_signed_zero_and_specials():
     assert y in (1.0, 1.0 + 2.0**-10) and isinstance(y, np.float32)
 
 
+@pytest.mark.parametrize("wdt", [np.float32, np.float64])
+def test_div_finite_by_inf_is_signed_zero_in_every_mode_and_format(wdt):
+    """IEEE 754-2019 sections 6.1 and 6.3: finite / +-inf is an exact zero whose
+    sign is the XOR of the operands' signs, whatever the rounding (it used to
+    be NaN: the remainder test computed 0 * inf).  Formats without -0 give +0,
+    E8M0 (no zero) NaN; inf/inf and NaN/inf stay NaN."""
+    x = np.array([0.0, -0.0, 1.0, -1.0, 3e-30, -448.0, 1e30, -2.0**-149], wdt)
+    x = np.concatenate([x, x])
+    y = np.array([np.inf] * 8 + [-np.inf] * 8, wdt)
+    xor = np.signbit(x) ^ np.signbit(y)
+    for fmt in [f for f in nl.FORMATS.values() if f.p <= 51]:
+        for mode in (*MODES, "stochastic"):
+            kw = {"rng": np.random.default_rng(0)} if mode == "stochastic" else {}
+            for extra in ({}, {"saturate": True, "ftz": True}):
+                q = P.div(x, y, fmt, mode, **kw, **extra)
+                assert q.dtype == wdt
+                if not fmt.zero:
+                    assert np.isnan(q).all(), (fmt, mode)
+                    continue
+                assert (q == 0).all(), (fmt, mode, q)
+                want = xor if fmt.negzero else np.zeros_like(xor)
+                np.testing.assert_array_equal(np.signbit(q), want, err_msg=f"{fmt} {mode} {extra}")
+    assert np.signbit(P.div(-5.0, np.inf)) and not np.signbit(P.div(-5.0, -np.inf, rounding="down"))
+    for a, b in ((np.inf, np.inf), (-np.inf, np.inf), (np.nan, np.inf), (1.0, np.nan)):
+        assert np.isnan(P.div(a, b))
+
+
 def test_stochastic_primitive_probability():
     n = 40000
     a = np.full(n, 1.0, np.float32)

@@ -452,6 +452,9 @@ OP_CASES = {
     "matmul": (("x", "w"), {}),
     "softmax": (("x",), {}), "log_softmax": (("x",), {}),
     "layer_norm": (("x", "g", "b"), {}), "rms_norm": (("x", "g"), {}),
+    # issue #13: comparisons and constants (numlab.ops)
+    **{c: (("x", "y"), {}) for c in ("gt", "ge", "lt", "le", "eq", "ne")},
+    "constant": ((), {"value": [[0.1, -2.5, 3.0, 1e-3]] * 4}),
 }
 _SHAPES = {"x": _V, "y": _V, "c": _V, "w": (8, 8), "g": (8,), "b": (8,)}
 

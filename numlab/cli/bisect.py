@@ -1,4 +1,4 @@
-"""``numlab bisect MODEL --dtype D [...]``: find what makes fused diverge from eager.
+"""``numlab bisect MODEL|--graph MODULE:FUNCTION --dtype D [--inputs KIND|FILE] [...]``: find what makes fused diverge from eager.
 
 Prints every run it tries (fusion kinds off one at a time, the four sources
 set to eager's choice, delta debugging over node ranges with golden inputs)
@@ -17,7 +17,7 @@ import sys
 from ..compare.bisect import bisect_run, precision_workflow
 from ..compare.compare import Thresholds
 from ..fusion import FusionOptions
-from .options import MODEL_HELP, add_shared, build_model, kernels_type, model_inputs
+from .options import MODEL_HELP, add_shared, graph_and_inputs, kernels_type
 from .run import add_model_args
 
 __all__ = ["add_parser", "main"]
@@ -30,7 +30,7 @@ def add_parser(sub) -> None:
         description="Fusion kinds off one at a time, then the four sources set to eager's "
                     "choice, then delta debugging over node ranges fed golden inputs.",
     )
-    add_shared(p, model=MODEL_HELP + " (see `numlab run --list`)")
+    add_shared(p, model=MODEL_HELP + " (see `numlab run --list`)", model_required=False, graph=True)
     add_model_args(p)
     add_shared(p, kernels="of the fused kernels (default codegen), e.g. 'codegen:rsqrt=newton(magic,0,fp32)'",
                force="(--workflow: replace existing dumps in DIR)")
@@ -57,8 +57,9 @@ def main(args) -> int:
 
     S = args.dtype
     model = args.model
-    graph = build_model(model, args.size)
-    inputs = model_inputs(graph, args)
+    if not model:
+        raise ValueError("MODEL is required (or --graph MODULE:FUNCTION); see `numlab run --list`")
+    graph, inputs = graph_and_inputs(args)
     opts = FusionOptions.parse(args.fusion)
     kernels, library = args.kernels, args.library
     print(f"numlab bisect {model}: dtype={S.name} seed={args.seed} inputs={args.inputs} fusion={opts.spec} "

@@ -5,6 +5,8 @@ that apply to it)::
 
     MODEL                 positional: a zoo model, a claims model
                           (numlab.claims.EXTRA_MODELS), or "module:function"
+    --graph MODEL         the same thing as an option (one meaning, one
+                          loader: :func:`load_graph`); give one of the two
     --dtype FMT           storage format S
     --size NAME=INT       model size, repeatable (NAME=INT,NAME=INT also works)
     --inputs KIND|FILE    input kind (numlab.zoo.KINDS), or a .npz file / a
@@ -15,11 +17,24 @@ that apply to it)::
     --out DIR             where results go
     --force               overwrite existing results
 
-``MODEL`` as ``module:function``: ``module`` is imported (it must be on
-``sys.path``, e.g. via ``PYTHONPATH``) and ``function`` is called with the
-``--size`` values as keyword arguments; it must return a numlab ``Graph``
-(e.g. built with :func:`numlab.graph.trace`), exactly like the zoo's own
-factories (:func:`numlab.zoo.model_factory`).
+``MODEL`` (or ``--graph``) as ``module:function``: ``module`` is imported
+(it must be on ``sys.path``, e.g. via ``PYTHONPATH``) and ``function`` is
+one of (decided by :func:`load_graph`, in this order):
+
+* a PyTorch function or ``torch.nn.Module`` (its module uses ``torch``):
+  traced by the bridge (:func:`numlab.torch.from_torch`) on the
+  ``--inputs`` arrays, its placeholders renamed to the parameter names;
+* a numlab-traceable function of arrays (numpy ufuncs, operators,
+  comparisons, ``np.where``, :mod:`numlab.ops`) whose required parameters
+  are all names in the ``--inputs`` file: traced
+  (:func:`numlab.graph.trace_function`) with the shapes of those arrays;
+* otherwise a graph factory, called with the ``--size`` values as keyword
+  arguments and returning a numlab ``Graph``, exactly like the zoo's own
+  factories (:func:`numlab.zoo.model_factory`).
+
+``--inputs FILE.npz|DIR`` arrays are checked against the graph's inputs
+(:func:`numlab.graph.load_inputs`): errors name ``--inputs``, the input,
+the expected and given shape and the valid names.
 
 :func:`add_shared` registers the ones a subcommand takes, each with an
 argparse ``type=`` converter that raises ``ArgumentTypeError`` naming the
@@ -37,18 +52,23 @@ lets a spec value that starts with ``--`` follow ``--fusion`` after a space.
 from __future__ import annotations
 
 import argparse
+import inspect
+import sys
 from pathlib import Path
+
+import numpy as np
 
 from .. import zoo
 from ..claims import EXTRA_MODELS, all_models
 from ..formats import FORMATS, get_format
 from ..fusion import DEFAULT_SPEC, FusionOptions, split_specs
+from ..graph import Graph, function_inputs, load_inputs, read_arrays, trace_function
 from ..kernels import KernelSpec
 
 __all__ = ["SPEC_OPTIONS", "FUSION_HELP", "KERNELS_HELP", "GRAMMAR", "add_shared", "coerce", "join_spec_values",
            "resolve_model", "build_model", "model_inputs", "arg_type", "nonneg_int", "seed_type", "dtype_type",
            "models_type", "fusion_type", "fusion_list_type", "kernels_type", "size_type", "model_type",
-           "MODEL_HELP"]
+           "MODEL_HELP", "GRAPH_HELP", "load_graph", "graph_and_inputs", "is_torch_function"]
 
 SPEC_OPTIONS = ("--fusion", "--kernels", "--library")
 """Options whose value is a spec and may start with ``--`` (joined by
@@ -61,10 +81,16 @@ KERNELS_HELP = ("kernel spec: handwritten | codegen, optionally :field=value,...
 MODEL_HELP = ("a zoo model (numlab.zoo.MODELS), a claims model (numlab.claims.EXTRA_MODELS), or "
               "module:function returning a numlab Graph, called with the --size values")
 
+GRAPH_HELP = ("the same as MODEL, as an option: a zoo or claims model, or module:function -- a numpy/numlab "
+              "function or a PyTorch function traced on the --inputs arrays (its parameters are their names), "
+              "or a factory of the --size values returning a numlab Graph")
+
 GRAMMAR = """\
-MODEL              a zoo model, a claims model, or module:function (a function
-                   importable from sys.path, called with the --size values as
-                   keyword arguments, returning a numlab Graph)
+MODEL              a zoo model, a claims model, or module:function: a function
+                   importable from sys.path -- a numpy/numlab-traceable or
+                   PyTorch function of the --inputs arrays (parameters = array
+                   names), or a factory of the --size values returning a Graph
+--graph MODEL      the same as MODEL, as an option (give one of the two)
 --dtype FMT        storage format S: fp16, bf16, fp32, fp8 formats, ...
 --size NAME=INT    a model size, repeatable (NAME=INT,NAME=INT also works)
 --inputs KIND|FILE input kind: normal, uniform, shifted_mean, near_overflow,
@@ -157,17 +183,21 @@ def dtype_type(choices=None, option: str = "--dtype"):
     return arg_type(option, conv)
 
 
-def _model(value: str) -> str:
-    if value in all_models():
+def _model(option: str):
+    def conv(value: str) -> str:
+        if value in all_models():
+            return value
+        if ":" not in value:
+            raise ValueError(f"{option} {value!r} is not known; valid models: {sorted(all_models())}, or "
+                             "module:function (a function traced on the --inputs arrays, or a factory of "
+                             "the --size values returning a Graph)")
+        zoo.model_factory(value, option)  # import it now: a bad module or function stops here
         return value
-    if ":" not in value:
-        raise ValueError(f"MODEL {value!r} is not known; valid models: {sorted(all_models())}, or "
-                         "module:function (a function of the --size values returning a Graph)")
-    zoo.model_factory(value, "MODEL")  # import it now: a bad module or function stops here
-    return value
+    return conv
 
 
-model_type = arg_type("MODEL", _model, "MODEL")
+model_type = arg_type("MODEL", _model("MODEL"), "MODEL")
+graph_type = arg_type("--graph", _model("--graph"), "graph")
 
 
 def models_type(value: str) -> list[str]:
@@ -229,14 +259,16 @@ def kernels_type(option: str = "--kernels"):
 # ---------------------------------------------------------------------------
 # registration
 # ---------------------------------------------------------------------------
-def add_shared(p: argparse.ArgumentParser, *, model=_UNSET, dtype=_UNSET, size=_UNSET, inputs=_UNSET,
+def add_shared(p: argparse.ArgumentParser, *, model=_UNSET, graph=_UNSET, dtype=_UNSET, size=_UNSET, inputs=_UNSET,
                fusion=_UNSET, kernels=_UNSET, seed=_UNSET, out=_UNSET, force=_UNSET,
                inputs_multi: bool = False, inputs_files: bool = False, model_required: bool = True) -> None:
     """Register the shared options on subparser ``p``.
 
     Each keyword left out is not registered; given, it is the help text's
     subject and default: ``model`` (help str, or True; ``MODEL`` positional,
-    optional when not ``model_required``), ``dtype`` / ``inputs`` / ``seed``
+    optional when not ``model_required``), ``graph`` (help str or True;
+    ``--graph MODEL``, the option spelling of ``MODEL``: :func:`coerce`
+    moves it to ``args.model`` and refuses both), ``dtype`` / ``inputs`` / ``seed``
     / ``out`` (default value), ``size`` / ``fusion`` / ``kernels`` /
     ``force`` (help suffix, or True).  ``inputs_multi``: ``--inputs`` takes
     a comma list of kinds (the command cycles over them); ``inputs_files``:
@@ -245,6 +277,9 @@ def add_shared(p: argparse.ArgumentParser, *, model=_UNSET, dtype=_UNSET, size=_
     if model is not _UNSET:
         p.add_argument("model", nargs=None if model_required else "?", default=None, metavar="MODEL",
                        type=model_type, help=model if isinstance(model, str) else MODEL_HELP)
+    if graph is not _UNSET:
+        p.add_argument("--graph", default=None, metavar="MODULE:FUNCTION", type=graph_type,
+                       help=graph if isinstance(graph, str) else GRAPH_HELP)
     if dtype is not _UNSET:
         p.add_argument("--dtype", default=dtype, metavar="FMT", type=dtype_type(),
                        help=f"storage format S, one of {', '.join(FORMATS)}" + (f" (default {dtype})" if dtype else ""))
@@ -290,32 +325,177 @@ def resolve_model(args, models=None) -> str | None:
     return m
 
 
-def build_model(model: str | None, sizes: dict):
+def is_torch_function(obj) -> bool:
+    """True for a ``torch.nn.Module`` or a function whose module uses torch
+    (a global bound to the ``torch`` module or one of its submodules):
+    :func:`load_graph` traces it with the PyTorch bridge.  Never imports
+    torch itself (a module that uses it has imported it)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    if isinstance(obj, torch.nn.Module):
+        return True
+    fn = inspect.unwrap(obj) if callable(obj) else obj
+    glb = getattr(fn, "__globals__", None) or {}
+    return any(inspect.ismodule(v) and (v.__name__ == "torch" or v.__name__.startswith("torch."))
+               for v in glb.values())
+
+
+def _torch_graph(fn, arrays: dict, spec: str, option: str) -> Graph:
+    """The bridge's graph of a PyTorch function traced on ``arrays`` (one
+    per parameter, in parameter order), inputs renamed to the parameter
+    names; module constants become graph inputs the bridge names."""
+    from ..torch import bridge  # function-level: torch is an optional heavy dependency
+
+    torch = bridge.import_torch()
+    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    names = list(arrays)
+    try:
+        req, opt, _ = function_inputs(target)
+    except (TypeError, ValueError):  # *args or no signature: the arrays in the file's order
+        req = None
+    if req is not None:
+        names = [k for k in req + opt if k in arrays]
+        missing = [k for k in req if k not in arrays]
+        extra = [k for k in arrays if k not in req + opt]
+        if missing or extra:
+            raise ValueError("--inputs: " + "; ".join(
+                ([f"no array for parameter(s) {missing} of {spec}"] if missing else [])
+                + ([f"array(s) {extra} are not parameters of {spec}"] if extra else []))
+                + f"; valid names: {req + opt} (required: {req})")
+
+    def as_tensor(k):
+        a = np.asarray(arrays[k])
+        if a.dtype.name == "bfloat16":
+            return torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
+        if a.dtype in (np.float16, np.float32):
+            return torch.from_numpy(np.ascontiguousarray(a))
+        if a.dtype.kind in "fiub":
+            return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
+        raise ValueError(f"--inputs: array {k!r} has dtype {a.dtype}; the bridge takes float arrays")
+
+    try:
+        tr = bridge.from_torch(fn, tuple(as_tensor(k) for k in names))
+        g = tr.to_graph()
+    except ValueError as exc:
+        raise ValueError(f"{option} {spec!r}: {exc}") from None
+    rename = {p.name: k for p, k in zip(tr.inputs, names, strict=True)}
+    clash = [k for k in names if any(n.name == k for n in g.nodes)]
+    if clash:
+        raise ValueError(f"{option} {spec!r}: parameter(s) {clash} have the name of a traced node; rename them")
+    nodes = [type(n)(n.name, n.op, tuple(rename.get(i, i) for i in n.inputs), n.attrs, n.shape) for n in g.nodes]
+    ins = {rename.get(k, k): s for k, s in g.inputs.items()}
+    return Graph(ins, nodes, g.outputs, name=getattr(fn, "__name__", type(fn).__name__))
+
+
+def load_graph(spec: str, *, sizes: dict | None = None, inputs=None, option: str = "--graph") -> Graph:
+    """THE loader of ``MODEL`` / ``--graph``: the :class:`~numlab.graph.Graph`
+    ``spec`` names.
+
+    Parameters
+    ----------
+    spec : str
+        A zoo model (:data:`numlab.zoo.MODELS`), a claims model
+        (:data:`numlab.claims.EXTRA_MODELS`) or ``"module:function"``.
+    sizes : dict, optional
+        ``--size`` values (models and factories only; refused for a traced
+        function).
+    inputs : path, dict or None
+        The ``--inputs`` arrays (a ``.npz`` file, a directory of ``NAME.npy``
+        or a dict name -> array); a kind string or None means "no arrays".
+    option : str
+        The option the errors name (``"--graph"`` or ``"MODEL"``).
+
+    ``module:function`` is, in this order (module docstring): a PyTorch
+    function or module (traced by the bridge on the arrays), a numlab-
+    traceable function whose required parameters are all array names
+    (traced with their shapes), else a factory of the ``--size`` values.
+    A function to trace without arrays is a ValueError saying to give
+    ``--inputs FILE.npz|DIR``.  Check the arrays against the graph with
+    :func:`numlab.graph.load_inputs` (:func:`graph_and_inputs` does both).
+    """
+    sizes = dict(sizes or {})
+    if not spec:
+        raise ValueError(f"MODEL or --graph is required; valid: {sorted(all_models())} or module:function")
+    arrays = None
+    if inputs is not None and not isinstance(inputs, str):
+        arrays = read_arrays(inputs, option="--inputs")
+    if spec in all_models():
+        return build_model(spec, sizes, option)
+    fn = zoo.model_factory(spec, option)
+    if is_torch_function(fn):
+        if arrays is None:
+            raise ValueError(f"{option} {spec!r} is a PyTorch function: give its arrays with "
+                             "--inputs FILE.npz|DIR (one array per parameter)")
+        if sizes:
+            raise ValueError(f"--size {sizes}: not valid for {option} {spec!r} (a traced function takes its "
+                             "shapes from --inputs)")
+        return _torch_graph(fn, arrays, spec, option)
+    try:
+        req, _opt, _var = function_inputs(fn)
+    except (TypeError, ValueError):
+        req = []
+    if arrays is not None and req and all(k in arrays for k in req):
+        if sizes:
+            raise ValueError(f"--size {sizes}: not valid for {option} {spec!r} (a traced function takes its "
+                             "shapes from --inputs)")
+        return trace_function(fn, arrays, name=spec.partition(":")[2], option="--inputs")
+    try:
+        g = build_model(spec, sizes, option)
+    except (TypeError, ValueError) as exc:
+        if req and not any(k in sizes for k in req):
+            have = "no --inputs file" if arrays is None else f"--inputs has {sorted(arrays)}"
+            raise ValueError(f"{option} {spec!r}: cannot call it with the --size values {sizes} ({exc}); "
+                             f"to trace it, give --inputs FILE.npz|DIR with arrays named {req} ({have})") from None
+        raise
+    if not isinstance(g, Graph):
+        raise ValueError(f"{option} {spec!r} returned a {type(g).__name__}, not a numlab Graph; a function "
+                         f"to trace needs --inputs FILE.npz|DIR with arrays named {req}")
+    return g
+
+
+def graph_and_inputs(args) -> tuple[Graph, dict]:
+    """``(graph, inputs)`` from parsed arguments: :func:`load_graph` of
+    ``args.model`` (MODEL or --graph) with ``args.size`` and ``args.inputs``,
+    then the inputs: read from the file and checked against the graph
+    (:func:`numlab.graph.load_inputs`, errors name ``--inputs``), or drawn
+    for a kind with ``args.seed``."""
+    spec = getattr(args, "model", None)
+    src = getattr(args, "inputs", None)
+    graph = load_graph(spec, sizes=getattr(args, "size", None) or {},
+                       inputs=src if isinstance(src, Path) else None,
+                       option="--graph" if getattr(args, "graph_given", False) else "MODEL")
+    return graph, model_inputs(graph, args)
+
+
+def build_model(model: str | None, sizes: dict, option: str = "MODEL"):
     """The graph of ``MODEL`` with the ``--size`` values: a zoo model, a
-    claims model or ``module:function``.  ValueError names MODEL or --size."""
+    claims model or a ``module:function`` factory.  ValueError names
+    ``option`` (MODEL or --graph) or --size.  :func:`load_graph` is the
+    full loader (it also traces functions on ``--inputs`` arrays)."""
     if not model:
         raise ValueError(f"MODEL is required; valid: {sorted(all_models())} or module:function")
     factory = EXTRA_MODELS[model] if model in EXTRA_MODELS and model not in zoo.MODELS else None
     try:
         if factory is not None:
             return factory(**sizes)
-        return zoo.get_model(model, arg="MODEL", **sizes)
+        return zoo.get_model(model, arg=option, **sizes)
     except TypeError as exc:
         # only the factory's own signature error is a bad --size; any other TypeError
         # (a bug inside a user's module:function, a non-Graph result) propagates as it is
         if "unexpected keyword argument" not in str(exc):
             raise
-        raise ValueError(f"--size {sizes}: not valid for MODEL {model!r} ({exc})") from None
+        raise ValueError(f"--size {sizes}: not valid for {option} {model!r} ({exc})") from None
     except ValueError as exc:
         msg = str(exc)
-        raise ValueError(msg if msg.startswith(("MODEL", "--size")) else f"--size {sizes}: {msg}") from None
+        raise ValueError(msg if msg.startswith((option, "--size")) else f"--size {sizes}: {msg}") from None
 
 
 def model_inputs(graph, args) -> dict:
     """The inputs ``--inputs`` names for ``graph``: drawn with
     ``--seed`` for a kind, read (and checked) from a file or directory."""
     if isinstance(args.inputs, Path):
-        return zoo.load_inputs(graph, args.inputs, "--inputs")
+        return load_inputs(args.inputs, graph, option="--inputs")
     return zoo.make_inputs(graph, kind=args.inputs, seed=args.seed)
 
 
@@ -325,6 +505,11 @@ def coerce(args: argparse.Namespace) -> argparse.Namespace:
     repeated lists (check plan) -> one flat list; a string left by a caller
     that built the Namespace itself is converted as the parser would."""
     ns = vars(args)
+    if ns.get("graph") is not None:  # --graph is MODEL's option spelling
+        if ns.get("model") is not None and ns["model"] != ns["graph"]:
+            raise ValueError(f"give MODEL or --graph, not both (MODEL {ns['model']!r}, --graph {ns['graph']!r})")
+        args.model = args.graph
+        args.graph_given = True
     if isinstance(ns.get("size"), list):
         merged = {}
         for d in args.size:

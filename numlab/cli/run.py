@@ -1,7 +1,10 @@
-"""``numlab run MODEL --dtype D --mode M --seed S [--size N=I] [--inputs KIND|FILE] [--fusion SPEC] [--kernels SPEC] [--dump DIR [--force]]``.
+"""``numlab run MODEL|--graph MODULE:FUNCTION --dtype D --mode M --seed S [--size N=I] [--inputs KIND|FILE] [--fusion SPEC] [--kernels SPEC] [--dump DIR [--force]]``.
 
-Runs a zoo model in one execution mode on seeded inputs, prints a per-node
-summary, and with ``--dump`` writes one ``.npy`` per dumped node plus
+Runs a model (a zoo model, a claims model, or your own ``module:function``:
+a numpy/numlab or PyTorch function traced on the ``--inputs`` arrays, or a
+factory returning a Graph; :func:`numlab.cli.options.load_graph`) in one
+execution mode on seeded inputs or the arrays of ``--inputs FILE.npz|DIR``,
+prints a per-node summary, and with ``--dump`` writes one ``.npy`` per dumped node plus
 ``manifest.json`` (see :mod:`numlab.compare.dump`).  An existing dump is
 never replaced without ``--force``.
 """
@@ -19,7 +22,7 @@ from ..compare.dump import check_target, dump_run
 from ..execute import run
 from ..fusion import FusionOptions
 from ..report import Column, render_table
-from .options import MODEL_HELP, add_shared, build_model, model_inputs
+from .options import MODEL_HELP, add_shared, build_model, graph_and_inputs
 
 __all__ = ["add_parser", "add_model_args", "build", "main", "node_table"]
 
@@ -32,7 +35,7 @@ def add_parser(sub) -> None:
                     "inputs (or inputs read from a .npz file or a directory of .npy files) in one "
                     "execution mode and optionally dump every node's value with a manifest.",
     )
-    add_shared(p, model=MODEL_HELP + " (see `numlab run --list`)", model_required=False)
+    add_shared(p, model=MODEL_HELP + " (see `numlab run --list`)", model_required=False, graph=True)
     p.add_argument("--list", action="store_true", help="list the models and exit")
     p.add_argument("--mode", default="eager",
                    help="eager, fused, emulated_casts or reference (default eager)")
@@ -87,17 +90,17 @@ def main(args) -> int:
     if args.list:
         print("zoo models: " + ", ".join(sorted(zoo.MODELS)))
         print("claims models: " + ", ".join(sorted(EXTRA_MODELS)))
-        print("or module:function (a function of the --size values returning a numlab Graph)")
+        print("or module:function (--graph, or as MODEL): a numpy/numlab or PyTorch function traced on the "
+              "--inputs FILE.npz|DIR arrays, or a function of the --size values returning a numlab Graph")
         return 0
     model = args.model
     if not model:
-        raise ValueError(f"MODEL is required; valid: {sorted({**zoo.MODELS, **EXTRA_MODELS})}, "
-                         "module:function, or --list")
+        raise ValueError("MODEL is required (or --graph MODULE:FUNCTION); valid: "
+                         f"{sorted({**zoo.MODELS, **EXTRA_MODELS})}, module:function, or --list")
     if args.dump:  # refuse an existing dump before running, not after
         check_target(Path(args.dump), args.force)
     S = args.dtype
-    graph = build(model, args.size)
-    inputs = model_inputs(graph, args)
+    graph, inputs = graph_and_inputs(args)
     kw = {}
     fused = args.mode in ("fused", "emulated_casts")
     if fused:

@@ -60,7 +60,7 @@ __all__ = [
     "add", "sub", "mul", "div", "maximum", "minimum",
     "add_scalar", "sub_scalar", "rsub_scalar", "mul_scalar", "div_scalar", "rdiv_scalar",
     "neg", "abs_", "relu", "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid",
-    "erf", "silu", "gelu", "where", "cast",
+    "erf", "silu", "gelu", "where", "cast", "gt", "ge", "lt", "le", "eq", "ne", "constant",
     "sum_", "mean", "max_", "min_", "var", "matmul",
     "layer_norm", "rms_norm", "softmax", "log_softmax",
 ]
@@ -632,6 +632,41 @@ def gelu(ctx, x, *, approximate="none"):
 
 def where(ctx, cond, a, b):
     return np.where(np.asarray(cond) != 0, _f32(a), _f32(b))
+
+
+# comparisons: exact on the values of S (IEEE: false with a NaN, except !=);
+# a boolean is held as 0.0 / 1.0 (exact in every format)
+def gt(ctx, a, b):
+    return np.greater(_f32(a), _f32(b)).astype(np.float32)
+
+
+def ge(ctx, a, b):
+    return np.greater_equal(_f32(a), _f32(b)).astype(np.float32)
+
+
+def lt(ctx, a, b):
+    return np.less(_f32(a), _f32(b)).astype(np.float32)
+
+
+def le(ctx, a, b):
+    return np.less_equal(_f32(a), _f32(b)).astype(np.float32)
+
+
+def eq(ctx, a, b):
+    return np.equal(_f32(a), _f32(b)).astype(np.float32)
+
+
+def ne(ctx, a, b):
+    return np.not_equal(_f32(a), _f32(b)).astype(np.float32)
+
+
+def constant(ctx, *, value):
+    """A constant tensor as it sits in memory: its float64 value rounded to
+    the storage format S (nearest even), as a tensor of the model's dtype
+    holds it (``torch.tensor(v, dtype=x.dtype)``): one rounding from
+    float64 (not through fp32, which could round twice)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _f32(_round_to(np.asarray(value.array, dtype=np.float64), ctx.S))
 
 
 def cast(ctx, x, *, to):
