@@ -447,20 +447,23 @@ def kahan(t: np.ndarray, s: np.ndarray, c: np.ndarray) -> bool:
 _MODES = {"rne": 0, "rtz": 1, "up": 2, "down": 3, "odd": 4}
 
 
-def round_bits(a: np.ndarray, c, rounding: str, saturate: bool, ftz: bool, has_inf: bool) -> np.ndarray | None:
+def round_bits(a: np.ndarray, c, fmt, rounding: str, saturate: bool, ftz: bool) -> np.ndarray | None:
     """Prototype of a compiled :func:`numlab.rounding._round_bits` (deterministic
-    modes): ``a`` 1-D contiguous float32/float64, ``c`` its ``_Consts``; returns the
-    rounded values (same dtype), or None when unavailable.  Not wired into
+    modes): ``a`` 1-D contiguous float32/float64, ``c`` its ``_Consts`` for ``fmt``;
+    returns the rounded values (same dtype), or None when unavailable or the
+    format needs rules the kernel does not have (p = 1 / E8M0, no -0 or no zero or
+    unsigned, fp6/fp4 without NaN, the generic tiny path).  Not wired into
     numlab.rounding (h4 owns it; a layer-1 home is needed): tests pin it to the
     numpy path bit for bit."""
     k = kernels()
-    if k is None or rounding not in _MODES or not c.tiny_fast and c.lo:
+    if (k is None or rounding not in _MODES or (not c.tiny_fast and c.lo) or getattr(c, "p1", False)
+            or getattr(c, "special_fmt", False) or getattr(fmt, "nan", None) == "none"):
         return None
     U = c.U
     out = np.empty_like(a)
     scale = tuple(c.scale) + (c.w.type(1),) * (2 - len(c.scale))
-    k["round_bits"][(_MODES[rounding], bool(c.lo))](a.view(U), a, out.view(U), out, U(c.k), c.low, c.keep, c.half_m1,
-                    c.bit_k, c.lo, c.hi, c.sn, c.sign, c.absmask, c.infbits, c.nanbits, c.top,
-                    bool(has_inf), bool(saturate), bool(ftz), scale[0], scale[1], len(c.scale),
-                    c.unscale if c.unscale is not None else c.w.type(1))
+    k["round_bits"][(_MODES[rounding], bool(c.lo))](
+        a.view(U), a, out.view(U), out, U(c.k), c.low, c.keep, c.half_m1, c.bit_k, c.lo, c.hi, c.sn,
+        c.sign, c.absmask, c.infbits, c.nanbits, c.top, bool(fmt.inf), bool(saturate), bool(ftz),
+        scale[0], scale[1], len(c.scale), c.unscale if c.unscale is not None else c.w.type(1))
     return out
