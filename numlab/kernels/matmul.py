@@ -287,11 +287,12 @@ def _exact_tile_factors(a_t: np.ndarray, b_t: np.ndarray, la_t: np.ndarray, lb_t
     below ``2^53``.  NaN/inf rows or columns give NaN/inf factors (never certified).
     """
     with np.errstate(over="ignore", invalid="ignore"):
-        amax = np.max(np.abs(a_t), axis=-1)
+        abs_a = np.abs(a_t)  # once for the maximum and the sum
+        amax = np.max(abs_a, axis=-1)
         bmax = np.max(np.abs(b_t), axis=-2)
         la = np.min(la_t, axis=-1).astype(np.int32)  # sentinel 4096: zero row
         lb = np.min(lb_t, axis=-2).astype(np.int32)
-        ra = np.ldexp(np.sum(np.abs(a_t), axis=-1), -la)
+        ra = np.ldexp(np.sum(abs_a, axis=-1), -la)
         rb = np.ldexp(bmax, -lb)
     return ra, rb, int(la.min(initial=4096)) + int(lb.min(initial=4096)), amax, bmax
 
