@@ -26,10 +26,11 @@ import ml_dtypes
 import numpy as np
 
 TARGETS: dict[str, str] = {
-    "rounding": "round_to for 10^7 float32 values vs ml_dtypes/numpy round trips",
+    "rounding": ("round_to on 10^7 values (in-range, mixed, random bits, float64 -> bf16), every mode, vs a "
+                 "float32 copy / ml_dtypes' cast, with peak memory; gfloat and pychop side by side when installed"),
     "kernels": ("every reduction order (fp16/bf16 data) vs numpy sum, peak memory, 16-bit accumulators "
                 "vs naive loops; block_fma matmul vs numpy matmul"),
-    "layernorm": "eager and fused layernorm (4096x4096 fp16) vs a numpy float32 layernorm",
+    "layernorm": "eager and every fusion preset's layernorm (4096x4096 fp16) vs a numpy float32 layernorm",
     "claims": "1000 layernorm trials (64x1024 fp16) in eager, fused and reference",
     "faithfulness": "numlab's predictions vs real torch eager and torch.compile (needs torch)",
     "demo": "wall and CPU time of one `numlab demo` run (and --quick) in a fresh interpreter",
