@@ -20,6 +20,7 @@ exactly the same operations:
   straight from the 16-bit rows (eight rows at a time), with no tile;
 * :func:`rows_order` -- Pairwise and Lanes row by row from a widened copy of
   the row (contiguous, so the lane loop is one SIMD add per vector);
+* :func:`welford32` -- the float32 Welford loop of the engine's layer norm;
 * :func:`kahan` -- the compensated step of :meth:`numlab.kernels.reduce.Kahan._fast`,
   ``y = x - c; t = s + y; c = (t - s) - y; s = t``, in the tile's IEEE dtype
   (float32/float64), each operation rounded once: numba compiles without
@@ -329,8 +330,22 @@ def _build():
 
     round_bits = {(m, h): make_round_bits(m, h) for m in range(5) for h in (True, False)}
 
+    @jit
+    def welford32(xt, m, m2):  # xt (n, rows) float32; m, m2 (rows,) float32, updated in place
+        n, R = xt.shape
+        mm, qq = m.copy(), m2.copy()  # private: alias-free, so the row loop vectorises
+        for k in range(n):
+            kk = np.float32(k + 1)
+            for j in range(R):
+                x = xt[k, j]
+                d = x - mm[j]
+                mm[j] = mm[j] + d / kk
+                qq[j] = qq[j] + d * (x - mm[j])
+        m[:] = mm
+        m2[:] = qq
+
     lut = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
-    return {"round_bits": round_bits, "row_kernels": row_kernels, "add_round32": add_round32, "rows_direct": rows_direct, "widen_t_shift": widen_t_shift, "widen_t_shift4": widen_t_shift4, "pairwise": pairwise, "widen_t_lut": widen_t_lut, "kahan": kahan, "f16_lut": lut}
+    return {"welford32": welford32, "round_bits": round_bits, "row_kernels": row_kernels, "add_round32": add_round32, "rows_direct": rows_direct, "widen_t_shift": widen_t_shift, "widen_t_shift4": widen_t_shift4, "pairwise": pairwise, "widen_t_lut": widen_t_lut, "kahan": kahan, "f16_lut": lut}
 
 
 def widen_t(dst: np.ndarray, blk: np.ndarray) -> bool:
@@ -401,6 +416,20 @@ def rows_order(X: np.ndarray, order, out: np.ndarray) -> bool:
         lanes(u, k["f16_lut"], int(order.L), order.combine == "tree", order.tail == "masked", out)
     else:
         return False
+    return True
+
+
+def welford32(xt: np.ndarray, m: np.ndarray, m2: np.ndarray) -> bool:
+    """Welford's float32 steps of :func:`numlab.kernels.engine._welford` (native fp32
+    branch: ``d = x_k - m; m = m + d / fl(k+1); M2 = M2 + d * (x_k - m)``, each
+    operation rounded once, no FMA) over the rows of ``xt`` (``(n, rows)``),
+    continuing ``m`` and ``m2`` in place.  False when unavailable.  Offered to
+    engine._welford (h1's file); tests pin it to that loop bit for bit."""
+    k = kernels()
+    if (k is None or xt.ndim != 2 or xt.dtype != np.float32 or m.dtype != np.float32
+            or m2.dtype != np.float32 or m.shape != xt.shape[1:] or m2.shape != m.shape):
+        return False
+    k["welford32"](xt, m, m2)
     return True
 
 

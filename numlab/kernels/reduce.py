@@ -687,6 +687,15 @@ def _bf16_widen_T(dst: np.ndarray, blk: np.ndarray, buf=None) -> bool:
     return True
 
 
+def _sum_rows_compiled(X: np.ndarray, order: Order, out: np.ndarray) -> bool:
+    """Row sums of fp16/bf16 ``X`` into float32 ``out`` by the compiled row kernels
+    (numlab.kernels._accel) when the order has one; False otherwise."""
+    T = _direct_tile(order, X.shape[-1])
+    if T is not None:
+        return _accel.rows_direct(X, T, out)
+    return type(order) in (Pairwise, Lanes) and _accel.rows_order(X, order, out)
+
+
 def _direct_tile(order: Order, n: int) -> int | None:
     """For :func:`numlab.kernels._accel.rows_direct`: the tile of an order it computes
     (Sequential: ``n``; ``Blocked(T, Sequential, Sequential)``: T), else None."""
@@ -732,12 +741,8 @@ def _sum_fast(x: np.ndarray, order: Order, fa: _FastAcc, ar: Arith, *, prepared:
 
     if x.size >= _ACCEL_MIN_ELEMENTS and not fa.accel and _accel.kernels() is not None:
         fa = _FastAcc(fa.dtype, fa.rt, accel=True)
-    if fa.accel and fa.rt is None and direct and fa.dtype == np.float32:
-        T = _direct_tile(order, n)
-        if T is not None and _accel.rows_direct(X, T, out):
-            return out.reshape(lead).astype(ar.dtype, copy=False)
-        if type(order) in (Pairwise, Lanes) and _accel.rows_order(X, order, out):
-            return out.reshape(lead).astype(ar.dtype, copy=False)
+    if fa.accel and fa.rt is None and direct and fa.dtype == np.float32 and _sum_rows_compiled(X, order, out):
+        return out.reshape(lead).astype(ar.dtype, copy=False)
     scratch: dict = {}
 
     def buf(shape, dt, key):
