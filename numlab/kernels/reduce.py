@@ -720,13 +720,9 @@ def _sum_fast(x: np.ndarray, order: Order, fa: _FastAcc, ar: Arith, *, prepared:
     each numpy call spans many rows.
     Extra memory: one tile plus the result, whatever the input size.
 
-    With numba installed (extra ``fast``) and at least ``_ACCEL_MIN_ELEMENTS``
-    values, :mod:`numlab.kernels._accel` does the same operations compiled:
-    fp16/bf16 rows with an fp32 accumulator are summed straight from their 16-bit
-    codes for Sequential, Blocked(T, sequential, sequential), Pairwise and Lanes
-    (no tile); otherwise the tile is filled, and Kahan's and Pairwise's tile steps
-    run, compiled.  ``NUMLAB_ACCEL=0`` switches it off; tests pin both to
-    :func:`_reduce_reference`.
+    With numba (extra ``fast``), from ``_ACCEL_MIN_ELEMENTS`` values on, the same
+    operations run compiled (:mod:`numlab.kernels._accel`, :func:`_sum_rows_compiled`,
+    tile fill, Kahan/Pairwise tile steps); ``NUMLAB_ACCEL=0`` switches it off.
     """
     lead, n = x.shape[:-1], x.shape[-1]
     if n == 0:
