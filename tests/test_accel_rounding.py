@@ -1,9 +1,10 @@
-"""The compiled rounding prototype (numlab.kernels._accel.round_bits, numba: extra
-``fast``) is bit-identical to numlab.rounding's numpy fast path (_round_bits, itself
-tested against exact references in tests/test_rounding*.py) in every deterministic
-mode, with and without saturation and flush-to-zero, for float32 and float64 input:
-on random bit patterns (every class of value: NaN, inf, overflow, subnormals,
-zeros) and on constructed boundary values."""
+"""numlab.rounding's compiled path (_round_bits_compiled, numba: extra ``fast``) is
+bit-identical to its numpy path (_round_bits's chunked masks, itself tested against
+exact references in tests/test_rounding*.py) in every deterministic mode, with and
+without saturation and flush-to-zero, for float32 and float64 input, for every
+format below fp32 (or it declines the format): on random bit patterns (every class
+of value: NaN, inf, overflow, subnormals, zeros) and on constructed boundary
+values.  round_to takes the compiled path from _ACCEL_MIN values on."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ import pytest
 
 from numlab import formats as F
 from numlab.formats import BF16, FP8_E4M3, FP8_E5M2, FP16, TF32
-from numlab.rounding import _consts, _round_bits
+from numlab import rounding as RD
+from numlab.rounding import _consts, _round_bits, round_to
 
 numba = pytest.importorskip("numba", reason="the compiled path needs numba (extra 'fast')")
-from numlab.kernels import _accel  # noqa: E402
 
 HANDLED = [FP16, BF16, FP8_E4M3, FP8_E5M2, TF32]
 # every format numlab rounds to: the kernel either declines (None) or matches
@@ -37,11 +38,13 @@ def _boundary(fmt, dt):
     return a
 
 
-@pytest.fixture(scope="module")
-def kernels():
-    if _accel.kernels() is None:
+@pytest.fixture
+def kernels(monkeypatch):
+    """The compiled path; the numpy path stays the reference (_ACCEL_MIN out of reach)."""
+    if RD._compiled_kernels() is None:
         pytest.skip("NUMLAB_ACCEL=0: the compiled kernels are switched off")
-    return _accel
+    monkeypatch.setattr(RD, "_ACCEL_MIN", 1 << 62)
+    return RD
 
 
 @pytest.mark.parametrize("dt,U", [(np.float32, np.uint32), (np.float64, np.uint64)])
@@ -55,7 +58,7 @@ def test_compiled_rounding_bit_identical_to_numpy_path(kernels, fmt, dt, U):
         for rounding in MODES:
             for sat in (False, True):
                 for ftz in (False, True):
-                    got = kernels.round_bits(x, c, fmt, rounding, sat, ftz)
+                    got = kernels._round_bits_compiled(x, c, fmt, rounding, sat, ftz)
                     if got is None:
                         assert fmt not in HANDLED, (fmt.name, rounding)
                         continue
@@ -66,4 +69,27 @@ def test_compiled_rounding_bit_identical_to_numpy_path(kernels, fmt, dt, U):
 
 def test_compiled_rounding_declines_what_it_does_not_model(kernels):
     x = np.ones(4, np.float32)
-    assert kernels.round_bits(x, _consts(FP16, np.dtype(np.float32)), FP16, "stochastic", False, False) is None
+    assert kernels._round_bits_compiled(x, _consts(FP16, np.dtype(np.float32)), FP16, "stochastic",
+                                        False, False) is None
+
+
+def test_round_to_takes_the_compiled_path_on_large_inputs(monkeypatch):
+    """From _ACCEL_MIN values on, round_to's result comes from the compiled kernel
+    (counted) and equals the numpy path's."""
+    if RD._compiled_kernels() is None:
+        pytest.skip("NUMLAB_ACCEL=0: the compiled kernels are switched off")
+    x = np.random.default_rng(5).integers(0, 2**32, 1 << 17, dtype=np.uint32).view(np.float32)
+    calls = []
+    orig = RD._round_bits_compiled
+
+    def counting(*a):
+        calls.append(a[3])
+        return orig(*a)
+
+    monkeypatch.setattr(RD, "_round_bits_compiled", counting)
+    with np.errstate(all="ignore"):
+        fast = round_to(x, FP8_E4M3, "odd")
+        monkeypatch.setattr(RD, "_ACCEL_MIN", 1 << 62)
+        slow = round_to(x, FP8_E4M3, "odd")
+    assert calls == ["odd"]
+    np.testing.assert_array_equal(np.asarray(fast).view(np.uint8), np.asarray(slow).view(np.uint8))

@@ -1,6 +1,6 @@
 """Optional compiled kernels for the reduction fast path (numba; extra ``fast``).
 
-numpy cannot reach two of the speed targets of the chunked reductions on a
+numpy cannot reach some of the speed targets of the chunked reductions on a
 small machine: filling a transposed float32 tile from bfloat16 rows (a strided
 16-bit gather numpy performs one element at a time) and Kahan summation (four
 numpy calls per element step).  When numba is installed these few kernels do
@@ -251,85 +251,6 @@ def _build():
 
     row_kernels = {True: make_row_kernels(True), False: make_row_kernels(False)}
 
-    def make_round_bits(mode, has_lo):  # the mode and the tiny path are compile-time constants
-        @jit
-        def round_bits(bc, xf, o, of, k, low, keep, half_m1, bit_k, lo, hi, sn, sign, absmask,
-                       infbits, nanbits, top, has_inf, saturate, ftz, scale0, scale1, nscale, unscale):
-            # numlab.rounding._round_bits (deterministic modes: 0 rne, 1 rtz, 2 up, 3 down,
-            # 4 odd); bc/o are the unsigned bit views and xf/of the float views of the
-            # input and output.  Same integer steps, the same float scale-round-scale
-            # below 2**emin, the same overflow and inf/NaN rules.  Branch-free loops
-            # over chunks of 2048 (selects, so LLVM vectorises them and random inputs
-            # cost no mispredictions): the float path for every element into a scratch
-            # chunk, then the integer path and the selections.
-            zero = sign ^ sign  # typed constants of the bits' unsigned type
-            allones = sign | absmask
-            one = bit_k >> k
-            n = bc.size
-            CH = 2048
-            tf = np.empty(CH, xf.dtype)
-            for c0 in range(0, n, CH):
-                c1 = min(n, c0 + CH)
-                if has_lo:
-                    for i in range(c0, c1):
-                        x = xf[i]
-                        f = (abs(x) if mode == 4 else x) * scale0
-                        if nscale == 2:
-                            f = f * scale1
-                        if mode == 0:
-                            g = np.rint(f)
-                        elif mode == 1:
-                            g = np.trunc(f)
-                        elif mode == 2:
-                            g = np.ceil(f)
-                        else:
-                            g = np.floor(f)
-                        if mode == 4:  # inexact and floor even: floor + 1
-                            g = g + (1.0 if (f != g) and (np.floor(g * 0.5) * 2 == g) else 0.0)
-                            g = np.copysign(g * unscale, x)
-                        else:
-                            g = g * unscale
-                        tf[i - c0] = g
-                tb = tf.view(bc.dtype)
-                for i in range(c0, c1):
-                    b = bc[i]
-                    neg = allones if (b & sign) else zero
-                    if k == 0:
-                        r = b
-                    elif mode == 1:
-                        r = b & keep
-                    elif mode == 0:
-                        r = (((b >> k) & one) + half_m1 + b) & keep
-                    elif mode == 2:
-                        r = (((~neg) & low) + b) & keep
-                    elif mode == 3:
-                        r = ((neg & low) + b) & keep
-                    else:
-                        r = ((((b & low) + low) & bit_k) | b) & keep
-                    mag = b & absmask
-                    if has_lo:
-                        r = tb[i - c0] if mag < lo else r
-                    if saturate or mode == 1 or mode == 4:
-                        rep = (b & sign) | hi
-                    elif mode == 0:
-                        rep = (b & sign) | top
-                    elif mode == 2:  # up: +inf (top) for positive, -max for negative
-                        rep = (b & sign) | ((neg & (top ^ hi)) ^ top)
-                    else:  # down: the mirror
-                        rep = (b & sign) | (((~neg) & (top ^ hi)) ^ top)
-                    r = rep if (r & absmask) > hi else r
-                    if has_inf:
-                        nf = b
-                    else:
-                        nf = (((b & sign) | hi) if saturate else nanbits) if mag == infbits else b
-                    r = nf if mag >= infbits else r
-                    if ftz:
-                        r = (r & sign) if (r & absmask) < sn else r
-                    o[i] = r
-        return round_bits
-
-    round_bits = {(m, h): make_round_bits(m, h) for m in range(5) for h in (True, False)}
-
     @jit
     def welford32(xt, m, m2):  # xt (n, rows) float32; m, m2 (rows,) float32, updated in place
         n, R = xt.shape
@@ -345,7 +266,7 @@ def _build():
         m2[:] = qq
 
     lut = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
-    return {"welford32": welford32, "round_bits": round_bits, "row_kernels": row_kernels, "add_round32": add_round32, "rows_direct": rows_direct, "widen_t_shift": widen_t_shift, "widen_t_shift4": widen_t_shift4, "pairwise": pairwise, "widen_t_lut": widen_t_lut, "kahan": kahan, "f16_lut": lut}
+    return {"welford32": welford32, "row_kernels": row_kernels, "add_round32": add_round32, "rows_direct": rows_direct, "widen_t_shift": widen_t_shift, "widen_t_shift4": widen_t_shift4, "pairwise": pairwise, "widen_t_lut": widen_t_lut, "kahan": kahan, "f16_lut": lut}
 
 
 def widen_t(dst: np.ndarray, blk: np.ndarray) -> bool:
@@ -472,27 +393,3 @@ def kahan(t: np.ndarray, s: np.ndarray, c: np.ndarray) -> bool:
     k["kahan"](t3, s2, c2)
     return True
 
-
-_MODES = {"rne": 0, "rtz": 1, "up": 2, "down": 3, "odd": 4}
-
-
-def round_bits(a: np.ndarray, c, fmt, rounding: str, saturate: bool, ftz: bool) -> np.ndarray | None:
-    """Prototype of a compiled :func:`numlab.rounding._round_bits` (deterministic
-    modes): ``a`` 1-D contiguous float32/float64, ``c`` its ``_Consts`` for ``fmt``;
-    returns the rounded values (same dtype), or None when unavailable or the
-    format needs rules the kernel does not have (p = 1 / E8M0, no -0 or no zero or
-    unsigned, fp6/fp4 without NaN, the generic tiny path).  Not wired into
-    numlab.rounding (h4 owns it; a layer-1 home is needed): tests pin it to the
-    numpy path bit for bit."""
-    k = kernels()
-    if (k is None or rounding not in _MODES or (not c.tiny_fast and c.lo) or getattr(c, "p1", False)
-            or getattr(c, "special_fmt", False) or getattr(fmt, "nan", None) == "none"):
-        return None
-    U = c.U
-    out = np.empty_like(a)
-    scale = tuple(c.scale) + (c.w.type(1),) * (2 - len(c.scale))
-    k["round_bits"][(_MODES[rounding], bool(c.lo))](
-        a.view(U), a, out.view(U), out, U(c.k), c.low, c.keep, c.half_m1, c.bit_k, c.lo, c.hi, c.sn,
-        c.sign, c.absmask, c.infbits, c.nanbits, c.top, bool(fmt.inf), bool(saturate), bool(ftz),
-        scale[0], scale[1], len(c.scale), c.unscale if c.unscale is not None else c.w.type(1))
-    return out
