@@ -341,7 +341,7 @@ def _round_bits(a: np.ndarray, fmt: Format, rounding: str, rng, saturate: bool, 
     c = _consts(fmt, w)
     flat = _flat(a)
     if flat.size >= _ACCEL_MIN:
-        compiled = _round_bits_compiled(flat, c, fmt, rounding, saturate, ftz)
+        compiled = _round_bits_compiled(flat, c, fmt, rounding, saturate, ftz, rng)
         if compiled is not None:
             return compiled.reshape(a.shape)
     b = flat.view(c.U)
@@ -355,13 +355,13 @@ def _round_bits(a: np.ndarray, fmt: Format, rounding: str, rng, saturate: bool, 
 
 
 # ---------------------------------------------------------------------------
-# the compiled path (numba, extra "fast"): the deterministic modes of
-# _round_bits in one branch-free pass per 2048 values (no masks over gathered
+# the compiled path (numba, extra "fast"): every mode of _round_bits in one
+# branch-free pass per 2048 values (no masks over gathered
 # subsets); tests/test_accel_rounding.py pins it to the numpy path bit for bit
 # on random bit patterns and boundary values.  NUMLAB_ACCEL=0 switches it off.
 # ---------------------------------------------------------------------------
 _ACCEL_MIN = 1 << 16  # smaller inputs would pay numba's import and dispatch for nothing
-_ACCEL_MODES = {"rne": 0, "rtz": 1, "up": 2, "down": 3, "odd": 4}
+_ACCEL_MODES = {"rne": 0, "rtz": 1, "up": 2, "down": 3, "odd": 4, "stochastic": 5}
 _COMPILED: dict = {}
 
 
@@ -375,39 +375,47 @@ def _compiled_kernels():
         except ImportError:
             _COMPILED["k"] = None
         else:
-            _COMPILED["k"] = {(m, h): _make_round_bits(numba, m, h) for m in range(5) for h in (True, False)}
+            _COMPILED["k"] = {(m, h): _make_round_bits(numba, m, h) for m in range(6) for h in (True, False)}
     return _COMPILED["k"]
 
 
 def _round_bits_compiled(flat: np.ndarray, c: "_Consts", fmt: Format, rounding: str, saturate: bool,
-                         ftz: bool) -> np.ndarray | None:
+                         ftz: bool, rng=None) -> np.ndarray | None:
     """:func:`_round_bits` of 1-D contiguous ``flat`` compiled, or None when numba is
-    missing, the mode is stochastic, or the format needs rules the kernel lacks
-    (p = 1 / E8M0, fnuz / unsigned / no zero, fp6/fp4 without NaN, the generic
-    tiny path)."""
+    missing or the format needs rules the kernel lacks (p = 1 / E8M0, fnuz /
+    unsigned / no zero, fp6/fp4 without NaN, the generic tiny path).  Stochastic
+    rounding draws the same random words as the numpy path (one
+    :func:`_random_bits` per chunk of :data:`_CHUNK`) and uses them the same way."""
     k = _compiled_kernels()
     if (k is None or rounding not in _ACCEL_MODES or (not c.tiny_fast and c.lo) or c.p1 or c.special_fmt
-            or fmt.nan == "none"):
+            or fmt.nan == "none" or (rounding == "stochastic" and c.k == 0)):
         return None
     U = c.U
     out = np.empty_like(flat)
     scale = tuple(c.scale) + (c.w.type(1),) * (2 - len(c.scale))
-    k[(_ACCEL_MODES[rounding], bool(c.lo))](
-        flat.view(U), flat, out.view(U), out, U(c.k), c.low, c.keep, c.half_m1, c.bit_k, c.lo, c.hi, c.sn,
-        c.sign, c.absmask, c.infbits, c.nanbits, c.top, bool(fmt.inf), bool(saturate), bool(ftz),
-        scale[0], scale[1], len(c.scale), c.unscale if c.unscale is not None else c.w.type(1))
+    f = k[(_ACCEL_MODES[rounding], bool(c.lo))]
+    args = (c.nbits == 32, U(c.k), c.low, c.keep, c.half_m1, c.bit_k, c.lo, c.hi, c.sn, c.sign, c.absmask,
+            c.infbits, c.nanbits, c.top, bool(fmt.inf), bool(saturate), bool(ftz), scale[0], scale[1],
+            len(c.scale), c.unscale if c.unscale is not None else c.w.type(1))
+    if rounding != "stochastic":
+        f(flat.view(U), flat, out.view(U), out, np.zeros(1, U), *args)
+        return out
+    for i in range(0, flat.size, _CHUNK):
+        j = min(i + _CHUNK, flat.size)
+        rb = _random_bits(rng, j - i, U)
+        f(flat[i:j].view(U), flat[i:j], out[i:j].view(U), out[i:j], rb, *args)
     return out
 
 
 def _make_round_bits(numba, mode, has_lo):
-    """The kernel for one mode (0 rne, 1 rtz, 2 up, 3 down, 4 odd) and tiny path
-    (compile-time constants)."""
+    """The kernel for one mode (0 rne, 1 rtz, 2 up, 3 down, 4 odd, 5 stochastic) and
+    tiny path (compile-time constants)."""
     @numba.njit(cache=True, nogil=True)
-    def round_bits(bc, xf, o, of, k, low, keep, half_m1, bit_k, lo, hi, sn, sign, absmask,
+    def round_bits(bc, xf, o, of, rb, is32, k, low, keep, half_m1, bit_k, lo, hi, sn, sign, absmask,
                    infbits, nanbits, top, has_inf, saturate, ftz, scale0, scale1, nscale, unscale):
-        # numlab.rounding._round_bits (deterministic modes: 0 rne, 1 rtz, 2 up, 3 down,
-        # 4 odd); bc/o are the unsigned bit views and xf/of the float views of the
-        # input and output.  Same integer steps, the same float scale-round-scale
+        # numlab.rounding._round_bits (0 rne, 1 rtz, 2 up, 3 down, 4 odd, 5 stochastic
+        # with the chunk's random words rb); bc/o are the unsigned bit views and xf/of
+        # the float views of the input and output.  Same integer steps, the same float scale-round-scale
         # below 2**emin, the same overflow and inf/NaN rules.  Branch-free loops
         # over chunks of 2048 (selects, so LLVM vectorises them and random inputs
         # cost no mispredictions): the float path for every element into a scratch
@@ -423,7 +431,7 @@ def _make_round_bits(numba, mode, has_lo):
             if has_lo:
                 for i in range(c0, c1):
                     x = xf[i]
-                    f = (abs(x) if mode == 4 else x) * scale0
+                    f = (abs(x) if mode >= 4 else x) * scale0
                     if nscale == 2:
                         f = f * scale1
                     if mode == 0:
@@ -436,6 +444,11 @@ def _make_round_bits(numba, mode, has_lo):
                         g = np.floor(f)
                     if mode == 4:  # inexact and floor even: floor + 1
                         g = g + (1.0 if (f != g) and (np.floor(g * 0.5) * 2 == g) else 0.0)
+                        g = np.copysign(g * unscale, x)
+                    elif mode == 5:  # up when the word, as a fraction of 1, is below frac
+                        fr = np.float64(f - g)
+                        u = np.float64(rb[i]) * 2.0**-32 if is32 else np.float64(rb[i] >> 11) * 2.0**-53
+                        g = g + (1.0 if u < fr else 0.0)
                         g = np.copysign(g * unscale, x)
                     else:
                         g = g * unscale
@@ -454,6 +467,8 @@ def _make_round_bits(numba, mode, has_lo):
                     r = (((~neg) & low) + b) & keep
                 elif mode == 3:
                     r = ((neg & low) + b) & keep
+                elif mode == 5:
+                    r = ((rb[i] & low) + b) & keep
                 else:
                     r = ((((b & low) + low) & bit_k) | b) & keep
                 mag = b & absmask
@@ -461,7 +476,7 @@ def _make_round_bits(numba, mode, has_lo):
                     r = tb[i - c0] if mag < lo else r
                 if saturate or mode == 1 or mode == 4:
                     rep = (b & sign) | hi
-                elif mode == 0:
+                elif mode == 0 or mode == 5:
                     rep = (b & sign) | top
                 elif mode == 2:  # up: +inf (top) for positive, -max for negative
                     rep = (b & sign) | ((neg & (top ^ hi)) ^ top)

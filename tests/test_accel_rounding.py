@@ -22,7 +22,7 @@ HANDLED = [FP16, BF16, FP8_E4M3, FP8_E5M2, TF32]
 # every format numlab rounds to: the kernel either declines (None) or matches
 FORMATS = list(dict.fromkeys(HANDLED + [f for f in vars(F).values()
                                         if isinstance(f, F.Format) and f.p < 24]))
-MODES = ["rne", "rtz", "up", "down", "odd"]
+MODES = ["rne", "rtz", "up", "down", "odd", "stochastic"]
 
 
 def _boundary(fmt, dt):
@@ -58,19 +58,32 @@ def test_compiled_rounding_bit_identical_to_numpy_path(kernels, fmt, dt, U):
         for rounding in MODES:
             for sat in (False, True):
                 for ftz in (False, True):
-                    got = kernels._round_bits_compiled(x, c, fmt, rounding, sat, ftz)
+                    # stochastic: the same seeded stream on both paths (PCG64's raw words)
+                    got = kernels._round_bits_compiled(x, c, fmt, rounding, sat, ftz, np.random.default_rng(9))
                     if got is None:
                         assert fmt not in HANDLED, (fmt.name, rounding)
                         continue
-                    exp = _round_bits(x, fmt, rounding, None, sat, ftz)
+                    exp = _round_bits(x, fmt, rounding, np.random.default_rng(9), sat, ftz)
                     bad = np.flatnonzero(got.view(U) != exp.view(U))
                     assert bad.size == 0, (rounding, sat, ftz, x[bad[:3]], got[bad[:3]], exp[bad[:3]])
 
 
 def test_compiled_rounding_declines_what_it_does_not_model(kernels):
     x = np.ones(4, np.float32)
-    assert kernels._round_bits_compiled(x, _consts(FP16, np.dtype(np.float32)), FP16, "stochastic",
-                                        False, False) is None
+    e8m0 = F.get_format("fp8_e8m0")
+    assert kernels._round_bits_compiled(x, _consts(e8m0, np.dtype(np.float32)), e8m0, "rne", False, False) is None
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_compiled_stochastic_draws_the_numpy_paths_stream(kernels, dt):
+    """Several chunks of _CHUNK values, an odd tail, and a bit generator whose raw
+    words are 32-bit (MT19937: rng.integers): the same words, used the same way."""
+    x = np.random.default_rng(4).standard_normal(3 * RD._CHUNK + 7).astype(dt) * 1e-5
+    c = _consts(FP16, np.dtype(dt))
+    for make in (np.random.default_rng, lambda s: np.random.Generator(np.random.MT19937(s))):
+        got = kernels._round_bits_compiled(x, c, FP16, "stochastic", False, False, make(3))
+        exp = _round_bits(x, FP16, "stochastic", make(3), False, False)
+        np.testing.assert_array_equal(got, exp)
 
 
 def test_round_to_takes_the_compiled_path_on_large_inputs(monkeypatch):
