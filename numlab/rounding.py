@@ -340,7 +340,7 @@ def _round_bits(a: np.ndarray, fmt: Format, rounding: str, rng, saturate: bool, 
     w = a.dtype
     c = _consts(fmt, w)
     flat = _flat(a)
-    if flat.size >= _ACCEL_MIN:
+    if flat.size >= _ACCEL_MIN and _mostly_special(flat.view(c.U), c):
         compiled = _round_bits_compiled(flat, c, fmt, rounding, saturate, ftz, rng)
         if compiled is not None:
             return compiled.reshape(a.shape)
@@ -377,6 +377,18 @@ def _compiled_kernels():
         else:
             _COMPILED["k"] = {(m, h): _make_round_bits(numba, m, h) for m in range(6) for h in (True, False)}
     return _COMPILED["k"]
+
+
+def _mostly_special(b: np.ndarray, c: "_Consts") -> bool:
+    """Whether more than 1 in 50 of a sample (every 61st value) lies outside
+    ``[2**emin, max]`` (zeros aside): then the compiled one-pass kernel beats the
+    numpy path's masks; on in-range data the numpy path is the faster one.  Both
+    give the same bits: this only picks the speed."""
+    s = b[::61] & c.absmask
+    out = s > c.hi
+    if c.lo:
+        out |= (s < c.lo) & (s != 0)
+    return int(np.count_nonzero(out)) * 50 > s.size
 
 
 def _round_bits_compiled(flat: np.ndarray, c: "_Consts", fmt: Format, rounding: str, saturate: bool,
@@ -428,7 +440,12 @@ def _make_round_bits(numba, mode, has_lo):
         tf = np.empty(CH, xf.dtype)
         for c0 in range(0, n, CH):
             c1 = min(n, c0 + CH)
-            if has_lo:
+            anytiny = False
+            if has_lo:  # nonzero values below 2**emin in this chunk? (+-0: the bit path is exact)
+                for i in range(c0, c1):
+                    mg = bc[i] & absmask
+                    anytiny |= (mg < lo) & (mg != zero)
+            if anytiny:
                 for i in range(c0, c1):
                     x = xf[i]
                     f = (abs(x) if mode >= 4 else x) * scale0
@@ -472,8 +489,8 @@ def _make_round_bits(numba, mode, has_lo):
                 else:
                     r = ((((b & low) + low) & bit_k) | b) & keep
                 mag = b & absmask
-                if has_lo:
-                    r = tb[i - c0] if mag < lo else r
+                if anytiny:
+                    r = tb[i - c0] if (mag < lo) & (mag != zero) else r
                 if saturate or mode == 1 or mode == 4:
                     rep = (b & sign) | hi
                 elif mode == 0 or mode == 5:
