@@ -106,3 +106,14 @@ def test_round_to_takes_the_compiled_path_on_large_inputs(monkeypatch):
         slow = round_to(x, FP8_E4M3, "odd")
     assert calls == ["odd"]
     np.testing.assert_array_equal(np.asarray(fast).view(np.uint8), np.asarray(slow).view(np.uint8))
+
+
+def test_sample_picks_the_compiled_path_only_for_mostly_special_inputs():
+    from numlab.bench.rounding import in_range_data
+
+    c = _consts(FP16, np.dtype(np.float32))
+    inr = in_range_data(FP16, 1 << 16)
+    inr[::3] = 0.0  # zeros are exact on the bit path: not special
+    assert not RD._mostly_special(inr.view(np.uint32), c)
+    rnd = np.random.default_rng(2).integers(0, 2**32, 1 << 16, dtype=np.uint32)
+    assert RD._mostly_special(rnd, c)
