@@ -12,6 +12,12 @@ from .formats import (
     FORMATS,
     FP8_E4M3,
     FP8_E5M2,
+    FP8_E4M3FNUZ,
+    FP8_E5M2FNUZ,
+    FP6_E2M3,
+    FP6_E3M2,
+    FP4_E2M1,
+    FP8_E8M0,
     FP16,
     FP32,
     FP64,
@@ -52,13 +58,15 @@ _LAZY = {
 _LAZY_ATTRS = {
     "run": ("numlab.execute", "run"),
     "trace": ("numlab.graph", "trace"),
+    "trace_function": ("numlab.graph", "trace_function"),
     "KernelSpec": ("numlab.kernels", "KernelSpec"),
     "Hardware": ("numlab.kernels", "Hardware"),
     "FusionOptions": ("numlab.fusion", "FusionOptions"),
 }
 
 __all__ = [
-    "Format", "FP64", "FP32", "TF32", "FP16", "BF16", "FP8_E4M3", "FP8_E5M2", "FORMATS",
+    "Format", "FP64", "FP32", "TF32", "FP16", "BF16", "FP8_E4M3", "FP8_E5M2",
+    "FP8_E4M3FNUZ", "FP8_E5M2FNUZ", "FP6_E2M3", "FP6_E3M2", "FP4_E2M1", "FP8_E8M0", "FORMATS",
     "get_format", "ulp", "next_up", "next_down", "encode", "decode", "ROUNDINGS", "round_to",
     *_LAZY, *_LAZY_ATTRS,
 ]

@@ -467,3 +467,247 @@ def is_decomposed(rule) -> bool:
         return False
     prop = rule[1] if isinstance(rule, tuple) else rule
     return prop is propagate_decomposed
+
+
+# --- matrix unit (h8) ---
+__all__ += ["mma_block_constants", "mma_bound"]
+
+# A-priori bound of a matrix unit's D = A B + C (numlab.kernels.mma.mma; the unit's
+# parameters are read from the object, so this layer-1 module needs no kernels import).
+# Running bounds need no rule of their own: numlab.running_bounds measures every node's
+# local error |computed - float64 reference| whatever kernel computed it, so a matmul on
+# a unit is covered by the matmul rules above (tests/test_mma_lab.py checks it).
+def _mma_fmt(name: str):
+    f = get_format(name)
+    return f.p, f.emin, f.emax, float(f.max)
+
+
+def mma_block_constants(unit) -> tuple[float, float]:
+    """``(delta, eta)`` of one block of ``unit``: a block that adds the terms
+    ``t`` to the running value ``d`` returns ``d'`` with
+
+        ``|d' - (d + sum t)| <= delta (sum_k hat_t_k + |d|) + eta``
+
+    where ``hat_t_k = max(|a_k|, 2**emin_in) max(|b_k|, 2**emin_in)``
+    (``>= |a_k b_k|``, and ``>=`` the product's alignment anchor).
+
+    Derivation (the algorithm of numlab.kernels.mma, Fasi et al. 2021
+    section 5 / Khattak and Mikaitis' block FMA): every nonzero term (at most
+    ``n + 1`` with the accumulator) is rounded to a multiple of
+    ``u = 2**(E - 23 - align_bits)`` with an error below ``u`` (truncation,
+    floor, sticky) or ``u/2`` (rne); ``2**E`` is the largest anchor, at most
+    ``max(hat_t_k, |d|, 2**-126)``, so the alignment error is at most
+    ``(n + 1) 2**-(23 + align_bits) (sum hat_t + |d| + 2**-126)`` (Fasi,
+    Higham, Mikaitis and Pranesh, PeerJ CS 7:e330, 2021, section 5, for the
+    truncation per term).  The aligned sum is rounded once to the result
+    format: relative error ``u_r = 2**(1 - p_r)`` (directed modes) or
+    ``2**-p_r`` (rne), plus ``eta``: half or one subnormal spacing of the
+    result format, or ``2**emin`` when subnormals are flushed (the standard
+    model, Higham, ASNA eq. (2.4)/(2.8)).  With ``interleave=2`` the two
+    sub-vector blocks and the round-to-nearest-even join (``join_bits`` extra
+    bits and a sticky bit: error below ``2**-(p_r - 1 + join_bits)`` per
+    operand) compose the same way.  Accumulating blocks is the block-FMA
+    recursion of Blanchard, Higham, Lopez, Mary and Pranesh, "Mixed precision
+    block fused multiply-add: error analysis and application to GPU tensor
+    cores", SISC 42(3), 2020, with this per-block ``delta``
+    (:func:`mma_bound`)."""
+    p_out, emin_out, _, _ = _mma_fmt(unit.out_fmt)
+    p_r = unit.result_bits if unit.result_bits is not None else p_out
+    directed = unit.final_rounding != "rne"
+    u_r = 2.0 ** (1 - p_r) if directed else 2.0 ** -p_r
+    if unit.subnormals:
+        eta = 2.0 ** (emin_out - p_r + 1) * (1.0 if directed else 0.5)
+    else:
+        eta = 2.0 ** emin_out
+    n = unit.fma_size * unit.interleave  # terms per stage, at most (a safe count)
+    d_a = (n + 1) * 2.0 ** -(23 + unit.align_bits)
+    delta = (1 + u_r) * d_a + u_r
+    eta_s = eta + (1 + u_r) * d_a * 2.0**-126
+    if unit.interleave == 1:
+        return delta * INFL, eta_s * INFL
+    # two stages (the second takes the first's result as its accumulator) ...
+    g2 = (1 + delta) ** 2 - 1
+    e_r = (2 + delta) * eta_s
+    # ... then the rne join with join_bits extra bits and a sticky bit
+    d_j = 2.0 ** -(p_r - 1 + unit.join_bits)
+    u_n = 2.0 ** -p_r
+    eta_n = 2.0 ** (emin_out - p_r) if unit.subnormals else 2.0 ** emin_out
+    delta_i = (1 + u_n) * (1 + d_j) * g2 + (1 + u_n) * d_j + u_n
+    eta_i = (1 + u_n) * (1 + d_j) * e_r + (1 + u_n) * d_j * 2.0**-126 + eta_n
+    return delta_i * INFL, eta_i * INFL
+
+
+def mma_bound(a, b, unit, c=None) -> np.ndarray:
+    """Elementwise a-priori bound on ``|mma(a, b, unit, c) - (A B + C)|``.
+
+    ``a`` (M, K) and ``b`` (K, N) hold values of ``unit.in_fmt``, ``c``
+    (M, N) values of ``unit.out_fmt`` (default 0).  With ``(delta, eta)``
+    from :func:`mma_block_constants`, ``nb = ceil(K / block)`` blocks and
+    ``hat_A = |C| + sum_k hat_t_k``, the block recursion
+    ``E_j <= (1 + delta) E_(j-1) + delta hat_A_j + eta`` gives
+
+        ``|D - (A B + C)| <= ((1 + delta)**nb - 1) (hat_A + eta / delta)``
+
+    (Blanchard et al. 2020's block-FMA bound with the unit's per-block
+    ``delta``).  With ``promote_every`` the unit's chunks of ``m`` blocks
+    (error ``g = (1 + delta)**m - 1`` relative to the chunk's ``hat_A``) are
+    added to an fp32 accumulator (``u = 2**-24``, nearest even):
+    ``(1 + u)**nc g (hat_A + nc eta / delta) + ((1 + u)**nc - 1) hat_A``
+    for ``nc`` chunks (plus a final rounding to fp16 when ``out_fmt`` is
+    fp16).  Inputs flushed by ``subnormals=False`` add the products they
+    remove.  The bound is ``inf`` where an input is NaN/inf, where
+    ``hat_A`` plus the bound reaches the result format's largest value
+    (overflow possible), and where ``carry_bits`` is too small to rule out a
+    wrap of the aligned sum (``carry_bits < 2 + floor(log2(n + 1))``).
+    Evaluated in float64 and inflated (``INFL``).
+    """
+    p_in, emin_in, _, _ = _mma_fmt(unit.in_fmt)
+    p_out, emin_out, _, max_out = _mma_fmt(unit.out_fmt)
+    A, B = _f(a), _f(b)
+    M, K = A.shape
+    N = B.shape[1]
+    C = np.zeros((M, N)) if c is None else _f(c)
+    bad = ~(np.isfinite(A).all(axis=1)[:, None] & np.isfinite(B).all(axis=0)[None, :] & np.isfinite(C))
+    A, B, C = (np.where(np.isfinite(x), x, 0.0) for x in (A, B, C))
+    lost = np.zeros((M, N))
+    if not unit.subnormals:
+        tiny_in, tiny_out = 2.0**emin_in, 2.0**emin_out
+        sa, sb = np.abs(A) < tiny_in, np.abs(B) < tiny_in
+        lost = (np.abs(A) * sa) @ np.abs(B) + np.abs(A) @ (np.abs(B) * sb)
+        lost = lost + np.abs(C) * (np.abs(C) < tiny_out)
+        A, B = np.where(sa, 0.0, A), np.where(sb, 0.0, B)
+        C = np.where(np.abs(C) < tiny_out, 0.0, C)
+    ha = np.where(A != 0, np.maximum(np.abs(A), 2.0**emin_in), 0.0)
+    hb = np.where(B != 0, np.maximum(np.abs(B), 2.0**emin_in), 0.0)
+    hat = (np.abs(C) + ha @ hb) * (1 + 2 * (K + 2) * U64)
+    delta, eta = mma_block_constants(unit)
+    blk = unit.fma_size * unit.interleave
+    nb = -(-K // blk)
+    if unit.promote_every is None:
+        bnd = ((1 + delta) ** nb - 1) * (hat + eta / delta)
+        top = max_out
+    else:
+        m = unit.promote_every // blk
+        nc = max(1, -(-nb // m))
+        g = (1 + delta) ** min(m, max(nb, 1)) - 1
+        u32 = 2.0**-24
+        bnd = (1 + u32) ** nc * g * (hat + nc * eta / delta) + ((1 + u32) ** nc - 1) * hat
+        if unit.out_fmt == "fp16":
+            bnd = bnd + 2.0 ** -p_out * (hat + bnd) + 2.0 ** (emin_out - p_out)
+        top = min(max_out, float(get_format("fp32").max))
+    bnd = (bnd + lost) * INFL
+    p_r = unit.result_bits if unit.result_bits is not None else p_out
+    top = min(top, (2 - 2.0 ** (1 - p_r)) * 2.0 ** get_format(unit.out_fmt).emax)
+    if unit.carry_bits is not None and unit.carry_bits < 2 + math.floor(math.log2(blk + 1)):
+        bnd = np.full_like(bnd, np.inf)
+    return np.where(bad | (hat + bnd >= top), np.inf, bnd)
+
+
+# --- block-scaled operators (h6) ---
+# Rules of quantize / block_scale / dequantize / scaled_matmul
+# (numlab.kernels.scaled).  A block's shape follows from the shapes of a tensor
+# and of its scales (no format constants needed here, layer 1).
+def expand_block_scales(s, shape) -> np.ndarray:
+    """Per-block scales ``s`` of shape ``(..., R/bm, C/bn)`` repeated to ``shape``
+    ``(..., R, C)`` (each scale over its bm x bn block)."""
+    s = np.asarray(s)
+    R, C = shape[-2:]
+    bm, bn = R // s.shape[-2], C // s.shape[-1]
+    return np.repeat(np.repeat(s, bm, axis=-2), bn, axis=-1)
+
+
+SCALED_FORMATS: dict = {}
+"""Block-scaled format name -> (largest element, whether a block's scale depends
+only on its own block), filled by :mod:`numlab.kernels.scaled` for its presets
+when it is imported (this module, layer 1, cannot import it)."""
+
+
+def _scaled_format(attrs):
+    name = attrs["fmt"]
+    if name not in SCALED_FORMATS:
+        raise ValueError(f"fmt={name!r} has no bound constants; known: {sorted(SCALED_FORMATS)}")
+    return SCALED_FORMATS[name]
+
+
+SCALED_FUNCTIONS: dict = {}
+"""Block-scaled format name -> (``scale_of(x)``: each element's block scale
+in float64, ``elem_round(v)``: ``v`` rounded to the element format as
+quantize rounds), filled by :mod:`numlab.kernels.scaled` with
+:data:`SCALED_FORMATS`."""
+_WIDEN = 2.0**-50  # the float64 reference divides (one rounding) before it rounds to the element
+
+
+def propagate_quantize(xs, bs, attrs, ref):
+    """quantize, elements ``q = round(x / s)``: for a format whose scale depends
+    only on its own block, a moved input ``x'`` in ``[x - b, x + b]`` has a scale
+    ``s'`` between the scales of its block's amax envelope (see
+    :func:`propagate_block_scale`), so ``x' / s'`` lies between the extreme
+    quotients of those endpoints (widened by 2**-50 for the reference's
+    division) and, rounding being monotone, ``q'`` between their roundings.
+    Never more than ``2 max_elem`` (elements lie in ``[-max_elem, max_elem]``),
+    which is the bound when a tensor scale couples the blocks (NVFP4); 0 when
+    no input moves."""
+    max_elem, local = _scaled_format(attrs)
+    x, b = _f(xs[0]), _f(bs[0])
+    if not np.any(b > 0):
+        return np.zeros(x.shape), None
+    fns = SCALED_FUNCTIONS.get(attrs["fmt"])
+    if not local or fns is None:
+        return np.full(x.shape, 2 * max_elem), None
+    scale_of, elem_round = fns
+    s_lo, s_hi = scale_of(np.maximum(np.abs(x) - b, 0.0)), scale_of(np.abs(x) + b)
+    lo = np.minimum((x - b) / s_lo, (x - b) / s_hi)
+    hi = np.maximum((x + b) / s_lo, (x + b) / s_hi)
+    lo, hi = lo - np.abs(lo) * _WIDEN, hi + np.abs(hi) * _WIDEN
+    q = _f(ref(x, **attrs))
+    bound = np.maximum(_f(elem_round(hi)) - q, q - _f(elem_round(lo)))
+    return np.minimum(bound, 2 * max_elem), None
+
+
+def propagate_block_scale(xs, bs, attrs, ref):
+    """block_scale: for a format whose scale is a non-decreasing function of
+    its own block's amax (every rule without a tensor scale), the moved scale
+    lies between the scales of ``max(|x| - b, 0)`` and ``|x| + b`` (the amax
+    envelope), evaluated by the reference; a tensor scale couples every block
+    (NVFP4), so then inf for every scale once any input moves."""
+    _, local = _scaled_format(attrs)
+    x, b = _f(xs[0]), _f(bs[0])
+    s = _f(ref(x, **attrs))
+    if not np.any(b > 0):
+        return np.zeros(s.shape), None
+    if not local:
+        return np.full(s.shape, np.inf), None
+    lo = _f(ref(np.maximum(np.abs(x) - b, 0.0), **attrs))
+    hi = _f(ref(np.abs(x) + b, **attrs))
+    return np.maximum(hi - s, s - lo) * INFL, None
+
+
+def propagate_dequantize(xs, bs, attrs, ref):
+    """dequantize ``q * s`` (s per block): ``|q| b_s + |s| b_q + b_q b_s``."""
+    q, s = _f(xs[0]), expand_block_scales(_f(xs[1]), np.shape(xs[0]))
+    bq, bsc = _f(bs[0]), expand_block_scales(_f(bs[1]), np.shape(xs[0]))
+    return (np.abs(q) * bsc + np.abs(s) * bq + bq * bsc) * INFL, None
+
+
+def _dequantised(q, s, bq=None, bsc=None):
+    q = _f(q)
+    s = expand_block_scales(_f(s), q.shape)
+    if bq is None:
+        return q * s
+    bsc = expand_block_scales(_f(bsc), q.shape)
+    return q * s, (np.abs(q) * bsc + np.abs(s) * _f(bq) + _f(bq) * bsc) * INFL
+
+
+def slack_scaled_matmul(v, ins, attrs):
+    """scaled_matmul's float64 reference ``(qa sa) @ (qb sb)``: the dequantised
+    operands are exact in float64 (<= 4 + 24 significant bits), then
+    :func:`slack_matmul`."""
+    return slack_matmul(v, [_dequantised(ins[0], ins[1]), _dequantised(ins[2], ins[3])], attrs)
+
+
+def propagate_scaled_matmul(xs, bs, attrs, ref):
+    """scaled_matmul: bounds of the dequantised operands (as
+    :func:`propagate_dequantize`), then :func:`propagate_matmul`."""
+    A, bA = _dequantised(xs[0], xs[1], bs[0], bs[1])
+    B, bB = _dequantised(xs[2], xs[3], bs[2], bs[3])
+    return propagate_matmul([A, B], [bA, bB], attrs, ref)

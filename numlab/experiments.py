@@ -26,6 +26,7 @@ import math
 
 import numpy as np
 
+from . import claims as _claims
 from . import metrics, ops, zoo
 from .execute import SOURCES, run
 from .formats import FORMATS, FP32, get_format
@@ -38,7 +39,8 @@ from .rounding import ROUNDINGS, round_to
 __all__ = ["FUSED_MODES", "QUICK_MODELS", "CHAIN_NS", "demo_rows", "chain_graph", "chain_errors",
            "source_cases", "MATRIX_PRESETS", "MATRIX_KINDS", "MATRIX_NOTE", "verdict_matrix",
            "format_verdict_matrix", "MATRIX_LEGEND", "SOURCE_COLUMNS", "SOURCE_LEGEND", "FORMATS_LEGEND", "source_rows", "format_source_table",
-           "formats_table", "rounding_demo", "flat_outputs", "bits"]
+           "formats_table", "rounding_demo", "flat_outputs", "bits",
+           "SCALED_MODEL", "SCALED_CLAIMS", "scaled_claims", "format_scaled_claims"]
 
 FUSED_MODES = ("eager", "fused", "emulated_casts")
 QUICK_MODELS = ("layernorm", "softmax", "gelu_mlp", "residual_rmsnorm")
@@ -400,3 +402,45 @@ def rounding_demo(x: float = 0.1, seed: int = 0, *, width=None, plain=None) -> s
               ("stochastic", f"up or down with probability by distance (seeded, seed {seed})"))
     return render_table(rows, cols, legend=legend, width=width, plain=plain,
                         title=f"x = {x!r} rounded by each rounding mode in each storage format")
+
+
+# ---------------------------------------------------------------------------
+# block-scaled fp8: fused-with-scaling vs eager-with-scaling (issue #16)
+# ---------------------------------------------------------------------------
+SCALED_MODEL = "fp8_mlp"
+SCALED_CLAIMS = ("no_worse_tensor", "no_worse_population", "bound_no_worse", "error_within_bound")
+"""The claims :func:`scaled_claims` checks on :data:`SCALED_MODEL`: is fused
+with per-block scaling no worse than eager with per-block scaling (per tensor,
+over the trial population, by the running error bounds), and are both inside
+their rigorous bounds."""
+
+
+def scaled_claims(fmts=("fp16", "bf16"), claims=SCALED_CLAIMS, *, trials: int = 10, fusion=None,
+                  kinds=("normal", "heavy_tailed"), seed: int = 0) -> list[dict]:
+    """Verdicts of ``claims`` on the zoo's fp8 MLP (DeepSeek-V3 blocks) per
+    storage format: :func:`numlab.claims.check` with ``trials`` random trials
+    cycling over ``kinds`` (no shrinking, nothing saved).  One row per (claim,
+    fmt): ``claim``, ``fmt``, ``verdict`` (holds / fails / undecided),
+    ``trials``, ``violations``, ``undecided``, ``worst_margin``, ``why`` (the
+    undecided reason, with the operators responsible)."""
+    opts = _claims.SearchOptions(trials=trials, search="random", kinds=tuple(kinds))
+    rows = []
+    for fmt in fmts:
+        for name in claims:
+            rep = _claims.check(name, SCALED_MODEL, fmt=fmt, fusion=fusion, seed=seed, options=opts,
+                                shrink_cex=False)
+            why = ""
+            if rep.verdict == "undecided" and rep.undecided_detail:
+                why = str(rep.undecided_detail.get("reason", ""))
+            rows.append({"claim": name, "fmt": get_format(fmt).name, "verdict": rep.verdict, "trials": rep.trials,
+                         "violations": rep.violations, "undecided": rep.undecided,
+                         "worst_margin": rep.worst_margin, "why": why})
+    return rows
+
+
+def format_scaled_claims(rows, *, width=None, plain=None) -> str:
+    """The rows of :func:`scaled_claims` as a text table."""
+    cols = [Column("claim", "claim", key_col=True), Column("fmt", "S"), Column("verdict", "verdict"),
+            Column("violations", "violating trials"), Column("trials", "trials"),
+            Column("worst_margin", "worst margin", fmt="{:.3g}"), Column("why", "why undecided")]
+    return render_table(rows, cols, width=width, plain=plain)

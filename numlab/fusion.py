@@ -753,8 +753,9 @@ def _op_tile(node, hardware, eb: int, library) -> tuple[int, int]:
 def _elem_bytes(fmt) -> int:
     if fmt is None:
         return 2
-    f = get_format(fmt, "fmt")
-    return f.bits // 8 if f.bits in (8, 16, 32, 64) else 4
+    # bytes of the storage container: 1 for fp4/fp6/fp8 (one code per byte, as
+    # ml_dtypes stores them), 4 for tf32 and custom formats (float32 containers)
+    return get_format(fmt, "fmt").container.itemsize
 
 
 def plan(graph, options: FusionOptions | None = None, hardware=None, fmt=None, *,

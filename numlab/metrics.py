@@ -38,14 +38,17 @@ Sources of the tool-specific formulas
 -------------------------------------
 * msit (``ait``/``msit`` ``compare``, ``cmp_algorithm.py``): cosine
   similarity; max/mean relative error ``|x/ref - 1|`` where
-  ``|ref| > eps(float64)``, else 0; max/mean absolute error with the same
-  mask; KL divergence ``KL(softmax(ref) || softmax(x))`` along the last axis
+  ``|ref| > eps``, else 0; max/mean absolute error with the same mask (here
+  ``eps = eps(float64)``, evaluated exactly; msit itself computes in float32
+  and masks with float32's eps 1.19e-7: :mod:`numlab.compare.flavors`); KL divergence ``KL(softmax(ref) || softmax(x))`` along the last axis
   summed over rows and clamped at 0 (``F.kl_div(F.log_softmax(my),
   F.softmax(golden), reduction="sum")``); relative Euclidean distance
   ``sqrt(sum((x - ref)**2) / sum(ref**2))``, 0 when ``||ref|| <= eps``.
 * msprobe (``msprobe/core/compare/npy_compare.py``): relative error
-  ``|(x - ref) / ref|`` after adding ``eps(float64)`` to both where
-  ``ref == 0``; the one-thousandth / five-thousandths ratios are the shares of
+  ``|(x - ref) / ref|`` after adding ``eps`` to both where ``ref == 0``
+  (here ``eps(float64)`` in float64; 8.3.3 adds it in the input dtype, where
+  fp16 rounds it away, 26.2.0 adds float32's eps in float32:
+  :mod:`numlab.compare.flavors`); the one-thousandth / five-thousandths ratios are the shares of
   elements with relative error strictly below 0.001 / 0.005; "accuracy
   reached" is ``No`` when ``cos < 0.99 and max_abs_err > 0.001`` or when
   ``cos < 0.9 or max_abs_err > 1``, else ``Yes``
@@ -392,13 +395,64 @@ def _log_softmax(v: np.ndarray, axis: int) -> np.ndarray:
     return z - np.log(np.sum(np.exp(z), axis=axis, keepdims=True))
 
 
+def _expm1_minus_x(d: np.ndarray) -> np.ndarray:
+    """``expm1(d) - d`` without cancellation: its Taylor series
+    ``sum_{k>=2} d^k / k!`` (Horner) where ``|d| < 0.5``, where the difference
+    loses all digits, with as many terms as the largest such ``|d|`` needs
+    for the last one to be below ``2**-54`` of the first (20 at most); and
+    ``expm1(d) - d`` elsewhere (relative loss < 1 bit there)."""
+    d = np.asarray(d, dtype=np.float64)
+    small = np.abs(d) < 0.5
+    ds = np.where(small, d, 0.0)
+    x = float(np.max(np.abs(ds))) if ds.size else 0.0
+    n = 2  # highest power kept: x^(n-2) * 2 / n! < 2^-54 (a scalar loop, not over elements)
+    while n < 20 and x ** (n - 1) * 2.0 / math.factorial(n + 1) >= 2.0 ** -54:
+        n += 1
+    acc = np.full_like(ds, 1.0 / math.factorial(n))
+    for k in range(n - 1, 1, -1):  # Horner steps over whole arrays, not elements
+        acc = acc * ds + 1.0 / math.factorial(k)
+    out = ds * ds * acc
+    if not small.all():
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = np.where(small, out, np.expm1(d) - d)
+    return out
+
+
+def _log1p_minus_x(s):
+    """``log1p(s) - s`` without cancellation (series ``sum_{k>=2} (-1)^(k+1)
+    s^k / k`` where ``|s| < 0.25``, 40 terms; ``log1p(s) - s`` elsewhere)."""
+    s = np.asarray(s, dtype=np.float64)
+    small = np.abs(s) < 0.25
+    ss = np.where(small, s, 0.0)
+    acc = np.full_like(ss, -1.0 / 41)
+    for k in range(40, 1, -1):
+        acc = acc * ss + (-1.0) ** (k + 1) / k
+    with np.errstate(divide="ignore", invalid="ignore"):
+        big = np.log1p(s) - s
+    return np.where(small, ss * ss * acc, big)
+
+
 def kl_divergence(ref, x, *, axis: int = -1, nonfinite: str = "propagate") -> float:
     """msit's KL divergence: ``sum_rows KL(softmax(ref) || softmax(x))``.
 
-    ``sum p * (log p - log q)`` with ``p = softmax(ref)``, ``q = softmax(x)``
-    along ``axis`` (stable log-softmax in float64), summed over all other
-    positions, clamped at 0 (msit returns ``max(result, 0)``).  0-d input is
-    treated as a single-element row (KL 0).
+    ``p = softmax(ref)``, ``q = softmax(x)`` along ``axis``, summed over all
+    other positions, clamped at 0 (msit returns ``max(result, 0)``).  0-d
+    input is treated as a single-element row (KL 0).
+
+    Computed in the stable form (the one :class:`CompareAccumulator` uses):
+    with ``d = x - ref`` shifted by its ``p``-mean (softmax is shift
+    invariant, so KL is unchanged),
+
+        ``KL = log1p(E_p[expm1(d)]) - E_p[d] = b + (log1p(a + b) - (a + b))``
+
+    with ``a = E_p[d]`` (~0) and ``b = E_p[expm1(d) - d] >= 0``, both small
+    differences taken from their Taylor series where they would cancel.  This
+    has no cancellation between two nearly equal log-sum-exps: for
+    nearby distributions (``|d| ~ 1e-9``) it keeps the ``~Var_p(d)/2 ~ 1e-19``
+    value to a few ulps, where ``sum p (log p - log q)`` returns rounding
+    noise or 0.  Rows whose softmaxes are far apart (``E_p[expm1(d)] <=
+    -0.5`` or an overflow) use ``sum p (log p - log q)`` with stable
+    log-softmaxes, which is accurate there.
     """
     p = _aggregate_inputs(ref, x, nonfinite)
     if p is None:
@@ -408,9 +462,27 @@ def kl_divergence(ref, x, *, axis: int = -1, nonfinite: str = "propagate") -> fl
         return math.nan
     if r.ndim == 0:
         r, y = r.reshape(1), y.reshape(1)
-    lp, lq = _log_softmax(r, axis), _log_softmax(y, axis)
-    val = float(np.sum(np.exp(lp) * (lp - lq)))
-    return max(val, 0.0)
+    lp = _log_softmax(r, axis)
+    w = np.exp(lp)  # p = softmax(ref), rows sum to 1
+    with np.errstate(over="ignore", invalid="ignore"):
+        d = y - r
+        # the rounding error of d (TwoDiff, exact where no overflow): d + e = y - r
+        t = d - y
+        e = (y - (d - t)) - (r + t)
+        e = np.where(np.isfinite(e), e, 0.0)
+        c = np.sum(w * d, axis=axis, keepdims=True)
+        # centre: E_p[d] ~ 0 (KL is shift invariant); d - c is exact where d ~ c
+        d = (d - c) + e
+        a = np.sum(w * d, axis=axis)
+        b = np.sum(w * _expm1_minus_x(d), axis=axis)  # E_p[expm1(d) - d] >= 0, no cancellation
+        s = a + b  # E_p[expm1(d)]
+        # log1p(s) - a, = b + (log1p(s) - s) where s is small and the two cancel
+        stable = np.where(np.abs(s) < 0.25, b + _log1p_minus_x(s), np.log1p(s) - a)
+    far = ~(np.isfinite(s) & (s > -0.5))
+    if far.any():
+        direct = np.sum(w * (lp - _log_softmax(y, axis)), axis=axis)
+        stable = np.where(far, direct, stable)
+    return max(float(np.sum(stable)), 0.0)
 
 
 def euclidean(ref, x, *, nonfinite: str = "propagate") -> float:
@@ -424,7 +496,7 @@ def euclidean(ref, x, *, nonfinite: str = "propagate") -> float:
 
 def relative_euclidean(ref, x, *, nonfinite: str = "propagate") -> float:
     """``||x - ref||_2 / ||ref||_2``; 0 when both are zero, inf when only
-    ``ref`` is zero.  (msit returns 0 whenever ``||ref|| <= eps(float64)``;
+    ``ref`` is zero.  (msit returns 0 whenever ``||ref|| <= eps(float32)``;
     otherwise the two agree.)"""
     p = _aggregate_inputs(ref, x, nonfinite)
     if p is None:
@@ -486,7 +558,8 @@ def _msprobe_rel(g: np.ndarray, m: np.ndarray, ad: np.ndarray, ag: np.ndarray) -
 
 
 def _msit_mask(g: np.ndarray) -> np.ndarray:
-    """msit computes its relative and absolute errors only where ``|g| > eps``."""
+    """numlab's exact msit columns are computed only where ``|g| > eps64``
+    (msit's own mask is ``|g| > eps32``: numlab.compare.flavors)."""
     return np.abs(g) > _EPS64
 
 
@@ -533,13 +606,16 @@ def msprobe_accuracy_reached(
     cosine_min: float = 0.9,
     max_abs_err_max: float = 1.0,
 ) -> bool:
-    """msprobe's "Accuracy Reached or Not" (``check_accuracy``), the one
-    implementation of the rule (numlab.compare's ``Thresholds`` calls it).
+    """msprobe's "Accuracy Reached or Not" thresholds (``check_accuracy``) as
+    numlab applies them (numlab.compare's ``Thresholds`` calls this).
 
     False when ``cos < cosine and max_abs_err > max_abs_err_threshold`` or
     ``cos < cosine_min or max_abs_err > max_abs_err_max``; a NaN or infinite
-    input (msprobe's "N/A"; neither value can be a finite comparison then) is
-    False; else True.  Defaults: :data:`MSPROBE_THRESHOLDS`."""
+    input is False (undecided data never passes); else True.  Defaults:
+    :data:`MSPROBE_THRESHOLDS`.  msprobe itself says ``Yes`` for a NaN cosine
+    (its ``"Nan"`` compares False with every threshold) and ``No`` only for
+    ``"N/A"`` (NaN/inf at different positions); that verdict is
+    :func:`numlab.compare.flavors.msprobe_check_accuracy`."""
     if not (math.isfinite(cos) and math.isfinite(max_abs_err)):
         return False
     if cos < cosine and max_abs_err > max_abs_err_threshold:
@@ -550,8 +626,10 @@ def msprobe_accuracy_reached(
 
 
 def msit_relative_error(ref, x) -> tuple[float, float]:
-    """msit's (max, mean) relative error: ``|x / ref - 1|`` where
+    """msit's (max, mean) relative error, exactly: ``|x / ref - 1|`` where
     ``|ref| > eps(float64)``, 0 elsewhere; the mean is over *all* elements.
+    (msit masks with float32's eps and computes in float32:
+    :func:`numlab.compare.flavors.msit_columns`.)
     Non-finite values propagate (NaN/inf results)."""
     r, y = _pair(ref, x)
     if r.size == 0:
@@ -561,9 +639,9 @@ def msit_relative_error(ref, x) -> tuple[float, float]:
 
 
 def msit_absolute_error(ref, x) -> tuple[float, float]:
-    """msit's (max, mean) absolute error: ``|x - ref|`` where
+    """msit's (max, mean) absolute error, exactly: ``|x - ref|`` where
     ``|ref| > eps(float64)``, 0 elsewhere (msit masks by the golden value
-    here too).  Non-finite values propagate."""
+    here too, with float32's eps).  Non-finite values propagate."""
     r, y = _pair(ref, x)
     if r.size == 0:
         return math.nan, math.nan
@@ -641,7 +719,12 @@ class CompareAccumulator:
         self.max_ulp = self.sum_ulp = 0.0
         # online log-sum-exp for KL(softmax(g) || softmax(m))
         self.Mg = self.Mm = -np.inf
-        self.Zg = self.Sg = self.Dg = self.Zm = 0.0
+        self.Zg = self.Sg = self.Zm = 0.0
+        # KL's stable form on d - c (c: the first chunk's p-weighted mean of
+        # d = m - g; KL is shift invariant): Sg = sum e^(g-Mg) (d - c),
+        # Bg = sum e^(g-Mg) (expm1(d - c) - (d - c)), without cancellation
+        self.c: float | None = None
+        self.Bg = 0.0
         # sum of exp(g - Mg) * ((g - Mg) - (m - Mm)): KL's first term relative to
         # the running maxima, for when the two softmaxes are far apart
         self.T = 0.0
@@ -743,7 +826,7 @@ class CompareAccumulator:
                 self.T = f * (self.T + (self.Mg - gmax) * self.Zg)
             self.Zg *= f
             self.Sg *= f
-            self.Dg *= f
+            self.Bg *= f
             self.Mg = gmax
         # log-sum-exp of m too, for when E_p[exp(delta)] under- or overflows
         mmax = float(np.max(m))
@@ -754,10 +837,16 @@ class CompareAccumulator:
             self.Mm = mmax
         eg = np.exp(g - self.Mg)
         self.Zg += float(eg.sum())
-        self.Sg += _dot(eg, d)
-        self.T += _dot(eg, (g - self.Mg) - (m - self.Mm))
+        if self.c is None:
+            self.c = _dot(eg, d) / float(eg.sum())
         with np.errstate(over="ignore", invalid="ignore"):
-            self.Dg += _dot(eg, np.expm1(d))
+            t = d - m  # TwoDiff: d + e == m - g exactly (no overflow)
+            e = (m - (d - t)) - (g + t)
+        dc = (d - self.c) + np.where(np.isfinite(e), e, 0.0)  # d - c exact where d ~ c
+        self.Sg += _dot(eg, dc)
+        with np.errstate(over="ignore", invalid="ignore"):
+            self.Bg += _dot(eg, _expm1_minus_x(dc))
+        self.T += _dot(eg, (g - self.Mg) - (m - self.Mm))
         self.Zm += float(np.exp(m - self.Mm).sum())
 
     def _ssq(self, key: str, v: np.ndarray, cmax: float) -> None:
@@ -797,9 +886,11 @@ class CompareAccumulator:
         return min(1.0, max(-1.0, self.dot / (math.sqrt(self.ssq["g"]) * math.sqrt(self.ssq["m"]))))
 
     def _kl(self) -> float:
-        ratio = self.Dg / self.Zg if math.isfinite(self.Dg) else math.inf
-        if math.isfinite(ratio) and ratio > -0.5:
-            kl = math.log1p(ratio) - self.Sg / self.Zg
+        a, b = self.Sg / self.Zg, self.Bg / self.Zg
+        s = a + b  # E_p[expm1(d - c)]
+        if math.isfinite(s) and s > -0.5:
+            # log1p(s) - a, = b + (log1p(s) - s) where the two would cancel
+            kl = b + float(_log1p_minus_x(s)) if abs(s) < 0.25 else math.log1p(s) - a
         else:  # softmaxes far apart: KL = E_p[log p - log q] with both log-softmaxes
             # taken relative to their own maxima (no terms of the size of max|g|)
             kl = self.T / self.Zg + (math.log(self.Zm) - math.log(self.Zg))

@@ -36,6 +36,16 @@ Each operator has an :class:`OpInfo` in :data:`CATALOGUE` with
 * ``value_kind`` -- :data:`VALUE_KINDS`: ``"bool"`` for the comparisons
   (``gt ge lt le eq ne``: their references return numpy bool arrays, their
   kernels 0.0 / 1.0), ``"float"`` for every other operator;
+* ``stored_fmt`` -- where the node's output lives between kernels: None (every
+  operator but two) means the storage format S, as the executors always did;
+  otherwise ``stored_fmt(attrs) -> Format``, the format the output is written
+  in instead, at every point where S would be written (an eager kernel's
+  output, a fused block's edge, an emulated cast;
+  :func:`numlab.execute.values.stored_formats` reads it).
+  ``quantize`` stores its elements in their element format (fp8/fp6/fp4,
+  as a real fp8 tensor) and ``block_scale`` its scales in fp32 (as DeepSeek-V3's
+  ``act_quant`` and torchao keep them), so a bf16/fp16 run never rounds a
+  scale to S between kernels;
 * ``aten`` -- the PyTorch ATen operators this op stands for: a base name
   (``"add"``, ``"amax"``, ``"_softmax"``) when the ATen operator maps to it
   directly (:data:`numlab.torch.bridge.CATALOGUE_MAP` is derived from these
@@ -145,6 +155,7 @@ class OpInfo:
     propagate: Callable | None = field(default=None, repr=False)
     aten: tuple = ()
     value_kind: str = "float"
+    stored_fmt: Callable | None = field(default=None, repr=False)
 
     def ref(self, *arrays, **attrs):
         """float64 reference (data movement: dtype-preserving).  Meta
@@ -201,7 +212,7 @@ NO_ATEN = ("rdiv_scalar",)
 
 
 def _register(name, category, arity, attrs, infer, ref, *, kernel, slack, propagate, aten,
-              decompose=None, accumulator="none", doc="", value_kind="float"):
+              decompose=None, accumulator="none", doc="", value_kind="float", stored_fmt=None):
     """Add one operator to :data:`CATALOGUE`.  ``kernel``, ``slack``,
     ``propagate`` and ``aten`` are required (module docstring); errors name
     the operator and the missing or invalid field."""
@@ -230,8 +241,12 @@ def _register(name, category, arity, attrs, infer, ref, *, kernel, slack, propag
                         f"({list(NO_ATEN)}); give the ATen names it maps from")
     if value_kind not in VALUE_KINDS:
         raise ValueError(f"op {name!r}: value_kind={value_kind!r} is not valid; choose one of {VALUE_KINDS}")
+    if stored_fmt is not None and not callable(stored_fmt):
+        raise TypeError(f"op {name!r}: stored_fmt must be None (stored in S) or a function attrs -> Format, "
+                        f"got {stored_fmt!r}")
     CATALOGUE[name] = OpInfo(name, category, arity, dict(attrs), infer, ref, decompose, accumulator, doc,
-                             kernel=kernel, slack=slack, propagate=propagate, aten=aten, value_kind=value_kind)
+                             kernel=kernel, slack=slack, propagate=propagate, aten=aten, value_kind=value_kind,
+                             stored_fmt=stored_fmt)
 
 
 def get_op(name: str) -> OpInfo:
@@ -1257,3 +1272,63 @@ def __getattr__(name):
     if name in _ALIASES:
         return _ALIASES[name]
     raise AttributeError(f"module 'numlab.ops' has no attribute {name!r}")
+
+
+# --- block-scaled operators (h6) ---
+# quantize / block_scale / dequantize / scaled_matmul: numlab.kernels.scaled
+# (formats, kernels, float64 references, shape rule); bound rules in
+# numlab.bound_rules' block-scaled section.  ATen: torchao's mx/nvfp4 casts are
+# not ATen operators; ``aten`` names the nearest ATen operators (per-channel
+# quantisation, scale choice, dequantisation, ``_scaled_mm``), none of which
+# the torch bridge maps.  Storage between kernels (``stored_fmt``): elements in
+# their element format, scales in fp32, never rounded to S.
+from .kernels import scaled as _scaled  # noqa: E402  (section appended at the end)
+
+_register("quantize", "elementwise", (1, 1), {"fmt": REQUIRED},
+          lambda shapes, attrs: _scaled.infer_scaled("quantize", shapes, attrs), _scaled.quantize_ref,
+          kernel=E.quantize, slack=R.slack_exact, propagate=R.propagate_quantize,
+          aten=("quantize_per_channel",), stored_fmt=_scaled.element_storage,
+          doc="elements of x in the block-scaled format fmt (kernels.scaled presets: mxfp8_e4m3, nvfp4, "
+              "deepseek_1x128, ...); each output depends on its block's amax")
+_register("block_scale", "elementwise", (1, 1), {"fmt": REQUIRED},
+          lambda shapes, attrs: _scaled.infer_scaled("block_scale", shapes, attrs), _scaled.block_scale_ref,
+          kernel=E.block_scale, slack=R.slack_exact, propagate=R.propagate_block_scale,
+          aten=("choose_qparams_optimized",), stored_fmt=_scaled.scale_storage,
+          doc="per-block dequantisation scale of x in fmt, shape (..., R/bm, C/bn)")
+_register("dequantize", "elementwise", (2, 2), {"fmt": REQUIRED},
+          lambda shapes, attrs: _scaled.infer_scaled("dequantize", shapes, attrs), _scaled.dequantize_ref,
+          kernel=E.dequantize, slack=R.slack_exact, propagate=R.propagate_dequantize,
+          aten=("dequantize",),
+          doc="elements q times their block's scale s (one rounding)")
+_register("scaled_matmul", "matmul", (4, 4), {"fmt_a": REQUIRED, "fmt_b": REQUIRED},
+          lambda shapes, attrs: _scaled.infer_scaled("scaled_matmul", shapes, attrs), _scaled.scaled_matmul_ref,
+          kernel=E.scaled_matmul, slack=R.slack_scaled_matmul, propagate=R.propagate_scaled_matmul,
+          aten=("_scaled_mm",), accumulator="float64",
+          doc="(qa sa) @ (qb sb) with the scales applied per K block in the epilogue (DeepSeek-V3)")
+
+
+def quantize(x, fmt):
+    """The elements of ``x`` in the block-scaled format ``fmt`` (a preset name of
+    :data:`numlab.kernels.scaled.PRESETS` or a ScaledFormat preset)."""
+    return _apply("quantize", [x], {"fmt": getattr(fmt, "name", fmt)})
+
+
+def block_scale(x, fmt):
+    """Per-block dequantisation scales of ``x`` in ``fmt``."""
+    return _apply("block_scale", [x], {"fmt": getattr(fmt, "name", fmt)})
+
+
+def dequantize(q, s, fmt):
+    """``q * s`` with one scale per block of ``fmt``."""
+    return _apply("dequantize", [q, s], {"fmt": getattr(fmt, "name", fmt)})
+
+
+def fake_quantize(x, fmt):
+    """``dequantize(quantize(x), block_scale(x))``: three nodes."""
+    return dequantize(quantize(x, fmt), block_scale(x, fmt), fmt)
+
+
+def scaled_matmul(qa, sa, qb, sb, fmt_a, fmt_b):
+    """``(qa sa) @ (qb sb)``, scales applied per block of K in the epilogue."""
+    return _apply("scaled_matmul", [qa, sa, qb, sb],
+                  {"fmt_a": getattr(fmt_a, "name", fmt_a), "fmt_b": getattr(fmt_b, "name", fmt_b)})

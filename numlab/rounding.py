@@ -147,14 +147,20 @@ def round_to(
     ndarray or numpy scalar
         Same dtype as the (widened) input, holding only values of ``fmt``
         (plus ±inf/NaN).  NaN stays NaN, ±inf stays ±inf where the format has
-        infinities (else NaN, or ±max when saturating), -0.0 keeps its sign.
+        infinities (else NaN, or ±max when saturating or when the format has
+        no NaN either), -0.0 keeps its sign where the format has -0 (fnuz:
+        +0).
 
     Notes
     -----
     Overflow follows IEEE 754-2019 section 7.4 per mode; ``odd`` overflows
     like truncation (to ±max), ``stochastic`` like round-to-nearest when it
-    rounds up past ``max``.  A format without infinities (fp8 e4m3fn)
-    overflows to NaN, as ml_dtypes does.
+    rounds up past ``max``.  A format without infinities (fp8 e4m3fn, fnuz,
+    E8M0) overflows to NaN, as ml_dtypes does; one without NaN either (fp6,
+    fp4) saturates to ±max in every mode (OCP Microscaling v1.0).  E8M0
+    (``p = 1``, unsigned, no zero): ties round up, ``odd`` truncates, positive
+    values below ``2**-127`` give ``2**-127`` and 0, -0 and negative values
+    NaN (see :class:`numlab.formats.Format`).
     """
     fmt = get_format(fmt)
     check_rounding(rounding, "rounding")

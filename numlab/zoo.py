@@ -37,13 +37,13 @@ import importlib
 import inspect
 import math
 import zlib
-from pathlib import Path
 
 import numpy as np
 
 from . import ops
 from .formats import FP16, get_format
 from .graph import Graph, decompose, evaluate, trace
+from .graph import load_inputs as _load_inputs
 from .rounding import round_to
 
 __all__ = [
@@ -62,6 +62,7 @@ __all__ = [
     "swiglu",
     "residual_rmsnorm",
     "transformer_block",
+    "fp8_mlp",
 ]
 
 KINDS = ("normal", "uniform", "shifted_mean", "near_overflow", "heavy_tailed")
@@ -206,6 +207,37 @@ def transformer_block(seq: int = 8, d_model: int = 32, heads: int = 2, d_ff: int
     )
 
 
+def fp8_mlp(batch: int = 8, d_model: int = 128, d_ff: int = 256, act_fmt: str = "deepseek_1x128",
+            w_fmt: str = "deepseek_128x128") -> Graph:
+    """An MLP block in DeepSeek-V3's fine-grained fp8 (e4m3 elements, fp32
+    scales on 1x128 activation tiles and 128x128 weight blocks), with a
+    residual::
+
+        h  = scaled_matmul(quantize(x), block_scale(x), quantize(w1), block_scale(w1)) + b1
+        a  = gelu(h)                                   # fused: a stays fp32 into the next cast
+        ad = dequantize(quantize(a), block_scale(a))   # fp8 activations, dequantised
+        y  = x + ad @ w2
+
+    Eager writes every node to S (h, a, ad rounded to S), except the
+    elements, written in e4m3, and the scales, kept in fp32 (``OpInfo.stored_fmt``,
+    as DeepSeek-V3's ``act_quant`` returns them); fused keeps
+    ``h + b1 -> gelu -> quantize/block_scale -> dequantize`` in fp32 up to
+    the block edge (the matmuls are library calls).
+    ``d_model`` and ``d_ff`` must be multiples of 128 (the blocks).
+    """
+    for v, w in ((batch, "batch"), (d_model, "d_model"), (d_ff, "d_ff")):
+        _pos(v, w)
+
+    def fp8_mlp(x, w1, b1, w2):
+        h = ops.scaled_matmul(ops.quantize(x, act_fmt), ops.block_scale(x, act_fmt),
+                              ops.quantize(w1, w_fmt), ops.block_scale(w1, w_fmt), act_fmt, w_fmt) + b1
+        a = ops.gelu(h, approximate="tanh")
+        ad = ops.fake_quantize(a, act_fmt)
+        return {"y": x + ad @ w2}
+
+    return trace(fp8_mlp, x=(batch, d_model), w1=(d_model, d_ff), b1=(d_ff,), w2=(d_ff, d_model))
+
+
 MODELS = {
     "layernorm": layernorm,
     "rmsnorm": rmsnorm,
@@ -216,6 +248,7 @@ MODELS = {
     "swiglu": swiglu,
     "residual_rmsnorm": residual_rmsnorm,
     "transformer_block": transformer_block,
+    "fp8_mlp": fp8_mlp,
 }
 
 
@@ -267,45 +300,13 @@ def get_model(name: str, *, arg: str = "model", **sizes) -> Graph:
 
 
 def load_inputs(graph: Graph, path, arg: str = "inputs") -> dict:
-    """Inputs of ``graph`` read from ``path``: a ``.npz`` file of named
-    arrays, or a directory holding one ``NAME.npy`` per graph input.
-
-    Names and shapes are checked against ``graph.inputs``: a missing input,
-    an unexpected one, a wrong shape or a non-numeric array is a ValueError
-    naming ``arg``, the input and what was expected.  Returns float64
-    arrays in the graph's input order (values are used as given; the run
-    rounds them to its storage format).
-    """
-    p = Path(path)
-    if p.is_dir():
-        found = {f.stem: f for f in sorted(p.glob("*.npy"))}
-        load = lambda k: np.load(found[k], allow_pickle=False)  # noqa: E731
-        where = f"directory {str(p)!r} (one NAME.npy per input)"
-    elif p.is_file() and p.suffix == ".npz":
-        npz = np.load(p, allow_pickle=False)
-        found = {k: None for k in npz.files}
-        load = lambda k: npz[k]  # noqa: E731
-        where = f"file {str(p)!r}"
-    else:
-        raise ValueError(f"{arg} {str(p)!r} is neither a .npz file nor a directory of .npy files")
-    expected = dict(graph.inputs)
-    missing = [k for k in expected if k not in found]
-    extra = [k for k in found if k not in expected]
-    if missing or extra:
-        raise ValueError(f"{arg} {where}: " + "; ".join(
-            ([f"missing input(s) {missing}"] if missing else [])
-            + ([f"unexpected array(s) {extra}"] if extra else []))
-            + f"; the graph's inputs (name: shape) are {expected}")
-    out = {}
-    for name, shape in expected.items():
-        a = np.asarray(load(name))
-        if a.dtype.kind not in "biuf" and a.dtype.name not in ("bfloat16",):
-            raise ValueError(f"{arg}: input {name!r} has dtype {a.dtype}, not a number type")
-        if tuple(a.shape) != tuple(shape):
-            raise ValueError(f"{arg}: input {name!r} has shape {tuple(a.shape)}; the graph expects "
-                             f"{tuple(shape)}")
-        out[name] = a.astype(np.float64)
-    return out
+    """Inputs of ``graph`` read from ``path`` (a ``.npz`` file, a directory of
+    ``NAME.npy``, or a mapping): :func:`numlab.graph.load_inputs`, the one
+    reader, with the zoo's argument order.  Names and shapes are checked
+    against ``graph.inputs`` (ValueError naming ``arg``, the input and what
+    was expected); arrays come back in the graph's input order with their
+    dtypes unchanged (the run rounds them to its storage format)."""
+    return _load_inputs(path, graph, option=arg)
 
 
 def parse_sizes(items, option: str = "--size") -> dict:

@@ -21,6 +21,8 @@ from numlab.execute import run
 # the quickest run of every subcommand, with every shared option it takes
 # ({tmp} is replaced by a fresh directory)
 GOOD = {
+    "mma sweep": ["mma", "sweep", "--ks", "256", "--m", "2", "--n", "2", "--kind", "uniform", "--claims-model",
+                  "none", "--preset-k", "256", "--seed", "1", "--out", "{tmp}/mma", "--force"],
     "demo": ["demo", "--quick", "--models", "softmax", "--inputs", "uniform", "--seed", "1",
              "--fusion", "inductor", "--out", "{tmp}/demo", "--force"],
     "run": ["run", "layernorm", "--dtype", "bf16", "--size", "batch=2", "--size", "hidden=16",
@@ -106,11 +108,12 @@ BAD = {
 }
 # which shared options each command takes, and where its argv puts MODEL
 TAKES = {
+    "mma sweep": ["--seed"],
     "demo": ["--inputs", "--fusion", "--seed", "--models"],
     "run": ["MODEL", "--dtype", "--size", "--inputs", "--fusion", "--kernels", "--seed"],
     "compare": ["--dtype"],
     "bisect": ["MODEL", "--dtype", "--size", "--inputs", "--fusion", "--kernels", "--seed"],
-    "check CLAIM": ["MODEL", "--dtype", "--size", "--inputs", "--fusion", "--seed"],
+    "check CLAIM": ["MODEL", "--dtype", "--size", "--inputs", "--fusion", "--kernels", "--seed"],
     "check plan": ["--inputs", "--fusion", "--seed"],
     "check determinism": ["MODEL", "--dtype", "--size", "--inputs", "--fusion", "--kernels", "--seed"],
     "race": ["--seed"],
@@ -365,7 +368,10 @@ def test_inputs_file_checked_against_the_graph(tmp_path, capsys):
         assert "--inputs" in capsys.readouterr().err
         with pytest.raises(SystemExit):
             cli.main([*cmd, "--help"])
-        assert "not a FILE: a check searches" in " ".join(capsys.readouterr().out.split())
+        helptext = " ".join(capsys.readouterr().out.split())
+        # `check CLAIM` takes a file of inputs (with --observed: a real kernel's outputs on
+        # them); `check plan` runs its own searches and says why it refuses one
+        assert ("--observed" in helptext) if cmd[1] != "plan" else ("not a FILE: a check searches" in helptext)
     assert cli.main([*base, "--inputs", str(tmp_path / "none.npz")]) == 2
     assert "no such .npz file" in capsys.readouterr().err
 
@@ -500,3 +506,24 @@ def test_graph_and_inputs_errors_name_the_option_and_the_value(tmp_path, monkeyp
     for w in words:
         assert w in err, (w, err)
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("layout", ["msprobe", "msit"])
+def test_run_dump_layout_is_read_back_by_compare(tmp_path, capsys, layout):
+    # numlab run --dump-layout writes a foreign tool's layout; compare reads it and finds
+    # the same values as the native dump (exit 0: identical runs, every row compared)
+    base = ["run", "layernorm", "--dtype", "bf16", "--size", "batch=2,hidden=16", "--seed", "3"]
+    assert cli.main([*base, "--dump", str(tmp_path / "native")]) == 0
+    assert cli.main([*base, "--dump", str(tmp_path / layout), "--dump-layout", layout]) == 0
+    capsys.readouterr()
+    assert cli.main(["compare", "-gp", str(tmp_path / "native"), "-mp", str(tmp_path / layout),
+                     "-o", str(tmp_path / "r.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "0 failing" in out
+    # existing target: refused without --force, before running
+    assert cli.main([*base, "--dump", str(tmp_path / layout), "--dump-layout", layout]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert cli.main([*base, "--dump-layout", layout]) == 2
+    assert "--dump-layout" in capsys.readouterr().err
+    assert cli.main([*base, "--dump", str(tmp_path / "x"), "--dump-layout", "onnx"]) == 2
+    assert "onnx" in capsys.readouterr().err

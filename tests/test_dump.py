@@ -79,14 +79,37 @@ def test_roundtrip_bit_exact_every_dtype(tmp_path):
         assert b.dtype == a.dtype, name
         assert b.shape == a.shape
         assert np.array_equal(_bits(a), _bits(b)), name
-        assert isinstance(d.array(name), np.memmap)  # read memory-mapped
+        narrow = a.dtype.type.__module__ != "numpy"
+        assert isinstance(d.array(name), np.memmap) != narrow  # numpy dtypes: memory-mapped
         assert not isinstance(d.array(name, mmap=False), np.memmap)
-    # bf16/fp8 are stored as their bit patterns, readable by plain numpy
+    # bf16/fp8 are stored as an exact float32 copy: plain numpy (and msit, which
+    # reads .npy) sees the real values, never integer codes
     m = json.loads((tmp_path / "d" / MANIFEST).read_text())
     e = m["nodes"]["n3_bfloat16"]
-    assert (e["encoding"], e["container"], e["dtype"]) == ("bits", "uint16", "bf16")
-    assert np.load(tmp_path / "d" / e["file"]).dtype == np.uint16
+    assert (e["encoding"], e["container"], e["dtype"]) == ("float32", "float32", "bf16")
+    raw = np.load(tmp_path / "d" / e["file"])
+    assert raw.dtype == np.float32
+    assert np.array_equal(raw, arrays["n3_bfloat16"].astype(np.float64), equal_nan=True)
     assert m["nodes"]["n0_float16"]["encoding"] == "npy"
+    # a copy edited to a value the format cannot hold is refused, by node name
+    f = tmp_path / "d" / e["file"]
+    raw[0] = 1.0 + 2.0**-20
+    np.save(f, raw)
+    d = load_dump(tmp_path / "d", verify=False)
+    with pytest.raises(DumpError, match="n3_bfloat16.*not bf16"):
+        d.array("n3_bfloat16")
+
+
+def test_old_bits_encoding_is_still_read(tmp_path):
+    a = np.array([1.5, -2.0, np.inf], dtype=ml_dtypes.bfloat16)
+    write_dump(tmp_path / "d", {"y": np.zeros(3, np.float32)})
+    f = tmp_path / "d" / "y.npy"
+    np.save(f, a.view(np.uint16))
+    man = json.loads((tmp_path / "d" / MANIFEST).read_text())
+    man["nodes"]["y"].update(encoding="bits", dtype="bf16", container="uint16")
+    (tmp_path / "d" / MANIFEST).write_text(json.dumps(man))
+    got = load_dump(tmp_path / "d", verify=False).array("y")
+    assert got.dtype == ml_dtypes.bfloat16 and got.tobytes() == a.tobytes()
 
 
 def test_manifest_fields_and_checksums(tmp_path):
@@ -309,3 +332,119 @@ def test_file_name_for_plain_and_bad():
     assert file_name_for("a/b") != file_name_for("a_b")
     with pytest.raises(ValueError, match="node"):
         file_name_for("")
+
+
+# --------------------------------------------------------------------------
+# msprobe's and msit's layouts (numlab.compare.layouts)
+# --------------------------------------------------------------------------
+def _graph_arrays():
+    rng = np.random.default_rng(4)
+    arrays = {"x": rng.standard_normal(16).astype(np.float32),
+              "y": rng.standard_normal((2, 8)).astype(ml_dtypes.bfloat16),
+              "z": rng.standard_normal(8).astype(ml_dtypes.float8_e4m3fn),
+              "w.v": rng.standard_normal(4).astype(np.float16)}
+    meta = {"x": {"op": "input", "inputs": []}, "y": {"op": "mul", "inputs": ["x"]},
+            "z": {"op": "cast", "inputs": ["y"]}, "w.v": {"op": "exp", "inputs": ["z", "x"]}}
+    return arrays, meta
+
+
+@pytest.mark.parametrize("layout", ["msprobe", "msit"])
+def test_tool_layouts_round_trip_bits_and_dtypes(tmp_path, layout):
+    torch = pytest.importorskip("torch", reason="msprobe/msit dumps hold torch tensors")
+    from numlab.compare import layouts as L
+
+    arrays, meta = _graph_arrays()
+    writer = L.write_msprobe_dump if layout == "msprobe" else L.write_msit_dump
+    leaf = writer(tmp_path / "d", arrays, node_meta=meta)
+    for p in (leaf, tmp_path / "d"):
+        assert L.detect_layout(p) == layout
+        d = L.load_any(p)
+        assert d.names == list(arrays) and not d.problems
+        for n, a in arrays.items():
+            got = d.array(n)
+            assert got.dtype == a.dtype and got.shape == a.shape
+            assert got.tobytes() == np.ascontiguousarray(a).tobytes()  # same bits
+    # the files hold real values in the tensor's own torch dtype: never integer codes
+    files = sorted(leaf.rglob("*.pt*"))
+    dtypes = {str(torch.load(f, weights_only=True).dtype) for f in files}
+    assert {"torch.bfloat16", "torch.float8_e4m3fn", "torch.float16", "torch.float32"} <= dtypes
+    assert not any("int" in t for t in dtypes)
+    if layout == "msprobe":
+        dj = json.loads((leaf / "dump.json").read_text())
+        api = dj["data"]["Numlab.w_v.0.forward"]  # dots become _ : msprobe splits names at dots
+        assert [e["data_name"] for e in api["input_args"]] == ["Numlab.w_v.0.forward.input.0.pt",
+                                                               "Numlab.w_v.0.forward.input.1.pt"]
+        assert api["output"][0]["dtype"] == "torch.float16" and api["output"][0]["shape"] == [4]
+    else:
+        tree = json.loads((leaf / "model_tree.json").read_text())
+        assert [c["name"] for c in tree["children"]] == ["root.x", "root.y", "root.z", "root.w_v"]
+        assert (leaf / "0" / "root.y" / "output.pth").is_file()
+    # a changed byte (same size) fails its SHA-256; a missing file is named
+    f = leaf / json.loads((leaf / L.SIDECAR).read_text())["nodes"]["y"]["file"]
+    raw = bytearray(f.read_bytes())
+    raw[-30] ^= 1
+    f.write_bytes(bytes(raw))
+    assert "sha256" in L.load_any(leaf).problems["y"]
+    with pytest.raises(DumpError, match="bad file"):
+        L.load_any(leaf, strict=True)
+    f.unlink()
+    assert "missing file" in L.load_any(leaf).problems["y"]
+    # no overwrite without force
+    with pytest.raises(FileExistsError, match="force"):
+        writer(tmp_path / "d", arrays, node_meta=meta)
+    writer(tmp_path / "d", arrays, node_meta=meta, force=True)
+
+
+def _fixture(rel):
+    from pathlib import Path
+
+    return Path(__file__).parent / "data" / "compare_tools" / rel
+
+
+@pytest.mark.parametrize("key", ["msprobe83", "msprobe26", "msit"])
+def test_dumps_the_tools_wrote_are_read(key):
+    """Dumps written by mindstudio-probe 8.3.3 / 26.2.0 and msit 8.2.0 (recorded
+    fixtures): every tensor file is read, dtype and shape as the tool's own
+    metadata says; bf16 comes back as bf16 values."""
+    pytest.importorskip("torch", reason="the tools' dumps hold torch tensors")
+    from numlab.compare import layouts as L
+
+    index = json.loads(_fixture("index.json").read_text())
+    d = L.load_any(_fixture(index["tool"][f"{key}/golden"]))
+    assert not d.problems and len(d) >= 5
+    if key == "msit":
+        assert "root.norm" in d.names and "root.block.lin" in d.names
+        assert d.array("root.norm").shape == (2, 8)
+    else:
+        dj = json.loads((d.path / "dump.json").read_text())["data"]
+        for n in d.names:
+            meta = d.entries[n].meta
+            a = d.array(n)
+            assert list(a.shape) == meta["shape"], n
+            assert meta["dtype"].replace("torch.", "") in (str(a.dtype), "bfloat16"), n
+        assert "Functional.linear.0.forward.output.0" in d.names
+        bf = [n for n in d.names if d.entries[n].meta["dtype"] == "torch.bfloat16"]
+        assert all(d.array(n).dtype == ml_dtypes.bfloat16 for n in bf)
+        assert bf or key == "msprobe26"  # 26.2.0 does not dump Tensor.to, the bf16 cast
+        assert set(dj) >= {"Functional.linear.0.forward", "Torch.softmax.0.forward"}
+
+
+@pytest.mark.parametrize("layout", ["numlab", "msprobe", "msit"])
+def test_dump_run_as_each_layout_compares_like_the_native_dump(tmp_path, layout):
+    """A RunResult dumped in any layout is read back with its graph metadata:
+    the compare rows (fused-block matching included) are the native dump's."""
+    pytest.importorskip("torch", reason="msprobe/msit dumps hold torch tensors")
+    from numlab.compare import compare_dumps
+    from numlab.compare.layouts import dump_run_as, write_msprobe_dump
+
+    res = _fake_result()
+    p = dump_run_as(res, tmp_path / layout, layout)
+    native = dump_run(res, tmp_path / "native")
+    a, b = compare_dumps(native, p), compare_dumps(native, native)
+    assert [(r["node"], r["match"], r["block"]) for r in a.rows] == \
+        [(r["node"], r["match"], r["block"]) for r in b.rows]
+    assert all(r["bitwise_equal_ratio"] == 1.0 for r in a.compared) and len(a.compared) == 3
+    with pytest.raises(ValueError, match="layout='zip' is not valid"):
+        dump_run_as(res, tmp_path / "z", "zip")
+    with pytest.raises(ValueError, match="same msprobe API name"):
+        write_msprobe_dump(tmp_path / "clash", {"a.b": np.zeros(2), "a_b": np.ones(2)})

@@ -21,6 +21,8 @@ from numlab import kernels as K
 from numlab.execute import run
 from numlab.fusion import FusionOptions
 from numlab.graph import trace
+from numlab.kernels.mma import mma
+from numlab.kernels.mma_presets import preset as mma_preset
 
 H = K.KernelSpec.handwritten()
 C = K.KernelSpec.codegen()
@@ -189,6 +191,24 @@ def _fma_case():
     return "fused", g, xs, "fp32", True, False, build, direct
 
 
+def _mma_case():
+    """Matmuls on two modelled matrix units (fp16 inputs, fp32 storage so that
+    the unit's fp32 result is what is stored): V100 (4-term blocks, no extra
+    alignment bit) vs H100 (16-term blocks, 2 extra bits)."""
+    g = trace(lambda x, w: ops.matmul(x, w), x=(16, 1024), w=(1024, 16))
+    r = _rng(9)
+    xs = {"x": r.standard_normal((16, 1024)).astype(np.float16).astype(np.float32),
+          "w": r.standard_normal((1024, 16)).astype(np.float16).astype(np.float32)}
+
+    def build(v):
+        return {"kernels": H.replace(mma=v)}
+
+    def direct(v, xs):
+        return mma(xs["x"], xs["w"], mma_preset(v))
+
+    return "eager", g, xs, "fp32", "V100", "H100", build, direct
+
+
 KERNELSPEC_CASES = {
     "promotion": _promotion_case,
     "acc": _acc_case,
@@ -212,6 +232,7 @@ KERNELSPEC_CASES = {
     "variance": _variance_case,
     "matmul_algo": lambda: _matmul_case("matmul_algo", "block_fma", "sequential"),
     "k_tile": lambda: _matmul_case("k_tile", 256, 16),
+    "mma": _mma_case,
 }
 
 

@@ -239,6 +239,51 @@ def test_kl_divergence_vs_loop():
     assert M.kl_divergence(g, m) == pytest.approx(kl, rel=1e-12)
 
 
+def test_kl_divergence_nearby_two_point_exact():
+    """KL(uniform || softmax([0, delta])) = log cosh(delta/2) = x^2/2 - x^4/12 + ...
+    (x = delta/2): for delta = 2**-29 the x^4 term is 2e-38 relative to 5.4e-19,
+    so x^2/2 (exact in Fraction) is the value to 1e-19 relative.  The textbook
+    sum p (log p - log q) gives 0 or noise here; the stable form must not."""
+    delta = 2.0 ** -29
+    x = Fraction(delta) / 2
+    exact = x * x / 2 - x ** 4 / 12
+    got = M.kl_divergence([0.0, 0.0], [0.0, delta])
+    assert got > 0
+    assert abs(Fraction(got) - exact) / exact < Fraction(1, 10 ** 14)
+    # the same pair shifted by a constant and rows batched: KL is shift invariant
+    g = np.array([[0.0, 0.0], [5.0, 5.0]])
+    m = np.array([[0.0, delta], [7.0, 7.0 + delta * 4]])
+    got = M.kl_divergence(g, m)
+    y = Fraction(delta * 4) / 2
+    exact2 = exact + y * y / 2 - y ** 4 / 12
+    assert abs(Fraction(got) - exact2) / exact2 < Fraction(1, 10 ** 9)  # 7.0 + 4 delta rounds: ulp(7)/4delta
+
+
+@pytest.mark.parametrize("scale, shift", [(1e-9, 0.0), (1e-9, 3.0), (1e-12, -100.0), (1e-3, 0.0),
+                                          (0.5, 0.0), (3.0, 1.0), (30.0, 0.0), (300.0, 0.0)])
+def test_kl_divergence_vs_mpmath(scale, shift):
+    """Against a 60-digit mpmath evaluation of sum p (log p - log q) on the
+    same float64 inputs, from 1e-25 (nearby) to 690 (far apart)."""
+    mpmath = pytest.importorskip("mpmath", reason="mpmath (a torch dependency) gives the 60-digit reference")
+    mpmath.mp.dps = 60
+    rng = np.random.default_rng(11)
+    g = rng.standard_normal(64)
+    m = g + shift + scale * rng.standard_normal(64)
+    G = [mpmath.mpf(float(v)) for v in g]
+    Mm = [mpmath.mpf(float(v)) for v in m]
+    zg = mpmath.fsum(mpmath.exp(v) for v in G)
+    zm = mpmath.fsum(mpmath.exp(v) for v in Mm)
+    ref = mpmath.fsum(mpmath.exp(a) / zg * ((a - mpmath.log(zg)) - (b - mpmath.log(zm))) for a, b in zip(G, Mm, strict=True))
+    got = M.kl_divergence(g, m)
+    assert abs(mpmath.mpf(got) - ref) <= 1e-14 * ref, (got, ref)
+    for chunk in (64, 7):  # the streaming compare's KL, over chunks
+        acc = M.CompareAccumulator("fp32")
+        for i in range(0, 64, chunk):
+            acc.update(g[i:i + chunk], m[i:i + chunk])
+        got = acc.finish()[0]["kl_divergence"]
+        assert abs(mpmath.mpf(got) - ref) <= 1e-14 * ref, (chunk, got, ref)
+
+
 # ---------------------------------------------------------------- msprobe / msit
 def _msprobe_rel_loop(ref, x):
     eps = Fraction(np.finfo(np.float64).eps)

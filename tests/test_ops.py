@@ -36,10 +36,11 @@ EXPECTED = {
         "div_scalar", "rdiv_scalar", "neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal",
         "tanh", "sigmoid", "erf", "gelu", "silu", "relu", "maximum", "minimum", "where", "cast",
         "softplus", "hardswish", "gt", "ge", "lt", "le", "eq", "ne", "constant",
+        "quantize", "block_scale", "dequantize",  # block-scaled operators (issue #16)
     },
     "reduction": {"sum", "mean", "max", "min", "var"},
     "data_movement": {"reshape", "transpose", "slice", "concat", "split", "broadcast_to", "gather"},
-    "matmul": {"matmul"},
+    "matmul": {"matmul", "scaled_matmul"},
     "composite": {"softmax", "log_softmax", "layer_norm", "rms_norm"},
 }
 

@@ -455,8 +455,13 @@ OP_CASES = {
     # issue #13: comparisons and constants (numlab.ops)
     **{c: (("x", "y"), {}) for c in ("gt", "ge", "lt", "le", "eq", "ne")},
     "constant": ((), {"value": [[0.1, -2.5, 3.0, 1e-3]] * 4}),
+    # issue #16: block-scaled operators (numlab.kernels.scaled presets; shapes split into their blocks)
+    "quantize": (("z",), {"fmt": "deepseek_1x128"}), "block_scale": (("z",), {"fmt": "mxfp4"}),
+    "dequantize": (("z", "+s"), {"fmt": "deepseek_1x128"}),
+    "scaled_matmul": (("z", "+s", "u", "+t"), {"fmt_a": "deepseek_1x128", "fmt_b": "deepseek_128x128"}),
 }
-_SHAPES = {"x": _V, "y": _V, "c": _V, "w": (8, 8), "g": (8,), "b": (8,)}
+_SHAPES = {"x": _V, "y": _V, "c": _V, "w": (8, 8), "g": (8,), "b": (8,),
+           "z": (4, 128), "s": (4, 1), "u": (128, 128), "t": (1, 1)}
 
 
 def _one_node(op, dtype, seed=0):

@@ -505,10 +505,12 @@ def test_to_graph_refuses_partial_graphs(torch):
     tr = from_torch(f, (x,), check=False)
     with pytest.raises(ValueError) as e:
         tr.to_graph()
-    # every unmapped op listed (sorted), no graph returned
+    # the comparison and where map (x > 0 against a 0-d constant); pow 3 has no
+    # catalogue op: no graph is returned, the message lists every unmapped op
     assert str(e.value) == ("cannot map to numlab's operator catalogue (no partial graph is built); "
-                            "missing: ['aten.gt.Scalar', 'aten.pow.Tensor_Scalar with exponent 3 "
-                            "(only 2 maps to mul)']")
+                            "missing: ['aten.pow.Tensor_Scalar with exponent 3 (only 2 maps to mul)']")
+    g = from_torch(lambda v: torch.where(v > 0, v, v * 2) + v.pow(2), (x,)).to_graph()
+    assert [n.op for n in g.nodes] == ["constant", "gt", "mul_scalar", "where", "mul", "add"]
 
 
 def test_fp64_prediction_matches_torch_double(torch):

@@ -44,6 +44,27 @@ def _silu(x):
     return x / (1 + np.exp(-x))
 
 
+def _e4m3_rne(v):
+    """Nearest e4m3fn value, ties to the even code, saturating at 448: the grid
+    from ml_dtypes' codes, searched in float64 (independent of numlab.rounding)."""
+    import ml_dtypes
+    grid = np.arange(0x7F, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float64)  # 0 .. 448
+    a = np.minimum(np.abs(v), 448.0)
+    k = np.clip(np.searchsorted(grid, a), 1, grid.size - 1)
+    lo, hi = grid[k - 1], grid[k]
+    up = (a - lo > hi - a) | ((a - lo == hi - a) & (k % 2 == 0))
+    return np.copysign(np.where(up, hi, lo), v)
+
+
+def _deepseek_qdq(x, bm, bn):
+    """DeepSeek-V3's fp8 blocks: s = fp32(amax / 448) per bm x bn block, x / s to e4m3, times s."""
+    R, C = x.shape
+    b = x.reshape(R // bm, bm, C // bn, bn)
+    s = (np.abs(b).max(axis=(1, 3), keepdims=True) / 448).astype(np.float32).astype(np.float64)
+    s = np.maximum(s, 2.0 ** -126)
+    return (_e4m3_rne(b / s) * s).reshape(R, C)
+
+
 def _np_model(name, i, heads=2):
     if name == "layernorm":
         return {"y": _ln(i["x"], i["gamma"], i["beta"], 1e-5)}
@@ -76,11 +97,14 @@ def _np_model(name, i, heads=2):
         x1 = x + o @ i["w_o"]
         f = _gelu_tanh(_rms(x1, i["g2"], 1e-5) @ i["w1"] + i["c1"])
         return {"y": x1 + f @ i["w2"]}
+    if name == "fp8_mlp":
+        h = _deepseek_qdq(i["x"], 1, 128) @ _deepseek_qdq(i["w1"], 128, 128) + i["b1"]
+        return {"y": i["x"] + _deepseek_qdq(_gelu_tanh(h), 1, 128) @ i["w2"]}
     raise AssertionError(name)
 
 
 EXPECTED_MODELS = {"layernorm", "rmsnorm", "softmax", "log_softmax", "gelu_mlp", "attention_scores",
-                   "swiglu", "residual_rmsnorm", "transformer_block"}
+                   "swiglu", "residual_rmsnorm", "transformer_block", "fp8_mlp"}  # fp8_mlp: issue #16
 
 
 def test_models_are_the_issue_list():
@@ -271,3 +295,25 @@ def test_parse_sizes_types_and_errors():
     # values are validated by the model, not silently accepted
     with pytest.raises(ValueError, match="positive int"):
         get_model("layernorm", **parse_sizes("hidden=abc"))
+
+
+def test_load_inputs_is_the_graph_reader(tmp_path):
+    """zoo.load_inputs reads through numlab.graph.load_inputs (one reader): the
+    same arrays from a .npz file and from a directory of NAME.npy, dtypes kept,
+    in the graph's input order; errors name the argument."""
+    g = zoo.get_model("layernorm")
+    xs = zoo.make_inputs(g, "normal", seed=3)
+    xs["gamma"] = xs["gamma"].astype(np.float16)
+    np.savez(tmp_path / "in.npz", **{k: xs[k] for k in reversed(list(xs))})
+    (tmp_path / "dir").mkdir()
+    for k, v in xs.items():
+        np.save(tmp_path / "dir" / f"{k}.npy", v)
+    for src in (tmp_path / "in.npz", tmp_path / "dir"):
+        got = zoo.load_inputs(g, src)
+        assert list(got) == list(g.inputs) and got["gamma"].dtype == np.float16
+        for k in xs:
+            np.testing.assert_array_equal(got[k], xs[k])
+    with pytest.raises(ValueError, match=r"--inputs: missing input\(s\) \['beta'\]"):
+        zoo.load_inputs(g, {"x": xs["x"], "gamma": xs["gamma"]}, arg="--inputs")
+    with pytest.raises(ValueError, match=r"--inputs: input 'x' has shape \(2, 2\)"):
+        zoo.load_inputs(g, {**xs, "x": np.zeros((2, 2))}, arg="--inputs")

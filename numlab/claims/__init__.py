@@ -16,7 +16,27 @@ fp64 reference on the same S-valued inputs (``docs/design.md``, section
 * :mod:`~numlab.claims.store` -- save, load and :func:`reproduce`
   counterexamples bit for bit;
 * :mod:`~numlab.claims.plan` -- the autofusion precision test plan
-  (:func:`run_plan`; its figures are drawn by :func:`numlab.plots.plan_figures`).
+  (:func:`run_plan`; its figures are drawn by :func:`numlab.plots.plan_figures`);
+* :mod:`~numlab.claims.observed` -- a real kernel's outputs in place of
+  numlab's fused run: ``check(claim, graph_or_function, inputs=...,
+  observed=...)`` (:func:`resolve_graph`, :func:`given_inputs`,
+  :func:`observed_outputs`).
+
+Checking your own kernel
+------------------------
+``check("no_worse_tensor", fn, inputs={"x": x, ...}, observed={"y": y})``
+traces ``fn`` (or takes a Graph, or a model name) with the shapes of the
+inputs, runs numlab's eager and fp64 reference on them, and puts the
+observed outputs where numlab's fused run would be.  Every claim about
+output values runs on them: no worse than eager (per element, tensor,
+population), error_within_bound (the observed errors against the rigorous
+running bound of the stated plan, ``fusion=``), inductor_rule,
+msprobe_accuracy, data_movement_bitexact.  Claims that need more of the
+kernel than one set of its outputs (bound_no_worse, fp32_inside,
+compile_determinism, execution_determinism, emulated_casts_match_eager) are
+undecided there with the reason "needs a model of the fused kernel: ..."
+(:attr:`Claim.on_observed`).  A violating case is saved with the real data
+(inputs, observed, eager, reference) and :func:`reproduce` re-evaluates it.
 
 Every evaluation returns a *margin* in comparable units (ULPs of S at the
 reference scale, or a count): ``margin > 0`` means violated; the adversarial
@@ -36,6 +56,15 @@ within the running bound.
 
 Fusion configurations are fusion specs or :class:`numlab.fusion.FusionOptions`
 objects, coerced by ``FusionOptions.parse``; a case keeps the canonical spec.
+Kernels likewise: ``kernels=`` (the fused side's kernels, default
+``codegen``) and ``library=`` (eager's library kernels, which fused plans
+also call; default ``handwritten``) of :func:`check` and :func:`make_case`
+are kernel specs or :class:`numlab.kernels.KernelSpec` objects, coerced by
+``KernelSpec.parse``; a case, a report and a saved counterexample keep the
+canonical specs, and every run a claim makes (running bounds included) uses
+them -- e.g. ``kernels="codegen:mma=H100/fp8_e4m3/fp32",
+library="handwritten:mma=H100/fp8_e4m3/fp32"`` puts every matmul on a
+matrix unit (``numlab mma sweep``'s claims table).
 """
 
 from __future__ import annotations
@@ -44,15 +73,18 @@ from .cases import Case, Runs, evaluate, make_case, trial_seed
 from .catalogue import (
     CLAIMS,
     EXTRA_MODELS,
+    NEEDS_KERNEL_MODEL,
     VERDICTS,
     CaseResult,
     Claim,
+    KernelModelNeeded,
     all_models,
     get_claim,
     get_model,
     model_path,
     model_sizes,
 )
+from .observed import given_inputs, observed_outputs, read_arrays, resolve_graph
 from .plan import PLAN_CHAINS, PLAN_FUSIONS, plan_c1, plan_c2, plan_c3, run_plan
 from .search import EXIT_CODES, SEARCHES, CheckReport, SearchOptions, check, sweep
 from .shrink import shrink
@@ -91,4 +123,10 @@ __all__ = [
     "plan_c3",
     "PLAN_CHAINS",
     "PLAN_FUSIONS",
+    "KernelModelNeeded",
+    "NEEDS_KERNEL_MODEL",
+    "resolve_graph",
+    "read_arrays",
+    "given_inputs",
+    "observed_outputs",
 ]

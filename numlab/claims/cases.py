@@ -1,5 +1,6 @@
-"""Cases (model, sizes, storage format, fusion spec, inputs), their lazily
-computed runs, and the evaluation of a claim on one case."""
+"""Cases (model, sizes, storage format, fusion spec, inputs and, for a real
+kernel, its observed outputs), their lazily computed runs, and the
+evaluation of a claim on one case."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import numpy as np
 from .. import zoo
 from ..execute import run
 from ..formats import get_format
+from ..graph import Graph
+from ..kernels import KernelSpec
 from ._fusion import fusion_options, fusion_spec
-from .catalogue import CaseResult, get_claim, get_model, model_sizes
+from ._kernels import DEFAULT_KERNELS, DEFAULT_LIBRARY, kernel_args, kernel_spec
+from .catalogue import CaseResult, KernelModelNeeded, get_claim, get_model, model_sizes
 
-__all__ = ["Case", "Runs", "make_case", "evaluate", "trial_seed", "data_inputs"]
+__all__ = ["Case", "Runs", "KernelModelNeeded", "make_case", "evaluate", "trial_seed", "data_inputs"]
 
 
 def trial_seed(seed: int, trial: int) -> int:
@@ -25,7 +29,17 @@ def trial_seed(seed: int, trial: int) -> int:
 class Case:
     """One input configuration: model, sizes, storage format, fusion spec
     (the canonical ``FusionOptions.spec`` string) and the S-valued inputs
-    (float64 arrays)."""
+    (float64 arrays).
+
+    ``source``: the graph itself when the model is not a registered name
+    (a Graph or a traced function given to :func:`numlab.claims.check`;
+    ``model`` is then a label and ``sizes`` empty).  ``observed``: output name
+    -> array in S's container, a real kernel's outputs that take the place of
+    numlab's fused run (None: numlab runs its model of the fused kernel).
+    ``kernels``: canonical spec (``KernelSpec.spec``) of the fused side's
+    kernels (the code generator; default ``"codegen"``); ``library``: that
+    of eager's library kernels, which fused plans also call for the blocks
+    they do not generate (default ``"handwritten"``)."""
 
     model: str
     sizes: dict
@@ -36,9 +50,13 @@ class Case:
     seed: int = 0
     trial: int = 0
     origin: str = "random"
+    source: Graph | None = None
+    observed: dict | None = None
+    kernels: str = DEFAULT_KERNELS
+    library: str = DEFAULT_LIBRARY
 
     def graph(self):
-        return get_model(self.model, self.sizes)
+        return self.source if self.source is not None else get_model(self.model, self.sizes)
 
     def n_elements(self) -> int:
         return int(sum(np.asarray(v).size for v in self.inputs.values()))
@@ -61,41 +79,82 @@ class Case:
 
 
 class Runs:
-    """Lazily computed runs of one case (each mode at most once)."""
+    """Lazily computed runs of one case (each mode at most once).
+
+    With observed outputs (``case.observed``), ``outputs("fused")`` are the
+    observed arrays and ``run`` of a fused mode raises
+    :class:`KernelModelNeeded`: numlab's model never stands in for the real
+    kernel.
+
+    Every run uses the case's kernel specs (:meth:`kernel_args`): eager the
+    library (``case.library``), fused modes the code generator
+    (``case.kernels``) with that library."""
 
     def __init__(self, case: Case, *, graph=None):
         self.case = case
         self.graph = graph if graph is not None else case.graph()
         self.S = get_format(case.fmt)
         self.fusion = fusion_options(case.fusion)
+        self.observed = case.observed
+        self.kernels = KernelSpec.parse(case.kernels, arg="kernels")
+        self.library = KernelSpec.parse(case.library, arg="library")
         self._res: dict = {}
 
+    def kernel_args(self, mode: str) -> dict:
+        """The case's kernel specs as keyword arguments of
+        :func:`numlab.execute.run` for ``mode`` (eager: ``kernels`` = the
+        library; fused modes: ``kernels`` and ``library``; reference: none).
+        Every run a claim makes, with or without running bounds, takes them."""
+        return kernel_args(mode, self.kernels, self.library)
+
     def run(self, mode: str, **kw):
+        if self.observed is not None and mode in ("fused", "emulated_casts"):
+            raise KernelModelNeeded(f"a {mode} run"
+                                    + (f" ({', '.join(f'{k}={v}' for k, v in kw.items())})" if kw else "")
+                                    + "; only its observed outputs were given")
         key = (mode, tuple(sorted(kw.items())))
         if key not in self._res:
             fusion = self.fusion if mode in ("fused", "emulated_casts") else None
             with np.errstate(all="ignore"):
                 self._res[key] = run(self.graph, self.case.inputs, mode=mode, fmt=self.S,
-                                     fusion=fusion, **kw)
+                                     fusion=fusion, **{**self.kernel_args(mode), **kw})
         return self._res[key]
 
     def outputs(self, mode: str) -> dict:
+        if mode == "fused" and self.observed is not None:
+            return dict(self.observed)
         return {k: np.asarray(v) for k, v in self.run(mode).outputs.items()}
 
 
-def make_case(model: str, *, sizes=None, fmt="fp16", fusion=None, kind="normal",
-              seed: int = 0, trial: int = 0, graph=None) -> Case:
+def make_case(model, *, sizes=None, fmt="fp16", fusion=None, kind="normal",
+              seed: int = 0, trial: int = 0, graph=None, kernels=None, library=None) -> Case:
     """A case with zoo-generated inputs (``kind``) for trial ``trial``: the
-    inputs depend only on (model, sizes, fmt, kind, seed, trial).  ``fmt``
+    inputs depend only on (model, sizes, fmt, kind, seed, trial).  ``model``
+    is a model name or a :class:`~numlab.graph.Graph` (kept as the case's
+    ``source``, labelled by its name; no sizes).  ``fmt``
     is the storage format S (default fp16).
     ``fusion`` is a fusion spec or a FusionOptions (``FusionOptions.parse``;
-    None: the default ``"autofuse"``); the case keeps its canonical spec."""
+    None: the default ``"autofuse"``); the case keeps its canonical spec.
+    ``kernels`` (the fused side's kernels, default ``"codegen"``) and
+    ``library`` (eager's library kernels, default ``"handwritten"``) are
+    kernel specs or :class:`~numlab.kernels.KernelSpec` objects
+    (``KernelSpec.parse``, e.g. ``"codegen:mma=H100/fp8_e4m3/fp32"``); the
+    case keeps their canonical specs.  They do not change the inputs."""
     S = get_format(fmt, "fmt")
     spec = fusion_spec(fusion)
-    sizes = model_sizes(model, sizes)
-    g = graph if graph is not None else get_model(model, sizes)
+    kspec = kernel_spec(kernels, "kernels", DEFAULT_KERNELS)
+    lspec = kernel_spec(library, "library", DEFAULT_LIBRARY)
+    source = None
+    if isinstance(model, Graph):
+        if sizes:
+            raise ValueError(f"sizes={sizes!r}: a Graph has fixed shapes; sizes apply to a model name only")
+        source, g, model, sizes = model, model, model.name, {}
+    else:
+        sizes = model_sizes(model, sizes)
+        g = graph if graph is not None else get_model(model, sizes)
     inputs = zoo.make_inputs(g, kind=kind, seed=trial_seed(seed, trial), fmt=S)
-    return Case(model, sizes, S.name, spec, inputs, kind, seed, trial)
+    return Case(model, sizes, S.name, spec, inputs, kind, seed, trial, source=source, kernels=kspec,
+                library=lspec)
 
 
 def evaluate(claim, case: Case, graph=None) -> CaseResult:
@@ -106,6 +165,8 @@ def evaluate(claim, case: Case, graph=None) -> CaseResult:
     if not r.outputs:
         r.outputs = {m: runs.outputs(m) for m in ("eager", "fused", "reference")
                      if any(k[0] == m for k in runs._res)}
+        if runs.observed is not None:  # the real kernel's side, saved under its own name
+            r.outputs["observed"] = dict(runs.observed)
     r.fingerprints = {**{m: runs.run(m).fingerprint for m in ("eager", "fused")
                          if any(k[0] == m for k in runs._res)}, **r.fingerprints}
     return r

@@ -31,7 +31,7 @@ from ..ops import CATALOGUE, concat, gelu, layer_norm
 from ..rounding import round_to
 
 __all__ = ["CaseResult", "Claim", "CLAIMS", "EXTRA_MODELS", "all_models", "VERDICTS", "get_claim", "get_model",
-           "model_path", "model_sizes"]
+           "model_path", "model_sizes", "KernelModelNeeded", "NEEDS_KERNEL_MODEL"]
 
 VERDICTS = ("holds", "fails", "undecided")
 
@@ -153,6 +153,19 @@ def model_sizes(name: str, sizes: dict | None = None, path=()) -> dict:
 # ---------------------------------------------------------------------------
 # results
 # ---------------------------------------------------------------------------
+NEEDS_KERNEL_MODEL = "needs a model of the fused kernel"
+"""The start of the reason a claim is undecided on observed outputs when it
+needs more of the kernel than its outputs (another run, its internals, its
+compiler, emulated casts, its own error bound)."""
+
+
+class KernelModelNeeded(ValueError):
+    """A claim asked for a run of the fused kernel (another run, its
+    internals, emulated casts) on a case whose fused side is a real kernel's
+    observed outputs: numlab has no model of that kernel, so the claim is
+    undecided there (:meth:`Claim.evaluate`)."""
+
+
 @dataclass
 class CaseResult:
     """Outcome of a claim on one case.
@@ -198,12 +211,13 @@ def _result(margin: float, detail: dict, undecided: dict | None = None, **kw) ->
 
 
 def _bounded(runs, mode: str):
-    """The :class:`numlab.running_bounds.BoundedRun` of ``mode``, cached on ``runs``."""
+    """The :class:`numlab.running_bounds.BoundedRun` of ``mode`` with the
+    case's kernel specs (``runs.kernel_args``), cached on ``runs``."""
     key = ("bounds", mode)
     if key not in runs._res:
         fusion = runs.fusion if mode in ("fused", "emulated_casts") else None
         runs._res[key] = RB.run_with_bounds(runs.graph, runs.case.inputs, mode=mode, fmt=runs.S,
-                                            reference=False, fusion=fusion)
+                                            reference=False, fusion=fusion, **runs.kernel_args(mode))
     return runs._res[key]
 
 
@@ -262,6 +276,13 @@ class Claim:
     searchable : bool
         Whether the adversarial search and shrinking apply (determinism and
         structural claims have no margin to climb).
+    requires : str
+        The module the claim rests on (documentation).
+    on_observed : str
+        Empty when the claim runs on a real kernel's observed outputs (they
+        take the fused run's place); else why it cannot: on observed
+        outputs the claim is then undecided with the reason
+        ``"needs a model of the fused kernel: <on_observed>"``.
     """
 
     name: str
@@ -271,16 +292,24 @@ class Claim:
     case_fn: Callable | None = None
     searchable: bool = True
     requires: str = ""
+    on_observed: str = ""
 
     def evaluate(self, runs) -> CaseResult:
+        """The claim on one case's runs; on observed outputs (``runs.observed``)
+        a claim that needs a model of the fused kernel is undecided, naming why."""
         if self.scope != "case":
             raise ValueError(f"claim {self.name!r} is a population claim; use check()")
+        if getattr(runs, "observed", None) is not None and self.on_observed:
+            return _result(math.nan, {}, _undecided(f"{NEEDS_KERNEL_MODEL}: {self.on_observed}"))
         if self.name not in _STRUCTURAL:
             empty = [k for k, v in runs.outputs("reference").items() if np.asarray(v).size == 0]
             if empty:  # nothing at all decides nothing (a max over no elements is no margin)
                 return _result(-math.inf, {}, _undecided(f"no output elements to compare: outputs {empty} "
                                                          "are empty"))
-        return self.fn(runs)
+        try:
+            return self.fn(runs)
+        except KernelModelNeeded as exc:  # a claim that reached for the fused model: never a stand-in
+            return _result(math.nan, {}, _undecided(f"{NEEDS_KERNEL_MODEL}: claim {self.name!r} asked for {exc}"))
 
 
 _STRUCTURAL = ("compile_determinism",)
@@ -533,7 +562,8 @@ def _claim_compile_det(runs) -> CaseResult:
     r1 = runs.run("fused")
     g2 = runs.case.graph()  # a second compile from scratch: a fresh graph object and plan
     with np.errstate(all="ignore"):
-        r2 = run(g2, runs.case.inputs, mode="fused", fmt=runs.S, fusion=runs.fusion)
+        r2 = run(g2, runs.case.inputs, mode="fused", fmt=runs.S, fusion=runs.fusion,
+                 **runs.kernel_args("fused"))
     plan_equal = str(r1.plan) == str(r2.plan)
     same = plan_equal and r1.fingerprint == r2.fingerprint
     return CaseResult(same, 0.0 if same else 1.0,
@@ -547,7 +577,7 @@ def _claim_exec_det(runs) -> CaseResult:
         a = runs.outputs(mode)
         with np.errstate(all="ignore"):
             b = run(runs.graph, runs.case.inputs, mode=mode, fmt=runs.S,
-                    fusion=runs.fusion if mode == "fused" else None).outputs
+                    fusion=runs.fusion if mode == "fused" else None, **runs.kernel_args(mode)).outputs
         for name in a:
             neq = int(np.count_nonzero(~metrics.bitwise_equal(a[name], np.asarray(b[name]))))
             if neq:
@@ -598,6 +628,46 @@ def _claim_emulated(runs) -> CaseResult:
                                                                  "emulated_casts": dict(res.outputs)})
 
 
+def _msprobe_margin(cos: float, mae: float) -> float:
+    """Margin of msprobe's check_accuracy (> 0: "No"): the largest of the
+    three failure terms, each scaled by its threshold, where the first
+    (``cos < 0.99 and mae > 0.001``) is the smaller of its two parts."""
+    t = metrics.MSPROBE_THRESHOLDS
+    both = min((t["cosine"] - cos) / (1.0 - t["cosine"]), (mae - t["max_abs_err"]) / t["max_abs_err"])
+    return max(both, (t["cosine_min"] - cos) / (1.0 - t["cosine_min"]),
+               (mae - t["max_abs_err_max"]) / t["max_abs_err_max"])
+
+
+def _claim_msprobe(runs) -> CaseResult:
+    worst_m, detail, und_out = -math.inf, {}, []
+    for name in runs.graph.outputs:
+        e = metrics.as_f64(runs.outputs("eager")[name])
+        f = metrics.as_f64(runs.outputs("fused")[name])
+        cos = metrics.cosine_similarity(e, f, nonfinite="zero_matching")
+        masks = metrics.nonfinite_masks(e, f)
+        with np.errstate(invalid="ignore", over="ignore"):
+            mae = float(np.max(np.abs(np.where(masks["finite"], f - e, 0.0)))) if e.size else math.nan
+        if masks["mismatch"].any() or not (math.isfinite(cos) and math.isfinite(mae)):
+            # msprobe's metrics are N/A here: NaN/inf at different places, an all-zero side, an overflow
+            und_out.append({"output": name, "cosine": cos, "max_abs_err": mae,
+                            "nonfinite_mismatch": int(np.count_nonzero(masks["mismatch"]))})
+            continue
+        m = _msprobe_margin(cos, mae)
+        if m > worst_m:
+            worst_m = m
+            detail = {"output": name, "cosine": cos, "max_abs_err": mae,
+                      "accuracy_reached": "Yes" if metrics.msprobe_accuracy_reached(cos, mae) else "No",
+                      "golden": "eager"}
+    und = None
+    if und_out:
+        und = _undecided("msprobe's cosine or MaxAbsErr is N/A (NaN/inf positions differ between eager and "
+                         f"fused, an all-zero side, or an overflow) for outputs {[u['output'] for u in und_out]}",
+                         outputs=und_out)
+        if not detail:
+            detail = dict(und_out[0])
+    return _result(worst_m if math.isfinite(worst_m) or not und else math.nan, detail, und)
+
+
 CLAIMS: dict[str, Claim] = {
     c.name: c
     for c in [
@@ -614,7 +684,10 @@ CLAIMS: dict[str, Claim] = {
         Claim("bound_no_worse",
               "per output: max running error bound of fused <= that of eager "
               "(the note: 'the accumulated rounding-error bound of autofusion <= eager')",
-              _claim_bound, requires="numlab.running_bounds"),
+              _claim_bound, requires="numlab.running_bounds",
+              on_observed="the fused side's running bound is a property of numlab's model of the plan, not of "
+                          "the observed outputs (use error_within_bound: the observed errors against the stated "
+                          "plan's rigorous bound)"),
         Claim("error_within_bound",
               "every element of eager and fused: |computed - exact| <= running bound (rigorous)",
               _claim_within_bound, requires="numlab.running_bounds"),
@@ -624,23 +697,33 @@ CLAIMS: dict[str, Claim] = {
         Claim("fp32_inside",
               "fused blocks keep intermediates in fp32 (the note's fp32-inside claim): internals are float32 and the fused "
               "max error <= the emulated-casts (intermediates rounded to S) max error per output",
-              _claim_fp32_inside),
+              _claim_fp32_inside,
+              on_observed="the kernel's internal values and an emulated-casts run of it; only its outputs were "
+                          "given"),
         Claim("compile_determinism",
               "same model, shapes, dtype and options -> same plan and compile fingerprint (the note's determinism claim), "
               "also across executor processes",
-              _claim_compile_det, searchable=False),
+              _claim_compile_det, searchable=False,
+              on_observed="the kernel's compiler (plans and fingerprints); only its outputs were given"),
         Claim("execution_determinism",
               "same compiled plan and inputs -> bitwise identical outputs (the note's determinism claim)",
-              _claim_exec_det, searchable=False),
+              _claim_exec_det, searchable=False,
+              on_observed="a second run of the kernel on the same inputs; only one set of its outputs was given"),
         Claim("emulated_casts_match_eager",
               "with emulated precision casts (TORCHINDUCTOR_EMULATE_PRECISION_CASTS) and eager's instructions, "
               "tiling and algorithms, fused == eager bit for bit (the note's emulated-casts patch; decomposition must be patched off: "
               "use --fusion autofuse+nodecompose)",
-              _claim_emulated),
+              _claim_emulated,
+              on_observed="a run of the kernel with emulated precision casts; only its outputs were given"),
         Claim("inductor_rule",
               "PyTorch Inductor's rule: rmse(fp64, fused) <= multiplier * rmse(fp64, eager) + tol/10 "
               "(torch._dynamo.utils.same, https://github.com/pytorch/pytorch/blob/main/torch/_dynamo/utils.py)",
               _claim_inductor),
+        Claim("msprobe_accuracy",
+              "msprobe's accuracy check with eager as the bench (golden) side: per output, not (cosine < 0.99 and "
+              "MaxAbsErr > 0.001), cosine >= 0.9 and MaxAbsErr <= 1 (check_accuracy, CompareConst in "
+              "msprobe/core/common/const.py; numlab.metrics.MSPROBE_THRESHOLDS)",
+              _claim_msprobe),
     ]
 }
 

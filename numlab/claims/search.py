@@ -37,10 +37,13 @@ from tqdm.auto import tqdm
 
 from .. import metrics
 from ..formats import get_format
+from ..graph import Graph
 from ..rounding import round_to
 from ._fusion import fusion_spec
+from ._kernels import DEFAULT_KERNELS, DEFAULT_LIBRARY, kernel_spec
 from .cases import Case, Runs, data_inputs, evaluate, make_case
 from .catalogue import CLAIMS, get_claim, get_model, model_path, model_sizes, responsible_ops
+from .observed import given_inputs, model_label, observed_outputs, read_arrays, resolve_graph
 from .shrink import shrink
 from .store import _json_default, save_counterexample
 
@@ -91,6 +94,9 @@ class CheckReport:
 
     ``verdict`` ("holds", "fails" or "undecided"; :attr:`holds` is
     ``verdict == "holds"``, :attr:`exit_code` 0 / 1 / 2); ``claim``;
+    ``search`` ("random", "adversarial", or for given data "given" /
+    "observed": ``trials`` is then the number of given cases and the
+    "fused" numbers in ``worst_detail`` are the observed outputs');
     ``fusion`` (the canonical fusion spec); ``trials``; ``violations``
     (violating cases); ``undecided`` (cases whose decision rests on an
     infinite, NaN, unknown or empty result); ``undecided_detail`` (the first
@@ -98,7 +104,9 @@ class CheckReport:
     ``worst_detail`` / ``worst_trial`` (largest margin over the decided
     cases); ``counterexample`` (shrunk case and result, or None); ``saved``
     (path stem or None); ``shrink_stats``; ``population`` (population
-    claims); ``fingerprints`` (fused fingerprints seen across tasks)."""
+    claims); ``fingerprints`` (fused fingerprints seen across tasks);
+    ``kernels`` / ``library`` (the canonical kernel specs of the fused side
+    and of eager's library)."""
 
     claim: str
     model: str
@@ -118,6 +126,8 @@ class CheckReport:
     fusion: str = "autofuse"
     undecided: int = 0
     undecided_detail: dict = field(default_factory=dict)
+    kernels: str = DEFAULT_KERNELS
+    library: str = DEFAULT_LIBRARY
 
     @property
     def holds(self) -> bool:
@@ -138,8 +148,16 @@ class CheckReport:
         head = {"holds": "HOLDS", "fails": f"VIOLATED ({self.violations} violating cases)",
                 "undecided": f"UNDECIDED ({self.undecided} of {self.trials} cases rest on an infinite, NaN, "
                              "unknown or empty result)"}[self.verdict]
-        lines = [f"claim {self.claim} on {self.model} ({self.fmt}), fusion {self.fusion}, {self.trials} trials, "
-                 f"search={self.search}: {head}"]
+        if self.search in ("given", "observed"):
+            fused = ("the observed outputs in place of numlab's fused run" if self.search == "observed"
+                     else "numlab's fused run")
+            lines = [f"claim {self.claim} on {self.model} ({self.fmt}), stated plan {self.fusion}, "
+                     f"{self.trials} given case(s), fused = {fused}: {head}"]
+        else:
+            lines = [f"claim {self.claim} on {self.model} ({self.fmt}), fusion {self.fusion}, {self.trials} trials, "
+                     f"search={self.search}: {head}"]
+        if (self.kernels, self.library) != (DEFAULT_KERNELS, DEFAULT_LIBRARY):
+            lines.append(f"  kernels: fused {self.kernels}, eager's library {self.library}")
         where = (f"trial {self.worst_trial}" if self.worst_trial is not None
                  else f"the pooled outputs of all {self.trials} trials: a population claim, no single trial")
         lines.append(f"  worst margin {self.worst_margin:.4g} ({where}): "
@@ -162,12 +180,14 @@ def _task(payload: dict) -> list:
     """One executor task: evaluate trials [lo, hi) (top level: picklable).
     Per trial ``(trial, kind, (verdict, margin, detail, undecided), fingerprint)``."""
     claim = get_claim(payload["claim"])
-    graph = get_model(payload["model"], payload["sizes"], payload.get("path", ()))
+    model = payload["model"]
+    graph = model if isinstance(model, Graph) else get_model(model, payload["sizes"], payload.get("path", ()))
     out = []
     for t in range(payload["lo"], payload["hi"]):
         kind = payload["kinds"][t % len(payload["kinds"])]
         case = make_case(payload["model"], sizes=payload["sizes"], fmt=payload["fmt"],
-                         fusion=payload["fusion"], kind=kind, seed=payload["seed"], trial=t, graph=graph)
+                         fusion=payload["fusion"], kind=kind, seed=payload["seed"], trial=t, graph=graph,
+                         kernels=payload.get("kernels"), library=payload.get("library"))
         runs = Runs(case, graph=graph)
         if claim.scope == "population":
             out.append((t, kind, claim.case_fn(runs), runs.run("fused").fingerprint))
@@ -189,60 +209,160 @@ def _key(margin: float) -> float:
     return -math.inf if math.isnan(margin) else margin
 
 
-def check(claim, model: str, *, fmt="fp16", sizes=None, fusion=None, trials: int = 100,
-          search: str = "random", seed: int = 0, executor=None, save: str | None = None,
+def check(claim, model, *, inputs=None, observed=None, fmt="fp16", sizes=None, fusion=None,
+          trials: int = 100, search: str = "random", seed: int = 0, executor=None, save: str | None = None,
           options: SearchOptions | None = None, progress: bool = False, shrink_cex: bool = True,
-          force: bool = False) -> CheckReport:
-    """Check ``claim`` on ``model``.
+          force: bool = False, kernels=None, library=None) -> CheckReport:
+    """Check ``claim`` on ``model``, on random inputs or on given data.
 
     ``model`` is a zoo model, a claims model (:data:`EXTRA_MODELS
-    <numlab.claims.catalogue.EXTRA_MODELS>`) or ``"module:function"``; each
-    task carries :func:`~numlab.claims.catalogue.model_path`, so workers that
-    did not start with the caller's ``sys.path`` import the same module.
-    ``fmt`` is the storage format S (default fp16).  ``fusion`` is a fusion spec or a :class:`numlab.fusion.FusionOptions`
-    (coerced by ``FusionOptions.parse``; None: ``"autofuse"``).  Random
-    trials run as executor tasks of ``options.chunk`` trials (per-trial
-    seeds from :func:`numlab.claims.cases.trial_seed`; identical results
-    with any executor).  The adversarial search and the shrinker run in this
-    process (sequential hill climbing).  When violated, the worst case is
-    shrunk and saved under ``save`` (a directory; None: not saved).
-    ``options`` (a :class:`SearchOptions`), when given, replaces ``trials``
-    and ``search``.  The verdict is "fails" when a case violates the claim,
-    else "undecided" when a case rests on an infinite, NaN, unknown or empty
-    result, else "holds".
+    <numlab.claims.catalogue.EXTRA_MODELS>`), ``"module:function"``, a
+    :class:`numlab.graph.Graph`, or a traceable Python function (traced by
+    :func:`numlab.graph.trace` with the shapes of ``inputs``, which it then
+    needs).  ``fmt`` is the storage format S (default fp16).  ``fusion`` is a
+    fusion spec or a :class:`numlab.fusion.FusionOptions` (coerced by
+    ``FusionOptions.parse``; None: ``"autofuse"``): the stated plan.
+    ``kernels`` is the fused side's kernel spec (the code generator; None:
+    ``"codegen"``) and ``library`` eager's library kernel spec (also called
+    by fused plans for the blocks they do not generate; None:
+    ``"handwritten"``), each a :class:`numlab.kernels.KernelSpec` or a spec
+    string (``KernelSpec.parse``, e.g. ``"codegen:mma=H100/fp8_e4m3/fp32"``
+    puts the fused matmuls on a matrix unit).  Every run a claim makes
+    (eager, fused, emulated casts, running bounds) takes them; cases and
+    saved counterexamples keep their canonical specs.
+
+    **Random trials** (``inputs`` None): ``options.trials`` zoo-generated
+    cases run as executor tasks of ``options.chunk`` trials (per-trial seeds
+    from :func:`numlab.claims.cases.trial_seed`; identical results with any
+    executor; each task carries :func:`~numlab.claims.catalogue.model_path`,
+    so workers that did not start with the caller's ``sys.path`` import the
+    same module).  The adversarial search and the shrinker run in this
+    process (sequential hill climbing).
+
+    **Given data** (``inputs`` given): the claim is checked on exactly those
+    cases, no search.  ``inputs`` is a dict name -> array, a ``.npz`` file, a
+    directory of ``NAME.npy`` files, or a list of those (one case each; a
+    population claim pools them).  ``observed`` (optional) holds a real
+    kernel's outputs on those inputs, in the same forms (or a loaded dump,
+    :func:`numlab.compare.layouts.load_any`; one per case): they take the place of
+    numlab's fused run, while eager and the fp64 reference come from numlab
+    (:mod:`numlab.claims.observed` checks names, shapes and dtypes).  Claims
+    that need more of the kernel than its outputs (``Claim.on_observed``:
+    bound_no_worse, fp32_inside, the determinism claims,
+    emulated_casts_match_eager) are undecided there, with the reason
+    "needs a model of the fused kernel: ...".  A violating case is saved as
+    given (with the observed outputs; shrunk only without ``observed``, as
+    other inputs have no observed outputs).
+
+    When violated, the worst case is saved under ``save`` (a directory; None:
+    not saved; an existing different file is never overwritten unless
+    ``force``).  ``options`` (a :class:`SearchOptions`), when given,
+    replaces ``trials`` and ``search``.  The verdict is "fails" when a case
+    violates the claim, else "undecided" when a case rests on an infinite,
+    NaN, unknown or empty result, else "holds".
     """
     claim = get_claim(claim)
     opts = options if options is not None else SearchOptions(trials=trials, search=search)
     S = get_format(fmt, "fmt")
-    sizes = model_sizes(model, sizes)
     spec = fusion_spec(fusion)
+    ks = {"kernels": kernel_spec(kernels, "kernels", DEFAULT_KERNELS),
+          "library": kernel_spec(library, "library", DEFAULT_LIBRARY)}
+    if inputs is not None:
+        return _check_given(claim, model, inputs, observed, S, sizes, spec, opts, save, shrink_cex, force, ks)
+    if observed is not None:
+        raise ValueError("observed outputs need the inputs they were computed on: pass inputs= too")
+    if not isinstance(model, (str, Graph)):
+        model = resolve_graph(model)  # a function without inputs: raises, naming what to give
+    if isinstance(model, Graph) and sizes:
+        raise ValueError(f"sizes={sizes!r}: a Graph has fixed shapes; sizes apply to a model name only")
+    sizes = {} if isinstance(model, Graph) else model_sizes(model, sizes)
+    label = model_label(model)
     payloads = [{"claim": claim.name if claim.name in CLAIMS and CLAIMS[claim.name] is claim else claim,
                  "model": model, "path": model_path(model), "sizes": sizes, "fmt": S.name, "fusion": spec,
-                 "seed": seed,
+                 "seed": seed, **ks,
                  "kinds": tuple(opts.kinds), "lo": lo, "hi": min(lo + opts.chunk, opts.trials)}
                 for lo in range(0, opts.trials, opts.chunk)]
     results = [r for chunk in _submit_all(executor, payloads, progress, f"check {claim.name}") for r in chunk]
     fps = sorted({r[3] for r in results if r[3] is not None})
     if claim.scope == "population":
         res = claim.fn([r[2] for r in results])
-        return CheckReport(claim.name, model, S.name, res.verdict, opts.trials, int(res.fails),
+        return CheckReport(claim.name, label, S.name, res.verdict, opts.trials, int(res.fails),
                            res.margin, res.detail, population=res.stats, fingerprints=fps, search=opts.search,
                            fusion=spec, undecided=0 if not res.undecided else 1,
-                           undecided_detail=dict(res.undecided))
-    rep = _report(claim, model, S.name, spec, results, fps, opts)
+                           undecided_detail=dict(res.undecided), **ks)
+    rep = _report(claim, label, S.name, spec, results, fps, opts, ks)
     viol = [r for r in results if r[2][0] == "fails"]
     cex = None
     if viol:
         t = viol[int(np.argmax([r[2][1] for r in viol]))]
-        cex = make_case(model, sizes=sizes, fmt=S.name, fusion=spec, kind=t[1], seed=seed, trial=t[0])
+        cex = make_case(model, sizes=sizes, fmt=S.name, fusion=spec, kind=t[1], seed=seed, trial=t[0], **ks)
     elif opts.search == "adversarial" and claim.searchable:
-        cex = _adversarial(claim, model, sizes, S, spec, seed, results, opts, rep, progress)
+        cex = _adversarial(claim, model, sizes, S, spec, seed, results, opts, rep, progress, ks)
     if cex is not None:
         _keep_counterexample(claim, cex, rep, opts, save, shrink_cex, force)
     return rep
 
 
-def _report(claim, model, fmt, spec, results, fps, opts) -> CheckReport:
+def _listed(x) -> list:
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def _check_given(claim, model, inputs, observed, S, sizes, spec, opts, save, shrink_cex, force,
+                 ks) -> CheckReport:
+    """:func:`check` on given inputs (and observed outputs): one case each."""
+    if opts.search != "random":
+        raise ValueError(f"search={opts.search!r}: the adversarial search mutates inputs; with given inputs "
+                         "the check runs exactly those cases (observed outputs exist for them only)")
+    ins = _listed(inputs)
+    obs = None if observed is None else _listed(observed)
+    if not ins:
+        raise ValueError("inputs=[] holds no case; give a dict name -> array, a .npz file or a directory")
+    if obs is not None and len(obs) != len(ins):
+        raise ValueError(f"observed holds {len(obs)} set(s) of outputs for {len(ins)} set(s) of inputs; give "
+                         "one per case, in the same order")
+    many = len(ins) > 1
+    arrays = [read_arrays(src, f"inputs[{i}]" if many else "inputs") for i, src in enumerate(ins)]
+    graph = resolve_graph(model, arrays[0], sizes)
+    named = isinstance(model, str)
+    sizes = model_sizes(model, sizes) if named else {}
+    cases = []
+    for i, arrs in enumerate(arrays):
+        xs = given_inputs(graph, arrs, f"inputs[{i}]" if many else "inputs")
+        o = None if obs is None else observed_outputs(graph, obs[i], S, f"observed[{i}]" if many else "observed")
+        cases.append(Case(model_label(model), sizes, S.name, spec, xs, kind="given", seed=0, trial=i,
+                          origin="observed" if o is not None else "given",
+                          source=None if named else graph, observed=o, **ks))
+    search = "observed" if obs is not None else "given"
+    if claim.scope == "population":
+        res = claim.fn([claim.case_fn(Runs(c, graph=graph)) for c in cases])
+        return CheckReport(claim.name, model_label(model), S.name, res.verdict, len(cases), int(res.fails),
+                           res.margin, res.detail, population=res.stats, search=search, fusion=spec,
+                           undecided=0 if not res.undecided else 1, undecided_detail=dict(res.undecided), **ks)
+    results = [evaluate(claim, c, graph=graph) for c in cases]
+    viol = [i for i, r in enumerate(results) if r.fails]
+    und = [i for i, r in enumerate(results) if r.verdict == "undecided"]
+    wi = int(np.argmax([_key(r.margin) for r in results]))
+    verdict = "fails" if viol else ("undecided" if und else "holds")
+    fps = sorted({r.fingerprints["fused"] for r in results if "fused" in r.fingerprints})
+    rep = CheckReport(claim.name, model_label(model), S.name, verdict, len(cases), len(viol),
+                      float(results[wi].margin), results[wi].detail, worst_trial=wi, fingerprints=fps,
+                      search=search, fusion=spec, undecided=len(und),
+                      undecided_detail={"trial": und[0], "kind": "given", **results[und[0]].undecided} if und else {},
+                      **ks)
+    if viol:
+        i = viol[int(np.argmax([results[j].margin for j in viol]))]
+        if obs is not None or not shrink_cex or not claim.searchable:
+            # observed outputs belong to exactly these inputs: the case is kept as given
+            rep.counterexample = (cases[i], results[i])
+            if save:
+                rep.saved = save_counterexample(claim, cases[i], results[i], save, extra={"search": search},
+                                                force=force)
+        else:
+            _keep_counterexample(claim, cases[i], rep, opts, save, True, force)
+    return rep
+
+
+def _report(claim, model, fmt, spec, results, fps, opts, ks) -> CheckReport:
     """The report of the random trials (before any adversarial search)."""
     viol = [r for r in results if r[2][0] == "fails"]
     und = [r for r in results if r[2][0] == "undecided"]
@@ -251,7 +371,8 @@ def _report(claim, model, fmt, spec, results, fps, opts) -> CheckReport:
     verdict = "fails" if viol else ("undecided" if und else "holds")
     rep = CheckReport(claim.name, model, fmt, verdict, opts.trials, len(viol), float(worst[2][1]), worst[2][2],
                       worst_trial=worst[0], fingerprints=fps, search=opts.search, fusion=spec, undecided=len(und),
-                      undecided_detail={"trial": und[0][0], "kind": und[0][1], **und[0][2][3]} if und else {})
+                      undecided_detail={"trial": und[0][0], "kind": und[0][1], **und[0][2][3]} if und else {},
+                      **ks)
     if len(fps) > 1:  # the trials of one check must see one compiled plan
         rep.verdict = "fails"
         if claim.name == "compile_determinism":
@@ -278,12 +399,12 @@ def _keep_counterexample(claim, cex: Case, rep: CheckReport, opts, save, shrink_
             rep.saved = save_counterexample(claim, cex, rep.counterexample[1], save, force=force)
 
 
-def _adversarial(claim, model, sizes, S, fusion, seed, results, opts, rep, progress) -> Case | None:
+def _adversarial(claim, model, sizes, S, fusion, seed, results, opts, rep, progress, ks) -> Case | None:
     """Hill climbing from the 3 highest-margin random cases (module
     docstring); undecided candidates are not climbed into."""
     order = np.argsort([-_key(r[2][1]) for r in results], kind="stable")[:3]
     starts = [results[i] for i in order]
-    graph = get_model(model, sizes)
+    graph = model if isinstance(model, Graph) else get_model(model, sizes)
     rng = np.random.default_rng([int(seed), zlib.crc32(b"adversarial")])
     bar = None
     if progress:
@@ -293,7 +414,7 @@ def _adversarial(claim, model, sizes, S, fusion, seed, results, opts, rep, progr
     try:
         for t, kind, (_, margin, _, _), _ in starts:
             case = make_case(model, sizes=sizes, fmt=S.name, fusion=fusion, kind=kind, seed=seed, trial=t,
-                             graph=graph)
+                             graph=graph, **ks)
             best = _key(margin)
             for _ in range(per_start):
                 cand, _how = _mutate(case, graph, rng)

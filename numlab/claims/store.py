@@ -6,18 +6,43 @@ bit for bit.  The storage format's key is ``"fmt"``; files written before
 the rename have ``"dtype"`` and still load.  The fusion is rebuilt from the
 saved ``"fusion_options"`` fields (what ran), not from the spec string,
 whose preset may have changed default since (the autofuse preset kept
-composites decomposed before it kept them whole)."""
+composites decomposed before it kept them whole).
+
+A case checked on a real kernel's outputs (``Case.observed``) saves them as
+``output/observed/<name>`` next to numlab's eager and reference outputs; a
+case whose model is a Graph or a traced function (``Case.source``) saves the
+graph in the ``.json`` (``"graph"``: :meth:`numlab.graph.Graph.to_dict`, and
+``"graph_roles"``), so :func:`reproduce` rebuilds it without the user's
+code and re-evaluates the claim on the saved observed outputs (numlab cannot
+re-run the real kernel: ``"bitwise"`` then covers eager and the reference).
+Such a file's name hashes the inputs and the observed outputs (two kernels'
+outputs on the same inputs are two counterexamples); its ``"case_sha256"``
+records that hash.
+
+The kernels are saved as canonical spec strings (``KernelSpec.spec``) in
+``"kernels"``: ``{"fused": the fused side's kernels, "fused_library": the
+library fused plans call, "eager": eager's library}`` (the last two are one
+spec, :attr:`Case.library`); :func:`load_counterexample` rebuilds the case
+with them, so :func:`reproduce` re-runs the same kernels.  Files written
+before kernel specs were saved hold the descriptions
+``"KernelSpec.codegen()"`` / ``"KernelSpec.handwritten()"``, read as those
+presets (what ran).  A case with other kernels than the defaults has the
+kernel specs in its file-name hash (``"case_sha256"``): the same inputs
+under two kernels are two counterexamples."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
 
 import numpy as np
 
 from ..fusion import FusionOptions
+from ..graph import Graph
 from ._fusion import fusion_options, fusion_spec
+from ._kernels import DEFAULT_KERNELS, DEFAULT_LIBRARY, kernel_spec
 from .cases import Case, evaluate
 from .catalogue import CaseResult, get_claim
 
@@ -49,9 +74,27 @@ def save_counterexample(claim, case: Case, result: CaseResult, directory="data/c
     for mode, outs in result.outputs.items():
         for k, v in outs.items():
             arrs[f"output/{mode}/{k}"] = np.asarray(v)
+    if case.observed is not None:
+        for k, v in case.observed.items():
+            arrs[f"output/observed/{k}"] = np.asarray(v)
     ih = sha256_arrays({k: v for k, v in arrs.items() if k.startswith("input/")})
     oh = sha256_arrays({k: v for k, v in arrs.items() if k.startswith("output/")})
-    stem = os.path.join(directory, f"{claim.name}__{case.model}__{case.fmt}__{ih[:12]}")
+    key = ih
+    extra = dict(extra or {})
+    if case.observed is not None:
+        key = sha256_arrays({**{f"input/{k}": v for k, v in case.inputs.items()},
+                             **{f"observed/{k}": v for k, v in case.observed.items()}})
+        extra["case_sha256"] = key
+    if (case.kernels, case.library) != (DEFAULT_KERNELS, DEFAULT_LIBRARY):
+        h = hashlib.sha256(key.encode())
+        h.update(f"kernels={case.kernels}\0library={case.library}".encode())
+        key = h.hexdigest()
+        extra["case_sha256"] = key
+    if case.source is not None:
+        extra["graph"] = case.source.to_dict()
+        extra["graph_roles"] = dict(case.source.roles)
+    label = re.sub(r"[^A-Za-z0-9_.+-]", "_", str(case.model))  # a file name, whatever the label holds
+    stem = os.path.join(directory, f"{claim.name}__{label}__{case.fmt}__{key[:12]}")
     meta = {
         "claim": claim.name,
         "statement": claim.statement,
@@ -60,8 +103,7 @@ def save_counterexample(claim, case: Case, result: CaseResult, directory="data/c
         "fmt": case.fmt,
         "fusion": case.fusion,
         "fusion_options": fusion_options(case.fusion).canonical(),
-        "kernels": {"eager": "KernelSpec.handwritten()", "fused": "KernelSpec.codegen()",
-                    "fused_library": "KernelSpec.handwritten()"},
+        "kernels": {"eager": case.library, "fused": case.kernels, "fused_library": case.library},
         "kind": case.kind,
         "seed": case.seed,
         "trial": case.trial,
@@ -72,7 +114,8 @@ def save_counterexample(claim, case: Case, result: CaseResult, directory="data/c
         "margin": result.margin,
         "verdict": result.verdict,
         "detail": result.detail,
-        **(extra or {}),
+        "observed": case.observed is not None,
+        **extra,
     }
     jpath, npath = stem + ".json", stem + ".npz"
     text = json.dumps(meta, indent=2, sort_keys=True, default=_json_default)
@@ -111,8 +154,16 @@ def load_counterexample(path) -> tuple[Case, dict, dict]:
         arrs = {k: z[k] for k in z.files}
     inputs = {k.split("/", 1)[1]: v for k, v in arrs.items() if k.startswith("input/")}
     fmt = meta["fmt"] if "fmt" in meta else meta["dtype"]  # "dtype": files saved before the rename
+    source = None
+    if meta.get("graph"):
+        source = Graph.from_dict(meta["graph"]).with_roles(**meta.get("graph_roles", {}))
+    observed = None
+    if meta.get("observed"):
+        observed = {k.split("/", 2)[2]: v for k, v in arrs.items() if k.startswith("output/observed/")}
+    kernels, library = _saved_kernels(meta)
     case = Case(meta["model"], meta["sizes"], fmt, _saved_fusion(meta), inputs,
-                meta.get("kind", "normal"), meta.get("seed", 0), meta.get("trial", 0), meta.get("origin", ""))
+                meta.get("kind", "normal"), meta.get("seed", 0), meta.get("trial", 0), meta.get("origin", ""),
+                source=source, observed=observed, kernels=kernels, library=library)
     return case, meta, arrs
 
 
@@ -126,10 +177,32 @@ def _saved_fusion(meta: dict) -> str:
                          enable_autofuse=fo["enable_autofuse"], name=fo.get("name", "autofuse")).spec
 
 
+_LEGACY_KERNELS = {"KernelSpec.codegen()": DEFAULT_KERNELS, "KernelSpec.handwritten()": DEFAULT_LIBRARY}
+"""What files saved before kernel specs were stored hold in ``"kernels"``
+(descriptions of the defaults that ran), mapped to the presets' specs."""
+
+
+def _saved_kernels(meta: dict) -> tuple[str, str]:
+    """(fused kernels, library) canonical specs of a saved counterexample."""
+    saved = meta.get("kernels") or {}
+    if not isinstance(saved, dict):
+        raise ValueError(f"counterexample 'kernels' must be a dict of kernel specs, got {saved!r}")
+    specs = {k: _LEGACY_KERNELS.get(v, v) for k, v in saved.items()}
+    kernels = kernel_spec(specs.get("fused"), "kernels['fused']", DEFAULT_KERNELS)
+    library = kernel_spec(specs.get("fused_library", specs.get("eager")), "kernels['fused_library']",
+                          DEFAULT_LIBRARY)
+    eager = kernel_spec(specs.get("eager"), "kernels['eager']", library)
+    if eager != library:
+        raise ValueError(f"counterexample kernels {saved!r}: eager's library {eager!r} differs from the fused "
+                         f"plan's library {library!r}; a case has one library (Case.library)")
+    return kernels, library
+
+
 def reproduce(path) -> dict:
     """Re-run a saved counterexample: ``{"bitwise": all saved outputs equal bit
     for bit, "violated": claim still violated (verdict "fails"), "verdict",
-    "fingerprints_equal": ..., "result": CaseResult}``."""
+    "fingerprints_equal": ..., "kernels", "library" (the specs it re-ran),
+    "result": CaseResult}``."""
     case, meta, arrs = load_counterexample(path)
     res = evaluate(meta["claim"], case)
     same = True
@@ -143,4 +216,4 @@ def reproduce(path) -> dict:
             same = False
     fp_equal = all(res.fingerprints.get(m) == f for m, f in meta.get("fingerprints", {}).items())
     return {"bitwise": same, "violated": res.fails, "verdict": res.verdict, "fingerprints_equal": fp_equal,
-            "result": res}
+            "kernels": case.kernels, "library": case.library, "result": res}

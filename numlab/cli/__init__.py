@@ -35,6 +35,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "reveal": ("numlab.cli.reveal", "reveal the summation order of a torch/numpy reduction by probing"),
     "calibrate": ("numlab.cli.calibrate", "detect, reveal and measure numlab's PyTorch model per ATen capability"),
     "bench": ("numlab.bench", "benchmarks, reported as ratios against numpy/ml_dtypes"),
+    "mma": ("numlab.cli.mma", "matrix units (tensor cores): `mma sweep`, the DeepSeek-V3 K sweep, presets, claims"),
     "course": ("numlab.cli.course", "build the course: the notebooks executed, as static HTML pages with an index"),
 }
 

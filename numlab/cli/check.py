@@ -3,6 +3,8 @@
 ::
 
     numlab check CLAIM MODEL --dtype D --trials N [--search adversarial] [--out DIR]
+                             [--kernels SPEC] [--library SPEC]
+    numlab check CLAIM MODEL|--graph MODULE:FUNCTION --inputs FILE.npz|DIR [--observed DIR|FILE.npz]
     numlab check plan [--out DIR] [--trials N] [--quick] [--force] [--fusion SPEC[,SPEC...]]...
     numlab check determinism MODEL [--runs N] [--mode M] [--order O] ...   (numlab.determinism)
     numlab check list                   (the built-in claims)
@@ -13,28 +15,60 @@ it was saved); 2 undecided (some case's decision rests on an infinite, NaN,
 unknown or empty result: the report names the operators responsible and the
 causes) or bad usage.  ``check plan``: 1 if any chain FAILs, else 2 if any is
 UNDECIDED, else 0.
+
+Your kernel: with ``--inputs FILE.npz|DIR`` the claim is checked on exactly
+those inputs (no search), and with ``--observed`` a real kernel's outputs on
+them take the place of numlab's fused run (eager and the fp64 reference come
+from numlab; :func:`numlab.claims.check`).  ``--observed`` is a directory of
+``NAME.npy`` (one per graph output), a numlab dump, an msprobe or msit dump
+(:func:`numlab.compare.layouts.load_any`; ``--observed-name OUTPUT=TENSOR``
+maps a tool's tensor name to a graph output), or a ``.npz`` file.  Claims that need more of the kernel than its outputs
+are undecided (exit 2) with the reason "needs a model of the fused kernel".
+A violating case is saved with the real data under ``--out``.
+
+Kernels: ``--kernels SPEC`` is the fused side's kernel spec (the code
+generator, default ``codegen``) and ``--library SPEC`` eager's library
+kernel spec (also called by fused plans for the blocks they do not
+generate; default ``handwritten``), both in the ``KernelSpec.parse`` grammar
+(``numlab --help``); e.g. ``--kernels codegen:mma=H100/fp8_e4m3/fp32
+--library handwritten:mma=H100/fp8_e4m3/fp32`` puts every matmul on the
+H100 fp8 matrix unit.  Every run of the claim (running bounds included)
+takes them and a saved counterexample records them.
 """
 
 from __future__ import annotations
 
 import json
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
 
 from .. import claims as C
 from .. import plots, report, zoo
+from ..compare.layouts import load_any
 from ..determinism import EXEC_MODES, INJECTIONS, check_determinism
 from ..fusion import FusionOptions
-from .options import add_shared, fusion_list_type, nonneg_int
+from .options import add_shared, fusion_list_type, graph_and_inputs, kernels_type, nonneg_int
 
 __all__ = ["add_parser", "EXECUTORS"]
 
 EXECUTORS = ("inprocess", "process", "dask")
 
 NO_INPUT_FILES = (
-    "--inputs takes input kinds, not a FILE: a check searches, each trial drawing its own inputs "
-    "(one seed per trial) and a counterexample is shrunk by resizing the model, so a file of fixed "
-    "inputs would make every trial the same case.  To run given inputs: numlab run MODEL --inputs FILE.")
-"""Why ``check CLAIM`` and ``check plan`` refuse ``--inputs FILE`` (their help epilog)."""
+    "--inputs takes input kinds, not a FILE: a check searches, each chain's trials drawing their own inputs "
+    "(one seed per trial), so a file of fixed inputs would make every trial the same case.  To check a claim "
+    "on given inputs: numlab check CLAIM MODEL --inputs FILE [--observed DIR]; to run them: numlab run MODEL "
+    "--inputs FILE.")
+"""Why ``check plan`` refuses ``--inputs FILE`` (its help epilog)."""
+
+GIVEN_INPUTS = (
+    "With --inputs KIND[,KIND...] the claim is searched on drawn inputs (--trials, --search).  With "
+    "--inputs FILE.npz|DIR it is checked on exactly those inputs (no search), and --observed DIR|FILE.npz "
+    "puts a real kernel's outputs on them in place of numlab's fused run: eager and the fp64 reference "
+    "come from numlab; names, shapes and dtypes are checked against the graph's outputs.  Claims that "
+    "need more of the kernel than its outputs are undecided (exit 2): 'needs a model of the fused kernel'.")
+"""The help epilog of ``check CLAIM``."""
 
 
 def add_parser(sub) -> None:
@@ -48,12 +82,25 @@ def add_parser(sub) -> None:
     )
     csub = p.add_subparsers(dest="check_command", metavar="CLAIM|plan|determinism|list")
     for name, claim in sorted(C.CLAIMS.items()):
-        cp = csub.add_parser(name, help=claim.statement, description=claim.statement, epilog=NO_INPUT_FILES)
+        cp = csub.add_parser(name, help=claim.statement, description=claim.statement, epilog=GIVEN_INPUTS)
         add_shared(cp, model="a zoo model (numlab.zoo.MODELS), a claims model (numlab.claims.EXTRA_MODELS) "
-                   "or module:function",
-                   dtype="fp16", fusion="", size="", seed=0,
+                   "or module:function (or give --graph)", model_required=False, graph=True,
+                   dtype="fp16", fusion="(the stated plan)", size="", seed=0,
                    inputs="normal,uniform,shifted_mean,heavy_tailed,near_overflow", inputs_multi=True,
+                   inputs_files=True,
                    out="data/counterexamples", force="(a different counterexample file of the same name)")
+        cp.add_argument("--observed", default=None, metavar="DIR|FILE.npz",
+                        help="a real kernel's outputs on the --inputs FILE arrays, in place of numlab's fused "
+                             "run: a directory of NAME.npy (one per graph output), a numlab, msprobe or msit "
+                             "dump, or a .npz file")
+        cp.add_argument("--observed-name", action="append", default=[], metavar="OUTPUT=TENSOR",
+                        help="the tensor of --observed holding graph output OUTPUT, when the dump names it "
+                             "otherwise (e.g. y=Functional.layer_norm.0.forward.output.0); repeatable")
+        add_shared(cp, kernels="(here: the fused side's kernels, default codegen; e.g. "
+                                 "'codegen:mma=H100/fp8_e4m3/fp32')")
+        cp.add_argument("--library", default=None, metavar="SPEC", type=kernels_type("--library"),
+                        help="kernel spec of eager's library kernels, also called by fused plans for blocks "
+                             "they do not generate (default handwritten), same grammar as --kernels")
         cp.add_argument("--trials", type=int, default=100, help="random trials (default 100)")
         cp.add_argument("--search", choices=("random", "adversarial"), default="random")
         cp.add_argument("--steps", type=int, default=200, help="adversarial mutations (default 200)")
@@ -161,28 +208,110 @@ def _executor(kind: str, workers: int):
     return client, close
 
 
+def _observed(value: str, names: dict):
+    """``--observed``: a ``.npz`` file as its path (numlab.claims reads it),
+    anything else through :func:`numlab.compare.layouts.load_any` (plain
+    ``.npy`` folders, numlab dumps, msprobe's and msit's layouts; files
+    checked, a missing or corrupt one is an error).  ``names``
+    (``--observed-name OUTPUT=TENSOR``) picks each graph output's tensor
+    by the name the dump gives it (a tool's dump names tensors its own way)."""
+    p = Path(value)
+    if not p.exists():
+        raise FileNotFoundError(f"--observed {value!r}: no such directory or file")
+    src = p if p.is_file() and p.suffix == ".npz" else load_any(p, strict=True)
+    if not names:
+        return src
+    if isinstance(src, Path):
+        with np.load(src, allow_pickle=False) as z:
+            have = {k: z[k] for k in z.files}
+        get, avail = have.__getitem__, list(have)
+    else:
+        get, avail = src.array, list(src.names)
+    missing = [t for t in names.values() if t not in avail]
+    if missing:
+        raise ValueError(f"--observed-name: {missing} not in --observed {value!r}; it holds "
+                         f"{avail[:20]}{' ...' if len(avail) > 20 else ''}")
+    return {out: np.asarray(get(t)) for out, t in names.items()}
+
+
+def _observed_names(items) -> dict:
+    out = {}
+    for item in items or []:
+        for part in item.split(","):
+            k, sep, v = part.partition("=")
+            if not sep or not k.strip() or not v.strip():
+                raise ValueError(f"--observed-name {item!r}: give OUTPUT=TENSOR (a graph output and the name "
+                                 "of its tensor in the --observed dump)")
+            out[k.strip()] = v.strip()
+    return out
+
+
+def _run_given(args) -> int:
+    """``check CLAIM`` on the arrays of ``--inputs FILE`` (and ``--observed``)."""
+    if args.search != "random":
+        raise ValueError("--search adversarial mutates inputs; with --inputs FILE the check runs exactly those "
+                         "inputs (use --inputs KIND to search)")
+    graph, inputs = graph_and_inputs(args)
+    names = _observed_names(args.observed_name)
+    if names and args.observed is None:
+        raise ValueError("--observed-name needs --observed DIR|FILE.npz")
+    observed = None if args.observed is None else _observed(args.observed, names)
+    fusion = FusionOptions.parse(args.fusion)
+    what = f"observed={args.observed}" if observed is not None else "fused=numlab's model"
+    print(f"numlab check {args.claim} {graph.name}: dtype={args.dtype.name} fusion={fusion.spec}"
+          f"{_kernels_text(args)} inputs={args.inputs} {what}")
+    rep = C.check(args.claim, graph, inputs=inputs, observed=observed, fmt=args.dtype.name, fusion=fusion.spec,
+                  save=None if args.no_save else args.out, shrink_cex=not args.no_shrink, force=args.force,
+                  kernels=args.kernels, library=args.library)
+    return _print_verdict(args, rep)
+
+
 def _run_claim(args) -> int:
+    if args.model is None:
+        raise ValueError("MODEL (or --graph MODULE:FUNCTION) is required; see `numlab check CLAIM --help`")
+    if isinstance(args.inputs, Path):
+        return _run_given(args)
+    if args.observed is not None or args.observed_name:
+        raise ValueError("--observed needs the inputs the kernel ran on: give --inputs FILE.npz|DIR")
     if args.trials < 1:
         raise ValueError(f"--trials={args.trials} must be >= 1")
     kinds = tuple(k.strip() for k in args.inputs.split(",") if k.strip())
     fusion = FusionOptions.parse(args.fusion)
-    print(f"numlab check {args.claim} {args.model}: dtype={args.dtype.name} fusion={fusion.spec} "
-          f"inputs={','.join(kinds)} seed={args.seed} trials={args.trials} search={args.search}")
+    print(f"numlab check {args.claim} {args.model}: dtype={args.dtype.name} fusion={fusion.spec}"
+          f"{_kernels_text(args)} inputs={','.join(kinds)} seed={args.seed} trials={args.trials} "
+          f"search={args.search}")
     opts = C.SearchOptions(trials=args.trials, search=args.search, adversarial_steps=args.steps, kinds=kinds)
     ex, close = _executor(args.executor, args.workers)
     try:
         # claims.check takes the spec string (it stores it in the case record)
         rep = C.check(args.claim, args.model, fmt=args.dtype.name, sizes=args.size, fusion=fusion.spec,
                       seed=args.seed, executor=ex, save=None if args.no_save else args.out, options=opts,
-                      progress=args.progress, shrink_cex=not args.no_shrink, force=args.force)
+                      progress=args.progress, shrink_cex=not args.no_shrink, force=args.force,
+                      kernels=args.kernels, library=args.library)
     finally:
         if close:
             close()
+    return _print_verdict(args, rep)
+
+
+def _kernels_text(args) -> str:
+    """`` kernels=SPEC library=SPEC`` for the head line, when either is given."""
+    if args.kernels is None and args.library is None:
+        return ""
+    k = "codegen" if args.kernels is None else args.kernels.spec
+    lib = "handwritten" if args.library is None else args.library.spec
+    return f" kernels={k} library={lib}"
+
+
+def _print_verdict(args, rep) -> int:
+    """The report, the closing lines and the exit code (0 / 1 / 2)."""
     print(report.wrap_lines(rep.summary()))
     if rep.verdict == "fails":
         if rep.worst_trial is None and rep.counterexample is None:  # a population claim
-            print(f"claim {rep.claim} fails on {rep.model} over the pooled outputs of all {rep.trials} "
-                  f"trials (margin {rep.worst_margin:.4g}); a population claim has no single "
+            what = (f"{rep.trials} given case(s)" if rep.search in ("given", "observed")
+                    else f"all {rep.trials} trials")
+            print(f"claim {rep.claim} fails on {rep.model} over the pooled outputs of {what} "
+                  f"(margin {rep.worst_margin:.4g}); a population claim has no single "
                   "counterexample case to save")
         else:
             if rep.saved:
@@ -233,5 +362,7 @@ def _run_plan(args) -> int:
 def _run_list(args) -> int:
     for name, c in sorted(C.CLAIMS.items()):
         print(f"{name:<24} {c.statement}")
+        if c.on_observed:
+            print(f"{'':<24} [with --observed: undecided, {C.NEEDS_KERNEL_MODEL}]")
     return 0
 

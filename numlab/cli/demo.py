@@ -30,12 +30,15 @@ from ..experiments import (
     MATRIX_NOTE,
     MATRIX_PRESETS,
     QUICK_MODELS,
+    SCALED_MODEL,
     SOURCE_COLUMNS,
     chain_errors,
     demo_rows,
     flat_outputs,
+    format_scaled_claims,
     format_source_table,
     format_verdict_matrix,
+    scaled_claims,
     source_rows,
     verdict_matrix,
 )
@@ -146,6 +149,23 @@ def _sources_html(srows) -> str:
     return "\n".join(out)
 
 
+_SCALED_TITLE = (f"block-scaled fp8 ({SCALED_MODEL}: DeepSeek-V3 1x128 / 128x128 e4m3 blocks): is fused with "
+                 "per-block scaling no worse than eager with it? (numlab check, random trials on normal and "
+                 "heavy-tailed inputs)")
+
+
+def _scaled_html(crows) -> str:
+    out = [f"<h2>Block-scaled fp8: {html.escape(SCALED_MODEL)}</h2>",
+           f"<p class='note'>{html.escape(_SCALED_TITLE)}</p>",
+           "<table><thead><tr><th>claim</th><th>S</th><th>verdict</th><th>violating trials</th><th>trials</th>"
+           "<th>worst margin</th><th>why undecided</th></tr></thead><tbody>"]
+    for r in crows:
+        cells = [r["claim"], r["fmt"], r["verdict"], r["violations"], r["trials"], f"{r['worst_margin']:.3g}", r["why"]]
+        out.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
 def main(out="out", *, force=False, quick=False, fusion=None, kind="normal", seed=0,
          models=None, echo=print, width=None, plain=None) -> dict:
     """Run the demo; returns ``{"dir", "rows", "files", "table", "seconds"}``.
@@ -167,6 +187,7 @@ def main(out="out", *, force=False, quick=False, fusion=None, kind="normal", see
     mkinds = ("normal", "shifted_mean") if quick else MATRIX_KINDS
     mrows = verdict_matrix(models, fmts, MATRIX_PRESETS, mkinds, seed=seed)
     srows = source_rows(quick=quick, seed=seed)
+    crows = scaled_claims(fmts, trials=4 if quick else 20, fusion=fo, seed=seed)
 
     fused = [r for r in rows if r["mode"] == "fused"]
     better = sum(r["verdict"].startswith("more") for r in fused)
@@ -210,7 +231,7 @@ def main(out="out", *, force=False, quick=False, fusion=None, kind="normal", see
     meta = {"numlab": __version__, "fusion": fo.canonical(), "fusion_spec": fo.spec, "kind": kind, "seed": seed,
             "models": list(models), "fmts": list(fmts),
             "chain": {dt: {"n": list(ns), "errors": e, "bounds": b} for dt, (e, b) in chain.items()},
-            "sources": srows, "verdicts": mrows}
+            "sources": srows, "verdicts": mrows, "scaled_claims": crows}
     (outdir / "results.json").write_text(json.dumps(
         {"meta": meta, "rows": [{k: v for k, v in r.items()} for r in rows]},
         indent=1, default=lambda o: None if isinstance(o, float) and not math.isfinite(o) else str(o)))
@@ -228,7 +249,7 @@ def main(out="out", *, force=False, quick=False, fusion=None, kind="normal", see
     (outdir / "report.html").write_text(html_report(
         title="numlab demo: eager vs fused vs emulated casts", intro=intro, rows=rows,
         figures=embedded, plans=extra["plans"], notes=notes, specs={"fusion": fo.spec},
-        extra_html=_matrix_html(mrows) + "\n" + _sources_html(srows)))
+        extra_html=_matrix_html(mrows) + "\n" + _sources_html(srows) + "\n" + _scaled_html(crows)))
     files.append(outdir / "report.html")
     secs = time.perf_counter() - t0
 
@@ -246,6 +267,7 @@ def main(out="out", *, force=False, quick=False, fusion=None, kind="normal", see
         format_source_table(srows, width=W, plain=plain),
         report.wrap("all four sources aligned + no decomposition: " + (
             "bitwise identical to eager in every case" if not bad else f"DIFFERS from eager in {bad}"), W),
+        "", report.wrap(_SCALED_TITLE, W), format_scaled_claims(crows, width=W, plain=plain),
     ]
     if note:
         say.append(report.wrap(note, W))
@@ -273,9 +295,9 @@ def add_parser(sub) -> None:
                force="(default: a fresh run-NNN subfolder)")
     p.add_argument("--quick", action="store_true", help="4 models and short chains (a few seconds)")
     p.add_argument("--models", default=None, metavar="A,B", type=models_type,
-                   help="comma-separated subset of the zoo models (default all): "
-                        f"{', '.join(zoo.MODELS)}; demo runs several models, so it takes --models "
-                        "where one-model commands take a MODEL positional")
+                   help="demo runs several models, so it takes --models where one-model commands take "
+                        "a MODEL positional: a comma-separated subset of the zoo models (default all): "
+                        f"{', '.join(zoo.MODELS)}")
     p.set_defaults(func=_cli)
 
 

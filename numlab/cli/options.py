@@ -13,6 +13,7 @@ that apply to it)::
                           directory of .npy files (commands that run one graph)
     --fusion SPEC         fusion spec (FusionOptions.parse), default "autofuse"
     --kernels SPEC        kernel spec (KernelSpec.parse)
+    --library SPEC        eager's library kernel spec (check CLAIM, bisect)
     --seed N              seed of the inputs (an integer >= 0)
     --out DIR             where results go
     --force               overwrite existing results
@@ -98,6 +99,7 @@ MODEL              a zoo model, a claims model, or module:function: a function
                    directory of NAME.npy files, checked against the graph
 --fusion SPEC      fusion spec (below); default autofuse, printed in every header
 --kernels SPEC     kernel spec (below)
+--library SPEC     eager's library kernel spec (check CLAIM, bisect)
 --seed N           seed of the inputs, an integer >= 0
 --out DIR          where results go
 --force            overwrite existing results (never replaced otherwise)

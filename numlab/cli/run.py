@@ -1,4 +1,4 @@
-"""``numlab run MODEL|--graph MODULE:FUNCTION --dtype D --mode M --seed S [--size N=I] [--inputs KIND|FILE] [--fusion SPEC] [--kernels SPEC] [--dump DIR [--force]]``.
+"""``numlab run MODEL|--graph MODULE:FUNCTION --dtype D --mode M --seed S [--size N=I] [--inputs KIND|FILE] [--fusion SPEC] [--kernels SPEC] [--dump DIR [--dump-layout numlab|msprobe|msit] [--force]]``.
 
 Runs a model (a zoo model, a claims model, or your own ``module:function``:
 a numpy/numlab or PyTorch function traced on the ``--inputs`` arrays, or a
@@ -19,6 +19,7 @@ import numpy as np
 from .. import zoo
 from ..claims import EXTRA_MODELS
 from ..compare.dump import check_target, dump_run
+from ..compare.layouts import LAYOUTS, dump_run_as
 from ..execute import run
 from ..fusion import FusionOptions
 from ..report import Column, render_table
@@ -48,6 +49,10 @@ def add_parser(sub) -> None:
     p.add_argument("--keep-internals", action="store_true",
                    help="fused modes: also dump block-internal fp32 values")
     p.add_argument("--dump", default=None, metavar="DIR", help="write the dump to DIR")
+    p.add_argument("--dump-layout", default="numlab", choices=list(LAYOUTS), metavar="LAYOUT",
+                   help="with --dump: numlab (one .npy per node + manifest.json, the default), "
+                        "msprobe (dump.json + .pt files, for `msprobe compare`) or msit "
+                        "(model_tree.json + .pth tree, for `msit llm compare`)")
     p.set_defaults(func=main)
 
 
@@ -97,6 +102,8 @@ def main(args) -> int:
     if not model:
         raise ValueError("MODEL is required (or --graph MODULE:FUNCTION); valid: "
                          f"{sorted({**zoo.MODELS, **EXTRA_MODELS})}, module:function, or --list")
+    if args.dump_layout != "numlab" and not args.dump:
+        raise ValueError(f"--dump-layout {args.dump_layout} needs --dump DIR")
     if args.dump:  # refuse an existing dump before running, not after
         check_target(Path(args.dump), args.force)
     S = args.dtype
@@ -127,7 +134,10 @@ def main(args) -> int:
         extra = {"inputs": str(args.inputs), "sizes": args.size}
         if fused:
             extra["fusion"] = kw["fusion"].spec
-        path = dump_run(res, args.dump, force=args.force, model=model, seed=args.seed, extra=extra)
+        if args.dump_layout == "numlab":
+            path = dump_run(res, args.dump, force=args.force, model=model, seed=args.seed, extra=extra)
+        else:  # a foreign tool's layout (numlab.compare.layouts; a sidecar keeps numlab's manifest)
+            path = dump_run_as(res, args.dump, args.dump_layout, force=args.force)
         print(f"dumped {len(res.values)} nodes to {path}")
     sys.stdout.flush()
     return 0

@@ -9,11 +9,20 @@ fused run and are listed as ``inside_block``.
 
 Columns and formulas
 --------------------
-msit (``msit llm compare``; ``components/utils/cmp_algorithm.py`` and
-``msit_llm/compare/cmp_utils.py`` of Ascend/msit), with ``g`` golden, ``m``
-mine, both flattened (msit's ``compare_data`` does ``reshape(-1)``) and
-``eps = 2**-52`` (``np.finfo(float).eps``, as msit's numpy ``cmp_algorithm``
-and :mod:`numlab.metrics`; msit's torch variant uses float32's eps):
+These are numlab's **exact** columns (the default flavour): the tools'
+formulas evaluated exactly in float64, not the tools' own arithmetic.  The
+tools' own columns (msit's float32 and its float32 eps mask, msprobe's
+working dtypes, rounding and NaN verdicts) are the flavours of
+:mod:`numlab.compare.flavors` (``--flavor``); docs/compare.md lists every
+difference.
+
+msit's formulas (``msit llm compare``; ``components/utils/cmp_algorithm.py``
+and ``msit_llm/compare/cmp_utils.py``), with ``g`` golden, ``m`` mine, both
+flattened, and ``eps = 2**-52`` -- numlab's mask, which hides only exact zeros
+and values below float64's epsilon.  **msit itself masks with float32's eps
+2**-23 = 1.19e-7** (``torch.finfo(torch.float).eps``, and
+``np.finfo(np.float32).eps`` in its numpy variant), so on 1e-9-scale data
+msit reports relative error 0 where these columns report the real error:
 
 * ``cosine_similarity`` = ``g.m / (|g| |m|)``; 1.0 when both are all zero,
   NaN (with a reason) when one is.
@@ -30,8 +39,9 @@ and :mod:`numlab.metrics`; msit's torch variant uses float32's eps):
   ``|g| <= eps``.
 * ``cmp_fail_reason``: why a row could not be compared, or notes.
 
-msprobe (``msprobe/core/compare/npy_compare.py``, ``acc_compare.py`` and
-``common/const.py`` of Ascend/mstt):
+msprobe's formulas (``msprobe/core/compare/npy_compare.py``,
+``acc_compare.py`` and ``common/const.py``), exactly in float64 (8.3.3 works
+in the input dtype, 26.2.0 in float32 for fp16/bf16/fp32 data):
 
 * ``EucDist`` = ``|m - g|_2``; ``MaxAbsErr`` = ``max |m - g|`` (unmasked).
 * ``MaxRelativeErr``, ``One Thousandth Err Ratio``,
@@ -55,8 +65,10 @@ numlab's own columns: ``max_ulp_error`` / ``mean_ulp_error`` =
 same float64 bits, NaN equal to NaN), NaN/inf counts of each side,
 ``error_origin`` and ``inputs``.
 
-Arithmetic is float64 for every dtype (msit computes in float32, msprobe in
-float64), so digits beyond float32's may differ from msit's own report.
+Arithmetic is float64 for every dtype, and the KL divergence uses the
+stable form of :func:`numlab.metrics.kl_divergence`.  NaN/inf: a NaN cosine
+makes ``Accuracy Reached or Not`` ``No`` here; msprobe's own rule says
+``Yes`` (its ``"Nan"`` string compares False with every threshold).
 
 Everything is computed in one streaming pass over chunks of ``chunk_elems``
 elements of the flattened (memory-mapped) arrays by

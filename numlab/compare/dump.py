@@ -22,9 +22,13 @@ Layout of a dump directory::
 
 ``dtype`` is the numlab format name of the stored values (``"bf16"``) or the
 numpy dtype name when it has none; ``encoding`` is ``"npy"`` (the file holds
-the values in their own numpy dtype) or ``"bits"`` (formats numpy cannot save,
-bf16 and fp8, are stored as their unsigned-integer bit patterns and viewed back
-on load; ``np.save`` would otherwise write an opaque ``|V2``).
+the values in their own numpy dtype) or ``"float32"`` (formats numpy cannot
+save, bf16 and fp8, are stored as a float32 copy -- exact, every bf16/fp8 value
+is a float32 -- so msit, msprobe or plain numpy read the real values, never
+integer codes; loading casts back to the format, checking the values are
+representable).  Older dumps with ``encoding: "bits"`` (unsigned
+bit patterns) are still read.  For the tools' own layouts (torch ``.pt``
+files of the real dtype) see :mod:`numlab.compare.layouts`.
 
 Writes are atomic: every file is written to a temporary name and moved into
 place with :func:`os.replace`, and the whole dump is staged in a sibling
@@ -191,7 +195,8 @@ def format_name(dtype) -> str | None:
 
 def _encode_for_save(arr: np.ndarray) -> tuple[np.ndarray, str]:
     """(array numpy can save faithfully, encoding): numpy bool/int/float/complex
-    as they are; bf16/fp8 (ml_dtypes) as their unsigned-integer bit patterns."""
+    as they are; bf16/fp8 (ml_dtypes) as an exact float32 copy (real values
+    for every reader, not integer codes)."""
     if arr.dtype.kind in "biufc" and arr.dtype.type.__module__ == "numpy":
         return arr, "npy"
     try:
@@ -203,7 +208,7 @@ def _encode_for_save(arr: np.ndarray) -> tuple[np.ndarray, str]:
             f"array dtype {arr.dtype} cannot be dumped; supported: numpy bool/int/float "
             f"and the numlab formats {sorted(FORMATS)}"
         )
-    return np.ascontiguousarray(arr).view(_UINT[arr.dtype.itemsize]), "bits"
+    return arr.astype(np.float32), "float32"
 
 
 # --------------------------------------------------------------------------
@@ -508,8 +513,9 @@ class Dump:
 
     # -- data ------------------------------------------------------------
     def array(self, name: str, *, mmap: bool = True) -> np.ndarray:
-        """The array of node ``name``, memory-mapped when ``mmap`` (read-only),
-        decoded to its format's dtype when stored as bits.
+        """The array of node ``name``, memory-mapped when ``mmap`` (read-only;
+        bf16/fp8 stored as a float32 copy come back as an in-memory array of
+        their format), decoded to its format's dtype.
 
         Raises
         ------
@@ -532,7 +538,17 @@ class Dump:
         if not isinstance(arr, np.ndarray):  # pragma: no cover - np.load of .npz
             reason = f"file {str(e.path)!r} is not a single array"
             raise DumpError(f"node {name!r}: {reason}", {name: reason})
-        if e.meta.get("encoding") == "bits":
+        if e.meta.get("encoding") == "float32":
+            fmt = get_format(e.meta["dtype"])
+            if arr.dtype != np.float32 or fmt.dtype is None:
+                reason = f"file {str(e.path)!r} holds {arr.dtype}, expected the float32 copy of {fmt.name}"
+                raise DumpError(f"node {name!r}: {reason}", {name: reason})
+            back = np.asarray(arr).astype(fmt.dtype)
+            if not np.array_equal(back.astype(np.float32), arr, equal_nan=True):
+                reason = f"file {str(e.path)!r} holds values that are not {fmt.name} (edited?)"
+                raise DumpError(f"node {name!r}: {reason}", {name: reason})
+            return back
+        if e.meta.get("encoding") == "bits":  # dumps written before the float32 copy
             fmt = get_format(e.meta["dtype"])
             if arr.dtype.itemsize != fmt.dtype.itemsize or arr.dtype.kind != "u":
                 reason = (f"file {str(e.path)!r} holds {arr.dtype}, expected {fmt.bits}-bit codes "

@@ -14,7 +14,9 @@ import numpy as np
 
 from ..formats import Format, get_format
 from .columns import COLUMNS, Thresholds
-from .dump import Dump, DumpEntry, DumpError, describe_graph, format_name, load_dump, natural_key
+from .dump import Dump, DumpEntry, DumpError, describe_graph, format_name, natural_key
+from .flavors import check_flavor, flavor_cells
+from .layouts import load_any
 from .stream import DEFAULT_CHUNK, compare_arrays
 from .table import CompareReport, _to_float
 
@@ -46,7 +48,7 @@ def as_dump(obj, label: str = "<memory>") -> Dump:
     if isinstance(obj, Dump):
         return obj
     if isinstance(obj, (str, os.PathLike)):
-        return load_dump(obj, strict=False)
+        return load_any(obj, strict=False)
     values = getattr(obj, "values", None)
     if isinstance(values, Mapping):
         node_meta, run_meta = describe_graph(getattr(obj, "graph", None), getattr(obj, "plan", None))
@@ -86,23 +88,26 @@ def compare_dumps(
     thresholds: Thresholds | None = None,
     chunk_elems: int = DEFAULT_CHUNK,
     verify: bool = True,
+    flavor: str = "exact",
 ) -> CompareReport:
     """Compare two dumps node by node (msit ``llm compare -gp GOLDEN -mp MINE``).
 
     Parameters
     ----------
     golden, mine : path, Dump, RunResult or mapping
-        Dump directories (with or without manifest), single ``.npy`` files,
-        loaded dumps, run results or dicts name -> array.
+        Dumps of any layout (numlab, msprobe, msit; :func:`load_any`), single
+        ``.npy`` files, loaded dumps, run results or dicts name -> array.
     fmt : Format or str, optional
         Storage format for the ULP columns (default: mine's manifest dtype,
         else each array's own format).
     thresholds : Thresholds, optional
         Failure rule for ``Accuracy Reached or Not`` and the first divergence.
     chunk_elems : int
-        Elements per streaming chunk.
-    verify : bool
-        Verify SHA-256 checksums of manifest dumps (bad files become rows).
+        Elements per streaming chunk.  ``verify``: check SHA-256 (bad files
+        become rows).
+    flavor : str
+        ``"exact"`` or a tool (:data:`numlab.compare.flavors.FLAVORS`) whose
+        cells the CSV gets too; pass/fail stays numlab's exact rule.
 
     Returns
     -------
@@ -111,17 +116,9 @@ def compare_dumps(
         ``error_origin`` and ``first_divergence`` set.  Never raises for bad
         data; problems are rows with a ``cmp_fail_reason``.
     """
-    th = thresholds or Thresholds()
-    if not isinstance(th, Thresholds):
-        raise TypeError(f"thresholds must be a Thresholds or None, got {type(th).__name__}")
-    if isinstance(chunk_elems, bool) or not isinstance(chunk_elems, (int, np.integer)) or chunk_elems < 1:
-        raise ValueError(f"chunk_elems={chunk_elems!r} is not valid; it must be an int >= 1")
-    if fmt is not None:
-        fmt = get_format(fmt)  # a bad name fails here, not as one failed row per node
-    gd = load_dump(golden, verify=verify, strict=False) if isinstance(golden, (str, os.PathLike)) \
-        else as_dump(golden, "golden")
-    md = load_dump(mine, verify=verify, strict=False) if isinstance(mine, (str, os.PathLike)) \
-        else as_dump(mine, "mine")
+    th, fmt = _checked_args(thresholds, chunk_elems, flavor, fmt)
+    gd, md = (load_any(x, verify=verify, strict=False) if isinstance(x, (str, os.PathLike))
+              else as_dump(x, label) for x, label in ((golden, "golden"), (mine, "mine")))
     if _single_file(gd) and _single_file(md) and gd.names != md.names:
         # two single .npy files (msit -gp/-mp FILE): compared with each other
         # whatever their names, under mine's name
@@ -167,15 +164,39 @@ def compare_dumps(
                 **{f"{side}_path": str(d.path)},
             ))
     sides = _Sides(gd, md, blocks, member_of, decomposed, fmt, th, chunk_elems)
+    sides.flavor = flavor
     for key in order:
         row = sides.row(key, gk.get(key), mk.get(key), info(key))
         if row is not None:
             rows.append(row)
     for i, r in enumerate(rows):
         r["index"] = i
-    report = CompareReport(rows, str(gd.path), str(md.path), th, notes)
+    report = CompareReport(rows, str(gd.path), str(md.path), th, notes, flavor=flavor)
+    _collect_problems(report, gd, md)
     _mark_origins(report, gd, md, blocks, member_of, set(decomposed.values()))
     return report
+
+
+def _checked_args(thresholds, chunk_elems, flavor, fmt):
+    """(thresholds, format) of compare_dumps' arguments, or the error naming
+    the bad one (a bad format fails here, not as one failed row per node)."""
+    th = thresholds or Thresholds()
+    if not isinstance(th, Thresholds):
+        raise TypeError(f"thresholds must be a Thresholds or None, got {type(th).__name__}")
+    if isinstance(chunk_elems, bool) or not isinstance(chunk_elems, (int, np.integer)) or chunk_elems < 1:
+        raise ValueError(f"chunk_elems={chunk_elems!r} is not valid; it must be an int >= 1")
+    check_flavor(flavor)
+    return th, (get_format(fmt) if fmt is not None else None)
+
+
+def _collect_problems(report: CompareReport, gd: Dump, md: Dump) -> None:
+    """``report.problems``: every missing/corrupt file of both dumps, and an
+    unreadable manifest (the folder was then read without it)."""
+    report.problems = {f"{side}:{n}": r for side, d in (("golden", gd), ("my", md))
+                       for n, r in d.problems.items()}
+    for side, d in (("golden", gd), ("my", md)):
+        for note in d.notes:
+            report.problems[f"{side}:manifest.json"] = note
 
 
 class _Sides:
@@ -212,7 +233,8 @@ class _Sides:
                 ))
             return None
         if gname is not None and mname is not None:
-            row = _compare_pair(self.gd, gname, self.md, mname, self.fmt, self.th, self.chunk)
+            row = _compare_pair(self.gd, gname, self.md, mname, self.fmt, self.th, self.chunk,
+                                getattr(self, "flavor", "exact"))
             row.update(base, match="matched")
             if mname != key:
                 row["cmp_fail_reason"] = (f"my {mname} (block output) matched to its last member {key}. "
@@ -289,7 +311,7 @@ def _blank_row(**kw) -> dict:
     return row
 
 
-def _compare_pair(gd: Dump, gname: str, md: Dump, mname: str, fmt, th, chunk) -> dict:
+def _compare_pair(gd: Dump, gname: str, md: Dump, mname: str, fmt, th, chunk, flavor="exact") -> dict:
     row = _blank_row(golden_path=_path_of(gd, gname), my_path=_path_of(md, mname))
     arrays = {}
     reasons = []
@@ -319,6 +341,8 @@ def _compare_pair(gd: Dump, gname: str, md: Dump, mname: str, fmt, th, chunk) ->
                                   chunk_elems=chunk))
     except Exception as exc:  # e.g. an I/O error while reading a truncated memory map
         row["cmp_fail_reason"] = f"compare failed: {type(exc).__name__}: {exc}"
+    if flavor != "exact":
+        row["_flavor"] = flavor_cells(arrays["golden"], arrays["my"], flavor)
     return row
 
 

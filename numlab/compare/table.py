@@ -13,6 +13,7 @@ import numpy as np
 
 from .columns import COLUMNS, Thresholds
 from .dump import atomic_write_bytes
+from .flavors import EXACT_NOTE, FLAVOR_HEADERS, check_flavor, flavor_rows
 
 __all__ = ["CompareReport", "report_path", "format_number"]
 
@@ -47,13 +48,19 @@ class CompareReport:
     :data:`COLUMNS`) in topological order, and the first divergence."""
 
     def __init__(self, rows: list[dict], golden: str, mine: str, thresholds: Thresholds,
-                 notes: list[str] | None = None):
+                 notes: list[str] | None = None, flavor: str = "exact"):
         self.rows = rows
         self.golden = golden
         self.mine = mine
         self.thresholds = thresholds
         self.notes = list(notes or [])
+        #: ``"exact"`` or the tool whose columns the CSV has (numlab.compare.flavors)
+        self.flavor = check_flavor(flavor)
         self.first_divergence: dict | None = None
+        #: ``"golden:node"``/``"my:node"`` -> why that dumped file cannot be
+        #: used (missing, truncated, failed its SHA-256 check, unreadable);
+        #: filled by :func:`compare_dumps` from both dumps
+        self.problems: dict[str, str] = {}
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -84,6 +91,13 @@ class CompareReport:
         ``cmp_fail_reason``)."""
         return [r for r in self.rows if r["match"] == "matched" and self.thresholds.fails(r) is None]
 
+    def ulp_flagged(self, max_ulp: float) -> list[dict]:
+        """Rows that pass the thresholds but whose ``max_ulp_error`` exceeds
+        ``max_ulp``: errors msprobe's absolute rule (``MaxAbsErr > 0.001``)
+        cannot see, e.g. a planted error on small values."""
+        return [r for r in self.rows if self.thresholds.fails(r) is False
+                and _to_float(r.get("max_ulp_error")) > max_ulp]
+
     def column(self, name: str, rows: list[dict] | None = None) -> np.ndarray:
         """A numeric column as float64 (NaN where empty), over ``rows``
         (default: the compared rows)."""
@@ -94,7 +108,19 @@ class CompareReport:
 
     # -- output ------------------------------------------------------------
     def to_csv_text(self) -> str:
+        """The CSV: for flavor ``exact`` a first line ``# numlab compare,
+        flavor=exact: ...`` saying the metrics are exact float64, then
+        :data:`COLUMNS`; for a tool's flavour exactly the tool's header and
+        cells (:func:`numlab.compare.flavors.flavor_rows`)."""
         buf = io.StringIO()
+        if self.flavor != "exact":
+            header = FLAVOR_HEADERS[self.flavor]
+            w = csv.DictWriter(buf, fieldnames=header, lineterminator="\n")
+            w.writeheader()
+            for r in flavor_rows(self.rows, self.flavor):
+                w.writerow({k: _cell(v) for k, v in r.items()})
+            return buf.getvalue()
+        buf.write(EXACT_NOTE + "\n")
         w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
         w.writeheader()
         for r in self.rows:
@@ -121,6 +147,13 @@ class CompareReport:
             f"{len(self.rows)} rows: " + ", ".join(f"{v} {k}" for k, v in kinds.items())
             + f"; {n_cmp} compared, {len(self.failing)} failing",
         ]
+        if not self.compared:
+            lines.append("NOTHING WAS COMPARED: no node has data on both sides that could be read "
+                         "(see the rows' cmp_fail_reason).")
+        if self.problems:
+            lines.append(f"{len(self.problems)} dumped file(s) are missing, corrupt or fail their "
+                         "SHA-256 check: " + "; ".join(f"{k}: {v}" for k, v in list(self.problems.items())[:4])
+                         + (" ..." if len(self.problems) > 4 else ""))
         unc = self.uncompared
         if unc:
             lines.append(f"{len(unc)} matched node(s) could not be compared (unreadable, corrupt or "

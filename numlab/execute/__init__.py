@@ -17,7 +17,8 @@ Modes
     ``KernelSpec.handwritten()``): it reads its inputs in the storage format
     S, computes as the spec says (promotion, instructions, reduction order
     with the tile of a one-operator kernel, algorithms), and writes its output
-    rounded to S.  Composites (softmax, log_softmax, layer_norm, rms_norm) are
+    rounded to S (or to the format its operator declares, see "Stored
+    formats" below).  Composites (softmax, log_softmax, layer_norm, rms_norm) are
     one kernel with their own internal precision.
 ``fused``
     The graph is planned by :func:`numlab.fusion.plan` (``fusion``, default
@@ -44,6 +45,18 @@ Modes
 
 Inputs are first rounded to S (round to nearest even) in every mode, so all
 modes see the same values; the reference then works in float64.
+
+Stored formats
+--------------
+A node whose operator declares ``OpInfo.stored_fmt`` is written in that
+format instead of S wherever it is written (an eager kernel's output, a
+fused block's edge, an emulated cast; :func:`numlab.execute.values.stored_formats`):
+``quantize`` in its element format (fp8/fp6/fp4), ``block_scale`` in fp32,
+as real fp8 pipelines keep them (DeepSeek-V3's ``act_quant`` returns an
+fp8 tensor and an fp32 scale tensor).  ``RunResult.values`` holds them in
+that format's container, the running bounds start from those values, and
+the compile fingerprint names the formats (only for graphs that have such
+nodes).
 
 The four sources of difference (``docs/design.md``) can each be set to
 eager's choice in the fused modes with ``align``:

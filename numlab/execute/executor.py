@@ -18,7 +18,7 @@ from ..ops import get_op
 from .fingerprint import fingerprint
 from .result import RunResult
 from .validate import aligned_spec, check_run_args
-from .values import container, count, count_stored, node_seed, to_storage
+from .values import container, count, count_stored, node_seed, stored_formats, to_storage
 
 __all__ = ["run"]
 
@@ -162,11 +162,14 @@ def _run_blocks(plan, vals, S, gen, lib, *, fused_mode, align, seed, keep_intern
     writes only its outputs (rounded to S with ``gen.vector_rounding``); every
     other block is a library kernel (``lib``) written to S.  With
     ``"promotion"`` aligned (emulated casts) every node of the graph as given
-    is written to S as eager would."""
+    is written to S as eager would.  Wherever a node is written, a node whose
+    operator declares a stored format (:func:`stored_formats`) is written in
+    that format instead of S."""
     g = plan.graph
     values, nonfinite, internals = {}, {}, []
     used = {p for node in g.nodes for p in node.inputs}
     emulate = "promotion" in align
+    stored = stored_formats(g)
     for block in plan.blocks:
         codegen = fused_mode and block.codegen
         bspec = gen if codegen else lib
@@ -189,10 +192,11 @@ def _run_blocks(plan, vals, S, gen, lib, *, fused_mode, align, seed, keep_intern
                     values[m] = np.asarray(v, dtype=np.float32)
                     internals.append(m)
             else:
-                c = E.store(v, S, bspec.vector_rounding)  # written to memory in S
+                out = stored.get(m, S)
+                c = E.store(v, out, bspec.vector_rounding)  # written to memory in S (or its stored format)
                 values[m] = c
-                nonfinite[m] = count_stored(c, S)
-                # consumers read it back, exactly, as fp32 values of S
+                nonfinite[m] = count_stored(c, out)
+                # consumers read it back, exactly, as fp32 values of S (or of its stored format)
                 vals[m] = c.astype(np.float32) if m in used else None
     return values, nonfinite, internals
 

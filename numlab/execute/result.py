@@ -19,10 +19,13 @@ class RunResult:
     ----------
     outputs : dict
         Graph output name -> array in S's container dtype (float64 for the
-        reference).
+        reference; a node's stored format's container when its operator
+        declares one, see ``values``).
     values : dict
-        Dumped values, name -> array: eager, every node (in S); fused, every
-        block output (in S) and, with ``keep_internals``, every block-internal
+        Dumped values, name -> array: eager, every node (in S, or in the
+        format its operator stores, ``OpInfo.stored_fmt``: quantised elements
+        in their element format, block scales in float32); fused, every
+        block output (likewise) and, with ``keep_internals``, every block-internal
         value in float32 (``internals`` lists those names); reference, every
         node in float64.
     plan : numlab.fusion.Plan

@@ -21,7 +21,7 @@ SOURCES = ("promotion", "instruction", "tiling", "algorithm")
 
 SOURCE_FIELDS = {
     "promotion": ("promotion", "acc"),
-    "instruction": ("scalar_mul", "scalar_rounding", "vector_rounding", "fma"),
+    "instruction": ("scalar_mul", "scalar_rounding", "vector_rounding", "fma", "mma"),
     "tiling": ("reduce_inner", "reduce_outer", "reduce_order", "live_buffers", "hardware", "k_tile"),
     "algorithm": ("rsqrt", "reciprocal", "divide", "exp", "tanh", "erf", "gelu", "gelu_tanh", "variance",
                   "matmul_algo"),

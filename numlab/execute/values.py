@@ -1,5 +1,6 @@
 """Values at the executor's boundaries: graph inputs rounded to S, outputs in
-S's container, NaN/inf counts and per-node schedule seeds."""
+S's container, the formats node outputs are written in (S, or what their
+operator declares), NaN/inf counts and per-node schedule seeds."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import zlib
 
 import numpy as np
 
-from ..formats import FP32, FP64, Format
+from ..formats import FP32, FP64, Format, get_format
+from ..ops import get_op
 from ..rounding import round_to
 
-__all__ = ["to_storage", "container", "count", "count_stored", "node_seed"]
+__all__ = ["to_storage", "container", "count", "count_stored", "node_seed", "stored_formats"]
 
 
 def _f32(x) -> np.ndarray:
@@ -78,3 +80,17 @@ def node_seed(seed, name: str):
     if seed is None:
         return None
     return int(np.random.default_rng([int(seed), zlib.crc32(name.encode("utf-8"))]).integers(2**31))
+
+
+def stored_formats(graph) -> dict:
+    """Node name -> the :class:`Format` its output is written in between
+    kernels, for the nodes whose operator declares one
+    (``OpInfo.stored_fmt``: ``quantize`` -> its element format,
+    ``block_scale`` -> fp32); every other node is written in S.  The one
+    place the executor and the fingerprint read the placement from."""
+    out = {}
+    for node in graph.nodes:
+        info = get_op(node.op)
+        if info.stored_fmt is not None:
+            out[node.name] = get_format(info.stored_fmt(node.op_attrs), f"stored_fmt of op {node.op!r}")
+    return out

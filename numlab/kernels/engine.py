@@ -48,6 +48,7 @@ from . import algorithms as _alg
 from ._common import Arith, check_choice
 from ._common import round_to as _round_to
 from .matmul import matmul as _kmatmul
+from .mma_lab import unit_matmul as _unit_matmul
 from .reduce import OPS as _REDUCE_OPS
 from .reduce import Blocked, Shuffled
 from .reduce import reduce as _kreduce
@@ -312,11 +313,17 @@ class Ctx:
 
     def matmul(self, a, b):
         """numpy matmul rules; K-tiled by ``spec.matmul_algo`` and
-        ``spec.k_tile`` with the accumulator ``acc``, rounded to inner."""
+        ``spec.k_tile`` with the accumulator ``acc``, rounded to inner; on
+        the matrix unit ``spec.mma`` when set
+        (:func:`numlab.kernels.mma_lab.unit_matmul`)."""
         a, b = _f32(a), _f32(b)
         va, vb = a.ndim == 1, b.ndim == 1  # numpy matmul's vector rules
-        r = _f32(_kmatmul(a[None, :] if va else a, b[:, None] if vb else b, k_tile=self.spec.k_tile,
-                          acc=self.acc, out=self.inner, algo=self.spec.matmul_algo, fma=self.spec.fma))
+        a2, b2 = a[None, :] if va else a, b[:, None] if vb else b
+        if self.spec.mma is not None:  # a modelled matrix unit (KernelSpec.mma)
+            r = _unit_matmul(a2, b2, self.spec.mma, self.inner)
+        else:
+            r = _f32(_kmatmul(a2, b2, k_tile=self.spec.k_tile, acc=self.acc, out=self.inner,
+                              algo=self.spec.matmul_algo, fma=self.spec.fma))
         if vb:
             r = r[..., 0]
         if va:
@@ -758,3 +765,15 @@ def log_softmax(ctx, x, *, axis=-1):
     d = ctx.sub(x, ctx.reduce(x, "max", axis, True))
     s = ctx.reduce(ctx.exp(d), "sum", axis, True)
     return ctx.sub(d, ctx.log(s))
+
+
+# --- block-scaled operators (h6) ---
+# The kernels of quantize / block_scale / dequantize / scaled_matmul live in
+# numlab.kernels.scaled (with the formats they implement); named here so that
+# every operator's kernel is reached through this module.
+from .scaled import block_scale_kernel as block_scale  # noqa: E402  (section appended at the end, see brief)
+from .scaled import dequantize_kernel as dequantize  # noqa: E402
+from .scaled import quantize_kernel as quantize  # noqa: E402
+from .scaled import scaled_matmul_kernel as scaled_matmul  # noqa: E402
+
+__all__ += ["quantize", "block_scale", "dequantize", "scaled_matmul"]

@@ -11,8 +11,14 @@ CLI command that takes a kernel spec coerces through them.  Grammar::
     value    := the field's own string form: orders
                 "blocked(512,lanes(64),sequential)", algorithms
                 "newton(table8,2,fp32)", formats "fp32", booleans true/false,
-                ints, "none" for a field that may be None; commas inside
-                parentheses do not split
+                ints, "none" for a field that may be None, matrix units
+                (below); commas inside parentheses do not split
+    unit     := "none" | unit_base ["(" ufield "=" value ("," ufield "=" value)* ")"]
+    unit_base:= a preset "GPU/in_fmt/out_fmt" ("H100/fp8_e4m3/fp32"), a GPU
+                alone for its fp16 -> fp32 preset ("H100"), or "custom"
+                (``MatrixUnit()``'s defaults)
+    ufield   := a MatrixUnit numerical field (in_fmt, fma_size, align_bits,
+                promote_every, ...; not the labels name/source/evidence)
 
 Fields are found with :func:`dataclasses.fields`, so a new field of
 ``KernelSpec`` or ``Hardware`` is part of the grammar with no change here;
@@ -28,8 +34,13 @@ import dataclasses
 
 from ..formats import Format
 from .hardware import Hardware
+from .mma import MatrixUnit
+from .mma_presets import GPUS
+from .mma_presets import PRESETS as UNIT_PRESETS
+from .mma_presets import preset as unit_preset
 
-__all__ = ["PRESETS", "GRAMMAR", "parse_kernel_spec", "kernel_spec_string", "split_top_level"]
+__all__ = ["PRESETS", "GRAMMAR", "parse_kernel_spec", "kernel_spec_string", "split_top_level",
+           "parse_unit", "unit_string"]
 
 PRESETS = ("handwritten", "codegen")
 """Kernel presets of the grammar (``KernelSpec.handwritten()`` / ``.codegen()``)."""
@@ -42,8 +53,13 @@ value    := the field's own string form: orders
             "blocked(512,lanes(64),sequential)", algorithms
             "newton(table8,2,fp32)", formats "fp32", booleans true/false,
             ints, "none"; commas inside parentheses do not split
+mma=UNIT   matmuls run on a modelled matrix unit (numlab.kernels.mma):
+            none | GPU | GPU/in_fmt/out_fmt | custom, optionally
+            (field=value,...) with MatrixUnit fields, e.g.
+            mma=H100/fp8_e4m3/fp32(promote_every=128)
 examples:   codegen   handwritten:fma=true,rsqrt=newton(table8,2,fp32)
-            codegen:reduce_inner=lanes(64,tree,masked),hardware.ub_bytes=16384"""
+            codegen:reduce_inner=lanes(64,tree,masked),hardware.ub_bytes=16384
+            handwritten:mma=H100   codegen:mma=custom(fma_size=8,align_bits=3)"""
 """The kernel spec grammar (shown by ``numlab --help``)."""
 
 _HW = "hardware."
@@ -106,7 +122,91 @@ def _value_string(v) -> str:
         return "true" if v else "false"
     if isinstance(v, Format | Hardware):
         return v.name
+    if isinstance(v, MatrixUnit):
+        return unit_string(v)
     return str(v)
+
+
+# ---------------------------------------------------------------------------
+# matrix units (KernelSpec.mma)
+# ---------------------------------------------------------------------------
+_UNIT_LABELS = ("name", "source", "evidence")
+"""MatrixUnit fields that are labels, not numerical features (not in the grammar)."""
+CUSTOM_UNIT = "custom"
+"""The unit base that stands for ``MatrixUnit()``'s defaults."""
+
+
+def _unit_fields() -> dict:
+    return {f.name: f for f in dataclasses.fields(MatrixUnit) if f.name not in _UNIT_LABELS}
+
+
+def _unit_base(text: str, arg: str) -> MatrixUnit:
+    if text == CUSTOM_UNIT:
+        return MatrixUnit(name=CUSTOM_UNIT)
+    try:
+        return unit_preset(text)
+    except ValueError:
+        raise ValueError(
+            f"{arg}={text!r} is not a matrix unit; valid: 'none', {CUSTOM_UNIT!r}, a GPU "
+            f"{list(GPUS)} or a preset {list(UNIT_PRESETS)}, optionally followed by "
+            f"(field=value,...) with fields {list(_unit_fields())}") from None
+
+
+def parse_unit(value, arg: str = "mma"):
+    """The matrix unit named by ``value`` (grammar rule ``unit`` in the module
+    docstring): None or ``"none"`` -> None, a :class:`MatrixUnit` unchanged,
+    ``"H100"`` / ``"H100/fp8_e4m3/fp32"`` -> the preset
+    (:func:`numlab.kernels.mma_presets.preset`), ``"custom"`` ->
+    ``MatrixUnit()``, each optionally followed by ``(field=value,...)``
+    overrides checked by ``MatrixUnit``'s own validation.  Errors name
+    ``arg``, the value and the valid choices."""
+    if value is None or isinstance(value, MatrixUnit):
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f"{arg} must be None, a MatrixUnit or a unit string (e.g. 'H100'), "
+                        f"got {type(value).__name__}")
+    text = value.strip()
+    if text.lower() == "none":
+        return None
+    base_text, paren, rest = text.partition("(")
+    unit = _unit_base(base_text.strip(), arg)
+    if not paren:
+        return unit
+    if not rest.endswith(")"):
+        raise ValueError(f"{arg}={value!r}: the overrides must end with ')'")
+    flds = _unit_fields()
+    changes = {}
+    try:
+        items = [i for i in split_top_level(rest[:-1]) if i.strip()]
+    except ValueError as e:
+        raise ValueError(f"{arg}={value!r}: {e}") from None
+    for item in items:
+        key, eq, v = item.partition("=")
+        key = key.strip()
+        if not eq or key not in flds:
+            raise ValueError(f"{arg}={value!r}: item {item.strip()!r} is not field=value with a "
+                             f"MatrixUnit field; valid fields: {list(flds)}")
+        if key in changes:
+            raise ValueError(f"{arg}={value!r}: field {key!r} is given twice")
+        changes[key] = _parse_value(flds[key], key, v, f"{arg}={value!r}")
+    try:
+        return dataclasses.replace(unit, **changes)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"{arg}={value!r}: {e}") from None
+
+
+def unit_string(unit) -> str:
+    """The canonical unit string of ``unit`` (``parse_unit(unit_string(u)) == u``):
+    ``"none"`` for None; else the preset named by ``unit.name`` (or
+    ``"custom"``) followed by ``(field=value,...)`` for every numerical field
+    that differs from it, in field order."""
+    if unit is None:
+        return "none"
+    base_name = unit.name if unit.name in UNIT_PRESETS else CUSTOM_UNIT
+    base = UNIT_PRESETS[base_name] if base_name in UNIT_PRESETS else MatrixUnit()
+    items = [f"{k}={_value_string(getattr(unit, k))}" for k in _unit_fields()
+             if getattr(unit, k) != getattr(base, k)]
+    return base_name + (f"({','.join(items)})" if items else "")
 
 
 def parse_kernel_spec(cls, spec, arg: str = "kernels"):

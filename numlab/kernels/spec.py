@@ -103,6 +103,18 @@ class KernelSpec:
         Matmul algorithm (:func:`numlab.kernels.matmul` ``algo=``).
     k_tile : int
         Matmul K tile.
+    mma : MatrixUnit, str or None
+        The matrix unit matmuls run on (default None: no unit, the K-tiled
+        ``matmul_algo`` with ``k_tile`` and ``acc``).  A
+        :class:`~numlab.kernels.mma.MatrixUnit`, or a unit string
+        (:func:`numlab.kernels.grammar.parse_unit`: ``"H100"``,
+        ``"H100/fp8_e4m3/fp32(promote_every=128)"``, ``"custom(fma_size=8)"``).
+        With a unit, every matmul of this spec -- an eager library call or a
+        matmul inside a fused block -- rounds its operands to the unit's
+        ``in_fmt`` (nearest even; a no-op when they already are), runs
+        :func:`numlab.kernels.mma.mma` and rounds the unit's ``out_fmt``
+        result to the kernel's format; ``matmul_algo``, ``k_tile``, ``acc``
+        and ``fma`` then do not apply to matmuls.
     """
 
     name: str = "custom"
@@ -128,6 +140,9 @@ class KernelSpec:
     variance: str = "two_pass"
     matmul_algo: str = "block_fma"
     k_tile: int = 128
+    # added after fingerprints were first saved: left out of the canonical form at its
+    # default, so earlier fingerprints (and saved counterexamples) keep their value
+    mma: object = field(default=None, metadata={"canonical": "omit_default"})
 
     def __post_init__(self):
         check_choice("promotion", self.promotion, PROMOTIONS)
@@ -161,6 +176,7 @@ class KernelSpec:
         check_choice("matmul_algo", self.matmul_algo, MATMUL_ALGOS)
         if not isinstance(self.k_tile, int) or isinstance(self.k_tile, bool) or self.k_tile <= 0:
             raise ValueError(f"k_tile={self.k_tile!r} is not valid; it must be an int > 0")
+        object.__setattr__(self, "mma", _grammar.parse_unit(self.mma, "mma"))
 
     # ---------------------------------------------------------------- presets
     @classmethod
@@ -242,6 +258,9 @@ class KernelSpec:
         out = {}
         for f in fields(self):
             v = getattr(self, f.name)
+            if f.name == "mma":
+                out[f.name] = _grammar.unit_string(v)
+                continue
             out[f.name] = v.name if isinstance(v, (Format, Hardware)) else (v if isinstance(v, (bool, int, type(None))) else str(v))
         return out
 

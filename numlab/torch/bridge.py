@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import ops as _ops
+from ..formats import BF16, FP16
 from ..graph import Graph, Node
+from ..rounding import round_to
 
 __all__ = [
     "Ref",
@@ -36,6 +38,7 @@ __all__ = [
     "CATALOGUE_MAP",
     "DTYPES",
     "import_torch",
+    "scalar_value",
 ]
 
 # torch dtype name -> numlab format name (None: not a float storage format)
@@ -60,7 +63,9 @@ _ELEMENTWISE = (
     "_to_copy.default", "clone.default", "alias.default", "detach.default",
     "convert_element_type.default", "scalar_tensor.default",
     "softplus.default", "hardswish.default", "log1p.default", "clamp.default", "clamp_min.default",
-    "clamp_max.default", "hardtanh.default",
+    "clamp_max.default", "hardtanh.default", "lift_fresh_copy.default", "masked_fill.Scalar",
+    "bitwise_and.Tensor", "bitwise_or.Tensor", "bitwise_xor.Tensor", "bitwise_not.default",
+    "logical_and.default", "logical_or.default", "logical_xor.default", "logical_not.default",
 )
 _REDUCTION = ("sum.dim_IntList", "mean.dim", "amax.default", "amin.default", "var_mean.correction")
 _COMPOSITE = ("_softmax.default", "native_layer_norm.default")
@@ -295,11 +300,16 @@ class TorchTrace:
                 "cannot map to numlab's operator catalogue (no partial graph is built); "
                 f"missing: {sorted(set(missing))}")
         inputs = {p.name: tuple(p.shape) for p in self.inputs}
+        outs = [alias.get(o, o) for o in self.outputs]
+        used = {i for g in gnodes for i in g.inputs} | set(outs)
+        # a literal read as an arithmetic op's scalar leaves its constant node unused
+        gnodes = [g for g in gnodes if g.op != "constant" or g.name in used]
         for n in self.nodes:
-            if n.op == "constant" and n.name in live:
+            # a module's parameter or buffer is a graph input; a literal tensor made inside
+            # the function (lift_fresh_copy) became a constant node and is no input
+            if n.op == "constant" and n.name in used:
                 inputs[n.name] = tuple(n.shape)
                 consts[n.name] = True
-        outs = [alias.get(o, o) for o in self.outputs]
         return Graph(inputs, gnodes, outs, name=getattr(self.fn, "__name__", "torch_fn"))
 
 
@@ -309,6 +319,63 @@ class _Unmapped(Exception):
 
 def _is_num(a) -> bool:
     return isinstance(a, (int, float)) and not isinstance(a, bool)
+
+
+def scalar_value(s) -> float:
+    """The float64 value of a ``constant`` node standing for the Python number ``s``
+    of a torch function (``x > 0.3``, ``torch.where(c, x, 0.5)``, ``x.clamp(min=0.3)``).
+
+    ATen converts a Python number to a tensor's dtype through C++ ``float``:
+    ``c10::Half(float)`` / ``c10::BFloat16(float)`` take a float, so the double
+    ``s`` is rounded to fp32 and then to fp16/bf16 (two roundings; measured on
+    torch 2.13: ``x >= 1 + 2**-11 + 2**-40`` is True for an fp16 ``x == 1``,
+    which one rounding would make False).  A numlab kernel rounds a constant's
+    float64 value once into the storage format S.  So this returns ``s`` itself
+    when rounding it once gives the same fp16, bf16 and fp32 value as torch's
+    double -> float -> dtype path (nearly every number: the float64 reference
+    keeps the user's 0.3), else fp32(``s``), the value torch holds, whose one
+    rounding into fp16/bf16 is torch's.
+    """
+    v = float(s)
+    if not np.isfinite(v):
+        return v
+    with np.errstate(over="ignore"):
+        v32 = float(np.float32(v))
+    for fmt in (FP16, BF16):
+        once, twice = round_to(np.array([v, v32], dtype=np.float64), fmt)
+        if once != twice:
+            return v32
+    return v
+
+
+def _literal(tr: "TorchTrace", ref: Ref):
+    """The value of a 0-d float tensor literal (``torch.tensor(0.3)`` in the function:
+    ``lift_fresh_copy`` of a constant) as a Python float, else None."""
+    if not isinstance(ref, Ref):
+        return None
+    n = tr.node(ref.name)
+    if n.op.startswith("lift_fresh_copy") and n.shape == () and n.args[0].name in tr.constants \
+            and n.dtype in ("fp32", "fp16", "bf16"):
+        return float(tr.constants[n.args[0].name].double().item())
+    return None
+
+
+def _const(name: str, s) -> tuple:
+    """A 0-d ``constant`` graph node holding the Python number ``s`` (:func:`scalar_value`)."""
+    return (name, "constant", (), {"value": _ops.ConstValue(scalar_value(s))})
+
+
+def _tensorise(nm: str, vals) -> tuple[list, list]:
+    """Operands with each Python number replaced by a 0-d constant node named
+    ``<nm>.c<i>``: (constant nodes, operand names)."""
+    pre, names = [], []
+    for i, v in enumerate(vals):
+        if _is_num(v):
+            pre.append(_const(f"{nm}.c{i}", v))
+            names.append(f"{nm}.c{i}")
+        else:
+            names.append(v)
+    return pre, names
 
 
 def _map_node(n: ANode, alias: dict, tr: TorchTrace):
@@ -325,7 +392,8 @@ def _map_node(n: ANode, alias: dict, tr: TorchTrace):
         return [(nm, "cast", (r[0],), {"to": n.dtype})]
     if base in ("add", "sub", "mul", "div"):
         alpha = n.kwargs.get("alpha", 1)
-        a, b = r[0], r[1]
+        # a 0-d tensor literal is read by ATen's kernel as its scalar, like a Python number
+        a, b = (v if (lit := _literal(tr, x)) is None else lit for x, v in zip(n.args[:2], r[:2], strict=True))
         if _is_num(a) and _is_num(b):
             raise _Unmapped(f"aten.{n.op} of two scalars")
         if alpha != 1:
@@ -379,12 +447,102 @@ def _map_node(n: ANode, alias: dict, tr: TorchTrace):
         return [(nm, "transpose", (r[0],), {"perm": tuple(perm)})]
     if base == "expand":
         return [(nm, "broadcast_to", (r[0],), {"shape": tuple(n.shape)})]
+    if base in _ops.COMPARISONS or base in ("where", "maximum", "minimum"):
+        # truth values (comparisons) and selections: a Python number becomes a 0-d constant
+        if all(_is_num(x) for x in r):
+            raise _Unmapped(f"aten.{n.op} of Python scalars only")
+        pre, names = _tensorise(nm, r)
+        return pre + [(nm, base, tuple(names), {})]
     if base in CATALOGUE_MAP and len(n.args) == 1:
         return [(nm, CATALOGUE_MAP[base], (r[0],), {})]
-    if base in ("where", "maximum", "minimum"):
-        if any(_is_num(x) for x in r):
-            raise _Unmapped(f"aten.{n.op} with a scalar operand")
-        return [(nm, CATALOGUE_MAP[base], tuple(r), {})]
+    if base in ("clamp", "clamp_min", "clamp_max", "hardtanh"):
+        return _map_clamp(n, base, r, alias)
+    if base in _LOGIC:
+        return _map_logic(n, base, r, tr)
+    if base == "masked_fill":  # x.masked_fill(mask, v) = where(mask, v, x)
+        pre, (v,) = _tensorise(nm, [r[2]])
+        return pre + [(nm, "where", (r[1], v, r[0]), {})]
+    if base in ("scalar_tensor", "lift_fresh_copy"):
+        return _map_literal(n, base, r, tr)
+    raise _Unmapped(f"aten.{n.op}")
+
+
+def _map_clamp(n: ANode, base: str, r: list, alias: dict):
+    """clamp / clamp_min / clamp_max / hardtanh -> min(max(x, lo), hi) as ATen computes
+    it (lo first, NaN propagates); a number bound becomes a 0-d constant."""
+    nm = n.name
+    if base == "clamp_min":
+        lo, hi = r[1], None
+    elif base == "clamp_max":
+        lo, hi = None, r[1]
+    else:
+        dflt = (-1.0, 1.0) if base == "hardtanh" else (None, None)
+        lo = r[1] if len(r) > 1 else n.kwargs.get("min", n.kwargs.get("min_val", dflt[0]))
+        hi = r[2] if len(r) > 2 else n.kwargs.get("max", n.kwargs.get("max_val", dflt[1]))
+        lo = alias.get(lo.name, lo.name) if isinstance(lo, Ref) else lo
+        hi = alias.get(hi.name, hi.name) if isinstance(hi, Ref) else hi
+    steps = [(op, b) for op, b in (("maximum", lo), ("minimum", hi)) if b is not None]
+    if not steps:
+        return r[0]
+    out, src = [], r[0]
+    for k, (op, b) in enumerate(steps):
+        name = nm if k == len(steps) - 1 else f"{nm}.{op}"
+        pre, (b_name,) = _tensorise(name, [b])
+        out += pre + [(name, op, (src, b_name), {})]
+        src = name
+    return out
+
+
+_LOGIC = ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
+          "logical_and", "logical_or", "logical_xor", "logical_not")
+
+
+def _map_logic(n: ANode, base: str, r: list, tr: "TorchTrace"):
+    """Logical operators as exact comparisons of 0.0 / 1.0 (truth values, value_kind
+    "bool"): and = ne(minimum(a, b), 0), or = ne(maximum(a, b), 0), xor = ne(a, b),
+    not = eq(a, 0); a float operand of a logical_* op is first its truth (x != 0,
+    NaN is true).  bitwise_* of integers has no catalogue equivalent."""
+    nm = n.name
+    out, names = [], []
+    for i, (arg, v) in enumerate(zip(n.args, r, strict=False)):
+        if not isinstance(arg, Ref):
+            raise _Unmapped(f"aten.{n.op} with a Python scalar operand")
+        if tr.node(arg.name).dtype != "bool":
+            if base.startswith("bitwise"):
+                raise _Unmapped(f"aten.{n.op} of a {tr.node(arg.name).dtype} tensor (integers)")
+            out += [_const(f"{nm}.z{i}", 0.0), (f"{nm}.t{i}", "ne", (v, f"{nm}.z{i}"), {})]
+            v = f"{nm}.t{i}"
+        names.append(v)
+    kind = base.split("_")[1]
+    if kind == "not":
+        return out + [_const(f"{nm}.z", 0.0), (nm, "eq", (names[0], f"{nm}.z"), {})]
+    if kind == "xor":
+        return out + [(nm, "ne", tuple(names), {})]
+    sel = "minimum" if kind == "and" else "maximum"
+    return out + [(f"{nm}.{sel}", sel, tuple(names), {}), _const(f"{nm}.z", 0.0),
+                  (nm, "ne", (f"{nm}.{sel}", f"{nm}.z"), {})]
+
+
+def _map_literal(n: ANode, base: str, r: list, tr: "TorchTrace"):
+    """scalar_tensor (a number as a 0-d tensor) and lift_fresh_copy (a tensor literal
+    made in the function) -> a ``constant`` node."""
+    nm = n.name
+    if base == "scalar_tensor":
+        if n.dtype != tr.storage:
+            raise _Unmapped(f"aten.{n.op} of dtype {n.dtype} in a {tr.storage} function (numlab holds "
+                            "every value in one storage format)")
+        return [_const(nm, r[0])]
+    if base == "lift_fresh_copy":  # a tensor literal made in the function: its exact values
+        src = n.args[0].name
+        if src not in tr.constants:
+            raise _Unmapped(f"aten.{n.op} of a computed tensor")
+        t = tr.constants[src]
+        dt = _dtype_name(t.dtype)
+        if t.dim() and dt != tr.storage:
+            raise _Unmapped(f"aten.{n.op} of a {dt} tensor of shape {tuple(t.shape)} in a {tr.storage} "
+                            "function (numlab holds every value in one storage format)")
+        vals = t.numpy() if str(t.dtype) == "torch.bool" else t.double().numpy()
+        return [(nm, "constant", (), {"value": _ops.ConstValue(vals)})]
     raise _Unmapped(f"aten.{n.op}")
 
 

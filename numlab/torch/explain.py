@@ -9,8 +9,9 @@ switching each one on its own (:class:`~numlab.torch.predict.Switches`):
 * **promotion** -- every ATen kernel rounds to fp16/bf16 vs one fused fp32
   kernel rounding at its stores;
 * **scalars** (instruction choice) -- Python scalars rounded to the tensor
-  dtype for add/sub/compare and an FMA in ``add(alpha)`` vs fp32 scalars and
-  no contraction (``-ffp-contract=off``);
+  dtype for add/sub and an FMA in ``add(alpha)`` vs fp32 scalars and
+  no contraction (``-ffp-contract=off``); a comparison's scalar is in the
+  tensor dtype in both (measured), so it is not switched;
 * **order** -- ATen's cascade sum (8 lanes) vs Inductor's 16/32 lane vector
   and butterfly (and thread split);
 * **algorithm** -- ATen's softmax/layer-norm/gelu kernels vs Inductor's
@@ -37,7 +38,7 @@ __all__ = ["explain", "Explanation", "ulp_distance", "SOURCE_TEXT"]
 
 SOURCE_TEXT = {
     "promotion": "each ATen op rounds to the tensor dtype | one fused fp32 kernel, rounding at stores",
-    "scalars": "add/sub/compare scalars rounded to dtype, add(alpha) FMA | fp32 scalars, no FMA",
+    "scalars": "add/sub scalars rounded to dtype, add(alpha) FMA | fp32 scalars, no FMA (compare: dtype in both)",
     "order": "ATen cascade sum (8 lanes) | Inductor 16/32 lanes + butterfly (thread split)",
     "algorithm": "ATen softmax/layer_norm/gelu kernels | Inductor's decompositions",
 }
@@ -184,27 +185,38 @@ def explain(fn, inputs, *, emulate_precision_casts: bool = False, output: int = 
     pc_out = pred(COMPILED)
     ref = predict(tr, inputs, mode="fp64").outputs[output]
     dt = tr.node(tr.outputs[output]).dtype
-    diff = ~((pe_out == pc_out) | (np.isnan(pe_out) & np.isnan(pc_out)))
+    def same(a, b):  # bitwise agreement: NaN pairs agree; bool outputs compare as truth values
+        a, b = np.asarray(a), np.asarray(b)
+        if a.dtype == bool or b.dtype == bool:
+            return a.astype(bool) == b.astype(bool)
+        return (a == b) | (np.isnan(a) & np.isnan(b))
+
+    diff = ~same(pe_out, pc_out)
     ndiff = int(diff.sum())
     sources = {}
     for s in SOURCES:
         alone = pred(replace(EAGER, **{s: getattr(COMPILED, s)}))
         allbut = pred(replace(COMPILED, **{s: getattr(EAGER, s)}))
         if ndiff:
-            explains = float(np.mean(alone[diff] == pc_out[diff]))
-            needed = float(np.mean(allbut[diff] != pc_out[diff]))
+            explains = float(np.mean(same(alone[diff], pc_out[diff])))
+            needed = float(np.mean(~same(allbut[diff], pc_out[diff])))
         else:
             explains = needed = 0.0
         sources[s] = {"explains": explains, "needed": needed}
 
     def eq(a, b):
-        return float(np.mean((a == b) | (np.isnan(a) & np.isnan(b))))
+        return float(np.mean(same(a, b)))
+
+    def dist(a, b, fmt):  # ulp distance; a truth value is 0 or infinitely many ulps off
+        if fmt == "bool":
+            return np.where(same(a, b), 0.0, np.inf)
+        return ulp_distance(a, b, fmt)
 
     def err(x):
         with np.errstate(all="ignore"):
             ea = float(np.nanmax(np.abs(x.astype(np.float64) - ref))) if x.size else 0.0
             r = np.asarray(round_to(ref, dt), np.float64) if dt in ("fp16", "bf16", "fp32") else ref
-            eu = float(np.max(ulp_distance(x, r, dt))) if x.size else 0.0
+            eu = float(np.max(dist(x, r, dt))) if x.size else 0.0
         return ea, eu
 
     errors = {
@@ -214,8 +226,8 @@ def explain(fn, inputs, *, emulate_precision_casts: bool = False, output: int = 
     return Explanation(
         name=getattr(fn, "__name__", type(fn).__name__), dtype=dt, shape=tuple(te.shape),
         torch_eager=te, torch_compiled=tc, pred_eager=pe_out, pred_compiled=pc_out, fp64=ref,
-        differ=float(np.mean(te != tc)) if te.size else 0.0,
+        differ=float(np.mean(~same(te, tc))) if te.size else 0.0,
         faith_eager=eq(pe_out, te), faith_compiled=eq(pc_out, tc),
-        max_ulp_eager=float(np.max(ulp_distance(pe_out, te, dt))) if te.size else 0.0,
-        max_ulp_compiled=float(np.max(ulp_distance(pc_out, tc, dt))) if tc.size else 0.0,
-        sources=sources, errors=errors, n_differ=int(np.sum(te != tc)), n_differ_pred=ndiff)
+        max_ulp_eager=float(np.max(dist(pe_out, te, dt))) if te.size else 0.0,
+        max_ulp_compiled=float(np.max(dist(pc_out, tc, dt))) if tc.size else 0.0,
+        sources=sources, errors=errors, n_differ=int(np.sum(~same(te, tc))), n_differ_pred=ndiff)

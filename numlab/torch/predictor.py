@@ -11,7 +11,8 @@
 ``mode="compiled"``
     Inductor's decomposition of the same function
     (:class:`~numlab.torch.presets.InductorCpu`): every value fp32, scalars
-    fp32, no FMA, roundings only where a buffer is stored (graph outputs and
+    fp32 (except a comparison's, in the compared tensor's dtype as in eager:
+    measured), no FMA, roundings only where a buffer is stored (graph outputs and
     reduction results), or at every fp16/bf16 value with
     ``emulate_precision_casts``; reductions in Inductor's lane order.
 ``mode="fp64"``
@@ -406,6 +407,12 @@ def _aten_layer_norm(x, w, b, eps, out_dt, preset, ind=None, widen=False):
 _MATH = ("exp", "log", "tanh", "erf", "sqrt", "rsqrt", "reciprocal", "sigmoid", "silu", "gelu",
          "log1p", "softplus", "hardswish")
 _CLAMP = ("clamp", "clamp_min", "clamp_max", "hardtanh")
+_FLOATS = ("fp32", "fp16", "bf16")
+_LOGIC = ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
+          "logical_and", "logical_or", "logical_xor", "logical_not")
+# binary ATen ops whose tensor operands TensorIterator converts to the common dtype
+_PROMOTING = ("add", "sub", "mul", "div", "where", "maximum", "minimum",
+              "gt", "lt", "ge", "le", "eq", "ne")
 _CMP = {"gt": np.greater, "lt": np.less, "ge": np.greater_equal, "le": np.less_equal,
         "eq": np.equal, "ne": np.not_equal}
 
@@ -466,6 +473,8 @@ class _Interp:
             if why:
                 raise NotModelled(f"aten.{op}: {why}")
         ft = np.float64 if self.mode == "fp64" else np.float32
+        if self.mode != "fp64" and self.sw.promotion == "eager" and base_ in _PROMOTING:
+            a = self.promote(node, a)
         with np.errstate(all="ignore"):
             if base_ in ("add", "sub", "mul", "div"):
                 x, y = a[0], a[1]
@@ -488,10 +497,13 @@ class _Interp:
                     raise NotModelled("rsub with alpha")
                 return self.out(np.asarray(s, ft) - np.asarray(a[0], ft), dt)
             if base in _CMP:
-                x, y = a[0], a[1]
-                if _is_num(y):
-                    y = self.sc(y, "compare", self.dt_of(node, 0))
-                return _CMP[base](np.asarray(x, ft), y)
+                return self.compare(node, base, a, ft)
+            if base_ in _LOGIC:
+                return self.logic(node, base_, a)
+            if base == "masked_fill":  # value converted to the tensor dtype (double -> float -> dtype)
+                x, mask, v = a
+                v = self.sc(v, "where", dt) if _is_num(v) else v
+                return self.out(np.where(mask, np.asarray(v, ft), np.asarray(x, ft)), dt)
             if base == "where":
                 c, x, y = a
                 x = self.sc(x, "where", dt) if _is_num(x) else x
@@ -513,7 +525,7 @@ class _Interp:
                     raise NotModelled(f"pow with exponent {a[1]!r} (2 is modelled)")
                 x = np.asarray(a[0], ft)
                 return self.out(x * x, dt)
-            if base in ("_to_copy", "convert_element_type", "clone", "alias", "detach"):
+            if base in ("_to_copy", "convert_element_type", "clone", "alias", "detach", "lift_fresh_copy"):
                 return self.out(np.asarray(a[0]), dt)
             if base == "expand":  # torch's expand broadcasts like numpy (trailing dims)
                 return np.broadcast_to(np.asarray(a[0]), node.shape).copy()
@@ -600,6 +612,75 @@ class _Interp:
             if base == "hardswish":
                 return self.hardswish(np.asarray(a[0], ft), dt)
         raise NotModelled(f"aten.{node.op} is not modelled ({self.sw})")
+
+    def promote(self, node, a):
+        """ATen's TensorIterator converts tensor operands of different float dtypes to
+        their common dtype before the kernel runs (``torch.result_type``: a 0-d tensor
+        yields to a dimensioned one of the same category, fp16 with bf16 is fp32):
+        ``x16 > torch.tensor(0.3)`` compares with fp16(0.3) (measured torch 2.13).
+        Inductor computes such operands in fp32 unconverted (measured): applied under
+        ``Switches.promotion == "eager"`` only, 0-d operands under ``scalars == "aten"``."""
+        first = 1 if node.op.split(".")[0] == "where" else 0  # where's condition is bool
+        idx = [i for i in range(first, len(a)) if isinstance(node.args[i], Ref)
+               and self.dt.get(node.args[i].name) in _FLOATS]
+        if len(idx) < 2:
+            return a
+        dims = [i for i in idx if np.ndim(a[i]) > 0] or idx
+        dts = {self.dt[node.args[i].name] for i in dims}
+        common = dts.pop() if len(dts) == 1 else "fp32"
+        if common == "fp32":
+            return a  # fp16/bf16 values are exact in fp32: nothing to convert
+        out = list(a)
+        for i in idx:
+            if self.dt[node.args[i].name] == common:
+                continue
+            if i not in dims and (self.sw.scalars == "inductor"
+                                  or self.pe.scalar_rule(self._rule(node, i)) == "opmath"):
+                # a 0-d CPU tensor is read as the kernel's scalar, like a Python number:
+                # mul/div keep its fp32 value (measured: x16 * torch.tensor(0.3));
+                # Inductor's scalars stay fp32
+                continue
+            out[i] = _rnd(a[i], common)
+        return tuple(out)
+
+    @staticmethod
+    def _rule(node, i) -> str:
+        """The scalar rule (``TorchCpuEager.scalar_rules``) of operand ``i`` of ``node``."""
+        base = node.op.split(".")[0].rstrip("_")
+        if base in _CMP:
+            return "compare"
+        if base == "sub" and i == 0:
+            return "rsub"
+        return base if base in ("add", "sub", "mul", "div", "where") else "where"
+
+    def compare(self, node, base, a, ft):
+        """gt/ge/lt/le/eq/ne: exact, bool results; a Python-scalar operand in the
+        compared tensor's dtype (the preset's "compare" rule in eager)."""
+        x, y = a[0], a[1]
+        if _is_num(y):
+            dti = self.dt_of(node, 0)
+            if self.mode != "fp64" and self.sw.scalars == "inductor" and dti in _LOW:
+                # Inductor too compares with the scalar in the compared tensor's dtype,
+                # double -> float -> dtype (ops.constant(s, dtype); measured torch 2.13:
+                # an fp16 x == fp16(0.3) is not > 0.3, compiled as in eager)
+                y = _scalar(y, dti)
+            else:
+                y = self.sc(y, "compare", dti)
+        return _CMP[base](np.asarray(x, ft), y)
+
+    def logic(self, node, base, a):
+        """bitwise_* of bool tensors and logical_* (a float operand's truth: x != 0,
+        NaN is true, as C++ ``bool(x)``): exact, bool results."""
+        vals = []
+        for i, v in enumerate(a):
+            d = self.dt_of(node, i)
+            if base.startswith("bitwise") and d != "bool":
+                raise NotModelled(f"aten.{node.op} of {d} tensors (integers are not modelled)")
+            vals.append(np.asarray(v) != 0)
+        kind = base.split("_")[1]
+        if kind == "not":
+            return ~vals[0]
+        return {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}[kind](*vals)
 
     def dt_of(self, node, i):
         arg = node.args[i]
@@ -764,8 +845,8 @@ class _Interp:
 
     def clamp(self, node, base, a, kw):
         """``clamp``/``clamp_min``/``clamp_max``/``hardtanh`` (NaN propagates, as ATen's
-        and Inductor's ``maximum``/``minimum``); Python-scalar bounds that the
-        tensor dtype cannot hold exactly are not modelled in eager mode."""
+        and Inductor's ``maximum``/``minimum``), Python-scalar bounds of any value
+        (measured bit for bit in eager and compiled, fp32/bf16/fp16)."""
         x = a[0]
         dt = node.dtype
         if base == "clamp_min":
@@ -782,9 +863,10 @@ class _Interp:
             if bound is None:
                 continue
             if _is_num(bound):
-                if self.mode != "fp64" and self.sw.scalars == "aten" and dt in _LOW \
-                        and float(_scalar(bound, dt)) != float(bound):
-                    raise NotModelled(f"eager aten.{node.op} with bound {bound!r} not exact in {dt}")
+                # ATen converts the bound to the tensor dtype (double -> float -> dtype) and
+                # clamps in it; Inductor clamps the fp32 value by fp32(bound) and rounds once.
+                # Rounding is monotone and x is a value of dt, so both equal
+                # round_dt(clamp(x, fp32(bound))): the bound's rounding commutes with the clamp
                 bound = ft(bound)
             else:
                 bound = np.asarray(bound, ft)

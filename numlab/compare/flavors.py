@@ -1,0 +1,492 @@
+"""The columns of msit 8.2.0, mindstudio-probe 8.3.3 and 26.2.0, computed as
+each tool computes them (``numlab compare --flavor``).
+
+numlab's default report (flavor ``exact``) computes every metric exactly in
+float64 (:class:`numlab.metrics.CompareAccumulator`).  The tools do not, and
+they differ from each other; a flavour reproduces one tool's formulas on the
+same arrays, with the tool's header names and order, so its CSV can be put
+next to the tool's own.  Every difference is listed, with a reproducer, in
+docs/compare.md.  Sources (read from the installed packages):
+
+msit 8.2.0 (``components/utils/cmp_algorithm.py``,
+``msit_llm/compare/cmp_utils.py``): both tensors are flattened and cast to
+**torch float32** (``reshape(-1).float()``); a NaN/inf on either side gives
+no metrics, only ``cmp_fail_reason``; the relative and absolute errors are
+masked where ``|golden| <= eps`` with **float32's** eps ``2**-23 =
+1.19e-7``; cosine is computed in float64 and rounded to 10 decimals; KL is
+``F.kl_div(log_softmax(m), softmax(g), reduction="sum")`` in float32 clamped
+at 0; relative Euclidean distance is 0 when ``sqrt(sum g^2) <= eps32``.
+These are computed with torch itself (same operations, same bits), so the
+``msit`` flavour needs torch.
+
+mindstudio-probe 8.3.3 (``msprobe/core/compare/npy_compare.py``,
+``multiprocessing_compute.py``): bf16 is read as float32, fp16 stays fp16;
+matching NaN/inf positions are zeroed, mismatching ones give ``N/A``; the
+relative error ``|(m - g) / g|`` is computed **in the input dtype** with
+float64's eps added where ``g == 0`` (in fp16 that addition rounds back to 0,
+so a zero golden value gives 0/0 = NaN, or x/0 = inf); cosine, EucDist and
+MaxAbsErr in float64; values through ``format_value`` (12 decimals), cosine
+above 0.99 rounded to 6; verdict column ``Accuracy Reached or Not`` from
+``check_accuracy``: a NaN cosine (the string ``Nan``) compares False with
+every threshold, so the verdict is ``Yes``.
+
+mindstudio-probe 26.2.0 (``msprobe/core/compare/utils.py``,
+``algorithm/builtin_algorithm``, ``indicator_analysis``): bf16 and fp8 are
+read as float32 and squeezed (``np.squeeze``); the relative error is
+computed in ``result_type(m, g, float32)`` with **that type's** eps added
+where ``g == 0`` (fp16/bf16/fp32 data: float32 and 1.19e-7); a 1-element
+tensor has no cosine (``unsupported``); the verdict column is ``Result``
+(pass/warning/error) from API-level rules: NaN/inf in mine's max/min where
+golden has none, or the inputs' One Thousandth ratio > 0.9 with the
+output's < 0.1 -> error; inputs' cosine > 0.9 and the drop to the output >
+0.1 -> warning.  ``check_accuracy`` (the ``Accuracy Reached or Not`` rule,
+NaN cosine -> ``Yes``) is unchanged in 26.2.0 but only used by its MindSpore
+graph compare; it is reported in the numlab columns.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..formats import get_format
+
+__all__ = [
+    "FLAVORS",
+    "FLAVOR_HEADERS",
+    "EXACT_NOTE",
+    "check_flavor",
+    "flavor_cells",
+    "flavor_rows",
+    "tool_view",
+    "msit_columns",
+    "msprobe_columns",
+    "msprobe_check_accuracy",
+    "msprobe26_result",
+    "msprobe_api_name",
+    "MSIT_HEADER",
+    "MSPROBE83_HEADER",
+    "MSPROBE26_HEADER",
+]
+
+FLAVORS = ("exact", "msit", "msprobe-8.3", "msprobe-26")
+
+MSIT_HEADER = [
+    "token_id", "data_id", "golden_data_path", "golden_op_type", "golden_dtype", "golden_shape",
+    "golden_max_value", "golden_min_value", "golden_mean_value", "my_data_path", "my_op_type",
+    "my_dtype", "my_shape", "my_max_value", "my_min_value", "my_mean_value",
+    "cosine_similarity", "max_relative_error", "mean_relative_error", "max_absolute_error",
+    "mean_absolute_error", "kl_divergence", "relative_euclidean_distance", "cmp_fail_reason",
+]
+_MSPROBE_HEAD = [
+    "NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
+    "NPU Requires_grad", "Bench Requires_grad", "Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr",
+    "One Thousandth Err Ratio", "Five Thousandths Err Ratio", "NPU max", "NPU min", "NPU mean",
+    "NPU l2norm", "Bench max", "Bench min", "Bench mean", "Bench l2norm", "Requires_grad Consistent",
+]
+MSPROBE83_HEADER = [*_MSPROBE_HEAD, "Accuracy Reached or Not", "Err_message", "NPU_Stack_Info", "Data_name"]
+MSPROBE26_HEADER = [*_MSPROBE_HEAD, "Result", "Err_message", "NPU_Stack_Info", "Data_name"]
+FLAVOR_HEADERS = {"msit": MSIT_HEADER, "msprobe-8.3": MSPROBE83_HEADER, "msprobe-26": MSPROBE26_HEADER}
+"""The tools' CSV headers, in their order: msit 8.2.0 ``CSV_GOLDEN_HEADER``;
+msprobe 8.3.3 and 26.2.0 ``COMPARE_RESULT_HEADER_STACK`` (PyTorch, real
+data; 8.3.3 writes it to .xlsx, 26.2.0 to .csv)."""
+
+EXACT_NOTE = ("# numlab compare, flavor=exact: every metric is computed exactly in float64 on the stored "
+              "values (msit's columns without its float32 arithmetic, msprobe's without its working "
+              "dtype; see docs/compare.md); --flavor msit|msprobe-8.3|msprobe-26 gives a tool's own "
+              "columns")
+
+_MSPROBE_ROW = re.compile(r"^(.+\.(?:forward|backward))\.(?:input|output|parameters)\.")
+_EPS32 = float(np.finfo(np.float32).eps)
+_EPS64 = float(np.finfo(np.float64).eps)
+
+
+def check_flavor(flavor: str) -> str:
+    """``flavor`` itself when valid, else ValueError naming the choices."""
+    if flavor not in FLAVORS:
+        raise ValueError(f"flavor={flavor!r} is not valid; valid: {list(FLAVORS)}")
+    return flavor
+
+
+def _torch_dtype_name(a: np.ndarray) -> str:
+    """The ``torch.<dtype>`` name the tools print for an array of ``a``'s format."""
+    names = {"fp64": "float64", "fp32": "float32", "fp16": "float16", "bf16": "bfloat16",
+             "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
+    if a.dtype.kind in "biu":
+        return "torch." + {"b": "bool"}.get(a.dtype.kind, str(a.dtype))
+    try:
+        return "torch." + names.get(get_format(a.dtype).name, str(a.dtype))
+    except (TypeError, ValueError):
+        return "torch." + str(a.dtype)
+
+
+def tool_view(a: np.ndarray, flavor: str) -> np.ndarray | None:
+    """The array as the tool holds it after reading a dump: msprobe turns
+    bf16 (and in 26.2.0 fp8) into float32 with ``tensor.to(float32)`` and
+    26.2.0 squeezes; None when the tool cannot read the dtype (fp8 in 8.3.3:
+    ``Tensor.numpy()`` refuses it)."""
+    a = np.asarray(a)
+    narrow = a.dtype.kind not in "biufc" or a.dtype.type.__module__ != "numpy"
+    if narrow:
+        name = get_format(a.dtype).name
+        if flavor == "msprobe-8.3" and name != "bf16":
+            return None
+        a = a.astype(np.float32)  # exact: every bf16/fp8 value is a float32
+    if flavor == "msprobe-26":
+        a = np.squeeze(a)
+    return a
+
+
+# --------------------------------------------------------------------------
+# msit
+# --------------------------------------------------------------------------
+def msit_columns(golden, mine) -> dict:
+    """msit 8.2.0's metric cells for one pair (``compare_data`` then
+    ``set_tensor_basic_info_in_row_data``), computed with torch exactly as
+    msit does.  Keys: the metric columns of :data:`MSIT_HEADER`,
+    ``cmp_fail_reason`` and the dtype/shape/max/min/mean columns.
+
+    Raises
+    ------
+    ImportError
+        torch is not installed (msit computes in torch float32; the same
+        operations in numpy could differ in the last bits of the sums).
+    """
+    try:
+        import torch  # optional heavy dependency: only the msit flavour needs it
+        from torch.nn import functional as F
+    except ImportError as exc:  # pragma: no cover - torch is in the test environment
+        raise ImportError("--flavor msit needs torch: msit computes its columns in torch float32") from exc
+    g_np, m_np = np.asarray(golden), np.asarray(mine)
+    row: dict = {"golden_dtype": _torch_dtype_name(g_np), "golden_shape": str(list(g_np.shape)),
+                 "my_dtype": _torch_dtype_name(m_np), "my_shape": str(list(m_np.shape))}
+    g = torch.from_numpy(np.ascontiguousarray(g_np.astype(np.float32)))
+    m = torch.from_numpy(np.ascontiguousarray(m_np.astype(np.float32)))
+    for side, t in (("golden", g), ("my", m)):
+        if t.numel():  # msit: 0 not in shape
+            row[f"{side}_max_value"] = t.max().item()
+            row[f"{side}_min_value"] = t.min().item()
+            row[f"{side}_mean_value"] = t.mean().item()
+    g, m = g.reshape(-1), m.reshape(-1)
+    reasons = []
+    if len(g) != len(m):
+        reasons.append("data shape doesn't match.")
+    if not torch.all(torch.isfinite(g)):
+        reasons.append("golden_data includes NAN or inf.")
+    if not torch.all(torch.isfinite(m)):
+        reasons.append("my_data includes NAN or inf.")
+    if reasons:
+        row["cmp_fail_reason"] = " ".join(reasons)
+        return row
+    eps = torch.finfo(torch.float).eps
+    zero32 = torch.tensor(0, dtype=torch.float32)
+    if torch.all(g == 0) and torch.all(m == 0):
+        row["cosine_similarity"] = 1.0
+    else:
+        row["cosine_similarity"] = round(torch.cosine_similarity(g.double(), m.double(), dim=0).item(), 10)
+    mask = torch.abs(g) > eps
+    rel = torch.where(mask, torch.abs(m / g - 1), zero32)
+    ab = torch.where(mask, torch.abs(m - g), zero32)
+    row["max_relative_error"] = rel.max().item()
+    row["mean_relative_error"] = rel.mean().item()
+    row["max_absolute_error"] = ab.max().item()
+    row["mean_absolute_error"] = ab.mean().item()
+    row["kl_divergence"] = max(F.kl_div(F.log_softmax(m, dim=-1), F.softmax(g, dim=-1), reduction="sum").item(), 0)
+    gsq = (g ** 2).sum()
+    if gsq ** 0.5 <= eps:
+        row["relative_euclidean_distance"] = 0.0
+    else:
+        row["relative_euclidean_distance"] = torch.sqrt(((m - g) ** 2).sum() / gsq).item()
+    row["cmp_fail_reason"] = ""
+    return row
+
+
+# --------------------------------------------------------------------------
+# msprobe
+# --------------------------------------------------------------------------
+def _format_value(v) -> float:
+    """msprobe's ``format_value``: ``float('{:.12f}'.format(v))``."""
+    return float(f"{v:.12f}")
+
+
+def _handle_inf_nan(n: np.ndarray, b: np.ndarray):
+    """msprobe's ``handle_inf_nan``: zero matching NaN/inf positions (on
+    copies), or ("Nan", "Nan") when the positions differ."""
+    nf, bf = n.astype(float), b.astype(float)
+    n_inf, b_inf, n_nan, b_nan = np.isinf(nf), np.isinf(bf), np.isnan(nf), np.isnan(bf)
+    if n_inf.any() or n_nan.any() or b_inf.any() or b_nan.any():
+        if np.array_equal(n_inf, b_inf) and np.array_equal(n_nan, b_nan):
+            n, b = n.copy(), b.copy()
+            n[n_inf | n_nan] = 0
+            b[b_inf | b_nan] = 0
+        else:
+            return "Nan", "Nan"
+    return n, b
+
+
+def _relative_err(n: np.ndarray, b: np.ndarray, flavor: str) -> np.ndarray:
+    """``get_relative_err`` of the version: 8.3.3 in the input dtype with
+    float64's eps; 26.2.0 in ``result_type(n, b, float32)`` with its eps."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if n.dtype.kind != "f":
+            n = n.astype(float)
+        if b.dtype.kind != "f":
+            b = b.astype(float)
+        zero = b == 0
+        if flavor == "msprobe-8.3":
+            n, b = n.copy(), b.copy()
+            eps = _EPS64
+        else:
+            rt = np.result_type(n, b, np.float32)
+            n, b = n.astype(rt), b.astype(rt)
+            eps = np.finfo(rt).eps
+        n[zero] += eps
+        b[zero] += eps
+        return np.abs(np.divide(n - b, b))
+
+
+def msprobe_check_accuracy(cos, max_abs_err) -> str:
+    """msprobe's ``check_accuracy`` (8.3.3 and 26.2.0 alike), on the cells as
+    the tool holds them (floats or the strings ``Nan``, ``N/A``,
+    ``unsupported``, ``Shape unmatched``): a NaN cosine passes every
+    comparison, so the verdict is ``Yes`` unless MaxAbsErr > 1."""
+    if cos == "Shape unmatched":
+        return "Unmatched"
+    if "None" in (cos, max_abs_err):
+        return "None"
+    if cos == "N/A" or max_abs_err == "N/A":
+        return "No"
+    try:
+        cos, max_abs_err = float(cos), float(max_abs_err)
+    except ValueError:
+        return "None"
+    if cos < 0.99 and max_abs_err > 0.001:
+        return "No"
+    if cos < 0.9 or max_abs_err > 1:
+        return "No"
+    return "Yes"
+
+
+_METRICS = ["Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio",
+            "Five Thousandths Err Ratio"]
+
+
+def msprobe_columns(golden, mine, flavor: str) -> dict:
+    """The metric cells of msprobe (``flavor`` ``msprobe-8.3`` or
+    ``msprobe-26``) for one pair: the six metric columns, ``Err_message``,
+    the dtype/shape/max/min/mean/l2norm columns and, for 8.3,
+    ``Accuracy Reached or Not``.  ``golden`` is msprobe's Bench, ``mine``
+    its NPU."""
+    if flavor not in ("msprobe-8.3", "msprobe-26"):
+        raise ValueError(f"flavor={flavor!r} is not valid here; valid: ['msprobe-8.3', 'msprobe-26']")
+    g_raw, m_raw = np.asarray(golden), np.asarray(mine)
+    row: dict = {"NPU Dtype": _torch_dtype_name(m_raw), "Bench Dtype": _torch_dtype_name(g_raw),
+                 "NPU Tensor Shape": str(list(m_raw.shape)), "Bench Tensor Shape": str(list(g_raw.shape)),
+                 "NPU Requires_grad": "False", "Bench Requires_grad": "False",
+                 "Requires_grad Consistent": "True"}
+    for side, a in (("NPU", m_raw), ("Bench", g_raw)):  # the dump.json statistics (float32 in torch)
+        if a.size:
+            f = a.astype(np.float64)
+            with np.errstate(invalid="ignore", over="ignore"):
+                row[f"{side} max"], row[f"{side} min"] = float(np.max(f)), float(np.min(f))
+                row[f"{side} mean"] = float(np.mean(f))
+                row[f"{side} l2norm"] = float(np.sqrt(np.sum(f * f)))
+    n, b = tool_view(m_raw, flavor), tool_view(g_raw, flavor)
+    cells, msg = _msprobe_metrics(n, b, flavor)
+    row.update(zip(_METRICS, cells, strict=True))
+    row["Err_message"] = msg
+    if flavor == "msprobe-8.3":
+        row["Accuracy Reached or Not"] = msprobe_check_accuracy(row["Cosine"], row["MaxAbsErr"])
+    return row
+
+
+def _msprobe_metrics(n, b, flavor: str) -> tuple[list, str]:
+    """(six metric cells, error message) as ``compare_by_op`` +
+    ``compare_ops_apply`` of the version produce them."""
+    if n is None or b is None:
+        return ["unsupported"] * 6, "Dump file: dtype not readable by msprobe 8.3.3 (Tensor.numpy())."
+    # the validation chain (8.3.3: get_error_flag_and_msg; 26.2.0: ValidateTensor)
+    if n.size == 0:
+        return ["unsupported"] * 6, "This is empty data, can not compare."
+    if flavor == "msprobe-26" and n.shape != b.shape:
+        return ["Shape unmatched"] * 6, "Shape of NPU and bench tensor do not match. Skipped."
+    msg = ""
+    if not n.shape:
+        msg = ("This is type of 0-d tensor, can not calculate 'Cosine', 'EucDist', "
+               "'One Thousandth Err Ratio' and 'Five Thousandths Err Ratio'. ")
+    elif flavor == "msprobe-8.3" and n.shape != b.shape:
+        return ["Shape unmatched"] * 6, "Shape of NPU and bench tensor do not match. Skipped."
+    if not msg:  # both versions return before the NaN/inf check for a 0-d tensor
+        r = _handle_inf_nan(n, b)
+        if isinstance(r[0], str):
+            return ["N/A"] * 6, "The position of inf or nan in NPU and bench Tensor do not match."
+        n, b = r
+        if n.dtype != b.dtype and not msg:
+            msg = "Dtype of NPU and bench tensor do not match."
+    rel = _relative_err(n, b, flavor)
+    nf, bf = n.reshape(-1).astype(float) if n.shape else n.astype(float), \
+        b.reshape(-1).astype(float) if b.shape else b.astype(float)
+    cells = []
+    scalar = "This is type of 0-d tensor" in msg
+    # Cosine
+    if scalar:
+        cells.append("unsupported")
+    elif nf.size == 1:
+        cells.append("unsupported")
+        msg += "This is a 1-d tensor of length 1." if flavor == "msprobe-8.3" else ""
+    else:
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            num = nf.dot(bf)
+            a_norm, b_norm = np.linalg.norm(nf), np.linalg.norm(bf)
+        if a_norm <= _EPS64 and b_norm <= _EPS64:
+            cells.append(1.0)
+        elif a_norm <= _EPS64:
+            cells.append("Nan")
+            msg += "Cannot compare by Cosine Similarity, All the data is Zero in npu dump data."
+        elif b_norm <= _EPS64:
+            cells.append("Nan")
+            msg += "Cannot compare by Cosine Similarity, All the data is Zero in Bench dump data."
+        else:
+            with np.errstate(invalid="ignore", over="ignore"):
+                cos = num / (a_norm * b_norm)
+            if np.isnan(cos):
+                cells.append("Nan")
+                msg += "Cannot compare by Cosine Similarity, the dump data has NaN."
+            else:
+                c = _format_value(cos)
+                cells.append(round(c, 6) if c > 0.99 else c)
+    # EucDist
+    cells.append("unsupported" if scalar else float(np.linalg.norm(nf - bf, ord=2)))
+    # MaxAbsErr, MaxRelativeErr
+    with np.errstate(invalid="ignore", over="ignore"):
+        mx = np.max(np.abs(nf - bf))
+    if np.isnan(mx):
+        cells.append("Nan")
+        msg += "Cannot compare by MaxAbsError, the data contains nan/inf/-inf in dump data."
+    else:
+        cells.append(_format_value(mx))
+    mr = np.max(np.abs(rel))
+    if np.isnan(mr):
+        cells.append("Nan")
+        msg += "Cannot compare by MaxRelativeError, the data contains nan/inf/-inf in dump data."
+    else:
+        cells.append(_format_value(mr))
+    # error ratios
+    for thr in (0.001, 0.005):
+        if scalar:
+            cells.append("unsupported")
+        elif not np.size(rel):
+            cells.append("Nan")
+        else:
+            cells.append(_format_value(np.sum(rel < thr) / np.size(rel)))
+    return cells, msg
+
+
+def _num(v) -> float | None:
+    """A metric cell as a float, None for the tool's strings."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    return None
+
+
+def msprobe26_result(row: Mapping, inputs: list[Mapping]) -> tuple[str, str]:
+    """(``Result``, message) of msprobe 26.2.0's tensor-mode rules for an API
+    whose output row is ``row`` and whose input rows are ``inputs``
+    (``indicator_analysis/algorithm.py``: InfNanErrChecker,
+    OneThousandthErrChecker, DTypeErrChecker, ShapeErrChecker,
+    CosineWarnChecker).  Missing or string metrics are skipped, as
+    ``get_min_or_max_value`` does (defaults 1.0)."""
+    level, msgs = "pass", []
+
+    def bad(v):
+        f = _num(v)
+        return f is not None and not math.isfinite(f)
+
+    if not (bad(row.get("Bench max")) or bad(row.get("Bench min"))) and \
+            (bad(row.get("NPU max")) or bad(row.get("NPU min"))):
+        level = "error"
+        msgs.append("error: There is nan/inf/-inf in the maximum or minimum value of NPU.")
+    if row.get("NPU Dtype") != row.get("Bench Dtype"):
+        level = "error"
+        msgs.append("error: The dtype of NPU and Bench are inconsistent.")
+    if row.get("NPU Tensor Shape") != row.get("Bench Tensor Shape"):
+        level = "error"
+        msgs.append("error: The shape of NPU and Bench are inconsistent.")
+
+    def min_of(rows, key):
+        vals = [_num(r.get(key)) for r in rows]
+        return min([1.0, *[v for v in vals if v is not None]])
+
+    if inputs:
+        if min_of(inputs, "One Thousandth Err Ratio") > 0.9 and min_of([row], "One Thousandth Err Ratio") < 0.1:
+            level = "error"
+            msgs.append("error: The input/parameters of One Thousandth Err Ratio > 0.9 while the output < 0.6.")
+        cin, cout = min_of(inputs, "Cosine"), min_of([row], "Cosine")
+        if cin > 0.9 and cin - cout > 0.1 and level == "pass":
+            level = "warning"
+            msgs.append("warning: The input/parameters of Cosine > 0.9, and input/parameters - output > 0.1")
+    return level, str(msgs).replace("'", '"') if msgs else "[]"
+
+
+def flavor_cells(golden, mine, flavor: str) -> dict:
+    """The metric cells of ``flavor`` for one pair of arrays (whole arrays:
+    the tools do not stream)."""
+    check_flavor(flavor)
+    if flavor == "msit":
+        return msit_columns(golden, mine)
+    if flavor == "exact":
+        return {}
+    return msprobe_columns(golden, mine, flavor)
+
+
+def msprobe_api_name(node: str) -> str:
+    """The msprobe API name numlab uses for a node: ``Numlab.<node>.0.forward``
+    (dots in the node name become ``_``: msprobe splits names at dots)."""
+    return f"Numlab.{node.replace('.', '_')}.0.forward"
+
+
+def flavor_rows(rows: list[Mapping], flavor: str) -> list[dict]:
+    """The tool's CSV rows (keys: :data:`FLAVOR_HEADERS` ``[flavor]``) from
+    report rows carrying ``_flavor`` cells; rows without data on both sides
+    are left out, as the tools do for nodes they cannot pair."""
+    check_flavor(flavor)
+    if flavor == "exact":
+        raise ValueError("flavor='exact' has no tool rows; valid: ['msit', 'msprobe-8.3', 'msprobe-26']")
+    out = []
+    by_node = {r["node"]: r for r in rows}
+    # a dump msprobe wrote names its rows <API>.<forward|backward>.<input|output>.<i>
+    api_of = {r["node"]: m.group(1) for r in rows if (m := _MSPROBE_ROW.match(str(r["node"])))}
+    api_inputs: dict[str, list] = {}
+    for n, api in api_of.items():
+        if ".input." in n[len(api):] and by_node[n].get("_flavor"):
+            api_inputs.setdefault(api, []).append(by_node[n]["_flavor"])
+    for r in rows:
+        cells = r.get("_flavor")
+        if not cells:
+            continue
+        if flavor == "msit":
+            row = dict(cells, token_id=0, data_id=len(out), golden_data_path=r.get("golden_path", ""),
+                       my_data_path=r.get("my_path", ""), golden_op_type=r.get("op", ""),
+                       my_op_type=r.get("op", ""))
+            # msit writes its DataFrame with fillna(""): a NaN cell is empty
+            row = {k: "" if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
+        else:
+            name = r["node"] if r["node"] in api_of else msprobe_api_name(r["node"]) + ".output.0"
+            row = dict(cells)
+            row.update({"NPU Name": name, "Bench Name": name, "NPU_Stack_Info": "N/A",
+                        "Data_name": str([name + ".pt", name + ".pt"])})
+            if flavor == "msprobe-26":
+                if r["node"] in api_of:  # the API's input rows of the same dump
+                    ins = api_inputs.get(api_of[r["node"]], [])
+                else:  # numlab node: its graph inputs
+                    ins = [by_node[i]["_flavor"] for i in str(r.get("inputs") or "").split()
+                           if i in by_node and by_node[i].get("_flavor")]
+                if r["node"] in api_of and ".input." in r["node"][len(api_of[r["node"]]):]:
+                    ins = []  # msprobe's rules mark only an API's output
+                row["Result"], msg = msprobe26_result(cells, ins)
+                row["Err_message"] = msg
+        out.append({k: row.get(k, "") for k in FLAVOR_HEADERS[flavor]})
+    return out

@@ -1,0 +1,708 @@
+"""The matrix-unit model (numlab.kernels.mma) and its presets against published test vectors.
+
+Sources of the vectors (each test names its origin):
+
+* Fasi, Higham, Mikaitis, Pranesh, "Numerical behavior of NVIDIA tensor cores",
+  PeerJ CS 7:e330 (2021), test suite github.com/north-numerical-computing/
+  tensor-cores-numerical-behavior: ``tc_test_numerics-V100.cu`` (V100, binary16),
+  ``tc_test_numerics-T4-A100-binary16.cu``, ``tc_test_numerics-A100-tf32.cu`` and
+  ``tc_test_numerics-A100-bf16.cu`` (A100; the binary64 suite tests fp64 tensor
+  cores, which the model does not cover).  Each item of the suite checks the value the GPU returned (the suite
+  prints PASS on the GPU it was written for); here the same inputs go through
+  the preset and the same value is asserted.
+* Khattak and Mikaitis, HPEC 2025 feature tests, github.com/faiziktk/
+  IEEE_HPEC2025_block_FMA_tests (``MATLAB/HPEC_Test_File.m``); the README's
+  sample output is an A30 (whose model ``A30TC.m`` is ``A100TC.m``): one extra
+  alignment bit, truncation at alignment, fp32 output truncated, fp16 output
+  rounded to nearest, 3 carry bits and FMA size 8 for fp16, 2 carry bits and
+  FMA size 4 for tf32, late normalisation.
+* github.com/north-numerical-computing/MATLAB-tensor-core
+  ``model_validation/ExceptionalCasesTest.m`` (inf/NaN/overflow outcomes).
+
+Independent reference: ``_port_gemm`` below is a scalar, exact (Fraction and
+Python int) transcription of the MATLAB model's own steps (``GEMM.m``,
+``Generic_BFMA_TC.m``/``fpbits_IEEE2``: shift significands held as 24-bit
+integers by ``neab`` plus the product-carry bit, truncate by the exponent
+difference, add, round), written without numlab's rounding; the vectorised
+model must agree with it bit for bit on random data for every preset.
+
+Measured GPU data: ``model_validation/`` publishes outputs (d_*) and
+accumulators (c_*) but not the A/B inputs, so no share of measured outputs
+can be computed; the presets say ``evidence="parameters only"`` (tested).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from numlab.formats import get_format
+from numlab.kernels.mma import MatrixUnit, mma
+from numlab.kernels.mma_presets import GPUS, PRESETS, preset
+
+L = math.ldexp
+
+
+def dot(unit, a, b, c=0.0, k=16):
+    """D = a . b + c for one row/column through ``mma`` (K padded to ``k``
+    with zeros, as the 16x16x16 wmma tests do)."""
+    a = list(a) + [0.0] * (k - len(a))
+    b = list(b) + [0.0] * (k - len(b))
+    fin = get_format(unit.in_fmt)
+    A = np.array([a], dtype=np.float64)
+    B = np.array(b, dtype=np.float64)[:, None]
+    C = np.array([[c]], dtype=np.float64)
+    for x in (A, B):
+        assert fin.name == "tf32" or np.array_equal(x.astype(fin.dtype).astype(np.float64), x, equal_nan=True)
+    return float(mma(A, B, unit, C)[0, 0])
+
+
+# ---------------------------------------------------------------------------
+# Fasi et al. 2021: V100 suite (tc_test_numerics-V100.cu), binary16 inputs
+# ---------------------------------------------------------------------------
+def _fasi_fp16_suite(u32, u16, a100: bool):
+    """(item, got, expected) of the binary16 suite; ``a100`` selects the
+    T4-A100 variant of items B3, B4, D1, D3, D5."""
+    out = []
+    one, sub16 = 1.0, L(1, -24)
+    below16 = 1 - L(1, -11)
+    # A. subnormals
+    out.append(("A1 fp16 subnormal input, fp16 mode", dot(u16, [sub16], [4.0]), L(1, -22)))
+    out.append(("A2 fp16 subnormal input, fp32 mode", dot(u32, [sub16], [4.0]), L(1, -22)))
+    out.append(("A3 fp32 subnormal C", dot(u32, [], [], L(1, -149)), L(1, -149)))
+    out.append(("A4 fp16 subnormal output (a)", dot(u16, [L(1, -14)], [0.5]), L(1, -15)))
+    out.append(("A4 fp16 subnormal output (b)", dot(u16, [L(1, -14)], [1.0], -L(1, -15)), L(1, -15)))
+    out.append(("A5 subnormal output fp32 mode", dot(u32, [L(1, -14)], [1.0], -L(1, -15)), L(1, -15)))
+    # B. accuracy
+    p = 1 - L(1, -10) + L(1, -22)
+    out.append(("B1 products exact", dot(u32, [below16], [below16]), p))
+    out.append(("B1 products exact x4", dot(u32, [below16] * 4, [below16] * 4), 4 * p))
+    out.append(("B2 products exact, fp16 mode",
+                dot(u16, [below16, below16], [below16, L(1, -11)]), 1 - L(1, -10) + L(1, -11)))
+    ha = 0.5 if a100 else one
+    out.append(("B3 accumulated in binary32", dot(u32, [ha] * 4, [sub16] * 4, 1.0), 1.0))
+    for j in range(4):
+        a, b = [ha] * 4, [sub16] * 4
+        a[j], b[j] = one, one
+        out.append((f"B4 sum from largest, j={j}", dot(u32, a, b, sub16), 1.0))
+    # C. rounding
+    out.append(("C1 round-down positive", dot(u32, [1.0] * 4, [2.0, L(1, -23) + L(1, -24)]), 2.0))
+    out.append(("C2 round-up negative", dot(u32, [1.0] * 4, [-2.0, -L(1, -23) - L(1, -24)]), -2.0))
+    out.append(("C3 fp16 accumulator rounded to nearest",
+                dot(u16, [sub16, sub16], [0.5, 0.25]), L(1, -24)))
+    # D. accumulator
+    belowone = 1 - L(1, -24)
+    out.append(("D1 extra alignment bits", dot(u32, [1.0], [1.0], -belowone),
+                L(1, -24) if a100 else L(1, -23)))
+    out.append(("D2 normalisation in addition", dot(u32, [1.0] * 4, [sub16] * 4, belowone),
+                1 + L(1, -23)))
+    out.append(("D3 normalisation in subtraction", dot(u32, [1.0, 1.0], [1.0, -sub16], -belowone),
+                0.0 if a100 else L(1, -23)))
+    for i in range(4):
+        b = [1.0] * 4
+        b[i] = L(1, -23)
+        out.append((f"D4 carry-out bits, i={i}", dot(u32, [1.0] * 4, b, 1 + L(1, -22) + L(1, -23)),
+                    4 + L(1, -21)))
+    out.append(("D4 third carry bit", dot(u32, [1.0] * 4, [1.0, 1.5, 1.75, 1.875], 1.875), 8.0))
+    out.append(("D4 round-down in normalisation",
+                dot(u32, [1.0] * 4, [1.0] * 4, 1 + L(1, -22) + L(1, -23)), 5.0))
+    out.append(("D4 round-up in normalisation (negative)",
+                dot(u32, [1.0] * 4, [-1.0] * 4, -1 - L(1, -22) - L(1, -23)), -5.0))
+    if a100:
+        a5, b5 = [0.5] * 4, [sub16] * 3 + [L(1, -23) + L(1, -24)]
+    else:
+        a5, b5 = [1.0] * 4, [sub16] * 4
+    partial = dot(u32, a5, b5, belowone)
+    full = dot(u32, a5, b5, 1.0)
+    out.append(("D5 not monotonic", full < partial, True))
+    return out
+
+
+@pytest.mark.parametrize("gpu, a100", [("V100", False), ("A100", True)])
+def test_fasi_binary16_suite(gpu, a100):
+    """Every item of Fasi et al.'s binary16 suite gives the value the GPU gave."""
+    u32, u16 = preset(gpu, "fp16", "fp32"), preset(gpu, "fp16", "fp16")
+    bad = [(n, g, e) for n, g, e in _fasi_fp16_suite(u32, u16, a100) if g != e]
+    assert not bad, bad
+
+
+def test_fasi_suite_separates_v100_from_a100():
+    """The suite's V100 and A100 variants disagree on the other GPU's preset
+    (so the items are not vacuous): D1 and D3 detect the extra alignment bit."""
+    v = {n: g == e for n, g, e in _fasi_fp16_suite(preset("A100", "fp16", "fp32"),
+                                                     preset("A100", "fp16", "fp16"), False)}
+    a = {n: g == e for n, g, e in _fasi_fp16_suite(preset("V100", "fp16", "fp32"),
+                                                     preset("V100", "fp16", "fp16"), True)}
+    assert not v["D1 extra alignment bits"] and not v["D3 normalisation in subtraction"]
+    assert not a["D1 extra alignment bits"] and not a["D3 normalisation in subtraction"]
+
+
+def _tf32(x):
+    """fp32 value converted to tf32 by truncation, as the A100 does on load
+    (the suite expects (1-2^-24)^2 to act as (1-2^-11)^2; GEMM.m: round=4)."""
+    from numlab.rounding import round_to
+    return float(round_to(np.float32(x), "tf32", "rtz"))
+
+
+@pytest.mark.parametrize("fmt", ["tf32", "bf16"])
+def test_fasi_a100_tf32_bf16_suites(fmt):
+    """tc_test_numerics-A100-tf32.cu and tc_test_numerics-A100-bf16.cu on the
+    A100 tf32 and bf16 presets (same items; bf16 differs in A1 and B1)."""
+    u = preset("A100", fmt, "fp32")
+    belowone, sub = 1 - L(1, -24), L(1, -24)
+    if fmt == "tf32":
+        conv, minsub, up, below_in = _tf32, L(1, -136), L(1, 10), belowone
+        prod = 1 - L(1, -10) + L(1, -22)   # (1 - 2^-11)^2: the input is truncated
+    else:
+        conv, minsub, up, below_in = float, L(1, -133), L(1, 7), 1 - L(1, -8)
+        prod = 1 - L(1, -7) + L(1, -16)
+
+    def d(a, b, c=0.0):
+        return dot(u, [conv(x) for x in a], [conv(x) for x in b], c)
+    checks = [
+        ("A1 subnormal input", d([minsub], [up]), L(1, -126)),
+        ("A2 fp32 subnormal C", d([], [], L(1, -149)), L(1, -149)),
+        ("A3 subnormal output", d([L(1, -126)], [0.5]), L(1, -127)),
+        ("A3 subnormal output (b)", d([L(1, -126)], [1.0], -L(1, -127)), L(1, -127)),
+        ("B1 products exact", d([below_in], [below_in]), prod),
+        ("B1 x4", d([below_in] * 4, [below_in] * 4), 4 * prod),
+        ("B2 accumulated in binary32", d([0.5] * 4, [sub] * 4, 1.0), 1.0),
+        ("C1 round-down", d([1.0] * 4, [2.0, L(1, -23) + L(1, -24)]), 2.0),
+        ("C2 round-up negative", d([1.0] * 4, [-2.0, -L(1, -23) - L(1, -24)]), -2.0),
+        ("D1 one extra alignment bit", d([1.0], [1.0], -belowone), L(1, -24)),
+        ("D2 normalisation in addition", d([1.0] * 4, [sub] * 4, belowone), 1 + L(1, -23)),
+        ("D3 subtraction", d([1.0, 1.0], [1.0, -sub], -1 + sub), 0.0),
+        ("D4 third carry bit", d([1.0] * 4, [1.0, 1.5, 1.75, 1.875], 1.875), 8.0),
+        ("D4 round-down", d([1.0] * 4, [1.0] * 4, 1 + L(1, -22) + L(1, -23)), 5.0),
+        ("D4 round-up negative", d([1.0] * 4, [-1.0] * 4, -1 - L(1, -22) - L(1, -23)), -5.0),
+    ]
+    for i in range(4):
+        b = [1.0] * 4
+        b[i] = L(1, -23)
+        checks.append((f"D4 carry i={i}", d([1.0] * 4, b, 1 + L(1, -22) + L(1, -23)),
+                       4 + L(1, -21)))
+    for j in range(4):
+        a, b = [0.5] * 4, [sub] * 4
+        a[j], b[j] = 1.0, 1.0
+        checks.append((f"B3 sum from largest j={j}", d(a, b, sub), 1.0))
+    bad = [c for c in checks if c[1] != c[2]]
+    assert not bad, bad
+    partial = d([0.5] * 4, [sub] * 3 + [L(1, -23) + L(1, -24)], belowone)
+    assert d([0.5] * 4, [sub] * 3 + [L(1, -23) + L(1, -24)], 1.0) < partial  # D5
+
+
+# ---------------------------------------------------------------------------
+# HPEC 2025 feature tests (HPEC_Test_File.m), documented A30 outcome
+# ---------------------------------------------------------------------------
+def hpec_features(u32, u16, utf32=None) -> dict:
+    """Run the HPEC test vectors on a unit pair and return the detected features."""
+    f = {}
+    pout = 24
+    # Feature 1: extra alignment bits (0, 1 or 2 detectable)
+    a = [L(1, -pout)] * 2
+    f["neab"] = int(dot(u32, a, [1.0, 1.0], 1.0) == 1 + 2 * L(1, -pout))
+    a3, b3 = [L(1, -pout)] * 3, [0.5, 0.5, 1.0]
+    if dot(u32, a3, b3, 1.0) == 1 + 2 * L(1, -pout):
+        f["neab"] = 2
+    # Feature 2: rounding of aligned significands (valid for neab < 2)
+    if f["neab"] < 2:
+        n = f["neab"]
+        bb = L(1, -n) + L(1, -n - 1)
+        dp = dot(u32, [L(1, -pout)] * 2, [bb, bb], 1.0)
+        dn = dot(u32, [-L(1, -pout)] * 2, [bb, bb], -1.0)
+        rz, rn = 1.0, 1 + L(1, -pout - n + 2)
+        f["align"] = {(rn, rn): "rne", (rz, rz): "rtz", (rn, rz): "up", (rz, rn): "down"}.get(
+            (dp, abs(dn)), "?")
+    # Feature 3/4: final rounding, fp32 and fp16 outputs
+
+    def final(u, a, b, c, rz, rn):
+        dp, dn = dot(u, a, b, c), dot(u, [-x for x in a], b, -c)
+        return {(rn, rn): "rne", (rz, rz): "rtz", (rn, rz): "up", (rz, rn): "down"}.get(
+            (dp, abs(dn)), "?")
+    f["final32"] = final(u32, [1.0] * 3, [1.0] * 3, 1 + L(1, -pout + 1) + L(1, -pout + 2),
+                         4.0, 4.0 + L(1, -pout + 3))
+    if u16 is not None:
+        f["final16"] = final(u16, [0, 0, 0, L(1, -11), L(1, -12)], [1.0] * 5, 1.0,
+                             1.0, 1 + L(1, -10))
+
+    # Feature 5/6 (7/8 for tf32): carry bits and FMA size, HPEC Algorithm 1
+    def carry_and_fma(u, pin):
+        k, necb = 2, 0
+        while k <= 16:
+            lgk = math.ceil(math.log2(k))
+            a = [0.0] * 16
+            a[0], a[k - 1] = 1.0, L(1, -pout + 1)
+            c = 1 + L(1, -pout + 1)
+            dp = dot(u, a, [1.0] * 16, c)
+            dn = dot(u, [-x for x in a], [1.0] * 16, -c)
+            if dp != 2 + L(1, -pout + 2) and abs(dn) != 2 + L(1, -pout + 2):
+                return necb, k - 1
+            a = [0.0] * 16
+            a[:k - 1] = [2 - L(1, -pin + 1)] * (k - 1)
+            a[k - 1] = L(1, -pout + 1)
+            c = 2 - L(1, -pin + 1) + sum(L(1, e) for e in range(-pout + 1, -pout + lgk + 1))
+            if dot(u, a, [1.0] * 16, c) == c + sum(a):
+                necb = math.floor(math.log2(k * (2 - L(1, -pin + 1))))
+            k += 1
+        return necb, 16
+    f["carry"], f["fma"] = carry_and_fma(u32, 11)
+    if utf32 is not None:
+        f["carry_tf32"], f["fma_tf32"] = carry_and_fma(utf32, 11)
+    # Feature 9: rounding when two BFMAs are compiled
+    nf = f["fma"]
+    if 2 * nf <= 16:
+        a = [0.0] * (2 * nf)
+        b = [1.0] * (2 * nf)
+        a[nf], b[nf] = L(1, -pout + 1), 0.75
+        c = 1 + L(1, -pout + 1)
+        f["compile"] = final(u32, a, b, c, c, c + L(1, -pout + 1))
+    # Feature 10: normalisation pattern
+    t = 3
+    a = [L(1, -pout + t) + L(1, -pout)] * 2
+    d = dot(u32, a, [1.0, 1.0], 1 - L(1, -pout + t))
+    f["normalisation"] = ("late" if d == 1 + L(1, -pout + t) + L(1, -pout + 1) else
+                          "immediate" if d == 1 + L(1, -pout + t) else "?")
+    return f
+
+
+def test_hpec_feature_tests_a30_documented_outcome():
+    """The HPEC test vectors detect on the A100/A30 preset exactly what the
+    README reports for the A30 GPU."""
+    f = hpec_features(preset("A100", "fp16", "fp32"), preset("A100", "fp16", "fp16"),
+                      preset("A100", "tf32", "fp32"))
+    assert f == {"neab": 1, "align": "rtz", "final32": "rtz", "final16": "rne",
+                 "carry": 3, "fma": 8, "carry_tf32": 2, "fma_tf32": 4,
+                 "compile": "rtz", "normalisation": "late"}
+
+
+@pytest.mark.parametrize("gpu", ["V100", "A100", "H100", "B200", "Ada"])
+def test_hpec_feature_tests_recover_each_fp16_preset(gpu):
+    """Applied to every fp16 preset, the HPEC vectors recover the preset's own
+    parameters (FMA size, extra alignment bits up to the 2 the test can see,
+    truncation, final rounding modes)."""
+    u32, u16 = preset(gpu, "fp16", "fp32"), preset(gpu, "fp16", "fp16")
+    f = hpec_features(u32, u16)
+    assert f["fma"] == min(u32.fma_size, 16)
+    assert f["neab"] == min(u32.align_bits, 2)
+    assert f["final32"] == "rtz"
+    # the fp16-output vector puts its two small terms at positions 4 and 5: with
+    # fma_size 4 (V100) they fall in two blocks, each a tie rounded to even, so
+    # the vector reads like truncation there; one block from fma_size 5 up
+    assert f["final16"] == ("rne" if u32.fma_size >= 5 else "rtz")
+    assert f.get("align", "rtz") == "rtz"
+    assert f["normalisation"] == "late"
+
+
+def test_hpec_detects_knobs_of_custom_units():
+    """The feature tests see the knobs (so the knobs change bits): alignment
+    rounding, final rounding, FMA size and extra bits of a custom unit."""
+    base = MatrixUnit("fp16", "fp32", fma_size=8, align_bits=1)
+    b16 = base.replace(out_fmt="fp16", final_rounding="rne")
+    assert hpec_features(base.replace(align_rounding="rne"), b16)["align"] == "rne"
+    assert hpec_features(base.replace(align_rounding="down"), b16)["align"] == "down"
+    assert hpec_features(base.replace(final_rounding="rne"), b16)["final32"] == "rne"
+    assert hpec_features(base.replace(fma_size=4), b16)["fma"] == 4
+    assert hpec_features(base.replace(align_bits=0), b16)["neab"] == 0
+
+
+# ---------------------------------------------------------------------------
+# Exceptional cases (model_validation/ExceptionalCasesTest.m)
+# ---------------------------------------------------------------------------
+def test_overflow_in_an_interleaved_sub_vector_stays_infinite():
+    """An infinite first sub-vector result goes through the second stage and
+    the join as inf (GEMM.m: a block holding inf returns the sum), also with
+    a narrow register (fmod of inf would be NaN)."""
+    for carry in (None, 2):
+        u = MatrixUnit("bf16", "fp16", fma_size=2, interleave=2, carry_bits=carry,
+                       final_rounding="rne")
+        assert dot(u, [L(1, 17), 0.0, 1.0, 0.0], [1.0] * 4, k=4) == math.inf
+
+
+def test_exceptional_cases():
+    u = MatrixUnit("bf16", "fp32", fma_size=16, align_bits=1, final_rounding="rne")
+    big = L(1, 127)
+    assert dot(u, [big], [1.0], big) == math.inf                       # 1: overflow -> +inf
+    assert dot(u, [math.inf], [-math.inf]) == -math.inf               # 2: inf * -inf
+    assert math.isnan(dot(u, [-math.inf, math.inf], [1.0, 1.0]))      # 3: inf - inf
+    u16 = MatrixUnit("fp16", "fp16", fma_size=16, align_bits=1, final_rounding="rne")
+    assert dot(u16, [32768.0, 32768.0], [1.0, 1.0]) == math.inf       # 4
+    assert dot(u16, [-32768.0, -32768.0], [1.0, 1.0]) == -math.inf    # 5
+    u8 = MatrixUnit("fp8_e5m2", "fp16", fma_size=16, align_bits=1, final_rounding="rne")
+    assert dot(u8, [32768.0, 32768.0], [1.0, 1.0]) == math.inf        # 6
+    assert dot(u8, [32768.0, 32768.0], [-1.0, -1.0]) == -math.inf     # 7
+    # truncating units overflow to inf too (the model: exponent past emax)
+    assert dot(preset("H100", "bf16", "fp32"), [big], [1.0], big) == math.inf
+    # NaN anywhere, and inf * 0
+    assert math.isnan(dot(u, [math.nan, 1.0], [1.0, 1.0]))
+    assert math.isnan(dot(u, [math.inf], [0.0]))
+    assert math.isnan(dot(u, [1.0], [1.0], math.nan))
+    assert dot(u, [1.0], [1.0], -math.inf) == -math.inf
+
+
+# ---------------------------------------------------------------------------
+# independent scalar transcription of the MATLAB model (exact arithmetic)
+# ---------------------------------------------------------------------------
+def _exp_sig(x: Fraction, emin: int) -> tuple[int, Fraction]:
+    """Exponent max(floor(log2|x|), emin) and significand x / 2**exp."""
+    e = math.floor(math.log2(abs(x)))
+    while Fraction(2) ** e > abs(x):
+        e -= 1
+    while Fraction(2) ** (e + 1) <= abs(x):
+        e += 1
+    e = max(e, emin)
+    return e, x / Fraction(2) ** e
+
+
+def _round_frac(x: Fraction, p: int, emin: int, emax: int, mode: str) -> Fraction | float:
+    """Exact rounding of x to a binary format (p bits, gradual underflow);
+    |result| >= 2**(emax+1) is +-inf (the MATLAB models' rule)."""
+    if x == 0:
+        return Fraction(0)
+    s = 1 if x > 0 else -1
+    e, _ = _exp_sig(abs(x), emin)
+    q = Fraction(2) ** (e - p + 1)
+    m = abs(x) / q
+    f = m.numerator // m.denominator
+    r = m - f
+    if mode == "rne":
+        f += 1 if r > Fraction(1, 2) or (r == Fraction(1, 2) and f % 2) else 0
+    elif mode == "up":
+        f += 1 if (r and s > 0) else 0
+    elif mode == "down":
+        f += 1 if (r and s < 0) else 0
+    v = s * f * q
+    if abs(v) >= Fraction(2) ** (emax + 1):
+        return s * math.inf
+    return v
+
+
+def _port_block(prods, c: Fraction, fin, neab, stk, fmt, mode, frac=23, emin_c=-126):
+    """One Generic_BFMA_TC call, transcribed from fpbits_IEEE2: significands as
+    integers with 23 fraction bits, products >= 2 shifted right with exponent+1,
+    neab (+1 when the largest-exponent product is >= 2 and c does not exceed
+    it), truncation by the exponent difference, optional sticky bit."""
+    terms = []  # (exp, int sig, sign)
+    pe, ps = [], []
+    for a, b in prods:
+        if a == 0 or b == 0:
+            continue
+        ea, sa = _exp_sig(a, fin.emin)
+        eb, sb = _exp_sig(b, fin.emin)
+        pe.append(ea + eb)
+        ps.append(sa * sb)
+    if not pe and c == 0:
+        return Fraction(0)
+    ec = sc = None
+    if c != 0:
+        ec, scf = _exp_sig(c, emin_c)
+        sc = abs(scf) * 2 ** frac
+        assert sc.denominator == 1
+    spc = 0
+    if pe:
+        m = max(pe)
+        big = max(abs(s) for e, s in zip(pe, ps, strict=True) if e == m)
+        spc = int((ec is None or m >= ec) and big >= 2)
+    for e, s in zip(pe, ps, strict=True):
+        v = abs(s) * 2 ** frac
+        assert v.denominator == 1
+        v = int(v)
+        if abs(s) >= 2:
+            v >>= 1
+            e += 1
+        terms.append((e, v, 1 if s > 0 else -1))
+    if ec is not None:
+        terms.append((ec, int(sc), 1 if c > 0 else -1))
+    n = neab + spc
+    maxe = max(t[0] for t in terms)
+    total = 0
+    for e, v, sgn in terms:
+        v = v << n if n >= 0 else v >> -n
+        sh = maxe - e
+        kept = v >> sh
+        if stk:
+            kept = 2 * kept + int(kept << sh != v)
+        total += sgn * kept
+    val = Fraction(total) / Fraction(2) ** (frac + n + stk - maxe)
+    return _round_frac(val, fmt.p, fmt.emin, fmt.emax, mode)
+
+
+def _port_gemm(A, B, C, unit: MatrixUnit):
+    """D = A B + C, one entry at a time, K blocks in order (GEMM.m)."""
+    fin = get_format(unit.in_fmt)
+    fmt = unit.result_format
+    fout = get_format(unit.out_fmt)
+    M, K = A.shape
+    N = B.shape[1]
+    blk = unit.block
+    stk = int(unit.align_rounding == "sticky")
+    assert unit.align_rounding in ("rtz", "sticky")  # what the MATLAB model has
+    D = np.empty((M, N))
+    for i in range(M):
+        for j in range(N):
+            acc = Fraction(float(C[i, j]))
+            part = Fraction(0) if unit.promote_every else acc
+            for k0 in range(0, K, blk):
+                pr = [(Fraction(float(A[i, k])), Fraction(float(B[k, j])))
+                      if k < K else (Fraction(0), Fraction(0)) for k in range(k0, k0 + blk)]
+                if isinstance(part, float):  # +-inf after an overflow: stays (GEMM.m)
+                    continue
+                if unit.interleave == 1:
+                    part = _port_block(pr, part, fin, unit.align_bits, stk, fmt, unit.final_rounding)
+                else:
+                    h1 = [pr[t] for t in range(blk) if t % 4 < 2]
+                    h2 = [pr[t] for t in range(blk) if t % 4 >= 2]
+                    d1 = _port_block(h1, Fraction(0), fin, unit.align_bits, stk, fmt,
+                                     unit.final_rounding)
+                    d2 = _port_block(h2, d1, fin, unit.align_bits, stk, fmt, unit.final_rounding)
+                    part = _port_join(d2, part, fmt, unit.join_bits)
+                if unit.promote_every and (k0 + blk) % unit.promote_every == 0:
+                    acc = Fraction(float(np.float32(float(acc)) + np.float32(float(part))))
+                    part = Fraction(0)
+            if unit.promote_every:
+                part = Fraction(float(np.float32(float(acc)) + np.float32(float(part))))
+                if fout.name == "fp16":
+                    part = _round_frac(part, 11, -14, 15, "rne")
+            D[i, j] = float(part)
+    return D
+
+
+def _port_join(d: Fraction, c: Fraction, fmt, join_bits: int):
+    """Final addition of an interleaved block to C: two terms aligned to the
+    larger one's exponent, p-1+2 fraction bits and a sticky bit, RNE."""
+    terms = [x for x in (d, c) if x != 0]
+    if not terms:
+        return Fraction(0)
+    emin = -126 if fmt.emax > 15 else -14
+    es = [_exp_sig(x, emin)[0] for x in terms]
+    E = max(es)
+    q = Fraction(2) ** (E - (fmt.p - 1) - join_bits)
+    total = 0
+    for x in terms:
+        m = abs(x) / q
+        kept = m.numerator // m.denominator
+        total += (1 if x > 0 else -1) * (2 * kept + int(kept != m))
+    return _round_frac(Fraction(total) * q / 2, fmt.p, fmt.emin, fmt.emax, "rne")
+
+
+def _random_inputs(rng, fin, shape, spread):
+    x = rng.standard_normal(shape) * np.exp2(rng.integers(-spread, spread + 1, shape))
+    x[rng.random(shape) < 0.1] = 0.0
+    from numlab.rounding import round_to
+    return np.asarray(round_to(x, fin, "rne", saturate=True), dtype=np.float64)
+
+
+@pytest.mark.parametrize("key", sorted(PRESETS))
+def test_presets_match_scalar_transcription(key):
+    """Bit for bit against the exact scalar transcription of the MATLAB model,
+    with mixed signs, zeros, wide exponent spreads and a nonzero C."""
+    u = PRESETS[key]
+    rng = np.random.default_rng(zlib.crc32(key.encode()))
+    fin, fout = get_format(u.in_fmt), get_format(u.out_fmt)
+    K = 2 * u.block + 3
+    spread = 3 if fin.emax <= 15 else 8
+    A = _random_inputs(rng, fin, (4, K), spread)
+    B = _random_inputs(rng, fin, (K, 3), spread)
+    C = _random_inputs(rng, fout, (4, 3), 4)
+    # subnormal inputs (nominal exponent clamped at emin) in row 0 / column 0
+    tiny = fin.smallest_normal
+    A[0, ::2] = _random_inputs(rng, fin, (1, len(A[0, ::2])), 0)[0] * tiny
+    B[::3, 0] = _random_inputs(rng, fin, (len(B[::3, 0]), 1), 0)[:, 0] * tiny * 4
+    A, B = (np.asarray(_round_in(x, fin), dtype=np.float64) for x in (A, B))
+    if u.result_bits is not None:
+        C = np.asarray(_round_c(C, u), dtype=np.float64)
+    got = mma(A, B, u, C).astype(np.float64)
+    ref = _port_gemm(A, B, C, u)
+    np.testing.assert_array_equal(got, ref)
+
+
+def _round_in(x, fin):
+    from numlab.rounding import round_to
+    return round_to(x, fin, "rne")
+
+
+def _round_c(C, u):
+    from numlab.rounding import round_to
+    return round_to(C, u.result_format, "rtz")
+
+
+@pytest.mark.parametrize("unit", [
+    MatrixUnit("fp16", "fp32", fma_size=4, align_bits=3, align_rounding="sticky",
+               final_rounding="rne"),
+    MatrixUnit("bf16", "fp32", fma_size=8, align_bits=-3, final_rounding="up"),
+    MatrixUnit("fp8_e4m3", "fp16", fma_size=8, align_bits=0, final_rounding="down"),
+    MatrixUnit("fp8_e5m2", "fp32", fma_size=4, align_bits=2, interleave=2),
+    MatrixUnit("fp16", "fp32", fma_size=4, align_bits=1, promote_every=16),
+    MatrixUnit("bf16", "fp32", fma_size=8, align_bits=1),  # wide exponent range below
+    MatrixUnit("fp16", "fp32", fma_size=1, interleave=2),  # empty second sub-vector
+])
+def test_custom_units_match_scalar_transcription(unit):
+    """Knob combinations outside the presets (sticky, up/down, interleave,
+    promotion; bf16 over 2**+-60 with overflow to inf) against the transcription."""
+    rng = np.random.default_rng(7)
+    fin, fout = get_format(unit.in_fmt), get_format(unit.out_fmt)
+    K = 40
+    spread = 60 if fin.emax > 15 else 5
+    A = _random_inputs(rng, fin, (3, K), spread)
+    B = _random_inputs(rng, fin, (K, 3), spread)
+    C = _random_inputs(rng, fout, (3, 3), 4)
+    if fin.emax > 15:
+        A[0, :2], B[:2, 0] = 2.0 ** 70, 2.0 ** 70  # 2 * 2^140 overflows fp32
+    np.testing.assert_array_equal(mma(A, B, unit, C).astype(np.float64),
+                                  _port_gemm(A, B, C, unit))
+
+
+# ---------------------------------------------------------------------------
+# properties
+# ---------------------------------------------------------------------------
+def test_fma1_wide_rne_is_fp32_sequential_accumulation():
+    """fma_size=1, 24 extra alignment bits and RNE = c <- fl32(c + a_k b_k)
+    (fp16 products are exact in fp32, so numpy float32 adds are the reference)."""
+    rng = np.random.default_rng(3)
+    a = (rng.standard_normal((8, 64)) * np.exp2(rng.integers(-6, 7, (8, 64)))).astype(np.float16)
+    b = (rng.standard_normal((64, 5)) * np.exp2(rng.integers(-6, 7, (64, 5)))).astype(np.float16)
+    c = rng.standard_normal((8, 5)).astype(np.float32)
+    u = MatrixUnit("fp16", "fp32", fma_size=1, align_bits=24, final_rounding="rne")
+    acc = c.copy()
+    for k in range(64):
+        prod = (a[:, k:k + 1].astype(np.float32) * b[k:k + 1].astype(np.float32))
+        assert np.array_equal(prod.astype(np.float64),
+                              a[:, k:k + 1].astype(np.float64) * b[k:k + 1].astype(np.float64))
+        acc = acc + prod
+    np.testing.assert_array_equal(mma(a, b, u, c), acc)
+
+
+def test_result_dtype_and_exactness_on_integers():
+    """Small integers: every unit is exact; fp32 output is float32, fp16 float16."""
+    rng = np.random.default_rng(5)
+    a = rng.integers(-3, 4, (6, 33)).astype(np.float16)
+    b = rng.integers(-3, 4, (33, 7)).astype(np.float16)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    for key in ("V100/fp16/fp32", "H100/fp16/fp16", "B200/fp16/fp32"):
+        d = mma(a, b, PRESETS[key])
+        assert d.dtype == get_format(PRESETS[key].out_fmt).dtype
+        np.testing.assert_array_equal(d.astype(np.float64), ref)
+
+
+def test_deepseek_promotion_reduces_h100_fp8_error():
+    """DeepSeek-V3 section 3.3.2: the H100 fp8 accumulator (about 14 bits) loses
+    accuracy with K; promoting to fp32 every 128 products fixes it."""
+    rng = np.random.default_rng(11)
+    K = 4096
+    a = rng.uniform(0, 1, (4, K)).astype(ml_dtypes.float8_e4m3fn)
+    b = rng.uniform(0, 1, (K, 4)).astype(ml_dtypes.float8_e4m3fn)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    u = preset("H100", "e4m3", "fp32")
+    err = np.max(np.abs(mma(a, b, u) - exact) / exact)
+    err_p = np.max(np.abs(mma(a, b, u.replace(promote_every=128)) - exact) / exact)
+    assert err > 0.01 and err_p < 0.002
+    assert np.max(np.abs(mma(a, b, preset("B200", "e4m3", "fp32")) - exact) / exact) < 1e-5
+
+
+# ---------------------------------------------------------------------------
+# presets and errors
+# ---------------------------------------------------------------------------
+def test_presets_cite_sources_and_claim_no_measured_accuracy():
+    assert set(GPUS) >= {"V100", "A100", "H100", "B200"}
+    for key, u in PRESETS.items():
+        assert u.name == key and "MATLAB-tensor-core" in u.source and ".m @" in u.source
+        assert u.evidence.startswith("parameters only")
+        assert "bit-accurate" not in u.evidence
+
+
+def test_preset_lookup_and_errors():
+    assert preset("h100/fp16/fp32") is PRESETS["H100/fp16/fp32"]
+    assert preset("A100", "float16") is PRESETS["A100/fp16/fp32"]
+    with pytest.raises(ValueError, match="gpu='X1'.*valid choices"):
+        preset("X1")
+    with pytest.raises(ValueError, match="V100 has no preset.*bf16"):
+        preset("V100", "bf16")
+    with pytest.raises(ValueError, match="fma_size=0"):
+        MatrixUnit(fma_size=0)
+    with pytest.raises(ValueError, match="final_rounding='odd'"):
+        MatrixUnit(final_rounding="odd")
+    with pytest.raises(ValueError, match="promote_every=100"):
+        MatrixUnit(fma_size=8, promote_every=100)
+    with pytest.raises(ValueError, match="a holds .* not a fp16 value"):
+        mma(np.array([[0.1]]), np.array([[1.0]]), MatrixUnit())
+    with pytest.raises(ValueError, match="a must be"):
+        mma(np.ones((2, 3)), np.ones((2, 3)), MatrixUnit())
+
+
+# ---------------------------------------------------------------------------
+# the compiled path (optional numba) gives the numpy path's bits
+# ---------------------------------------------------------------------------
+def test_numba_engine_matches_numpy_engine():
+    pytest.importorskip("numba", reason="numba is optional; the compiled mma path needs it")
+    from numlab.rounding import round_to
+    rng = np.random.default_rng(21)
+    units = [u for u in PRESETS.values() if u.interleave == 1] + [
+        MatrixUnit(align_rounding="sticky", final_rounding="rne"),
+        MatrixUnit(align_rounding="down", final_rounding="up", subnormals=False),
+        MatrixUnit("bf16", align_rounding="rne", final_rounding="down", align_bits=-4),
+        MatrixUnit(fma_size=4, promote_every=32, out_fmt="fp16", final_rounding="rne"),
+    ]
+    for u in units:
+        fin = get_format(u.in_fmt)
+        a = round_to(rng.standard_normal((20, 70)) * np.exp2(rng.integers(-12, 12, (20, 70))),
+                     fin, saturate=True)
+        b = round_to(rng.standard_normal((70, 9)) * np.exp2(rng.integers(-12, 12, (70, 9))),
+                     fin, saturate=True)
+        a[rng.random(a.shape) < 0.1] = 0.0
+        a[0, 0], b[5, 1] = np.inf, np.nan
+        c = round_to(rng.standard_normal((20, 9)), u.result_format)
+        x = mma(a, b, u, c, engine="numpy")
+        y = mma(a, b, u, c, engine="numba")
+        assert np.array_equal(x, y, equal_nan=True), u
+        assert np.array_equal(np.signbit(x), np.signbit(y)), u
+    one = np.ones((2, 8))
+    with pytest.raises(ValueError, match="engine='numba' needs"):
+        mma(one, one.T, MatrixUnit("fp8_e5m2", fma_size=4, interleave=2), engine="numba")
+    with pytest.raises(ValueError, match="engine='gpu'"):
+        mma(one, one.T, units[0], engine="gpu")
+
+
+@pytest.mark.parametrize("carry", [1, 2])
+def test_hpec_carry_test_detects_carry_bits(carry):
+    """A (hypothetical) register with ``carry_bits`` integer bits above the
+    anchor is what the HPEC carry-bit test measures."""
+    u = MatrixUnit("fp16", "fp32", fma_size=8, align_bits=1, carry_bits=carry)
+    assert hpec_features(u, None)["carry"] == carry
+
+
+def test_every_knob_changes_bits():
+    """Each numerical field of MatrixUnit changes some result (a knob that
+    changes no bit would be a bug); the vectors are the published ones above
+    or small constructions named in the comments."""
+    base = MatrixUnit("fp16", "fp32", fma_size=8, align_bits=1)
+    # alignment bits / rounding / final rounding / fma size / carry: HPEC vectors
+    f0 = hpec_features(base, None)
+    for change in (dict(align_bits=0), dict(align_rounding="rne"), dict(final_rounding="rne"),
+                   dict(fma_size=4), dict(carry_bits=1)):
+        assert hpec_features(base.replace(**change), None) != f0, change
+    # subnormals: Fasi A1 (2^-24 * 4 is 2^-22 only with subnormal inputs)
+    assert dot(base.replace(subnormals=False), [L(1, -24)], [4.0]) == 0.0
+    # out_fmt / result_bits: 1 + 2^-20 is fp32, not fp16 nor a 14-bit result
+    assert dot(base, [1.0, L(1, -20)], [1.0, 1.0]) == 1 + L(1, -20)
+    assert dot(base.replace(out_fmt="fp16", final_rounding="rne"),
+               [1.0, L(1, -20)], [1.0, 1.0]) == 1.0
+    assert dot(base.replace(result_bits=14), [1.0, L(1, -20)], [1.0, 1.0]) == 1.0
+    # in_fmt: bf16 holds 2^100, fp16 does not
+    assert dot(base.replace(in_fmt="bf16"), [L(1, 100)], [1.0]) == L(1, 100)
+    # interleave: {1, -1} cancel in the first sub-vector (indices 0, 1), so the
+    # tiny product of the second (index 2) keeps all its bits; in one block of
+    # 8 it is truncated against the anchor 2^0
+    u2 = MatrixUnit("fp8_e5m2", "fp32", fma_size=4, align_bits=0, interleave=2)
+    a, b = [1.0, 1.0, L(1, -15)], [1.0, -1.0, L(1, -15)]
+    assert dot(u2, a, b, k=8) == L(1, -30)
+    assert dot(u2.replace(interleave=1, fma_size=8), a, b, k=8) == 0.0
+    # join_bits: the interleaved result 3*2^-25 joins C = 1 by RNE; with 2 guard
+    # bits the sum 1 + 0.75 ulp rounds up, with none the sticky bit makes a tie
+    a, b = [0.0, 0.0, 1.5 * L(1, -12)], [0.0, 0.0, L(1, -12)]
+    assert dot(u2, a, b, 1.0, k=8) == 1 + L(1, -23)
+    assert dot(u2.replace(join_bits=0), a, b, 1.0, k=8) == 1.0
+    # promote_every: test_deepseek_promotion_reduces_h100_fp8_error
