@@ -33,6 +33,8 @@ TARGETS: dict[str, str] = {
     "layernorm": "eager and every fusion preset's layernorm (4096x4096 fp16) vs a numpy float32 layernorm",
     "claims": "1000 layernorm trials (64x1024 fp16) in eager, fused and reference",
     "faithfulness": "numlab's predictions vs real torch eager and torch.compile (needs torch)",
+    "mma": "the matrix-unit model (A100/H100 presets) 1024^3 fp16 vs numpy float64 matmul (issue #15)",
+    "scaled": "MX/NV/DeepSeek block-scaled quantise+dequantise 4096x4096 vs ml_dtypes' plain cast (issue #16)",
     "demo": "wall and CPU time of one `numlab demo` run (and --quick) in a fresh interpreter",
     "scaling": "time per element and peak memory from 10^5 to 10^7 elements (10^8 with --large)",
 }
