@@ -354,9 +354,13 @@ def _round_bits(a: np.ndarray, fmt: Format, rounding: str, rng, saturate: bool, 
     b = flat.view(c.U)
     n = b.size
     out = np.empty(n, c.U)
-    s = _Scratch(c, min(n, _CHUNK))
-    for i in range(0, n, _CHUNK):
-        j = min(i + _CHUNK, n)
+    # the scratch (about 34 bytes per chunk element) stays below 3/4 of a float32
+    # input of 2**16 values or more: chunks of n/12 (even, so that stochastic
+    # rounding draws the same random stream however the input is chunked)
+    ch = _CHUNK if n >= 12 * _CHUNK or n < 1 << 16 else (n // 12 + 1) & ~1
+    s = _Scratch(c, min(n, ch))
+    for i in range(0, n, ch):
+        j = min(i + ch, n)
         _round_chunk(b[i:j], out[i:j], c, s, j - i, fmt, rounding, rng, saturate, ftz)
     return out.view(w).reshape(a.shape)
 
