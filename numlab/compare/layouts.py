@@ -187,6 +187,17 @@ def _graph(arrays: Mapping, node_meta: Mapping | None, run_meta: Mapping | None)
 # --------------------------------------------------------------------------
 # msprobe
 # --------------------------------------------------------------------------
+def _write_sidecar(root: Path, layout: str, arrays, order, files, node_meta, run_meta, file_of) -> None:
+    """numlab's sidecar manifest beside a tool layout: every file's SHA-256, each
+    node's metadata with the file a tool reads (``file_of(node)``), the graph."""
+    side = dict(run_meta, layout=layout, order=order, files=files,
+                nodes={n: {**{k: v for k, v in node_meta.get(n, {}).items() if k != "file"},
+                           "file": file_of(n),
+                           "dtype": format_name(np.asarray(arrays[n]).dtype)} for n in order},
+                graph={k: v for k, v in node_meta.items() if k not in arrays})
+    atomic_write_bytes(root / SIDECAR, json.dumps(side, indent=1, default=str).encode())
+
+
 def write_msprobe_dump(path, arrays: Mapping[str, np.ndarray], *, node_meta: Mapping | None = None,
                        run_meta: Mapping | None = None, force: bool = False, step: int = 0,
                        rank: int = 0) -> Path:
@@ -232,12 +243,8 @@ def write_msprobe_dump(path, arrays: Mapping[str, np.ndarray], *, node_meta: Map
         atomic_write_bytes(root / "dump.json", json.dumps(dump, indent=1).encode())
         atomic_write_bytes(root / "stack.json", b"{}")
         atomic_write_bytes(root / "construct.json", b"{}")
-        side = dict(run_meta, layout="msprobe", order=order, files=files,
-                    nodes={n: {**{k: v for k, v in node_meta.get(n, {}).items() if k != "file"},
-                               "file": f"dump_tensor_data/{msprobe_api_name(n)}.output.0.pt",
-                               "dtype": format_name(np.asarray(arrays[n]).dtype)} for n in order},
-                    graph={k: v for k, v in node_meta.items() if k not in arrays})
-        atomic_write_bytes(root / SIDECAR, json.dumps(side, indent=1, default=str).encode())
+        _write_sidecar(root, "msprobe", arrays, order, files, node_meta, run_meta,
+                       lambda n: f"dump_tensor_data/{msprobe_api_name(n)}.output.0.pt")
 
     _staged(path, force, build)
     return path / leaf
@@ -399,12 +406,8 @@ def write_msit_dump(path, arrays: Mapping[str, np.ndarray], *, node_meta: Mappin
             {"name": mods[n], "type": str(node_meta.get(n, {}).get("op") or "Node"), "children": []}
             for n in order]}
         atomic_write_bytes(root / "model_tree.json", json.dumps(tree).encode())
-        side = dict(run_meta, layout="msit", order=order, files=files,
-                    nodes={n: {**{k: v for k, v in node_meta.get(n, {}).items() if k != "file"},
-                               "file": f"{token}/{mods[n]}/output.pth",
-                               "dtype": format_name(np.asarray(arrays[n]).dtype)} for n in order},
-                    graph={k: v for k, v in node_meta.items() if k not in arrays})
-        atomic_write_bytes(root / SIDECAR, json.dumps(side, indent=1, default=str).encode())
+        _write_sidecar(root, "msit", arrays, order, files, node_meta, run_meta,
+                       lambda n: f"{token}/{mods[n]}/output.pth")
 
     _staged(path, force, build)
     return path / leaf

@@ -643,28 +643,20 @@ def where(ctx, cond, a, b):
 
 # comparisons: exact on the values of S (IEEE: false with a NaN, except !=);
 # a boolean is held as 0.0 / 1.0 (exact in every format)
-def gt(ctx, a, b):
-    return np.greater(_f32(a), _f32(b)).astype(np.float32)
+def _comparison(name, ufunc):
+    def kernel(ctx, a, b):
+        return ufunc(_f32(a), _f32(b)).astype(np.float32)
+    kernel.__name__ = kernel.__qualname__ = name
+    kernel.__doc__ = f"``{ufunc.__name__}`` of two values of S, held as 0.0 / 1.0."
+    return kernel
 
 
-def ge(ctx, a, b):
-    return np.greater_equal(_f32(a), _f32(b)).astype(np.float32)
-
-
-def lt(ctx, a, b):
-    return np.less(_f32(a), _f32(b)).astype(np.float32)
-
-
-def le(ctx, a, b):
-    return np.less_equal(_f32(a), _f32(b)).astype(np.float32)
-
-
-def eq(ctx, a, b):
-    return np.equal(_f32(a), _f32(b)).astype(np.float32)
-
-
-def ne(ctx, a, b):
-    return np.not_equal(_f32(a), _f32(b)).astype(np.float32)
+gt = _comparison("gt", np.greater)
+ge = _comparison("ge", np.greater_equal)
+lt = _comparison("lt", np.less)
+le = _comparison("le", np.less_equal)
+eq = _comparison("eq", np.equal)
+ne = _comparison("ne", np.not_equal)
 
 
 def constant(ctx, *, value):
