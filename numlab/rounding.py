@@ -41,6 +41,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import os
 from fractions import Fraction
 
 import numpy as np
@@ -345,14 +346,181 @@ def _round_bits(a: np.ndarray, fmt: Format, rounding: str, rng, saturate: bool, 
     w = a.dtype
     c = _consts(fmt, w)
     flat = _flat(a)
+    # float64 input: the compiled kernel is the faster one on any data
+    if flat.size >= _ACCEL_MIN and (c.nbits == 64 or _mostly_special(flat.view(c.U), c)):
+        compiled = _round_bits_compiled(flat, c, fmt, rounding, saturate, ftz, rng)
+        if compiled is not None:
+            return compiled.reshape(a.shape)
     b = flat.view(c.U)
     n = b.size
     out = np.empty(n, c.U)
-    s = _Scratch(c, min(n, _CHUNK))
-    for i in range(0, n, _CHUNK):
-        j = min(i + _CHUNK, n)
+    # the scratch (about 34 bytes per chunk element) stays below 3/4 of a float32
+    # input of 2**16 values or more: chunks of n/12 (even, so that stochastic
+    # rounding draws the same random stream however the input is chunked)
+    ch = _CHUNK if n >= 12 * _CHUNK or n < 1 << 16 else (n // 12 + 1) & ~1
+    s = _Scratch(c, min(n, ch))
+    for i in range(0, n, ch):
+        j = min(i + ch, n)
         _round_chunk(b[i:j], out[i:j], c, s, j - i, fmt, rounding, rng, saturate, ftz)
     return out.view(w).reshape(a.shape)
+
+
+# ---------------------------------------------------------------------------
+# the compiled path (numba, extra "fast"): every mode of _round_bits in one
+# branch-free pass per 2048 values (no masks over gathered
+# subsets); tests/test_accel_rounding.py pins it to the numpy path bit for bit
+# on random bit patterns and boundary values.  NUMLAB_ACCEL=0 switches it off.
+# ---------------------------------------------------------------------------
+_ACCEL_MIN = 1 << 16  # smaller inputs would pay numba's import and dispatch for nothing
+_ACCEL_MODES = {"rne": 0, "rtz": 1, "up": 2, "down": 3, "odd": 4, "stochastic": 5}
+_COMPILED: dict = {}
+
+
+def _compiled_kernels():
+    """``{(mode, has_lo): kernel}``, or None without numba or with NUMLAB_ACCEL=0."""
+    if os.environ.get("NUMLAB_ACCEL", "1") == "0":
+        return None
+    if "k" not in _COMPILED:
+        try:
+            import numba  # optional heavy dependency (extra "fast")
+        except ImportError:
+            _COMPILED["k"] = None
+        else:
+            _COMPILED["k"] = {(m, h): _make_round_bits(numba, m, h) for m in range(6) for h in (True, False)}
+    return _COMPILED["k"]
+
+
+def _mostly_special(b: np.ndarray, c: "_Consts") -> bool:
+    """Whether more than 1 in 1000 of a sample (every 61st value) lies outside
+    ``[2**emin, max]`` (zeros aside, NaN and inf included): then nearly every
+    chunk of the numpy path would need its mask pass (:func:`_fix_chunk`) and the
+    compiled one-pass kernel is faster; on in-range data the numpy path is the
+    faster one.  Both give the same bits: this only picks the speed."""
+    s = b[::61] & c.absmask
+    out = s > c.hi
+    if c.lo:
+        out |= (s < c.lo) & (s != 0)
+    return int(np.count_nonzero(out)) * 1000 > s.size
+
+
+def _round_bits_compiled(flat: np.ndarray, c: "_Consts", fmt: Format, rounding: str, saturate: bool,
+                         ftz: bool, rng=None) -> np.ndarray | None:
+    """:func:`_round_bits` of 1-D contiguous ``flat`` compiled, or None when numba is
+    missing or the format needs rules the kernel lacks (p = 1 / E8M0, fnuz /
+    unsigned / no zero, fp6/fp4 without NaN, the generic tiny path).  Stochastic
+    rounding draws the same random words as the numpy path (one
+    :func:`_random_bits` per chunk of :data:`_CHUNK`) and uses them the same way."""
+    k = _compiled_kernels()
+    if (k is None or rounding not in _ACCEL_MODES or (not c.tiny_fast and c.lo) or c.p1 or c.special_fmt
+            or fmt.nan == "none" or (rounding == "stochastic" and c.k == 0)):
+        return None
+    U = c.U
+    out = np.empty_like(flat)
+    scale = tuple(c.scale) + (c.w.type(1),) * (2 - len(c.scale))
+    f = k[(_ACCEL_MODES[rounding], bool(c.lo))]
+    args = (c.nbits == 32, U(c.k), c.low, c.keep, c.half_m1, c.bit_k, c.lo, c.hi, c.sn, c.sign, c.absmask,
+            c.infbits, c.nanbits, c.top, bool(fmt.inf), bool(saturate), bool(ftz), scale[0], scale[1],
+            len(c.scale), c.unscale if c.unscale is not None else c.w.type(1))
+    if rounding != "stochastic":
+        f(flat.view(U), flat, out.view(U), out, np.zeros(1, U), *args)
+        return out
+    for i in range(0, flat.size, _CHUNK):
+        j = min(i + _CHUNK, flat.size)
+        rb = _random_bits(rng, j - i, U)
+        f(flat[i:j].view(U), flat[i:j], out[i:j].view(U), out[i:j], rb, *args)
+    return out
+
+
+def _make_round_bits(numba, mode, has_lo):
+    """The kernel for one mode (0 rne, 1 rtz, 2 up, 3 down, 4 odd, 5 stochastic) and
+    tiny path (compile-time constants)."""
+    @numba.njit(cache=True, nogil=True)
+    def round_bits(bc, xf, o, of, rb, is32, k, low, keep, half_m1, bit_k, lo, hi, sn, sign, absmask,
+                   infbits, nanbits, top, has_inf, saturate, ftz, scale0, scale1, nscale, unscale):
+        # numlab.rounding._round_bits (0 rne, 1 rtz, 2 up, 3 down, 4 odd, 5 stochastic
+        # with the chunk's random words rb); bc/o are the unsigned bit views and xf/of
+        # the float views of the input and output.  Same integer steps, the same float scale-round-scale
+        # below 2**emin, the same overflow and inf/NaN rules.  Branch-free loops
+        # over chunks of 2048 (selects, so LLVM vectorises them and random inputs
+        # cost no mispredictions): the float path for every element into a scratch
+        # chunk, then the integer path and the selections.
+        zero = sign ^ sign  # typed constants of the bits' unsigned type
+        allones = sign | absmask
+        one = bit_k >> k
+        n = bc.size
+        CH = 2048
+        tf = np.empty(CH, xf.dtype)
+        for c0 in range(0, n, CH):
+            c1 = min(n, c0 + CH)
+            anytiny = False
+            if has_lo:  # nonzero values below 2**emin in this chunk? (+-0: the bit path is exact)
+                for i in range(c0, c1):
+                    mg = bc[i] & absmask
+                    anytiny |= (mg < lo) & (mg != zero)
+            if anytiny:
+                for i in range(c0, c1):
+                    x = xf[i]
+                    f = (abs(x) if mode >= 4 else x) * scale0
+                    if nscale == 2:
+                        f = f * scale1
+                    if mode == 0:
+                        g = np.rint(f)
+                    elif mode == 1:
+                        g = np.trunc(f)
+                    elif mode == 2:
+                        g = np.ceil(f)
+                    else:
+                        g = np.floor(f)
+                    if mode == 4:  # inexact and floor even: floor + 1
+                        g = g + (1.0 if (f != g) and (np.floor(g * 0.5) * 2 == g) else 0.0)
+                        g = np.copysign(g * unscale, x)
+                    elif mode == 5:  # up when the word, as a fraction of 1, is below frac
+                        fr = np.float64(f - g)
+                        u = np.float64(rb[i]) * 2.0**-32 if is32 else np.float64(rb[i] >> 11) * 2.0**-53
+                        g = g + (1.0 if u < fr else 0.0)
+                        g = np.copysign(g * unscale, x)
+                    else:
+                        g = g * unscale
+                    tf[i - c0] = g
+            tb = tf.view(bc.dtype)
+            for i in range(c0, c1):
+                b = bc[i]
+                neg = allones if (b & sign) else zero
+                if k == 0:
+                    r = b
+                elif mode == 1:
+                    r = b & keep
+                elif mode == 0:
+                    r = (((b >> k) & one) + half_m1 + b) & keep
+                elif mode == 2:
+                    r = (((~neg) & low) + b) & keep
+                elif mode == 3:
+                    r = ((neg & low) + b) & keep
+                elif mode == 5:
+                    r = ((rb[i] & low) + b) & keep
+                else:
+                    r = ((((b & low) + low) & bit_k) | b) & keep
+                mag = b & absmask
+                if anytiny:
+                    r = tb[i - c0] if (mag < lo) & (mag != zero) else r
+                if saturate or mode == 1 or mode == 4:
+                    rep = (b & sign) | hi
+                elif mode == 0 or mode == 5:
+                    rep = (b & sign) | top
+                elif mode == 2:  # up: +inf (top) for positive, -max for negative
+                    rep = (b & sign) | ((neg & (top ^ hi)) ^ top)
+                else:  # down: the mirror
+                    rep = (b & sign) | (((~neg) & (top ^ hi)) ^ top)
+                r = rep if (r & absmask) > hi else r
+                if has_inf:
+                    nf = b
+                else:
+                    nf = (((b & sign) | hi) if saturate else nanbits) if mag == infbits else b
+                r = nf if mag >= infbits else r
+                if ftz:
+                    r = (r & sign) if (r & absmask) < sn else r
+                o[i] = r
+    return round_bits
 
 
 def _round_chunk(bc, o, c: _Consts, s: _Scratch, m: int, fmt, rounding, rng, saturate, ftz):

@@ -31,6 +31,7 @@ from numlab.compare import (
 )
 from numlab.compare.bisect import bisect_run, range_diverges
 from numlab.compare.dump import MANIFEST
+from numlab.compare.flavors import FLAVOR_HEADERS
 from numlab.formats import ulp
 
 EPS64 = 2.0**-52
@@ -861,35 +862,74 @@ def _flavor_key(flavor, row):
 
 
 def _check_flavor_against(flavor, report_text, tool_csv, kind):
-    ours = {_flavor_key(flavor, r): r for r in _read_csv(report_text)}
-    theirs = {_flavor_key(flavor, r): r for r in _read_csv(tool_csv)}
-    if kind == "numlab" and flavor != "msit":  # our rows are the nodes' outputs
-        theirs = {k: v for k, v in theirs.items() if ".output." in k}
-    common = set(ours) & set(theirs)
-    assert len(common) >= 5 and common == set(ours) & set(theirs), (sorted(ours), sorted(theirs))
-    cells = _MSIT_CELLS if flavor == "msit" else [
-        *_MSPROBE_CELLS, "Accuracy Reached or Not" if flavor == "msprobe-8.3" else "Result",
-        "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape"]
-    bad = [(k, c, ours[k][c], theirs[k][c]) for k in sorted(common) for c in cells
-           if not _same_cell(ours[k][c], theirs[k][c])]
+    """Every row and every cell of ``--flavor``'s CSV equals the tool's.
+    msprobe: the same rows in the same order (each API's input rows, its
+    non-tensor arguments, its outputs), all columns including the stack.
+    msit: the same rows (its order changes with PYTHONHASHSEED: docs/compare.md), all columns but ``data_id`` and the
+    file paths' folder above the dump (the tool printed absolute paths)."""
+    ours, theirs = _read_csv(report_text), _read_csv(tool_csv)
+    if flavor == "msit":
+        key = {r["my_data_path"]: _flavor_key(flavor, r) for r in ours + theirs}
+        ours = sorted(ours, key=lambda r: key[r["my_data_path"]])
+        theirs = sorted(theirs, key=lambda r: key[r["my_data_path"]])
+    names = [_flavor_key(flavor, r) for r in ours]
+    assert names == [_flavor_key(flavor, r) for r in theirs], kind
+    assert len(names) >= 5
+    cells = [c for c in FLAVOR_HEADERS[flavor] if c != "data_id"]
+    bad = []
+    for a, b in zip(ours, theirs, strict=True):
+        for c in cells:
+            x, y = a[c], b[c]
+            if c.endswith("_data_path"):  # the dump's own part of the path
+                x, y = (v.replace("\\", "/").split("compare_tools/")[-1] for v in (x, y))
+            if not _same_cell(x, y):
+                bad.append((_flavor_key(flavor, a), c, x[:60], y[:60]))
     assert not bad, bad
-    return common
+    return names
 
 
-@pytest.mark.parametrize("flavor", list(_FLAVOR_FILES))
-@pytest.mark.parametrize("kind", ["numlab", "tool"])
+@pytest.mark.parametrize("flavor,kind", [(f, k) for f in _FLAVOR_FILES for k in ("numlab", "tool", "rules")
+                                         if not (f == "msit" and k == "rules")])
 def test_flavor_reproduces_recorded_tool_output(flavor, kind):
     """``compare_dumps(flavor=...)`` on the recorded dumps (numlab's dumps in
-    the tool's layout, and dumps the tool wrote itself) gives, cell for cell,
-    what the real tool printed for them (tests/data/compare_tools/*.csv,
-    recorded by make_fixtures.py)."""
+    the tool's layout, dumps the tool wrote itself, and for msprobe a graph
+    tripping each of 26.2.0's ``Result`` rules) gives, row for row and cell
+    for cell, what the real tool printed for them
+    (tests/data/compare_tools/*.csv, recorded by make_fixtures.py)."""
     pytest.importorskip("torch", reason="the tools' dumps hold torch tensors; msit computes with torch")
     layout, tool = _FLAVOR_FILES[flavor]
     index = json.loads((TOOLS / "index.json").read_text())
-    key = layout if kind == "numlab" else tool
+    key = layout if kind != "tool" else tool
     g, m = (TOOLS / index[kind][f"{key}/{side}"] for side in ("golden", "mine"))
     rep = compare_dumps(g, m, flavor=flavor)
-    common = _check_flavor_against(flavor, rep.to_csv_text(), TOOLS / f"{kind}_{tool}.csv", kind)
+    csv_name = f"numlab_rules_{tool}.csv" if kind == "rules" else f"{kind}_{tool}.csv"
+    common = _check_flavor_against(flavor, rep.to_csv_text(), TOOLS / csv_name, kind)
+    if kind == "rules" and flavor == "msprobe-26":  # every rule fired at least once
+        results = {r["NPU Name"].split(".")[1]: (r["Result"], r["Err_message"])
+                   for r in _read_csv(rep.to_csv_text()) if ".output." in r["NPU Name"]}
+        assert results["warn"] == ("warning", '["warning: The input/parameters of Cosine > 0.9, and '
+                                              'input/parameters - output > 0.1"]')
+        assert results["both"][0] == "error" and "One Thousandth" in results["both"][1] \
+            and "Cosine" in results["both"][1]
+        assert "dtype" in results["dtype"][1] and "shape" in results["shape"][1]
+        assert "nan/inf" in results["inf"][1] and "nan/inf" in results["after_inf"][1]
+        assert results["src"][0] == "error"  # no inputs: their minimum is 1.0
+        assert results["to"] == ("pass", "[]")  # an ignored API name
+    if kind == "numlab" and flavor != "msit":
+        # the rows of numlab's own layout are those msprobe prints for the same graph in its layout
+        import importlib.util
+        import tempfile
+
+        spec = importlib.util.spec_from_file_location("mkfix", TOOLS / "make_fixtures.py")
+        mk = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mk)
+        gv, mv, meta = mk.graph()
+
+        with tempfile.TemporaryDirectory() as t:
+            order = {"order": list(gv)}
+            native = compare_dumps(write_dump(f"{t}/g", gv, node_meta=meta, run_meta=order),
+                                   write_dump(f"{t}/m", mv, node_meta=meta, run_meta=order), flavor=flavor)
+            _check_flavor_against(flavor, native.to_csv_text(), TOOLS / f"{kind}_{tool}.csv", kind)
     if kind == "numlab" and flavor != "msit":
         # the planted cases show the documented differences between the versions
         key = "Numlab.{}.0.forward.output.0"
@@ -962,15 +1002,19 @@ def _tool_exe(flavor):
     return Path(found) if found else None
 
 
-@pytest.mark.parametrize("flavor", list(_TOOL_ENV))
-def test_flavor_against_the_installed_tool(flavor, tmp_path):
+@pytest.mark.parametrize("flavor,graph", [(f, g) for f in _TOOL_ENV for g in ("graph", "rules_graph")
+                                          if not (f == "msit" and g == "rules_graph")])
+def test_flavor_against_the_installed_tool(flavor, graph, tmp_path):
     """Optional: the real tool runs unchanged on dumps numlab writes now, and
-    its CSV equals ``--flavor``'s cell for cell."""
+    its CSV equals ``--flavor``'s row for row and cell for cell (for msprobe
+    also on the graph that trips each 26.2.0 ``Result`` rule)."""
     import importlib.util
 
     env, dist, version, _ = _TOOL_ENV[flavor]
     exe = _tool_exe(flavor)
     if exe is None or not exe.exists():
+        if os.environ.get("NUMLAB_REQUIRE_TOOLS"):  # CI's tools step: absent means its install failed
+            pytest.fail(f"NUMLAB_REQUIRE_TOOLS is set but {dist}=={version} is not found (${env})")
         pytest.skip(f"{dist}=={version} is not installed here: set ${env} to its executable "
                     f"(docs/compare.md: a venv per tool) to run this test")
     pytest.importorskip("torch", reason="numlab writes the tools' layouts with torch")
@@ -979,7 +1023,7 @@ def test_flavor_against_the_installed_tool(flavor, tmp_path):
     spec.loader.exec_module(mk)
     from numlab.compare.layouts import write_msit_dump, write_msprobe_dump
 
-    g, m, meta = mk.graph()
+    g, m, meta = getattr(mk, graph)()
     writer = write_msit_dump if flavor == "msit" else write_msprobe_dump
     gp = writer(tmp_path / "golden", g, node_meta=meta)
     mp = writer(tmp_path / "mine", m, node_meta=meta)
@@ -1027,3 +1071,23 @@ def test_cli_compare_your_function_against_your_kernel_dump(tmp_path, capsys, mo
     np.save(tmp_path / "kern" / "other.npy", np.zeros(32, np.float32))
     assert main(argv) == 2
     assert "none of its arrays" in capsys.readouterr().err
+
+
+def test_msprobe26_requires_grad_rule_follows_the_tools_truthiness():
+    """RequiresGradErrChecker (26.2.0) is not tripped by any recorded dump:
+    the tool holds dump.json's bools and skips a row when either side is
+    falsy, so True/False never errs; a truthy mismatch (True vs 'N/A') does,
+    and an ignored API (``Tensor.to``) is never marked."""
+    from numlab.compare.flavors import msprobe26_results
+
+    def row(name, npu, bench):
+        return {"NPU Name": name, "Bench Name": name, "NPU Requires_grad": npu, "Bench Requires_grad": bench,
+                "NPU Dtype": "torch.float32", "Bench Dtype": "torch.float32", "Cosine": 1.0,
+                "One Thousandth Err Ratio": 1.0, "NPU Tensor Shape": "[2]", "Bench Tensor Shape": "[2]"}
+
+    api = "Torch.mul.0.forward"
+    assert msprobe26_results([row(f"{api}.input.0", "True", "False"), row(f"{api}.output.0", "False", "False")]) \
+        == [("pass", "[]"), ("pass", "[]")]
+    got = msprobe26_results([row(f"{api}.input.0", "True", "N/A"), row(f"{api}.output.0", "False", "False")])
+    assert got[0] == ("error", '["error: The Required_Grad of NPU and Bench are inconsistent"]')
+    assert msprobe26_results([row("Tensor.to.0.forward.input.0", "True", "N/A")]) == [("pass", "[]")]

@@ -18,6 +18,22 @@ from numlab import kernels as K
 DT = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "fp32": np.float32}
 
 
+_matmul_mod = sys.modules["numlab.kernels.matmul"]
+
+
+@pytest.fixture(params=["numpy", "compiled"])
+def accel(request, monkeypatch):
+    """Run a block_fma test with the numpy post-BLAS pass and with the compiled one
+    (numlab.kernels._accel.add_round32, numba: extra ``fast``) for every size."""
+    if request.param == "numpy":
+        monkeypatch.setattr(_matmul_mod, "_ACCEL_MIN_ENTRIES", 1 << 62)
+    else:
+        pytest.importorskip("numba", reason="the compiled fast path needs numba (extra 'fast')")
+        monkeypatch.delenv("NUMLAB_ACCEL", raising=False)
+        monkeypatch.setattr(_matmul_mod, "_ACCEL_MIN_ENTRIES", 0)
+    return request.param
+
+
 def _rnd(v: Fraction, fmt):
     return R.round_fraction(v, fmt) if v != 0 else 0.0
 
@@ -77,7 +93,7 @@ def _data(rng, fmt, M, Kd, N, spread=0):
 
 @pytest.mark.parametrize("fmt,spread", [("fp16", 0), ("fp16", 6), ("bf16", 30), ("fp32", 3)])
 @pytest.mark.parametrize("k_tile", [1, 4, 16, 64])
-def test_block_fma_equals_exact_rational_reference(fmt, spread, k_tile):
+def test_block_fma_equals_exact_rational_reference(fmt, spread, k_tile, accel):
     rng = np.random.default_rng(k_tile + spread)
     a, b = _data(rng, fmt, 4, 37, 3, spread)
     got = K.matmul(a, b, k_tile=k_tile, algo="block_fma")
@@ -93,7 +109,7 @@ def test_block_fma_narrow_accumulator(acc):
     assert np.array_equal(got.astype(np.float64), ref_block_fma(a, b, 8, acc))
 
 
-def test_block_fma_exact_fallback_is_exercised_and_right():
+def test_block_fma_exact_fallback_is_exercised_and_right(accel):
     """Ties and huge dynamic range defeat the fast certificates; the exact path decides."""
     # 1 + 2^-24 is an exact fp32 tie; products of 2^-20 * 2^-4 make it
     a = np.array([[1.0, 2.0**-20, 2.0**-20, 2.0**-40, 2.0**20]], dtype=np.float32)
@@ -217,7 +233,7 @@ def test_block_fma_and_split_k_vs_fraction_hypothesis(data):
         assert np.array_equal(got.astype(np.float64), ref_split_k(a, b, k_tile))
 
 
-def test_block_fma_large_shapes_chunked_path():
+def test_block_fma_large_shapes_chunked_path(accel):
     """Shapes big enough for several row chunks per K tile: sampled entries equal the
     Fraction reference, and the transposed problem gives the same bits."""
     rng = np.random.default_rng(21)
@@ -275,7 +291,7 @@ def _count_tile_paths(monkeypatch):
     return seen
 
 
-def test_block_fma_fp32_midpoint_after_exact_tile_sum(monkeypatch):
+def test_block_fma_fp32_midpoint_after_exact_tile_sum(monkeypatch, accel):
     """The tile sum S is exact in float64 but c + S is not, and fl64(c + S) lands on an
     fp32 midpoint: a plain float64 add then cast rounds the wrong way (double
     rounding); the kernel must follow the exact value, up and down, also at the
@@ -405,3 +421,47 @@ def test_block_fma_directed_accumulator_modes(acc_rounding, monkeypatch):
             t = sum((Fraction(float(a[i, k])) * Fraction(float(b[k, j])) for k in range(s, s + 8)), Fraction(0))
             c = Fraction(R.round_fraction(c + t, "fp32", acc_rounding)) if c + t != 0 else Fraction(0)
         assert float(got["block_fma"][i, j]) == float(c)
+
+
+def test_compiled_post_blas_pass_equals_numpy_ops():
+    """numlab.kernels._accel.add_round32 against the numpy operations it replaces
+    (float64 add, float32 cast, midpoint bit test) on random sums, constructed fp32
+    midpoints, the overflow threshold, inf and NaN; and block_fma really uses it."""
+    pytest.importorskip("numba", reason="the compiled fast path needs numba (extra 'fast')")
+    from numlab.kernels import _accel
+
+    rng = np.random.default_rng(11)
+    sm = rng.standard_normal((64, 33)) * np.exp2(rng.integers(-40, 40, (64, 33)))
+    c = rng.standard_normal((64, 33)).astype(np.float32)
+    mid = np.float64(1 + 2.0**-24)  # an fp32 midpoint
+    sm[0, :4] = [mid - 1, -(mid - 1), 2.0**-24, 2.0**-24 + 2.0**-40]
+    c[0, :4] = [1, -1, 1, 1]
+    fmax = float(np.finfo(np.float32).max)
+    sm[1, :4] = [fmax + 2.0**103, fmax + 2.0**102, np.inf, np.nan]
+    c[1, :4] = 0
+    out, flag = np.empty((64, 33), np.float32), np.empty((64, 33), bool)
+    if _accel.kernels() is None:
+        pytest.skip("NUMLAB_ACCEL=0: the compiled kernels are switched off")
+    n = _accel.add_round32(sm, c, out, flag)
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = sm + c.astype(np.float64)
+        exp = v.astype(np.float32)
+    np.testing.assert_array_equal(out.view(np.uint32), exp.view(np.uint32))
+    want_flag = (v.view(np.uint64) & np.uint64(0x1FFFFFFF)) == np.uint64(0x10000000)
+    np.testing.assert_array_equal(flag, want_flag)
+    assert n == int(want_flag.sum()) >= 2 and flag[0, 0] and flag[0, 1] and not flag[0, 3]
+
+    calls = []
+    orig = _accel.add_round32
+
+    def counting(*a):
+        calls.append(1)
+        return orig(*a)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_accel, "add_round32", counting)
+        a, b = _data(rng, "fp16", 300, 64, 300)
+        got = K.matmul(a, b, k_tile=16, algo="block_fma")
+    assert len(calls) == 3  # tiles 2..4 (the first adds to zero: a plain cast)
+    i, j = rng.integers(0, 300, 2)
+    assert got[i, j] == ref_block_fma(a[i:i + 1], b[:, j:j + 1], 16)[0, 0]

@@ -4,6 +4,7 @@ bad-input errors."""
 
 from __future__ import annotations
 
+import importlib
 import math
 import tracemalloc
 import zlib
@@ -420,6 +421,21 @@ from numlab.kernels._common import Arith  # noqa: E402
 from numlab.kernels.reduce import _bf16_widen_T, _reduce_reference  # noqa: E402
 from numlab.kernels.tree_order import Tree  # noqa: E402
 
+_reduce_mod = importlib.import_module("numlab.kernels.reduce")
+
+
+@pytest.fixture(params=["numpy", "compiled"])
+def accel(request, monkeypatch):
+    """Run a fast-path test on numpy's kernels and on the compiled ones
+    (numlab.kernels._accel, numba: extra ``fast``) for every input size."""
+    if request.param == "numpy":
+        monkeypatch.setattr(_reduce_mod, "_ACCEL_MIN_ELEMENTS", 1 << 62)
+    else:
+        pytest.importorskip("numba", reason="the compiled fast path needs numba (extra 'fast')")
+        monkeypatch.delenv("NUMLAB_ACCEL", raising=False)
+        monkeypatch.setattr(_reduce_mod, "_ACCEL_MIN_ELEMENTS", 0)
+    return request.param
+
 FAST_ORDERS = [
     "sequential", "pairwise", "kahan", "lanes(16)", "lanes(8,sequential)", "lanes(8,tree,epilogue)",
     "lanes(3,sequential,epilogue)", "lanes(5,tree)", "blocked(512)", "blocked(7,pairwise,sequential)",
@@ -441,9 +457,12 @@ def _rows(rng, rows, n, kind):
     return x
 
 
+_REFERENCE_SUMS: dict = {}  # the slow reference path runs once for the numpy and compiled params
+
+
 @pytest.mark.parametrize("acc", ["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("order", FAST_ORDERS)
-def test_fast_path_bit_identical_to_reference(order, acc):
+def test_fast_path_bit_identical_to_reference(order, acc, accel):
     rng = np.random.default_rng(zlib.crc32(f"fast/{order}/{acc}".encode()))
     for n in FAST_LENGTHS:
         for kind in ("random", "cancelling"):
@@ -452,13 +471,16 @@ def test_fast_path_bit_identical_to_reference(order, acc):
                 with np.errstate(over="ignore"):
                     xx = x.astype(dt)
                 got = K.reduce(xx, "sum", order=order, acc=acc)
-                exp = _reduce_reference(xx, "sum", order=order, acc=acc)
+                key = (order, acc, n, kind, np.dtype(dt).name)  # same data for both accel params
+                if key not in _REFERENCE_SUMS:
+                    _REFERENCE_SUMS[key] = _reduce_reference(xx, "sum", order=order, acc=acc)
+                exp = _REFERENCE_SUMS[key]
                 assert got.dtype == exp.dtype
                 np.testing.assert_array_equal(_bits(got), _bits(exp), err_msg=f"{order} {acc} n={n} {kind} {dt}")
 
 
 @pytest.mark.parametrize("order", ["sequential", "pairwise", "kahan", "lanes(16)", "blocked(512,pairwise,sequential)"])
-def test_fast_path_many_rows_axes_ops_and_specials(order):
+def test_fast_path_many_rows_axes_ops_and_specials(order, accel):
     """More rows than one tile (several chunks and a short last one), axis=0 and 3-D
     input, mean/sumsq, and rows holding inf/NaN/-0.0/overflow: all equal the reference."""
     rng = np.random.default_rng(zlib.crc32(order.encode()))
@@ -472,11 +494,14 @@ def test_fast_path_many_rows_axes_ops_and_specials(order):
         for op in ("sum", "mean", "sumsq"):
             for arr, axis in ((x, -1), (np.ascontiguousarray(x.T), 0), (x.reshape(7, 43, 600), 2)):
                 got = K.reduce(arr, op, axis=axis, order=order, acc=acc)
-                exp = _reduce_reference(arr, op, axis=axis, order=order, acc=acc)
+                key = (order, acc, op, axis, arr.shape)
+                if key not in _REFERENCE_SUMS:
+                    _REFERENCE_SUMS[key] = _reduce_reference(arr, op, axis=axis, order=order, acc=acc)
+                exp = _REFERENCE_SUMS[key]
                 np.testing.assert_array_equal(_bits(got), _bits(exp), err_msg=f"{acc} {op} axis={axis}")
 
 
-def test_fast_path_via_order_sum_matches_reference():
+def test_fast_path_via_order_sum_matches_reference(accel):
     """Order._sum (used by the engine and split-K matmul) dispatches to the fast path."""
     rng = np.random.default_rng(5)
     ar = Arith("fp16")
@@ -530,11 +555,40 @@ def test_bf16_transposed_widening_exact_for_every_bit_pattern():
         np.testing.assert_array_equal(dst.view(np.uint32), exp.view(np.uint32))
 
 
-def test_fast_path_peak_memory_is_below_twice_the_input():
-    x = np.random.default_rng(0).standard_normal((512, 4096)).astype(np.float16)  # 4 MiB
+@pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16])
+def test_fast_path_peak_memory_is_below_twice_the_input(accel, dt):
+    x = np.random.default_rng(0).standard_normal((512, 4096)).astype(dt)  # 4 MiB
+    K.reduce(x[:8], "sum", order="kahan", acc="fp32")  # compile / load outside the measurement
     for order in ("sequential", "pairwise", "kahan", "lanes(16)", "blocked(512)"):
         tracemalloc.start()
         K.reduce(x, "sum", order=order, acc="fp32")
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         assert peak <= 2 * x.nbytes, (order, peak / x.nbytes)
+
+
+@pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16])
+def test_direct_row_sums_equal_reference_and_scalar_loop(dt, accel):
+    """Sequential, Blocked(T, sequential, sequential), Pairwise and Lanes on fp16/bf16
+    rows (the compiled path sums them straight from the 16-bit codes: eight rows at a
+    time with the last block padded, or row by row): many rows, a row count not a
+    multiple of 8, rows shorter than the lanes, strided rows, specials; equal to the
+    reference path and to the scalar loop of the order."""
+    rng = np.random.default_rng(zlib.crc32(f"direct/{np.dtype(dt).name}".encode()))
+    for rows, n in ((37, 1), (37, 5), (21, 600)):
+        with np.errstate(over="ignore"):
+            x = _rows(rng, rows, n, "random").astype(dt)
+        x[1, 0] = np.inf
+        x[2, -1] = np.nan
+        x[3] = -0.0
+        for arr, axis in ((x, -1), (np.ascontiguousarray(x.T), 0)):
+            for order in ("sequential", "blocked(7)", "blocked(512)", "pairwise", "lanes(16)", "lanes(3,sequential)",
+                          "lanes(8,tree,epilogue)", "lanes(5,sequential,epilogue)"):
+                got = K.reduce(arr, "sum", axis=axis, order=order, acc="fp32")
+                exp = _reduce_reference(arr, "sum", axis=axis, order=order, acc="fp32")
+                np.testing.assert_array_equal(_bits(got), _bits(exp), err_msg=f"{order} {rows}x{n} axis={axis}")
+        for order in ("sequential", "pairwise", "lanes(8,tree,epilogue)"):
+            o = K.parse_order(order)
+            got = K.reduce(x, "sum", order=o, acc="fp32")
+            for r in (0, 4, rows - 1):
+                assert float(got[r]) == _ref_for(o)([float(v) for v in x[r].astype(np.float32)], "fp32"), order

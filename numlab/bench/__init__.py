@@ -2,24 +2,81 @@
 measured in the same run (never as timed tests).
 
 Each target is a module ``numlab.bench.<target>`` defining
-``main(quick: bool = False) -> str`` that runs its measurements and returns
-the table it printed.
+``main(quick: bool = False) -> str`` (``scaling`` also takes ``large``) that
+runs its measurements and returns the table it printed.  Every run starts with
+:func:`machine_header` (CPU model, the instruction-set flags that decide speed
+and bits, cores, load average, library versions).  ``--markdown PATH`` writes
+the whole run as the README's performance section (refusing to overwrite an
+existing file without ``--force``)::
+
+    numlab bench rounding kernels layernorm claims demo scaling --large --markdown docs/performance.md --force
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
+import os
+import platform
+import sys
 import time
 
+import ml_dtypes
+import numpy as np
+
 TARGETS: dict[str, str] = {
-    "rounding": "round_to for 10^7 float32 values vs ml_dtypes/numpy round trips",
+    "rounding": ("round_to on 10^7 values (in-range, mixed, random bits, float64 -> bf16), every mode, vs a "
+                 "float32 copy / ml_dtypes' cast, with peak memory; gfloat and pychop side by side when installed"),
     "kernels": ("every reduction order (fp16/bf16 data) vs numpy sum, peak memory, 16-bit accumulators "
                 "vs naive loops; block_fma matmul vs numpy matmul"),
-    "layernorm": "eager and fused layernorm (4096x4096 fp16) vs a numpy float32 layernorm",
+    "layernorm": "eager and every fusion preset's layernorm (4096x4096 fp16) vs a numpy float32 layernorm",
     "claims": "1000 layernorm trials (64x1024 fp16) in eager, fused and reference",
     "faithfulness": "numlab's predictions vs real torch eager and torch.compile (needs torch)",
+    "mma": "the matrix-unit model (A100/H100 presets) 1024^3 fp16 vs numpy float64 matmul (issue #15)",
+    "scaled": "MX/NV/DeepSeek block-scaled quantise+dequantise 4096x4096 vs ml_dtypes' plain cast (issue #16)",
+    "demo": "wall and CPU time of one `numlab demo` run (and --quick) in a fresh interpreter",
+    "scaling": "time per element and peak memory from 10^5 to 10^7 elements (10^8 with --large)",
 }
+# CPU flags that decide speed (SIMD width, float16 conversion, FMA) or bits (FMA
+# contraction, bf16/fp16 arithmetic instructions)
+FLAG_PREFIXES = ("avx", "fma", "f16c", "amx", "sse4_2", "asimd", "sve", "fphp", "bf16")
+
+
+def _cpu_info() -> tuple[str, list[str]]:
+    """(CPU model name, relevant flags) from /proc/cpuinfo, or platform's answer."""
+    model, flags = platform.processor() or platform.machine(), []
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                key, _, val = line.partition(":")
+                key = key.strip().lower()
+                if key in ("model name", "hardware") and model in ("", platform.machine(), platform.processor()):
+                    model = val.strip()
+                elif key in ("flags", "features") and not flags:
+                    flags = sorted(f for f in val.split() if f.startswith(FLAG_PREFIXES))
+    except OSError:
+        pass
+    return model, flags
+
+
+def machine_header() -> str:
+    """One paragraph naming the machine a bench ran on."""
+    model, flags = _cpu_info()
+    load = " ".join(f"{v:.2f}" for v in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
+    try:
+        import numba  # optional (extra "fast"): reductions use its kernels when present
+        accel = f"numba {numba.__version__}" + (" (disabled: NUMLAB_ACCEL=0)"
+                                                if os.environ.get("NUMLAB_ACCEL") == "0" else "")
+    except ImportError:
+        accel = "numba not installed (numpy kernels only)"
+    blas = os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or "default"
+    return "\n".join([
+        f"machine: {model}; {os.cpu_count()} logical cpus; load average {load}",
+        f"flags: {' '.join(flags) or '(none reported)'}",
+        f"python {platform.python_version()}, numpy {np.__version__}, ml_dtypes {ml_dtypes.__version__}, "
+        f"{accel}; BLAS threads: {blas}",
+    ])
 
 
 def best_of(fn, repeat: int = 5, warmup: bool = True) -> float:
@@ -50,6 +107,11 @@ def add_parser(sub) -> None:
     p.add_argument("targets", nargs="*", metavar="TARGET", type=_target,
                    help=f"what to benchmark (default: all): {', '.join(TARGETS)}")
     p.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    p.add_argument("--large", action="store_true",
+                   help="scaling: add 10^8 elements (about 1.5 GB of memory, a minute or two)")
+    p.add_argument("--markdown", metavar="PATH",
+                   help="also write the run as a markdown performance section to PATH")
+    p.add_argument("--force", action="store_true", help="overwrite the --markdown file if it exists")
     p.set_defaults(func=_run)
 
 
@@ -58,6 +120,12 @@ def _run(args) -> int:
     for t in targets:
         if t not in TARGETS:
             raise ValueError(f"bench target {t!r} is unknown; valid targets: {list(TARGETS)}")
+    md = getattr(args, "markdown", None)
+    if md and os.path.exists(md) and not getattr(args, "force", False):
+        raise FileExistsError(f"--markdown {md!r} exists; pass --force to overwrite it")
+    head = machine_header()
+    print(head)
+    sections = []
     for t in targets:
         try:
             mod = importlib.import_module(f"numlab.bench.{t}")
@@ -67,5 +135,21 @@ def _run(args) -> int:
             print(f"== bench {t}: not available in this build")
             continue
         print(f"== bench {t}")
-        mod.main(quick=args.quick)
+        kw = {"large": getattr(args, "large", False)} if "large" in inspect.signature(mod.main).parameters else {}
+        sections.append((t, mod.main(quick=args.quick, **kw)))
+    if md:
+        with open(md, "w") as fh:
+            fh.write(to_markdown(head, sections, sys.argv[1:]))
+        print(f"wrote {md}")
     return 0
+
+
+def to_markdown(head: str, sections: list[tuple[str, str]], argv: list[str]) -> str:
+    """The README performance section: the machine, then each target's table."""
+    cmd = "numlab " + " ".join(argv) if argv else "numlab bench"
+    out = ["## Performance", "",
+           f"Measured by one run of `{cmd}`; every ratio's baseline (numpy, ml_dtypes) "
+           "was timed in the same run.", "", "```text", head, "```", ""]
+    for t, table in sections:
+        out += [f"### {t}", "", TARGETS[t], "", "```text", (table or "").rstrip(), "```", ""]
+    return "\n".join(out)

@@ -7,8 +7,8 @@ fused against the reference to per-trial max and P99 (so memory stays flat).
 Trials are split into chunks on a ``ProcessPoolExecutor`` with 2 workers
 (per-trial seeds: identical numbers in process).  The wall time is reported
 with the ratio to a plain numpy float32 layernorm of the same inputs (three
-evaluations per trial, measured in the same run).  Target: < 30 s for 1000
-trials on 2 cores.
+evaluations per trial, measured in the same run).  Target (issue "near the
+memory floor"): <= 5 s for 1000 trials on 2 cores.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ..execute import run
 from . import best_of
 
 SHAPE = (64, 1024)
+TARGET_S = 5.0  # seconds for 1000 trials
 
 
 def _chunk(args) -> list:
@@ -68,8 +69,8 @@ def main(quick: bool = False) -> str:
     base = best_of(lambda: _numpy_layernorm(*xs), repeat=5) * 3 * trials / workers
     lines = [
         f"layernorm {SHAPE[0]}x{SHAPE[1]} fp16, {trials} trials x (eager, fused, reference), {workers} processes",
-        f"  wall time            {wall:8.2f} s   ({trials / wall:7.1f} trials/s)  target < 30 s for 1000: "
-        + ("OK" if wall * (1000 / trials) < 30 else "SLOW"),
+        f"  wall time            {wall:8.2f} s   ({trials / wall:7.1f} trials/s)  target <= {TARGET_S:.0f} s for 1000: "
+        + ("OK" if wall * (1000 / trials) <= TARGET_S else "SLOW"),
         f"  numpy fp32 layernorm {base:8.3f} s   (same count of evaluations)   ratio {wall / base:7.1f}x",
         f"  eager max err: max {arr[:, 1].max():.3g}, median {np.median(arr[:, 1]):.3g};"
         f" P99 median {np.median(arr[:, 2]):.3g}",

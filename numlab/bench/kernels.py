@@ -18,7 +18,7 @@ Reductions (4096 x 4096 fp16 and bf16 rows; ``--quick``: 1024 x 1024):
 
 Matmul: a 1024^3 fp16 ``block_fma`` matmul with ``k_tile=128`` (fp32
 accumulator, every entry exactly rounded) vs ``np.matmul`` of the same values in
-float64 (target: within 4x).  A further line shows the floor set by the design
+float64 (target: within 3x).  A further line shows the floor set by the design
 rule "one BLAS call per K tile": the float64 BLAS calls alone, one per K tile,
 into one reused output buffer.
 
@@ -27,6 +27,11 @@ count.  On a small, loaded machine eight rank-128 calls with two threads can be
 several times slower than with one, while the single 1024^3 reference call is
 not (the "(floor)" line shows it); ``OPENBLAS_NUM_THREADS=1 numlab bench
 kernels`` compares single-threaded BLAS on both sides.
+
+With numba installed (extra ``fast``) the reductions and the matmul's post-BLAS
+pass use numlab's compiled kernels (numlab.kernels._accel, bit-identical to the
+numpy path; the machine header says whether numba is there);
+``NUMLAB_ACCEL=0 numlab bench kernels`` measures the numpy path alone.
 
 Timings are best-of-N wall times; on a shared machine they move by tens of
 percent from run to run, so the header prints the load average.
@@ -44,6 +49,7 @@ from .. import kernels as K
 from ..kernels.reduce import _reduce_reference
 from . import best_of
 
+MATMUL_TARGET = 3.0  # issue "near the memory floor": block-FMA 1024^3 <= 3x numpy float64 matmul
 ORDERS = ("sequential", "pairwise", "blocked(512)", "lanes(16)", "kahan")
 
 
@@ -140,8 +146,8 @@ def main(quick: bool = False) -> str:
     lines.append("")
     lines.append(f"{'kernel':8} {'numlab s':>10} {'numpy s':>10} {'ratio':>7} {'target':>7}  what")
     ratio = t_mm / t_np64
-    ok = "ok" if ratio <= 4.0 else "MISSED"
-    lines.append(f"{'matmul':8} {t_mm:10.4f} {t_np64:10.4f} {ratio:7.2f} {4.0:6.1f}x  "
+    ok = "ok" if ratio <= MATMUL_TARGET else "MISSED"
+    lines.append(f"{'matmul':8} {t_mm:10.4f} {t_np64:10.4f} {ratio:7.2f} {MATMUL_TARGET:6.1f}x  "
                  f"{m}^3 fp16 block_fma k_tile=128, fp32 acc (uncertified: {stats.get('uncertified', 0)}) "
                  f"vs np.matmul float64 [{ok}]")
     lines.append(f"{'(floor)':8} {t_tiles:10.4f} {t_np64:10.4f} {t_tiles / t_np64:7.2f} {'':>7}  "

@@ -30,8 +30,14 @@ float64 -> bf16 <= 2x ml_dtypes' cast; peak <= 2x the input everywhere.
 The ``mixed`` rows have no target of their own (they show the cost of
 out-of-range values in every chunk).
 
-gfloat, pychop and qtorch (other rounding emulators) are not compared yet: a
-line says whether each is installed and that it was skipped.
+Other emulators (when installed): gfloat (``round_ndarray``, OCP e4m3/e5m2,
+binary16, bfloat16; sat=False) and pychop (``Chop(exp_bits, sig_bits, rmode)``,
+IEEE-like formats only: not OCP e4m3, whose top binade holds numbers and no
+inf) on 10^5 values (``--quick``: 10^4) of the in-range and random-bit inputs,
+every deterministic mode they offer: time as a multiple of numlab's on the same
+values, and their agreement with numlab (values equal, signs of zeros equal,
+NaN where numlab has NaN).  qtorch needs a matching torch build and is only
+reported as installed or not.
 """
 
 from __future__ import annotations
@@ -126,6 +132,79 @@ def _row(label, rounding, t, tb, target, peak) -> str:
             f" {peak:7.2f}  {ok}")
 
 
+def _gfloat_fn(fmt, rounding):
+    """``f(x)`` rounding float32 ``x`` with gfloat, or None (format/mode not offered)."""
+    import gfloat  # optional reference emulator
+    import gfloat.formats as gf  # optional reference emulator
+
+    fi = {FP16.name: gf.format_info_binary16, BF16.name: gf.format_info_bfloat16,
+          FP8_E4M3.name: gf.format_info_ocp_e4m3, FP8_E5M2.name: gf.format_info_ocp_e5m2}.get(fmt.name)
+    mode = {"rne": gfloat.RoundMode.TiesToEven, "rtz": gfloat.RoundMode.TowardZero,
+            "up": gfloat.RoundMode.TowardPositive, "down": gfloat.RoundMode.TowardNegative}.get(rounding)
+    if fi is None or mode is None:
+        return None
+    return lambda x: gfloat.round_ndarray(fi, x.astype(np.float64), mode, sat=False)
+
+
+def _pychop_fn(fmt, rounding):
+    """``f(x)`` rounding float32 ``x`` with pychop, or None (format/mode not offered)."""
+    from pychop import Chop  # optional reference emulator
+
+    bits = {FP16.name: (5, 10), BF16.name: (8, 7), FP8_E5M2.name: (5, 2)}.get(fmt.name)
+    rmode = {"rne": 1, "up": 2, "down": 3, "rtz": 4, "odd": 9}.get(rounding)
+    if bits is None or rmode is None:
+        return None
+    ch = Chop(exp_bits=bits[0], sig_bits=bits[1], rmode=rmode, subnormal=True)
+    return lambda x: np.asarray(ch(x.astype(np.float64)))
+
+
+def agreement(ours: np.ndarray, theirs: np.ndarray) -> float:
+    """Share of values where ``theirs`` equals ``ours``: same value and sign bit, or
+    both NaN."""
+    a = np.asarray(ours, dtype=np.float64)
+    b = np.asarray(theirs, dtype=np.float64)
+    same = ((a == b) & (np.signbit(a) == np.signbit(b))) | (np.isnan(a) & np.isnan(b))
+    return float(np.mean(same)) if a.size else 1.0
+
+
+def _others_table(n: int, repeat: int) -> list[str]:
+    """Side by side with gfloat and pychop (see the module docstring)."""
+    makers = {}
+    if importlib.util.find_spec("gfloat") is not None:
+        makers["gfloat"] = _gfloat_fn
+    if importlib.util.find_spec("pychop") is not None:
+        makers["pychop"] = _pychop_fn
+    if not makers:
+        return []
+    rng = np.random.default_rng(3)
+    data = {"random bits": rng.integers(0, 2**32, n, dtype=np.uint32).view(np.float32)}
+    lines = ["", f"other emulators on {n:.0e} values: time / numlab's time, agreement with numlab",
+             f"{'input / format':<22} {'rounding':<9}" + "".join(f" {m + ' x':>10} {'agree':>8}" for m in makers)]
+    with np.errstate(all="ignore"):
+        for label in ("in-range", "random bits"):
+            for fmt in (FP16, BF16, FP8_E4M3, FP8_E5M2):
+                x = in_range_data(fmt, n) if label == "in-range" else data[label]
+                for rounding in ("rne", "rtz", "up", "down", "odd"):
+                    fns = {m: mk(fmt, rounding) for m, mk in makers.items()}
+                    if all(f is None for f in fns.values()):
+                        continue
+                    ours = round_to(x, fmt, rounding)
+                    t_ours = best_of(lambda x=x, fmt=fmt, rounding=rounding: round_to(x, fmt, rounding), repeat)
+                    cells = ""
+                    for m, f in fns.items():
+                        if f is None:
+                            cells += f" {'-':>10} {'-':>8}"
+                            continue
+                        try:
+                            theirs = f(x)
+                            t = best_of(lambda f=f, x=x: f(x), 1, warmup=False)  # slow: one timed call
+                            cells += f" {t / t_ours:10.1f} {100 * agreement(ours, theirs):7.3f}%"
+                        except Exception as exc:  # report, do not stop the bench
+                            cells += f" {'error':>10} {type(exc).__name__[:8]:>8}"
+                    lines.append(f"{label + ' ' + fmt.name:<22} {rounding:<9}{cells}")
+    return lines
+
+
 def _others_line() -> str:
     missing = [m for m in OTHER_EMULATORS if importlib.util.find_spec(m) is None]
     found = [m for m in OTHER_EMULATORS if m not in missing]
@@ -133,7 +212,11 @@ def _others_line() -> str:
     if missing:
         parts.append(f"skipped {', '.join(missing)}: not installed")
     if found:
-        parts.append(f"found {', '.join(found)}: the side-by-side comparison is not implemented yet")
+        shown = [m for m in found if m in ("gfloat", "pychop")]
+        if shown:
+            parts.append(f"compared {', '.join(shown)} (table above)")
+        if "qtorch" in found:
+            parts.append("found qtorch: not compared (its CPU kernels need a matching torch build)")
     return "; ".join(parts)
 
 
@@ -173,6 +256,7 @@ def main(quick: bool = False) -> str:
                               TARGET_FLOAT64 if rounding == "rne" else None, peak))
         tc64 = best_of(lambda: x64.copy(), repeat)
     lines.append(f"(float64 copy: {tc64 * 1e3:.1f} ms)")
+    lines += _others_table(10**4 if quick else 10**5, repeat)
     other = _others_line()
     if other:
         lines.append(other)

@@ -36,19 +36,19 @@ read as float32 and squeezed (``np.squeeze``); the relative error is
 computed in ``result_type(m, g, float32)`` with **that type's** eps added
 where ``g == 0`` (fp16/bf16/fp32 data: float32 and 1.19e-7); a 1-element
 tensor has no cosine (``unsupported``); the verdict column is ``Result``
-(pass/warning/error) from API-level rules: NaN/inf in mine's max/min where
-golden has none, or the inputs' One Thousandth ratio > 0.9 with the
-output's < 0.1 -> error; inputs' cosine > 0.9 and the drop to the output >
-0.1 -> warning.  ``check_accuracy`` (the ``Accuracy Reached or Not`` rule,
+(pass/warning/error) from the seven tensor-mode checkers of
+``indicator_analysis`` (:func:`msprobe26_results`).  ``check_accuracy`` (the ``Accuracy Reached or Not`` rule,
 NaN cosine -> ``Yes``) is unchanged in 26.2.0 but only used by its MindSpore
 graph compare; it is reported in the numlab columns.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 
@@ -65,8 +65,10 @@ __all__ = [
     "msit_columns",
     "msprobe_columns",
     "msprobe_check_accuracy",
-    "msprobe26_result",
+    "msprobe26_results",
     "msprobe_api_name",
+    "msprobe_items",
+    "msprobe_stats",
     "MSIT_HEADER",
     "MSPROBE83_HEADER",
     "MSPROBE26_HEADER",
@@ -287,13 +289,10 @@ def msprobe_columns(golden, mine, flavor: str) -> dict:
                  "NPU Tensor Shape": str(list(m_raw.shape)), "Bench Tensor Shape": str(list(g_raw.shape)),
                  "NPU Requires_grad": "False", "Bench Requires_grad": "False",
                  "Requires_grad Consistent": "True"}
-    for side, a in (("NPU", m_raw), ("Bench", g_raw)):  # the dump.json statistics (float32 in torch)
-        if a.size:
-            f = a.astype(np.float64)
-            with np.errstate(invalid="ignore", over="ignore"):
-                row[f"{side} max"], row[f"{side} min"] = float(np.max(f)), float(np.min(f))
-                row[f"{side} mean"] = float(np.mean(f))
-                row[f"{side} l2norm"] = float(np.sqrt(np.sum(f * f)))
+    for side, a in (("NPU", m_raw), ("Bench", g_raw)):  # the dump.json statistics
+        st = msprobe_stats(a)
+        row.update({f"{side} {k.lower() if k != 'Norm' else 'l2norm'}": v for k, v in st.items()
+                    if v is not None})
     n, b = tool_view(m_raw, flavor), tool_view(g_raw, flavor)
     cells, msg = _msprobe_metrics(n, b, flavor)
     row.update(zip(_METRICS, cells, strict=True))
@@ -301,6 +300,39 @@ def msprobe_columns(golden, mine, flavor: str) -> dict:
     if flavor == "msprobe-8.3":
         row["Accuracy Reached or Not"] = msprobe_check_accuracy(row["Cosine"], row["MaxAbsErr"])
     return row
+
+
+def msprobe_stats(a) -> dict:
+    """The statistics msprobe writes to ``dump.json`` for a tensor, and prints
+    as ``NPU max/min/mean/l2norm``: ``{"Max", "Min", "Mean", "Norm"}``
+    computed by torch in the tensor's dtype (fp16 and bf16 in their own
+    dtype, fp8 through ``tensor.float()``, integers in float64), as msprobe's
+    dump does; None
+    values for an empty tensor.  Without torch, float64 numpy (the last bits
+    of Mean and Norm may then differ from the tool's)."""
+    a = np.asarray(a)
+    if a.size == 0:
+        return {"Max": None, "Min": None, "Mean": None, "Norm": None}
+    if a.dtype.kind == "b":
+        return {"Max": bool(a.any()), "Min": bool(a.all()), "Mean": None, "Norm": None}
+    narrow = a.dtype.kind not in "biufc" or a.dtype.type.__module__ != "numpy"
+    bf16 = narrow and get_format(a.dtype).name == "bf16"
+    # torch: a 2-byte float (fp16, bf16) in its own dtype, fp8 through .float(), integers in float64
+    f = a.view(np.uint16) if bf16 else a.astype(np.float32) if narrow else \
+        a.astype(np.float64) if a.dtype.kind != "f" else a
+    try:
+        import torch  # optional heavy dependency: the tool's statistics are torch's
+    except ImportError:  # pragma: no cover - torch is in the test environment
+        f = a.astype(np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            return {"Max": float(np.max(f)), "Min": float(np.min(f)), "Mean": float(np.mean(f)),
+                    "Norm": float(np.sqrt(np.sum(f * f)))}
+    f = np.ascontiguousarray(f)
+    t = torch.from_numpy(f if f.flags.writeable else f.copy())  # torch warns on read-only memory maps
+    if bf16:
+        t = t.view(torch.bfloat16)
+    return {"Max": t.max().item(), "Min": t.min().item(), "Mean": t.mean().item(),
+            "Norm": torch.linalg.vector_norm(t).item()}
 
 
 def _msprobe_metrics(n, b, flavor: str) -> tuple[list, str]:
@@ -311,8 +343,8 @@ def _msprobe_metrics(n, b, flavor: str) -> tuple[list, str]:
     # the validation chain (8.3.3: get_error_flag_and_msg; 26.2.0: ValidateTensor)
     if n.size == 0:
         return ["unsupported"] * 6, "This is empty data, can not compare."
-    if flavor == "msprobe-26" and n.shape != b.shape:
-        return ["Shape unmatched"] * 6, "Shape of NPU and bench tensor do not match. Skipped."
+    if flavor == "msprobe-26" and n.shape != b.shape:  # 26.2.0 prints it in lower case
+        return ["shape unmatched"] * 6, "Shape of NPU and bench tensor do not match. Skipped."
     msg = ""
     if not n.shape:
         msg = ("This is type of 0-d tensor, can not calculate 'Cosine', 'EucDist', "
@@ -392,43 +424,124 @@ def _num(v) -> float | None:
     return None
 
 
-def msprobe26_result(row: Mapping, inputs: list[Mapping]) -> tuple[str, str]:
-    """(``Result``, message) of msprobe 26.2.0's tensor-mode rules for an API
-    whose output row is ``row`` and whose input rows are ``inputs``
-    (``indicator_analysis/algorithm.py``: InfNanErrChecker,
-    OneThousandthErrChecker, DTypeErrChecker, ShapeErrChecker,
-    CosineWarnChecker).  Missing or string metrics are skipped, as
-    ``get_min_or_max_value`` does (defaults 1.0)."""
-    level, msgs = "pass", []
+_LEVELS = ("pass", "warning", "error")
+_ALL_IGNORE = frozenset({"empty", "empty_like", "numpy", "to", "__setitem__", "empty_with_format",
+                         "new_empty_strided", "new_empty", "empty_strided"})
+_INPUT_IGNORE = frozenset({"_reduce_scatter_base", "_all_gather_base", "all_to_all_single",
+                           "batch_isend_irecv"})
 
-    def bad(v):
-        f = _num(v)
-        return f is not None and not math.isfinite(f)
 
-    if not (bad(row.get("Bench max")) or bad(row.get("Bench min"))) and \
-            (bad(row.get("NPU max")) or bad(row.get("NPU min"))):
-        level = "error"
-        msgs.append("error: There is nan/inf/-inf in the maximum or minimum value of NPU.")
-    if row.get("NPU Dtype") != row.get("Bench Dtype"):
-        level = "error"
-        msgs.append("error: The dtype of NPU and Bench are inconsistent.")
-    if row.get("NPU Tensor Shape") != row.get("Bench Tensor Shape"):
-        level = "error"
-        msgs.append("error: The shape of NPU and Bench are inconsistent.")
+def _inf_or_nan(v) -> bool:
+    """``indicator_analysis.utils.is_inf_or_nan``: a NaN/inf float, or the
+    text inf/-inf/nan."""
+    if isinstance(v, float):
+        return not math.isfinite(v)
+    return isinstance(v, str) and v.strip().lower() in ("inf", "-inf", "nan")
 
-    def min_of(rows, key):
-        vals = [_num(r.get(key)) for r in rows]
-        return min([1.0, *[v for v in vals if v is not None]])
 
-    if inputs:
-        if min_of(inputs, "One Thousandth Err Ratio") > 0.9 and min_of([row], "One Thousandth Err Ratio") < 0.1:
-            level = "error"
-            msgs.append("error: The input/parameters of One Thousandth Err Ratio > 0.9 while the output < 0.6.")
-        cin, cout = min_of(inputs, "Cosine"), min_of([row], "Cosine")
-        if cin > 0.9 and cin - cout > 0.1 and level == "pass":
-            level = "warning"
-            msgs.append("warning: The input/parameters of Cosine > 0.9, and input/parameters - output > 0.1")
-    return level, str(msgs).replace("'", '"') if msgs else "[]"
+def _min_metric(rows: list[Mapping], key: str) -> float:
+    """``ApiData.get_min_or_max_value`` (is_min): the smallest number of the
+    column over ``rows``, starting from 1.0; ``Nan``/``N/A``/other text skipped."""
+    best = 1.0
+    for r in rows:
+        v = r.get(key)
+        if v is None or v in ("Nan", "N/A"):
+            continue
+        if isinstance(v, str) and v.endswith("%"):
+            try:
+                v = float(v.strip("%")) / 100
+            except ValueError:
+                v = 0
+        if isinstance(v, str):
+            continue
+        best = min(best, v)
+    return best
+
+
+def _grad(v):
+    """A Requires_grad cell as the tool holds it (bool from dump.json, else the text)."""
+    return {"True": True, "False": False}.get(v, v) if isinstance(v, str) else v
+
+
+def msprobe26_results(api_rows: list[Mapping]) -> list[tuple[str, str]]:
+    """(``Result``, ``Err_message``) of each row of one API, as
+    mindstudio-probe 26.2.0's tensor-mode checkers give them
+    (``indicator_analysis/algorithm.py`` ``TENSOR_CHECKERS``, run in this
+    order by ``ApiIndicatorCalculator``):
+
+    1. InfNanErrChecker: NaN/inf in NPU max/min where Bench has none -> error;
+    2. OneThousandthErrChecker: inputs' smallest One Thousandth Err Ratio
+       > 0.9 while the outputs' < 0.1 -> error on the first output row;
+    3. RequiresGradErrChecker: both Requires_grad truthy and different -> error
+       (the tool holds dump.json's bools, so ``False`` on either side skips it);
+    4. ParametersErrChecker: a non-tensor input (dtype ``<class ...>``, shape
+       ``[]``) whose NPU value differs from Bench's -> error;
+    5. DTypeErrChecker: dtypes differ (names with ``qkv``/``gate_up`` skipped) -> error;
+    6. ShapeErrChecker: shapes differ -> error;
+    7. CosineWarnChecker: inputs' smallest cosine > 0.9 and it minus the
+       outputs' smallest > 0.1 -> warning on the first output row.
+
+    Smallest values start from 1.0 and skip text cells (an API without
+    inputs has input minimum 1.0).  Rows are inputs unless their name holds
+    ``.output.``.  APIs in the tool's ignore lists (``to``, ``empty``, ...;
+    ``all_to_all_single``, ...) skip every rule or the input-based ones.  A
+    row's level is the worst set; its messages accumulate in checker order,
+    printed as a JSON list."""
+    rows = list(api_rows)
+    ins = [r for r in rows if ".output." not in str(r.get("NPU Name", ""))]
+    outs = [r for r in rows if ".output." in str(r.get("NPU Name", ""))]
+    ignore = "none"
+    if ins:
+        parts = str(ins[0].get("NPU Name", "")).split(".")
+        if len(parts) >= 2:
+            ignore = "all" if parts[1] in _ALL_IGNORE else "input" if parts[1] in _INPUT_IGNORE else "none"
+    checked = [] if ignore == "all" else outs if ignore == "input" else ins + outs
+    level = {id(r): 0 for r in rows}
+    msgs: dict[int, list] = {id(r): [] for r in rows}
+
+    def mark(r, lvl: str, msg: str) -> None:
+        level[id(r)] = max(level[id(r)], _LEVELS.index(lvl))
+        msgs[id(r)].append(msg)
+
+    def paired(r) -> bool:
+        b = r.get("Bench Name")
+        return bool(b) and b != "N/A"
+
+    for r in checked:  # 1
+        if not (_inf_or_nan(r.get("Bench max")) or _inf_or_nan(r.get("Bench min"))) and \
+                (_inf_or_nan(r.get("NPU max")) or _inf_or_nan(r.get("NPU min"))):
+            mark(r, "error", "error: There is nan/inf/-inf in the maximum or minimum value of NPU.")
+    if ignore == "none" and outs:  # 2
+        if _min_metric(ins, "One Thousandth Err Ratio") > 0.9 and _min_metric(outs, "One Thousandth Err Ratio") < 0.1:
+            mark(outs[0], "error", "error: The input/parameters of One Thousandth Err Ratio > 0.9 while the "
+                                   "output < 0.6.")
+    for r in checked:  # 3
+        a, b = _grad(r.get("NPU Requires_grad")), _grad(r.get("Bench Requires_grad"))
+        if paired(r) and a and b and a != b:
+            mark(r, "error", "error: The Required_Grad of NPU and Bench are inconsistent")
+    if ignore == "none":  # 4
+        for r in ins:
+            nd, bd = r.get("NPU Dtype"), r.get("Bench Dtype")
+            if paired(r) and nd and bd and "class" in str(nd) and "class" in str(bd) and \
+                    str(r.get("NPU Tensor Shape")) == "[]" and r.get("NPU max") != r.get("Bench max"):
+                mark(r, "error", "error: The scalar parameters of NPU and Bench are inconsistent.")
+    for r in checked:  # 5
+        bn, nn = r.get("Bench Name"), r.get("NPU Name")
+        if not bn or "N/A" in (bn, nn) or "qkv" in str(bn) or "gate_up" in str(bn):
+            continue
+        nd, bd = r.get("NPU Dtype"), r.get("Bench Dtype")
+        if nd and bd and nd != bd:
+            mark(r, "error", "error: The dtype of NPU and Bench are inconsistent.")
+    for r in checked:  # 6
+        ns, bs = r.get("NPU Tensor Shape"), r.get("Bench Tensor Shape")
+        if paired(r) and ns is not None and bs is not None and ns != bs:
+            mark(r, "error", "error: The shape of NPU and Bench are inconsistent.")
+    if ignore == "none" and outs:  # 7
+        cin, cout = _min_metric(ins, "Cosine"), _min_metric(outs, "Cosine")
+        if cin > 0.9 and cin - cout > 0.1:
+            mark(outs[0], "warning", "warning: The input/parameters of Cosine > 0.9, and input/parameters - "
+                                     "output > 0.1")
+    return [(_LEVELS[level[id(r)]], json.dumps(msgs[id(r)])) for r in rows]
 
 
 def flavor_cells(golden, mine, flavor: str) -> dict:
@@ -442,51 +555,203 @@ def flavor_cells(golden, mine, flavor: str) -> dict:
     return msprobe_columns(golden, mine, flavor)
 
 
+def msprobe_items(rec: Mapping) -> list[tuple[str, Mapping]]:
+    """The dumped items of one API record of an msprobe ``dump.json``, as
+    ``(suffix, item)`` in the order msprobe compare lists them:
+    ``input.<i>`` for ``input_args`` (a nested list gives ``input.<i>.<j>``),
+    ``input.<key>`` for ``input_kwargs``, then ``output.<i>``."""
+    out: list[tuple[str, Mapping]] = []
+
+    def walk(prefix: str, t) -> None:
+        if isinstance(t, list | tuple):
+            for j, u in enumerate(t):
+                walk(f"{prefix}.{j}", u)
+        elif isinstance(t, Mapping) and t.get("type"):  # 8.3.3 dumps a torch.dtype as {}: no row
+            out.append((prefix, t))
+
+    for i, t in enumerate(rec.get("input_args") or []):
+        walk(f"input.{i}", t)
+    for k, t in (rec.get("input_kwargs") or {}).items():
+        walk(f"input.{k}", t)
+    for i, t in enumerate(rec.get("output") or []):
+        walk(f"output.{i}", t)
+    return out
+
+
+def _dump_json_items(file_path) -> dict[str, Mapping] | None:
+    """``{row name: dump.json item}`` in dump.json order for the msprobe dump
+    holding tensor file ``file_path`` (``<root>/dump_tensor_data/<name>.pt``),
+    None when there is none (a dump msprobe did not write)."""
+    if not file_path:
+        return None
+    dj = Path(str(file_path)).parent.parent / "dump.json"
+    try:
+        data = json.loads(dj.read_text())["data"]
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, Mapping):
+        return None
+    return {f"{api}.{suffix}": item for api, rec in data.items() if isinstance(rec, Mapping)
+            for suffix, item in msprobe_items(rec)}
+
+
+def _stacks(file_path) -> dict[str, str]:
+    """``{API: NPU_Stack_Info cell}`` from the ``stack.json`` beside the
+    msprobe dump holding ``file_path`` (``{"0": [[API, ...], [frame, ...]]}``;
+    the tool prints ``str(frames)`` on an API's first row, ``N/A`` on the
+    others); empty when there is none."""
+    if not file_path:
+        return {}
+    try:
+        st = json.loads((Path(str(file_path)).parent.parent / "stack.json").read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    out: dict[str, str] = {}
+    for v in st.values() if isinstance(st, Mapping) else ():
+        if isinstance(v, list) and len(v) == 2 and isinstance(v[0], list):
+            for api in v[0]:
+                out.setdefault(str(api), str(v[1]))
+    return out
+
+
+def _msprobe_scalar_row(name: str, npu: Mapping, bench: Mapping, flavor: str) -> dict:
+    """msprobe's row of a non-tensor argument (``{"type": "float", "value":
+    1.001}``): no data file, every metric ``unsupported``, the value as
+    max/min/mean/l2norm; 26.2.0 marks differing values as an error."""
+    row: dict = {"NPU Name": name, "Bench Name": name, "NPU Requires_grad": "N/A",
+                 "Bench Requires_grad": "N/A", "Requires_grad Consistent": "True",
+                 "NPU_Stack_Info": "N/A", "Data_name": str(["-1", "-1"])}
+    for side, item in (("NPU", npu), ("Bench", bench)):
+        row[f"{side} Dtype"] = f"<class '{item.get('type')}'>"
+        row[f"{side} Tensor Shape"] = "[]"
+        for stat in ("max", "min", "mean", "l2norm"):
+            row[f"{side} {stat}"] = item.get("value")
+    row.update(dict.fromkeys(_METRICS, "unsupported"))
+    if flavor == "msprobe-8.3":
+        row["Accuracy Reached or Not"] = "None"
+        row["Err_message"] = "NPU does not have data file."
+    return row
+
+
 def msprobe_api_name(node: str) -> str:
     """The msprobe API name numlab uses for a node: ``Numlab.<node>.0.forward``
     (dots in the node name become ``_``: msprobe splits names at dots)."""
     return f"Numlab.{node.replace('.', '_')}.0.forward"
 
 
+def _msprobe_tensor_row(name: str, cells: Mapping, items=None) -> dict:
+    """msprobe's row of a tensor: the metric cells, with ``requires_grad`` and
+    the statistics of ``items`` (the NPU and Bench ``dump.json`` records) when
+    the dump has them (msprobe prints dump.json's statistics)."""
+    row = dict(cells)
+    row.update({"NPU Name": name, "Bench Name": name, "NPU_Stack_Info": "N/A",
+                "Data_name": str([name + ".pt", name + ".pt"])})
+    for side, item in zip(("NPU", "Bench"), items or (), strict=False):
+        if item is None:
+            continue
+        if "requires_grad" in item:
+            row[f"{side} Requires_grad"] = str(bool(item["requires_grad"]))
+        for key, col in (("Max", "max"), ("Min", "min"), ("Mean", "mean"), ("Norm", "l2norm")):
+            if key in item:
+                row[f"{side} {col}"] = "N/A" if item[key] is None else item[key]
+    if items:
+        row["Requires_grad Consistent"] = str(row["NPU Requires_grad"] == row["Bench Requires_grad"])
+    return row
+
+
 def flavor_rows(rows: list[Mapping], flavor: str) -> list[dict]:
     """The tool's CSV rows (keys: :data:`FLAVOR_HEADERS` ``[flavor]``) from
-    report rows carrying ``_flavor`` cells; rows without data on both sides
-    are left out, as the tools do for nodes they cannot pair."""
+    report rows carrying ``_flavor`` cells, in the tool's own row set and
+    order; rows without data on both sides are left out, as the tools do for
+    nodes they cannot pair.
+
+    msprobe lists, per API in ``dump.json`` order, each input row then each
+    output row.  For a dump msprobe wrote, the order, the non-tensor
+    arguments' rows (``...input.dim``) and ``requires_grad`` are read from the
+    two ``dump.json``; for a numlab graph (any layout) each node is API
+    ``Numlab.<node>.0.forward`` with its dumped inputs as ``input.<i>`` rows
+    (the rows ``msprobe compare`` prints for the dump
+    :func:`numlab.compare.layouts.write_msprobe_dump` writes).  msit lists
+    module outputs only (its compare never reads ``input_<i>.pth``); its
+    order follows Python's string hashing (it changes with
+    ``PYTHONHASHSEED``), so numlab keeps the model-tree order."""
     check_flavor(flavor)
     if flavor == "exact":
         raise ValueError("flavor='exact' has no tool rows; valid: ['msit', 'msprobe-8.3', 'msprobe-26']")
-    out = []
-    by_node = {r["node"]: r for r in rows}
-    # a dump msprobe wrote names its rows <API>.<forward|backward>.<input|output>.<i>
-    api_of = {r["node"]: m.group(1) for r in rows if (m := _MSPROBE_ROW.match(str(r["node"])))}
-    api_inputs: dict[str, list] = {}
-    for n, api in api_of.items():
-        if ".input." in n[len(api):] and by_node[n].get("_flavor"):
-            api_inputs.setdefault(api, []).append(by_node[n]["_flavor"])
-    for r in rows:
-        cells = r.get("_flavor")
-        if not cells:
-            continue
-        if flavor == "msit":
+    if flavor == "msit":
+        out = []
+        for r in rows:
+            cells = r.get("_flavor")
+            if not cells:
+                continue
             row = dict(cells, token_id=0, data_id=len(out), golden_data_path=r.get("golden_path", ""),
                        my_data_path=r.get("my_path", ""), golden_op_type=r.get("op", ""),
                        my_op_type=r.get("op", ""))
             # msit writes its DataFrame with fillna(""): a NaN cell is empty
-            row = {k: "" if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
-        else:
-            name = r["node"] if r["node"] in api_of else msprobe_api_name(r["node"]) + ".output.0"
-            row = dict(cells)
-            row.update({"NPU Name": name, "Bench Name": name, "NPU_Stack_Info": "N/A",
-                        "Data_name": str([name + ".pt", name + ".pt"])})
-            if flavor == "msprobe-26":
-                if r["node"] in api_of:  # the API's input rows of the same dump
-                    ins = api_inputs.get(api_of[r["node"]], [])
-                else:  # numlab node: its graph inputs
-                    ins = [by_node[i]["_flavor"] for i in str(r.get("inputs") or "").split()
-                           if i in by_node and by_node[i].get("_flavor")]
-                if r["node"] in api_of and ".input." in r["node"][len(api_of[r["node"]]):]:
-                    ins = []  # msprobe's rules mark only an API's output
-                row["Result"], msg = msprobe26_result(cells, ins)
-                row["Err_message"] = msg
-        out.append({k: row.get(k, "") for k in FLAVOR_HEADERS[flavor]})
+            out.append({k: "" if isinstance(v := row.get(k, ""), float) and math.isnan(v) else v
+                        for k in MSIT_HEADER})
+        return out
+    return [{k: row.get(k, "") for k in FLAVOR_HEADERS[flavor]} for row in _msprobe_rows(rows, flavor)]
+
+
+def _msprobe83_unmatched(row: dict) -> None:
+    """msprobe 8.3.3's row of an NPU tensor with no Bench of the same shape:
+    the Bench columns ``N/A``, the metrics ``unsupported``."""
+    for k in ("Bench Name", "Bench Dtype", "Bench Tensor Shape", "Bench Requires_grad", "Bench max",
+              "Bench min", "Bench mean", "Bench l2norm"):
+        row[k] = "N/A"
+    row.update(dict.fromkeys(_METRICS, "unsupported"))
+    row["Requires_grad Consistent"] = "False"
+    row["Accuracy Reached or Not"] = "None"
+    row["Err_message"] = "Requires_grad inconsistent. Bench api/module unmatched."
+    row["Data_name"] = str([row["NPU Name"] + ".pt", "N/A"])
+
+
+def _msprobe_rows(rows: list[Mapping], flavor: str) -> list[dict]:
+    """msprobe's rows (see :func:`flavor_rows`), with 26.2.0's ``Result`` per API."""
+    by_node = {r["node"]: r for r in rows if r.get("_flavor")}
+    tool = {n: r for n, r in by_node.items() if _MSPROBE_ROW.match(str(n))}
+    first = next(iter(tool.values()), None) or next(iter(by_node.values()), {})
+    npu_items = _dump_json_items(first.get("my_path")) or {}
+    bench_items = _dump_json_items(first.get("golden_path")) or {}
+    out: list[dict] = []
+    if tool:  # a dump msprobe wrote: its dump.json order, with the non-tensor arguments
+        stacks, stacked = _stacks(first.get("my_path")), set()
+        names = [n for n in npu_items if n in tool or n in bench_items]
+        names += [n for n in tool if n not in npu_items]
+        for n in names:
+            m = _MSPROBE_ROW.match(n)
+            api = m.group(1) if m else n
+            if n in tool:
+                out.append(_msprobe_tensor_row(n, tool[n]["_flavor"], (npu_items.get(n), bench_items.get(n))))
+            elif "data_name" not in npu_items[n] and "data_name" not in bench_items[n]:
+                out.append(_msprobe_scalar_row(n, npu_items[n], bench_items[n], flavor))
+            else:  # a tensor on one side only, or unreadable: not a row of the tool's either
+                continue
+            out[-1]["_api"] = api
+            if api in stacks and api not in stacked:
+                out[-1]["NPU_Stack_Info"] = stacks[api]
+            stacked.add(api)
+    else:
+        for r in rows:  # a numlab graph: each node an API with its dumped inputs
+            if r["node"] not in by_node:
+                continue
+            api = msprobe_api_name(r["node"])
+            ins = [by_node[i]["_flavor"] for i in str(r.get("inputs") or "").split() if i in by_node]
+            for name, cells in [*((f"{api}.input.{k}", c) for k, c in enumerate(ins)),
+                                (f"{api}.output.0", r["_flavor"])]:
+                items = (npu_items.get(name), bench_items.get(name)) if npu_items else None
+                out.append(_msprobe_tensor_row(name, cells, items))
+                out[-1]["_api"] = api
+    if flavor == "msprobe-8.3":  # 8.3.3 pairs tensors by name and shape: another shape is unmatched
+        for row in out:
+            if row.get("NPU Tensor Shape") != row.get("Bench Tensor Shape"):
+                _msprobe83_unmatched(row)
+    if flavor == "msprobe-26":
+        groups: dict[str, list] = {}
+        for row in out:
+            groups.setdefault(row["_api"], []).append(row)
+        for group in groups.values():
+            for row, (res, msg) in zip(group, msprobe26_results(group), strict=True):
+                row["Result"], row["Err_message"] = res, msg
     return out

@@ -65,7 +65,7 @@ from .dump import (
     load_dump,
     sha256_file,
 )
-from .flavors import msprobe_api_name
+from .flavors import msprobe_api_name, msprobe_items, msprobe_stats
 
 __all__ = [
     "SIDECAR",
@@ -126,16 +126,8 @@ def from_torch(t) -> np.ndarray:
 
 def _stats(t) -> dict:
     """msprobe's dump.json statistics of a tensor (computed by torch in the
-    tensor's dtype, as msprobe does)."""
-    torch = _torch()
-    if t.numel() == 0:
-        return {"Max": None, "Min": None, "Mean": None, "Norm": None}
-    if t.dtype == torch.bool:
-        return {"Max": bool(t.any()), "Min": bool(t.all()), "Mean": None, "Norm": None}
-    tf = t if t.is_floating_point() and t.element_size() > 1 else t.double() if not t.is_floating_point() \
-        else t.float()
-    return {"Max": tf.max().item(), "Min": tf.min().item(), "Mean": tf.mean().item(),
-            "Norm": torch.linalg.vector_norm(tf).item()}
+    tensor's dtype, as msprobe does: :func:`numlab.compare.flavors.msprobe_stats`)."""
+    return msprobe_stats(from_torch(t))
 
 
 def _torch_save(path: Path, t) -> str:
@@ -187,6 +179,17 @@ def _graph(arrays: Mapping, node_meta: Mapping | None, run_meta: Mapping | None)
 # --------------------------------------------------------------------------
 # msprobe
 # --------------------------------------------------------------------------
+def _write_sidecar(root: Path, layout: str, arrays, order, files, node_meta, run_meta, file_of) -> None:
+    """numlab's sidecar manifest beside a tool layout: every file's SHA-256, each
+    node's metadata with the file a tool reads (``file_of(node)``), the graph."""
+    side = dict(run_meta, layout=layout, order=order, files=files,
+                nodes={n: {**{k: v for k, v in node_meta.get(n, {}).items() if k != "file"},
+                           "file": file_of(n),
+                           "dtype": format_name(np.asarray(arrays[n]).dtype)} for n in order},
+                graph={k: v for k, v in node_meta.items() if k not in arrays})
+    atomic_write_bytes(root / SIDECAR, json.dumps(side, indent=1, default=str).encode())
+
+
 def write_msprobe_dump(path, arrays: Mapping[str, np.ndarray], *, node_meta: Mapping | None = None,
                        run_meta: Mapping | None = None, force: bool = False, step: int = 0,
                        rank: int = 0) -> Path:
@@ -232,12 +235,8 @@ def write_msprobe_dump(path, arrays: Mapping[str, np.ndarray], *, node_meta: Map
         atomic_write_bytes(root / "dump.json", json.dumps(dump, indent=1).encode())
         atomic_write_bytes(root / "stack.json", b"{}")
         atomic_write_bytes(root / "construct.json", b"{}")
-        side = dict(run_meta, layout="msprobe", order=order, files=files,
-                    nodes={n: {**{k: v for k, v in node_meta.get(n, {}).items() if k != "file"},
-                               "file": f"dump_tensor_data/{msprobe_api_name(n)}.output.0.pt",
-                               "dtype": format_name(np.asarray(arrays[n]).dtype)} for n in order},
-                    graph={k: v for k, v in node_meta.items() if k not in arrays})
-        atomic_write_bytes(root / SIDECAR, json.dumps(side, indent=1, default=str).encode())
+        _write_sidecar(root, "msprobe", arrays, order, files, node_meta, run_meta,
+                       lambda n: f"dump_tensor_data/{msprobe_api_name(n)}.output.0.pt")
 
     _staged(path, force, build)
     return path / leaf
@@ -301,7 +300,7 @@ def load_msprobe_dump(path, *, verify: bool = True, strict: bool = False) -> Dum
     ``output.0``), with the graph metadata and SHA-256 checks.  Any other
     gives one entry per dumped tensor named as msprobe names it
     (``Torch.matmul.0.forward.output.0``, ``...input.1``, ``...input.dim``
-    for a kwarg), in dump.json order; the tensor's dtype and shape from
+    for a kwarg, ``...input.1.0`` inside a list argument), in dump.json order; the tensor's dtype and shape from
     dump.json are kept as metadata."""
     p = Path(path)
     if not p.exists():
@@ -338,11 +337,8 @@ def load_msprobe_dump(path, *, verify: bool = True, strict: bool = False) -> Dum
         for api, rec in data.items():
             if not isinstance(rec, dict):
                 continue
-            items = [(f"input.{i}", t) for i, t in enumerate(rec.get("input_args") or [])]
-            items += [(f"input.{k}", t) for k, t in (rec.get("input_kwargs") or {}).items()]
-            items += [(f"output.{i}", t) for i, t in enumerate(rec.get("output") or [])]
-            for suffix, t in items:
-                if isinstance(t, dict) and t.get("data_name"):
+            for suffix, t in msprobe_items(rec):  # nested lists give input.<i>.<j>, as msprobe names them
+                if t.get("data_name"):
                     name = f"{api}.{suffix}"
                     f = data_dir / t["data_name"]
                     meta = {"dtype": t.get("dtype"), "shape": t.get("shape"), "api": api}
@@ -399,12 +395,8 @@ def write_msit_dump(path, arrays: Mapping[str, np.ndarray], *, node_meta: Mappin
             {"name": mods[n], "type": str(node_meta.get(n, {}).get("op") or "Node"), "children": []}
             for n in order]}
         atomic_write_bytes(root / "model_tree.json", json.dumps(tree).encode())
-        side = dict(run_meta, layout="msit", order=order, files=files,
-                    nodes={n: {**{k: v for k, v in node_meta.get(n, {}).items() if k != "file"},
-                               "file": f"{token}/{mods[n]}/output.pth",
-                               "dtype": format_name(np.asarray(arrays[n]).dtype)} for n in order},
-                    graph={k: v for k, v in node_meta.items() if k not in arrays})
-        atomic_write_bytes(root / SIDECAR, json.dumps(side, indent=1, default=str).encode())
+        _write_sidecar(root, "msit", arrays, order, files, node_meta, run_meta,
+                       lambda n: f"{token}/{mods[n]}/output.pth")
 
     _staged(path, force, build)
     return path / leaf
@@ -471,6 +463,9 @@ def load_msit_dump(path, *, verify: bool = True, strict: bool = False) -> Dump:
                     if len(tokens) > 1:
                         name = f"{tok}/{name}"
                     entries[name] = DumpEntry(name, f, {"op": typ}, _verified(f, None, verify))
+        # the module types (msit's golden_op_type/my_op_type); no order or edges: msit's own
+        # dump records neither
+        manifest = {"nodes": {n: {"op": e.meta["op"]} for n, e in entries.items()}} if entries else None
     d = _TorchDump(root, manifest, entries, notes)
     if strict and d.problems:
         raise DumpError(f"dump {str(root)!r} has {len(d.problems)} bad file(s)", d.problems)

@@ -74,7 +74,12 @@ from ._common import (
     round_to,
     to_container,
 )
+from . import _accel
 from .reduce import _as_order, gamma
+
+# products of at least this many entries use the compiled post-BLAS pass when numba
+# is installed (numlab.kernels._accel.add_round32; same bits as the numpy loop)
+_ACCEL_MIN_ENTRIES = 1 << 16
 
 __all__ = ["matmul", "MATMUL_ALGOS", "exact_dot_round"]
 
@@ -282,11 +287,12 @@ def _exact_tile_factors(a_t: np.ndarray, b_t: np.ndarray, la_t: np.ndarray, lb_t
     below ``2^53``.  NaN/inf rows or columns give NaN/inf factors (never certified).
     """
     with np.errstate(over="ignore", invalid="ignore"):
-        amax = np.max(np.abs(a_t), axis=-1)
+        abs_a = np.abs(a_t)  # once for the maximum and the sum
+        amax = np.max(abs_a, axis=-1)
         bmax = np.max(np.abs(b_t), axis=-2)
         la = np.min(la_t, axis=-1).astype(np.int32)  # sentinel 4096: zero row
         lb = np.min(lb_t, axis=-2).astype(np.int32)
-        ra = np.ldexp(np.sum(np.abs(a_t), axis=-1), -la)
+        ra = np.ldexp(np.sum(abs_a, axis=-1), -la)
         rb = np.ldexp(bmax, -lb)
     return ra, rb, int(la.min(initial=4096)) + int(lb.min(initial=4096)), amax, bmax
 
@@ -355,11 +361,13 @@ def _tile_certified_exact(c, a_t, b_t, la_t, lb_t, acc: Format, rounding: str, w
         # RN32(v) (overflow -> inf), and the fp32-midpoint bit test on v
         flag = work["flag"]
         nr, nc = buf.shape
+        # one compiled pass when numba is there (numlab.kernels._accel; same bits)
+        done = buf.size >= _ACCEL_MIN_ENTRIES and _accel.add_round32(buf, c, out32, flag) is not None
         rc = max(1, 65536 // max(nc, 1))
         v64 = work["v"][:min(rc, nr)]
         bits = v64.view(np.uint64)
         with np.errstate(over="ignore", invalid="ignore"):
-            for r0 in range(0, nr, rc):
+            for r0 in range(0, 0 if done else nr, rc):
                 r1 = min(r0 + rc, nr)
                 vv, bb = v64[:r1 - r0], bits[:r1 - r0]
                 np.add(buf[r0:r1], cb[r0:r1], out=vv)

@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..formats import BF16, FP16, NARROW_DTYPES, Format, get_format
+from . import _accel
 from ._common import Arith, as_values, check_choice, round_to, to_container
 
 __all__ = [
@@ -198,14 +199,19 @@ class Pairwise(Order):
         return True
 
     def _fast(self, t, fa):
+        # In place on a copy, level by level: pair k of a level is written over its
+        # first element, so the next level is every second row (a view): the odd
+        # element of a level, the last row, is carried up unchanged by that view.
+        if fa.accel and fa.rt is None:
+            r = _accel.pairwise(t)  # the same loops compiled (numlab.kernels._accel)
+            if r is not None:
+                return r
+        t = t.copy()
         while t.shape[-2] > 1:
-            m = t.shape[-2]
-            h = m // 2
-            nxt = np.empty(t.shape[:-2] + (h + m % 2, t.shape[-1]), t.dtype)
-            fa.add(t[..., 0:2 * h:2, :], t[..., 1:2 * h:2, :], out=nxt[..., :h, :])
-            if m % 2:  # the odd element is carried up unchanged
-                nxt[..., h, :] = t[..., m - 1, :]
-            t = nxt
+            h = t.shape[-2] // 2
+            first = t[..., 0:2 * h:2, :]
+            fa.add(first, t[..., 1:2 * h:2, :], out=first)
+            t = t[..., ::2, :]
         return t[..., 0, :]
 
     def _sum_reference(self, x, ar):
@@ -426,6 +432,8 @@ class Kahan(Order):
             s, c = np.full(shape, -0.0, t.dtype), np.zeros(shape, t.dtype)
         else:
             s, c = state
+        if fa.accel and fa.rt is None and _accel.kahan(t, s, c):
+            return s  # the same steps compiled (numlab.kernels._accel)
         y, nt = np.empty(shape, t.dtype), np.empty(shape, t.dtype)
         s0 = s
         for i in range(t.shape[-2]):
@@ -576,6 +584,9 @@ def parse_order(s: "str | Order") -> Order:
 _TILE_BYTES = 1 << 20
 _RT_SCALE = 4
 _FILL_ROWS = 64  # rows transposed per copy: more thrash the cache sets (power-of-two strides)
+# inputs of at least this many elements use the compiled kernels when numba is
+# installed (smaller ones would pay numba's import and dispatch for nothing)
+_ACCEL_MIN_ELEMENTS = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -595,6 +606,7 @@ class _FastAcc:
 
     dtype: np.dtype
     rt: object = None
+    accel: bool = False  # use numlab.kernels._accel's compiled kernels (same bits)
 
     def add(self, a, b, out=None):
         r = np.add(a, b, out=out)
@@ -675,6 +687,26 @@ def _bf16_widen_T(dst: np.ndarray, blk: np.ndarray, buf=None) -> bool:
     return True
 
 
+def _sum_rows_compiled(X: np.ndarray, order: Order, out: np.ndarray) -> bool:
+    """Row sums of fp16/bf16 ``X`` into float32 ``out`` by the compiled row kernels
+    (numlab.kernels._accel) when the order has one; False otherwise."""
+    T = _direct_tile(order, X.shape[-1])
+    if T is not None:
+        return _accel.rows_direct(X, T, out)
+    return type(order) in (Pairwise, Lanes) and _accel.rows_order(X, order, out)
+
+
+def _direct_tile(order: Order, n: int) -> int | None:
+    """For :func:`numlab.kernels._accel.rows_direct`: the tile of an order it computes
+    (Sequential: ``n``; ``Blocked(T, Sequential, Sequential)``: T), else None."""
+    if type(order) is Sequential:
+        return max(n, 1)
+    if (type(order) is Blocked and type(order.inner) is Sequential
+            and type(order.outer) is Sequential):
+        return int(order.tile)
+    return None
+
+
 def _sum_fast(x: np.ndarray, order: Order, fa: _FastAcc, ar: Arith, *, prepared: bool,
               square: bool = False) -> np.ndarray:
     """Sum the last axis of ``x`` by ``order`` in row chunks; returns ``ar.dtype`` values.
@@ -687,6 +719,10 @@ def _sum_fast(x: np.ndarray, order: Order, fa: _FastAcc, ar: Arith, *, prepared:
     stream column tiles of up to 4096 rows, carrying each row's state, so that
     each numpy call spans many rows.
     Extra memory: one tile plus the result, whatever the input size.
+
+    With numba (extra ``fast``), from ``_ACCEL_MIN_ELEMENTS`` values on, the same
+    operations run compiled (:mod:`numlab.kernels._accel`, :func:`_sum_rows_compiled`,
+    tile fill, Kahan/Pairwise tile steps); ``NUMLAB_ACCEL=0`` switches it off.
     """
     lead, n = x.shape[:-1], x.shape[-1]
     if n == 0:
@@ -699,6 +735,10 @@ def _sum_fast(x: np.ndarray, order: Order, fa: _FastAcc, ar: Arith, *, prepared:
     # fp32/fp64, the same RNE) cast replaces Arith.round
     direct = prepared or (not square and (ar.native or X.dtype == np.dtype(ar.fmt.container)))
 
+    if x.size >= _ACCEL_MIN_ELEMENTS and not fa.accel and _accel.kernels() is not None:
+        fa = _FastAcc(fa.dtype, fa.rt, accel=True)
+    if fa.accel and fa.rt is None and direct and fa.dtype == np.float32 and _sum_rows_compiled(X, order, out):
+        return out.reshape(lead).astype(ar.dtype, copy=False)
     scratch: dict = {}
 
     def buf(shape, dt, key):
@@ -713,6 +753,8 @@ def _sum_fast(x: np.ndarray, order: Order, fa: _FastAcc, ar: Arith, *, prepared:
             blk = ar.round(blk)
             if square:
                 blk = ar.mul(blk, blk)
+        if fa.accel and _accel.widen_t(dst, blk):
+            return
         if blk.dtype == BF16.container and dst.dtype == np.float32 and _bf16_widen_T(dst, blk, buf):
             return
         if blk.dtype == dst.dtype or blk.dtype.itemsize < dst.dtype.itemsize:
@@ -728,7 +770,9 @@ def _sum_fast(x: np.ndarray, order: Order, fa: _FastAcc, ar: Arith, *, prepared:
         else:
             np.copyto(dst, blk.T, casting="unsafe")  # values already on acc's grid: exact
 
-    stream = isinstance(order, Kahan)
+    # numpy's Kahan is one call per element step: streamed over up to 4096 rows at a
+    # time to amortise them (the compiled Kahan needs no such width)
+    stream = isinstance(order, Kahan) and not (fa.accel and fa.rt is None)
     # tile (+ its transposition temporary) <= the budget and <= the input's own size
     # (rounding accumulators make three numpy calls per add: wider tiles amortise them)
     scale = (4 if stream else 1) * (_RT_SCALE if fa.rt is not None else 1)

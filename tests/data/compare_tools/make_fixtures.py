@@ -71,6 +71,49 @@ def graph():
     return g, m, meta
 
 
+def rules_graph():
+    """A graph whose mine side trips each of msprobe 26.2.0's tensor-mode
+    rules (``Result``): cosine drop only (warning), One Thousandth drop with a
+    cosine drop (error + warning on one row), dtype and shape mismatches,
+    NaN/inf in mine only (on an output and, through its consumer, an input
+    row), an API without inputs (the inputs' minimum defaults to 1.0), and an
+    API named ``to`` (on the tool's ignore list: every rule skipped)."""
+    rng = np.random.default_rng(20261202)
+    a = rng.standard_normal(16).astype(np.float32)
+    g = {"a": a, "warn": (a * 2).astype(np.float32), "both": (a + 1).astype(np.float32),
+         "dtype": (a * 3).astype(np.float32), "shape": (a - 1).astype(np.float32),
+         "inf": np.exp(a).astype(np.float32), "after_inf": (np.exp(a) * 2).astype(np.float32),
+         "src": rng.standard_normal(16).astype(np.float32), "to": (a * 5).astype(np.float32)}
+    m = dict(g)
+    w = g["warn"].copy()
+    w[::2] = -w[::2]  # half the elements exact: cosine ~0, One Thousandth ~0.5
+    m["warn"] = w
+    m["both"] = (g["both"] * -1.5).astype(np.float32)
+    m["dtype"] = g["dtype"].astype(np.float16)
+    m["shape"] = g["shape"].reshape(4, 4)
+    f = g["inf"].copy()
+    f[3] = np.inf
+    m["inf"] = f
+    m["after_inf"] = (f * 2).astype(np.float32)
+    m["src"] = (g["src"] * 1.1).astype(np.float32)
+    m["to"] = (g["to"] * -1).astype(np.float32)
+    meta = {"a": {"op": "input", "inputs": []}, "src": {"op": "input", "inputs": []},
+            **{k: {"op": "mul", "inputs": ["a"]} for k in ("warn", "both", "dtype", "shape", "inf", "to")},
+            "after_inf": {"op": "mul", "inputs": ["inf"]}}
+    return g, m, meta
+
+
+def record_rules(msprobe26_exe: Path, msprobe83_exe: Path) -> dict:
+    """Dump :func:`rules_graph` in msprobe's layout and record both msprobe
+    versions' CSVs on it (``numlab_rules_msprobe{26,83}.csv``)."""
+    g, m, meta = rules_graph()
+    paths = {side: write_msprobe_dump(HERE / f"numlab_rules_{side}_msprobe", arrays, node_meta=meta, force=True)
+             for side, arrays in (("golden", g), ("mine", m))}
+    msprobe26(msprobe26_exe, paths["golden"], paths["mine"], HERE / "numlab_rules_msprobe26.csv")
+    msprobe83(msprobe83_exe, paths["golden"], paths["mine"], HERE / "numlab_rules_msprobe83.csv")
+    return {"msprobe/" + side: rel(p) for side, p in paths.items()}
+
+
 def run(cmd, **kw):
     print("$", " ".join(map(str, cmd)), flush=True)
     return subprocess.run([str(c) for c in cmd], check=True, capture_output=True, text=True, **kw)
@@ -123,7 +166,14 @@ def main():
     ap.add_argument("--msprobe83", type=Path, required=True)
     ap.add_argument("--msprobe26", type=Path, required=True)
     ap.add_argument("--msit", type=Path, required=True)
+    ap.add_argument("--rules-only", action="store_true",
+                    help="record only the msprobe 26.2.0 rules fixture (numlab_rules_*)")
     a = ap.parse_args()
+    if a.rules_only:
+        index = json.loads((HERE / "index.json").read_text())
+        index["rules"] = record_rules(a.msprobe26, a.msprobe83)
+        (HERE / "index.json").write_text(json.dumps(index, indent=1) + "\n")
+        return
     g, m, meta = graph()
     paths = {}
     for side, arrays in (("golden", g), ("mine", m)):
@@ -151,7 +201,8 @@ def main():
               HERE / "tool_msprobe26.csv")
     msit(a.msit, tool_paths[("msit", "golden")], tool_paths[("msit", "mine")], HERE / "tool_msit.csv")
     index = {"numlab": {k[0] + "/" + k[1]: rel(v) for k, v in paths.items()},
-             "tool": {k[0] + "/" + k[1]: rel(v) for k, v in tool_paths.items()}}
+             "tool": {k[0] + "/" + k[1]: rel(v) for k, v in tool_paths.items()},
+             "rules": record_rules(a.msprobe26, a.msprobe83)}
     (HERE / "index.json").write_text(json.dumps(index, indent=1) + "\n")
     print("done", file=sys.stderr)
 
