@@ -44,6 +44,7 @@ import dataclasses
 import numpy as np
 
 from ..formats import FP32, get_format
+from . import _accel
 from . import algorithms as _alg
 from ._common import Arith, check_choice
 from ._common import round_to as _round_to
@@ -349,7 +350,9 @@ def _welford(x: np.ndarray, ar, ddof: int):
     (``d = x_k - m; m = m + d/fl(k+1); M2 = M2 + d*(x_k - m)``; var
     ``M2/fl(n - ddof)``), so the variance is bitwise the kernel's (tested).
     Runs on a transposed contiguous copy (each step reads one contiguous
-    row) with preallocated buffers when ``ar`` is native fp32.
+    row) with preallocated buffers when ``ar`` is native fp32, compiled
+    (:func:`numlab.kernels._accel.welford32`, bit-identical; ``NUMLAB_ACCEL=0``
+    keeps the numpy loop) when numba is installed.
 
     Returns (mean, var) in ``ar``'s working dtype, shape ``x.shape[:-1]``.
     """
@@ -359,7 +362,9 @@ def _welford(x: np.ndarray, ar, ddof: int):
     m = np.zeros(xt.shape[1:], dtype=ar.dtype)
     m2 = np.zeros_like(m)
     with np.errstate(all="ignore"):
-        if ar.native and ar.dtype == np.float32:
+        if ar.native and ar.dtype == np.float32 and _accel.welford32(xt, m, m2):
+            pass  # compiled: the same float32 operations in the same order (numba, extra 'fast')
+        elif ar.native and ar.dtype == np.float32:
             d = np.empty_like(m)
             t = np.empty_like(m)
             for k in range(n):

@@ -1,0 +1,128 @@
+"""The end-to-end speed changes of issue #17 (deliverable 4) move no bit.
+
+Every zoo model x fp16/bf16 x eager/fused/emulated_casts (and fused with
+internals dumped) runs twice: once as shipped, once through the unchanged
+reference path kept here as the oracle:
+
+* ``NUMLAB_ACCEL=0``: no compiled kernel anywhere (engine._welford's numpy loop,
+  the numpy reductions and rounding);
+* ``_read_back``: the stored values widened into a new array (``c.astype``), not
+  written back into the kernel's own buffer;
+* ``to_storage``: inputs always rounded by ``round_to`` (no exact-cast shortcut).
+
+The sha256 of every dumped value, output and fingerprint must agree, and so
+must the inputs (a changed input would make the comparison meaningless).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from numlab import zoo
+from numlab.execute import executor as X
+from numlab.execute import run
+from numlab.execute import values as V
+from numlab.formats import FP32, get_format
+from numlab.rounding import round_to
+
+FMTS = ("fp16", "bf16")
+MODES = (("eager", False), ("fused", False), ("fused", True), ("emulated_casts", False))
+
+
+def _to_storage_oracle(a, S):
+    """to_storage before the exact-cast shortcut (the pre-change algorithm)."""
+    if a.dtype.kind in "iu":
+        return a
+    if S.p > 24:
+        return a.astype(np.float64)
+    if S.dtype is not None and a.dtype == S.dtype:
+        return a.astype(np.float32)
+    if a.dtype != np.float64 and a.dtype != np.float32:
+        a = a.astype(np.float32)
+    if S == FP32:
+        return a.astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(round_to(a, S), dtype=np.float32)
+
+
+def _digest(res) -> str:
+    h = hashlib.sha256(res.fingerprint.encode() if isinstance(res.fingerprint, str)
+                       else repr(res.fingerprint).encode())
+    for group in (res.values, res.outputs):
+        for k in sorted(group):
+            a = np.ascontiguousarray(np.asarray(group[k]))
+            h.update(f"{k}|{a.dtype}|{a.shape}|".encode())
+            h.update(a.tobytes())
+    h.update(repr(sorted(res.nonfinite.items())).encode())
+    h.update(repr(list(res.internals)).encode())
+    return h.hexdigest()
+
+
+def _cases():
+    graphs = {name: zoo.get_model(name) for name in zoo.MODELS}
+    graphs["layernorm_64x1024"] = zoo.layernorm(batch=64, hidden=1024)  # the claims bench's shape
+    return graphs
+
+
+def _all_digests(graphs, kind):
+    out = {}
+    for gname, g in graphs.items():
+        for fmt in FMTS:
+            # raw float64 inputs (to_storage rounds) and inputs already in S (the shortcut)
+            for pre in (None, fmt):
+                x = zoo.make_inputs(g, kind=kind, seed=3, fmt=pre)
+                for mode, internals in MODES:
+                    r = run(g, x, mode=mode, fmt=fmt, keep_internals=internals)
+                    out[(gname, fmt, pre, mode, internals)] = _digest(r)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["normal", "near_overflow"])
+def test_fast_paths_are_bit_identical_to_the_reference_path(monkeypatch, kind):
+    graphs = _cases()
+    fast = _all_digests(graphs, kind)
+    with monkeypatch.context() as mp:
+        mp.setenv("NUMLAB_ACCEL", "0")
+        mp.setattr(X, "_read_back", lambda v, c, node, vals: c.astype(np.float32))
+        mp.setattr(X, "to_storage", _to_storage_oracle)
+        slow = _all_digests(graphs, kind)
+    assert len(fast) == len(graphs) * len(FMTS) * 2 * len(MODES)
+    diff = [k for k in fast if fast[k] != slow[k]]
+    assert not diff, f"fast path moved bits in {diff[:5]}"
+
+
+def test_to_storage_shortcut_matches_round_to_on_hard_values():
+    rng = np.random.default_rng(7)
+    for name in FMTS:
+        S = get_format(name)
+        exact = np.asarray(round_to(rng.standard_normal(4096) * 100, S), dtype=np.float64)
+        specials = np.array([0.0, -0.0, np.inf, -np.inf, S.max, -S.max, S.min_subnormal if hasattr(S, "min_subnormal")
+                             else 2.0 ** -24, 65504.0, 65520.0, 1e300, 5e-324, np.nan])
+        for a in (exact, np.concatenate([exact, specials]), exact + 2.0 ** -40,
+                  exact.astype(np.float32), np.concatenate([exact, [np.nan]])):
+            got, ref = V.to_storage(a, S), _to_storage_oracle(a, S)
+            assert got.dtype == ref.dtype == np.float32
+            np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
+
+
+def test_read_back_writes_into_the_kernel_buffer_only_when_fresh():
+    g = zoo.layernorm(batch=4, hidden=8)
+    node = g.nodes[-1]
+    v = np.arange(32, dtype=np.float32).reshape(4, 8) / 3
+    c = v.astype(np.float16)
+    other = {"a": np.zeros(3, np.float32)}
+    r = X._read_back(v, c, node, other)
+    assert r is v and np.array_equal(r, c.astype(np.float32))
+    # v aliases a held value: a new array, the held value untouched
+    held = np.arange(32, dtype=np.float32).reshape(4, 8) / 3
+    keep = held.copy()
+    r = X._read_back(held, held.astype(np.float16), node, {"x": held})
+    assert r is not held and np.array_equal(held, keep)
+    # a view (not owning its data) is never written
+    base = np.arange(64, dtype=np.float32) / 3
+    view = base[:32].reshape(4, 8)
+    r = X._read_back(view, view.astype(np.float16), node, {})
+    assert r is not view and np.array_equal(base, np.arange(64, dtype=np.float32) / 3)
