@@ -126,3 +126,61 @@ def test_read_back_writes_into_the_kernel_buffer_only_when_fresh():
     view = base[:32].reshape(4, 8)
     r = X._read_back(view, view.astype(np.float16), node, {})
     assert r is not view and np.array_equal(base, np.arange(64, dtype=np.float32) / 3)
+
+
+def _fma_cases(rng):
+    n = (300, 257)
+    k, m = rng.integers(-4096, 4096, n), rng.integers(-4096, 4096, n)
+    a = (1 + k * 2.0**-12).astype(np.float32)  # products with bits down to 2^-24:
+    b = (1 + m * 2.0**-12).astype(np.float32)  # many sums sit on an fp32 midpoint
+    yield "midpoints", a, b, np.zeros(n, np.float32)
+    # the float64 sum lands on a midpoint the exact value is not on (TwoSum decides)
+    yield "near-midpoints", a, b, (rng.choice([-1, 1], n) * 2.0**-60 * rng.integers(1, 8, n)).astype(np.float32)
+    yield "broadcast c", a, b, (rng.choice([-1.0, 1.0], (1, n[1])) * 2.0**-60).astype(np.float32)
+    s = (rng.standard_normal(n) * 2.0**-70).astype(np.float32)
+    yield "subnormal results", s, (rng.standard_normal(n) * 2.0**-60).astype(np.float32), \
+        (rng.standard_normal(n) * 2.0**-128).astype(np.float32)
+    x = rng.standard_normal(n).astype(np.float32)
+    x[3, 5], x[7, 1] = np.nan, np.inf
+    yield "nan/inf", x, s, (rng.standard_normal(n) * 2.0**-132).astype(np.float32)
+    yield "overflow", rng.standard_normal(n).astype(np.float32) * np.float32(1e30), \
+        rng.standard_normal(n).astype(np.float32) * np.float32(1e10), rng.standard_normal(n).astype(np.float32)
+    yield "negated products, c = +0", a, -a, np.zeros(n, np.float32)
+
+
+def test_compiled_fma_chunks_equal_the_numpy_path(monkeypatch):
+    from numlab.kernels import _accel
+    from numlab.kernels import engine as E
+
+    if _accel.kernels() is None:
+        pytest.skip("numba not installed or NUMLAB_ACCEL=0: only the numpy path runs")
+    calls = []
+    orig = E._fma_chunk_compiled
+    monkeypatch.setattr(E, "_fma_chunk_compiled", lambda *a: calls.append(1) or orig(*a))
+    for name, a, b, c in _fma_cases(np.random.default_rng(1)):
+        fast = E._fma_f32(a, b, c)
+        with monkeypatch.context() as mp:
+            mp.setenv("NUMLAB_ACCEL", "0")
+            ref = E._fma_f32(a, b, c)
+        np.testing.assert_array_equal(fast.view(np.uint32), ref.view(np.uint32), err_msg=name)
+        # independent check away from NaN: the exact value rounded once (float64 holds
+        # a*b exactly; where |a*b| dwarfs c the sum is exact too only if c is tiny,
+        # so compare only where fl64(a*b + c) is exact: c == 0)
+        if not np.any(c):
+            np.testing.assert_array_equal(fast, (a.astype(np.float64) * b).astype(np.float32), err_msg=name)
+    assert calls, "the compiled chunk path never ran"
+
+
+def test_chunked_count_stored_finds_every_nan_and_inf():
+    S = get_format("fp16")
+    c = np.ones(3 * (1 << 16) + 5, np.float16)
+    assert V.count_stored(c, S) == (0, 0)
+    for pos in (0, 1 << 16, len(c) - 1):
+        d = c.copy()
+        d[pos] = np.inf
+        assert V.count_stored(d, S) == (0, 1)
+        d[pos - 1] = np.nan
+        d[5] = -np.inf
+        assert V.count_stored(d, S) == (1, 2)
+    big = np.full((1 << 16) + 1, 65504, np.float16)  # finite codes just below the mask
+    assert V.count_stored(big, S) == (0, 0)

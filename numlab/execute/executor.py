@@ -195,9 +195,11 @@ def _run_blocks(plan, vals, S, gen, lib, *, fused_mode, align, seed, keep_intern
                 out = stored.get(m, S)
                 c = E.store(v, out, bspec.vector_rounding)  # written to memory in S (or its stored format)
                 values[m] = c
-                nonfinite[m] = count_stored(c, out)
                 # consumers read it back, exactly, as fp32 values of S (or of its stored format)
                 vals[m] = _read_back(v, c, node, vals) if m in used else None
+                # NaN/inf counts: on the exact fp32 read-back when there is one
+                # (a cheap finite-sum test), else on the stored codes
+                nonfinite[m] = count(vals[m]) if m in used else count_stored(c, out)
     return values, nonfinite, internals
 
 

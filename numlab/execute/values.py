@@ -76,7 +76,15 @@ def count_stored(c: np.ndarray, S: Format) -> tuple[int, int]:
     if not S.narrow or mask is None or c.dtype != S.container or c.size == 0:
         return count(c)
     U = S.uint.type
-    if (c.view(U) & U(mask)).max() != mask:
+    u = c.reshape(-1).view(U)
+    step = 1 << 16  # chunks: the masked codes stay in cache (no full-size temporary)
+    buf = np.empty(min(step, u.size), dtype=U)
+    for i in range(0, u.size, step):
+        t = buf[:min(step, u.size - i)]
+        np.bitwise_and(u[i:i + step], U(mask), out=t)
+        if t.max() == mask:
+            break
+    else:
         return (0, 0)
     w = c.astype(np.float32)
     return (int(np.count_nonzero(np.isnan(w))), int(np.count_nonzero(np.isinf(w))))
