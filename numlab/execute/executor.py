@@ -195,10 +195,28 @@ def _run_blocks(plan, vals, S, gen, lib, *, fused_mode, align, seed, keep_intern
                 out = stored.get(m, S)
                 c = E.store(v, out, bspec.vector_rounding)  # written to memory in S (or its stored format)
                 values[m] = c
-                nonfinite[m] = count_stored(c, out)
                 # consumers read it back, exactly, as fp32 values of S (or of its stored format)
-                vals[m] = c.astype(np.float32) if m in used else None
+                vals[m] = _read_back(v, c, node, vals) if m in used else None
+                # NaN/inf counts: on the exact fp32 read-back when there is one
+                # (a cheap finite-sum test), else on the stored codes
+                nonfinite[m] = count(vals[m]) if m in used else count_stored(c, out)
     return values, nonfinite, internals
+
+
+def _read_back(v, c, node, vals):
+    """``c.astype(np.float32)``: the stored values ``c`` as consumers read them
+    (an exact widening).  Written into the kernel's own result ``v`` when
+    that buffer is fresh (float32, owns its data, writeable, shares no memory
+    with an input or any value still held), which saves a full-size
+    allocation and its page faults; otherwise a new array."""
+    if (c is v or c.dtype == np.float32 or v.dtype != np.float32 or not v.flags.owndata
+            or not v.flags.writeable or v.shape != c.shape
+            or any(a is not None and np.may_share_memory(v, a) for a in vals.values())
+            or any(isinstance(a, np.ndarray) and np.may_share_memory(v, a)
+                   for a in node.op_attrs.values())):
+        return c.astype(np.float32)
+    np.copyto(v, c)
+    return v
 
 
 def _node_ctx(plan, block, m, S, bspec, *, codegen, align, seed):

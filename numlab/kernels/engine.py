@@ -44,6 +44,7 @@ import dataclasses
 import numpy as np
 
 from ..formats import FP32, get_format
+from . import _accel
 from . import algorithms as _alg
 from ._common import Arith, check_choice
 from ._common import round_to as _round_to
@@ -349,7 +350,9 @@ def _welford(x: np.ndarray, ar, ddof: int):
     (``d = x_k - m; m = m + d/fl(k+1); M2 = M2 + d*(x_k - m)``; var
     ``M2/fl(n - ddof)``), so the variance is bitwise the kernel's (tested).
     Runs on a transposed contiguous copy (each step reads one contiguous
-    row) with preallocated buffers when ``ar`` is native fp32.
+    row) with preallocated buffers when ``ar`` is native fp32, compiled
+    (:func:`numlab.kernels._accel.welford32`, bit-identical; ``NUMLAB_ACCEL=0``
+    keeps the numpy loop) when numba is installed.
 
     Returns (mean, var) in ``ar``'s working dtype, shape ``x.shape[:-1]``.
     """
@@ -359,7 +362,9 @@ def _welford(x: np.ndarray, ar, ddof: int):
     m = np.zeros(xt.shape[1:], dtype=ar.dtype)
     m2 = np.zeros_like(m)
     with np.errstate(all="ignore"):
-        if ar.native and ar.dtype == np.float32:
+        if ar.native and ar.dtype == np.float32 and _accel.welford32(xt, m, m2):
+            pass  # compiled: the same float32 operations in the same order (numba, extra 'fast')
+        elif ar.native and ar.dtype == np.float32:
             d = np.empty_like(m)
             t = np.empty_like(m)
             for k in range(n):
@@ -423,14 +428,18 @@ def _fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     q_buf = np.empty(shape, dtype=np.float64)
     t_buf = np.empty(shape, dtype=np.uint64)
     m_buf = np.empty(shape, dtype=bool)
+    compiled = a.ndim == 2  # the one-pass sum/round/flag kernel (numba) takes 2-D chunks
     with np.errstate(all="ignore"):
         for i in range(0, a.shape[0], step):
             sl = slice(i, i + step)
             k = min(step, a.shape[0] - i)
             p, q, t, mid = p_buf[:k], q_buf[:k], t_buf[:k], m_buf[:k]
             np.multiply(a[sl], b[sl], out=p, dtype=np.float64)  # exact
-            np.add(p, c[sl], out=p)
             o = out[sl]
+            if compiled and _fma_chunk_compiled(a[sl], b[sl], c[sl], p, o, mid, tiny):
+                continue
+            compiled = False  # unavailable: numpy from here on
+            np.add(p, c[sl], out=p)
             o[...] = p  # numpy's float64 -> float32 cast: RNE
             np.bitwise_and(p.view(np.uint64), low, out=t)
             np.equal(t, half, out=mid)
@@ -451,6 +460,43 @@ def _fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
                 if sub_.any():  # fp32 subnormal results: exact kernel
                     o[sub_] = _f32(_kfma(a[sl][sub_], b[sl][sub_], c[sl][sub_], fmt=FP32))
     return out
+
+
+def _fma_chunk_compiled(a, b, c, p, o, mid, tiny) -> bool:
+    """One chunk of :func:`_fma_f32` with the compiled pass
+    (:func:`numlab.kernels._accel.add_round32`: ``o = RN32(fl64(p + c))`` and the
+    fp32-midpoint flags in one pass, the same IEEE operations as the numpy
+    steps); ``p`` holds the exact products ``a*b``.  The flagged midpoints and
+    the fp32-subnormal results are then settled exactly as on the numpy path,
+    recomputing the float64 sum ``fl64(a*b + c)`` where needed.  False (nothing
+    settled) when the kernel is unavailable."""
+    c = c.view()
+    c.flags.writeable = False  # a read-only view (broadcast inputs warn when typed as writeable)
+    n = _accel.add_round32(p, c, o, mid)
+    if n is None:
+        return False
+    # |fl64 sum| < 2^-126 implies |RN32(sum)| <= 2^-126 (rounding is monotone):
+    # candidates for the numpy path's subnormal test on the float64 sum itself
+    # (a NaN in the chunk skips the test, as the numpy path's min does)
+    ao = np.abs(o)
+    cand = ao <= tiny if ao.min() <= tiny else None
+    if n:  # an fp32 midpoint: which side was the exact value on?
+        prod = a[mid].astype(np.float64) * b[mid]  # exact
+        cv = c[mid].astype(np.float64)
+        sm = prod + cv  # the float64 sum the kernel rounded
+        bb = sm - prod  # TwoSum (Knuth): e is the exact error of sm
+        e = (prod - (sm - bb)) + (cv - bb)
+        r0 = o[mid]
+        other = np.nextafter(r0, np.where(sm > r0, np.float32(np.inf), np.float32(-np.inf)))
+        up, dn = np.maximum(r0, other), np.minimum(r0, other)
+        o[mid] = np.where(e > 0, up, np.where(e < 0, dn, r0))
+    if cand is not None:
+        sm = a[cand].astype(np.float64) * b[cand] + c[cand].astype(np.float64)
+        sub_ = (np.abs(sm) < tiny) & (sm != 0)
+        if sub_.any():  # fp32 subnormal results: exact kernel
+            idx = tuple(ix[sub_] for ix in np.nonzero(cand))
+            o[idx] = _f32(_kfma(a[idx], b[idx], c[idx], fmt=FP32))
+    return True
 
 
 def _reseed(o, seed):
