@@ -184,3 +184,27 @@ def test_chunked_count_stored_finds_every_nan_and_inf():
         assert V.count_stored(d, S) == (1, 2)
     big = np.full((1 << 16) + 1, 65504, np.float16)  # finite codes just below the mask
     assert V.count_stored(big, S) == (0, 0)
+
+
+@pytest.mark.parametrize("accel", ["1", "0"])
+def test_fma_f32_subnormal_tie_is_exact_with_a_nan_in_the_chunk(monkeypatch, accel):
+    """a*b + c lands exactly on an fp32-subnormal tie in float64 while the exact value
+    lies just below it (A*B = 3*2^45 - 3253, hand-found): the exact path must redo it
+    even when a NaN sits elsewhere in the chunk (a min() over the chunk hid it)."""
+    from fractions import Fraction as F
+
+    from numlab.kernels.engine import _fma_f32
+    monkeypatch.setenv("NUMLAB_ACCEL", accel)
+    A, B = 8390281, 12580403
+    assert A * B == 3 * 2**45 - 3253
+    a = np.float32(A * 2.0**-98)
+    b = np.float32(B * 2.0**-97)
+    c = np.float32(2.0**-127)
+    exact = F(float(a)) * F(float(b)) + F(float(c))  # just below (2^23 + 1.5) * 2^-149
+    assert exact < (2**22 + F(3, 2)) * F(2) ** -149 and float(exact) == (2**22 + 1.5) * 2.0**-149
+    want = np.float32((2**22 + 1) * 2.0**-149)  # round down (a float64 sum rounds to the tie, then up)
+    aa = np.full((4, 64), a, np.float32)
+    aa[0, 0] = np.nan
+    got = _fma_f32(aa, np.full_like(aa, b), np.full_like(aa, c))
+    assert np.isnan(got[0, 0])
+    assert (got.ravel()[1:].view(np.uint32) == want.view(np.uint32)).all()

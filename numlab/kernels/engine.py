@@ -455,7 +455,9 @@ def _fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
                 up, dn = np.maximum(r0, other), np.minimum(r0, other)
                 o[mid] = np.where(e > 0, up, np.where(e < 0, dn, r0))
             np.abs(p, out=q)
-            if q.min() < tiny:  # zeros or fp32 subnormal results
+            # zeros or fp32 subnormal results (an any(), not a min(): a NaN elsewhere in
+            # the chunk must not hide them)
+            if (q < tiny).any():
                 sub_ = (q < tiny) & (p != 0)
                 if sub_.any():  # fp32 subnormal results: exact kernel
                     o[sub_] = _f32(_kfma(a[sl][sub_], b[sl][sub_], c[sl][sub_], fmt=FP32))
@@ -477,9 +479,10 @@ def _fma_chunk_compiled(a, b, c, p, o, mid, tiny) -> bool:
         return False
     # |fl64 sum| < 2^-126 implies |RN32(sum)| <= 2^-126 (rounding is monotone):
     # candidates for the numpy path's subnormal test on the float64 sum itself
-    # (a NaN in the chunk skips the test, as the numpy path's min does)
-    ao = np.abs(o)
-    cand = ao <= tiny if ao.min() <= tiny else None
+    # (a NaN elsewhere in the chunk does not hide them)
+    cand = np.abs(o) <= tiny
+    if not cand.any():
+        cand = None
     if n:  # an fp32 midpoint: which side was the exact value on?
         prod = a[mid].astype(np.float64) * b[mid]  # exact
         cv = c[mid].astype(np.float64)
