@@ -1,6 +1,6 @@
 """numlab.kernels._accel.welford32 (numba: extra ``fast``) does the float32 steps of
-numlab.kernels.engine._welford bit for bit (offered to the engine; not wired in
-yet): random rows, cancelling rows, huge/tiny values, inf/NaN, odd lengths."""
+numlab.kernels.engine._welford bit for bit (the engine's native fp32 branch calls
+it): random rows, cancelling rows, huge/tiny values, inf/NaN, odd lengths."""
 
 from __future__ import annotations
 
