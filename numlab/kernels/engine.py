@@ -443,17 +443,8 @@ def _fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
             o[...] = p  # numpy's float64 -> float32 cast: RNE
             np.bitwise_and(p.view(np.uint64), low, out=t)
             np.equal(t, half, out=mid)
-            if mid.any():  # an fp32 midpoint: which side was the exact value on?
-                av = a[sl][mid].astype(np.float64)
-                prod = av * b[sl][mid]  # exact
-                cv = c[sl][mid].astype(np.float64)
-                sm = p[mid]
-                bb = sm - prod  # TwoSum (Knuth): e is the exact error of sm
-                e = (prod - (sm - bb)) + (cv - bb)
-                r0 = o[mid]
-                other = np.nextafter(r0, np.where(sm > r0, np.float32(np.inf), np.float32(-np.inf)))
-                up, dn = np.maximum(r0, other), np.minimum(r0, other)
-                o[mid] = np.where(e > 0, up, np.where(e < 0, dn, r0))
+            if mid.any():
+                _settle_midpoints(a[sl], b[sl], c[sl], mid, o)
             np.abs(p, out=q)
             # zeros or fp32 subnormal results (an any(), not a min(): a NaN elsewhere in
             # the chunk must not hide them)
@@ -462,6 +453,22 @@ def _fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
                 if sub_.any():  # fp32 subnormal results: exact kernel
                     o[sub_] = _f32(_kfma(a[sl][sub_], b[sl][sub_], c[sl][sub_], fmt=FP32))
     return out
+
+
+def _settle_midpoints(a, b, c, mid, o) -> None:
+    """Where ``mid``: ``fl64(a*b + c)`` fell exactly halfway between two fp32
+    numbers, so ``o`` (its RNE cast) may be on the wrong side: the exact error of
+    the float64 sum (Knuth's TwoSum; the product is exact) says which side the
+    exact value lies on (zero: a true tie, keep the even one)."""
+    prod = a[mid].astype(np.float64) * b[mid]  # exact
+    cv = c[mid].astype(np.float64)
+    sm = prod + cv  # the float64 sum that was rounded
+    bb = sm - prod
+    e = (prod - (sm - bb)) + (cv - bb)
+    r0 = o[mid]
+    other = np.nextafter(r0, np.where(sm > r0, np.float32(np.inf), np.float32(-np.inf)))
+    up, dn = np.maximum(r0, other), np.minimum(r0, other)
+    o[mid] = np.where(e > 0, up, np.where(e < 0, dn, r0))
 
 
 def _fma_chunk_compiled(a, b, c, p, o, mid, tiny) -> bool:
@@ -483,16 +490,8 @@ def _fma_chunk_compiled(a, b, c, p, o, mid, tiny) -> bool:
     cand = np.abs(o) <= tiny
     if not cand.any():
         cand = None
-    if n:  # an fp32 midpoint: which side was the exact value on?
-        prod = a[mid].astype(np.float64) * b[mid]  # exact
-        cv = c[mid].astype(np.float64)
-        sm = prod + cv  # the float64 sum the kernel rounded
-        bb = sm - prod  # TwoSum (Knuth): e is the exact error of sm
-        e = (prod - (sm - bb)) + (cv - bb)
-        r0 = o[mid]
-        other = np.nextafter(r0, np.where(sm > r0, np.float32(np.inf), np.float32(-np.inf)))
-        up, dn = np.maximum(r0, other), np.minimum(r0, other)
-        o[mid] = np.where(e > 0, up, np.where(e < 0, dn, r0))
+    if n:
+        _settle_midpoints(a, b, c, mid, o)
     if cand is not None:
         sm = a[cand].astype(np.float64) * b[cand] + c[cand].astype(np.float64)
         sub_ = (np.abs(sm) < tiny) & (sm != 0)
