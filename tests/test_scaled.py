@@ -294,6 +294,21 @@ def test_e8m0_ends():
     assert q.elements[0, 1] == 128.0 and q.elements[0, 0] == 0  # 2**-13 is below e4m3's 2**-9 / 2
 
 
+def test_nvfp4_tensor_scale_stays_finite_for_float64_input_beyond_fp32():
+    """float64 input whose amax exceeds fp32's range: the fp32 tensor scale
+    saturates at fp32's largest finite value instead of becoming inf (an inf
+    tensor scale made every dequantised value inf * 0 = NaN)."""
+    x = np.full((1, 16), 1e39)
+    x[0, 0] = -2e39
+    q = S.quantize(x, S.NVFP4)
+    f32max = float(np.finfo(np.float32).max)
+    assert q.tensor_scale == f32max
+    d = S.dequantize(q)
+    assert np.isfinite(d).all()
+    # fp4 keeps 1 bit of fraction and e4m3 scales 3: each value within a factor 1.5 of the input
+    assert np.all(np.sign(d) == np.sign(x)) and np.all(np.abs(d / x - 1) <= 0.5)
+
+
 def test_subnormal_elements():
     x = np.zeros((1, 32), np.float32)
     x[0, 0] = 448                                      # X = 1

@@ -397,8 +397,11 @@ def _tensor_scale(fmt: ScaledFormat, amax_all, W):
     ``per_tensor_amax_to_scale``; 448 * 6 = 2688 exactly), an fp32 number
     whatever the working precision; 1 when that is
     below fp32's smallest normal (an all-zero tensor would otherwise divide
-    by 0, and 1/ts would overflow)."""
-    ts = np.float32(np.float32(amax_all) / np.float32(fmt.scale_format.max * fmt.max_elem))
+    by 0, and 1/ts would overflow); fp32's largest finite value when float64
+    input overflows it (an inf tensor scale would dequantise to inf * 0 = NaN)."""
+    with np.errstate(over="ignore"):
+        ts = np.float32(np.float32(amax_all) / np.float32(fmt.scale_format.max * fmt.max_elem))
+    ts = min(ts, np.float32(FP32.max))
     return W(ts) if ts >= np.float32(FP32.smallest_normal) else W(1.0)
 
 
