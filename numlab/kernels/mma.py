@@ -147,8 +147,9 @@ class MatrixUnit:
         docstring, step 5; H100/B200 fp8).  Default 1.
     join_bits : int
         Extra bits (plus one sticky bit) of the round-to-nearest-even
-        addition that joins an interleaved block to C (MATLAB: 2).  Used only
-        with ``interleave=2``.
+        addition that joins an interleaved block to C (MATLAB: 2; default 2).
+        Used only with ``interleave=2``; another value with ``interleave=1``
+        is refused (it would change no bit).
     result_bits : int or None
         Significand bits of block results, when narrower than ``out_fmt``'s
         (fp8 on Ada/L40S/H100 with fp32 output: 14, i.e. 23 + neab = 13
@@ -194,6 +195,9 @@ class MatrixUnit:
             v = getattr(self, name)
             if not isinstance(v, int | np.integer) or isinstance(v, bool) or v < lo:
                 raise ValueError(f"{name}={v!r} is not valid; it must be an int >= {lo}")
+        if self.interleave == 1 and self.join_bits != 2:
+            raise ValueError(f"join_bits={self.join_bits!r} changes no bit here: it sets the join of an "
+                             "interleaved block (interleave=2); with interleave=1 leave it at its default 2")
         if not isinstance(self.align_bits, int | np.integer) or not -20 <= self.align_bits <= 24:
             raise ValueError(f"align_bits={self.align_bits!r} is not valid; "
                              "it must be an int in [-20, 24]")
