@@ -339,6 +339,17 @@ def test_batch_axes_and_rank_one():
     np.testing.assert_array_equal(S.dequantize(S.quantize(v, S.MXFP4)), S.dequantize(S.quantize(v[None], S.MXFP4))[0])
 
 
+@pytest.mark.parametrize("rule", ["floor", "rceil"])
+def test_reciprocal_scale_apply_with_power_of_two_scales_is_refused(rule):
+    """With E8M0 (power-of-two) scales V / s and V * (1 / s) are the same bits,
+    so scale_apply='reciprocal' would change no bit: refused, naming the knob."""
+    with pytest.raises(ValueError, match=rf"scale_apply='reciprocal' .*scale_rule='{rule}'.*'amax'"):
+        S.ScaledFormat("x", scale_rule=rule, scale_apply="reciprocal")
+    assert S.ScaledFormat("x", scale_rule=rule).scale_apply == "divide"
+    assert S.ScaledFormat("x", scale_fmt="fp32", scale_rule="amax", scale_apply="reciprocal").scale_apply == \
+        "reciprocal"
+
+
 def test_bad_arguments_name_the_choices():
     with pytest.raises(ValueError, match="elem='fp7'.*fp8_e4m3"):
         S.ScaledFormat("x", elem="fp7")

@@ -182,7 +182,8 @@ class ScaledFormat:
     tensor_scale : bool
         Second-level fp32 tensor scale (NVFP4).  Default False.
     scale_apply : str
-        ``"divide"`` (default) or ``"reciprocal"``.
+        ``"divide"`` (default) or ``"reciprocal"`` (``scale_rule="amax"`` only:
+        with power-of-two scales both give the same bits).
     """
 
     name: str
@@ -211,6 +212,10 @@ class ScaledFormat:
                 f"scale_rule={self.scale_rule!r} does not go with scale_fmt={self.scale_fmt!r}: "
                 "'floor' and 'rceil' give powers of two (scale_fmt='e8m0'); "
                 "'amax' gives amax/max_elem rounded to scale_fmt ('fp8_e4m3' or 'fp32')")
+        if self.scale_rule != "amax" and self.scale_apply != "divide":
+            raise ValueError(f"scale_apply={self.scale_apply!r} changes no bit with scale_rule={self.scale_rule!r}: "
+                             "power-of-two (E8M0) scales give the same bits either way; 'reciprocal' needs "
+                             "scale_rule='amax'")
         if not isinstance(self.tensor_scale, bool):
             raise TypeError(f"tensor_scale must be a bool, got {self.tensor_scale!r}")
         if self.tensor_scale and self.scale_rule != "amax":
