@@ -350,6 +350,19 @@ def test_reciprocal_scale_apply_with_power_of_two_scales_is_refused(rule):
         "reciprocal"
 
 
+def test_wider_than_float64_input_computes_in_float64_not_float32():
+    """A long double array is a float wider than float64: quantize works in
+    float64 as for float64 input (it was cast to float32, where 1e39 is inf)."""
+    x = np.full((1, 32), 1e39, dtype=np.longdouble)
+    q = S.quantize(x, S.MXFP8_E4M3)
+    # OCP floor rule: 2**129 <= 1e39 < 2**130, e4m3's emax is 8: X = 2**(129 - 8)
+    assert q.scales.dtype == np.float64 and q.scales[0, 0] == 2.0 ** 121
+    d = S.dequantize(q)
+    assert np.all(np.abs(d / 1e39 - 1) <= 2.0 ** -4)  # e4m3 keeps 3 fraction bits
+    with pytest.raises(TypeError, match=r"x must be a floating-point array.*got dtype int64"):
+        S.quantize(np.ones((1, 128), np.int64), S.DEEPSEEK_1X128)
+
+
 def test_bad_arguments_name_the_choices():
     with pytest.raises(ValueError, match="elem='fp7'.*fp8_e4m3"):
         S.ScaledFormat("x", elem="fp7")

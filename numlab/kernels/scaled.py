@@ -97,6 +97,7 @@ from ..formats import (
     Format,
 )
 from ..rounding import round_to
+from ._common import as_values
 
 __all__ = [
     "ScaledFormat",
@@ -364,13 +365,9 @@ class Scaled:
 
 
 def _work(x) -> np.ndarray:
-    a = np.asarray(x)
-    if a.dtype == np.float64 or a.dtype == np.float32:
-        return a
-    if a.dtype.kind in "fV":  # float16, bfloat16, fp8: exact in float32
-        return a.astype(np.float32)
-    raise TypeError(f"x must be a floating-point array (float64, float32, float16, bfloat16, fp8), "
-                    f"got dtype {a.dtype}")
+    """``x`` in its working precision (:func:`numlab.kernels._common.as_values`:
+    float32/float64 kept, narrower floats widened to float32, wider to float64)."""
+    return as_values(x, "x")
 
 
 def _blocked(a: np.ndarray, block, pad: bool) -> np.ndarray:
