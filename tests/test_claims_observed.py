@@ -175,6 +175,24 @@ def test_planted_bad_kernel_fails_with_a_saved_counterexample(tmp_path):
         assert C.check(n, ln_model, inputs=ins, observed={"y": good}).verdict == "holds", n
 
 
+@pytest.mark.parametrize("fmt,dt", [("bf16", ml_dtypes.bfloat16), ("fp8_e4m3", ml_dtypes.float8_e4m3fn)])
+def test_saved_counterexample_in_an_ml_dtypes_format_reproduces(tmp_path, fmt, dt):
+    """np.savez keeps bfloat16/fp8 arrays as raw void bytes (|V2, |V1): loading
+    must view them as the storage format again, or the observed outputs are no
+    numbers and no saved output compares bit for bit."""
+    def f(x):
+        return np.exp(x)
+    x = np.linspace(-1, 1, 8).reshape(2, 4).astype(dt)
+    obs = {"exp_0": (np.exp(x.astype(np.float64)) * 1.25).astype(np.float32).astype(dt)}  # 25% too large
+    rep = C.check("no_worse_tensor", f, inputs={"x": x}, observed=obs, fmt=fmt, save=str(tmp_path))
+    assert rep.verdict == "fails" and rep.saved
+    case, _, arrs = C.load_counterexample(rep.saved)
+    assert case.observed["exp_0"].dtype == dt and arrs["output/eager/exp_0"].dtype == dt
+    assert case.observed["exp_0"].tobytes() == obs["exp_0"].tobytes()
+    again = C.reproduce(rep.saved)
+    assert again["bitwise"] and again["violated"]
+
+
 def test_store_never_overwrites_without_force(tmp_path):
     ins = ln_inputs(seed=2)
     bad = vendor_layernorm(**ins)
