@@ -811,6 +811,17 @@ def test_hpec_carry_test_detects_carry_bits(carry):
     assert hpec_features(u, None)["carry"] == carry
 
 
+@pytest.mark.parametrize("field,value", [("result_bits", 10.5), ("result_bits", True), ("align_bits", True),
+                                         ("carry_bits", True), ("carry_bits", 1.0), ("subnormals", 0),
+                                         ("promote_every", 8.0)])
+def test_mistyped_fields_are_refused_at_construction(field, value):
+    """A float or bool where an int is meant (or an int for the bool
+    ``subnormals``) is refused when the unit is built, naming the field and
+    the value (result_bits=10.5 used to fail only inside mma, as 'p must be an int')."""
+    with pytest.raises(ValueError, match=rf"{field}={value!r} is not valid"):
+        MatrixUnit("fp16", "fp32", fma_size=4, **{field: value})
+
+
 def test_join_bits_without_interleaving_is_refused():
     """join_bits shapes only the join of an interleaved block: with
     interleave=1 a non-default value would change no bit (two spellings of
