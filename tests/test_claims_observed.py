@@ -175,6 +175,24 @@ def test_planted_bad_kernel_fails_with_a_saved_counterexample(tmp_path):
         assert C.check(n, ln_model, inputs=ins, observed={"y": good}).verdict == "holds", n
 
 
+@pytest.mark.parametrize("fmt,dt", [("bf16", ml_dtypes.bfloat16), ("fp8_e4m3", ml_dtypes.float8_e4m3fn)])
+def test_saved_counterexample_in_an_ml_dtypes_format_reproduces(tmp_path, fmt, dt):
+    """np.savez keeps bfloat16/fp8 arrays as raw void bytes (|V2, |V1): loading
+    must view them as the storage format again, or the observed outputs are no
+    numbers and no saved output compares bit for bit."""
+    def f(x):
+        return np.exp(x)
+    x = np.linspace(-1, 1, 8).reshape(2, 4).astype(dt)
+    obs = {"exp_0": (np.exp(x.astype(np.float64)) * 1.25).astype(np.float32).astype(dt)}  # 25% too large
+    rep = C.check("no_worse_tensor", f, inputs={"x": x}, observed=obs, fmt=fmt, save=str(tmp_path))
+    assert rep.verdict == "fails" and rep.saved
+    case, _, arrs = C.load_counterexample(rep.saved)
+    assert case.observed["exp_0"].dtype == dt and arrs["output/eager/exp_0"].dtype == dt
+    assert case.observed["exp_0"].tobytes() == obs["exp_0"].tobytes()
+    again = C.reproduce(rep.saved)
+    assert again["bitwise"] and again["violated"]
+
+
 def test_store_never_overwrites_without_force(tmp_path):
     ins = ln_inputs(seed=2)
     bad = vendor_layernorm(**ins)
@@ -215,8 +233,9 @@ def test_observed_names_shapes_and_dtypes_are_checked(tmp_path):
     with pytest.raises(TypeError, match="not fp16 values"):
         chk({"y": y.astype(np.float32) + np.float32(1e-4)})
     # in bf16 the observed outputs are bf16 values
-    yb = y.astype(np.float32).astype(ml_dtypes.bfloat16)
-    assert C.check("no_worse_tensor", ln_model, inputs=ins, observed={"y": yb}, fmt="bf16").verdict in (
+    ins_b = {k: v.astype(np.float32).astype(ml_dtypes.bfloat16) for k, v in ins.items()}  # bf16 inputs
+    yb = vendor_layernorm(**ins_b).astype(np.float32).astype(ml_dtypes.bfloat16)
+    assert C.check("no_worse_tensor", ln_model, inputs=ins_b, observed={"y": yb}, fmt="bf16").verdict in (
         "holds", "fails")
     with pytest.raises(ValueError, match=r"observed holds 2 set\(s\) of outputs for 1"):
         chk([{"y": y}, {"y": y}])
@@ -233,6 +252,23 @@ def test_observed_names_shapes_and_dtypes_are_checked(tmp_path):
     (d / "manifest.json").write_text("{}")
     with pytest.raises(ValueError, match="numlab dump.*load_any"):
         chk(str(d))
+
+
+def test_given_inputs_that_s_does_not_hold_are_refused_not_rounded():
+    """A kernel computed its outputs on the inputs it was given: numlab must not
+    judge them against eager and a reference run on other (rounded) inputs."""
+    x = np.array([[1.0, 1 + 2.0**-12, 0.5, -3.0]], dtype=np.float32)  # 1 + 2**-12 needs 13 significand bits
+    def f(x):
+        return np.exp(x)
+    obs = {"exp_0": np.exp(x.astype(np.float64)).astype(np.float16)}
+    with pytest.raises(TypeError, match=r"inputs: input 'x' has dtype float32 .*not fp16 values.*index \[0, 1\]"):
+        C.check("no_worse_tensor", f, inputs={"x": x}, observed=obs)
+    with pytest.raises(TypeError, match=r"inputs: input 'x'.*not fp16 values"):
+        C.check("no_worse_tensor", f, inputs={"x": x})
+    # values fp16 holds, in any float container, are accepted (fp32 has every fp16 value)
+    x16 = np.array([[1.0, 1 + 2.0**-10, 0.5, -3.0]], dtype=np.float32)
+    assert C.check("no_worse_tensor", f, inputs={"x": x16}).verdict in ("holds", "fails")
+    assert C.check("no_worse_tensor", f, inputs={"x": x}, fmt="fp32").verdict in ("holds", "fails")
 
 
 def test_empty_or_infinite_basis_is_undecided():

@@ -42,6 +42,7 @@ import numpy as np
 import pytest
 
 from numlab.formats import get_format
+from numlab.kernels.grammar import parse_unit
 from numlab.kernels.mma import MatrixUnit, mma
 from numlab.kernels.mma_presets import GPUS, PRESETS, preset
 
@@ -808,6 +809,34 @@ def test_hpec_carry_test_detects_carry_bits(carry):
     anchor is what the HPEC carry-bit test measures."""
     u = MatrixUnit("fp16", "fp32", fma_size=8, align_bits=1, carry_bits=carry)
     assert hpec_features(u, None)["carry"] == carry
+
+
+@pytest.mark.parametrize("field,value", [("result_bits", 10.5), ("result_bits", True), ("align_bits", True),
+                                         ("carry_bits", True), ("carry_bits", 1.0), ("subnormals", 0),
+                                         ("promote_every", 8.0)])
+def test_mistyped_fields_are_refused_at_construction(field, value):
+    """A float or bool where an int is meant (or an int for the bool
+    ``subnormals``) is refused when the unit is built, naming the field and
+    the value (result_bits=10.5 used to fail only inside mma, as 'p must be an int')."""
+    with pytest.raises(ValueError, match=rf"{field}={value!r} is not valid"):
+        MatrixUnit("fp16", "fp32", fma_size=4, **{field: value})
+
+
+def test_join_bits_without_interleaving_is_refused():
+    """join_bits shapes only the join of an interleaved block: with
+    interleave=1 a non-default value would change no bit (two spellings of
+    one unit), so it is refused naming the field, its value and what it needs."""
+    a = np.array([[1.0, 2.0 ** -12, 3.0, -0.5]])
+    b = np.array([[1.0], [1.0], [2.0 ** -11], [1.0]])
+    u = MatrixUnit("fp16", "fp32", fma_size=4)
+    for jb in (0, 5):
+        with pytest.raises(ValueError, match=rf"join_bits={jb} .*interleave=2.*interleave=1"):
+            MatrixUnit("fp16", "fp32", fma_size=4, join_bits=jb)
+    with pytest.raises(ValueError, match=r"mma='custom\(join_bits=0\)'.*join_bits=0"):
+        parse_unit("custom(join_bits=0)")
+    # the default value stays valid without interleaving, and interleaved units take any
+    assert mma(a, b, u.replace(join_bits=2)).tobytes() == mma(a, b, u).tobytes()
+    assert MatrixUnit("fp8_e5m2", "fp32", fma_size=4, interleave=2, join_bits=0).join_bits == 0
 
 
 def test_every_knob_changes_bits():

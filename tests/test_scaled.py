@@ -294,6 +294,21 @@ def test_e8m0_ends():
     assert q.elements[0, 1] == 128.0 and q.elements[0, 0] == 0  # 2**-13 is below e4m3's 2**-9 / 2
 
 
+def test_nvfp4_tensor_scale_stays_finite_for_float64_input_beyond_fp32():
+    """float64 input whose amax exceeds fp32's range: the fp32 tensor scale
+    saturates at fp32's largest finite value instead of becoming inf (an inf
+    tensor scale made every dequantised value inf * 0 = NaN)."""
+    x = np.full((1, 16), 1e39)
+    x[0, 0] = -2e39
+    q = S.quantize(x, S.NVFP4)
+    f32max = float(np.finfo(np.float32).max)
+    assert q.tensor_scale == f32max
+    d = S.dequantize(q)
+    assert np.isfinite(d).all()
+    # fp4 keeps 1 bit of fraction and e4m3 scales 3: each value within a factor 1.5 of the input
+    assert np.all(np.sign(d) == np.sign(x)) and np.all(np.abs(d / x - 1) <= 0.5)
+
+
 def test_subnormal_elements():
     x = np.zeros((1, 32), np.float32)
     x[0, 0] = 448                                      # X = 1
@@ -322,6 +337,30 @@ def test_batch_axes_and_rank_one():
         np.testing.assert_array_equal(S.dequantize(q)[i], S.dequantize(S.quantize(x[i], S.MXFP4)))
     v = x[0, 0]
     np.testing.assert_array_equal(S.dequantize(S.quantize(v, S.MXFP4)), S.dequantize(S.quantize(v[None], S.MXFP4))[0])
+
+
+@pytest.mark.parametrize("rule", ["floor", "rceil"])
+def test_reciprocal_scale_apply_with_power_of_two_scales_is_refused(rule):
+    """With E8M0 (power-of-two) scales V / s and V * (1 / s) are the same bits,
+    so scale_apply='reciprocal' would change no bit: refused, naming the knob."""
+    with pytest.raises(ValueError, match=rf"scale_apply='reciprocal' .*scale_rule='{rule}'.*'amax'"):
+        S.ScaledFormat("x", scale_rule=rule, scale_apply="reciprocal")
+    assert S.ScaledFormat("x", scale_rule=rule).scale_apply == "divide"
+    assert S.ScaledFormat("x", scale_fmt="fp32", scale_rule="amax", scale_apply="reciprocal").scale_apply == \
+        "reciprocal"
+
+
+def test_wider_than_float64_input_computes_in_float64_not_float32():
+    """A long double array is a float wider than float64: quantize works in
+    float64 as for float64 input (it was cast to float32, where 1e39 is inf)."""
+    x = np.full((1, 32), 1e39, dtype=np.longdouble)
+    q = S.quantize(x, S.MXFP8_E4M3)
+    # OCP floor rule: 2**129 <= 1e39 < 2**130, e4m3's emax is 8: X = 2**(129 - 8)
+    assert q.scales.dtype == np.float64 and q.scales[0, 0] == 2.0 ** 121
+    d = S.dequantize(q)
+    assert np.all(np.abs(d / 1e39 - 1) <= 2.0 ** -4)  # e4m3 keeps 3 fraction bits
+    with pytest.raises(TypeError, match=r"x must be a floating-point array.*got dtype int64"):
+        S.quantize(np.ones((1, 128), np.int64), S.DEEPSEEK_1X128)
 
 
 def test_bad_arguments_name_the_choices():

@@ -110,13 +110,19 @@ def resolve_graph(model, inputs=None, sizes: dict | None = None) -> Graph:
     return G.as_graph(model, inputs, option="inputs")
 
 
-def given_inputs(graph: Graph, inputs, arg: str = "inputs") -> dict:
+def given_inputs(graph: Graph, inputs, arg: str = "inputs", fmt="fp16") -> dict:
     """The inputs of ``graph`` from ``inputs`` (:func:`read_arrays`), checked
     by :func:`numlab.graph.load_inputs` (every graph input present, none
-    extra, shapes equal); floating-point arrays widened exactly to float64
-    (a case's inputs), integer and bool arrays (indices, conditions) kept."""
+    extra, shapes equal); floating-point arrays must hold values of the
+    storage format ``fmt`` (S; TypeError naming the input and a value S does
+    not hold: a case is checked on exactly the given inputs, never on a
+    rounded copy the kernel did not see) and are widened exactly to float64
+    (a case's inputs); integer and bool arrays (indices, conditions) kept."""
+    S: Format = get_format(fmt, "fmt")
     xs = G.load_inputs(read_arrays(inputs, arg), graph, option=arg)
-    return {k: a if a.dtype.kind in "iub" else np.asarray(a).astype(np.float64) for k, a in xs.items()}
+    return {k: a if a.dtype.kind in "iub" else _as_storage(np.asarray(a), S, f"{arg}: input {k!r}",
+                                                           "inputs").astype(np.float64)
+            for k, a in xs.items()}
 
 
 def observed_outputs(graph: Graph, observed, fmt, arg: str = "observed") -> dict:
@@ -161,12 +167,13 @@ def observed_outputs(graph: Graph, observed, fmt, arg: str = "observed") -> dict
     return out
 
 
-def _as_storage(a: np.ndarray, S: Format, what: str) -> np.ndarray:
-    """``a`` in S's container dtype, refusing values S does not hold."""
+def _as_storage(a: np.ndarray, S: Format, what: str, role: str = "outputs") -> np.ndarray:
+    """``a`` in S's container dtype, refusing values S does not hold
+    (``role``: "outputs" or "inputs", for the message)."""
     dt = np.dtype(S.container)
     floating = a.dtype.kind == "f" or a.dtype.name == "bfloat16" or a.dtype.name.startswith("float8")
     if not floating:
-        raise TypeError(f"{what} has dtype {a.dtype}; the graph's outputs are {S.name} values ({dt})"
+        raise TypeError(f"{what} has dtype {a.dtype}; the graph's {role} are {S.name} values ({dt})"
                         + ("; integer bit patterns? view them as the format first (e.g. a.view(ml_dtypes."
                            "bfloat16))" if a.dtype.kind in "iu" else ""))
     x = a.astype(np.float64)
@@ -176,7 +183,10 @@ def _as_storage(a: np.ndarray, S: Format, what: str) -> np.ndarray:
     if bad.any():
         i = tuple(int(j) for j in np.argwhere(bad)[0])
         raise TypeError(f"{what} has dtype {a.dtype} and holds values that are not {S.name} values "
-                        f"({int(bad.sum())} of {a.size}, e.g. index {list(i)}: {x[i]!r}); the graph's outputs are "
-                        f"stored in {S.name}: give the kernel's {S.name} outputs, or pass fmt= matching the "
-                        "kernel's output format")
+                        f"({int(bad.sum())} of {a.size}, e.g. index {list(i)}: {x[i]!r}); the graph's {role} are "
+                        f"stored in {S.name}: "
+                        + (f"give the kernel's {S.name} outputs, or pass fmt= matching the kernel's output format"
+                           if role == "outputs" else
+                           f"give the {S.name} inputs the kernel read (round them first, e.g. "
+                           f"numlab.round_to(x, {S.name!r})), or pass fmt= matching the kernel's input format"))
     return x.astype(dt)

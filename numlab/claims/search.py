@@ -327,7 +327,7 @@ def _check_given(claim, model, inputs, observed, S, sizes, spec, opts, save, shr
     sizes = model_sizes(model, sizes) if named else {}
     cases = []
     for i, arrs in enumerate(arrays):
-        xs = given_inputs(graph, arrs, f"inputs[{i}]" if many else "inputs")
+        xs = given_inputs(graph, arrs, f"inputs[{i}]" if many else "inputs", S)
         o = None if obs is None else observed_outputs(graph, obs[i], S, f"observed[{i}]" if many else "observed")
         cases.append(Case(model_label(model), sizes, S.name, spec, xs, kind="given", seed=0, trial=i,
                           origin="observed" if o is not None else "given",

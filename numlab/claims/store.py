@@ -39,6 +39,7 @@ import re
 
 import numpy as np
 
+from ..formats import get_format
 from ..fusion import FusionOptions
 from ..graph import Graph
 from ._fusion import fusion_options, fusion_spec
@@ -150,10 +151,13 @@ def load_counterexample(path) -> tuple[Case, dict, dict]:
             stem = stem[: -len(ext)]
     with open(stem + ".json") as fh:
         meta = json.load(fh)
-    with np.load(stem + ".npz") as z:
-        arrs = {k: z[k] for k in z.files}
-    inputs = {k.split("/", 1)[1]: v for k, v in arrs.items() if k.startswith("input/")}
     fmt = meta["fmt"] if "fmt" in meta else meta["dtype"]  # "dtype": files saved before the rename
+    container = np.dtype(get_format(fmt, "fmt").container)
+    with np.load(stem + ".npz") as z:
+        # np.savez keeps ml_dtypes arrays (bfloat16, fp8) as raw bytes (|V2, |V1): view them as S's container
+        arrs = {k: z[k].view(container) if z[k].dtype.kind == "V" and z[k].dtype.itemsize == container.itemsize
+                else z[k] for k in z.files}
+    inputs = {k.split("/", 1)[1]: v for k, v in arrs.items() if k.startswith("input/")}
     source = None
     if meta.get("graph"):
         source = Graph.from_dict(meta["graph"]).with_roles(**meta.get("graph_roles", {}))

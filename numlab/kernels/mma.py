@@ -103,6 +103,11 @@ _FRAC_BITS = 23
 models hold products and C as fp32 significands (``NoManBitsPrd = 23``)."""
 
 
+def _is_int(v) -> bool:
+    """An int (Python or numpy), not a bool."""
+    return isinstance(v, int | np.integer) and not isinstance(v, bool)
+
+
 @dataclass(frozen=True)
 class MatrixUnit:
     """The numerical features of one matrix unit for one input/output format pair.
@@ -147,8 +152,9 @@ class MatrixUnit:
         docstring, step 5; H100/B200 fp8).  Default 1.
     join_bits : int
         Extra bits (plus one sticky bit) of the round-to-nearest-even
-        addition that joins an interleaved block to C (MATLAB: 2).  Used only
-        with ``interleave=2``.
+        addition that joins an interleaved block to C (MATLAB: 2; default 2).
+        Used only with ``interleave=2``; another value with ``interleave=1``
+        is refused (it would change no bit).
     result_bits : int or None
         Significand bits of block results, when narrower than ``out_fmt``'s
         (fp8 on Ada/L40S/H100 with fp32 output: 14, i.e. 23 + neab = 13
@@ -190,11 +196,18 @@ class MatrixUnit:
         check_choice("align_rounding", self.align_rounding, ALIGN_ROUNDINGS)
         check_choice("final_rounding", self.final_rounding, FINAL_ROUNDINGS)
         check_choice("interleave", self.interleave, (1, 2))
+        if isinstance(self.interleave, bool):
+            raise ValueError(f"interleave={self.interleave!r} is not valid; valid choices: [1, 2]")
+        if not isinstance(self.subnormals, bool | np.bool_):
+            raise ValueError(f"subnormals={self.subnormals!r} is not valid; it must be a bool")
         for name, lo in (("fma_size", 1), ("join_bits", 0)):
             v = getattr(self, name)
             if not isinstance(v, int | np.integer) or isinstance(v, bool) or v < lo:
                 raise ValueError(f"{name}={v!r} is not valid; it must be an int >= {lo}")
-        if not isinstance(self.align_bits, int | np.integer) or not -20 <= self.align_bits <= 24:
+        if self.interleave == 1 and self.join_bits != 2:
+            raise ValueError(f"join_bits={self.join_bits!r} changes no bit here: it sets the join of an "
+                             "interleaved block (interleave=2); with interleave=1 leave it at its default 2")
+        if not _is_int(self.align_bits) or not -20 <= self.align_bits <= 24:
             raise ValueError(f"align_bits={self.align_bits!r} is not valid; "
                              "it must be an int in [-20, 24]")
         # every aligned term is an integer below 2**(23 + align_bits + 3) (sticky: one
@@ -204,18 +217,16 @@ class MatrixUnit:
             raise ValueError(f"align_bits={self.align_bits} with fma_size={self.fma_size} "
                              f"needs {need} bits of exact sum; the model holds 53 "
                              "(lower align_bits or fma_size)")
-        if self.carry_bits is not None and (not isinstance(self.carry_bits, int | np.integer)
-                                            or not 0 <= self.carry_bits <= 12):
+        if self.carry_bits is not None and (not _is_int(self.carry_bits) or not 0 <= self.carry_bits <= 12):
             raise ValueError(f"carry_bits={self.carry_bits!r} is not valid; "
                              "it must be None or an int in [0, 12]")
         p_out = get_format(self.out_fmt).p
-        if self.result_bits is not None and not 2 <= self.result_bits <= p_out:
+        if self.result_bits is not None and (not _is_int(self.result_bits) or not 2 <= self.result_bits <= p_out):
             raise ValueError(f"result_bits={self.result_bits!r} is not valid; "
                              f"it must be None or an int in [2, {p_out}]")
         if self.promote_every is not None:
             blk = self.block
-            if (not isinstance(self.promote_every, int | np.integer)
-                    or self.promote_every < blk or self.promote_every % blk):
+            if not _is_int(self.promote_every) or self.promote_every < blk or self.promote_every % blk:
                 raise ValueError(f"promote_every={self.promote_every!r} is not valid; it must "
                                  f"be None or a positive multiple of the block length {blk}")
 

@@ -97,6 +97,7 @@ from ..formats import (
     Format,
 )
 from ..rounding import round_to
+from ._common import as_values
 
 __all__ = [
     "ScaledFormat",
@@ -182,7 +183,8 @@ class ScaledFormat:
     tensor_scale : bool
         Second-level fp32 tensor scale (NVFP4).  Default False.
     scale_apply : str
-        ``"divide"`` (default) or ``"reciprocal"``.
+        ``"divide"`` (default) or ``"reciprocal"`` (``scale_rule="amax"`` only:
+        with power-of-two scales both give the same bits).
     """
 
     name: str
@@ -211,6 +213,10 @@ class ScaledFormat:
                 f"scale_rule={self.scale_rule!r} does not go with scale_fmt={self.scale_fmt!r}: "
                 "'floor' and 'rceil' give powers of two (scale_fmt='e8m0'); "
                 "'amax' gives amax/max_elem rounded to scale_fmt ('fp8_e4m3' or 'fp32')")
+        if self.scale_rule != "amax" and self.scale_apply != "divide":
+            raise ValueError(f"scale_apply={self.scale_apply!r} changes no bit with scale_rule={self.scale_rule!r}: "
+                             "power-of-two (E8M0) scales give the same bits either way; 'reciprocal' needs "
+                             "scale_rule='amax'")
         if not isinstance(self.tensor_scale, bool):
             raise TypeError(f"tensor_scale must be a bool, got {self.tensor_scale!r}")
         if self.tensor_scale and self.scale_rule != "amax":
@@ -359,13 +365,9 @@ class Scaled:
 
 
 def _work(x) -> np.ndarray:
-    a = np.asarray(x)
-    if a.dtype == np.float64 or a.dtype == np.float32:
-        return a
-    if a.dtype.kind in "fV":  # float16, bfloat16, fp8: exact in float32
-        return a.astype(np.float32)
-    raise TypeError(f"x must be a floating-point array (float64, float32, float16, bfloat16, fp8), "
-                    f"got dtype {a.dtype}")
+    """``x`` in its working precision (:func:`numlab.kernels._common.as_values`:
+    float32/float64 kept, narrower floats widened to float32, wider to float64)."""
+    return as_values(x, "x")
 
 
 def _blocked(a: np.ndarray, block, pad: bool) -> np.ndarray:
@@ -397,8 +399,11 @@ def _tensor_scale(fmt: ScaledFormat, amax_all, W):
     ``per_tensor_amax_to_scale``; 448 * 6 = 2688 exactly), an fp32 number
     whatever the working precision; 1 when that is
     below fp32's smallest normal (an all-zero tensor would otherwise divide
-    by 0, and 1/ts would overflow)."""
-    ts = np.float32(np.float32(amax_all) / np.float32(fmt.scale_format.max * fmt.max_elem))
+    by 0, and 1/ts would overflow); fp32's largest finite value when float64
+    input overflows it (an inf tensor scale would dequantise to inf * 0 = NaN)."""
+    with np.errstate(over="ignore"):
+        ts = np.float32(np.float32(amax_all) / np.float32(fmt.scale_format.max * fmt.max_elem))
+    ts = min(ts, np.float32(FP32.max))
     return W(ts) if ts >= np.float32(FP32.smallest_normal) else W(1.0)
 
 
