@@ -434,3 +434,29 @@ def test_a_numpy_function_is_the_specification():
     for claim in ("no_worse_tensor", "error_within_bound", "inductor_rule"):
         assert C.check(claim, softmax, inputs={"x": x}, observed={"y": good}).verdict == "holds", claim
         assert C.check(claim, softmax, inputs={"x": x}, observed={"y": bad}).verdict == "fails", claim
+
+
+def test_cli_partial_observed_name_mapping_takes_the_rest_by_name(tmp_path, monkeypatch, capsys):
+    """--observed-name maps one output of a two-output graph; the other is read under
+    its own name (a partial mapping used to drop it: "missing output(s)")."""
+    (tmp_path / "twoout.py").write_text(textwrap.dedent('''
+        import numpy as np
+
+        def model(x):
+            return {"a": np.exp(x), "b": x * 0.5}
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    x = np.random.default_rng(3).standard_normal((4, 16)).astype(np.float16)
+    np.savez(tmp_path / "inputs.npz", x=x)
+    from numlab.graph import trace_function
+    g = trace_function(__import__("twoout").model, {"x": x})
+    eager = run(g, {"x": x}, mode="eager", fmt="fp16").outputs
+    d = tmp_path / "dump"
+    d.mkdir()
+    np.save(d / "a.npy", eager["a"])
+    np.save(d / "tensorB.npy", eager["b"])
+    base = ["check", "no_worse_tensor", "--graph", "twoout:model", "--inputs", str(tmp_path / "inputs.npz"),
+            "--dtype", "fp16", "--no-save", "--observed", str(d)]
+    capsys.readouterr()
+    assert cli_main(base) == 2 and "missing output(s) ['b']" in capsys.readouterr().err
+    assert cli_main([*base, "--observed-name", "b=tensorB"]) == 0  # eager's own outputs: no worse than eager

@@ -208,13 +208,14 @@ def _executor(kind: str, workers: int):
     return client, close
 
 
-def _observed(value: str, names: dict):
+def _observed(value: str, names: dict, outputs=()):
     """``--observed``: a ``.npz`` file as its path (numlab.claims reads it),
     anything else through :func:`numlab.compare.layouts.load_any` (plain
     ``.npy`` folders, numlab dumps, msprobe's and msit's layouts; files
     checked, a missing or corrupt one is an error).  ``names``
     (``--observed-name OUTPUT=TENSOR``) picks each graph output's tensor
-    by the name the dump gives it (a tool's dump names tensors its own way)."""
+    by the name the dump gives it (a tool's dump names tensors its own way);
+    an output of ``outputs`` not named there is taken under its own name."""
     p = Path(value)
     if not p.exists():
         raise FileNotFoundError(f"--observed {value!r}: no such directory or file")
@@ -231,7 +232,10 @@ def _observed(value: str, names: dict):
     if missing:
         raise ValueError(f"--observed-name: {missing} not in --observed {value!r}; it holds "
                          f"{avail[:20]}{' ...' if len(avail) > 20 else ''}")
-    return {out: np.asarray(get(t)) for out, t in names.items()}
+    mapped = {out: np.asarray(get(t)) for out, t in names.items()}
+    # the other graph outputs under their own names (a partial mapping is not an error)
+    mapped.update({o: np.asarray(get(o)) for o in outputs if o not in mapped and o in avail})
+    return mapped
 
 
 def _observed_names(items) -> dict:
@@ -255,7 +259,7 @@ def _run_given(args) -> int:
     names = _observed_names(args.observed_name)
     if names and args.observed is None:
         raise ValueError("--observed-name needs --observed DIR|FILE.npz")
-    observed = None if args.observed is None else _observed(args.observed, names)
+    observed = None if args.observed is None else _observed(args.observed, names, graph.outputs)
     fusion = FusionOptions.parse(args.fusion)
     what = f"observed={args.observed}" if observed is not None else "fused=numlab's model"
     print(f"numlab check {args.claim} {graph.name}: dtype={args.dtype.name} fusion={fusion.spec}"
