@@ -179,6 +179,19 @@ def _graph(arrays: Mapping, node_meta: Mapping | None, run_meta: Mapping | None)
 # --------------------------------------------------------------------------
 # msprobe
 # --------------------------------------------------------------------------
+def _sidecar_entries(root: Path, side: dict, verify: bool, key) -> tuple[dict, dict]:
+    """The entries of a tool layout written by numlab, from its sidecar manifest
+    (each node's file and metadata, its SHA-256 under ``key(file)``), and the
+    manifest without the checksums."""
+    files = side.get("files") or {}
+    entries = {}
+    for n in side.get("order") or list(side["nodes"]):
+        meta = dict(side["nodes"].get(n) or {})
+        rel = str(meta.get("file", ""))
+        entries[n] = DumpEntry(n, root / rel, meta, _verified(root / rel, files.get(key(rel)), verify))
+    return entries, {k: v for k, v in side.items() if k != "files"}
+
+
 def _write_sidecar(root: Path, layout: str, arrays, order, files, node_meta, run_meta, file_of) -> None:
     """numlab's sidecar manifest beside a tool layout: every file's SHA-256, each
     node's metadata with the file a tool reads (``file_of(node)``), the graph."""
@@ -326,13 +339,8 @@ def load_msprobe_dump(path, *, verify: bool = True, strict: bool = False) -> Dum
     notes += more
     entries: dict[str, DumpEntry] = {}
     manifest = None
-    if side is not None:
-        files = side.get("files") or {}
-        for n in side.get("order") or list(side["nodes"]):
-            meta = dict(side["nodes"].get(n) or {})
-            f = root / str(meta.get("file", ""))
-            entries[n] = DumpEntry(n, f, meta, _verified(f, files.get(f.name), verify))
-        manifest = {k: v for k, v in side.items() if k != "files"}
+    if side is not None:  # the msprobe writer keys its checksums by file name
+        entries, manifest = _sidecar_entries(root, side, verify, key=lambda rel: Path(rel).name)
     else:
         for api, rec in data.items():
             if not isinstance(rec, dict):
@@ -438,13 +446,8 @@ def load_msit_dump(path, *, verify: bool = True, strict: bool = False) -> Dump:
     notes += more
     entries: dict[str, DumpEntry] = {}
     manifest = None
-    if side is not None:
-        files = side.get("files") or {}
-        for n in side.get("order") or list(side["nodes"]):
-            meta = dict(side["nodes"].get(n) or {})
-            rel = str(meta.get("file", ""))
-            entries[n] = DumpEntry(n, root / rel, meta, _verified(root / rel, files.get(rel), verify))
-        manifest = {k: v for k, v in side.items() if k != "files"}
+    if side is not None:  # the msit writer keys its checksums by the path under the root
+        entries, manifest = _sidecar_entries(root, side, verify, key=lambda rel: rel)
     else:
         try:
             tree = json.loads((root / "model_tree.json").read_text())

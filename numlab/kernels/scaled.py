@@ -97,7 +97,7 @@ from ..formats import (
     Format,
 )
 from ..rounding import round_to
-from ._common import as_values
+from ._common import as_values, check_choice
 
 __all__ = [
     "ScaledFormat",
@@ -155,12 +155,6 @@ gives the bits).  OCP MX v1.0 defines the first five; the fnuz pair (AMD
 MI300's fp8: no -0, one NaN code 0x80) takes the same per-block scaling."""
 
 
-def _choice(value, valid, what):
-    if value not in valid:
-        raise ValueError(f"{what}={value!r} is not valid; choose one of {list(valid)}")
-    return value
-
-
 @dataclass(frozen=True)
 class ScaledFormat:
     """A block-scaled tensor format (see the module docstring for every rule).
@@ -198,11 +192,11 @@ class ScaledFormat:
     _elem_fmt: Format = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        _choice(self.elem, ELEMENT_FORMATS, "elem")
-        _choice(self.scale_fmt, SCALE_FORMATS, "scale_fmt")
-        _choice(self.scale_rule, SCALE_RULES, "scale_rule")
-        _choice(self.overflow, OVERFLOWS, "overflow")
-        _choice(self.scale_apply, SCALE_APPLY, "scale_apply")
+        check_choice("elem", self.elem, ELEMENT_FORMATS)
+        check_choice("scale_fmt", self.scale_fmt, SCALE_FORMATS)
+        check_choice("scale_rule", self.scale_rule, SCALE_RULES)
+        check_choice("overflow", self.overflow, OVERFLOWS)
+        check_choice("scale_apply", self.scale_apply, SCALE_APPLY)
         blk = tuple(self.block) if isinstance(self.block, (tuple, list)) else None
         if (blk is None or len(blk) != 2
                 or not all(isinstance(b, int | np.integer) and not isinstance(b, bool) and b > 0 for b in blk)):
@@ -514,7 +508,9 @@ def element_values(fmt) -> np.ndarray:
     """Every finite non-negative value of an element format (a name of
     :data:`ELEMENT_FORMATS` or a ScaledFormat), ascending, from ml_dtypes'
     codes (independent of the rounding code)."""
-    name = fmt.elem if isinstance(fmt, ScaledFormat) else _choice(fmt, ELEMENT_FORMATS, "fmt")
+    if not isinstance(fmt, ScaledFormat):
+        check_choice("fmt", fmt, ELEMENT_FORMATS)
+    name = fmt.elem if isinstance(fmt, ScaledFormat) else fmt
     f = ELEMENT_FORMATS[name]
     codes = np.arange(1 << (f.bits - 1), dtype=np.uint8)
     dt = f.dtype
