@@ -871,3 +871,107 @@ def test_every_knob_changes_bits():
     assert dot(u2, a, b, 1.0, k=8) == 1 + L(1, -23)
     assert dot(u2.replace(join_bits=0), a, b, 1.0, k=8) == 1.0
     # promote_every: test_deepseek_promotion_reduces_h100_fp8_error
+
+
+# ---------------------------------------------------------------------------
+# the compiled fast path (float32 products, int32 block sums, unrolled blocks)
+# ---------------------------------------------------------------------------
+def test_generated_drivers_are_current():
+    """numlab/kernels/_mma_numba_blocks.py is what its generator writes."""
+    from pathlib import Path
+
+    from numlab.kernels import _mma_numba_gen
+    path = Path(_mma_numba_gen.__file__).with_name("_mma_numba_blocks.py")
+    assert path.read_text() == _mma_numba_gen.source(), (
+        "regenerate: python -m numlab.kernels._mma_numba_gen")
+
+
+def _fast_units():
+    """Units the fast path takes: every unrolled block length, truncation
+    and rne alignment, narrowed results, promotion, flushing."""
+    return [
+        PRESETS["V100/fp16/fp32"], PRESETS["A100/fp16/fp32"], PRESETS["H100/fp16/fp32"],
+        PRESETS["A100/tf32/fp32"], PRESETS["H100/fp8_e4m3/fp32"], PRESETS["Ada/fp8_e5m2/fp32"],
+        MatrixUnit("fp8_e4m3", fma_size=32, align_bits=-10),
+        MatrixUnit("fp16", fma_size=8, align_bits=2, align_rounding="rne"),
+        MatrixUnit("fp16", fma_size=16, align_bits=1, align_rounding="rne", subnormals=False),
+        MatrixUnit("bf16", fma_size=4, align_bits=0, result_bits=12, promote_every=32),
+        MatrixUnit("fp16", fma_size=16, align_bits=2, promote_every=64),
+    ]
+
+
+@pytest.mark.parametrize("k", range(11))
+def test_fast_path_gives_the_general_paths_bits(k, monkeypatch):
+    """Each unit of ``_fast_units`` on inputs with zeros, subnormals, values
+    at the top of the format (block results that overflow: an infinite C
+    for later blocks), cancellation and whole zero columns and rows; N and
+    K not multiples of the tile and block.  The fast path must be taken
+    (``_fast_ok`` True) and give the numpy path's bits."""
+    pytest.importorskip("numba", reason="numba is optional; the compiled mma path needs it")
+    from numlab.kernels import _mma_numba
+    u = _fast_units()[k]
+    taken = []
+    real = _mma_numba._fast_ok
+    monkeypatch.setattr(_mma_numba, "_fast_ok", lambda *args: taken.append(real(*args)) or taken[-1])
+    rng = np.random.default_rng(500 + k)
+    fin = get_format(u.in_fmt)
+    for M, K, N in ((33, 3 * u.block + 5, 200), (20, 64, 128)):
+        a, b, c = _hard_inputs(rng, u, M, K, N)
+        if fin.emax > 15:  # keep bf16/tf32 products in float32's range: the fast path's data bound
+            a, b = np.clip(a, -2.0 ** 60, 2.0 ** 60), np.clip(b, -2.0 ** 60, 2.0 ** 60)
+            a[np.abs(a) < 2.0 ** -60], b[np.abs(b) < 2.0 ** -60] = 0.0, 0.0
+        a[:, 1] = b[2] = c[3 % M] = 0.0
+        a[4] = -a[5]  # cancellation between rows' products is per row; within a block:
+        a[6, : u.block] = 1.0
+        top = min(fin.max, 2.0 ** 60) / 4
+        b[: u.block // 2, 7] = top
+        b[u.block // 2: u.block, 7] = -top
+        x = mma(a, b, u, c, engine="numpy")
+        y = mma(a, b, u, c, engine="numba")
+        assert np.array_equal(x, y, equal_nan=True), (u, M, K, N)
+        assert np.array_equal(np.signbit(x), np.signbit(y)), (u, M, K, N)
+    assert taken and all(taken), (u, taken)
+
+
+def test_fast_path_bounds():
+    """``_fast_ok`` refuses what would change bits: products outside
+    float32's normal range, a block whose int32 sum could overflow (rne
+    terms can reach 2**(width + 2)), final roundings other than truncation,
+    block lengths without an unrolled loop."""
+    from numlab.kernels._mma_numba import _fast_ok
+    f16, bf16 = get_format("fp16"), get_format("bf16")
+    none = np.array([2000, -2000])
+    ok = np.array([-24, 15])
+    assert _fast_ok(PRESETS["H100/fp16/fp32"], f16.p, f16.emin, ok, ok)
+    assert _fast_ok(PRESETS["H100/fp16/fp32"], f16.p, f16.emin, none, ok)
+    assert not _fast_ok(PRESETS["H100/fp16/fp16"], f16.p, f16.emin, ok, ok)  # rne final
+    u = MatrixUnit("fp16", fma_size=16, align_bits=2, align_rounding="rne")
+    assert not _fast_ok(u, f16.p, f16.emin, ok, ok)  # 16 * 2**27 = 2**31 with rne
+    assert _fast_ok(u.replace(align_rounding="rtz"), f16.p, f16.emin, ok, ok)
+    assert not _fast_ok(MatrixUnit("fp16", fma_size=5), f16.p, f16.emin, ok, ok)
+    bu = PRESETS["A100/bf16/fp32"]
+    assert _fast_ok(bu, bf16.p, bf16.emin, np.array([-50, 60]), np.array([-53, 66]))
+    # a product could reach 2**128
+    assert not _fast_ok(bu, bf16.p, bf16.emin, np.array([-50, 60]), np.array([-53, 67]))
+    # a nonzero block's scale 2**(24 - anchor) could exceed 2**127 (anchor -104)
+    assert not _fast_ok(bu, bf16.p, bf16.emin, np.array([-50, 60]), np.array([-54, 60]))
+
+
+@pytest.mark.parametrize("subnormals", [True, False])
+def test_fast_path_subnormal_block_result(subnormals):
+    """A block result in fp32's subnormal range through the fast path: C =
+    -(2**-104 - 2**-127) (normal) plus the product 2**-52 * 2**-52 on a bf16
+    unit with width 23 (window quantum 2**-127 at anchor -104) is exactly
+    2**-127; flushed to +0 without subnormals.  The plain truncation of the
+    fast path alone would keep 2**-127 in both cases: the row must go to
+    the general path."""
+    pytest.importorskip("numba", reason="numba is optional; the compiled mma path needs it")
+    u = MatrixUnit("bf16", fma_size=4, align_bits=0, subnormals=subnormals)
+    a = np.zeros((1, 4))
+    b = np.zeros((4, 1))
+    a[0, 0] = b[0, 0] = 2.0 ** -52
+    c = np.array([[-(2.0 ** -104 - 2.0 ** -127)]])
+    want = 2.0 ** -127 if subnormals else 0.0
+    for engine in ("numpy", "numba"):
+        got = mma(a, b, u, c, engine=engine)[0, 0]
+        assert got == want and not np.signbit(got), (engine, got)

@@ -11,8 +11,8 @@ every product of every K block is aligned, truncated and summed elementwise
 its cost grows as M N K with a larger constant than BLAS.  The engine column
 says which path was timed; numba's compilation is done before timing.
 
-Timings are best-of-N wall times (one run of the model at 1024^3: it takes
-seconds); the header prints the load average of the machine.
+Timings are best-of-N wall times (best of 3 runs of the model at 1024^3, of 5
+of numpy); the header prints the load average of the machine.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def time_mma(n: int = 1024, units=UNITS, seed: int = 0, repeat: int = 1) -> list
 def main(quick: bool = False) -> str:
     """Run the measurements, print the table, return it."""
     n = 256 if quick else 1024
-    rows = time_mma(n)
+    rows = time_mma(n, repeat=3)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     text = render_table(
         rows, (("unit", "unit", "{}"), ("fma_size", "fma", "{}"), ("n", "n", "{}"), ("engine", "engine", "{}"),

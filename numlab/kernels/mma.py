@@ -465,7 +465,7 @@ def _mma(a, b, unit: MatrixUnit, c, engine: str) -> np.ndarray:
             raise ValueError("engine='numba' needs numba installed and a unit with "
                              "interleave=1, carry_bits=None; use engine='auto' or 'numpy'")
         if nb is not None:
-            out = nb.mma_numba(np.ascontiguousarray(a), np.ascontiguousarray(b), fin.emin,
+            out = nb.mma_numba(np.ascontiguousarray(a), np.ascontiguousarray(b), fin,
                                np.ascontiguousarray(c), unit, unit.result_format)
             if special is not None:
                 out = np.where(special[0], special[1], out)
