@@ -141,6 +141,19 @@ def test_preset_parameters_are_the_ports(key):
     assert recs == {(u.fma_size, u.align_bits, {"rtz": "rz", "rne": "rne"}[u.final_rounding])}
 
 
+def test_preset_evidence_states_the_cross_check():
+    """Each preset's evidence label says what this file found, and never more."""
+    for key, u in PRESETS.items():
+        assert u.evidence.startswith("parameters only") and "bit-accurate" not in u.evidence
+        if u.interleave != 1:
+            assert "not checked against the authors' C model" in u.evidence, key
+        elif _deviation(key) is None:
+            assert "gives the same bits on 80/80 outputs" in u.evidence, key
+        else:
+            assert "keeps block results in fp32" in u.evidence, key
+            assert "with fp32 block results" in u.evidence, key
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("key", [k for k, u in PRESETS.items() if u.interleave == 1])
 def test_port_outputs_reproduced_bit_for_bit(key, engine):

@@ -33,6 +33,19 @@ presets say so in their ``evidence`` (tests/test_mma_vectors.py).  The
 ``H100TC.m`` read (@07113e7) sets ``neab = -10`` for fp8; how the authors'
 newer ``GEMM.m`` turns that into output bits is not in the published files.
 
+The authors' own C model (``models/tools/C/``: ``block_fma_nv.c``,
+``gemm_recur.c`` @96ad236; built outside numlab, it has no licence) is a
+second, independent implementation of the NVIDIA models: on 199 generated
+cases (tests/data/mma_cport/, tests/test_mma_cport.py) every preset it covers
+(all but the interleaved B200 fp8 ones) gives its bits on all 80 outputs per
+preset without subnormal inputs.  Where the C model leaves out steps of its
+MATLAB model (fp32 block results for fp16 output and for fp8 with
+``result_bits``), the match is for the preset with fp32 block results; each
+preset's ``evidence`` says which.  On subnormal inputs the C model takes the
+true exponent where these presets take ``max(e, emin)`` (9 of 529 outputs
+differ).  That agreement is with a model, not with a GPU: no preset is
+checked against measured outputs.
+
 Not covered: AMD CDNA1-3 (``models/CDNA*.m``, ``MI*MC.m``) and the newer
 NVIDIA parameters ``global_alignment``, ``late_partial_sum``, ``armode``,
 ``odd_even_grouping``, ``correct_rounding``: the code that interprets them
@@ -61,6 +74,23 @@ _CONTRADICTED = {
     for f in ("fp8_e4m3", "fp8_e5m2")
 }
 """Presets that published measurements rule out, with the evidence."""
+
+
+_CPORT = ("the authors' C model (MATLAB-tensor-core models/tools/C, block_fma_nv.c + "
+          "gemm_recur.c @96ad236) ")
+
+
+def _cport_evidence(out_fmt: str, interleave: int, rbits: int | None) -> str:
+    """What the cross-check against the authors' C model found for a preset."""
+    if interleave != 1:
+        return "; not checked against the authors' C model (it ignores inter_pattern)"
+    if out_fmt == "fp32" and rbits is None:
+        return ("; " + _CPORT + "gives the same bits on 80/80 outputs without subnormal inputs "
+                "(tests/test_mma_cport.py; subnormal inputs: it anchors at true exponents)")
+    return ("; " + _CPORT + "keeps block results in fp32 (unlike GEMM.m); this preset with fp32 block "
+            "results (result_bits=None, one rounding to out_fmt at the end) gives its bits on "
+            "80/80 outputs without subnormal inputs, as published 53-73/80 "
+            "(tests/test_mma_cport.py)")
 
 
 def _src(gpu_file: str, commit: str, note: str = "") -> str:
@@ -127,7 +157,9 @@ def _build() -> dict[str, MatrixUnit]:
                     in_fmt=fin, out_fmt=fout, fma_size=fma, align_bits=neab,
                     final_rounding="rtz" if fout == "fp32" else "rne",
                     interleave=inter, result_bits=rbits if fout == "fp32" else None,
-                    name=key, source=src, evidence=_CONTRADICTED.get(key, _EVIDENCE))
+                    name=key, source=src,
+                    evidence=_CONTRADICTED.get(key, _EVIDENCE)
+                    + _cport_evidence(fout, inter, rbits if fout == "fp32" else None))
     return out
 
 
