@@ -269,3 +269,139 @@ def test_subnormal_anchor_as_in_the_authors_models():
         unit = PRESETS[key] if _deviation(key) is None else _port_unit(key)
         bad += int((_run(c, unit, "numpy", as_port=True) != c["d"])[sens].sum())
     assert got[0, 0] == 0x38000001 and bad == 0
+
+
+# ---------------------------------------------------------------------------
+# Measured B200 outputs with their inputs: the frozen result words of
+# github.com/sf-tensor/tcgen05 (MIT licence, (c) 2026 San Francisco Tensor
+# Company), tcgen05_model/validation.py @6f19f22.  hardware_validation/README.md
+# there: "The results in this repository were produced on B200 GPUs" (dense
+# tcgen05.mma, F32 D).  The inputs are not stored as numbers: they are drawn
+# from Python's random.Random(seed) as raw words (the recipe below restates
+# validation.py's _unscaled_vectors and _edge_vectors; the expected words are
+# retyped).  Containers: tf32 and bf16 arrive as F32 words whose low 13 / 16
+# bits the hardware clears (formats.py tf32_truncate_bits/bf16_truncate_bits).
+# ---------------------------------------------------------------------------
+_B200_FMT = {"tf32": "tf32", "bf16": "bf16", "f16": "fp16", "e4m3": "fp8_e4m3", "e5m2": "fp8_e5m2"}
+
+# format, K, seed, element draw, expected D words (one per draw of A, B, C)
+_B200_RANDOM = (
+    ("tf32", 8, 104, "f32", (0xFF800000, 0xFC347E7C)),
+    ("bf16", 16, 104, "f32", (0x7F800000, 0x7F800000)),
+    ("f16", 16, 103, "bits16", (0x7FFFFFFF, 0x49776BBA)),
+    ("e4m3", 32, 104, "below7f", (0xEC63D12A, 0x452AF963)),
+    ("e5m2", 32, 300, "below7c", (0x4D92B09A, 0x4C9C1102)),
+)
+# format, K, one, minimum subnormal, NaN, infinity (None: none), D of min-subnormal * one
+_B200_EDGE = (
+    ("tf32", 8, 0x3F800000, 0x00002000, 0x7FC00000, 0x7F800000, 0x00002000),
+    ("bf16", 16, 0x3F800000, 0x00010000, 0x7FC00000, 0x7F800000, 0x00010000),
+    ("f16", 16, 0x3C00, 0x0001, 0x7E00, 0x7C00, 0x33800000),
+    ("e4m3", 32, 0x38, 0x01, 0x7F, None, 0x3B000000),
+    ("e5m2", 32, 0x3C, 0x01, 0x7F, 0x7C, 0x37800000),
+)
+
+
+def _finite_f32_word(rng) -> int:
+    w = rng.getrandbits(32)
+    return w & 0x807FFFFF if w & 0x7F800000 == 0x7F800000 else w
+
+
+def _b200_value(fmt: str, w: int) -> float:
+    """The value the B200 reads from a raw input word of ``fmt``."""
+    if fmt in ("tf32", "bf16"):
+        w &= 0xFFFFE000 if fmt == "tf32" else 0xFFFF0000
+        return float(np.array([w], dtype=np.uint32).view(np.float32)[0])
+    dt = {"f16": (np.uint16, np.float16), "e4m3": (np.uint8, ml_dtypes.float8_e4m3fn),
+          "e5m2": (np.uint8, ml_dtypes.float8_e5m2)}[fmt]
+    return float(np.array([w], dtype=dt[0]).view(dt[1])[0])
+
+
+def _b200_cases() -> list[tuple[str, str, list[int], list[int], int, int]]:
+    """(name, fmt, a words, b words, c word, measured D word)."""
+    import random  # the inputs were drawn with Python's Mersenne Twister
+
+    draw = {"f32": _finite_f32_word, "bits16": lambda r: r.getrandbits(16),
+            "below7f": lambda r: r.randrange(0x7F), "below7c": lambda r: r.randrange(0x7C)}
+    out = []
+    for fmt, k, seed, how, words in _B200_RANDOM:
+        rng = random.Random(seed)
+        for i, d in enumerate(words):
+            a = [draw[how](rng) for _ in range(k)]
+            b = [draw[how](rng) for _ in range(k)]
+            out.append((f"{fmt}-{i}", fmt, a, b, _finite_f32_word(rng), d))
+    for fmt, k, one, sub, nan, inf, d_sub in _B200_EDGE:
+        z = [0] * (k - 1)
+        out.append((f"{fmt}-negative-zero", fmt, [0] + z, [0] + z, 0x80000000, 0))
+        out.append((f"{fmt}-minimum-subnormal", fmt, [sub] + z, [one] + z, 0, d_sub))
+        out.append((f"{fmt}-nan", fmt, [nan] + z, [one] + z, 0, 0x7FFFFFFF))
+        if inf is not None:
+            out.append((f"{fmt}-infinity", fmt, [inf] + z, [one] + z, 0, 0x7F800000))
+            out.append((f"{fmt}-infinity-times-zero", fmt, [inf] + z, [0] + z, 0, 0x7FFFFFFF))
+    for fmt, k in (("tf32", 8), ("bf16", 16)):  # a NaN whose payload the truncation clears
+        z = [0] * (k - 1)
+        out.append((f"{fmt}-low-payload", fmt, [0x7F800001] + z, [0x3F800000] + z, 0, 0x7F800000))
+    return out
+
+
+def _b200_counts(engine: str) -> dict[str, list[int]]:
+    """Per B200 preset: [words, bit for bit, NaN class, nontrivial finite sums]."""
+    counts: dict[str, list[int]] = {}
+    for name, fmt, a, b, c, d in _b200_cases():
+        key = f"B200/{_B200_FMT[fmt]}/fp32"
+        unit = PRESETS[key]
+        if engine == "numba" and unit.interleave != 1:
+            continue  # the compiled path covers interleave=1 only (mma refuses)
+        A = np.array([[_b200_value(fmt, w) for w in a]])
+        B = np.array([[_b200_value(fmt, w)] for w in b])
+        C = np.array([[np.array([c], dtype=np.uint32).view(np.float32)[0]]], dtype=np.float64)
+        got = int(np.asarray(mma(A, B, unit, C, engine=engine), dtype=np.float32).view(np.uint32)[0, 0])
+        row = counts.setdefault(key, [0, 0, 0, 0])
+        row[0] += 1
+        if got == d:
+            row[1] += 1
+            row[3] += name[-1].isdigit() and (d & 0x7F800000) != 0x7F800000
+        elif d == 0x7FFFFFFF and np.isnan(np.uint32(got).view(np.float32)):
+            row[2] += 1
+    return counts
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_measured_b200_words_reproduced(engine):
+    """Every frozen B200 result word, by the B200 preset of its input format.
+    NaN: the B200 returns 0x7FFFFFFF; numlab models NaN, not its payload, so a
+    NaN counts as reproduced when numlab gives a NaN (counted apart)."""
+    _engine(engine)
+    counts = _b200_counts(engine)
+    for key, (n, exact, nan, nontrivial) in counts.items():
+        print(f"{key} ({engine}): {exact + nan}/{n} measured B200 words reproduced "
+              f"({exact} bit for bit, {nan} NaN, payload not modelled; {nontrivial} nontrivial sums)")
+        assert exact + nan == n, key
+    assert sum(r[0] for r in counts.values()) == (35 if engine == "numpy" else 23)
+
+
+def test_b200_evidence_states_the_measured_words():
+    for key, (n, exact, nan, nontrivial) in _b200_counts("numpy").items():
+        ev = PRESETS[key].evidence
+        assert ev.startswith("parameters only") and "bit-accurate" not in ev
+        assert f"reproduces {n}/{n} measured B200 result words" in ev, key
+        assert f"{nontrivial} nontrivial" in ev and f"{nan} NaN" in ev, key
+
+
+def test_measured_b200_words_discriminate():
+    """The nontrivial B200 words rule out other presets and a plain fp32 sum:
+    the B200 preset is the only one that reproduces all of them."""
+    others: dict[str, int] = {}
+    for name, fmt, a, b, c, d in _b200_cases():
+        if not name[-1].isdigit() or (d & 0x7F800000) == 0x7F800000:
+            continue
+        A = np.array([[_b200_value(fmt, w) for w in a]])
+        B = np.array([[_b200_value(fmt, w)] for w in b])
+        C = np.array([[np.array([c], dtype=np.uint32).view(np.float32)[0]]], dtype=np.float64)
+        for key, u in PRESETS.items():
+            if u.in_fmt == _B200_FMT[fmt] and u.out_fmt == "fp32":
+                got = int(np.asarray(mma(A, B, u, C, engine="numpy"), dtype=np.float32).view(np.uint32)[0, 0])
+                others[key] = others.get(key, 0) + (got != d)
+    assert all(v == 0 for k, v in others.items() if k.startswith("B200/"))
+    assert {k for k, v in others.items() if v} >= {"V100/fp16/fp32", "A100/tf32/fp32",
+                                                      "H100/fp8_e4m3/fp32", "H100/fp8_e5m2/fp32"}

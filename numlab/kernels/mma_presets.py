@@ -20,7 +20,7 @@ Evidence.  The repository's ``model_validation/`` holds GPU outputs (``d_*``)
 and accumulators (``c_*``) but not the A and B inputs they came from (the
 loader ``Validate_TC_models.m`` reads ``a_*``/``b_*`` files that are not
 published), so no preset can be checked bit for bit against measured GPU
-outputs here.  Every preset therefore says ``evidence="parameters only"``;
+outputs from that repository.  Every preset therefore says ``evidence="parameters only"``;
 tests/test_mma_model.py reproduces the published test vectors (Fasi et al.'s
 suites for V100 and A100, the HPEC feature tests and the repository's
 exceptional-case tests) with their documented outcomes.
@@ -43,8 +43,16 @@ MATLAB model (fp32 block results for fp16 output and for fp8 with
 ``result_bits``), the match is for the preset with fp32 block results; each
 preset's ``evidence`` says which.  On subnormal inputs the C model takes the
 true exponent where these presets take ``max(e, emin)`` (9 of 529 outputs
-differ).  That agreement is with a model, not with a GPU: no preset is
-checked against measured outputs.
+differ).  That agreement is with a model, not with a GPU.
+
+Measured words with inputs exist for B200 only: github.com/sf-tensor/tcgen05
+(MIT) freezes 35 result words of ``tcgen05.mma`` on a B200 for inputs drawn
+from seeded Python generators (``tcgen05_model/validation.py`` @6f19f22).
+The five B200 presets with fp32 output reproduce all 35 (25 bit for bit, 10
+NaN whose payload numlab does not model).  Only 6 of them are nontrivial
+sums, and those 6 also rule out the V100, A100/Ada/L40S tf32 and
+H100/Ada/L40S fp8 presets.  That is far too little to call a preset
+bit-accurate, and the evidence labels say so.
 
 Not covered: AMD CDNA1-3 (``models/CDNA*.m``, ``MI*MC.m``) and the newer
 NVIDIA parameters ``global_alignment``, ``late_partial_sum``, ``armode``,
@@ -63,6 +71,9 @@ __all__ = ["PRESETS", "GPUS", "preset", "preset_names"]
 _REPO = "north-numerical-computing/MATLAB-tensor-core"
 _EVIDENCE = ("parameters only: no published GPU outputs with their inputs; "
              "reproduces the published test vectors (tests/test_mma_model.py)")
+_EVIDENCE_FEW = ("parameters only (and a few measured words, below): no GPU output sets with "
+                 "their inputs beyond those; reproduces the published test vectors "
+                 "(tests/test_mma_model.py)")
 
 
 _CONTRADICTED = {
@@ -91,6 +102,24 @@ def _cport_evidence(out_fmt: str, interleave: int, rbits: int | None) -> str:
             "results (result_bits=None, one rounding to out_fmt at the end) gives its bits on "
             "80/80 outputs without subnormal inputs, as published 53-73/80 "
             "(tests/test_mma_cport.py)")
+
+
+_MEASURED = {  # preset -> (words, NaN words, nontrivial finite sums), tests/test_mma_cport.py
+    "B200/tf32/fp32": (8, 2, 1), "B200/bf16/fp32": (8, 2, 0), "B200/fp16/fp32": (7, 3, 1),
+    "B200/fp8_e4m3/fp32": (5, 1, 2), "B200/fp8_e5m2/fp32": (7, 2, 2),
+}
+"""Presets checked against measured GPU words that come with their inputs."""
+
+
+def _measured_evidence(key: str) -> str:
+    if key not in _MEASURED:
+        return ""
+    n, nan, nontrivial = _MEASURED[key]
+    return (f"; plus measured words: reproduces {n}/{n} measured B200 result words with their "
+            "inputs (github.com/sf-tensor/tcgen05 tcgen05_model/validation.py @6f19f22, MIT, "
+            f"tcgen05.mma on B200; {nontrivial} nontrivial sums, the rest edge cases (zeros, a "
+            f"subnormal, infinities) and {nan} NaN whose payload 0x7FFFFFFF is not modelled; "
+            "tests/test_mma_cport.py); far too few words to vouch for the model")
 
 
 def _src(gpu_file: str, commit: str, note: str = "") -> str:
@@ -158,8 +187,9 @@ def _build() -> dict[str, MatrixUnit]:
                     final_rounding="rtz" if fout == "fp32" else "rne",
                     interleave=inter, result_bits=rbits if fout == "fp32" else None,
                     name=key, source=src,
-                    evidence=_CONTRADICTED.get(key, _EVIDENCE)
-                    + _cport_evidence(fout, inter, rbits if fout == "fp32" else None))
+                    evidence=_CONTRADICTED.get(key, _EVIDENCE_FEW if key in _MEASURED else _EVIDENCE)
+                    + _cport_evidence(fout, inter, rbits if fout == "fp32" else None)
+                    + _measured_evidence(key))
     return out
 
 
