@@ -217,14 +217,15 @@ def main(argv: list[str]) -> None:
     cases = build_cases()
     ds = run_port(driver, cases)
     arrays, meta = {}, []
-    for i, (cs, d) in enumerate(zip(cases, ds)):
+    for i, (cs, d) in enumerate(zip(cases, ds, strict=True)):
         if not np.isfinite(d).all():
             raise RuntimeError(f"case {i} ({cs['preset']}, {cs['kind']}): the port overflowed")
         arrays[f"a{i}"] = to_bits(cs["a"], cs["in_fmt"])
         arrays[f"b{i}"] = to_bits(cs["b"], cs["in_fmt"])
         arrays[f"c{i}"] = to_bits(cs["c"], cs["out_fmt"])
         arrays[f"d{i}"] = to_bits(d, cs["out_fmt"])
-        meta.append({k: cs[k] for k in ("preset", "kind", "gpu", "in_fmt", "out_fmt", "fma", "neab", "frmode")})
+        meta.append({k: cs[k] for k in
+                     ("preset", "kind", "gpu", "in_fmt", "out_fmt", "fma", "neab", "frmode")})
     arrays["meta"] = np.array(json.dumps({"seed": SEED, "cases": meta}))
     np.savez_compressed(out, **arrays)
     print(f"{len(cases)} cases, {sum(d.size for d in ds)} output elements -> {out} "
