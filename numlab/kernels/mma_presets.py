@@ -20,7 +20,7 @@ Evidence.  The repository's ``model_validation/`` holds GPU outputs (``d_*``)
 and accumulators (``c_*``) but not the A and B inputs they came from (the
 loader ``Validate_TC_models.m`` reads ``a_*``/``b_*`` files that are not
 published), so no preset can be checked bit for bit against measured GPU
-outputs here.  Every preset therefore says ``evidence="parameters only"``;
+outputs from that repository.  Every preset therefore says ``evidence="parameters only"``;
 tests/test_mma_model.py reproduces the published test vectors (Fasi et al.'s
 suites for V100 and A100, the HPEC feature tests and the repository's
 exceptional-case tests) with their documented outcomes.
@@ -32,6 +32,27 @@ and ``E5M2``, ``d_H100_fp32.txt``, K = 32, one block) have 18 to 24.  Those two
 presets say so in their ``evidence`` (tests/test_mma_vectors.py).  The
 ``H100TC.m`` read (@07113e7) sets ``neab = -10`` for fp8; how the authors'
 newer ``GEMM.m`` turns that into output bits is not in the published files.
+
+The authors' own C model (``models/tools/C/``: ``block_fma_nv.c``,
+``gemm_recur.c`` @96ad236; built outside numlab, it has no licence) is a
+second, independent implementation of the NVIDIA models: on 199 generated
+cases (tests/data/mma_cport/, tests/test_mma_cport.py) every preset it covers
+(all but the interleaved B200 fp8 ones) gives its bits on all 80 outputs per
+preset without subnormal inputs.  Where the C model leaves out steps of its
+MATLAB model (fp32 block results for fp16 output and for fp8 with
+``result_bits``), the match is for the preset with fp32 block results; each
+preset's ``evidence`` says which.  On subnormal inputs the C model takes the
+true exponent where these presets take ``max(e, emin)`` (9 of 529 outputs
+differ).  That agreement is with a model, not with a GPU.
+
+Measured words with inputs exist for B200 only: github.com/sf-tensor/tcgen05
+(MIT) freezes 35 result words of ``tcgen05.mma`` on a B200 for inputs drawn
+from seeded Python generators (``tcgen05_model/validation.py`` @6f19f22).
+The five B200 presets with fp32 output reproduce all 35 (25 bit for bit, 10
+NaN whose payload numlab does not model).  Only 6 of them are nontrivial
+sums, and those 6 also rule out the V100, A100/Ada/L40S tf32 and
+H100/Ada/L40S fp8 presets.  That is far too little to call a preset
+bit-accurate, and the evidence labels say so.
 
 Not covered: AMD CDNA1-3 (``models/CDNA*.m``, ``MI*MC.m``) and the newer
 NVIDIA parameters ``global_alignment``, ``late_partial_sum``, ``armode``,
@@ -50,6 +71,9 @@ __all__ = ["PRESETS", "GPUS", "preset", "preset_names"]
 _REPO = "north-numerical-computing/MATLAB-tensor-core"
 _EVIDENCE = ("parameters only: no published GPU outputs with their inputs; "
              "reproduces the published test vectors (tests/test_mma_model.py)")
+_EVIDENCE_FEW = ("parameters only (and a few measured words, below): no GPU output sets with "
+                 "their inputs beyond those; reproduces the published test vectors "
+                 "(tests/test_mma_model.py)")
 
 
 _CONTRADICTED = {
@@ -61,6 +85,41 @@ _CONTRADICTED = {
     for f in ("fp8_e4m3", "fp8_e5m2")
 }
 """Presets that published measurements rule out, with the evidence."""
+
+
+_CPORT = ("the authors' C model (MATLAB-tensor-core models/tools/C, block_fma_nv.c + "
+          "gemm_recur.c @96ad236) ")
+
+
+def _cport_evidence(out_fmt: str, interleave: int, rbits: int | None) -> str:
+    """What the cross-check against the authors' C model found for a preset."""
+    if interleave != 1:
+        return "; not checked against the authors' C model (it ignores inter_pattern)"
+    if out_fmt == "fp32" and rbits is None:
+        return ("; " + _CPORT + "gives the same bits on 80/80 outputs without subnormal inputs "
+                "(tests/test_mma_cport.py; subnormal inputs: it anchors at true exponents)")
+    return ("; " + _CPORT + "keeps block results in fp32 (unlike GEMM.m); this preset with fp32 block "
+            "results (result_bits=None, one rounding to out_fmt at the end) gives its bits on "
+            "80/80 outputs without subnormal inputs, as published 53-73/80 "
+            "(tests/test_mma_cport.py)")
+
+
+_MEASURED = {  # preset -> (words, NaN words, nontrivial finite sums), tests/test_mma_cport.py
+    "B200/tf32/fp32": (8, 2, 1), "B200/bf16/fp32": (8, 2, 0), "B200/fp16/fp32": (7, 3, 1),
+    "B200/fp8_e4m3/fp32": (5, 1, 2), "B200/fp8_e5m2/fp32": (7, 2, 2),
+}
+"""Presets checked against measured GPU words that come with their inputs."""
+
+
+def _measured_evidence(key: str) -> str:
+    if key not in _MEASURED:
+        return ""
+    n, nan, nontrivial = _MEASURED[key]
+    return (f"; plus measured words: reproduces {n}/{n} measured B200 result words with their "
+            "inputs (github.com/sf-tensor/tcgen05 tcgen05_model/validation.py @6f19f22, MIT, "
+            f"tcgen05.mma on B200; {nontrivial} nontrivial sums, the rest edge cases (zeros, a "
+            f"subnormal, infinities) and {nan} NaN whose payload 0x7FFFFFFF is not modelled; "
+            "tests/test_mma_cport.py); far too few words to vouch for the model")
 
 
 def _src(gpu_file: str, commit: str, note: str = "") -> str:
@@ -127,7 +186,10 @@ def _build() -> dict[str, MatrixUnit]:
                     in_fmt=fin, out_fmt=fout, fma_size=fma, align_bits=neab,
                     final_rounding="rtz" if fout == "fp32" else "rne",
                     interleave=inter, result_bits=rbits if fout == "fp32" else None,
-                    name=key, source=src, evidence=_CONTRADICTED.get(key, _EVIDENCE))
+                    name=key, source=src,
+                    evidence=_CONTRADICTED.get(key, _EVIDENCE_FEW if key in _MEASURED else _EVIDENCE)
+                    + _cport_evidence(fout, inter, rbits if fout == "fp32" else None)
+                    + _measured_evidence(key))
     return out
 
 
