@@ -24,7 +24,8 @@ The algorithm for one element ``d = sum_k a_k b_k + c``:
    ``L = fma_size * interleave``; ``d`` starts at ``c`` and each block updates
    it (``d <- block(a[blk], b[blk], d)``).
 2. Products are exact.  The anchor of a nonzero product is
-   ``2**(e_a + e_b)`` with ``e_x = max(floor(log2|x|), emin_in)``; the anchor
+   ``2**(e_a + e_b)`` with ``e_x = max(floor(log2|x|), emin_in)`` (with
+   ``subnormal_anchor="true"``: ``floor(log2|x|)``); the anchor
    of a nonzero accumulator term is ``2**max(floor(log2|c|), -126)``.  Zero
    terms take no part.  ``E`` is the largest anchor.
 3. Each term is rounded to an integer multiple of ``u = 2**E / 2**(23 +
@@ -227,7 +228,8 @@ def mma_element(a_row, b_col, c: float, unit) -> float:
     sp = _special(a_row, b_col, c)
     if sp is not None:
         return sp
-    in_emin = FORMATS[unit.in_fmt][1]
+    # subnormal_anchor='true': no floor (true exponents)
+    in_emin = FORMATS[unit.in_fmt][1] if unit.subnormal_anchor == "clamped" else -100_000
     L = unit.fma_size * unit.interleave
     K = len(a_row)
     Kp = -(-K // L) * L

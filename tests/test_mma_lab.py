@@ -203,7 +203,7 @@ def test_the_comparison_can_fail():
     base = MatrixUnit(in_fmt="fp16", out_fmt="fp32", fma_size=4, align_bits=0)
     changes = {"fma_size": 8, "align_bits": 3, "carry_bits": 0, "align_rounding": "rne",
                "final_rounding": "rne", "subnormals": False, "interleave": 2, "result_bits": 12,
-               "promote_every": 4, "in_fmt": "bf16", "out_fmt": "fp16"}
+               "promote_every": 4, "in_fmt": "bf16", "out_fmt": "fp16", "subnormal_anchor": "true"}
     assert set(changes) | {"join_bits", "name", "source", "evidence"} == {
         f.name for f in dataclasses.fields(MatrixUnit)}
     changes_join = base.replace(interleave=2), {"join_bits": 0}

@@ -681,11 +681,12 @@ def _random_unit(rng) -> MatrixUnit:
     promote = None
     if rng.random() < 0.3:
         promote = fma * int(rng.integers(1, 5))
+    subnormals = bool(rng.random() < 0.7)
     return MatrixUnit(fin, fout, fma_size=fma, align_bits=align,
                       align_rounding=str(rng.choice(ALIGN_ROUNDINGS)),
                       final_rounding=str(rng.choice(FINAL_ROUNDINGS)),
-                      subnormals=bool(rng.random() < 0.7), result_bits=rbits,
-                      promote_every=promote)
+                      subnormals=subnormals, result_bits=rbits, promote_every=promote,
+                      subnormal_anchor="true" if subnormals and rng.random() < 0.5 else "clamped")
 
 
 def _hard_inputs(rng, unit, M, K, N):
@@ -897,10 +898,11 @@ def _fast_units():
         MatrixUnit("fp16", fma_size=16, align_bits=1, align_rounding="rne", subnormals=False),
         MatrixUnit("bf16", fma_size=4, align_bits=0, result_bits=12, promote_every=32),
         MatrixUnit("fp16", fma_size=16, align_bits=2, promote_every=64),
+        MatrixUnit("fp16", fma_size=8, align_bits=1, subnormal_anchor="true"),
     ]
 
 
-@pytest.mark.parametrize("k", range(11))
+@pytest.mark.parametrize("k", range(12))
 def test_fast_path_gives_the_general_paths_bits(k, monkeypatch):
     """Each unit of ``_fast_units`` on inputs with zeros, subnormals, values
     at the top of the format (block results that overflow: an infinite C

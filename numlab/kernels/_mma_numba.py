@@ -374,8 +374,8 @@ def _prep_b(b, emin):
 def _fast_ok(unit, in_p: int, emin: int, sa, sb) -> bool:
     """Whether :func:`run`'s fast path gives the general path's bits for
     this unit and these inputs (``sa``, ``sb``: [min, max] exponents of the
-    nonzero entries of A and B; ``in_p``/``emin``: the input format's
-    precision and emin).  It computes products in float32, scales them by a
+    nonzero entries of A and B; ``in_p``: the input format's precision;
+    ``emin``: the floor of input exponents in anchors, ``unit.anchor_emin``).  It computes products in float32, scales them by a
     float32 power of two clamped to [2**-126, 2**127], truncates (or rounds,
     ``align_rounding="rne"``) them to int32 and sums a block in int32, so it
     needs, beside truncation as final rounding:
@@ -415,9 +415,10 @@ def mma_numba(a, b, fin, c, unit, fmt) -> np.ndarray:
     threads).  The fast path runs when :func:`_fast_ok` allows it; both give
     the same bits (tests/test_mma_model.py)."""
     M = a.shape[0]
-    ap, ea, sa = _prep_a(a, fin.emin)
-    bp, ebp, sb = _prep_b(b, fin.emin)
-    fast = _fast_ok(unit, fin.p, fin.emin, sa, sb)
+    emin = unit.anchor_emin
+    ap, ea, sa = _prep_a(a, emin)
+    bp, ebp, sb = _prep_b(b, emin)
+    fast = _fast_ok(unit, fin.p, emin, sa, sb)
     args = (unit.block, 23 + unit.align_bits, _ALIGN[unit.align_rounding],
             _FINAL[unit.final_rounding], fmt.p, fmt.emin, fmt.emax,
             not unit.subnormals, unit.promote_every or 0, unit.out_fmt == "fp16")

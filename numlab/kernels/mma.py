@@ -23,7 +23,7 @@ description and no code is copied):
 2. Products are exact (at most 2p bits; fp16/tf32: 22 bits).
 3. Alignment.  The anchor exponent of a product is the *sum of its input
    exponents* ``e_a + e_b`` (input exponents of subnormals clamped to the
-   input format's ``emin``), the anchor of C its own exponent (fp32 exponent,
+   input format's ``emin``, or their true exponents: ``subnormal_anchor``), the anchor of C its own exponent (fp32 exponent,
    clamped at -126); the block's anchor ``E`` is the largest anchor of a
    nonzero term.  Every term is rounded (by ``align_rounding``; hardware:
    truncation of the magnitude, ``"rtz"``) to a multiple of
@@ -57,8 +57,10 @@ description and no code is copied):
    is +0.
 
 Where the published MATLAB code has two versions of a step, this module
-follows the newer ``fpbits_IEEE2`` path of ``Generic_BFMA_TC.m``: a product
-of subnormal inputs is anchored at its nominal (clamped) exponent sum, and a
+follows the ``fpbits_IEEE2`` path of ``Generic_BFMA_TC.m`` (@010be9f): a product
+of subnormal inputs is anchored at its nominal (clamped) exponent sum
+(``subnormal_anchor="true"`` takes the true exponents, as the authors' C port
+does; the older ``fpbits_IEEE`` path mixes the two), and a
 block with a single nonzero term is aligned like any other (the older code
 rounds a lone term directly).  The two differ only for subnormal inputs and
 for lone terms under ``align_bits < 0``.  The fixed-point sum is held in
@@ -83,7 +85,7 @@ from ..formats import FP16, Format, get_format
 from ._common import check_choice, round_to
 
 __all__ = ["MatrixUnit", "mma", "IN_FORMATS", "OUT_FORMATS", "ALIGN_ROUNDINGS",
-           "FINAL_ROUNDINGS", "ENGINES"]
+           "FINAL_ROUNDINGS", "SUBNORMAL_ANCHORS", "ENGINES"]
 
 IN_FORMATS = ("fp8_e4m3", "fp8_e5m2", "fp16", "bf16", "tf32")
 """Input formats of A and B."""
@@ -97,6 +99,13 @@ each term to nearest even; ``sticky`` truncates and keeps one extra bit that
 is the OR of the bits shifted out (MATLAB ``stkbitenabled``)."""
 FINAL_ROUNDINGS = ("rtz", "rne", "up", "down")
 """Rounding of a block's normalised sum to the result format."""
+
+SUBNORMAL_ANCHORS = ("clamped", "true")
+"""The exponent a subnormal input contributes to a product's anchor:
+``clamped`` = the input format's emin (what its exponent field encodes;
+``fpbits_IEEE2`` in ``Generic_BFMA_TC.m`` @010be9f); ``true`` =
+``floor(log2|x|)`` (``frexp`` in the authors' C port,
+``models/tools/C/src/block_fma_nv.c``).  Normal inputs: the same either way."""
 
 _FRAC_BITS = 23
 """Fraction bits of the alignment window before ``align_bits``: the MATLAB
@@ -146,6 +155,12 @@ class MatrixUnit:
     subnormals : bool
         Subnormal inputs and results are kept (True, default, every NVIDIA
         unit measured) or flushed to zero.
+    subnormal_anchor : {"clamped", "true"}
+        The exponent of a subnormal input in its product's anchor (see
+        :data:`SUBNORMAL_ANCHORS`; the authors' MATLAB and C models differ
+        here and no published measurement decides).  Default ``"clamped"``.
+        Changes bits only with subnormal inputs, so ``"true"`` is refused
+        with ``subnormals=False`` (inputs flushed).
     interleave : {1, 2}
         1: a block is ``fma_size`` consecutive products.  2: a block is
         ``2 fma_size`` products summed as two interleaved sub-vectors (module
@@ -182,6 +197,7 @@ class MatrixUnit:
     align_rounding: str = "rtz"
     final_rounding: str = "rtz"
     subnormals: bool = True
+    subnormal_anchor: str = "clamped"
     interleave: int = 1
     join_bits: int = 2
     result_bits: int | None = None
@@ -196,6 +212,7 @@ class MatrixUnit:
         check_choice("align_rounding", self.align_rounding, ALIGN_ROUNDINGS)
         check_choice("final_rounding", self.final_rounding, FINAL_ROUNDINGS)
         check_choice("interleave", self.interleave, (1, 2))
+        check_choice("subnormal_anchor", self.subnormal_anchor, SUBNORMAL_ANCHORS)
         if isinstance(self.interleave, bool):
             raise ValueError(f"interleave={self.interleave!r} is not valid; valid choices: [1, 2]")
         if not isinstance(self.subnormals, bool | np.bool_):
@@ -204,6 +221,9 @@ class MatrixUnit:
             v = getattr(self, name)
             if not isinstance(v, int | np.integer) or isinstance(v, bool) or v < lo:
                 raise ValueError(f"{name}={v!r} is not valid; it must be an int >= {lo}")
+        if self.subnormal_anchor == "true" and not self.subnormals:
+            raise ValueError("subnormal_anchor='true' changes no bit with subnormals=False (subnormal "
+                             "inputs are flushed); leave it at its default 'clamped'")
         if self.interleave == 1 and self.join_bits != 2:
             raise ValueError(f"join_bits={self.join_bits!r} changes no bit here: it sets the join of an "
                              "interleaved block (interleave=2); with interleave=1 leave it at its default 2")
@@ -243,6 +263,13 @@ class MatrixUnit:
             return out
         return Format(f"{out.name}_p{self.result_bits}", self.result_bits, out.emax,
                       emin=out.emin, subnormals=out.subnormals)
+
+    @property
+    def anchor_emin(self) -> int:
+        """The floor of an input exponent in a product's anchor: the input
+        format's emin (``subnormal_anchor="clamped"``), or -1022, below every
+        input value's exponent (``"true"``)."""
+        return get_format(self.in_fmt).emin if self.subnormal_anchor == "clamped" else -1022
 
     def replace(self, **changes) -> "MatrixUnit":
         """A copy with some fields changed (validated)."""
@@ -470,7 +497,7 @@ def _mma(a, b, unit: MatrixUnit, c, engine: str) -> np.ndarray:
             if special is not None:
                 out = np.where(special[0], special[1], out)
             return out.astype(fout.dtype)
-    qa, qb = _anchor_pow2(a, fin.emin), _anchor_pow2(b, fin.emin)
+    qa, qb = _anchor_pow2(a, unit.anchor_emin), _anchor_pow2(b, unit.anchor_emin)
     if unit.interleave == 2:
         j = np.arange(blk)
         halves = (np.flatnonzero(j % 4 < 2), np.flatnonzero(j % 4 >= 2))

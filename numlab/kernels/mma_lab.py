@@ -202,14 +202,13 @@ def block_bits(a, b, unit: MatrixUnit, c: float = 0.0) -> dict:
     b = np.asarray(b, dtype=np.float64).ravel()
     if a.size != unit.fma_size or b.size != unit.fma_size:
         raise ValueError(f"a and b must hold fma_size={unit.fma_size} values each, got {a.size} and {b.size}")
-    fin = get_format(unit.in_fmt)
     terms = []
     for x, y in zip(a.tolist(), b.tolist(), strict=True):
         if x == 0 or y == 0:
             terms.append({"value": 0.0, "anchor": None})
             continue
-        ea = max(math.frexp(x)[1] - 1, fin.emin)
-        eb = max(math.frexp(y)[1] - 1, fin.emin)
+        ea = max(math.frexp(x)[1] - 1, unit.anchor_emin)
+        eb = max(math.frexp(y)[1] - 1, unit.anchor_emin)
         terms.append({"value": x * y, "anchor": ea + eb})
     if c != 0:
         terms.append({"value": float(c), "anchor": max(math.frexp(c)[1] - 1, -126), "accumulator": True})
