@@ -61,8 +61,6 @@ from concurrent.futures import ThreadPoolExecutor
 import numba
 import numpy as np
 
-from ._mma_numba_gen import BLOCKS as _FAST_BLOCKS
-from ._mma_numba_gen import TJ as _TJ
 
 _ABSENT = -600
 """Exponent standing for a zero input and anchor of a column with no nonzero
@@ -81,6 +79,12 @@ _FINAL = {"rtz": 0, "down": 1, "rne": 2, "up": 3}
 
 _TI = 16
 """Rows per tile: they share the block's slice of B in L1."""
+_TJ = 128
+"""Columns per tile: the loops over a tile's columns are the ones LLVM
+vectorises."""
+_FAST_BLOCKS = (4, 8, 16, 32)
+"""Block lengths (``MatrixUnit.block``) with an unrolled fast path
+(``_mma_numba_blocks``, written by ``_mma_numba_gen``)."""
 
 
 @numba.njit(inline="always")
@@ -243,29 +247,45 @@ def _c_exponents(ot, ecv, ii):
 
 
 @numba.njit(inline="always")
-def _fast_finish(ot, nt, ecv, e32v, s32v, ii, width, acode, inv, mask, lo_plain, hi_plain):
-    """The fast path's second pass over a row of the tile: the C term
-    (float64, as in :func:`_block`), the exact block sum ``s32v + C term``
-    and its truncation (``_finish_plain``) into ``nt``, and C's exponent for
-    the next block into ``ecv``.  Returns True when an anchor lies outside
-    ``[lo_plain, hi_plain]`` (the result may be subnormal or overflow): the
-    caller then computes the row's block by the general path instead, so
-    ``nt`` is not used.  That covers an infinite C (an earlier overflow):
-    its exponent 1024 is the anchor, beyond ``hi_plain``, so its C term
-    needs no care here.  The anchor ``_ABSENT`` (no nonzero product, C = 0)
-    is not outside: the sum is 0 and both paths give +0."""
+def _fast_finish(ot, nt, ecv, e32v, f32v, s32v, ii, acode, mask, lo_plain, hi_plain, lim):
+    """The fast path's second pass over row ``ii`` of the tile ``ot``
+    (float32, the accumulators C): the C term ``C * f`` (``f32v``: the scale
+    ``2**(width - anchor)`` of the block's first pass) rounded to an integer
+    (exact in float32: C has 24 bits and f is a power of two; a scaled C
+    below 2**-126 is below 1 and rounds to 0), the block sum ``S = C term +
+    s32v`` in int32, truncated to the result's precision by clearing float64
+    bits (``mask``) and scaled back by ``1 / f`` (exact: the result is a
+    normal float32 in the plain range) into ``nt``; C's exponent for the
+    next block into ``ecv``.  Integer steps stay in 32-bit lanes (numba
+    widens int32 arithmetic to int64, so the anchors are compared as given
+    and the exponents handled as float32).
+
+    Returns True when an anchor (``e32v``) lies outside ``[lo_plain,
+    hi_plain]`` (the result may be subnormal or overflow; there ``f`` may be
+    clamped) or ``|s32v| > lim`` (S could leave int32): the caller then
+    computes the row's block by the general path and discards ``nt`` and
+    ``ecv``'s row.  That covers an infinite C (an earlier overflow): its
+    exponent 1024 is the anchor, beyond ``hi_plain``.  The anchors
+    ``_ABSENT`` and -127 (no nonzero product, C = 0) are not outside: S = 0
+    and both paths give +0."""
     bad = False
     for jj in range(_TJ):
-        v = ot[ii, jj]
-        e = np.int64(e32v[jj])
-        f = _as_float(_pow2(width - e))
-        cterm = np.int64(v * f) if acode == 0 else np.int64(np.rint(v * f))
-        r = np.float64(cterm + np.int64(s32v[jj])) * _as_float(inv - _as_bits(f))
-        r = _as_float(_as_bits(r) & mask)
+        f = f32v[jj]
+        x = ot[ii, jj] * f
+        if acode != 0:
+            x = np.rint(x)
+        s32 = s32v[jj]
+        S = np.int32(np.int32(x) + s32)
+        inv = np.int32(np.int32(254 << 23) - np.float32(f).view(np.int32)).view(np.float32)
+        r = np.float32(_as_float(_as_bits(np.float64(S)) & mask) * np.float64(inv))
         nt[jj] = r
-        ec = np.float32(max(_exponent(_as_bits(r)), -126))
-        ecv[ii, jj] = ec if r != 0.0 else np.float32(_ABSENT)
-        bad |= ((e < lo_plain) & (e != _ABSENT)) | (e > hi_plain)
+        # r is normal or zero: its exponent, or -127 for zero, which is below
+        # every nonzero product's anchor here (_fast_ok: >= width - 127)
+        ecv[ii, jj] = np.float32(np.int32(np.float32(r).view(np.int32) >> np.int32(23))
+                                 & np.int32(255)) - np.float32(127)
+        e = e32v[jj]
+        low = (e < lo_plain) & (e != np.int32(_ABSENT)) & (e != np.int32(-127))
+        bad |= low | (e > hi_plain) | (abs(s32) > lim)
     return bad
 
 
@@ -408,9 +428,11 @@ def _fast_ok(unit, in_p: int, emin: int, sa, sb) -> bool:
 
 
 def mma_numba(a, b, fin, c, unit, fmt) -> np.ndarray:
-    """D = A B + C by :func:`run` with a unit's parameters (``a``, ``b``:
-    float64 values of the input format ``fin``, finite, K padded to the
-    block; ``c`` finite) on row chunks in threads (``run`` releases the GIL;
+    """D = A B + C (float32: every result format's values are float32
+    values) by a driver of ``_mma_numba_blocks`` with a unit's parameters
+    (``a``, ``b``: float64 values of the input format ``fin``, finite, K
+    padded to the block; ``c`` finite, or None for zero) on row chunks in
+    threads (the drivers release the GIL;
     rows are independent, so the bits do not depend on the number of
     threads).  The fast path runs when :func:`_fast_ok` allows it; both give
     the same bits (tests/test_mma_model.py)."""
@@ -425,12 +447,20 @@ def mma_numba(a, b, fin, c, unit, fmt) -> np.ndarray:
     # the generated drivers import this module's helpers, so not at its top
     from . import _mma_numba_blocks
     run = getattr(_mma_numba_blocks, f"run_{unit.block}" if fast else "run_general")
+    N = b.shape[1]
+    out = np.empty((M, N), np.float32)
+    none = np.zeros((0, 0))  # C = 0, not stored
     nthreads = min(len(os.sched_getaffinity(0)), max(1, M // (4 * _TI)))
-    if nthreads <= 1:
-        return run(ap, bp, ea, ebp, c, *args)
     step = -(-M // nthreads // _TI) * _TI
     parts = [(r, min(M, r + step)) for r in range(0, M, step)]
-    with ThreadPoolExecutor(len(parts)) as pool:
-        outs = list(pool.map(lambda rr: run(ap[rr[0]:rr[1]], bp, ea[rr[0]:rr[1]], ebp,
-                                            c[rr[0]:rr[1]], *args), parts))
-    return np.concatenate(outs, axis=0)
+
+    def part(rr):
+        r0, r1 = rr
+        run(ap[r0:r1], bp, ea[r0:r1], ebp, none if c is None else c[r0:r1], out[r0:r1], *args)
+
+    if len(parts) == 1:
+        part(parts[0])
+    else:
+        with ThreadPoolExecutor(len(parts)) as pool:
+            list(pool.map(part, parts))
+    return out

@@ -472,11 +472,13 @@ def _mma(a, b, unit: MatrixUnit, c, engine: str) -> np.ndarray:
         raise ValueError(f"a must be (M, K) and b (K, N); got a{a.shape} and b{b.shape}")
     M, K = a.shape
     N = b.shape[1]
-    c = np.zeros((M, N)) if c is None else _values(c, fout, "c", flush)
-    if c.shape != (M, N):
-        raise ValueError(f"c must have shape {(M, N)}, got {c.shape}")
+    if c is not None:
+        c = _values(c, fout, "c", flush)
+        if c.shape != (M, N):
+            raise ValueError(f"c must have shape {(M, N)}, got {c.shape}")
     special = None
-    if not (np.isfinite(a).all() and np.isfinite(b).all() and np.isfinite(c).all()):
+    if not (np.isfinite(a).all() and np.isfinite(b).all() and (c is None or np.isfinite(c).all())):
+        c = np.zeros((M, N)) if c is None else c
         special = _specials(a, b, c)
         a = np.where(np.isfinite(a), a, 0.0)
         b = np.where(np.isfinite(b), b, 0.0)
@@ -493,10 +495,12 @@ def _mma(a, b, unit: MatrixUnit, c, engine: str) -> np.ndarray:
                              "interleave=1, carry_bits=None; use engine='auto' or 'numpy'")
         if nb is not None:
             out = nb.mma_numba(np.ascontiguousarray(a), np.ascontiguousarray(b), fin,
-                               np.ascontiguousarray(c), unit, unit.result_format)
+                               None if c is None else np.ascontiguousarray(c), unit,
+                               unit.result_format)
             if special is not None:
                 out = np.where(special[0], special[1], out)
-            return out.astype(fout.dtype)
+            return out.astype(fout.dtype, copy=False)
+    c = np.zeros((M, N)) if c is None else c
     qa, qb = _anchor_pow2(a, unit.anchor_emin), _anchor_pow2(b, unit.anchor_emin)
     if unit.interleave == 2:
         j = np.arange(blk)
