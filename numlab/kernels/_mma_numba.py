@@ -61,7 +61,6 @@ from concurrent.futures import ThreadPoolExecutor
 import numba
 import numpy as np
 
-
 _ABSENT = -600
 """Exponent standing for a zero input and anchor of a column with no nonzero
 term: below every real anchor (>= -252: bf16/tf32 exponents are clamped at

@@ -43,8 +43,7 @@ leave the plain range.
 import numba
 import numpy as np
 
-from ._mma_numba import (_ABSENT, _TI, _TJ, _c_exponents, _fast_finish, _general, _len_bits,
-                         _rounded)
+from ._mma_numba import _ABSENT, _TI, _TJ, _c_exponents, _fast_finish, _general, _len_bits, _rounded
 '''
 
 _DRIVER = '''
