@@ -450,16 +450,19 @@ def mma_numba(a, b, fin, c, unit, fmt) -> np.ndarray:
     out = np.empty((M, N), np.float32)
     none = np.zeros((0, 0))  # C = 0, not stored
     nthreads = min(len(os.sched_getaffinity(0)), max(1, M // (4 * _TI)))
-    step = -(-M // nthreads // _TI) * _TI
+    # chunks of 4 tiles of rows at least, several per thread (a thread slowed
+    # down by the machine leaves the others work to take)
+    step = max(4 * _TI, -(-M // (4 * nthreads) // _TI) * _TI)
     parts = [(r, min(M, r + step)) for r in range(0, M, step)]
 
     def part(rr):
         r0, r1 = rr
         run(ap[r0:r1], bp, ea[r0:r1], ebp, none if c is None else c[r0:r1], out[r0:r1], *args)
 
-    if len(parts) == 1:
-        part(parts[0])
+    if nthreads == 1:
+        for rr in parts:
+            part(rr)
     else:
-        with ThreadPoolExecutor(len(parts)) as pool:
+        with ThreadPoolExecutor(nthreads) as pool:
             list(pool.map(part, parts))
     return out
