@@ -977,3 +977,23 @@ def test_fast_path_subnormal_block_result(subnormals):
     for engine in ("numpy", "numba"):
         got = mma(a, b, u, c, engine=engine)[0, 0]
         assert got == want and not np.signbit(got), (engine, got)
+
+
+def test_nan_bits():
+    """``nan_bits`` sets the pattern of every NaN result (fp32 and fp16
+    output, both engines) and refuses what is not a NaN of out_fmt."""
+    a = np.array([[np.inf, 1.0], [1.0, 1.0]])
+    b = np.array([[0.0, 1.0], [1.0, np.nan]])
+    for out, bits, dt in (("fp32", 0x7FFFFFFF, np.uint32), ("fp16", 0x7E01, np.uint16)):
+        u = MatrixUnit(out_fmt=out, final_rounding="rne" if out == "fp16" else "rtz", nan_bits=bits)
+        for engine in ("numpy", "numba") if _has_numba() else ("numpy",):
+            d = mma(a, b, u, engine=engine)
+            assert np.isnan(d).sum() == 3 and (d.view(dt)[np.isnan(d)] == bits).all(), engine
+            assert d[1, 0] == 1.0
+            plain = mma(a, b, u.replace(nan_bits=None), engine=engine)
+            assert not (plain.view(dt)[np.isnan(plain)] == bits).any()
+    for bad in (0x7F800000, 0x1FFFFFFFF, 1.5, -1):
+        with pytest.raises(ValueError, match="nan_bits"):
+            MatrixUnit(nan_bits=bad)
+    with pytest.raises(ValueError, match="nan_bits"):
+        MatrixUnit(out_fmt="fp16", final_rounding="rne", nan_bits=0x7FFFFFFF)

@@ -175,6 +175,11 @@ class MatrixUnit:
         (fp8 on Ada/L40S/H100 with fp32 output: 14, i.e. 23 + neab = 13
         fraction bits, ``GEMM.m`` special case 2; DeepSeek-V3 section 3.3.2
         estimates "around 14 bits" on H800); None = ``out_fmt``'s.
+    nan_bits : int or None
+        The bit pattern of a NaN result (``out_fmt``'s width), e.g.
+        ``0x7FFFFFFF``, the NaN a B200 returns (measured words of
+        sf-tensor/tcgen05); None (default): numpy's quiet NaN (the models
+        give NaN, not its payload).
     promote_every : int or None
         N_C: products accumulated in the unit before the partial sum is added
         to an fp32 accumulator in CUDA cores (DeepSeek-V3, section 3.3.2;
@@ -201,6 +206,7 @@ class MatrixUnit:
     interleave: int = 1
     join_bits: int = 2
     result_bits: int | None = None
+    nan_bits: int | None = None
     promote_every: int | None = None
     name: str = field(default="custom", compare=False)
     source: str = field(default="", compare=False)
@@ -244,6 +250,16 @@ class MatrixUnit:
         if self.result_bits is not None and (not _is_int(self.result_bits) or not 2 <= self.result_bits <= p_out):
             raise ValueError(f"result_bits={self.result_bits!r} is not valid; "
                              f"it must be None or an int in [2, {p_out}]")
+        if self.nan_bits is not None:
+            fo = get_format(self.out_fmt)
+            width = 1 + (fo.p - 1) + {"fp32": 8, "fp16": 5}[self.out_fmt]
+            frac = (1 << (fo.p - 1)) - 1
+            ok = _is_int(self.nan_bits) and 0 <= self.nan_bits < (1 << width)
+            if not ok or (self.nan_bits >> (fo.p - 1)) & ((1 << (width - fo.p)) - 1) != (
+                    1 << (width - fo.p)) - 1 or not self.nan_bits & frac:
+                raise ValueError(f"nan_bits={self.nan_bits!r} is not valid; it must be None or the "
+                                 f"{width}-bit pattern of a {self.out_fmt} NaN (exponent all ones, "
+                                 "fraction nonzero), e.g. 0x7FFFFFFF")
         if self.promote_every is not None:
             blk = self.block
             if not _is_int(self.promote_every) or self.promote_every < blk or self.promote_every % blk:
@@ -499,7 +515,7 @@ def _mma(a, b, unit: MatrixUnit, c, engine: str) -> np.ndarray:
                                unit.result_format)
             if special is not None:
                 out = np.where(special[0], special[1], out)
-            return out.astype(fout.dtype, copy=False)
+            return _nan_payload(out.astype(fout.dtype, copy=False), unit)
     c = np.zeros((M, N)) if c is None else c
     qa, qb = _anchor_pow2(a, unit.anchor_emin), _anchor_pow2(b, unit.anchor_emin)
     if unit.interleave == 2:
@@ -513,7 +529,17 @@ def _mma(a, b, unit: MatrixUnit, c, engine: str) -> np.ndarray:
                            halves if unit.interleave == 2 else None)
     if special is not None:
         out = np.where(special[0], special[1], out)
-    return out.astype(fout.dtype)
+    return _nan_payload(out.astype(fout.dtype), unit)
+
+
+def _nan_payload(out: np.ndarray, unit: MatrixUnit) -> np.ndarray:
+    """``out`` with every NaN set to ``unit.nan_bits`` (when given)."""
+    if unit.nan_bits is not None:
+        nan = np.isnan(out)
+        if nan.any():
+            bits = out.view(np.uint32 if out.dtype == np.float32 else np.uint16)
+            bits[nan] = unit.nan_bits
+    return out
 
 
 def _rows(a, b, qa, qb, c, unit: MatrixUnit, halves) -> np.ndarray:

@@ -48,8 +48,8 @@ differ).  That agreement is with a model, not with a GPU.
 Measured words with inputs exist for B200 only: github.com/sf-tensor/tcgen05
 (MIT) freezes 35 result words of ``tcgen05.mma`` on a B200 for inputs drawn
 from seeded Python generators (``tcgen05_model/validation.py`` @6f19f22).
-The five B200 presets with fp32 output reproduce all 35 (25 bit for bit, 10
-NaN whose payload numlab does not model).  Only 6 of them are nontrivial
+The five B200 presets with fp32 output reproduce all 35 bit for bit (10 are
+NaN, 0x7FFFFFFF, which they set as ``nan_bits``).  Only 6 of them are nontrivial
 sums, and those 6 also rule out the V100, A100/Ada/L40S tf32 and
 H100/Ada/L40S fp8 presets.  That is far too little to call a preset
 bit-accurate, and the evidence labels say so.
@@ -118,8 +118,8 @@ def _measured_evidence(key: str) -> str:
     return (f"; plus measured words: reproduces {n}/{n} measured B200 result words with their "
             "inputs (github.com/sf-tensor/tcgen05 tcgen05_model/validation.py @6f19f22, MIT, "
             f"tcgen05.mma on B200; {nontrivial} nontrivial sums, the rest edge cases (zeros, a "
-            f"subnormal, infinities) and {nan} NaN whose payload 0x7FFFFFFF is not modelled; "
-            "tests/test_mma_cport.py); far too few words to vouch for the model")
+            f"subnormal, infinities) and {nan} NaN, 0x7FFFFFFF, the preset's nan_bits; bit for "
+            "bit; tests/test_mma_cport.py); far too few words to vouch for the model")
 
 
 def _src(gpu_file: str, commit: str, note: str = "") -> str:
@@ -186,6 +186,7 @@ def _build() -> dict[str, MatrixUnit]:
                     in_fmt=fin, out_fmt=fout, fma_size=fma, align_bits=neab,
                     final_rounding="rtz" if fout == "fp32" else "rne",
                     interleave=inter, result_bits=rbits if fout == "fp32" else None,
+                    nan_bits=0x7FFFFFFF if key in _MEASURED else None,
                     name=key, source=src,
                     evidence=_CONTRADICTED.get(key, _EVIDENCE_FEW if key in _MEASURED else _EVIDENCE)
                     + _cport_evidence(fout, inter, rbits if fout == "fp32" else None)
