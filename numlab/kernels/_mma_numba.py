@@ -367,27 +367,33 @@ def _prep_a(a, emin):
 
 
 @numba.njit(cache=True, nogil=True)
-def _prep_b(b, emin):
-    """B (K, N) with a zero row appended, cut into column tiles of ``_TJ``
-    (zero-padded): shape (tiles, K + 1, _TJ), as float32, and its
-    exponents likewise (float32, ``_ABSENT`` for the zeros), in one pass;
-    with [min, max] as in :func:`_prep_a`."""
+def _prep_b(b, emin, bp, ebp, t0, t1):
+    """Column tiles ``t0`` to ``t1`` of B (K, N) into ``bp`` (tiles, K + 1,
+    ``_TJ``, float32: B with a zero row appended, cut into column tiles,
+    zero-padded) and of its exponents into ``ebp`` (float32, ``_ABSENT`` for
+    the zeros), writing every element of those tiles (the arrays come from
+    ``np.empty``; threads fill disjoint tiles); returns [min, max] as in
+    :func:`_prep_a`."""
     K, N = b.shape
-    nt = (N + _TJ - 1) // _TJ
-    bp = np.zeros((nt, K + 1, _TJ), np.float32)
-    ebp = np.full((nt, K + 1, _TJ), np.float32(_ABSENT))
     lo, hi = 2000, -2000
-    for t in range(nt):
+    for t in range(t0, t1):
         j0 = t * _TJ
+        nj = min(N - j0, _TJ)
         for k in range(K):
-            for jj in range(min(N - j0, _TJ)):
+            for jj in range(nj):
                 v = b[k, j0 + jj]
                 bp[t, k, jj] = v
                 x, l, h = _exponents(v, emin)
                 ebp[t, k, jj] = x
                 lo = min(lo, l)
                 hi = max(hi, h)
-    return bp, ebp, np.array([lo, hi])
+            for jj in range(nj, _TJ):
+                bp[t, k, jj] = 0.0
+                ebp[t, k, jj] = _ABSENT
+        for jj in range(_TJ):
+            bp[t, K, jj] = 0.0
+            ebp[t, K, jj] = _ABSENT
+    return np.array([lo, hi])
 
 
 def _fast_ok(unit, in_p: int, emin: int, sa, sb) -> bool:
@@ -436,33 +442,47 @@ def mma_numba(a, b, fin, c, unit, fmt) -> np.ndarray:
     threads).  The fast path runs when :func:`_fast_ok` allows it; both give
     the same bits (tests/test_mma_model.py)."""
     M = a.shape[0]
+    K, N = b.shape
     emin = unit.anchor_emin
-    ap, ea, sa = _prep_a(a, emin)
-    bp, ebp, sb = _prep_b(b, emin)
-    fast = _fast_ok(unit, fin.p, emin, sa, sb)
     args = (unit.block, 23 + unit.align_bits, _ALIGN[unit.align_rounding],
             _FINAL[unit.final_rounding], fmt.p, fmt.emin, fmt.emax,
             not unit.subnormals, unit.promote_every or 0, unit.out_fmt == "fp16")
     # the generated drivers import this module's helpers, so not at its top
     from . import _mma_numba_blocks
-    run = getattr(_mma_numba_blocks, f"run_{unit.block}" if fast else "run_general")
-    N = b.shape[1]
+    nt = -(-N // _TJ)
+    bp = np.empty((nt, K + 1, _TJ), np.float32)
+    ebp = np.empty((nt, K + 1, _TJ), np.float32)
     out = np.empty((M, N), np.float32)
+    if M == 0 or N == 0:
+        return out
     none = np.zeros((0, 0))  # C = 0, not stored
     nthreads = min(len(os.sched_getaffinity(0)), max(1, M // (4 * _TI)))
     # chunks of 4 tiles of rows at least, several per thread (a thread slowed
     # down by the machine leaves the others work to take)
     step = max(4 * _TI, -(-M // (4 * nthreads) // _TI) * _TI)
     parts = [(r, min(M, r + step)) for r in range(0, M, step)]
+    tiles = [(t, min(nt, t + -(-nt // nthreads))) for t in range(0, nt, -(-nt // nthreads))]
+    sb = np.array([2000, -2000])
+
+    def prep(tt):
+        return _prep_b(b, emin, bp, ebp, tt[0], tt[1])
 
     def part(rr):
+        # A's rows are prepared by the thread that uses them; the fast path
+        # is decided per chunk (both paths give the same bits)
         r0, r1 = rr
-        run(ap[r0:r1], bp, ea[r0:r1], ebp, none if c is None else c[r0:r1], out[r0:r1], *args)
+        ap, ea, sa = _prep_a(a[r0:r1], emin)
+        run = getattr(_mma_numba_blocks, f"run_{unit.block}"
+                      if _fast_ok(unit, fin.p, emin, sa, sb) else "run_general")
+        run(ap, bp, ea, ebp, none if c is None else c[r0:r1], out[r0:r1], *args)
 
     if nthreads == 1:
+        sb = prep(tiles[0])
         for rr in parts:
             part(rr)
     else:
         with ThreadPoolExecutor(nthreads) as pool:
+            st = np.array(list(pool.map(prep, tiles)))
+            sb = np.array([st[:, 0].min(), st[:, 1].max()])
             list(pool.map(part, parts))
     return out
