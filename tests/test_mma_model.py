@@ -997,3 +997,23 @@ def test_nan_bits():
             MatrixUnit(nan_bits=bad)
     with pytest.raises(ValueError, match="nan_bits"):
         MatrixUnit(out_fmt="fp16", final_rounding="rne", nan_bits=0x7FFFFFFF)
+
+
+def test_fast_path_block_sum_beyond_int32():
+    """H100 fp16 (16 products, width 25): 16 products (2 - 2**-10)**2 and C
+    just below 2 at the same anchor make a block sum above 2**31 window
+    units; the fast path adds the C term in float64, so it still gives the
+    numpy path's bits (an int32 sum would wrap)."""
+    pytest.importorskip("numba", reason="numba is optional; the compiled mma path needs it")
+    u = PRESETS["H100/fp16/fp32"]
+    top = 2.0 - 2.0 ** -10
+    a = np.full((4, 32), top)
+    b = np.full((32, 128), top)
+    b[:, 1::2] *= -1
+    c = np.full((4, 128), np.float32(2.0 - 2.0 ** -23), dtype=np.float32)
+    c[:, 1::2] *= -1
+    x = mma(a, b, u, c, engine="numpy")
+    y = mma(a, b, u, c, engine="numba")
+    assert np.array_equal(x, y)
+    s = 16 * np.floor(top * top * 2.0 ** 25) + np.floor(float(c[0, 0]) * 2.0 ** 25)
+    assert s > 2 ** 31  # the case is exercised

@@ -246,14 +246,14 @@ def _c_exponents(ot, ecv, ii):
 
 
 @numba.njit(inline="always")
-def _fast_finish(ot, nt, ecv, e32v, f32v, s32v, ii, acode, mask, lo_plain, hi_plain, lim):
+def _fast_finish(ot, nt, ecv, e32v, f32v, s32v, ii, acode, mask, lo_plain, hi_plain):
     """The fast path's second pass over row ``ii`` of the tile ``ot``
     (float32, the accumulators C): the C term ``C * f`` (``f32v``: the scale
     ``2**(width - anchor)`` of the block's first pass) rounded to an integer
     (exact in float32: C has 24 bits and f is a power of two; a scaled C
     below 2**-126 is below 1 and rounds to 0), the block sum ``S = C term +
-    s32v`` in int32, truncated to the result's precision by clearing float64
-    bits (``mask``) and scaled back by ``1 / f`` (exact: the result is a
+    s32v`` (each term below 2**31) added in float64, exact, truncated to the
+    result's precision by clearing float64 bits (``mask``) and scaled back by ``1 / f`` (exact: the result is a
     normal float32 in the plain range) into ``nt``; C's exponent for the
     next block into ``ecv``.  Integer steps stay in 32-bit lanes (numba
     widens int32 arithmetic to int64, so the anchors are compared as given
@@ -261,7 +261,7 @@ def _fast_finish(ot, nt, ecv, e32v, f32v, s32v, ii, acode, mask, lo_plain, hi_pl
 
     Returns True when an anchor (``e32v``) lies outside ``[lo_plain,
     hi_plain]`` (the result may be subnormal or overflow; there ``f`` may be
-    clamped) or ``|s32v| > lim`` (S could leave int32): the caller then
+    clamped): the caller then
     computes the row's block by the general path and discards ``nt`` and
     ``ecv``'s row.  That covers an infinite C (an earlier overflow): its
     exponent 1024 is the anchor, beyond ``hi_plain``.  The anchors
@@ -273,10 +273,10 @@ def _fast_finish(ot, nt, ecv, e32v, f32v, s32v, ii, acode, mask, lo_plain, hi_pl
         x = ot[ii, jj] * f
         if acode != 0:
             x = np.rint(x)
-        s32 = s32v[jj]
-        S = np.int32(np.int32(x) + s32)
+        # the block sum, exact in float64 (below 2**33)
+        S = np.float64(np.int32(x)) + np.float64(s32v[jj])
         inv = np.int32(np.int32(254 << 23) - np.float32(f).view(np.int32)).view(np.float32)
-        r = np.float32(_as_float(_as_bits(np.float64(S)) & mask) * np.float64(inv))
+        r = np.float32(_as_float(_as_bits(S) & mask) * np.float64(inv))
         nt[jj] = r
         # r is normal or zero: its exponent, or -127 for zero, which is below
         # every nonzero product's anchor here (_fast_ok: >= width - 127)
@@ -284,7 +284,7 @@ def _fast_finish(ot, nt, ecv, e32v, f32v, s32v, ii, acode, mask, lo_plain, hi_pl
                                  & np.int32(255)) - np.float32(127)
         e = e32v[jj]
         low = (e < lo_plain) & (e != np.int32(_ABSENT)) & (e != np.int32(-127))
-        bad |= low | (e > hi_plain) | (abs(s32) > lim)
+        bad |= low | (e > hi_plain)
     return bad
 
 

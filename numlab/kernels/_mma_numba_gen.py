@@ -118,9 +118,6 @@ _FAST_ALLOC = """\
     s32v = np.empty(_TJ, np.int32)
     lo32, hi32 = np.int32(lo_plain), np.int32(hi_plain)
     wf = np.float32(width)
-    # the block sum C term + s32v stays in int32 when |s32v| <= lim (the C
-    # term is at most 2**(width + 1) in magnitude)
-    lim = np.int32(2 ** 31 - 1 - 2 ** (width + 1))
 """
 
 _GENERAL = '''\
@@ -211,7 +208,7 @@ def _fast_step(blk: int) -> str:
         _indent(_loop(blk, True), 4).rstrip("\n"),
         "else:",
         _indent(_loop(blk, False), 4).rstrip("\n"),
-        "if _fast_finish(ot, nt, ecv, e32v, f32v, s32v, ii, acode, mask, lo32, hi32, lim):",
+        "if _fast_finish(ot, nt, ecv, e32v, f32v, s32v, ii, acode, mask, lo32, hi32):",
         _indent(_GENERAL + "\n_c_exponents(ot, ecv, ii)", 4).rstrip("\n"),
         "else:",
         "    for jj in range(_TJ):",
