@@ -22,6 +22,10 @@ float64 (target: within 3x).  A further line shows the floor set by the design
 rule "one BLAS call per K tile": the float64 BLAS calls alone, one per K tile,
 into one reused output buffer.
 
+Matrix units (issue #15): the rows of ``numlab bench mma`` (the A100 and H100
+fp16 presets, fma_size 8 and 16, at the matmul's size) against the same
+float64 matmul, target within 10x.
+
 BLAS threads matter: both sides use numpy's OpenBLAS with its default thread
 count.  On a small, loaded machine eight rank-128 calls with two threads can be
 several times slower than with one, while the single 1024^3 reference call is
@@ -48,6 +52,8 @@ import numpy as np
 from .. import kernels as K
 from ..kernels.reduce import _reduce_reference
 from . import best_of
+from .mma import TARGET as MMA_TARGET
+from .mma import time_mma
 
 MATMUL_TARGET = 3.0  # issue "near the memory floor": block-FMA 1024^3 <= 3x numpy float64 matmul
 ORDERS = ("sequential", "pairwise", "blocked(512)", "lanes(16)", "kahan")
@@ -152,6 +158,12 @@ def main(quick: bool = False) -> str:
                  f"vs np.matmul float64 [{ok}]")
     lines.append(f"{'(floor)':8} {t_tiles:10.4f} {t_np64:10.4f} {t_tiles / t_np64:7.2f} {'':>7}  "
                  f"float64 BLAS alone, one call per 128-wide K tile into one buffer (no rounding/certification)")
+    # issue #15 asks `bench kernels` for the matrix-unit model too: the rows of `bench mma`
+    for row in time_mma(m, repeat=3):
+        ok = "ok" if row["met"] == "yes" else "MISSED"
+        lines.append(f"{'mma':8} {row['model_s']:10.4f} {row['numpy_s']:10.4f} {row['ratio']:7.2f} "
+                     f"{MMA_TARGET:6.1f}x  {m}^3 fp16 on {row['unit']} (fma_size {row['fma_size']}, "
+                     f"{row['engine']}) vs np.matmul float64 [{ok}]")
     out = "\n".join(lines)
     print(out)
     return out
