@@ -42,8 +42,10 @@ preset without subnormal inputs.  Where the C model leaves out steps of its
 MATLAB model (fp32 block results for fp16 output and for fp8 with
 ``result_bits``), the match is for the preset with fp32 block results; each
 preset's ``evidence`` says which.  On subnormal inputs the C model takes the
-true exponent where these presets take ``max(e, emin)`` (9 of 529 outputs
-differ).  That agreement is with a model, not with a GPU.
+true exponent where these presets take ``max(e, emin)`` (as MATLAB's
+``fpbits_IEEE2`` does): 9 of 529 outputs differ, and
+``preset.replace(subnormal_anchor="true")`` reproduces all 9.  That agreement
+is with a model, not with a GPU.
 
 Measured words with inputs exist for B200 only: github.com/sf-tensor/tcgen05
 (MIT) freezes 35 result words of ``tcgen05.mma`` on a B200 for inputs drawn
