@@ -14,8 +14,8 @@ parameters are written out below, not read from :mod:`numlab.formats`.
 
 Only the unit's documented parameters are read (``in_fmt``, ``out_fmt``,
 ``fma_size``, ``align_bits``, ``carry_bits``, ``align_rounding``,
-``final_rounding``, ``subnormals``, ``interleave``, ``join_bits``,
-``result_bits``, ``promote_every``), so the reference works on any object that
+``final_rounding``, ``subnormals``, ``subnormal_anchor``, ``interleave``,
+``join_bits``, ``result_bits``, ``promote_every``), so the reference works on any object that
 carries them.
 
 The algorithm for one element ``d = sum_k a_k b_k + c``:

@@ -333,6 +333,15 @@ def test_unit_strings_and_their_errors():
         parse_unit("custom(fma_size=2)x")
     with pytest.raises(TypeError, match="mma must be None, a MatrixUnit or a unit string"):
         KernelSpec(mma=3)
+    # ints: decimal (leading zeros too), hex for bit patterns
+    assert parse_unit("custom(fma_size=08,align_bits=-02)") == MatrixUnit(fma_size=8, align_bits=-2)
+    assert parse_unit("custom(nan_bits=0x7FFFFFFF)").nan_bits == 0x7FFFFFFF
+    with pytest.raises(ValueError, match="is not an int"):
+        parse_unit("custom(fma_size=0b11)")
+    # a B200 preset carries an fp32 NaN pattern: another out_fmt needs nan_bits too
+    with pytest.raises(ValueError, match="needs nan_bits too"):
+        parse_unit("B200(out_fmt=fp16)")
+    assert parse_unit("B200(out_fmt=fp16,nan_bits=none)").nan_bits is None
 
 
 def _fp16(rng, shape, scale=1.0):

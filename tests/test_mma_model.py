@@ -677,7 +677,7 @@ def _random_unit(rng) -> MatrixUnit:
     align = int(rng.integers(-12, ab_max + 1))
     rbits = None
     if fout == "fp32" and rng.random() < 0.3:
-        rbits = int(rng.integers(8, 24))
+        rbits = int(rng.choice([2, 3, *range(8, 24)]))
     promote = None
     if rng.random() < 0.3:
         promote = fma * int(rng.integers(1, 5))
@@ -879,6 +879,7 @@ def test_every_knob_changes_bits():
 # ---------------------------------------------------------------------------
 def test_generated_drivers_are_current():
     """numlab/kernels/_mma_numba_blocks.py is what its generator writes."""
+    pytest.importorskip("numba", reason="the generator reads numlab.kernels._mma_numba (numba)")
     from pathlib import Path
 
     from numlab.kernels import _mma_numba_gen
@@ -902,6 +903,15 @@ def _fast_units():
     ]
 
 
+def _spy_fast_ok(monkeypatch) -> list:
+    """Record each decision of ``_mma_numba._fast_ok`` (per row chunk)."""
+    from numlab.kernels import _mma_numba
+    taken: list = []
+    real = _mma_numba._fast_ok
+    monkeypatch.setattr(_mma_numba, "_fast_ok", lambda *args: taken.append(real(*args)) or taken[-1])
+    return taken
+
+
 @pytest.mark.parametrize("k", range(12))
 def test_fast_path_gives_the_general_paths_bits(k, monkeypatch):
     """Each unit of ``_fast_units`` on inputs with zeros, subnormals, values
@@ -910,14 +920,11 @@ def test_fast_path_gives_the_general_paths_bits(k, monkeypatch):
     K not multiples of the tile and block.  The fast path must be taken
     (``_fast_ok`` True) and give the numpy path's bits."""
     pytest.importorskip("numba", reason="numba is optional; the compiled mma path needs it")
-    from numlab.kernels import _mma_numba
     u = _fast_units()[k]
-    taken = []
-    real = _mma_numba._fast_ok
-    monkeypatch.setattr(_mma_numba, "_fast_ok", lambda *args: taken.append(real(*args)) or taken[-1])
+    taken = _spy_fast_ok(monkeypatch)
     rng = np.random.default_rng(500 + k)
     fin = get_format(u.in_fmt)
-    for M, K, N in ((33, 3 * u.block + 5, 200), (20, 64, 128)):
+    for M, K, N in ((33, 3 * u.block + 5, 200), (20, 64, 128), (130, 2 * u.block + 3, 140)):
         a, b, c = _hard_inputs(rng, u, M, K, N)
         if fin.emax > 15:  # keep bf16/tf32 products in float32's range: the fast path's data bound
             a, b = np.clip(a, -2.0 ** 60, 2.0 ** 60), np.clip(b, -2.0 ** 60, 2.0 ** 60)
@@ -940,6 +947,7 @@ def test_fast_path_bounds():
     float32's normal range, a block whose int32 sum could overflow (rne
     terms can reach 2**(width + 2)), final roundings other than truncation,
     block lengths without an unrolled loop."""
+    pytest.importorskip("numba", reason="numba is optional; the compiled mma path needs it")
     from numlab.kernels._mma_numba import _fast_ok
     f16, bf16 = get_format("fp16"), get_format("bf16")
     none = np.array([2000, -2000])
@@ -960,7 +968,7 @@ def test_fast_path_bounds():
 
 
 @pytest.mark.parametrize("subnormals", [True, False])
-def test_fast_path_subnormal_block_result(subnormals):
+def test_fast_path_subnormal_block_result(subnormals, monkeypatch):
     """A block result in fp32's subnormal range through the fast path: C =
     -(2**-104 - 2**-127) (normal) plus the product 2**-52 * 2**-52 on a bf16
     unit with width 23 (window quantum 2**-127 at anchor -104) is exactly
@@ -974,9 +982,11 @@ def test_fast_path_subnormal_block_result(subnormals):
     a[0, 0] = b[0, 0] = 2.0 ** -52
     c = np.array([[-(2.0 ** -104 - 2.0 ** -127)]])
     want = 2.0 ** -127 if subnormals else 0.0
+    taken = _spy_fast_ok(monkeypatch)
     for engine in ("numpy", "numba"):
         got = mma(a, b, u, c, engine=engine)[0, 0]
         assert got == want and not np.signbit(got), (engine, got)
+    assert taken == [True]
 
 
 def test_nan_bits():
@@ -999,7 +1009,7 @@ def test_nan_bits():
         MatrixUnit(out_fmt="fp16", final_rounding="rne", nan_bits=0x7FFFFFFF)
 
 
-def test_fast_path_block_sum_beyond_int32():
+def test_fast_path_block_sum_beyond_int32(monkeypatch):
     """H100 fp16 (16 products, width 25): 16 products (2 - 2**-10)**2 and C
     just below 2 at the same anchor make a block sum above 2**31 window
     units; the fast path adds the C term in float64, so it still gives the
@@ -1012,8 +1022,22 @@ def test_fast_path_block_sum_beyond_int32():
     b[:, 1::2] *= -1
     c = np.full((4, 128), np.float32(2.0 - 2.0 ** -23), dtype=np.float32)
     c[:, 1::2] *= -1
+    taken = _spy_fast_ok(monkeypatch)
     x = mma(a, b, u, c, engine="numpy")
     y = mma(a, b, u, c, engine="numba")
-    assert np.array_equal(x, y)
+    assert np.array_equal(x, y) and taken == [True]
     s = 16 * np.floor(top * top * 2.0 ** 25) + np.floor(float(c[0, 0]) * 2.0 ** 25)
     assert s > 2 ** 31  # the case is exercised
+
+
+def test_overflowed_block_result_stays_infinite_with_narrow_results():
+    """An infinite C (a block that overflowed) under a final rounding other
+    than truncation and result_bits=2: the compiled path scaled it by
+    2**(p - 1 - 1024), a zero, and gave NaN (found by review); both engines
+    keep +inf."""
+    u = MatrixUnit("bf16", fma_size=4, result_bits=2, final_rounding="rne")
+    a, b = np.zeros((1, 8)), np.zeros((8, 1))
+    a[0, 0], b[0, 0] = 2.0 ** 63, 2.0 ** 62
+    c = np.array([[1.5 * 2.0 ** 127]])
+    for engine in ("numpy", "numba") if _has_numba() else ("numpy",):
+        assert np.isposinf(mma(a, b, u, c, engine=engine)[0, 0]), engine

@@ -108,7 +108,8 @@ def _parse_value(f: dataclasses.Field, key: str, value: str, arg: str):
         raise ValueError(f"{arg}: {key}={value!r} is not a boolean; valid values: ['true', 'false']")
     if t.split("|")[0].strip() == "int":
         try:
-            return int(v, 0)  # decimal, or 0x... for bit patterns (nan_bits)
+            hexa = v.lstrip("+-").lower().startswith("0x")  # bit patterns (nan_bits)
+            return int(v, 16) if hexa else int(v)
         except ValueError:
             valid = "an int or 'none'" if _nullable(f) else "an int"
             raise ValueError(f"{arg}: {key}={value!r} is not an int; valid values: {valid}") from None

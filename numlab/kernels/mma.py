@@ -257,9 +257,11 @@ class MatrixUnit:
             ok = _is_int(self.nan_bits) and 0 <= self.nan_bits < (1 << width)
             if not ok or (self.nan_bits >> (fo.p - 1)) & ((1 << (width - fo.p)) - 1) != (
                     1 << (width - fo.p)) - 1 or not self.nan_bits & frac:
+                example = "0x7FFFFFFF" if self.out_fmt == "fp32" else "0x7E00"
                 raise ValueError(f"nan_bits={self.nan_bits!r} is not valid; it must be None or the "
                                  f"{width}-bit pattern of a {self.out_fmt} NaN (exponent all ones, "
-                                 "fraction nonzero), e.g. 0x7FFFFFFF")
+                                 f"fraction nonzero), e.g. {example}; changing out_fmt of a unit "
+                                 "with nan_bits needs nan_bits too (None: numpy's NaN)")
         if self.promote_every is not None:
             blk = self.block
             if not _is_int(self.promote_every) or self.promote_every < blk or self.promote_every % blk:
