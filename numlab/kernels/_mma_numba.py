@@ -79,7 +79,7 @@ so that scaled back it overflows to inf (no window of a unit is 60 bits wide).""
 _ALIGN = {"rtz": 0, "down": 1, "rne": 2, "sticky": 3}
 _FINAL = {"rtz": 0, "down": 1, "rne": 2, "up": 3}
 
-_TI = 16
+_TI = 128
 """Rows per tile: they share the block's slice of B in L1."""
 _TJ = 128
 """Columns per tile: the loops over a tile's columns are the ones LLVM
@@ -466,10 +466,10 @@ def mma_numba(a, b, fin, c, unit, fmt) -> np.ndarray:
         return out
     none = np.zeros((0, 0))  # C = 0, not stored
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    nthreads = min(cpus, max(1, M // (4 * _TI)))
-    # chunks of 4 tiles of rows at least, several per thread (a thread slowed
-    # down by the machine leaves the others work to take)
-    step = max(4 * _TI, -(-M // (4 * nthreads) // _TI) * _TI)
+    nthreads = min(cpus, max(1, M // 64))
+    # chunks of at most one tile of rows, several per thread (a thread slowed
+    # down by the machine leaves the others work to take), of 16 rows at least
+    step = min(_TI, max(16, -(-M // (4 * nthreads))))
     parts = [(r, min(M, r + step)) for r in range(0, M, step)]
     tiles = [(t, min(nt, t + -(-nt // nthreads))) for t in range(0, nt, -(-nt // nthreads))]
     sb = np.array([2000, -2000])
