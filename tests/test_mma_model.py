@@ -1041,3 +1041,25 @@ def test_overflowed_block_result_stays_infinite_with_narrow_results():
     c = np.array([[1.5 * 2.0 ** 127]])
     for engine in ("numpy", "numba") if _has_numba() else ("numpy",):
         assert np.isposinf(mma(a, b, u, c, engine=engine)[0, 0]), engine
+
+
+def test_float16_inputs_as_they_are():
+    """fp16 inputs in a float16 array are read as they are (the numba path
+    decodes their bits): the same bits as the same values in float64, on
+    both engines, with subnormals, signed zeros, flushing, a float64 other
+    operand and K not a multiple of the block."""
+    rng = np.random.default_rng(77)
+    a = (rng.standard_normal((40, 37)) * np.exp2(rng.integers(-20, 8, (40, 37)))).astype(np.float16)
+    b = (rng.standard_normal((37, 150)) * np.exp2(rng.integers(-20, 8, (37, 150)))).astype(np.float16)
+    a[0, :3] = [0.0, -0.0, np.float16(2.0 ** -24)]
+    b[:2, 0] = [-(2.0 ** -24), -0.0]
+    assert (np.abs(a) < 2.0 ** -14).any() and (a != 0).any()
+    for u in (PRESETS["A100/fp16/fp32"], PRESETS["V100/fp16/fp16"],
+              MatrixUnit("fp16", fma_size=8, subnormals=False)):
+        want = mma(a.astype(np.float64), b.astype(np.float64), u, engine="numpy")
+        engines = ("numpy", "numba") if _has_numba() else ("numpy",)
+        for engine in engines:
+            for x, y in ((a, b), (a, b.astype(np.float64)), (a.astype(np.float64), b)):
+                got = mma(x, y, u, engine=engine)
+                assert np.array_equal(got.view(np.uint32 if got.dtype == np.float32 else np.uint16),
+                                      want.view(np.uint32 if want.dtype == np.float32 else np.uint16)), (u, engine)

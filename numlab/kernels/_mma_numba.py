@@ -62,6 +62,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
+from numba.extending import overload
 
 _ABSENT = -600
 """Exponent standing for a zero input and anchor of a column with no nonzero
@@ -341,6 +342,27 @@ def _exp_of(v, emin):
     return e if v != 0.0 else np.float32(_ABSENT)
 
 
+def _value(x):
+    """An input entry as float64: the entry itself, or the value of the fp16
+    bit pattern ``x`` (uint16: float16 arrays are passed as their bits,
+    numba having no float16; finite by then)."""
+    return np.float64(x)
+
+
+@overload(_value, inline="always")
+def _value_impl(x):
+    if isinstance(x, numba.types.Integer):
+        def decode(x):
+            h = np.int64(x)
+            e = (h >> 10) & 31
+            m = h & 1023
+            # subnormal: m 2**-24; normal: (1024 + m) 2**(e - 25)
+            v = np.float64(m + (1024 if e > 0 else 0)) * _as_float(_pow2(max(e, 1) - 25))
+            return -v if h >> 15 else v
+        return decode
+    return lambda x: np.float64(x)
+
+
 @numba.njit(inline="always")
 def _exponents(v, emin):
     """The exponent of an input value ``v`` as the anchor reads it
@@ -365,7 +387,7 @@ def _prep_a(a, emin):
     lo, hi = 2000, -2000
     for i in range(M):
         for k in range(K):
-            v = a[i, k]
+            v = _value(a[i, k])
             ap[i, k] = v
             x, l, h = _exponents(v, emin)
             ea[i, k] = x
@@ -390,7 +412,7 @@ def _prep_b(b, emin, bp, ebp, t0, t1):
         nj = min(N - j0, _TJ)
         for k in range(K):
             for jj in range(nj):
-                v = b[k, j0 + jj]
+                v = _value(b[k, j0 + jj])
                 bp[t, k, jj] = v
                 x, l, h = _exponents(v, emin)
                 ebp[t, k, jj] = x
@@ -444,8 +466,8 @@ def _fast_ok(unit, in_p: int, emin: int, sa, sb) -> bool:
 def mma_numba(a, b, fin, c, unit, fmt) -> np.ndarray:
     """D = A B + C (float32: every result format's values are float32
     values) by a driver of ``_mma_numba_blocks`` with a unit's parameters
-    (``a``, ``b``: float64 values of the input format ``fin``, finite, K
-    padded to the block; ``c`` finite, or None for zero) on row chunks in
+    (``a``, ``b``: float64 values of the input format ``fin``, or float16
+    arrays, finite, K padded to the block; ``c`` finite, or None for zero) on row chunks in
     threads (the drivers release the GIL;
     rows are independent, so the bits do not depend on the number of
     threads).  The fast path runs when :func:`_fast_ok` allows it; both give
@@ -453,6 +475,9 @@ def mma_numba(a, b, fin, c, unit, fmt) -> np.ndarray:
     M = a.shape[0]
     K, N = b.shape
     emin = unit.anchor_emin
+    # numba has no float16: such an operand is passed as its bits (_value decodes)
+    a = a.view(np.uint16) if a.dtype == np.float16 else a
+    b = b.view(np.uint16) if b.dtype == np.float16 else b
     args = (unit.block, 23 + unit.align_bits, _ALIGN[unit.align_rounding],
             _FINAL[unit.final_rounding], fmt.p, fmt.emin, fmt.emax,
             not unit.subnormals, unit.promote_every or 0, unit.out_fmt == "fp16")

@@ -298,11 +298,16 @@ class MatrixUnit:
 # helpers
 # --------------------------------------------------------------------------
 def _values(x, fmt: Format, name: str, flush: bool) -> np.ndarray:
-    """``x`` as float64 values of ``fmt`` (ValueError naming ``name`` if not).
-    An array stored in ``fmt``'s own dtype holds its values by construction."""
+    """``x`` as float64 values of ``fmt`` (ValueError naming ``name`` if not),
+    or as the float16 array it is (fp16).  An array stored in ``fmt``'s own
+    dtype holds its values by construction."""
     arr = np.asarray(x)
     if arr.dtype.kind not in "fV" or (arr.dtype.kind == "V" and arr.dtype.itemsize > 2):
         raise TypeError(f"{name} must be a floating-point array, got dtype {arr.dtype}")
+    if arr.dtype == np.float16 and fmt.name == "fp16":
+        # held as they are (no float64 copy of a large fp16 input): the
+        # numba path reads their bits, the numpy path converts them
+        return np.where(np.abs(arr) < fmt.smallest_normal, 0.0 * arr, arr) if flush else arr
     v = arr.astype(np.float64)
     if fmt.dtype is None or arr.dtype != fmt.dtype:
         w = np.where(np.isfinite(v), v, 0.0)
@@ -504,8 +509,8 @@ def _mma(a, b, unit: MatrixUnit, c, engine: str) -> np.ndarray:
     blk = unit.block
     kp = -(-K // blk) * blk
     if kp != K:
-        a = np.concatenate([a, np.zeros((M, kp - K))], axis=1)
-        b = np.concatenate([b, np.zeros((kp - K, N))], axis=0)
+        a = np.concatenate([a, np.zeros((M, kp - K), a.dtype)], axis=1)
+        b = np.concatenate([b, np.zeros((kp - K, N), b.dtype)], axis=0)
     if engine == "numba" or (engine == "auto" and M * N * K >= _NUMBA_MIN_WORK):
         nb = _numba_module() if unit.interleave == 1 and unit.carry_bits is None else None
         if nb is None and engine == "numba":
@@ -519,6 +524,7 @@ def _mma(a, b, unit: MatrixUnit, c, engine: str) -> np.ndarray:
                 out = np.where(special[0], special[1], out)
             return _nan_payload(out.astype(fout.dtype, copy=False), unit)
     c = np.zeros((M, N)) if c is None else c
+    a, b = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
     qa, qb = _anchor_pow2(a, unit.anchor_emin), _anchor_pow2(b, unit.anchor_emin)
     if unit.interleave == 2:
         j = np.arange(blk)
