@@ -332,16 +332,6 @@ def _general(ot, ii, a, bp, ea, ebp, t, i, k0, blk, zero, ks, anc, sc, s, width,
         _finish(ot, ii, sc, s, inv, p, emin, big, tiny, flush, 3)
 
 
-@numba.njit(inline="always")
-def _exp_of(v, emin):
-    """``max(floor(log2|v|), emin)`` of a nonzero float64 value of an input
-    format (all of them normal float64 numbers) from its exponent field, as
-    float32; ``_ABSENT`` for zero (a product with a zero factor never sets
-    the anchor)."""
-    e = np.float32(max(_exponent(_as_bits(v)), emin))
-    return e if v != 0.0 else np.float32(_ABSENT)
-
-
 def _value(x):
     """An input entry as float64: the entry itself, or the value of the fp16
     bit pattern ``x`` (uint16: float16 arrays are passed as their bits,
@@ -365,14 +355,17 @@ def _value_impl(x):
 
 @numba.njit(inline="always")
 def _exponents(v, emin):
-    """The exponent of an input value ``v`` as the anchor reads it
-    (:func:`_exp_of`), and as bounds of its true exponent for
-    :func:`_fast_ok`: (low, high) = (e, e) for nonzero ``v`` (float64
-    exponent field: every value of an input format is a normal float64
-    number), (2000, -2000) for zero, which bounds nothing."""
+    """The exponent of an input value ``v`` as the anchor reads it,
+    ``max(floor(log2|v|), emin)`` as float32 (``_ABSENT`` for zero: a
+    product with a zero factor never sets the anchor), and as bounds of its
+    true exponent for :func:`_fast_ok`: (low, high) = (e, e) for nonzero
+    ``v``, (2000, -2000) for zero, which bounds nothing.  Read from the
+    float64 exponent field: every value of an input format is a normal
+    float64 number."""
     e = _exponent(_as_bits(v))
-    nz = v != 0.0
-    return _exp_of(v, emin), e if nz else 2000, e if nz else -2000
+    if v == 0.0:
+        return np.float32(_ABSENT), 2000, -2000
+    return np.float32(max(e, emin)), e, e
 
 
 @numba.njit(cache=True, nogil=True)

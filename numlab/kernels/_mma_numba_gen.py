@@ -54,9 +54,10 @@ def {name}(a, bp, ea, ebp, c, out, blk, width, acode, fcode, p, emin, emax, flus
     an all-zero column (exponent ``_ABSENT``); ``bp`` and ``ebp`` (tiles,
     K + 1, _TJ) are B and its exponents cut into column tiles, zero-padded;
     all float32.  ``acode``/``fcode`` select the alignment and final
-    roundings; ``c`` (M x N) is C, or an empty array for C = 0.  The accumulators of a tile are held as float32 (``ot``:
-    every block result is a value of the result format, fp32 or narrower);
-    the general path works on a float64 copy of the row (``t64``).{longer}"""
+    roundings; ``c`` (M x N) is C, or an empty array for C = 0.  The
+    accumulators of a tile are held as float32 (``ot``: every block result
+    is a value of the result format, fp32 or narrower); the general path
+    works on a float64 copy of the row (``t64``).{longer}"""
     M, N = out.shape
     has_c = c.shape[0] > 0
     Kp = a.shape[1] - 1
@@ -75,8 +76,7 @@ def {name}(a, bp, ea, ebp, c, out, blk, width, acode, fcode, p, emin, emax, flus
     anc = np.empty(_TJ, np.float32)
     sc = np.empty(_TJ)
     s = np.empty(_TJ, np.int64)
-{alloc}    ecv = np.empty((_TI, _TJ), np.float32)
-    ot = np.empty((_TI, _TJ), np.float32)
+{alloc}    ot = np.empty((_TI, _TJ), np.float32)
     t64 = np.empty((1, _TJ))
     acc = np.empty((_TI, _TJ))
     ks = np.empty(blk + 4, np.int64)
@@ -91,17 +91,14 @@ def {name}(a, bp, ea, ebp, c, out, blk, width, acode, fcode, p, emin, emax, flus
             if promote > 0:
                 acc[:, :] = ot
                 ot[:, :] = 0.0
-            for ii in range(ni):
-                _c_exponents(ot, ecv, ii)
-            for k0 in range(0, Kp, blk):
+{init}            for k0 in range(0, Kp, blk):
                 for ii in range(ni):
                     i = i0 + ii
 {step}
                     if promote > 0 and (k0 + blk) % promote == 0:
                         for jj in range(_TJ):
                             acc[ii, jj] = np.float64(np.float32(acc[ii, jj]) + ot[ii, jj])
-                            ot[ii, jj] = 0.0
-                            ecv[ii, jj] = _ABSENT
+                            ot[ii, jj] = 0.0{reset}
             if promote > 0:
                 for ii in range(ni):
                     for jj in range(_TJ):
@@ -111,7 +108,11 @@ def {name}(a, bp, ea, ebp, c, out, blk, width, acode, fcode, p, emin, emax, flus
             out[i0:i0 + ni, j0:j0 + nj] = ot[:ni, :nj]
 '''
 
+# the fast path's state beside the general one: C's exponent per element of
+# the tile (``ecv``, for the anchors), set from C at each tile and at each
+# promotion, and the per-row vectors of its two passes
 _FAST_ALLOC = """\
+    ecv = np.empty((_TI, _TJ), np.float32)
     nt = np.empty(_TJ, np.float32)
     e32v = np.empty(_TJ, np.int32)
     f32v = np.empty(_TJ, np.float32)
@@ -119,6 +120,14 @@ _FAST_ALLOC = """\
     lo32, hi32 = np.int32(lo_plain), np.int32(hi_plain)
     wf = np.float32(width)
 """
+
+_FAST_INIT = """\
+            for ii in range(ni):
+                _c_exponents(ot, ecv, ii)
+"""
+
+_FAST_RESET = """
+                            ecv[ii, jj] = _ABSENT"""
 
 _GENERAL = '''\
 for jj in range(_TJ):
@@ -221,12 +230,14 @@ def source() -> str:
     helpers = hashlib.sha256(Path(__file__).with_name("_mma_numba.py").read_bytes()).hexdigest()
     parts = [_HEAD.replace("{helpers}", helpers),
              _DRIVER.format(name="run_general", what=" by the general path (any block length)",
-                            step=_indent(_GENERAL, 20).rstrip("\n"), longer="", alloc="")]
+                            step=_indent(_GENERAL, 20).rstrip("\n"), longer="", alloc="",
+                            init="", reset="")]
     for blk in BLOCKS:
         parts.append(_DRIVER.format(
             name=f"run_{blk}", what=f", blocks of {blk} by the fast path",
             step=_indent(_fast_step(blk), 20).rstrip("\n"),
             alloc=_FAST_ALLOC + ("    mv = np.empty(_TJ, np.float32)\n" if blk > _CHUNK else ""),
+            init=_FAST_INIT, reset=_FAST_RESET,
             longer="\n\n    Longer than 100 lines because the block is unrolled (generated code)."))
     return "".join(parts)
 

@@ -307,8 +307,9 @@ def _values(x, fmt: Format, name: str, flush: bool) -> np.ndarray:
     if arr.dtype == np.float16 and fmt.name == "fp16":
         # held as they are (no float64 copy of a large fp16 input): the
         # numba path reads their bits, the numpy path converts them
-        return np.where(np.abs(arr) < fmt.smallest_normal, 0.0 * arr, arr) if flush else arr
-    v = arr.astype(np.float64)
+        v = arr
+    else:
+        v = arr.astype(np.float64)
     if fmt.dtype is None or arr.dtype != fmt.dtype:
         w = np.where(np.isfinite(v), v, 0.0)
         bad = np.flatnonzero(round_to(w, fmt, "rne") != w)
