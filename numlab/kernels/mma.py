@@ -252,14 +252,12 @@ class MatrixUnit:
                              f"it must be None or an int in [2, {p_out}]")
         if self.nan_bits is not None:
             fo = get_format(self.out_fmt)
-            width = 1 + (fo.p - 1) + {"fp32": 8, "fp16": 5}[self.out_fmt]
             frac = (1 << (fo.p - 1)) - 1
-            ok = _is_int(self.nan_bits) and 0 <= self.nan_bits < (1 << width)
-            if not ok or (self.nan_bits >> (fo.p - 1)) & ((1 << (width - fo.p)) - 1) != (
-                    1 << (width - fo.p)) - 1 or not self.nan_bits & frac:
+            ok = _is_int(self.nan_bits) and 0 <= self.nan_bits < (1 << fo.bits)
+            if not ok or self.nan_bits & fo.exponent_mask != fo.exponent_mask or not self.nan_bits & frac:
                 example = "0x7FFFFFFF" if self.out_fmt == "fp32" else "0x7E00"
                 raise ValueError(f"nan_bits={self.nan_bits!r} is not valid; it must be None or the "
-                                 f"{width}-bit pattern of a {self.out_fmt} NaN (exponent all ones, "
+                                 f"{fo.bits}-bit pattern of a {self.out_fmt} NaN (exponent all ones, "
                                  f"fraction nonzero), e.g. {example}; changing out_fmt of a unit "
                                  "with nan_bits needs nan_bits too (None: numpy's NaN)")
         if self.promote_every is not None:
@@ -546,7 +544,7 @@ def _nan_payload(out: np.ndarray, unit: MatrixUnit) -> np.ndarray:
     if unit.nan_bits is not None:
         nan = np.isnan(out)
         if nan.any():
-            bits = out.view(np.uint32 if out.dtype == np.float32 else np.uint16)
+            bits = out.view(get_format(unit.out_fmt).uint)
             bits[nan] = unit.nan_bits
     return out
 
