@@ -50,11 +50,14 @@ import math
 import numpy as np
 
 from . import running_bounds
+from .contract_bounds import ContractBound, contract_bound
 from .formats import FP32, Format, get_format
 from .kernels.matmul import MATMUL_ALGOS
 from .kernels.reduce import parse_order
 
 __all__ = [
+    "contract_bound",
+    "ContractBound",
     "unit_roundoff",
     "gamma",
     "as_order",
@@ -359,7 +362,7 @@ def prob_gamma(n: int, u, lam: float) -> float:
     u = unit_roundoff(u)
     if lam <= 0:
         raise ValueError(f"lam={lam!r} must be > 0")
-    return math.expm1(lam * math.sqrt(n) * u + n * u * u / (1 - u))
+    return math.expm1(lam * math.sqrt(n) * u + n * u * u / (1 - u))  # contract_rules.prob_gamma_u caps it
 
 
 def prob_probability(n: int, lam: float, u=FP32) -> float:

@@ -84,6 +84,7 @@ from typing import Callable
 import numpy as np
 
 from . import bound_rules as R
+from . import contract_rules as CR
 from .formats import get_format
 from .kernels import engine as E
 from .kernels import libm as _libm
@@ -156,6 +157,7 @@ class OpInfo:
     aten: tuple = ()
     value_kind: str = "float"
     stored_fmt: Callable | None = field(default=None, repr=False)
+    local: Callable | None = field(default=None, repr=False)
 
     def ref(self, *arrays, **attrs):
         """float64 reference (data movement: dtype-preserving).  Meta
@@ -211,7 +213,7 @@ CATALOGUE: dict[str, OpInfo] = {}
 NO_ATEN = ("rdiv_scalar",)
 
 
-def _register(name, category, arity, attrs, infer, ref, *, kernel, slack, propagate, aten,
+def _register(name, category, arity, attrs, infer, ref, *, kernel, slack, propagate, aten, local,
               decompose=None, accumulator="none", doc="", value_kind="float", stored_fmt=None):
     """Add one operator to :data:`CATALOGUE`.  ``kernel``, ``slack``,
     ``propagate`` and ``aten`` are required (module docstring); errors name
@@ -226,6 +228,9 @@ def _register(name, category, arity, attrs, infer, ref, *, kernel, slack, propag
         if not callable(rule):
             raise TypeError(f"op {name!r}: {what} must be a {what} rule of numlab.bound_rules "
                             f"(every operator has running-bound rules), got {rule!r}")
+    if not callable(local):
+        raise TypeError(f"op {name!r}: local must be a local contract term of numlab.contract_rules "
+                        f"(every operator has one), got {local!r}")
     if (slack is R.slack_decomposed) != (propagate is R.propagate_decomposed):
         raise TypeError(f"op {name!r}: slack_decomposed and propagate_decomposed go together "
                         "(bound_rules.DECOMPOSED)")
@@ -244,9 +249,12 @@ def _register(name, category, arity, attrs, infer, ref, *, kernel, slack, propag
     if stored_fmt is not None and not callable(stored_fmt):
         raise TypeError(f"op {name!r}: stored_fmt must be None (stored in S) or a function attrs -> Format, "
                         f"got {stored_fmt!r}")
+    if CR.is_composite(local) != (category == "composite"):
+        raise TypeError(f"op {name!r}: contract_rules.local_composite is the local term of composites, and only of "
+                        f"them (category {category!r})")
     CATALOGUE[name] = OpInfo(name, category, arity, dict(attrs), infer, ref, decompose, accumulator, doc,
                              kernel=kernel, slack=slack, propagate=propagate, aten=aten, value_kind=value_kind,
-                             stored_fmt=stored_fmt)
+                             stored_fmt=stored_fmt, local=local)
 
 
 def get_op(name: str) -> OpInfo:
@@ -399,29 +407,29 @@ def _infer_bcast(shapes, attrs):
     return attrs, broadcast_shapes(*shapes)
 
 
-def _unary(name, fn, kernel, slack, propagate, doc):
+def _unary(name, fn, kernel, slack, propagate, local, doc):
     """Register a one-input elementwise op whose ATen counterpart has its name."""
     _register(name, "elementwise", (1, 1), {}, _infer_same, lambda x: fn(_f64(x)), kernel=kernel,
-              slack=slack, propagate=propagate, aten=(name,), doc=doc)
+              slack=slack, propagate=propagate, local=local, aten=(name,), doc=doc)
 
 
-_unary("neg", np.negative, E.neg, R.slack_exact, R.propagate_identity, "-x")
-_unary("abs", np.abs, E.abs_, R.slack_exact, R.propagate_identity, "|x|")
-_unary("exp", np.exp, E.exp, R.slack_transcendental, R.propagate_monotone_ref, "e**x")
-_unary("log", np.log, E.log, R.slack_transcendental, R.propagate_log,
+_unary("neg", np.negative, E.neg, R.slack_exact, R.propagate_identity, CR.local_exact, "-x")
+_unary("abs", np.abs, E.abs_, R.slack_exact, R.propagate_identity, CR.local_exact, "|x|")
+_unary("exp", np.exp, E.exp, R.slack_transcendental, R.propagate_monotone_ref, CR.local_libm, "e**x")
+_unary("log", np.log, E.log, R.slack_transcendental, R.propagate_log, CR.local_libm,
        "natural log (log 0 = -inf, log x<0 = NaN)")
-_unary("sqrt", np.sqrt, E.sqrt, R.slack_correct, R.propagate_sqrt, "square root (sqrt x<0 = NaN)")
-_unary("rsqrt", lambda x: 1.0 / np.sqrt(x), E.rsqrt, R.slack_two_roundings, R.propagate_rsqrt,
+_unary("sqrt", np.sqrt, E.sqrt, R.slack_correct, R.propagate_sqrt, CR.local_sqrt, "square root (sqrt x<0 = NaN)")
+_unary("rsqrt", lambda x: 1.0 / np.sqrt(x), E.rsqrt, R.slack_two_roundings, R.propagate_rsqrt, CR.local_rsqrt,
        "1/sqrt(x) (float64: two roundings)")
-_unary("reciprocal", lambda x: 1.0 / x, E.reciprocal, R.slack_two_roundings, R.propagate_reciprocal, "1/x")
-_unary("tanh", np.tanh, E.tanh, R.slack_transcendental, R.propagate_monotone_ref, "tanh x")
-_unary("sigmoid", _sigmoid, E.sigmoid, R.slack_transcendental, R.propagate_monotone_ref,
+_unary("reciprocal", lambda x: 1.0 / x, E.reciprocal, R.slack_two_roundings, R.propagate_reciprocal, CR.local_reciprocal, "1/x")
+_unary("tanh", np.tanh, E.tanh, R.slack_transcendental, R.propagate_monotone_ref, CR.local_libm, "tanh x")
+_unary("sigmoid", _sigmoid, E.sigmoid, R.slack_transcendental, R.propagate_monotone_ref, CR.local_libm,
        "1/(1+e**-x), evaluated without overflow")
-_unary("erf", erf_ref, E.erf, R.slack_transcendental, R.propagate_monotone_ref,
+_unary("erf", erf_ref, E.erf, R.slack_transcendental, R.propagate_monotone_ref, CR.local_libm,
        "error function (kernels.libm.erf64, vectorised, rel err < 2^-44)")
-_unary("silu", lambda x: x * _sigmoid(x), E.silu, R.slack_transcendental_x, R.propagate_silu,
+_unary("silu", lambda x: x * _sigmoid(x), E.silu, R.slack_transcendental_x, R.propagate_silu, CR.local_libm_x,
        "x * sigmoid(x); silu(-inf) = NaN (-inf * 0, as torch)")
-_unary("relu", lambda x: np.where(x < 0, 0.0, x), E.relu, R.slack_exact, R.propagate_identity,
+_unary("relu", lambda x: np.where(x < 0, 0.0, x), E.relu, R.slack_exact, R.propagate_identity, CR.local_exact,
        "0 where x < 0, else x (NaN and -0.0 pass through, as torch.relu)")
 
 #: values of gelu's ``approximate`` (torch's vocabulary)
@@ -438,7 +446,7 @@ def _infer_gelu(shapes, attrs):
 _register(
     "gelu", "elementwise", (1, 1), {"approximate": "none"}, _infer_gelu,
     lambda x, approximate: _gelu(_f64(x), approximate), kernel=E.gelu,
-    slack=R.slack_transcendental_x, propagate=R.propagate_gelu, aten=("gelu",),
+    slack=R.slack_transcendental_x, propagate=R.propagate_gelu, local=CR.local_libm_x, aten=("gelu",),
     doc="GELU: approximate='none' 0.5x(1+erf(x/sqrt2)); 'tanh' 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))); "
         "gelu(-inf) = NaN (-inf * 0, as torch)",
 )
@@ -456,24 +464,24 @@ def _infer_cast(shapes, attrs):
 _register(
     "cast", "elementwise", (1, 1), {"to": REQUIRED}, _infer_cast,
     lambda x, to: _f64(round_to(_f64(x), to)), kernel=E.cast,
-    slack=R.slack_exact, propagate=R.propagate_cast,
+    slack=R.slack_exact, propagate=R.propagate_cast, local=CR.local_cast,
     aten=("_to_copy.default", "convert_element_type.default"),
     doc="round to format `to` (round-to-nearest-even); the reference keeps the rounding",
 )
 
-for _name, _fn, _kernel, _slack, _prop, _doc in (
-    ("add", np.add, E.add, R.slack_correct, R.propagate_add, "a + b"),
-    ("sub", np.subtract, E.sub, R.slack_correct, R.propagate_add, "a - b"),
-    ("mul", np.multiply, E.mul, R.slack_correct_underflow, R.propagate_mul, "a * b"),
-    ("div", np.divide, E.div, R.slack_correct_underflow, R.propagate_div, "a / b"),
-    ("maximum", np.maximum, E.maximum, R.slack_exact, R.propagate_maximum,
+for _name, _fn, _kernel, _slack, _prop, _local, _doc in (
+    ("add", np.add, E.add, R.slack_correct, R.propagate_add, CR.local_add, "a + b"),
+    ("sub", np.subtract, E.sub, R.slack_correct, R.propagate_add, CR.local_add, "a - b"),
+    ("mul", np.multiply, E.mul, R.slack_correct_underflow, R.propagate_mul, CR.local_mul, "a * b"),
+    ("div", np.divide, E.div, R.slack_correct_underflow, R.propagate_div, CR.local_div, "a / b"),
+    ("maximum", np.maximum, E.maximum, R.slack_exact, R.propagate_maximum, CR.local_exact,
      "IEEE 754-2019 maximum (NaN propagates)"),
-    ("minimum", np.minimum, E.minimum, R.slack_exact, R.propagate_maximum,
+    ("minimum", np.minimum, E.minimum, R.slack_exact, R.propagate_maximum, CR.local_exact,
      "IEEE 754-2019 minimum (NaN propagates)"),
 ):
     _register(_name, "elementwise", (2, 2), {}, _infer_bcast,
               (lambda f: lambda a, b: f(_f64(a), _f64(b)))(_fn), kernel=_kernel,
-              slack=_slack, propagate=_prop, aten=(_name,), doc=_doc)
+              slack=_slack, propagate=_prop, local=_local, aten=(_name,), doc=_doc)
 
 
 def _infer_scalar(shapes, attrs):
@@ -493,30 +501,31 @@ SCALAR_OPS = {
 # running-bound rules and ATen operators of the scalar forms (the bridge rewrites
 # aten.add.Tensor(x, 0.5) and aten.add.Scalar to add_scalar, ...)
 _SCALAR_RULES = {
-    "add_scalar": (R.slack_correct, R.propagate_identity, ("add.Scalar",)),
-    "sub_scalar": (R.slack_correct, R.propagate_identity, ("sub.Scalar",)),
-    "rsub_scalar": (R.slack_correct, R.propagate_identity, ("rsub.Scalar",)),
-    "mul_scalar": (R.slack_correct_underflow, R.propagate_mul_scalar, ("mul.Scalar",)),
-    "div_scalar": (R.slack_correct_underflow, R.propagate_div_scalar, ("div.Scalar",)),
-    "rdiv_scalar": (R.slack_correct_underflow, R.propagate_rdiv_scalar, ()),
+    "add_scalar": (R.slack_correct, R.propagate_identity, CR.local_add_scalar, ("add.Scalar",)),
+    "sub_scalar": (R.slack_correct, R.propagate_identity, CR.local_add_scalar, ("sub.Scalar",)),
+    "rsub_scalar": (R.slack_correct, R.propagate_identity, CR.local_add_scalar, ("rsub.Scalar",)),
+    "mul_scalar": (R.slack_correct_underflow, R.propagate_mul_scalar, CR.local_mul_scalar, ("mul.Scalar",)),
+    "div_scalar": (R.slack_correct_underflow, R.propagate_div_scalar, CR.local_div_scalar, ("div.Scalar",)),
+    "rdiv_scalar": (R.slack_correct_underflow, R.propagate_rdiv_scalar, CR.local_rdiv_scalar, ()),
 }
 for _name, (_fn, _doc) in SCALAR_OPS.items():
-    _slack, _prop, _aten = _SCALAR_RULES[_name]
+    _slack, _prop, _local, _aten = _SCALAR_RULES[_name]
     _register(_name, "elementwise", (1, 1), {"scalar": REQUIRED}, _infer_scalar,
               (lambda f: lambda x, scalar: f(_f64(x), scalar))(_fn), kernel=getattr(E, _name),
-              slack=_slack, propagate=_prop, aten=_aten,
+              slack=_slack, propagate=_prop, local=_local, aten=_aten,
               doc=f"{_doc} with a Python-float scalar s (attr 'scalar', kept exactly)")
 
 _register("where", "elementwise", (3, 3), {}, _infer_bcast,
           lambda c, a, b: np.where(np.asarray(c) != 0, _f64(a), _f64(b)), kernel=E.where,
-          slack=R.slack_exact, propagate=R.propagate_where, aten=("where",),
+          slack=R.slack_exact, propagate=R.propagate_where, local=CR.local_exact, aten=("where",),
           doc="where(cond, a, b): a where cond != 0 else b (broadcast)")
 
 # -- comparisons: exact selections giving truth values (value_kind "bool") ----------------------
 for _name, (_fn, _sym) in COMPARISONS.items():
     _register(_name, "elementwise", (2, 2), {}, _infer_bcast,
               (lambda f: lambda a, b: f(_f64(a), _f64(b)))(_fn), kernel=getattr(E, _name),
-              slack=R.slack_exact, propagate=R.propagate_compare, aten=(_name,), value_kind="bool",
+              slack=R.slack_exact, propagate=R.propagate_compare, local=CR.local_exact, aten=(_name,),
+              value_kind="bool",
               doc=f"a {_sym} b (bool; IEEE: false with a NaN{', except !=' if _name == 'ne' else ''}; broadcast)")
 
 
@@ -584,7 +593,7 @@ def _infer_constant(shapes, attrs):
 
 _register("constant", "elementwise", (0, 0), {"value": REQUIRED}, _infer_constant,
           lambda value: value.array.copy(), kernel=E.constant, slack=R.slack_exact,
-          propagate=R.propagate_constant, aten=("lift_fresh_copy.default", "scalar_tensor.default"),
+          propagate=R.propagate_constant, local=CR.local_constant, aten=("lift_fresh_copy.default", "scalar_tensor.default"),
           doc="a tensor held by the graph (attr 'value', float64, every byte in the fingerprint); "
               "kernels hold it in S")
 
@@ -610,7 +619,7 @@ def _softplus_kernel(ctx, x):
 
 
 _register("softplus", "elementwise", (1, 1), {}, _infer_same, _softplus_ref, kernel=_softplus_kernel,
-          slack=R.slack_transcendental, propagate=R.propagate_softplus, aten=("softplus",),
+          slack=R.slack_transcendental, propagate=R.propagate_softplus, local=CR.local_libm_x, aten=("softplus",),
           doc="log(1 + e**x), x itself for x > 20 (torch's beta=1, threshold=20)")
 
 
@@ -632,7 +641,8 @@ def _hardswish_kernel(ctx, x):
 
 
 _register("hardswish", "elementwise", (1, 1), {}, _infer_same, _hardswish_ref, kernel=_hardswish_kernel,
-          slack=R.slack_three_roundings, propagate=R.propagate_hardswish, aten=("hardswish",),
+          slack=R.slack_three_roundings, propagate=R.propagate_hardswish, local=CR.local_libm_x,
+          aten=("hardswish",),
           doc="x * relu6(x + 3) / 6 (0 below -3, x above 3)")
 
 
@@ -663,11 +673,11 @@ def _var_ref(x, axis, keepdims, correction):
 
 _register("sum", "reduction", (1, 1), {"axis": None, "keepdims": False}, _infer_reduce,
           lambda x, axis, keepdims: np.sum(_f64(x), axis=axis, keepdims=keepdims), kernel=E.sum_,
-          slack=R.slack_sum, propagate=R.propagate_sum, aten=("sum",),
+          slack=R.slack_sum, propagate=R.propagate_sum, local=CR.local_sum, aten=("sum",),
           accumulator="float64", doc="sum over axis (numpy pairwise float64)")
 _register("mean", "reduction", (1, 1), {"axis": None, "keepdims": False}, _infer_reduce,
           lambda x, axis, keepdims: np.mean(_f64(x), axis=axis, keepdims=keepdims), kernel=E.mean,
-          slack=R.slack_mean, propagate=R.propagate_mean, aten=("mean",),
+          slack=R.slack_mean, propagate=R.propagate_mean, local=CR.local_mean, aten=("mean",),
           accumulator="float64", doc="sum / n (numpy pairwise float64)")
 for _name, _fn, _kernel, _aten in (("max", np.max, E.max_, "amax"), ("min", np.min, E.min_, "amin")):
     def _inf(shapes, attrs, _n=_name):
@@ -678,10 +688,12 @@ for _name, _fn, _kernel, _aten in (("max", np.max, E.max_, "amax"), ("min", np.m
         return _infer_reduce(shapes, attrs)
     _register(_name, "reduction", (1, 1), {"axis": None, "keepdims": False}, _inf,
               (lambda f: lambda x, axis, keepdims: f(_f64(x), axis=axis, keepdims=keepdims))(_fn),
-              kernel=_kernel, slack=R.slack_exact, propagate=R.propagate_max, aten=(_aten,),
+              kernel=_kernel, slack=R.slack_exact, propagate=R.propagate_max, local=CR.local_exact,
+              aten=(_aten,),
               accumulator="float64", doc=f"{_name} over axis (exact; NaN propagates)")
 _register("var", "reduction", (1, 1), {"axis": None, "keepdims": False, "correction": 0},
           _infer_reduce, _var_ref, kernel=E.var, slack=R.slack_var, propagate=R.propagate_var,
+          local=CR.local_var,
           aten=("var",), accumulator="float64",
           doc="variance sum((x-mean)^2)/(n-correction), two-pass in float64")
 
@@ -836,7 +848,7 @@ def _move(name, arity, attrs, infer, ref, aten, doc, propagate=R.propagate_moved
     reference, its float64 reference is exact and the bounds move with the
     data (``propagate``)."""
     _register(name, "data_movement", arity, attrs, infer, ref, kernel=E.data_movement(ref),
-              slack=R.slack_exact, propagate=propagate, aten=aten, doc=doc)
+              slack=R.slack_exact, propagate=propagate, local=CR.local_exact, aten=aten, doc=doc)
 
 
 def _reshape_ref(x, shape):
@@ -895,7 +907,8 @@ def _infer_matmul(shapes, attrs):
 
 _register("matmul", "matmul", (2, 2), {}, _infer_matmul,
           lambda a, b: np.matmul(_f64(a), _f64(b)), kernel=E.matmul,
-          slack=R.slack_matmul, propagate=R.propagate_matmul, aten=("matmul", "mm", "bmm"), accumulator="float64",
+          slack=R.slack_matmul, propagate=R.propagate_matmul, local=CR.local_matmul, aten=("matmul", "mm", "bmm"),
+          accumulator="float64",
           doc="numpy matmul semantics (batch broadcasting), float64 BLAS")
 
 
@@ -995,19 +1008,23 @@ def _rms_norm_dec(x, weight=None, *, axis, eps):
 
 
 _register("softmax", "composite", (1, 1), {"axis": -1}, _infer_softmax, _softmax_ref,
-          kernel=E.softmax, slack=R.slack_softmax, propagate=R.propagate_softmax, aten=("_softmax",),
+          kernel=E.softmax, slack=R.slack_softmax, propagate=R.propagate_softmax,
+          local=CR.local_composite, aten=("_softmax",),
           decompose=_softmax_dec, accumulator="float64",
           doc="exp(x - max) / sum(exp(x - max)); decomposes to max, sub, exp, sum, div")
 _register("log_softmax", "composite", (1, 1), {"axis": -1}, _infer_softmax, _log_softmax_ref,
           kernel=E.log_softmax, slack=R.slack_decomposed, propagate=R.propagate_decomposed,
+          local=CR.local_composite,
           aten=("_log_softmax",), decompose=_log_softmax_dec, accumulator="float64",
           doc="(x - max) - log(sum(exp(x - max))); decomposes to max, sub, exp, sum, log, sub")
 _register("layer_norm", "composite", (1, 3), {"axis": -1, "eps": 1e-5}, _infer_norm, _layer_norm_ref,
           kernel=E.layer_norm, slack=R.slack_decomposed, propagate=R.propagate_decomposed,
+          local=CR.local_composite,
           aten=("native_layer_norm",), decompose=_layer_norm_dec, accumulator="float64",
           doc="(x - mean) / sqrt(var + eps) * gamma + beta (biased var, two-pass); inputs x[, gamma[, beta]]")
 _register("rms_norm", "composite", (1, 2), {"axis": -1, "eps": 1e-6}, _infer_norm, _rms_norm_ref,
           kernel=E.rms_norm, slack=R.slack_decomposed, propagate=R.propagate_decomposed,
+          local=CR.local_composite,
           aten=("rms_norm",), decompose=_rms_norm_dec, accumulator="float64",
           doc="x / sqrt(mean(x^2) + eps) * weight; inputs x[, weight]")
 
@@ -1287,22 +1304,26 @@ from .kernels import scaled as _scaled  # noqa: E402  (section appended at the e
 _register("quantize", "elementwise", (1, 1), {"fmt": REQUIRED},
           lambda shapes, attrs: _scaled.infer_scaled("quantize", shapes, attrs), _scaled.quantize_ref,
           kernel=E.quantize, slack=R.slack_exact, propagate=R.propagate_quantize,
+          local=CR.local_quantize,
           aten=("quantize_per_channel",), stored_fmt=_scaled.element_storage,
           doc="elements of x in the block-scaled format fmt (kernels.scaled presets: mxfp8_e4m3, nvfp4, "
               "deepseek_1x128, ...); each output depends on its block's amax")
 _register("block_scale", "elementwise", (1, 1), {"fmt": REQUIRED},
           lambda shapes, attrs: _scaled.infer_scaled("block_scale", shapes, attrs), _scaled.block_scale_ref,
           kernel=E.block_scale, slack=R.slack_exact, propagate=R.propagate_block_scale,
+          local=CR.local_block_scale,
           aten=("choose_qparams_optimized",), stored_fmt=_scaled.scale_storage,
           doc="per-block dequantisation scale of x in fmt, shape (..., R/bm, C/bn)")
 _register("dequantize", "elementwise", (2, 2), {"fmt": REQUIRED},
           lambda shapes, attrs: _scaled.infer_scaled("dequantize", shapes, attrs), _scaled.dequantize_ref,
           kernel=E.dequantize, slack=R.slack_exact, propagate=R.propagate_dequantize,
+          local=CR.local_dequantize,
           aten=("dequantize",),
           doc="elements q times their block's scale s (one rounding)")
 _register("scaled_matmul", "matmul", (4, 4), {"fmt_a": REQUIRED, "fmt_b": REQUIRED},
           lambda shapes, attrs: _scaled.infer_scaled("scaled_matmul", shapes, attrs), _scaled.scaled_matmul_ref,
           kernel=E.scaled_matmul, slack=R.slack_scaled_matmul, propagate=R.propagate_scaled_matmul,
+          local=CR.local_scaled_matmul,
           aten=("_scaled_mm",), accumulator="float64",
           doc="(qa sa) @ (qb sb) with the scales applied per K block in the epilogue (DeepSeek-V3)")
 

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from numlab import bound_rules as R
+from numlab import contract_rules as CR
 from numlab import ops
 from numlab.execute import run
 from numlab.graph import Graph, Node, decompose, evaluate, trace
@@ -562,18 +563,19 @@ def test_every_registration_is_complete():
 
 def _reg(name="test_only_op", category="elementwise", **kw):
     args = dict(kernel=ops.CATALOGUE["neg"].kernel, slack=R.slack_exact, propagate=R.propagate_identity,
-                aten=("neg",))
+                local=CR.local_exact, aten=("neg",))
     args.update(kw)
     ops._register(name, category, (1, 1), {}, lambda shapes, attrs: (attrs, shapes[0]), np.negative, **args)
 
 
 def test_registration_refuses_an_incomplete_operator():
     before = dict(ops.CATALOGUE)
-    for missing in ("kernel", "slack", "propagate", "aten"):
+    for missing in ("kernel", "slack", "propagate", "aten", "local"):
         with pytest.raises(TypeError, match=missing):  # required keywords: no silent default
             ops._register("test_only_op", "elementwise", (1, 1), {}, None, np.negative,
                           **{k: v for k, v in dict(kernel=np.negative, slack=R.slack_exact,
-                                                   propagate=R.propagate_identity, aten=("neg",)).items()
+                                                   propagate=R.propagate_identity, aten=("neg",),
+                                                   local=CR.local_exact).items()
                              if k != missing})
     with pytest.raises(TypeError, match="'test_only_op': slack must be a slack rule"):
         _reg(slack=None)

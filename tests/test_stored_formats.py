@@ -69,7 +69,8 @@ def test_registration_declares_the_stored_formats():
     with pytest.raises(TypeError, match="stored_fmt"):
         ops._register("stored_fmt_probe", "elementwise", (1, 1), {}, lambda s, a: (a, s[0]), lambda x: x,
                       kernel=ops.get_op("neg").kernel, slack=ops.get_op("neg").slack,
-                      propagate=ops.get_op("neg").propagate, aten=("neg",), stored_fmt="fp32")
+                      propagate=ops.get_op("neg").propagate, local=ops.get_op("neg").local, aten=("neg",),
+                      stored_fmt="fp32")
     assert "stored_fmt_probe" not in ops.CATALOGUE
 
 

@@ -1,0 +1,442 @@
+"""Contract bounds: ``|y_impl - y_exact| <= B`` for every implementation of a contract.
+
+:func:`contract_bound` walks the executed graph of a mode's plan (eager: every
+operator a library kernel; fused: the blocks of :func:`numlab.fusion.plan`;
+emulated casts: fused, rounded where eager rounds) and keeps, for every node,
+a float64 **centre** ``c`` (the catalogue's float64 reference at the centres of
+its inputs), a **slack** ``s`` with ``|c - exact| <= s`` (the float64
+evaluation error, through the operator's ``slack`` rule) and a **radius**
+``R`` such that the value of *every* contract implementation, and the exact
+value, lie in ``[c - R, c + R]``.  For a node ``y = f(x)``::
+
+    R_y = L_y + P(c_x, R_x) + slack(c_y)
+    s_y = P(c_x, s_x) + slack(c_y)
+
+where ``P`` is the operator's propagation rule (``OpInfo.propagate``: ``sup
+|f(t) - f(c)|`` over the input box) and ``L_y`` its local contract term
+(``OpInfo.local``, :mod:`numlab.contract_rules`) at the worst point of the
+input box -- the implementation's own error ``sup |impl(t) - f(t)|`` -- plus
+the rounding to S (or the operator's stored format) where the plan stores the
+node.  The bound of an output is ``B = R + s``.  Inputs are values of S, taken
+as exact (radius 0).
+
+Nothing here reads numlab's own computed values: the bound holds for every
+implementation of the contract (:mod:`numlab.contract`), numlab's run being
+one of them.  Composite operators that run as one library kernel (eager, or a
+fused plan's library block) are walked through their decomposition under the
+library class with no rounding to S inside; a variance written as ``mean((x -
+mean(x))**2)`` gets the two-pass bound (the mean's error enters squared) and,
+in a library kernel that may use Welford, the Welford bound.
+
+Infinite bounds are never silent: :attr:`ContractBound.flags` names each node
+where they originate and why (``overflow``: a value of the box may exceed the
+largest finite value of the format it is rounded to; ``domain``: an input
+interval leaves the operator's domain; ``nan``: the centre is NaN; a node whose
+input bound is infinite inherits).
+
+With ``prob`` the same walk replaces every accumulation constant
+``gamma_k`` by Higham and Mary's ``gamma~_k(lam) ~ lam sqrt(k) u`` (SIAM J.
+Sci. Comput. 41(5), 2019, Theorem 3.1), ``lam`` chosen for a probability
+``prob`` over all the rounding errors of the graph: an **estimate**, not a
+bound (:attr:`ContractBound.kind` is ``"estimate"``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from . import bound_rules as R
+from . import contract_rules as CR
+from . import fusion as F
+from .contract import Contract, KernelClass, algo_rel_error
+from .formats import FP32, Format, get_format
+from .graph import Graph, Node, decompose
+from .ops import get_op
+from .rounding import round_to
+
+__all__ = ["contract_bound", "ContractBound", "Local", "node_contracts", "BOUND_MODES"]
+
+BOUND_MODES = ("eager", "fused", "emulated_casts")
+INFL = R.INFL
+
+
+@dataclass
+class Local:
+    """The local context of one node (:mod:`numlab.contract_rules`)."""
+
+    kc: KernelClass
+    w: Format
+    acc: Format
+    S: Format
+    lam: float | None = None
+    ref: object = None
+
+    def u(self, fmt: Format) -> float:
+        return fmt.u if self.kc.rounding == "rne" else fmt.eps
+
+    def eta(self, fmt: Format) -> float:
+        sub = fmt.smallest_subnormal
+        return sub * (0.5 if self.kc.rounding == "rne" and fmt.subnormals else 1.0)
+
+    def gamma(self, k, u) -> float:
+        if self.lam is None:
+            return CR.gamma_u(k, u)
+        return CR.prob_gamma_u(k, u, self.lam) if k > 0 else 0.0
+
+    def rel(self, knob: str) -> float:
+        return algo_rel_error(getattr(self.kc, knob), self.u(self.w), knob)
+
+    def scalar(self, s: float) -> float:
+        fmt = FP32 if self.kc.scalar_fmt == "fp32" else self.S
+        if fmt.p >= 53:
+            return float(s)
+        return float(round_to(np.float64(s), fmt, self.kc.rounding if self.kc.rounding != "odd" else "rne"))
+
+    def format(self, name) -> Format:
+        return get_format(name)
+
+
+@dataclass
+class ContractBound(dict):
+    """Output name -> float64 bound array (a dict), with the walk's details.
+
+    ``kind``: ``"bound"`` (worst case, rigorous for every contract
+    implementation) or ``"estimate"`` (``prob`` given); ``prob``;
+    ``contract``; ``mode``; ``fmt``; ``plan``; ``centre`` / ``radius`` /
+    ``local`` (node -> array); ``flags`` (node -> {"op", "causes": {cause:
+    elements}}); ``reference`` (output -> float64 centre)."""
+
+    kind: str = "bound"
+    prob: float | None = None
+    contract: Contract | None = None
+    mode: str = ""
+    fmt: Format | None = None
+    plan: object = None
+    centre: dict = field(default_factory=dict)
+    radius: dict = field(default_factory=dict)
+    local: dict = field(default_factory=dict)
+    flags: dict = field(default_factory=dict)
+    where: dict = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        outs = ", ".join(f"{k}: max {float(np.max(v)) if np.size(v) else float('nan'):.3g}" for k, v in self.items())
+        return (f"ContractBound({self.kind}, mode={self.mode}, fmt={self.fmt.name if self.fmt else None}, "
+                f"contract={self.contract.name if self.contract else None}; {outs})")
+
+    __hash__ = None
+
+    def __eq__(self, other):
+        return self is other
+
+    def inf_sources(self) -> list:
+        """Nodes where infinite bounds originate: ``[{"node", "op", "causes"}]``."""
+        out = []
+        for name, f in self.flags.items():
+            c = {k: v for k, v in f["causes"].items() if k != "inherited" and v}
+            if c:
+                out.append({"node": name, "op": f["op"], "causes": c})
+        return out
+
+    def header(self) -> str:
+        what = ("rigorous contract bound" if self.kind == "bound"
+                else f"probabilistic estimate (prob {self.prob}; not a bound)")
+        return f"{what}; mode {self.mode}, fmt {self.fmt.name}; {self.contract.header()}"
+
+
+def _f(a):
+    return np.asarray(a, dtype=np.float64)
+
+
+# ---------------------------------------------------------------------------
+# which class and which rounding for each node
+# ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NodeContract:
+    """How the contract treats one node: its kernel class, whether it computes
+    inside a code-generated block (fp32 working format), the format it is
+    stored in (None: kept inside the kernel) and whether it is a library
+    composite (walked through its decomposition)."""
+
+    kc: KernelClass
+    fused: bool
+    stored: Format | None
+    library_composite: bool
+
+
+def _plan(graph, mode, S, fusion):
+    if mode == "eager":
+        if fusion is not None:
+            raise ValueError("fusion= applies to the fused modes; mode='eager' runs every operator as a kernel")
+        opts = F.FusionOptions.off(decompose=False)
+    else:
+        opts = F.FusionOptions.parse(fusion) if fusion is not None else F.FusionOptions()
+    return F.plan(graph, opts, fmt=S)
+
+
+def node_contracts(plan, mode: str, S: Format, contract: Contract) -> dict:
+    """Node of ``plan.graph`` -> :class:`NodeContract` (the executor's rules:
+    :mod:`numlab.execute`)."""
+    g = plan.graph
+    out = {}
+    emulate = mode == "emulated_casts"
+    for block in plan.blocks:
+        codegen = mode != "eager" and block.codegen
+        for m in block.members:
+            node = g.node(m)
+            info = get_op(node.op)
+            sf = info.stored_fmt(node.op_attrs) if info.stored_fmt is not None else S
+            if codegen:
+                inner = m in plan.decomposed and plan.decomposed[m] != m
+                in_kernel = m not in block.outputs and (not emulate or inner)
+                kc = contract.codegen
+                if emulate:  # operators' internal promotion from the library (eager's choice)
+                    kc = replace(kc, promotion=contract.library.promotion, acc=contract.library.acc)
+                out[m] = NodeContract(kc, not emulate, None if in_kernel else sf, False)
+            else:
+                out[m] = NodeContract(contract.library, False, sf, info.category == "composite")
+    return out
+
+
+# ---------------------------------------------------------------------------
+# the walk
+# ---------------------------------------------------------------------------
+def _contains(inner: Format | None, outer: Format) -> bool:
+    """Whether every value of ``inner`` is a value of ``outer`` (no rounding on store)."""
+    return inner is not None and inner.p <= outer.p and inner.emin >= outer.emin and inner.emax <= outer.emax \
+        and inner.subnormals <= outer.subnormals if inner is not None else False
+
+
+class _Walk:
+    def __init__(self, S: Format, lam):
+        self.S, self.lam = S, lam
+        self.C, self.R, self.s, self.L, self.VF = {}, {}, {}, {}, {}
+        self.flags, self.where = {}, {}
+
+    def _node(self, node, nc: NodeContract, graph, var_pat, welford_nodes=()):
+        info = get_op(node.op)
+        attrs = node.op_attrs
+        xs = [self.C[i] for i in node.inputs]
+        bs = [self.R[i] for i in node.inputs]
+        ss = [self.s[i] for i in node.inputs]
+        inf_in = any(np.isinf(b).any() for b in bs)
+        with np.errstate(all="ignore"):
+            c = _f(info.ref(*xs, **attrs))
+            slack = _f(info.slack(c, xs, attrs))
+            pR, dom = info.propagate(xs, bs, attrs, info.ref)
+            ps, _ = info.propagate(xs, ss, attrs, info.ref)
+            pR, ps = _f(pR), _f(ps)
+            M = np.abs(c) + pR + slack
+            kc = nc.kc
+            k = Local(kc, kc.working(self.S, nc.fused), kc.accumulator(self.S, nc.fused), self.S, self.lam,
+                      info.ref)
+            err, comp = info.local(k, xs, bs, M, attrs)
+            err = _f(err)
+            if node.name in welford_nodes:  # the mean of a library layer norm that may use Welford
+                err = np.maximum(err, self._welford_mean(k, xs, bs, attrs))
+            vf = comp if comp is not None else self._value_format(node.inputs)
+            over = np.zeros(np.shape(c), bool)
+            if comp is not None:
+                over |= (M + err) > comp.max
+            store = 0.0
+            F_ = nc.stored
+            if F_ is not None:
+                if info.stored_fmt is None and not _contains(vf, F_):
+                    store = k.u(F_) * (M + err) + k.eta(F_)
+                    over |= (M + err + store) > F_.max
+                vf = F_
+            L = (err + store) * INFL
+            Rn = (L + pR + slack) * INFL
+            sn = (ps + slack) * INFL
+            if node.name in var_pat:
+                Rn = self._variance(node, c, k, var_pat[node.name], Rn, slack,
+                                    store, F_, welford=node.name in welford_nodes)
+        nan = np.isnan(c)
+        dom = np.zeros(np.shape(c), bool) if dom is None else np.broadcast_to(dom, np.shape(c))
+        bad = nan | dom | over | np.isnan(Rn) | np.isinf(Rn)
+        Rn = np.where(bad, np.inf, Rn)
+        shape = np.shape(c)
+        self.C[node.name] = c
+        self.R[node.name] = np.broadcast_to(Rn, shape).copy()
+        self.s[node.name] = np.broadcast_to(np.where(np.isfinite(sn), sn, np.inf), shape).copy()
+        self.L[node.name] = np.broadcast_to(L, shape).copy()
+        self.VF[node.name] = vf
+        causes = {"inherited": 0, "domain": int(np.count_nonzero(dom & ~nan)), "nan": int(np.count_nonzero(nan)),
+                  "overflow": int(np.count_nonzero(over & ~dom & ~nan))}
+        rest = np.isinf(self.R[node.name]) & ~dom & ~nan & ~over
+        if inf_in:
+            causes["inherited"] = int(np.count_nonzero(rest))
+        else:
+            causes["overflow"] += int(np.count_nonzero(rest))
+        self.flags[node.name] = {"op": node.op, "causes": {k_: v for k_, v in causes.items() if v}}
+
+    def _value_format(self, inputs):
+        fs = [self.VF.get(i) for i in inputs]
+        if not fs or any(f is None for f in fs):
+            return None
+        return max(fs, key=lambda f: (f.p, f.emax))
+
+    def _welford_mean(self, k, xs, bs, attrs):
+        n = CR._axis_count(xs[0], attrs)
+        A, W = CR._row_stats(xs, bs, attrs)
+        return CR.welford_mean_error(n, k.u(k.acc), A, W)
+
+    def _rel_of(self, name) -> float:
+        """Relative rounding of an elementwise node (its working format, then its store)."""
+        nc = self._ncs[name]
+        k = Local(nc.kc, nc.kc.working(self.S, nc.fused), nc.kc.accumulator(self.S, nc.fused), self.S)
+        r = k.u(k.w)
+        if nc.stored is not None and not _contains(k.w, nc.stored):
+            r = (1 + r) * (1 + k.u(nc.stored)) - 1
+        return r
+
+    def _variance(self, node, c, k, pat, Rn, slack, store, F_, welford):
+        """The variance node of a two-pass pattern: the smaller of the walk's
+        radius and the two-pass bound (:func:`numlab.contract_rules.two_pass_var_error`);
+        with Welford allowed (a library kernel), the larger of that and the
+        Welford bound."""
+        x, m, d, sq = pat
+        attrs = node.op_attrs
+        cx, rx = self.C[x], self.R[x]
+        n = CR._axis_count(cx, attrs)
+        vattrs = {"axis": attrs["axis"], "keepdims": attrs["keepdims"], "correction": 0}
+        pv, _ = R.propagate_var([cx], [rx], vattrs, None)
+        Vmax = np.abs(c) + pv + slack
+
+        def radius(e):
+            if F_ is not None and np.any(store):
+                e = e + k.u(F_) * (Vmax + e) + k.eta(F_)
+            return (e + pv + slack) * INFL
+
+        tp = CR.two_pass_var_error(n, n, self.L[m], self._rel_of(d), self._rel_of(sq), k.u(k.acc), Vmax,
+                                   k.eta(k.acc))
+        r = np.minimum(Rn, radius(tp))
+        if welford:
+            r = np.maximum(r, radius(CR.welford_var_error(k, [cx], [rx], vattrs, Vmax)))
+        return r
+
+    def walk(self, graph, ncs: dict, *, var_pat=None, welford_nodes=()):
+        self._ncs = ncs
+        var_pat = variance_patterns(graph) if var_pat is None else var_pat
+        for node in graph.nodes:
+            nc = ncs[node.name]
+            if nc.library_composite:
+                self._composite(node, nc)
+            else:
+                self._node(node, nc, graph, var_pat, welford_nodes)
+
+    def _composite(self, node, nc):
+        """A library composite: its decomposition under the library class, no
+        rounding to S inside, the last primitive stored as the composite."""
+        names = [f"{node.name}:in{i}" for i in range(len(node.inputs))]
+        g = Graph({n: tuple(np.shape(self.C[i])) for n, i in zip(names, node.inputs, strict=True)},
+                  [Node(node.name, node.op, tuple(names), dict(node.op_attrs))], [node.name])
+        gd = decompose(g)
+        sub = _Walk(self.S, self.lam)
+        for n, i in zip(names, node.inputs, strict=True):
+            sub.C[n], sub.R[n], sub.s[n], sub.VF[n] = self.C[i], self.R[i], self.s[i], self.VF.get(i)
+        inner = NodeContract(nc.kc, False, None, False)
+        ncs = {m.name: inner for m in gd.nodes}
+        ncs[node.name] = NodeContract(nc.kc, False, nc.stored, False)
+        pats = variance_patterns(gd)
+        wf = set()
+        if "welford" in nc.kc.variance:
+            wf = {p[1] for p in pats.values()} | set(pats)
+        sub.walk(gd, ncs, var_pat=pats, welford_nodes=wf)
+        for key in ("C", "R", "s", "L", "VF"):
+            getattr(self, key)[node.name] = getattr(sub, key)[node.name]
+        causes = {}
+        for f in sub.flags.values():
+            for cz, v in f["causes"].items():
+                causes[cz] = max(causes.get(cz, 0), v)
+        if any(np.isinf(self.R[i]).any() for i in node.inputs) and causes:
+            causes = {"inherited": sum(causes.values())}
+        self.flags[node.name] = {"op": node.op, "causes": causes}
+        self.where[node.name] = {k: v for k, v in sub.L.items() if k not in names}
+
+
+def variance_patterns(graph) -> dict:
+    """``{var node: (x, m, d, sq)}`` for every ``mean(sq)`` with ``sq = mul(d, d)``,
+    ``d = sub(x, m)``, ``m = mean(x)`` over the same axes with keepdims (the
+    two-pass variance of a decomposed layer norm)."""
+    nodes = {n.name: n for n in graph.nodes}
+    out = {}
+    for n in graph.nodes:
+        if n.op != "mean" or not n.op_attrs.get("keepdims"):
+            continue
+        sq = nodes.get(n.inputs[0])
+        if sq is None or sq.op != "mul" or sq.inputs[0] != sq.inputs[1]:
+            continue
+        d = nodes.get(sq.inputs[0])
+        if d is None or d.op != "sub":
+            continue
+        x, m = d.inputs
+        mn = nodes.get(m)
+        if mn is None or mn.op != "mean" or mn.inputs[0] != x or mn.op_attrs.get("axis") != n.op_attrs.get("axis") \
+                or not mn.op_attrs.get("keepdims"):
+            continue
+        out[n.name] = (x, m, d.name, sq.name)
+    return out
+
+
+def _lambda(g, prob: float) -> float:
+    """Higham and Mary's ``lam`` for probability ``prob`` over every rounding
+    error of the graph (a union bound over ``n`` errors: ``1 - n 2 exp(-lam^2
+    (1 - u)^2 / 2) >= prob``), ``n`` = the elements each node computes times
+    the terms each one adds (reductions and matmuls)."""
+    n = 0
+    for node in g.nodes:
+        out = math.prod(g.shape(node.name))
+        ins = max((math.prod(g.shape(i)) for i in node.inputs), default=1)
+        k = g.shape(node.inputs[0])[-1] if get_op(node.op).category == "matmul" else 1
+        n += max(out * k, ins)
+    return math.sqrt(2 * math.log(2 * max(n, 1) / (1 - prob))) / (1 - FP32.u)
+
+
+def contract_bound(graph, inputs, *, mode: str, fmt, fusion=None, contract=None, kernels=None, library=None,
+                   prob: float | None = None) -> ContractBound:
+    """Per output of ``graph``, a float64 array ``B`` with ``|y_impl - y_exact| <= B``
+    elementwise for every implementation honouring ``contract`` under ``mode``
+    (module docstring), on these inputs (rounded to S first, as every mode
+    does, and then taken as exact).
+
+    ``mode``: ``"eager"``, ``"fused"`` or ``"emulated_casts"``; ``fmt``: the
+    storage format S; ``fusion``: a fusion spec (fused modes; default
+    ``FusionOptions()``); ``contract``: a :class:`numlab.contract.Contract`,
+    a contract string (``"torch_cpu"``, ``"triton_cuda:libm_ulps=2"``) or
+    None (derived from ``kernels`` / ``library``, numlab's KernelSpecs);
+    ``prob``: return Higham and Mary's probabilistic **estimate** with this
+    probability instead of the bound (``result.kind == "estimate"``).
+    """
+    if mode not in BOUND_MODES:
+        raise ValueError(f"mode={mode!r} is not valid; valid choices: {list(BOUND_MODES)} "
+                         "(mode='reference' has no rounding to bound)")
+    S = get_format(fmt, "fmt")
+    con = Contract.parse(contract, kernels=kernels, library=library)
+    if prob is not None and not (isinstance(prob, float | int) and 0 < prob < 1):
+        raise ValueError(f"prob={prob!r} is not valid; it must lie in (0, 1)")
+    plan = _plan(graph, mode, S, fusion)
+    g = plan.graph
+    xs = g.check_inputs(inputs)
+    w = _Walk(S, None)
+    for k, v in xs.items():
+        if g.role(k) == "index":
+            w.C[k] = _f(v)
+            w.VF[k] = None
+        else:
+            w.C[k] = _f(round_to(_f(v), S))
+            w.VF[k] = S
+        w.R[k] = np.zeros(np.shape(v))
+        w.s[k] = np.zeros(np.shape(v))
+    if prob is not None:
+        w.lam = _lambda(g, prob)
+    ncs = node_contracts(plan, mode, S, con)
+    w.walk(g, ncs)
+    out = ContractBound(kind="bound" if prob is None else "estimate", prob=prob, contract=con, mode=mode, fmt=S,
+                        plan=plan, centre=w.C, radius=w.R, local=w.L, flags=w.flags, where=w.where)
+    for o in g.outputs:
+        b = (w.R[o] + w.s[o]) * INFL
+        out[o] = np.where(np.isfinite(b), b, np.inf)
+    return out
