@@ -117,6 +117,7 @@ class ContractBound(dict):
     plan: object = None
     centre: dict = field(default_factory=dict)
     radius: dict = field(default_factory=dict)
+    _rewalk: object = field(default=None, repr=False)
     local: dict = field(default_factory=dict)
     flags: dict = field(default_factory=dict)
     where: dict = field(default_factory=dict)
@@ -139,6 +140,36 @@ class ContractBound(dict):
             if c:
                 out.append({"node": name, "op": f["op"], "causes": c})
         return out
+
+    def budget(self, output: str | None = None, index=None) -> list:
+        """Where the error comes from at one element of ``output`` (default: the
+        first output; ``index`` default: the element with the largest finite
+        bound): ``[(node, op, share)]``, largest first, where a node's share is
+        its local term's first-order contribution ``B - B_without(node)`` (the
+        walk repeated with that node's local term left out; sensitivity times
+        local bound) over the sum of all contributions."""
+        output = output if output is not None else next(iter(self))
+        if output not in self:
+            raise ValueError(f"output={output!r} is not an output; valid: {list(self)}")
+        b = self[output]
+        if index is None:
+            fin = np.where(np.isfinite(b), b, -np.inf)
+            if b.size == 0 or not np.isfinite(fin).any():
+                return []
+            index = np.unravel_index(int(np.argmax(fin)), b.shape) if b.ndim else ()
+        index = tuple(int(i) for i in np.atleast_1d(index)) if b.ndim else ()
+        full = float(b[index])
+        if not math.isfinite(full):
+            return []
+        names = [n.name for n in self.plan.graph.nodes]
+        contrib = {}
+        for name in names:
+            bw = self._rewalk(frozenset([name]))[output]
+            contrib[name] = max(full - float(bw[index]), 0.0)
+        tot = sum(contrib.values())
+        ops = {n.name: n.op for n in self.plan.graph.nodes}
+        out = [(k, ops[k], v / tot if tot > 0 else 0.0) for k, v in contrib.items() if v > 0]
+        return sorted(out, key=lambda t: -t[2])
 
     def header(self) -> str:
         what = ("rigorous contract bound" if self.kind == "bound"
@@ -214,6 +245,7 @@ class _Walk:
         self.S, self.lam = S, lam
         self.C, self.R, self.s, self.L, self.VF = {}, {}, {}, {}, {}
         self.flags, self.where = {}, {}
+        self.zero = frozenset()  # nodes whose local term is left out (ContractBound.budget)
 
     def _node(self, node, nc: NodeContract, graph, var_pat, welford_nodes=()):
         info = get_op(node.op)
@@ -233,7 +265,7 @@ class _Walk:
             k = Local(kc, kc.working(self.S, nc.fused), kc.accumulator(self.S, nc.fused), self.S, self.lam,
                       info.ref)
             err, comp = info.local(k, xs, bs, M, attrs)
-            err = _f(err)
+            err = _f(err) * (0.0 if node.name in self.zero else 1.0)
             if node.name in welford_nodes:  # the mean of a library layer norm that may use Welford
                 err = np.maximum(err, self._welford_mean(k, xs, bs, attrs))
             vf = comp if comp is not None else self._value_format(node.inputs)
@@ -243,13 +275,22 @@ class _Walk:
             store = 0.0
             F_ = nc.stored
             if F_ is not None:
-                if info.stored_fmt is None and not _contains(vf, F_):
+                if info.stored_fmt is None and not _contains(vf, F_) and node.name not in self.zero:
                     store = k.u(F_) * (M + err) + k.eta(F_)
                     over |= (M + err + store) > F_.max
                 vf = F_
             L = (err + store) * INFL
             Rn = (L + pR + slack) * INFL
             sn = (ps + slack) * INFL
+            if node.op == "div" and _normalises(graph, node):
+                # exp(.) / sum(exp(.)): every implementation and the exact value lie in [0, 1]
+                Rn = np.minimum(Rn, (np.maximum(c, 1 - c) + sn) * INFL)
+                dom = None
+                x = _softmax_input(graph, node, self._ncs)
+                if x is not None:
+                    Rn = np.minimum(Rn, self._softmax_radius(
+                        Node(node.name, "softmax", (x,), {"axis": graph.node(node.inputs[1]).op_attrs["axis"]}),
+                        nc, x, nc.stored))
             if node.name in var_pat:
                 Rn = self._variance(node, c, k, var_pat[node.name], Rn, slack,
                                     store, F_, welford=node.name in welford_nodes)
@@ -271,6 +312,28 @@ class _Walk:
         else:
             causes["overflow"] += int(np.count_nonzero(rest))
         self.flags[node.name] = {"op": node.op, "causes": {k_: v for k_, v in causes.items() if v}}
+
+    def _softmax_radius(self, node, nc, x, stored):
+        """Radius of a softmax computed as one fp32 kernel: its local error
+        (:func:`numlab.contract_rules.softmax_error`) plus the tight softmax
+        propagation (:func:`numlab.bound_rules.propagate_softmax`), plus the store."""
+        attrs = {"axis": node.op_attrs.get("axis", -1)}
+        if "axis" in node.op_attrs and isinstance(node.op_attrs["axis"], tuple):
+            attrs["axis"] = node.op_attrs["axis"][0]
+        info = get_op("softmax")
+        cx, rx = self.C[x], self.R[x]
+        with np.errstate(all="ignore"):
+            c = _f(info.ref(cx, **attrs))
+            slack = _f(info.slack(c, [cx], attrs))
+            p, _ = R.propagate_softmax([cx], [rx], attrs, info.ref)
+            M = np.minimum(np.abs(c) + p + slack, 1.0 + slack)
+            kc = nc.kc
+            k = Local(kc, kc.working(self.S, nc.fused), kc.accumulator(self.S, nc.fused), self.S, self.lam)
+            err = CR.softmax_error(k, [cx], [rx], M, attrs) * (0.0 if node.name in self.zero else 1.0)
+            if stored is not None and node.name not in self.zero:
+                err = err + k.u(stored) * (M + err) + k.eta(stored)
+            r = (err + p + slack) * INFL
+        return np.where(np.isnan(r), np.inf, r)
 
     def _value_format(self, inputs):
         fs = [self.VF.get(i) for i in inputs]
@@ -335,6 +398,8 @@ class _Walk:
                   [Node(node.name, node.op, tuple(names), dict(node.op_attrs))], [node.name])
         gd = decompose(g)
         sub = _Walk(self.S, self.lam)
+        if node.name in self.zero:
+            sub.zero = frozenset(m.name for m in gd.nodes)
         for n, i in zip(names, node.inputs, strict=True):
             sub.C[n], sub.R[n], sub.s[n], sub.VF[n] = self.C[i], self.R[i], self.s[i], self.VF.get(i)
         inner = NodeContract(nc.kc, False, None, False)
@@ -351,10 +416,51 @@ class _Walk:
         for f in sub.flags.values():
             for cz, v in f["causes"].items():
                 causes[cz] = max(causes.get(cz, 0), v)
+        if node.op == "softmax":
+            self.R[node.name] = np.minimum(self.R[node.name], self._softmax_radius(node, nc, node.inputs[0], nc.stored))
+            # every contract implementation and the exact softmax lie in [0, 1]: exp >= 0, a
+            # sum of non-negative terms rounds to at least each term, the quotient to at most
+            # 1; so |impl - c| <= max(c, 1 - c) (+ the centre's slack) whatever the walk says
+            c = self.C[node.name]
+            cap = (np.maximum(c, 1 - c) + self.s[node.name]) * INFL
+            r = self.R[node.name]
+            capped = np.isfinite(cap) & ~(r <= cap)
+            self.R[node.name] = np.where(capped, cap, r)
+            if capped.any():
+                causes = {}
         if any(np.isinf(self.R[i]).any() for i in node.inputs) and causes:
             causes = {"inherited": sum(causes.values())}
         self.flags[node.name] = {"op": node.op, "causes": causes}
         self.where[node.name] = {k: v for k, v in sub.L.items() if k not in names}
+
+
+def _normalises(graph, node) -> bool:
+    """Whether ``node`` is ``div(e, sum(e))`` with ``e = exp(.)`` (a decomposed softmax)."""
+    nodes = {n.name: n for n in graph.nodes}
+    a, b = node.inputs
+    na, nb = nodes.get(a), nodes.get(b)
+    return (na is not None and nb is not None and na.op == "exp" and nb.op == "sum"
+            and nb.inputs[0] == a and nb.op_attrs.get("keepdims"))
+
+
+def _softmax_input(graph, div, ncs):
+    """``x`` of ``exp(x - max(x)) / sum(...)`` when the max, the difference, the
+    exponentials and the sum all stay inside one kernel (not stored), else None."""
+    nodes = {n.name: n for n in graph.nodes}
+    e = nodes[div.inputs[0]]
+    d = nodes.get(e.inputs[0])
+    if d is None or d.op != "sub":
+        return None
+    x, m = d.inputs
+    mx = nodes.get(m)
+    if mx is None or mx.op != "max" or mx.inputs[0] != x or not mx.op_attrs.get("keepdims"):
+        return None
+    ax = mx.op_attrs.get("axis")
+    if ax != nodes[div.inputs[1]].op_attrs.get("axis") or len(ax) != 1:
+        return None
+    if any(ncs[k].stored is not None for k in (m, d.name, e.name, div.inputs[1])):
+        return None
+    return x
 
 
 def variance_patterns(graph) -> dict:
@@ -433,10 +539,20 @@ def contract_bound(graph, inputs, *, mode: str, fmt, fusion=None, contract=None,
     if prob is not None:
         w.lam = _lambda(g, prob)
     ncs = node_contracts(plan, mode, S, con)
-    w.walk(g, ncs)
+    start = {k: (w.C[k], w.R[k], w.s[k], w.VF[k]) for k in g.inputs}
+
+    def walk(zero=frozenset()):
+        wz = _Walk(S, w.lam)
+        wz.zero = zero
+        for k, (c, r, sl, vf) in start.items():
+            wz.C[k], wz.R[k], wz.s[k], wz.VF[k] = c, r, sl, vf
+        wz.walk(g, ncs)
+        return wz, {o: np.where(np.isfinite(b), b, np.inf) for o in g.outputs
+                    for b in [(wz.R[o] + wz.s[o]) * INFL]}
+
+    w, bounds = walk()
     out = ContractBound(kind="bound" if prob is None else "estimate", prob=prob, contract=con, mode=mode, fmt=S,
-                        plan=plan, centre=w.C, radius=w.R, local=w.L, flags=w.flags, where=w.where)
-    for o in g.outputs:
-        b = (w.R[o] + w.s[o]) * INFL
-        out[o] = np.where(np.isfinite(b), b, np.inf)
+                        plan=plan, centre=w.C, radius=w.R, local=w.L, flags=w.flags, where=w.where,
+                        _rewalk=lambda zero: walk(zero)[1])
+    out.update(bounds)
     return out

@@ -41,7 +41,7 @@ __all__ = [
     "local_rsqrt", "local_libm", "local_libm_x", "local_add_scalar", "local_mul_scalar",
     "local_div_scalar", "local_rdiv_scalar", "local_constant", "local_cast", "local_sum", "local_mean",
     "local_var", "local_matmul", "local_quantize", "local_block_scale", "local_dequantize",
-    "local_scaled_matmul", "local_composite", "is_composite", "welford_mean_error", "welford_var_error", "two_pass_var_error",
+    "local_scaled_matmul", "local_composite", "softmax_error", "is_composite", "welford_mean_error", "welford_var_error", "two_pass_var_error",
 ]
 
 INFL = R.INFL
@@ -344,6 +344,31 @@ def local_scaled_matmul(k, xs, bs, M, attrs):
     Am, Bm = np.abs(A) + bA, np.abs(B) + bB
     K = np.shape(qa)[-1]
     return (k.gamma(K + 2, k.u(k.acc)) * (Am @ Bm) + K * k.eta(k.acc)) * INFL, k.acc
+
+
+def softmax_error(k, xs, bs, M, attrs):
+    """One softmax kernel in the working format (max exact; ``d = t - max``
+    rounded, ``|d| <= D`` the row's range over the box; exp within
+    ``libm_ulps``; the row sum in any order; the division by the class's
+    ``divide``): every ``e_j`` carries a relative error ``theta <= e**(u D)
+    (1 + kappa) - 1`` (kappa = libm_ulps ulps), so the quotient's relative
+    error is at most ``rho = (1 + theta) (1 + rel_div) / ((1 - theta) (1 -
+    gamma_(n-1))) - 1``, plus the underflow of n exponentials in a sum that
+    is at least 1 - theta (its largest term is exp(0)): ``rho M + n eta``."""
+    x, b = _f(xs[0]), _f(bs[0])
+    axis = attrs["axis"]
+    n = np.shape(x)[axis]
+    D = np.max(x + b, axis=axis, keepdims=True) - np.min(x - b, axis=axis, keepdims=True)
+    u = k.u(k.w)
+    kappa = k.kc.libm_ulps * _ulp_rel(k)
+    theta = np.expm1(u * (1 + u) * D) * (1 + kappa) + kappa
+    g = k.gamma(max(n - 1, 0), k.u(k.acc))
+    rel_div = k.rel("divide")
+    with np.errstate(all="ignore"):
+        rho = (1 + theta) * (1 + rel_div) / ((1 - theta) * (1 - g)) - 1
+        eta = n * (k.w.smallest_subnormal + k.eta(k.w)) / (1 - theta)
+    rho = np.where(theta < 0.5, rho, np.inf)
+    return (rho * M + eta + 4 * k.eta(k.w)) * INFL
 
 
 def local_composite(k, xs, bs, M, attrs):
