@@ -70,6 +70,14 @@ def _mag(xs, bs, i=0):
     return np.abs(_f(xs[i])) + _f(bs[i])
 
 
+def _guard(err, partial, fmt):
+    """inf where an intermediate of size up to ``partial`` (a partial sum, in any
+    order, or a block sum) may exceed the largest finite value of ``fmt``
+    (overflow possible: the bound is unknown there, never silently finite)."""
+    with np.errstate(invalid="ignore"):
+        return np.where(_f(partial) * (1 + 2.0**-20) >= fmt.max, np.inf, err)
+
+
 def _round(k, fmt, M):
     return (k.u(fmt) * M + k.eta(fmt)) * INFL
 
@@ -198,15 +206,18 @@ def local_sum(k, xs, bs, M, attrs):
     """sum in any order in the accumulator: ``gamma_(n-1)(u_acc) sum (|x| + b)``."""
     n = _axis_count(xs[0], attrs)
     g = k.gamma(max(n - 1, 0), k.u(k.acc))
-    return g * _rsum(_mag(xs, bs), attrs) * INFL, k.acc
+    tot = _rsum(_mag(xs, bs), attrs)
+    return _guard(g * tot * INFL, tot * (1 + g), k.acc), k.acc
 
 
 def _mean_error(k, xs, bs, attrs, M):
     n = _axis_count(xs[0], attrs)
     u = k.u(k.acc)
-    es = k.gamma(max(n - 1, 0), u) * _rsum(_mag(xs, bs), attrs) / max(n, 1)
+    tot = _rsum(_mag(xs, bs), attrs)
+    g = k.gamma(max(n - 1, 0), u)
+    es = g * tot / max(n, 1)
     g2 = gamma_u(2, u)  # s / n, or s * fl(1/n)
-    return (es * (1 + g2) + g2 * M + 2 * k.eta(k.acc)) * INFL
+    return _guard((es * (1 + g2) + g2 * M + 2 * k.eta(k.acc)) * INFL, tot * (1 + g), k.acc)
 
 
 def local_mean(k, xs, bs, M, attrs):
@@ -285,7 +296,9 @@ def local_var(k, xs, bs, M, attrs):
         out = np.maximum(out, two_pass_var_error(n, N, E, uw, uw, k.u(k.acc), Vmax, k.eta(k.acc)))
     if "welford" in k.kc.variance:
         out = np.maximum(out, welford_var_error(k, xs, bs, attrs, Vmax))
-    return out, k.acc
+    A, W = _row_stats(xs, bs, attrs)
+    # partial sums: of the elements (the mean) and of the squared deviations (<= n W^2)
+    return _guard(_guard(out, n * _f(A) * 1.01, k.acc), n * _f(W) ** 2 * 1.01, k.acc), k.acc
 
 
 def local_matmul(k, xs, bs, M, attrs):
@@ -307,8 +320,9 @@ def local_matmul(k, xs, bs, M, attrs):
     ti = k.kc.matmul_inputs
     ut = 0.0 if ti is None or ti.p >= k.S.p else ti.u
     pre = (1 + ut) ** 2 - 1
-    err = pre * AB + k.gamma(K, k.u(k.acc)) * (1 + ut) ** 2 * AB + K * k.eta(k.acc)
-    return err * INFL, k.acc
+    g = k.gamma(K, k.u(k.acc))
+    err = pre * AB + g * (1 + ut) ** 2 * AB + K * k.eta(k.acc)
+    return _guard(err * INFL, AB * (1 + ut) ** 2 * (1 + g), k.acc), k.acc
 
 
 def local_quantize(k, xs, bs, M, attrs):
@@ -343,7 +357,9 @@ def local_scaled_matmul(k, xs, bs, M, attrs):
     B, bB = R._dequantised(qb, sb, bs[2], bs[3])
     Am, Bm = np.abs(A) + bA, np.abs(B) + bB
     K = np.shape(qa)[-1]
-    return (k.gamma(K + 2, k.u(k.acc)) * (Am @ Bm) + K * k.eta(k.acc)) * INFL, k.acc
+    AB = Am @ Bm
+    g = k.gamma(K + 2, k.u(k.acc))
+    return _guard((g * AB + K * k.eta(k.acc)) * INFL, AB * (1 + g), k.acc), k.acc
 
 
 def softmax_error(k, xs, bs, M, attrs):

@@ -498,7 +498,7 @@ def test_cli_exit_code_2_for_undecided(capsys):
     assert rc == 2 and "counterexample" not in out
     # the CLI's own closing lines: the verdict and each responsible operator with its causes
     tail = out[out.index("\nundecided: "):]
-    assert "1 of 5 cases" in tail and "running bound infinite" in tail
+    assert "1 of 5 cases" in tail and "contract bound infinite" in tail
     assert re.search(r"responsible: \w+ \((eager|fused) node [\w.]+: \w+ \d+", tail), tail
 
 

@@ -29,11 +29,13 @@ traces ``fn`` (or takes a Graph, or a model name) with the shapes of the
 inputs, runs numlab's eager and fp64 reference on them, and puts the
 observed outputs where numlab's fused run would be.  Every claim about
 output values runs on them: no worse than eager (per element, tensor,
-population), error_within_bound (the observed errors against the rigorous
-running bound of the stated plan, ``fusion=``), inductor_rule,
-msprobe_accuracy, data_movement_bitexact.  Claims that need more of the
-kernel than one set of its outputs (bound_no_worse, fp32_inside,
-compile_determinism, execution_determinism, emulated_casts_match_eager) are
+population), error_within_bound (the observed errors against the contract
+bound of the stated plan, ``fusion=``: rigorous for every implementation of
+the contract, :func:`numlab.bounds.contract_bound`), bound_no_worse (the
+plan's contract bounds), inductor_rule, msprobe_accuracy,
+data_movement_bitexact.  Claims that need more of the kernel than one set of
+its outputs (fp32_inside, compile_determinism, execution_determinism,
+emulated_casts_match_eager, trace_enclosure) are
 undecided there with the reason "needs a model of the fused kernel: ..."
 (:attr:`Claim.on_observed`).  A violating case is saved with the real data
 (inputs, observed, eager, reference) and :func:`reproduce` re-evaluates it.
@@ -42,7 +44,7 @@ Every evaluation returns a *margin* in comparable units (ULPs of S at the
 reference scale, or a count): ``margin > 0`` means violated; the adversarial
 search maximises it.  Verdicts are "holds", "fails" or "undecided": a
 decision that rests on an infinite, NaN, unknown or empty result (an
-infinite running bound, infinite errors on both sides, no elements) is
+infinite contract bound, infinite errors on both sides, no elements) is
 undecided, never "holds", and names the operators responsible
 (:attr:`CheckReport.exit_code`: 0 holds, 1 fails, 2 undecided;
 ``docs/design.md``, section "Verdicts").
@@ -52,7 +54,8 @@ precision note: pure data movement is bit-exact; fused blocks compute in
 fp32; fused is no worse than eager (per element, per tensor, over a
 population, and for the error bound); compile and execution determinism;
 Inductor's acceptance rule; and the rigorous claim that computed errors stay
-within the running bound.
+within the contract bound (``trace_enclosure`` is numlab's self-check of its
+own trace, which no other kernel is held to).
 
 Fusion configurations are fusion specs or :class:`numlab.fusion.FusionOptions`
 objects, coerced by ``FusionOptions.parse``; a case keeps the canonical spec.
@@ -61,7 +64,7 @@ Kernels likewise: ``kernels=`` (the fused side's kernels, default
 also call; default ``handwritten``) of :func:`check` and :func:`make_case`
 are kernel specs or :class:`numlab.kernels.KernelSpec` objects, coerced by
 ``KernelSpec.parse``; a case, a report and a saved counterexample keep the
-canonical specs, and every run a claim makes (running bounds included) uses
+canonical specs, and every run a claim makes (and the contract it derives) uses
 them -- e.g. ``kernels="codegen:mma=H100/fp8_e4m3/fp32",
 library="handwritten:mma=H100/fp8_e4m3/fp32"`` puts every matmul on a
 matrix unit (``numlab mma sweep``'s claims table).

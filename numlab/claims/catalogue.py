@@ -5,9 +5,17 @@ A claim maps the runs of one case (:class:`numlab.claims.cases.Runs`) to a
 ``margin`` in comparable units (> 0 violated).  A case whose decision rests
 on an infinite, NaN, unknown or empty result is **undecided**, never
 "holds": comparing an infinite error with an infinite error, an infinite
-(unknown) running bound with anything, or nothing at all decides nothing.
+(unknown) bound with anything, or nothing at all decides nothing.
 ``CaseResult.undecided`` then says why and names the operators responsible
-(from the running bounds' per-node flags, :func:`numlab.running_bounds.inf_sources`).
+(from the per-node flags of the contract bound, :meth:`numlab.bounds.ContractBound.inf_sources`,
+or of numlab's trace enclosure, :func:`numlab.running_bounds.inf_sources`).
+
+The bound claims rest on :func:`numlab.bounds.contract_bound`: a bound that
+holds for every implementation of the stated contract and plan, so
+``error_within_bound`` never accuses a correct kernel and a violation proves
+the kernel breaks the contract.  numlab's a-posteriori enclosure of its own
+trace (:mod:`numlab.running_bounds`) is checked by ``trace_enclosure``, a
+self-check of numlab's run that no other kernel is held to.
 A violation found on the decided elements of a case still makes it "fails".
 """
 
@@ -24,6 +32,7 @@ import numpy as np
 
 from .. import metrics, zoo
 from .. import running_bounds as RB
+from ..contract_bounds import contract_bound
 from ..execute import run
 from ..formats import Format
 from ..graph import Graph, trace
@@ -226,16 +235,30 @@ def _run_bounds(runs, mode: str) -> dict:
     return _bounded(runs, mode).output_bounds()
 
 
-def _responsible(runs, modes) -> list:
-    """The nodes where inf running bounds originate in ``modes`` (with mode)."""
+def _contract(runs, mode: str):
+    """The :class:`numlab.bounds.ContractBound` of ``mode`` under the case's plan
+    (``runs.fusion``), kernel specs (the derived contract) or ``runs.contract``, cached."""
+    key = ("contract", mode)
+    if key not in runs._res:
+        fusion = runs.fusion if mode in ("fused", "emulated_casts") else None
+        runs._res[key] = contract_bound(runs.graph, runs.case.inputs, mode=mode, fmt=runs.S, fusion=fusion,
+                                        contract=getattr(runs.case, "contract", None), kernels=runs.kernels,
+                                        library=runs.library)
+    return runs._res[key]
+
+
+def _responsible(runs, modes, source=None) -> list:
+    """The nodes where inf bounds originate in ``modes`` (with mode): of the
+    contract bound (``source="contract"``) or of numlab's trace enclosure."""
     out = []
     for mode in modes:
-        out += [{"mode": mode, **s} for s in _bounded(runs, mode).inf_sources()]
+        src = _contract(runs, mode) if source == "contract" else _bounded(runs, mode)
+        out += [{"mode": mode, **s} for s in src.inf_sources()]
     return out
 
 
-def _undecided(reason: str, runs=None, modes=(), **extra) -> dict:
-    return {"reason": reason, "responsible": _responsible(runs, modes) if runs is not None else [], **extra}
+def _undecided(reason: str, runs=None, modes=(), source=None, **extra) -> dict:
+    return {"reason": reason, "responsible": _responsible(runs, modes, source) if runs is not None else [], **extra}
 
 
 def responsible_ops(undecided: dict) -> list:
@@ -453,8 +476,8 @@ def _claim_population(stats: list) -> CaseResult:
 
 def _claim_bound(runs) -> CaseResult:
     worst_m, detail, und_out = -math.inf, {}, []
-    bf = _run_bounds(runs, "fused")
-    be = _run_bounds(runs, "eager")
+    bf = _contract(runs, "fused")
+    be = _contract(runs, "eager")
     for name in runs.graph.outputs:
         fmax, emax = float(np.max(bf[name])), float(np.max(be[name]))
         if math.isinf(fmax) or math.isinf(emax):
@@ -466,17 +489,20 @@ def _claim_bound(runs) -> CaseResult:
             worst_m, detail = m, {"output": name, "fused_bound_max": fmax, "eager_bound_max": emax}
     und = None
     if und_out:
-        und = _undecided("running bound infinite (unknown) for outputs "
-                         f"{[u['output'] for u in und_out]}", runs, ("eager", "fused"), outputs=und_out)
+        und = _undecided("contract bound infinite (unknown) for outputs "
+                         f"{[u['output'] for u in und_out]}", runs, ("eager", "fused"), "contract",
+                         outputs=und_out)
         if not detail:
             detail = dict(und_out[0])
     return _result(worst_m if math.isfinite(worst_m) or not und else math.nan, detail, und)
 
 
-def _claim_within_bound(runs) -> CaseResult:
+def _within(runs, bounds_of, what: str, source) -> CaseResult:
+    """Every element of eager and fused (numlab's, or the observed outputs in
+    the fused place): ``|computed - exact| <= bounds_of(runs, mode)``."""
     worst_m, detail, n_inf, n_all, modes = -math.inf, {}, 0, 0, []
     for mode in ("eager", "fused"):
-        b = _run_bounds(runs, mode)
+        b = bounds_of(runs, mode)
         for name in runs.graph.outputs:
             err, ref = _errs(runs, mode, name)
             bb = b[name]
@@ -498,9 +524,24 @@ def _claim_within_bound(runs) -> CaseResult:
     if n_all == 0:
         und = _undecided("no output elements to check")
     elif n_inf:
-        und = _undecided(f"running bound infinite (unknown) at {n_inf} of {n_all} output elements", runs,
-                         modes, elements=n_inf)
+        und = _undecided(f"{what} infinite (unknown) at {n_inf} of {n_all} output elements", runs,
+                         modes, source, elements=n_inf)
     return _result(worst_m if n_inf < n_all else math.nan, detail, und)
+
+
+def _claim_within_bound(runs) -> CaseResult:
+    res = _within(runs, lambda r, m: _contract(r, m), "contract bound", "contract")
+    d = res.detail
+    if res.fails and d:  # name the node whose local term dominates the bound at the worst element
+        cb = _contract(runs, d["mode"])
+        top = cb.budget(d["output"], tuple(d["index"]))[:3]
+        d["dominant"] = [{"node": n, "op": op, "share": round(sh, 4)} for n, op, sh in top]
+        d["contract"] = cb.contract.spec
+    return res
+
+
+def _claim_trace(runs) -> CaseResult:
+    return _within(runs, lambda r, m: _run_bounds(r, m), "trace enclosure", None)
 
 
 def _movement_only(graph) -> list:
@@ -682,15 +723,22 @@ CLAIMS: dict[str, Claim] = {
               "(the note's 'no worse than eager'; the test plan's verdict)",
               _claim_population, scope="population", case_fn=_population_stats, searchable=False),
         Claim("bound_no_worse",
-              "per output: max running error bound of fused <= that of eager "
-              "(the note: 'the accumulated rounding-error bound of autofusion <= eager')",
-              _claim_bound, requires="numlab.running_bounds",
-              on_observed="the fused side's running bound is a property of numlab's model of the plan, not of "
-                          "the observed outputs (use error_within_bound: the observed errors against the stated "
-                          "plan's rigorous bound)"),
+              "per output: max contract bound of the fused plan <= that of eager (the note: 'the accumulated "
+              "rounding-error bound of autofusion <= eager'; numlab.bounds.contract_bound, for every "
+              "implementation of the contract; a property of the plan and the contract: observed outputs do not enter)",
+              _claim_bound, requires="numlab.contract_bounds"),
         Claim("error_within_bound",
-              "every element of eager and fused: |computed - exact| <= running bound (rigorous)",
-              _claim_within_bound, requires="numlab.running_bounds"),
+              "every element of eager and fused (or the observed outputs): |computed - exact| <= the contract bound "
+              "of the stated mode and plan (rigorous for every implementation of the contract; a violation proves "
+              "the kernel breaks it)",
+              _claim_within_bound, requires="numlab.contract_bounds"),
+        Claim("trace_enclosure",
+              "numlab's self-check: every element of numlab's own eager and fused run lies within the a-posteriori "
+              "enclosure of its own trace (numlab.running_bounds; local errors measured on numlab's intermediate "
+              "values, so no other kernel is held to it)",
+              _claim_trace, requires="numlab.running_bounds",
+              on_observed="the enclosure is built from numlab's own intermediate values; an observed kernel is held "
+                          "to the contract bound instead (error_within_bound)"),
         Claim("data_movement_bitexact",
               "pure data movement is bit-exact: fused == eager == reference rounded to S (the note's data-movement claim)",
               _claim_bitexact, searchable=False),

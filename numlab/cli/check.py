@@ -32,7 +32,7 @@ kernel spec (also called by fused plans for the blocks they do not
 generate; default ``handwritten``), both in the ``KernelSpec.parse`` grammar
 (``numlab --help``); e.g. ``--kernels codegen:mma=H100/fp8_e4m3/fp32
 --library handwritten:mma=H100/fp8_e4m3/fp32`` puts every matmul on the
-H100 fp8 matrix unit.  Every run of the claim (running bounds included)
+H100 fp8 matrix unit.  Every run of the claim (and its derived contract)
 takes them and a saved counterexample records them.
 """
 
