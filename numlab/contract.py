@@ -317,9 +317,10 @@ class Contract:
             for target, p in ((lib, "library"), (gen, "codegen")):
                 if not dot or part == p:
                     target[fname] = value
+        if not (lib or gen):
+            return base
         try:
-            return replace(base, name=base.name if not (lib or gen) or head != "custom" else "custom",
-                           library=replace(base.library, **lib), codegen=replace(base.codegen, **gen))
+            return replace(base, library=replace(base.library, **lib), codegen=replace(base.codegen, **gen))
         except (ValueError, TypeError) as exc:
             raise type(exc)(f"{arg}={spec!r}: {exc}") from None
 
