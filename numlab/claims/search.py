@@ -36,6 +36,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .. import metrics
+from ..contract import Contract
 from ..formats import get_format
 from ..graph import Graph
 from ..rounding import round_to
@@ -158,6 +159,8 @@ class CheckReport:
                      f"search={self.search}: {head}"]
         if (self.kernels, self.library) != (DEFAULT_KERNELS, DEFAULT_LIBRARY):
             lines.append(f"  kernels: fused {self.kernels}, eager's library {self.library}")
+        if self.claim in CLAIMS and CLAIMS[self.claim].requires == "numlab.contract_bounds":
+            lines.append("  " + Contract.derived(self.kernels, self.library).header())
         where = (f"trial {self.worst_trial}" if self.worst_trial is not None
                  else f"the pooled outputs of all {self.trials} trials: a population claim, no single trial")
         lines.append(f"  worst margin {self.worst_margin:.4g} ({where}): "
