@@ -46,6 +46,8 @@ _LAZY = {
     "metrics": "numlab.metrics",
     "bounds": "numlab.bounds",
     "running_bounds": "numlab.running_bounds",
+    "contract": "numlab.contract",
+    "testing": "numlab.testing",
     "claims": "numlab.claims",
     "compare": "numlab.compare",
     "races": "numlab.races",

@@ -21,6 +21,9 @@ from numlab.execute import run
 # the quickest run of every subcommand, with every shared option it takes
 # ({tmp} is replaced by a fresh directory)
 GOOD = {
+    "bound": ["bound", "layernorm", "--dtype", "fp16", "--size", "batch=2", "--size", "hidden=16",
+              "--inputs", "uniform", "--fusion", "inductor", "--kernels", "codegen", "--seed", "1",
+              "--mode", "fused", "--out", "{tmp}/bound", "--force"],
     "mma sweep": ["mma", "sweep", "--ks", "256", "--m", "2", "--n", "2", "--kind", "uniform", "--claims-model",
                   "none", "--preset-k", "256", "--seed", "1", "--out", "{tmp}/mma", "--force"],
     "demo": ["demo", "--quick", "--models", "softmax", "--inputs", "uniform", "--seed", "1",
@@ -108,6 +111,7 @@ BAD = {
 }
 # which shared options each command takes, and where its argv puts MODEL
 TAKES = {
+    "bound": ["MODEL", "--dtype", "--size", "--inputs", "--fusion", "--kernels", "--seed"],
     "mma sweep": ["--seed"],
     "demo": ["--inputs", "--fusion", "--seed", "--models"],
     "run": ["MODEL", "--dtype", "--size", "--inputs", "--fusion", "--kernels", "--seed"],
@@ -121,7 +125,7 @@ TAKES = {
     "reveal": ["--dtype", "--seed"],
     "calibrate": ["--dtype", "--seed"],
 }
-MODEL_AT = {"run": 1, "bisect": 1, "check CLAIM": 2, "check determinism": 2}
+MODEL_AT = {"bound": 1, "run": 1, "bisect": 1, "check CLAIM": 2, "check determinism": 2}
 CASES = [(cmd, opt) for cmd, opts in TAKES.items() for opt in opts]
 
 

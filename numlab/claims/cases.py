@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import zoo
+from ..contract import Contract
 from ..execute import run
 from ..formats import get_format
 from ..graph import Graph
@@ -17,7 +18,8 @@ from ._fusion import fusion_options, fusion_spec
 from ._kernels import DEFAULT_KERNELS, DEFAULT_LIBRARY, kernel_args, kernel_spec
 from .catalogue import CaseResult, KernelModelNeeded, get_claim, get_model, model_sizes
 
-__all__ = ["Case", "Runs", "KernelModelNeeded", "make_case", "evaluate", "trial_seed", "data_inputs"]
+__all__ = ["Case", "Runs", "KernelModelNeeded", "make_case", "evaluate", "trial_seed", "data_inputs",
+           "contract_spec"]
 
 
 def trial_seed(seed: int, trial: int) -> int:
@@ -39,7 +41,10 @@ class Case:
     ``kernels``: canonical spec (``KernelSpec.spec``) of the fused side's
     kernels (the code generator; default ``"codegen"``); ``library``: that
     of eager's library kernels, which fused plans also call for the blocks
-    they do not generate (default ``"handwritten"``)."""
+    they do not generate (default ``"handwritten"``).  ``contract``: the
+    canonical contract spec (:attr:`numlab.contract.Contract.spec`) the bound
+    claims hold the case to, or None for the contract derived from
+    ``kernels`` and ``library``."""
 
     model: str
     sizes: dict
@@ -54,6 +59,7 @@ class Case:
     observed: dict | None = None
     kernels: str = DEFAULT_KERNELS
     library: str = DEFAULT_LIBRARY
+    contract: str | None = None
 
     def graph(self):
         return self.source if self.source is not None else get_model(self.model, self.sizes)
@@ -127,7 +133,7 @@ class Runs:
 
 
 def make_case(model, *, sizes=None, fmt="fp16", fusion=None, kind="normal",
-              seed: int = 0, trial: int = 0, graph=None, kernels=None, library=None) -> Case:
+              seed: int = 0, trial: int = 0, graph=None, kernels=None, library=None, contract=None) -> Case:
     """A case with zoo-generated inputs (``kind``) for trial ``trial``: the
     inputs depend only on (model, sizes, fmt, kind, seed, trial).  ``model``
     is a model name or a :class:`~numlab.graph.Graph` (kept as the case's
@@ -139,7 +145,9 @@ def make_case(model, *, sizes=None, fmt="fp16", fusion=None, kind="normal",
     ``library`` (eager's library kernels, default ``"handwritten"``) are
     kernel specs or :class:`~numlab.kernels.KernelSpec` objects
     (``KernelSpec.parse``, e.g. ``"codegen:mma=H100/fp8_e4m3/fp32"``); the
-    case keeps their canonical specs.  They do not change the inputs."""
+    case keeps their canonical specs.  They do not change the inputs.
+    ``contract``: a contract string or Contract for the bound claims (None:
+    derived from the kernels; :func:`contract_spec`)."""
     S = get_format(fmt, "fmt")
     spec = fusion_spec(fusion)
     kspec = kernel_spec(kernels, "kernels", DEFAULT_KERNELS)
@@ -154,7 +162,13 @@ def make_case(model, *, sizes=None, fmt="fp16", fusion=None, kind="normal",
         g = graph if graph is not None else get_model(model, sizes)
     inputs = zoo.make_inputs(g, kind=kind, seed=trial_seed(seed, trial), fmt=S)
     return Case(model, sizes, S.name, spec, inputs, kind, seed, trial, source=source, kernels=kspec,
-                library=lspec)
+                library=lspec, contract=contract_spec(contract))
+
+
+def contract_spec(contract) -> str | None:
+    """The canonical spec of a contract string or Contract (None stays None:
+    the contract derived from a case's kernels)."""
+    return None if contract is None else Contract.parse(contract).spec
 
 
 def evaluate(claim, case: Case, graph=None) -> CaseResult:

@@ -42,7 +42,7 @@ from ..graph import Graph
 from ..rounding import round_to
 from ._fusion import fusion_spec
 from ._kernels import DEFAULT_KERNELS, DEFAULT_LIBRARY, kernel_spec
-from .cases import Case, Runs, data_inputs, evaluate, make_case
+from .cases import Case, Runs, contract_spec, data_inputs, evaluate, make_case
 from .catalogue import CLAIMS, get_claim, get_model, model_path, model_sizes, responsible_ops
 from .observed import given_inputs, model_label, observed_outputs, read_arrays, resolve_graph
 from .shrink import shrink
@@ -129,6 +129,7 @@ class CheckReport:
     undecided_detail: dict = field(default_factory=dict)
     kernels: str = DEFAULT_KERNELS
     library: str = DEFAULT_LIBRARY
+    contract: str | None = None
 
     @property
     def holds(self) -> bool:
@@ -160,7 +161,7 @@ class CheckReport:
         if (self.kernels, self.library) != (DEFAULT_KERNELS, DEFAULT_LIBRARY):
             lines.append(f"  kernels: fused {self.kernels}, eager's library {self.library}")
         if self.claim in CLAIMS and CLAIMS[self.claim].requires == "numlab.contract_bounds":
-            lines.append("  " + Contract.derived(self.kernels, self.library).header())
+            lines.append("  " + Contract.parse(self.contract, kernels=self.kernels, library=self.library).header())
         where = (f"trial {self.worst_trial}" if self.worst_trial is not None
                  else f"the pooled outputs of all {self.trials} trials: a population claim, no single trial")
         lines.append(f"  worst margin {self.worst_margin:.4g} ({where}): "
@@ -190,7 +191,8 @@ def _task(payload: dict) -> list:
         kind = payload["kinds"][t % len(payload["kinds"])]
         case = make_case(payload["model"], sizes=payload["sizes"], fmt=payload["fmt"],
                          fusion=payload["fusion"], kind=kind, seed=payload["seed"], trial=t, graph=graph,
-                         kernels=payload.get("kernels"), library=payload.get("library"))
+                         kernels=payload.get("kernels"), library=payload.get("library"),
+                         contract=payload.get("contract"))
         runs = Runs(case, graph=graph)
         if claim.scope == "population":
             out.append((t, kind, claim.case_fn(runs), runs.run("fused").fingerprint))
@@ -215,7 +217,7 @@ def _key(margin: float) -> float:
 def check(claim, model, *, inputs=None, observed=None, fmt="fp16", sizes=None, fusion=None,
           trials: int = 100, search: str = "random", seed: int = 0, executor=None, save: str | None = None,
           options: SearchOptions | None = None, progress: bool = False, shrink_cex: bool = True,
-          force: bool = False, kernels=None, library=None) -> CheckReport:
+          force: bool = False, kernels=None, library=None, contract=None) -> CheckReport:
     """Check ``claim`` on ``model``, on random inputs or on given data.
 
     ``model`` is a zoo model, a claims model (:data:`EXTRA_MODELS
@@ -231,8 +233,10 @@ def check(claim, model, *, inputs=None, observed=None, fmt="fp16", sizes=None, f
     ``"handwritten"``), each a :class:`numlab.kernels.KernelSpec` or a spec
     string (``KernelSpec.parse``, e.g. ``"codegen:mma=H100/fp8_e4m3/fp32"``
     puts the fused matmuls on a matrix unit).  Every run a claim makes
-    (eager, fused, emulated casts, running bounds) takes them; cases and
-    saved counterexamples keep their canonical specs.
+    (eager, fused, emulated casts, the trace enclosure) takes them; cases and
+    saved counterexamples keep their canonical specs.  ``contract`` (a
+    contract string such as ``"triton_cuda"``, a Contract, or None: derived
+    from the kernels) is the contract the bound claims hold the outputs to.
 
     **Random trials** (``inputs`` None): ``options.trials`` zoo-generated
     cases run as executor tasks of ``options.chunk`` trials (per-trial seeds
@@ -269,7 +273,7 @@ def check(claim, model, *, inputs=None, observed=None, fmt="fp16", sizes=None, f
     S = get_format(fmt, "fmt")
     spec = fusion_spec(fusion)
     ks = {"kernels": kernel_spec(kernels, "kernels", DEFAULT_KERNELS),
-          "library": kernel_spec(library, "library", DEFAULT_LIBRARY)}
+          "library": kernel_spec(library, "library", DEFAULT_LIBRARY), "contract": contract_spec(contract)}
     if inputs is not None:
         return _check_given(claim, model, inputs, observed, S, sizes, spec, opts, save, shrink_cex, force, ks)
     if observed is not None:

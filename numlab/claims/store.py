@@ -86,9 +86,11 @@ def save_counterexample(claim, case: Case, result: CaseResult, directory="data/c
         key = sha256_arrays({**{f"input/{k}": v for k, v in case.inputs.items()},
                              **{f"observed/{k}": v for k, v in case.observed.items()}})
         extra["case_sha256"] = key
-    if (case.kernels, case.library) != (DEFAULT_KERNELS, DEFAULT_LIBRARY):
+    if (case.kernels, case.library) != (DEFAULT_KERNELS, DEFAULT_LIBRARY) or case.contract is not None:
         h = hashlib.sha256(key.encode())
         h.update(f"kernels={case.kernels}\0library={case.library}".encode())
+        if case.contract is not None:
+            h.update(f"\0contract={case.contract}".encode())
         key = h.hexdigest()
         extra["case_sha256"] = key
     if case.source is not None:
@@ -105,6 +107,7 @@ def save_counterexample(claim, case: Case, result: CaseResult, directory="data/c
         "fusion": case.fusion,
         "fusion_options": fusion_options(case.fusion).canonical(),
         "kernels": {"eager": case.library, "fused": case.kernels, "fused_library": case.library},
+        **({"contract": case.contract} if case.contract is not None else {}),
         "kind": case.kind,
         "seed": case.seed,
         "trial": case.trial,
@@ -167,7 +170,8 @@ def load_counterexample(path) -> tuple[Case, dict, dict]:
     kernels, library = _saved_kernels(meta)
     case = Case(meta["model"], meta["sizes"], fmt, _saved_fusion(meta), inputs,
                 meta.get("kind", "normal"), meta.get("seed", 0), meta.get("trial", 0), meta.get("origin", ""),
-                source=source, observed=observed, kernels=kernels, library=library)
+                source=source, observed=observed, kernels=kernels, library=library,
+                contract=meta.get("contract"))
     return case, meta, arrs
 
 

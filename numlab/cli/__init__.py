@@ -31,6 +31,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("numlab.cli.compare", "msit-style dump compare: -gp GOLDEN -mp MINE -o OUT"),
     "bisect": ("numlab.cli.bisect", "find what causes a divergence between eager and fused"),
     "check": ("numlab.cli.check", "check a claim (or `check plan`, `check determinism`)"),
+    "bound": ("numlab.cli.bound", "rigorous contract bounds |y_impl - y_exact| <= B per mode and output"),
     "race": ("numlab.cli.race", "multi-core race scenarios: run, detect, fix"),
     "reveal": ("numlab.cli.reveal", "reveal the summation order of a torch/numpy reduction by probing"),
     "calibrate": ("numlab.cli.calibrate", "detect, reveal and measure numlab's PyTorch model per ATen capability"),

@@ -47,9 +47,17 @@ import numpy as np
 from .. import claims as C
 from .. import plots, report, zoo
 from ..compare.layouts import load_any
+from ..contract import PRESETS
 from ..determinism import EXEC_MODES, INJECTIONS, check_determinism
 from ..fusion import FusionOptions
-from .options import add_shared, fusion_list_type, graph_and_inputs, kernels_type, nonneg_int
+from .options import (
+    add_shared,
+    contract_type,
+    fusion_list_type,
+    graph_and_inputs,
+    kernels_type,
+    nonneg_int,
+)
 
 __all__ = ["add_parser", "EXECUTORS"]
 
@@ -101,6 +109,10 @@ def add_parser(sub) -> None:
         cp.add_argument("--library", default=None, metavar="SPEC", type=kernels_type("--library"),
                         help="kernel spec of eager's library kernels, also called by fused plans for blocks "
                              "they do not generate (default handwritten), same grammar as --kernels")
+        cp.add_argument("--contract", default=None, metavar="SPEC", type=contract_type,
+                        help="the execution contract error_within_bound and bound_no_worse hold the outputs to "
+                             f"(default: derived from --kernels/--library; presets {sorted(PRESETS)}, "
+                             "e.g. 'triton_cuda' or 'torch_cpu:libm_ulps=2')")
         cp.add_argument("--trials", type=int, default=100, help="random trials (default 100)")
         cp.add_argument("--search", choices=("random", "adversarial"), default="random")
         cp.add_argument("--steps", type=int, default=200, help="adversarial mutations (default 200)")
@@ -266,7 +278,7 @@ def _run_given(args) -> int:
           f"{_kernels_text(args)} inputs={args.inputs} {what}")
     rep = C.check(args.claim, graph, inputs=inputs, observed=observed, fmt=args.dtype.name, fusion=fusion.spec,
                   save=None if args.no_save else args.out, shrink_cex=not args.no_shrink, force=args.force,
-                  kernels=args.kernels, library=args.library)
+                  kernels=args.kernels, library=args.library, contract=args.contract)
     return _print_verdict(args, rep)
 
 
@@ -291,7 +303,7 @@ def _run_claim(args) -> int:
         rep = C.check(args.claim, args.model, fmt=args.dtype.name, sizes=args.size, fusion=fusion.spec,
                       seed=args.seed, executor=ex, save=None if args.no_save else args.out, options=opts,
                       progress=args.progress, shrink_cex=not args.no_shrink, force=args.force,
-                      kernels=args.kernels, library=args.library)
+                      kernels=args.kernels, library=args.library, contract=args.contract)
     finally:
         if close:
             close()

@@ -61,6 +61,7 @@ import numpy as np
 
 from .. import zoo
 from ..claims import EXTRA_MODELS, all_models
+from ..contract import Contract
 from ..formats import FORMATS, get_format
 from ..fusion import DEFAULT_SPEC, FusionOptions, split_specs
 from ..graph import Graph, function_inputs, load_inputs, read_arrays, trace_function
@@ -256,6 +257,14 @@ fusion_list_type = arg_type("--fusion", _fusion_list)
 
 def kernels_type(option: str = "--kernels"):
     return arg_type(option, lambda v: KernelSpec.parse(v, arg=option))
+
+
+def _contract_spec(value: str) -> str:
+    Contract.parse(value, arg="--contract")  # validated now; parsed again with --kernels/--library
+    return value
+
+
+contract_type = arg_type("--contract", _contract_spec, "contract")
 
 
 # ---------------------------------------------------------------------------
