@@ -246,6 +246,7 @@ class _Walk:
         self.C, self.R, self.s, self.L, self.VF = {}, {}, {}, {}, {}
         self.flags, self.where = {}, {}
         self.zero = frozenset()  # nodes whose local term is left out (ContractBound.budget)
+        self.inf = {}  # node -> whether any element of its radius is infinite
 
     def _node(self, node, nc: NodeContract, graph, var_pat, welford_nodes=()):
         info = get_op(node.op)
@@ -253,43 +254,50 @@ class _Walk:
         xs = [self.C[i] for i in node.inputs]
         bs = [self.R[i] for i in node.inputs]
         ss = [self.s[i] for i in node.inputs]
-        inf_in = any(np.isinf(b).any() for b in bs)
+        inf_in = any(self.inf.get(i, False) for i in node.inputs)
         if info.slack is None or info.propagate is None or info.local is None:
             # an operator whose rule was removed (a test patching the registry): inf, named, never a pass
             with np.errstate(all="ignore"):
                 c = _f(info.ref(*xs, **attrs))
             self.C[node.name], self.R[node.name] = c, np.full(np.shape(c), np.inf)
             self.s[node.name], self.L[node.name] = np.full(np.shape(c), np.inf), np.full(np.shape(c), np.inf)
-            self.VF[node.name] = None
+            self.VF[node.name], self.inf[node.name] = None, True
             self.flags[node.name] = {"op": node.op, "causes": {"no_rule": int(np.size(c))}}
             return
         with np.errstate(all="ignore"):
             c = _f(info.ref(*xs, **attrs))
+            shape = np.shape(c)
             slack = _f(info.slack(c, xs, attrs))
             pR, dom = info.propagate(xs, bs, attrs, info.ref)
             ps, _ = info.propagate(xs, ss, attrs, info.ref)
             pR, ps = _f(pR), _f(ps)
-            M = np.abs(c) + pR + slack
+            M = np.abs(c)
+            M += pR
+            M += slack
             kc = nc.kc
             k = Local(kc, kc.working(self.S, nc.fused), kc.accumulator(self.S, nc.fused), self.S, self.lam,
                       info.ref)
             err, comp = info.local(k, xs, bs, M, attrs)
-            err = _f(err) * (0.0 if node.name in self.zero else 1.0)
+            err = _f(err)
+            if node.name in self.zero:
+                err = np.zeros(shape)
             if node.name in welford_nodes:  # the mean of a library layer norm that may use Welford
                 err = np.maximum(err, self._welford_mean(k, xs, bs, attrs))
             vf = comp if comp is not None else self._value_format(node.inputs)
-            over = np.broadcast_to(np.isinf(err), np.shape(c)).copy()
-            if comp is not None:
-                over |= (M + err) > comp.max
+            top = M + err  # the largest magnitude of the computed value, before its store
+            limit = comp.max if comp is not None else np.inf
             store = 0.0
             F_ = nc.stored
             if F_ is not None:
                 if info.stored_fmt is None and not _contains(vf, F_) and node.name not in self.zero:
-                    store = k.u(F_) * (M + err) + k.eta(F_)
-                    over |= (M + err + store) > F_.max
+                    store = k.u(F_) * top + k.eta(F_)
+                    limit = min(limit, F_.max)
+                    top = top + store
                 vf = F_
             L = (err + store) * INFL
-            Rn = (L + pR + slack) * INFL
+            Rn = L + pR
+            Rn += slack
+            Rn *= INFL
             sn = (ps + slack) * INFL
             if node.op == "div" and _normalises(graph, node):
                 # exp(.) / sum(exp(.)): every implementation and the exact value lie in [0, 1]
@@ -303,21 +311,32 @@ class _Walk:
             if node.name in var_pat:
                 Rn = self._variance(node, c, k, var_pat[node.name], Rn, slack,
                                     store, F_, welford=node.name in welford_nodes)
+            # every element finite and below the formats' largest values: nothing to flag (one pass)
+            clean = (dom is None or not np.any(dom)) and bool(np.all(top < limit)) and bool(np.all(Rn < np.inf)) \
+                and not (node.name in var_pat and not np.all(pR < np.inf))
+        Rn = Rn if np.shape(Rn) == shape else np.broadcast_to(Rn, shape).copy()
+        sn = sn if np.shape(sn) == shape else np.broadcast_to(sn, shape).copy()
+        L = L if np.shape(L) == shape else np.broadcast_to(L, shape).copy()
+        self.C[node.name], self.L[node.name], self.VF[node.name] = c, L, vf
+        if clean:
+            self.R[node.name], self.s[node.name], self.inf[node.name] = Rn, sn, False
+            self.flags[node.name] = {"op": node.op, "causes": {}}
+            return
         nan = np.isnan(c)
-        dom = np.zeros(np.shape(c), bool) if dom is None else np.broadcast_to(dom, np.shape(c))
+        dom = np.zeros(shape, bool) if dom is None else np.broadcast_to(dom, shape)
+        with np.errstate(invalid="ignore"):
+            # this node's own overflow: where its inputs' bounds are finite (else inherited)
+            over = np.broadcast_to(~(top < limit) & np.isfinite(pR), shape) & ~nan
         if node.name in var_pat:  # the two-pass alternative never hides an overflow of the walk
-            over = over | np.broadcast_to(np.isinf(pR) & ~dom, np.shape(c))
+            over = over | np.broadcast_to(np.isinf(pR) & ~dom, shape)
         bad = nan | dom | over | np.isnan(Rn) | np.isinf(Rn)
         Rn = np.where(bad, np.inf, Rn)
-        shape = np.shape(c)
-        self.C[node.name] = c
-        self.R[node.name] = np.broadcast_to(Rn, shape).copy()
-        self.s[node.name] = np.broadcast_to(np.where(np.isfinite(sn), sn, np.inf), shape).copy()
-        self.L[node.name] = np.broadcast_to(L, shape).copy()
-        self.VF[node.name] = vf
+        self.R[node.name] = Rn
+        self.s[node.name] = np.where(np.isfinite(sn), sn, np.inf)
+        self.inf[node.name] = bool(bad.any())
         causes = {"inherited": 0, "domain": int(np.count_nonzero(dom & ~nan)), "nan": int(np.count_nonzero(nan)),
                   "overflow": int(np.count_nonzero(over & ~dom & ~nan))}
-        rest = np.isinf(self.R[node.name]) & ~dom & ~nan & ~over
+        rest = np.isinf(Rn) & ~dom & ~nan & ~over
         if inf_in:
             causes["inherited"] = int(np.count_nonzero(rest))
         else:
@@ -413,6 +432,7 @@ class _Walk:
             sub.zero = frozenset(m.name for m in gd.nodes)
         for n, i in zip(names, node.inputs, strict=True):
             sub.C[n], sub.R[n], sub.s[n], sub.VF[n] = self.C[i], self.R[i], self.s[i], self.VF.get(i)
+            sub.inf[n] = self.inf.get(i, False)
         inner = NodeContract(nc.kc, False, None, False)
         ncs = {m.name: inner for m in gd.nodes}
         ncs[node.name] = NodeContract(nc.kc, False, nc.stored, False)
@@ -439,7 +459,8 @@ class _Walk:
             self.R[node.name] = np.where(capped, cap, r)
             if capped.any():
                 causes = {}
-        if any(np.isinf(self.R[i]).any() for i in node.inputs) and causes:
+        self.inf[node.name] = bool(np.isinf(self.R[node.name]).any())
+        if any(self.inf.get(i, False) for i in node.inputs) and causes:
             causes = {"inherited": sum(causes.values())}
         self.flags[node.name] = {"op": node.op, "causes": causes}
         self.where[node.name] = {k: v for k, v in sub.L.items() if k not in names}

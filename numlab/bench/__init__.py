@@ -35,6 +35,10 @@ TARGETS: dict[str, str] = {
     "faithfulness": "numlab's predictions vs real torch eager and torch.compile (needs torch)",
     "mma": "the matrix-unit model (A100/H100 presets) 1024^3 fp16 vs numpy float64 matmul (issue #15)",
     "scaled": "MX/NV/DeepSeek block-scaled quantise+dequantise 4096x4096 vs ml_dtypes' plain cast (issue #16)",
+    "bounds": ("contract_bound vs a fused run of the same graph (target <= 3x), and the tightness "
+               "max bound / max observed error of sampled contract implementations for every zoo model"),
+    "bugs": ("which claim catches which bug: every contract-breaking kernel of numlab.testing.kernels "
+             "against every claim that runs on outputs, detection rates over seeds"),
     "demo": "wall and CPU time of one `numlab demo` run (and --quick) in a fresh interpreter",
     "scaling": "time per element and peak memory from 10^5 to 10^7 elements (10^8 with --large)",
 }

@@ -60,12 +60,43 @@ __all__ = [
     "FORMATS",
     "BUG_KINDS",
     "kernels_for",
+    "SIZES",
+    "STATED_FUSION",
+    "stated_fusion",
 ]
 
 F32 = np.float32
 F64 = np.float64
 FORMATS = ("fp16", "bf16", "fp32")
 GRAPHS = ("layernorm", "rmsnorm", "softmax", "gelu_mlp", "attention_scores")
+#: model sizes at which every bug of :data:`BROKEN` shows (a reduction length that is not
+#: a multiple of 32, so a dropped tail drops something; head_dim 12, so 1/sqrt(head_dim)
+#: is not a value of S)
+SIZES = {
+    "layernorm": {"batch": 8, "hidden": 200},
+    "rmsnorm": {"batch": 8, "hidden": 200},
+    "softmax": {"batch": 8, "n": 200},
+    "gelu_mlp": {"batch": 8, "d_in": 72, "d_hidden": 64},
+    "attention_scores": {"batch": 1, "heads": 2, "seq": 32, "head_dim": 12},
+}
+#: the plan whose contract a kernel honours (or pretends to), by its ``mode``: eager-style
+#: kernels round every operator (fusion ``off``); a one-composite graph's kernel is one
+#: library kernel in either mode (the default ``autofuse``); a fused kernel keeps the whole
+#: graph in one fp32 block (the matmul fused in, for gelu_mlp and attention_scores)
+STATED_FUSION = {
+    "eager": "off",
+    "both": "autofuse",
+    "fused": {"gelu_mlp": "autofuse:--autofuse_enable_pass=matmul",
+              "attention_scores": "autofuse:--autofuse_enable_pass=matmul,reduce+decompose"},
+}
+
+
+def stated_fusion(kernel) -> str:
+    """The fusion spec of the plan ``kernel`` honours (:data:`STATED_FUSION`)."""
+    f = STATED_FUSION[kernel.mode]
+    return f[kernel.graph] if isinstance(f, dict) else f
+
+
 OUTPUTS = {"layernorm": "y", "rmsnorm": "y", "softmax": "y", "gelu_mlp": "y",
            "attention_scores": "p"}
 BUG_KINDS = {
