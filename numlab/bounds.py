@@ -406,10 +406,13 @@ def prob_sum_bound(abs_sum, n: int, u=FP32, *, lam: float | None = None, prob: f
 def plan_bounds(graph, inputs, *, mode: str = "fused", fmt="fp16", **run_kwargs) -> dict:
     """Per-output error bounds for running ``graph`` in ``mode`` on ``inputs``.
 
-    Runs the plan and propagates a rigorous elementwise bound through it
+    Runs the plan and propagates numlab's trace enclosure through it
     operation by operation (:mod:`numlab.running_bounds`): every element of
-    every output satisfies ``|computed - exact| <= bound`` (``inf`` where
-    overflow is possible, NaN flagged).  Returns ``{output name: dict(bound=
+    every output of numlab's own run satisfies ``|computed - exact| <= bound``
+    (``inf`` where overflow is possible, NaN flagged).  It is built from
+    numlab's intermediate values, so another kernel is not held to it: the
+    bound every implementation of the plan's contract meets is
+    :func:`contract_bound`.  Returns ``{output name: dict(bound=
     elementwise array, max=..., units=max bound / (u_S * max|exact|))}``.
     ``fmt`` is the storage format S (default fp16); ``run_kwargs`` go to
     :func:`numlab.execute.run`.

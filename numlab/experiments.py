@@ -411,8 +411,8 @@ SCALED_MODEL = "fp8_mlp"
 SCALED_CLAIMS = ("no_worse_tensor", "no_worse_population", "bound_no_worse", "error_within_bound")
 """The claims :func:`scaled_claims` checks on :data:`SCALED_MODEL`: is fused
 with per-block scaling no worse than eager with per-block scaling (per tensor,
-over the trial population, by the running error bounds), and are both inside
-their rigorous bounds."""
+over the trial population, by the contract bounds), and are both inside
+their contract bounds."""
 
 
 def scaled_claims(fmts=("fp16", "bf16"), claims=SCALED_CLAIMS, *, trials: int = 10, fusion=None,

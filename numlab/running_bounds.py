@@ -1,4 +1,10 @@
-"""Running (a-posteriori) error bounds propagated through an executed plan.
+"""numlab's trace enclosure: running (a-posteriori) error bounds of numlab's own executed plan.
+
+This is a self-check of numlab's run, not a bound other kernels must meet:
+the local terms are measured on numlab's intermediate values, so a correct
+kernel that rounds differently can exceed it.  The bound every implementation
+of a contract meets is :func:`numlab.bounds.contract_bound`
+(:mod:`numlab.contract_bounds`); the claim ``trace_enclosure`` checks this one.
 
 For every node ``y = f(x_1, ..., x_k)`` of the executed graph we know the
 computed values ``y_hat`` and ``x_hat`` (eager: every node; fused: every block

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from numlab import claims as C
-from numlab import zoo
 from numlab.bench import bugs
 from numlab.cli import main as cli_main
 from numlab.testing import kernels as K
