@@ -365,6 +365,30 @@ class _Walk:
             r = (err + p + slack) * INFL
         return np.where(np.isnan(r), np.inf, r)
 
+    def _rms_norm_cap(self, node, nc):
+        """|y_i| <= sqrt(n) |w_i| for the exact rms norm (|x_i| <= sqrt(sum x^2)), and
+        for every implementation of the class up to its roundings: the sum of
+        squares is at least ``(1 - gamma_(n+1))`` times the exact one (positive
+        terms, any order), rsqrt within its class, two products, the store.
+        So ``|impl - c| <= |c| + sqrt(n) |w| f``: finite where the walk's
+        interval reaches rsqrt's pole."""
+        x = node.inputs[0]
+        axis = node.op_attrs["axis"]
+        shape = np.shape(self.C[x])
+        n = math.prod(shape[a] for a in np.atleast_1d(axis))
+        kc = nc.kc
+        k = Local(kc, kc.working(self.S, False), kc.accumulator(self.S, False), self.S, None)
+        u = k.u(k.w)
+        g = CR.gamma_u(n + 1, k.u(k.acc))
+        if g >= 1:
+            return np.full(shape, np.inf)
+        f = (1 + k.rel("rsqrt")) * (1 + u) ** 2 / math.sqrt((1 - g) * (1 - u))
+        if nc.stored is not None:
+            f *= 1 + k.u(nc.stored)
+        w = np.abs(self.C[node.inputs[1]]) + self.R[node.inputs[1]] if len(node.inputs) > 1 else 1.0
+        top = math.sqrt(n) * np.broadcast_to(w, shape) * f * INFL + 4 * k.eta(k.w)
+        return np.abs(self.C[node.name]) + top + self.s[node.name]
+
     def _value_format(self, inputs):
         fs = [self.VF.get(i) for i in inputs]
         if not fs or any(f is None for f in fs):
@@ -457,8 +481,10 @@ class _Walk:
             r = self.R[node.name]
             capped = np.isfinite(cap) & ~(r <= cap)
             self.R[node.name] = np.where(capped, cap, r)
-            if capped.any():
-                causes = {}
+        elif node.op == "rms_norm":
+            self.R[node.name] = np.minimum(self.R[node.name], self._rms_norm_cap(node, nc))
+        if not np.isinf(self.R[node.name]).any():
+            causes = {}  # a cap made every element finite
         self.inf[node.name] = bool(np.isinf(self.R[node.name]).any())
         if any(self.inf.get(i, False) for i in node.inputs) and causes:
             causes = {"inherited": sum(causes.values())}
