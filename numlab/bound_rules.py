@@ -329,7 +329,9 @@ def _monotone(fn, x, b, lo_ok=None):
     d = np.maximum(np.abs(flo - fx), np.abs(fhi - fx))
     d = np.where(b == 0, 0.0, d)
     dom = np.zeros(np.shape(x), bool) if lo_ok is None else (~lo_ok(lo, hi) & (b > 0))
-    d = np.where(dom | np.isnan(d), np.inf, d)
+    # an infinite input bound stays infinite even where f is bounded (tanh, erf, sigmoid): the
+    # input may be inf, and inf - inf or exp(inf - inf) is NaN in every implementation
+    d = np.where(dom | np.isnan(d) | np.isinf(b), np.inf, d)
     sl = TRANS * (_absfinite(flo) + _absfinite(fhi) + _absfinite(fx))
     return d + np.where(b == 0, 0.0, sl), dom
 

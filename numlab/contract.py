@@ -80,7 +80,12 @@ _NEWTON_STEP_U = 8  # rounding of one Newton step in the working format, in unit
 
 def _check_algo(text, knob: str) -> str:
     t = str(text).strip().replace(" ", "")
-    if t == "ieee" or re.fullmatch(r"ulps\([0-9.]+\)", t) or re.fullmatch(r"rel\([0-9.eE+\-*^]+\)", t):
+    if re.fullmatch(r"ulps\([0-9.]+\)", t) and float(t[5:-1]) < 0.5:
+        raise ValueError(f"{knob}={text!r}: K must be >= 0.5 (a correctly rounded result is within half an ulp)")
+    if re.fullmatch(r"rel\([0-9.eE+\-*^]+\)", t):
+        _number(t[4:-1], knob)
+        return t
+    if t == "ieee" or re.fullmatch(r"ulps\([0-9.]+\)", t):
         return t
     m = re.fullmatch(r"newton\(([^,]+),([0-9]+)\)", t)
     if m:
@@ -152,8 +157,9 @@ class KernelClass:
         if self.rounding not in ROUNDINGS:
             raise ValueError(f"rounding={self.rounding!r} is not valid; valid choices: {list(ROUNDINGS)}")
         if isinstance(self.libm_ulps, bool) or not isinstance(self.libm_ulps, int | float) or not (
-                0 <= self.libm_ulps < 1e6):
-            raise ValueError(f"libm_ulps={self.libm_ulps!r} is not valid; it must be a number >= 0")
+                0.5 <= self.libm_ulps < 1e6):
+            raise ValueError(f"libm_ulps={self.libm_ulps!r} is not valid; it must be a number >= 0.5 (a correctly "
+                             "rounded function is within half an ulp; no implementation meets less)")
         object.__setattr__(self, "libm_ulps", float(self.libm_ulps))
         for k in ("rsqrt", "divide", "sqrt"):
             object.__setattr__(self, k, _check_algo(getattr(self, k), k))
@@ -211,7 +217,7 @@ class KernelClass:
             if s == "exact":
                 return "ieee"
             if s in ("sqrt_then_div", "recip_mul"):
-                return "ulps(2)" if knob == "rsqrt" else "rel(3*2^-24)"
+                return "ulps(2)" if knob == "rsqrt" else "ulps(1.5)"  # two roundings: < 1.5 ulps
             raise ValueError(f"{knob}={s!r}: no contract class for this algorithm")
         kc = cls(promotion=spec.promotion, acc=spec.acc, rounding=spec.vector_rounding,
                  rsqrt=algo(spec.rsqrt, "rsqrt"), divide=algo(spec.divide, "divide"),

@@ -281,7 +281,7 @@ class _Walk:
             err = _f(err)
             if node.name in self.zero:
                 err = np.zeros(shape)
-            if node.name in welford_nodes:  # the mean of a library layer norm that may use Welford
+            if node.name in welford_nodes and node.name not in self.zero:  # a library layer norm's Welford mean
                 err = np.maximum(err, self._welford_mean(k, xs, bs, attrs))
             vf = comp if comp is not None else self._value_format(node.inputs)
             top = M + err  # the largest magnitude of the computed value, before its store
@@ -300,9 +300,11 @@ class _Walk:
             Rn *= INFL
             sn = (ps + slack) * INFL
             if node.op == "div" and _normalises(graph, node):
-                # exp(.) / sum(exp(.)): every implementation and the exact value lie in [0, 1]
-                Rn = np.minimum(Rn, (np.maximum(c, 1 - c) + sn) * INFL)
-                dom = None
+                # exp(.) / sum(exp(.)): where the exponentials and their sum are finite (their
+                # radii are), every implementation and the exact value lie in [0, 1]
+                ok = np.isfinite(self.R[node.inputs[0]]) & np.isfinite(self.R[node.inputs[1]]) & np.isfinite(c)
+                Rn = np.where(ok, np.minimum(Rn, (np.maximum(c, 1 - c) + sn) * INFL), Rn)
+                dom = None if dom is None else (dom & ~ok)
                 x = _softmax_input(graph, node, self._ncs)
                 if x is not None:
                     Rn = np.minimum(Rn, self._softmax_radius(
@@ -352,6 +354,10 @@ class _Walk:
             attrs["axis"] = node.op_attrs["axis"][0]
         info = get_op("softmax")
         cx, rx = self.C[x], self.R[x]
+        if not (np.isfinite(rx).all() and np.isfinite(cx).all()):
+            bad = ~(np.isfinite(rx) & np.isfinite(cx)).all(axis=attrs["axis"], keepdims=True)
+        else:
+            bad = None
         with np.errstate(all="ignore"):
             c = _f(info.ref(cx, **attrs))
             slack = _f(info.slack(c, [cx], attrs))
@@ -363,7 +369,8 @@ class _Walk:
             if stored is not None and node.name not in self.zero:
                 err = err + k.u(stored) * (M + err) + k.eta(stored)
             r = (err + p + slack) * INFL
-        return np.where(np.isnan(r), np.inf, r)
+        r = np.where(np.isnan(r), np.inf, r)
+        return r if bad is None else np.where(bad, np.inf, r)
 
     def _rms_norm_cap(self, node, nc):
         """|y_i| <= sqrt(n) |w_i| for the exact rms norm (|x_i| <= sqrt(sum x^2)), and
@@ -378,16 +385,30 @@ class _Walk:
         n = math.prod(shape[a] for a in np.atleast_1d(axis))
         kc = nc.kc
         k = Local(kc, kc.working(self.S, False), kc.accumulator(self.S, False), self.S, None)
-        u = k.u(k.w)
-        g = CR.gamma_u(n + 1, k.u(k.acc))
+        u, ua = k.u(k.w), k.u(k.acc)
+        g = CR.gamma_u(n + 1, ua)
         if g >= 1:
             return np.full(shape, np.inf)
-        f = (1 + k.rel("rsqrt")) * (1 + u) ** 2 / math.sqrt((1 - g) * (1 - u))
-        if nc.stored is not None:
-            f *= 1 + k.u(nc.stored)
-        w = np.abs(self.C[node.inputs[1]]) + self.R[node.inputs[1]] if len(node.inputs) > 1 else 1.0
-        top = math.sqrt(n) * np.broadcast_to(w, shape) * f * INFL + 4 * k.eta(k.w)
-        return np.abs(self.C[node.name]) + top + self.s[node.name]
+        cx, rx = self.C[x], self.R[x]
+        with np.errstate(all="ignore"):
+            # the exact sum of squares over the box is at least low; the computed one at least
+            # low (1 - g) minus n underflow terms (a square in w, a sum in acc): the cap needs
+            # that to stay positive (squares that underflow, an eps that rounds to 0)
+            low = np.sum(np.maximum(np.abs(cx) - rx, 0.0) ** 2, axis=axis, keepdims=True)
+            high = np.sum((np.abs(cx) + rx) ** 2, axis=axis, keepdims=True) * (1 + g)
+            den = 1 - g - n * (k.eta(k.w) + k.eta(k.acc)) / low
+            # ... and no square or partial sum may overflow (rsqrt(inf) * x may be NaN)
+            ok = np.isfinite(rx).all(axis=axis, keepdims=True) & np.isfinite(cx).all(axis=axis, keepdims=True) \
+                & (den > 0.5) & (high < min(k.w.max, k.acc.max) / 2)
+            f = (1 + k.rel("rsqrt")) * (1 + u) ** 2 / np.sqrt(np.where(ok, den, 1.0) * (1 - max(u, ua)) ** 2)
+            if nc.stored is not None:
+                f = f * (1 + k.u(nc.stored))
+            w = np.abs(self.C[node.inputs[1]]) + self.R[node.inputs[1]] if len(node.inputs) > 1 else 1.0
+            top = math.sqrt(n) * np.broadcast_to(w, shape) * f * INFL + 4 * k.eta(k.w)
+            if nc.stored is not None:
+                top = top + k.eta(nc.stored)
+            cap = np.abs(self.C[node.name]) + top + self.s[node.name]
+        return np.where(np.broadcast_to(ok, shape) & np.isfinite(cap), cap, np.inf)
 
     def _value_format(self, inputs):
         fs = [self.VF.get(i) for i in inputs]
@@ -400,14 +421,16 @@ class _Walk:
         A, W = CR._row_stats(xs, bs, attrs)
         return CR.welford_mean_error(n, k.u(k.acc), A, W)
 
-    def _rel_of(self, name) -> float:
-        """Relative rounding of an elementwise node (its working format, then its store)."""
+    def _rel_of(self, name) -> tuple:
+        """(relative, absolute) rounding of an elementwise node: its working
+        format, then its store (the absolute part: underflow in either)."""
         nc = self._ncs[name]
         k = Local(nc.kc, nc.kc.working(self.S, nc.fused), nc.kc.accumulator(self.S, nc.fused), self.S)
-        r = k.u(k.w)
+        r, e = k.u(k.w), k.eta(k.w)
         if nc.stored is not None and not _contains(k.w, nc.stored):
             r = (1 + r) * (1 + k.u(nc.stored)) - 1
-        return r
+            e = e * (1 + k.u(nc.stored)) + k.eta(nc.stored)
+        return r, e
 
     def _variance(self, node, c, k, pat, Rn, slack, store, F_, welford):
         """The variance node of a two-pass pattern: the smaller of the walk's
@@ -427,8 +450,11 @@ class _Walk:
                 e = e + k.u(F_) * (Vmax + e) + k.eta(F_)
             return (e + pv + slack) * INFL
 
-        tp = CR.two_pass_var_error(n, n, self.L[m], self._rel_of(d), self._rel_of(sq), k.u(k.acc), Vmax,
-                                   k.eta(k.acc))
+        if node.name in self.zero:  # ContractBound.budget: this node's local term left out
+            return Rn
+        (ud, ed), (usq, esq) = self._rel_of(d), self._rel_of(sq)
+        D = np.max(cx + rx, axis=attrs["axis"], keepdims=True) - np.min(cx - rx, axis=attrs["axis"], keepdims=True)
+        tp = CR.two_pass_var_error(n, n, self.L[m], ud, usq, k.u(k.acc), Vmax, k.eta(k.acc), D, ed, esq)
         r = np.minimum(Rn, radius(tp))
         if welford:
             r = np.maximum(r, radius(CR.welford_var_error(k, [cx], [rx], vattrs, Vmax)))
@@ -476,10 +502,13 @@ class _Walk:
             # every contract implementation and the exact softmax lie in [0, 1]: exp >= 0, a
             # sum of non-negative terms rounds to at least each term, the quotient to at most
             # 1; so |impl - c| <= max(c, 1 - c) (+ the centre's slack) whatever the walk says
+            # -- where the row's inputs are finite (an infinite or NaN input may make the output NaN)
             c = self.C[node.name]
+            ax = node.op_attrs.get("axis", -1)
+            ok = np.isfinite(self.R[node.inputs[0]]).all(axis=ax, keepdims=True) & np.isfinite(c)
             cap = (np.maximum(c, 1 - c) + self.s[node.name]) * INFL
             r = self.R[node.name]
-            capped = np.isfinite(cap) & ~(r <= cap)
+            capped = ok & np.isfinite(cap) & ~(r <= cap)
             self.R[node.name] = np.where(capped, cap, r)
         elif node.op == "rms_norm":
             self.R[node.name] = np.minimum(self.R[node.name], self._rms_norm_cap(node, nc))
@@ -554,8 +583,9 @@ def _lambda(g, prob: float) -> float:
     for node in g.nodes:
         out = math.prod(g.shape(node.name))
         ins = max((math.prod(g.shape(i)) for i in node.inputs), default=1)
-        k = g.shape(node.inputs[0])[-1] if get_op(node.op).category == "matmul" else 1
-        n += max(out * k, ins)
+        cat = get_op(node.op).category
+        k = g.shape(node.inputs[0])[-1] if cat == "matmul" else (16 if cat == "composite" else 1)
+        n += max(out, ins) * k
     return math.sqrt(2 * math.log(2 * max(n, 1) / (1 - prob))) / (1 - FP32.u)
 
 

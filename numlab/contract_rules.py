@@ -89,8 +89,11 @@ def local_exact(k, xs, bs, M, attrs):
 
 
 def local_add(k, xs, bs, M, attrs):
-    """``a +- b`` rounded to the working format: ``u_w M`` (exact when subnormal)."""
-    return k.u(k.w) * M * INFL, k.w
+    """``a +- b`` rounded to the working format: ``u_w M`` plus one underflow
+    term (a sum is exact when subnormal only if both operands lie on the
+    working format's grid; an accumulator value read by a native kernel need
+    not)."""
+    return (k.u(k.w) * M + k.eta(k.w)) * INFL, k.w
 
 
 def local_mul(k, xs, bs, M, attrs):
@@ -150,7 +153,7 @@ def local_add_scalar(k, xs, bs, M, attrs):
     """``x + s``, ``x - s``, ``s - x`` with the scalar held in the class's
     ``scalar_fmt``: its rounding ``|s_held - s|`` plus the sum's rounding."""
     _, e = _scalar_err(k, attrs["scalar"])
-    return (e + k.u(k.w) * (M + e)) * INFL, k.w
+    return (e + k.u(k.w) * (M + e) + k.eta(k.w)) * INFL, k.w
 
 
 def local_mul_scalar(k, xs, bs, M, attrs):
@@ -166,7 +169,7 @@ def local_div_scalar(k, xs, bs, M, attrs):
     s = attrs["scalar"]
     h, _ = _scalar_err(k, s)
     d = _mag(xs, bs) * abs(1.0 / h - 1.0 / s) if h != 0 else np.inf
-    g2 = max(gamma_u(2, k.u(k.w)), k.rel("divide"))
+    g2 = (1 + k.rel("divide")) * (1 + k.u(k.w)) - 1  # a division, or fl(1/s) of the class then a product
     return (d + g2 * (M + d) + 2 * k.eta(k.w)) * INFL, k.w
 
 
@@ -181,8 +184,12 @@ def local_rdiv_scalar(k, xs, bs, M, attrs):
 
 
 def local_constant(k, xs, bs, M, attrs):
-    """A constant materialised in the working format."""
-    return _round(k, k.w, M), k.w
+    """A constant materialised in the working format, or held as a tensor of S
+    in memory (as numlab's engine and a model's ``torch.tensor(v, dtype=S)``
+    hold it, also inside a fused block): the rounding to the narrower of the
+    two (its range too)."""
+    fmt = k.S if k.S.p < k.w.p or k.S.emax < k.w.emax else k.w
+    return _round(k, fmt, M), fmt
 
 
 def local_cast(k, xs, bs, M, attrs):
@@ -207,7 +214,8 @@ def local_sum(k, xs, bs, M, attrs):
     n = _axis_count(xs[0], attrs)
     g = k.gamma(max(n - 1, 0), k.u(k.acc))
     tot = _rsum(_mag(xs, bs), attrs)
-    return _guard(g * tot * INFL, tot * (1 + g), k.acc), k.acc
+    # n underflow terms: inputs converted into an accumulator of smaller range may underflow
+    return _guard((g * tot + n * k.eta(k.acc)) * INFL, tot * (1 + g), k.acc), k.acc
 
 
 def _mean_error(k, xs, bs, attrs, M):
@@ -217,7 +225,7 @@ def _mean_error(k, xs, bs, attrs, M):
     g = k.gamma(max(n - 1, 0), u)
     es = g * tot / max(n, 1)
     g2 = gamma_u(2, u)  # s / n, or s * fl(1/n)
-    return _guard((es * (1 + g2) + g2 * M + 2 * k.eta(k.acc)) * INFL, tot * (1 + g), k.acc)
+    return _guard((es * (1 + g2) + g2 * M + (2 + n) * k.eta(k.acc)) * INFL, tot * (1 + g), k.acc)
 
 
 def local_mean(k, xs, bs, M, attrs):
@@ -236,42 +244,54 @@ def _row_stats(xs, bs, attrs):
     return A, W
 
 
-def welford_mean_error(n: int, u: float, A, W):
+def welford_mean_error(n: int, u: float, A, W, eta: float = 0.0):
     """Bound on ``|M_hat_k - mean_k|`` for every k of Welford's update
     ``M_k = M_(k-1) + (x_k - M_(k-1)) / k`` over n elements with
     ``|x| <= A`` and range ``W``, each step with three roundings (the
     difference, ``/ k`` or ``* fl(1/k)``) and the sum's: ``e_k (1 - u) <=
     e_(k-1) (1 + gamma_3) + gamma_3 W / k + u A``, so ``e <= q**n (gamma_3 W
-    H_n + n u A) / (1 - u)`` with ``q = (1 + gamma_3) / (1 - u)``."""
+    H_n + n u A) / (1 - u)`` with ``q = (1 + gamma_3) / (1 - u)``; with
+    underflow each step adds at most four absolute terms ``eta`` (the
+    difference, the quotient, the sum, and ``1/k``'s product), ``+ 4 n eta``."""
     g3 = gamma_u(3, u)
     q = (1 + g3) / (1 - u)
     H = math.fsum(1.0 / i for i in range(1, n + 1)) if n < 10**6 else math.log(n) + 1
-    return q**n * (g3 * _f(W) * H + n * u * _f(A)) / (1 - u) * INFL
+    return q**n * (g3 * _f(W) * H + n * u * _f(A) + 4 * n * eta) / (1 - u) * INFL
 
 
 def welford_var_error(k, xs, bs, attrs, Vmax):
+    """Welford's variance over the box (:func:`local_var`'s derivation), with
+    E of :func:`welford_mean_error` and ``5 n eta`` for the underflow of each
+    update's difference, product and sum; then ``/ N``."""
     x = _f(xs[0])
     n = _axis_count(x, attrs)
     N = max(n - attrs.get("correction", 0), 1)
-    u = k.u(k.acc)
+    u, eta = k.u(k.acc), k.eta(k.acc)
     A, W = _row_stats(xs, bs, attrs)
-    E = welford_mean_error(n, u, A, W)
+    E = welford_mean_error(n, u, A, W, eta)
     g3, gn = gamma_u(3, u), gamma_u(max(n - 1, 0), u)
     Smax = N * Vmax
-    dS = (1 + gn) * (1 + g3) * n * (2 * W * E + E * E) + (g3 + gn * (1 + g3)) * Smax
-    return (dS / N * (1 + u) + u * Vmax + 2 * k.eta(k.acc)) * INFL
+    dS = (1 + gn) * (1 + g3) * n * (2 * W * E + E * E + 5 * eta) + (g3 + gn * (1 + g3)) * Smax
+    return (dS / N * (1 + u) + u * Vmax + 2 * eta) * INFL
 
 
-def two_pass_var_error(n: int, N: int, E, u_d: float, u_sq: float, u_acc: float, Vmax, eta=0.0):
+def two_pass_var_error(n: int, N: int, E, u_d: float, u_sq: float, u_acc: float, Vmax, eta=0.0, D=0.0,
+                       eta_d: float = 0.0, eta_sq: float = 0.0):
     """Two-pass variance ``sum fl(d_i^2) / N`` with ``d_i = fl(x_i - m_hat)``,
     ``|m_hat - mean| <= E``: since ``sum (x_i - m_hat)^2 = sum (x_i - mean)^2 +
     n (mean - m_hat)^2`` the mean's error enters squared:
     ``|v_hat - v| <= (n/N) E^2 + ((1 + u_d)^2 (1 + u_sq) (1 + gamma_(n-1))
     (1 + gamma_2) - 1) (Vmax + (n/N) E^2)`` (sum in any order in the
-    accumulator, then ``/ N`` or ``* fl(1/N)``)."""
+    accumulator, then ``/ N`` or ``* fl(1/N)``).  Underflow: a difference
+    ``|d| <= D`` may carry an absolute error ``eta_d`` beside its relative one
+    and a square ``eta_sq``, so each term moves by at most ``2 D eta_d +
+    eta_d^2 + eta_sq`` more, and the sum takes ``n`` underflow terms of the
+    accumulator (``eta``)."""
     E2 = (n / N) * _f(E) ** 2
-    f = (1 + u_d) ** 2 * (1 + u_sq) * (1 + gamma_u(max(n - 1, 0), u_acc)) * (1 + gamma_u(2, u_acc)) - 1
-    return (E2 + f * (_f(Vmax) + E2) + 2 * eta) * INFL
+    g = (1 + gamma_u(max(n - 1, 0), u_acc)) * (1 + gamma_u(2, u_acc))
+    f = (1 + u_d) ** 2 * (1 + u_sq) * g - 1
+    under = (n / N) * (2 * (_f(D) + _f(E)) * (1 + u_d) * eta_d + eta_d**2 + eta_sq) * (1 + u_sq) * g
+    return (E2 + f * (_f(Vmax) + E2) + under + (2 + n) * eta) * INFL
 
 
 def local_var(k, xs, bs, M, attrs):
@@ -313,16 +333,33 @@ def local_matmul(k, xs, bs, M, attrs):
     unit = k.kc.mma
     if unit is not None:
         fin = k.format(unit.in_fmt)
-        ui = 0.0 if fin.p >= k.S.p else fin.u
-        Ai, Bi = A * (1 + ui), B * (1 + ui)
-        err = R.mma_bound(Ai, Bi, unit) + ((1 + ui) ** 2 - 1) * AB
-        return err * INFL, k.format(unit.out_fmt)
+        pre, (Ai, Bi) = _operand_rounding(k, fin, A, B, AB)
+        err = R.mma_bound(Ai, Bi, unit) + pre
+        return _guard(err * INFL, np.maximum(Ai.max(initial=0.0), Bi.max(initial=0.0)), fin), k.format(unit.out_fmt)
     ti = k.kc.matmul_inputs
-    ut = 0.0 if ti is None or ti.p >= k.S.p else ti.u
-    pre = (1 + ut) ** 2 - 1
+    pre, (Ai, Bi) = _operand_rounding(k, ti, A, B, AB)
     g = k.gamma(K, k.u(k.acc))
-    err = pre * AB + g * (1 + ut) ** 2 * AB + K * k.eta(k.acc)
-    return _guard(err * INFL, AB * (1 + ut) ** 2 * (1 + g), k.acc), k.acc
+    ABi = Ai @ Bi
+    err = pre + g * ABi + K * k.eta(k.acc)
+    err = _guard(err * INFL, ABi * (1 + g), k.acc)
+    if ti is not None:
+        err = _guard(err, np.maximum(A.max(initial=0.0), B.max(initial=0.0)), ti)
+    return err, k.acc
+
+
+def _operand_rounding(k, fmt, A, B, AB):
+    """Operands rounded (nearest) to ``fmt`` before their products (a matrix
+    unit's input format, TF32): ``|a~ - a| <= u |a| + eta``, so the products
+    move by at most ``((1 + u)^2 - 1) |A| |B| + eta (1 + u) (rowsum |A| +
+    colsum |B|) + K eta^2``; returns that and the rounded magnitudes' bounds.
+    Nothing when every value of S is a value of ``fmt``."""
+    if fmt is None or (fmt.p >= k.S.p and fmt.emin <= k.S.emin and fmt.emax >= k.S.emax):
+        return np.zeros(np.shape(AB)), (A, B)
+    u, eta = fmt.u, (fmt.smallest_subnormal * 0.5 if fmt.subnormals else fmt.smallest_normal)
+    K = np.shape(A)[-1]
+    rows, cols = A.sum(axis=-1, keepdims=True), B.sum(axis=-2, keepdims=True)
+    pre = ((1 + u) ** 2 - 1) * AB + eta * (1 + u) * (rows + cols) + K * eta * eta
+    return pre * INFL, (A * (1 + u) + eta, B * (1 + u) + eta)
 
 
 def local_quantize(k, xs, bs, M, attrs):
@@ -350,16 +387,28 @@ def local_dequantize(k, xs, bs, M, attrs):
 
 def local_scaled_matmul(k, xs, bs, M, attrs):
     """scaled_matmul: dequantised operands (products of elements and scales,
-    one rounding each) then a K-term dot in the accumulator:
-    ``gamma_(K+2)(u_acc) |A| |B|``."""
+    one rounding each) then a K-term dot in the accumulator, or (DeepSeek-V3's
+    kernel, numlab's engine) per K block of length kb the dot of the raw
+    elements, rounded to the working format, times both scales, the block
+    results added: at most ``kb + K/kb + 1 <= K + 2`` roundings on any path,
+    each in the accumulator or the working format, so ``gamma_(K+2)(u) |A| |B|``
+    with u of the coarser of the two; overflow wherever a partial sum of
+    ``|A| |B|`` or of a block's raw element products may leave either format."""
     qa, sa, qb, sb = xs
     A, bA = R._dequantised(qa, sa, bs[0], bs[1])
     B, bB = R._dequantised(qb, sb, bs[2], bs[3])
     Am, Bm = np.abs(A) + bA, np.abs(B) + bB
     K = np.shape(qa)[-1]
     AB = Am @ Bm
-    g = k.gamma(K + 2, k.u(k.acc))
-    return _guard((g * AB + K * k.eta(k.acc)) * INFL, AB * (1 + g), k.acc), k.acc
+    coarse = k.w if k.u(k.w) > k.u(k.acc) or k.w.emax < k.acc.emax else k.acc
+    g = k.gamma(K + 2, max(k.u(k.acc), k.u(k.w)))
+    err = _guard((g * AB + K * max(k.eta(k.acc), k.eta(k.w))) * INFL, AB * (1 + g), coarse)
+    kb = K // max(np.shape(sa)[-1], 1)
+    qam, qbm = np.abs(_f(qa)) + _f(bs[0]), np.abs(_f(qb)) + _f(bs[2])
+    raw = np.max([qam[:, j:j + kb] @ qbm[j:j + kb, :] for j in range(0, K, kb)], axis=0) if K else AB
+    for fmt in (k.acc, coarse):
+        err = _guard(err, raw * (1 + g), fmt)
+    return err, coarse
 
 
 def softmax_error(k, xs, bs, M, attrs):
@@ -379,10 +428,10 @@ def softmax_error(k, xs, bs, M, attrs):
     kappa = k.kc.libm_ulps * _ulp_rel(k)
     theta = np.expm1(u * (1 + u) * D) * (1 + kappa) + kappa
     g = k.gamma(max(n - 1, 0), k.u(k.acc))
-    rel_div = k.rel("divide")
+    rel_div = (1 + k.rel("divide")) * (1 + u) - 1  # a division, or fl(1/sum) of the class then a product
     with np.errstate(all="ignore"):
         rho = (1 + theta) * (1 + rel_div) / ((1 - theta) * (1 - g)) - 1
-        eta = n * (k.w.smallest_subnormal + k.eta(k.w)) / (1 - theta)
+        eta = n * (max(k.kc.libm_ulps, 1) * k.w.smallest_subnormal + k.eta(k.w)) / (1 - theta)
     rho = np.where(theta < 0.5, rho, np.inf)
     return (rho * M + eta + 4 * k.eta(k.w)) * INFL
 
