@@ -508,8 +508,9 @@ class _Interp:
             f = a / b if knob == "divide" else (1.0 / np.sqrt(b) if knob == "rsqrt" else np.sqrt(b))
             if algo.startswith("newton(") and not self.d.adv and self.d.coin():
                 return self.newton(algo, knob, w, a, b, f)
-            if algo.startswith("ulps("):
+            if algo.startswith("ulps("):  # K ulps of f (sqrt(0) stays 0: the class is relative there)
                 budget = float(algo[5:-1]) * np.where(np.isfinite(f), ulp(np.where(np.isfinite(f), f, 1.0), w.fmt), 0)
+                budget = np.where((f == 0) & (knob == "sqrt"), 0.0, budget)
             else:
                 budget = algo_rel_error(algo, w.fmt.u if w.mode == "rne" else w.fmt.eps, knob) * np.abs(f)
             return self.d.within(f, budget, w.fmt)
