@@ -57,7 +57,7 @@ from .graph import Graph, Node, decompose
 from .ops import get_op
 from .rounding import round_to
 
-__all__ = ["contract_bound", "ContractBound", "Local", "node_contracts", "BOUND_MODES"]
+__all__ = ["contract_bound", "ContractBound", "Local", "node_contracts", "mode_plan", "BOUND_MODES"]
 
 BOUND_MODES = ("eager", "fused", "emulated_casts")
 INFL = R.INFL
@@ -197,7 +197,10 @@ class NodeContract:
     library_composite: bool
 
 
-def _plan(graph, mode, S, fusion):
+def mode_plan(graph, mode: str, S: Format, fusion=None):
+    """The plan a mode executes (eager: every operator its own library kernel,
+    composites whole; fused modes: ``fusion``, default ``FusionOptions()``),
+    as :func:`numlab.execute.run` plans it."""
     if mode == "eager":
         if fusion is not None:
             raise ValueError("fusion= applies to the fused modes; mode='eager' runs every operator as a kernel")
@@ -446,6 +449,8 @@ class _Walk:
         Vmax = np.abs(c) + pv + slack
 
         def radius(e):
+            if k.w.p < k.acc.p or k.w.emax < k.acc.emax:  # the result read in a narrower working format
+                e = e + k.u(k.w) * (Vmax + e) + k.eta(k.w)
             if F_ is not None and np.any(store):
                 e = e + k.u(F_) * (Vmax + e) + k.eta(F_)
             return (e + pv + slack) * INFL
@@ -611,7 +616,7 @@ def contract_bound(graph, inputs, *, mode: str, fmt, fusion=None, contract=None,
     con = Contract.parse(contract, kernels=kernels, library=library)
     if prob is not None and not (isinstance(prob, float | int) and 0 < prob < 1):
         raise ValueError(f"prob={prob!r} is not valid; it must lie in (0, 1)")
-    plan = _plan(graph, mode, S, fusion)
+    plan = mode_plan(graph, mode, S, fusion)
     g = plan.graph
     xs = g.check_inputs(inputs)
     w = _Walk(S, None)

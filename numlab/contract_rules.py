@@ -78,6 +78,16 @@ def _guard(err, partial, fmt):
         return np.where(_f(partial) * (1 + 2.0**-20) >= fmt.max, np.inf, err)
 
 
+def _to_working(k, err, M, comp):
+    """A reduction's (or matmul's) result in the accumulator, then rounded to the
+    working format when that is narrower (``accumulator_only``: elementwise
+    work in S reads it), as numlab's engine does."""
+    w = k.w
+    if comp is None or (w.p >= comp.p and w.emax >= comp.emax):
+        return err, comp
+    return _guard((err + k.u(w) * (M + err) + k.eta(w)) * INFL, M + err, w), w
+
+
 def _round(k, fmt, M):
     return (k.u(fmt) * M + k.eta(fmt)) * INFL
 
@@ -215,7 +225,7 @@ def local_sum(k, xs, bs, M, attrs):
     g = k.gamma(max(n - 1, 0), k.u(k.acc))
     tot = _rsum(_mag(xs, bs), attrs)
     # n underflow terms: inputs converted into an accumulator of smaller range may underflow
-    return _guard((g * tot + n * k.eta(k.acc)) * INFL, tot * (1 + g), k.acc), k.acc
+    return _to_working(k, _guard((g * tot + n * k.eta(k.acc)) * INFL, tot * (1 + g), k.acc), M, k.acc)
 
 
 def _mean_error(k, xs, bs, attrs, M):
@@ -233,7 +243,7 @@ def local_mean(k, xs, bs, M, attrs):
     ``gamma_(n-1) sum(|x| + b) / n (1 + gamma_2) + gamma_2 M``; with Welford
     allowed inside a library composite the walker widens it to
     :func:`welford_mean_error`."""
-    return _mean_error(k, xs, bs, attrs, M), k.acc
+    return _to_working(k, _mean_error(k, xs, bs, attrs, M), M, k.acc)
 
 
 def _row_stats(xs, bs, attrs):
@@ -318,7 +328,7 @@ def local_var(k, xs, bs, M, attrs):
         out = np.maximum(out, welford_var_error(k, xs, bs, attrs, Vmax))
     A, W = _row_stats(xs, bs, attrs)
     # partial sums: of the elements (the mean) and of the squared deviations (<= n W^2)
-    return _guard(_guard(out, n * _f(A) * 1.01, k.acc), n * _f(W) ** 2 * 1.01, k.acc), k.acc
+    return _to_working(k, _guard(_guard(out, n * _f(A) * 1.01, k.acc), n * _f(W) ** 2 * 1.01, k.acc), M, k.acc)
 
 
 def local_matmul(k, xs, bs, M, attrs):
@@ -344,7 +354,7 @@ def local_matmul(k, xs, bs, M, attrs):
     err = _guard(err * INFL, ABi * (1 + g), k.acc)
     if ti is not None:
         err = _guard(err, np.maximum(A.max(initial=0.0), B.max(initial=0.0)), ti)
-    return err, k.acc
+    return _to_working(k, err, M, k.acc)
 
 
 def _operand_rounding(k, fmt, A, B, AB):

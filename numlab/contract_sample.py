@@ -77,10 +77,9 @@ import math
 import numpy as np
 
 from . import contract_rules as CR
-from . import fusion as F
 from .bound_rules import expand_block_scales
 from .contract import Contract, _seed_rel, algo_rel_error
-from .contract_bounds import BOUND_MODES, NodeContract, node_contracts, variance_patterns
+from .contract_bounds import BOUND_MODES, NodeContract, mode_plan, node_contracts, variance_patterns
 from .formats import FP32, Format, get_format, ulp
 from .graph import Graph, Node, decompose
 from .ops import get_op
@@ -643,16 +642,6 @@ class _Interp:
         return vals[node.name]
 
 
-def _plan(graph, mode, S, fusion):
-    if mode == "eager":
-        if fusion is not None:
-            raise ValueError("fusion= applies to the fused modes; mode='eager' runs every operator as a kernel")
-        opts = F.FusionOptions.off(decompose=False)
-    else:
-        opts = F.FusionOptions.parse(fusion) if fusion is not None else F.FusionOptions()
-    return F.plan(graph, opts, fmt=S)
-
-
 def sample_outputs(graph, inputs, *, mode: str, fmt, fusion=None, contract=None, rng, n: int = 1,
                    adversarial: bool = False, kernels=None, library=None, round_inside=None) -> list:
     """``n`` implementations of ``graph`` under ``mode`` drawn from ``contract``
@@ -674,7 +663,7 @@ def sample_outputs(graph, inputs, *, mode: str, fmt, fusion=None, contract=None,
     S = get_format(fmt, "fmt")
     con = Contract.parse(contract, kernels=kernels, library=library)
     inside = None if round_inside is None else get_format(round_inside, "round_inside")
-    plan = _plan(graph, mode, S, fusion)
+    plan = mode_plan(graph, mode, S, fusion)
     g = plan.graph
     xs = g.check_inputs(inputs)
     base = {k: (_f(v) if g.role(k) == "index" else _round(_f(v), S, "rne")) for k, v in xs.items()}

@@ -770,10 +770,10 @@ def test_scaled_matmul_block_sums_in_fp16_overflow_flagged():
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.xfail(strict=True, reason="promotion accumulator_only: a reduction's result inside a library kernel "
-                   "is rounded to the working format S (numlab's engine: reduce(..., out=inner)); local_sum / "
-                   "local_mean / local_var / local_matmul keep it in the accumulator (no rounding to S)")
-def test_known_bug_accumulator_only_reductions_rounded_to_s():
+def test_accumulator_only_reductions_rounded_to_s():
+    """promotion accumulator_only: a reduction's result inside a library kernel is
+    rounded to the working format S (numlab's engine: reduce(..., out=inner)); the
+    reduction rules add that rounding (contract_rules._to_working)."""
     g = zoo.get_model("layernorm", batch=1, hidden=64)
     x = zoo.make_inputs(g, "shifted_mean", 0, fmt="fp16")
     bad = _run_check(g, x, mode="eager", fmt="fp16", kernels="handwritten:promotion=accumulator_only")
