@@ -95,9 +95,6 @@ class Local:
             return float(s)
         return float(round_to(np.float64(s), fmt, self.kc.rounding if self.kc.rounding != "odd" else "rne"))
 
-    def format(self, name) -> Format:
-        return get_format(name)
-
 
 @dataclass
 class ContractBound(dict):
@@ -107,7 +104,7 @@ class ContractBound(dict):
     implementation) or ``"estimate"`` (``prob`` given); ``prob``;
     ``contract``; ``mode``; ``fmt``; ``plan``; ``centre`` / ``radius`` /
     ``local`` (node -> array); ``flags`` (node -> {"op", "causes": {cause:
-    elements}}); ``reference`` (output -> float64 centre)."""
+    elements}}); the outputs' centres are ``centre[output]`` (the fp64 reference)."""
 
     kind: str = "bound"
     prob: float | None = None
@@ -120,7 +117,6 @@ class ContractBound(dict):
     _rewalk: object = field(default=None, repr=False)
     local: dict = field(default_factory=dict)
     flags: dict = field(default_factory=dict)
-    where: dict = field(default_factory=dict)
 
     def __repr__(self) -> str:
         outs = ", ".join(f"{k}: max {float(np.max(v)) if np.size(v) else float('nan'):.3g}" for k, v in self.items())
@@ -237,17 +233,11 @@ def node_contracts(plan, mode: str, S: Format, contract: Contract) -> dict:
 # ---------------------------------------------------------------------------
 # the walk
 # ---------------------------------------------------------------------------
-def _contains(inner: Format | None, outer: Format) -> bool:
-    """Whether every value of ``inner`` is a value of ``outer`` (no rounding on store)."""
-    return inner is not None and inner.p <= outer.p and inner.emin >= outer.emin and inner.emax <= outer.emax \
-        and inner.subnormals <= outer.subnormals if inner is not None else False
-
-
 class _Walk:
     def __init__(self, S: Format, lam):
         self.S, self.lam = S, lam
         self.C, self.R, self.s, self.L, self.VF = {}, {}, {}, {}, {}
-        self.flags, self.where = {}, {}
+        self.flags = {}
         self.zero = frozenset()  # nodes whose local term is left out (ContractBound.budget)
         self.inf = {}  # node -> whether any element of its radius is infinite
 
@@ -292,7 +282,7 @@ class _Walk:
             store = 0.0
             F_ = nc.stored
             if F_ is not None:
-                if info.stored_fmt is None and not _contains(vf, F_) and node.name not in self.zero:
+                if info.stored_fmt is None and not CR.contains(vf, F_) and node.name not in self.zero:
                     store = k.u(F_) * top + k.eta(F_)
                     limit = min(limit, F_.max)
                     top = top + store
@@ -430,7 +420,7 @@ class _Walk:
         nc = self._ncs[name]
         k = Local(nc.kc, nc.kc.working(self.S, nc.fused), nc.kc.accumulator(self.S, nc.fused), self.S)
         r, e = k.u(k.w), k.eta(k.w)
-        if nc.stored is not None and not _contains(k.w, nc.stored):
+        if nc.stored is not None and not CR.contains(k.w, nc.stored):
             r = (1 + r) * (1 + k.u(nc.stored)) - 1
             e = e * (1 + k.u(nc.stored)) + k.eta(nc.stored)
         return r, e
@@ -523,7 +513,6 @@ class _Walk:
         if any(self.inf.get(i, False) for i in node.inputs) and causes:
             causes = {"inherited": sum(causes.values())}
         self.flags[node.name] = {"op": node.op, "causes": causes}
-        self.where[node.name] = {k: v for k, v in sub.L.items() if k not in names}
 
 
 def _normalises(graph, node) -> bool:
@@ -645,7 +634,7 @@ def contract_bound(graph, inputs, *, mode: str, fmt, fusion=None, contract=None,
 
     w, bounds = walk()
     out = ContractBound(kind="bound" if prob is None else "estimate", prob=prob, contract=con, mode=mode, fmt=S,
-                        plan=plan, centre=w.C, radius=w.R, local=w.L, flags=w.flags, where=w.where,
+                        plan=plan, centre=w.C, radius=w.R, local=w.L, flags=w.flags,
                         _rewalk=lambda zero: walk(zero)[1])
     out.update(bounds)
     return out

@@ -35,9 +35,10 @@ import math
 import numpy as np
 
 from . import bound_rules as R
+from .formats import get_format
 
 __all__ = [
-    "gamma_u", "prob_gamma_u", "local_exact", "local_add", "local_mul", "local_div", "local_reciprocal", "local_sqrt",
+    "gamma_u", "prob_gamma_u", "contains", "local_exact", "local_add", "local_mul", "local_div", "local_reciprocal", "local_sqrt",
     "local_rsqrt", "local_libm", "local_libm_x", "local_add_scalar", "local_mul_scalar",
     "local_div_scalar", "local_rdiv_scalar", "local_constant", "local_cast", "local_sum", "local_mean",
     "local_var", "local_matmul", "local_quantize", "local_block_scale", "local_dequantize",
@@ -78,12 +79,19 @@ def _guard(err, partial, fmt):
         return np.where(_f(partial) * (1 + 2.0**-20) >= fmt.max, np.inf, err)
 
 
+def contains(inner, outer) -> bool:
+    """Whether every value of Format ``inner`` is a value of Format ``outer``
+    (converting one to the other rounds nothing); False for ``inner`` None."""
+    return (inner is not None and inner.p <= outer.p and inner.emin >= outer.emin and inner.emax <= outer.emax
+            and inner.subnormals <= outer.subnormals)
+
+
 def _to_working(k, err, M, comp):
     """A reduction's (or matmul's) result in the accumulator, then rounded to the
     working format when that is narrower (``accumulator_only``: elementwise
     work in S reads it), as numlab's engine does."""
     w = k.w
-    if comp is None or (w.p >= comp.p and w.emax >= comp.emax):
+    if comp is None or contains(comp, w):
         return err, comp
     return _guard((err + k.u(w) * (M + err) + k.eta(w)) * INFL, M + err, w), w
 
@@ -342,10 +350,10 @@ def local_matmul(k, xs, bs, M, attrs):
     AB = A @ B
     unit = k.kc.mma
     if unit is not None:
-        fin = k.format(unit.in_fmt)
+        fin = get_format(unit.in_fmt)
         pre, (Ai, Bi) = _operand_rounding(k, fin, A, B, AB)
         err = R.mma_bound(Ai, Bi, unit) + pre
-        return _guard(err * INFL, np.maximum(Ai.max(initial=0.0), Bi.max(initial=0.0)), fin), k.format(unit.out_fmt)
+        return _guard(err * INFL, np.maximum(Ai.max(initial=0.0), Bi.max(initial=0.0)), fin), get_format(unit.out_fmt)
     ti = k.kc.matmul_inputs
     pre, (Ai, Bi) = _operand_rounding(k, ti, A, B, AB)
     g = k.gamma(K, k.u(k.acc))
@@ -363,7 +371,7 @@ def _operand_rounding(k, fmt, A, B, AB):
     move by at most ``((1 + u)^2 - 1) |A| |B| + eta (1 + u) (rowsum |A| +
     colsum |B|) + K eta^2``; returns that and the rounded magnitudes' bounds.
     Nothing when every value of S is a value of ``fmt``."""
-    if fmt is None or (fmt.p >= k.S.p and fmt.emin <= k.S.emin and fmt.emax >= k.S.emax):
+    if fmt is None or contains(k.S, fmt):
         return np.zeros(np.shape(AB)), (A, B)
     u, eta = fmt.u, (fmt.smallest_subnormal * 0.5 if fmt.subnormals else fmt.smallest_normal)
     K = np.shape(A)[-1]
