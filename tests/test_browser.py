@@ -81,7 +81,7 @@ def lab(tmp_path_factory):
     for name in NOTEBOOKS:
         shutil.copy(REPO / "notebooks" / name, root / name)
     port, token = _free_port(), secrets.token_hex(8)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")])),
                JUPYTER_CONFIG_DIR=str(root / ".jupyter"), JUPYTERLAB_SETTINGS_DIR=str(root / ".lab-settings"),
                JUPYTERLAB_WORKSPACES_DIR=str(root / ".lab-workspaces"))
     log = open(root / "lab.log", "w")

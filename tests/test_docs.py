@@ -15,7 +15,7 @@ DESIGN = ROOT / "docs" / "design.md"
 
 
 def _texts():
-    for p in sorted((ROOT / "numlab").rglob("*.py")):
+    for p in sorted((ROOT / "src" / "numlab").rglob("*.py")):
         yield p, p.read_text()
     for p in sorted((ROOT / "notebooks").glob("*.ipynb")):
         nb = json.loads(p.read_text())
@@ -59,7 +59,7 @@ def test_the_checker_sees_a_missing_section():
 _UNSHIPPED = re.compile(r"DESIGN\.md|seed 00\d|seed ``00\d|[Ff]ield report \d|\b[Ii]ssue \d+\b")
 
 
-@pytest.mark.parametrize("where", ["numlab", "notebooks", "tests", "README.md", "docs"])
+@pytest.mark.parametrize("where", ["src", "notebooks", "tests", "README.md", "docs"])
 def test_no_citation_of_unshipped_documents(where):
     base = ROOT / where
     files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.suffix in (".py", ".ipynb", ".md"))

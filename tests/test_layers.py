@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "numlab"
+PACKAGE = ROOT / "src" / "numlab"
 OPTIONAL_HEAVY = {"torch", "dask", "distributed", "matplotlib", "ipywidgets", "IPython", "scipy"}
 
 
@@ -47,7 +47,7 @@ def _contract_layers() -> list[str]:
 def test_import_contracts_hold():
     """Run ``lint-imports`` on this checkout (not an installed copy of numlab)."""
     pytest.importorskip("importlinter", reason="import-linter is in the dev extra")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     proc = subprocess.run(
         [sys.executable, "-c",
          "import sys; from importlinter.cli import lint_imports_command; "

@@ -5,6 +5,7 @@ headless (ipywidgets objects exist without a browser)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import importlib
 import subprocess
 import sys
@@ -122,3 +123,23 @@ def test_controls_errors_name_the_field_and_choices():
     ws["k_tile"].value = 0
     with pytest.raises((ValueError, TypeError), match="k_tile"):
         current()
+
+
+def test_a_clone_in_the_working_directory_does_not_shadow_the_package(tmp_path):
+    """A checkout cloned into ``./numlab`` (the repository root: no ``__init__.py``, the
+    package one level down) and a script run from its parent: the src layout keeps the
+    installed package first, so ``numlab.zoo`` resolves (the flat layout gave a namespace
+    package and ``AttributeError: module 'numlab' has no attribute 'zoo'``)."""
+    clone = tmp_path / "numlab"
+    (clone / "numlab").mkdir(parents=True)
+    (clone / "README.md").write_text("a clone\n")
+    (clone / "numlab" / "stray.py").write_text("X = 1\n")
+    (clone / "src" / "numlab").mkdir(parents=True)
+    (clone / "src" / "numlab" / "__init__.py").write_text("raise ImportError('the clone was imported')\n")
+    script = tmp_path / "run.py"
+    script.write_text("import numlab, numlab.zoo\nprint(numlab.__file__)\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert Path(out.stdout.strip()).resolve() == Path(nl.__file__).resolve()

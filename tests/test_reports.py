@@ -24,7 +24,7 @@ WIDTHS = (80, 200)
 
 
 def _numlab(*args, columns=None, **kw):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     if columns is not None:
         env["COLUMNS"] = str(columns)
     return subprocess.run([sys.executable, "-m", "numlab", *args], env=env, capture_output=True, text=True,
@@ -182,7 +182,7 @@ def test_render_table_groups_rows():
 def test_closed_pipe_exits_quietly_and_keeps_the_files(tmp_path):
     """`numlab demo --quick | head -1`: exit 0, nothing on stderr, every file written."""
     out = tmp_path / "o"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "80"}
     p = subprocess.Popen([sys.executable, "-m", "numlab", "demo", "--quick", "--models", "softmax",
                           "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     first = p.stdout.readline()
@@ -202,7 +202,7 @@ def test_shell_pipe_to_head(tmp_path):
     out = tmp_path / "o"
     r = subprocess.run(f"{sys.executable} -m numlab demo --quick --models softmax --out {out} | head -1; "
                        "exit ${PIPESTATUS[0]}", shell=True, executable="/bin/bash", capture_output=True,
-                       text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
+                       text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, timeout=600)
     assert r.returncode == 0 and r.stderr == "" and len(r.stdout.splitlines()) == 1
     assert (out / "report.html").exists()
 

@@ -146,7 +146,7 @@ def _measure(cap: str, tmp_path_factory) -> dict:
     env_add, comp, want = CAPS[cap]
     cache = tmp_path_factory.mktemp(f"inductor_{cap}")
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache), **env_add)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
     r = subprocess.run([sys.executable, "-c", SCRIPT, "1" if comp else "0"], capture_output=True,
                        text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -93,7 +93,7 @@ class NotebookInfo:
 
 def default_notebooks_dir() -> Path:
     """The repository's ``notebooks/`` folder (numlab run from a checkout)."""
-    here = Path(__file__).resolve().parent.parent / "notebooks"
+    here = Path(__file__).resolve().parents[2] / "notebooks"
     if not here.is_dir():
         raise FileNotFoundError(f"no notebooks folder at {here}; pass --notebooks DIR (a numlab checkout's "
                                 "notebooks/)")

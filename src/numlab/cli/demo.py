@@ -78,7 +78,7 @@ def resolve_out_dir(out, force: bool = False) -> tuple[Path, str]:
 
 def notebooks_dir() -> Path | None:
     """The repository's notebooks/ folder when numlab runs from a checkout."""
-    here = Path(__file__).resolve().parents[2] / "notebooks"
+    here = Path(__file__).resolve().parents[3] / "notebooks"
     return here if here.is_dir() else None
 
 
