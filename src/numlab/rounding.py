@@ -41,11 +41,11 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-import os
 from fractions import Fraction
 
 import numpy as np
 
+from . import accel
 from .formats import FP32, NARROW_DTYPES, Format, get_format
 
 __all__ = ["ROUNDINGS", "round_to", "check_rounding"]
@@ -366,7 +366,7 @@ def _round_bits(a: np.ndarray, fmt: Format, rounding: str, rng, saturate: bool, 
 
 
 # ---------------------------------------------------------------------------
-# the compiled path (numba, extra "fast"): every mode of _round_bits in one
+# the compiled path (numba, a default dependency where wheels exist): every mode of _round_bits in one
 # branch-free pass per 2048 values (no masks over gathered
 # subsets); tests/test_accel_rounding.py pins it to the numpy path bit for bit
 # on random bit patterns and boundary values.  NUMLAB_ACCEL=0 switches it off.
@@ -378,15 +378,11 @@ _COMPILED: dict = {}
 
 def _compiled_kernels():
     """``{(mode, has_lo): kernel}``, or None without numba or with NUMLAB_ACCEL=0."""
-    if os.environ.get("NUMLAB_ACCEL", "1") == "0":
+    numba = accel.numba_module()
+    if numba is None:
         return None
     if "k" not in _COMPILED:
-        try:
-            import numba  # optional heavy dependency (extra "fast")
-        except ImportError:
-            _COMPILED["k"] = None
-        else:
-            _COMPILED["k"] = {(m, h): _make_round_bits(numba, m, h) for m in range(6) for h in (True, False)}
+        _COMPILED["k"] = {(m, h): _make_round_bits(numba, m, h) for m in range(6) for h in (True, False)}
     return _COMPILED["k"]
 
 

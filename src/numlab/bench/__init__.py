@@ -69,7 +69,7 @@ def machine_header() -> str:
     model, flags = _cpu_info()
     load = " ".join(f"{v:.2f}" for v in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
     try:
-        import numba  # optional (extra "fast"): reductions use its kernels when present
+        import numba  # a default dependency where wheels exist; absent elsewhere
         accel = f"numba {numba.__version__}" + (" (disabled: NUMLAB_ACCEL=0)"
                                                 if os.environ.get("NUMLAB_ACCEL") == "0" else "")
     except ImportError:

@@ -34,9 +34,9 @@ fast-path suite with and without these kernels against ``_reduce_reference``.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
+
+from .. import accel
 
 _STATE: dict = {}
 
@@ -45,7 +45,7 @@ def kernels():
     """The compiled kernels (a dict of name -> function), or None when numba is not
     installed or ``NUMLAB_ACCEL=0``.  Compiled (or loaded from numba's cache) on
     first use."""
-    if os.environ.get("NUMLAB_ACCEL", "1") == "0":
+    if not accel.enabled():
         return None
     if "k" not in _STATE:
         _STATE["k"] = _build()
@@ -57,9 +57,8 @@ def _build():
 
     Longer than 100 lines because numba needs each kernel defined after its
     optional import: the kernels are small closures kept side by side here."""
-    try:
-        import numba  # optional heavy dependency (extra "fast")
-    except ImportError:
+    numba = accel.numba_module()
+    if numba is None:
         return None
     jit = numba.njit(cache=True, nogil=True)
 

@@ -81,6 +81,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from .. import accel
 from ..formats import FP16, Format, get_format
 from ._common import check_choice, round_to
 
@@ -477,7 +478,9 @@ def mma(a, b, unit: MatrixUnit, c=None, *, engine: str = "auto") -> np.ndarray:
 
 
 def _numba_module():
-    """numlab.kernels._mma_numba, or None when numba is not installed."""
+    """numlab.kernels._mma_numba, or None when numba is not installed or ``NUMLAB_ACCEL=0``."""
+    if accel.numba_module() is None:
+        return None
     try:
         from . import _mma_numba  # optional heavy dependency (numba)
     except ImportError:
