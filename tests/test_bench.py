@@ -90,3 +90,61 @@ def test_demo_timer_runs_numlab_in_a_fresh_interpreter():
     assert wall > 0 and cpu > 0
     with pytest.raises(Exception, match="returned non-zero exit status"):
         demo.time_demo(["--seed", "-1"])  # refused by demo's own argument check
+
+
+def test_summary_rows_give_the_range_and_how_much_a_missed_target_misses():
+    ms = [bench.Measure("a", 1.25, 2.0), bench.Measure("b", 3.3, 3.0), bench.Measure("a", 0.5, 2.0),
+          bench.Measure("b", 2.0, 3.0), bench.Measure("t", 7.0, 10.0, " s")]
+    rows = bench.summary_rows(ms)
+    assert [r[0] for r in rows] == ["a", "b", "t"]  # first-seen order
+    assert rows[0][1:] == ("0.50–1.25×", "≤ 2×")
+    assert rows[1][1:] == ("2.00–3.30× (missed by 10%)", "≤ 3×")
+    assert rows[2][1:] == ("7.00 s", "≤ 10 s")
+
+
+README_PERF = (__import__("pathlib").Path(__file__).resolve().parents[1] / "README.md")
+
+
+def test_readme_table_is_rewritten_between_its_markers_and_nowhere_else(tmp_path, monkeypatch):
+    from numlab.bench import rounding
+
+    def fake_main(quick=False):
+        return bench.Section("table", [bench.Measure("`round_to` x", 2.0, 2.5),
+                                       bench.Measure("`round_to` x", 2.75, 2.5)])
+
+    monkeypatch.setattr(rounding, "main", fake_main)
+    path = tmp_path / "README.md"
+    path.write_text(f"intro\n{bench.SUMMARY_BEGIN}\nold | 9.99×\n{bench.SUMMARY_END}\noutro\n")
+    ns = argparse.Namespace(targets=["rounding"], quick=True, large=False, markdown=None,
+                            readme=str(path), force=False)
+    with pytest.raises(FileExistsError, match="--readme .* --force"):
+        bench._run(ns)
+    ns.force = True
+    assert bench._run(ns) == 0
+    text = path.read_text()
+    assert text.startswith("intro\n") and text.endswith("\noutro\n") and "9.99" not in text
+    assert "| `round_to` x | 2.00–2.75× (missed by 10%) | ≤ 2.5× |" in text
+    assert "machine:" in text and text.count(bench.SUMMARY_BEGIN) == 1
+    path.write_text("no markers here\n")
+    with pytest.raises(ValueError, match="--readme .* no <!-- bench summary -->"):
+        bench._run(ns)
+    assert path.read_text() == "no markers here\n"  # refused before the run, nothing written
+
+
+def test_the_readme_performance_table_is_the_generators_output():
+    """The README's table is one block written by ``--readme``: its rows have the
+    generator's shape, a row whose range exceeds its target says by how much, and it
+    names the machine (so no hand-typed figure can sit in it)."""
+    text = README_PERF.read_text()
+    i, j = text.index(bench.SUMMARY_BEGIN), text.index(bench.SUMMARY_END)
+    block = text[i:j]
+    assert "machine:" in block and "(written by its `--readme`" in block
+    rows = [ln for ln in block.splitlines() if ln.startswith("| ") and not ln.startswith("| what")]
+    assert len(rows) >= 10
+    import re
+    for ln in rows:
+        m = re.fullmatch(r"\| (.+) \| ([\d.]+)(?:–([\d.]+))?(×| s)(?: \(missed by (\d+)%\))? \| ≤ ([\d.]+)(×| s) \|", ln)
+        assert m, ln
+        hi = float(m.group(3) or m.group(2))
+        target = float(m.group(6))
+        assert (hi > target) == (m.group(5) is not None), ln

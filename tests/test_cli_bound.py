@@ -1,5 +1,5 @@
 """``numlab bound``: the contract bound per mode and output on the command
-line (numlab/cli/bound.py): its report lines, ``--out`` files readable by
+line (src/numlab/cli/bound.py): its report lines, ``--out`` files readable by
 csv and pandas, ``--force``, and bad values refused naming the option."""
 
 from __future__ import annotations

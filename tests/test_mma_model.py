@@ -878,7 +878,7 @@ def test_every_knob_changes_bits():
 # the compiled fast path (float32 products, int32 block sums, unrolled blocks)
 # ---------------------------------------------------------------------------
 def test_generated_drivers_are_current():
-    """numlab/kernels/_mma_numba_blocks.py is what its generator writes."""
+    """src/numlab/kernels/_mma_numba_blocks.py is what its generator writes."""
     pytest.importorskip("numba", reason="the generator reads numlab.kernels._mma_numba (numba)")
     from pathlib import Path
 

@@ -21,6 +21,7 @@ import os
 import platform
 import sys
 import time
+from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
@@ -83,6 +84,69 @@ def machine_header() -> str:
     ])
 
 
+@dataclass(frozen=True)
+class Measure:
+    """One measured figure with its target: ``value`` (a ratio to the baseline timed in
+    the same run, or a peak-memory ratio) against ``target`` (met when ``value <= target``).
+    ``what`` groups the figures of one summary row."""
+
+    what: str
+    value: float
+    target: float
+    unit: str = "×"
+
+
+class Section(str):
+    """A target's printed table, carrying the :class:`Measure` s behind its targets."""
+
+    measures: tuple = ()
+
+    def __new__(cls, text: str, measures=()):
+        s = super().__new__(cls, text)
+        s.measures = tuple(measures)
+        return s
+
+
+def summary_rows(measures) -> list[tuple[str, str, str]]:
+    """``(what, measured, target)`` per group of :class:`Measure` s, in first-seen order:
+    the range of values, and for a missed target by how much its worst value misses."""
+    groups: dict = {}
+    for m in measures:
+        groups.setdefault(m.what, []).append(m)
+    rows = []
+    for what, ms in groups.items():
+        lo, hi = min(m.value for m in ms), max(m.value for m in ms)
+        target, u = min(m.target for m in ms), ms[0].unit
+        measured = f"{lo:.2f}{u}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}{u}"
+        if hi > target:
+            measured += f" (missed by {100 * (hi / target - 1):.0f}%)"
+        rows.append((what, measured, f"≤ {target:g}{u}"))
+    return rows
+
+
+SUMMARY_BEGIN = "<!-- bench summary -->"
+SUMMARY_END = "<!-- /bench summary -->"
+
+
+def summary_markdown(head: str, sections, argv) -> str:
+    """The README's performance table: the machine, the command, one row per target group."""
+    cmd = "numlab " + " ".join(argv) if argv else "numlab bench"
+    machine = head.splitlines()
+    lines = [SUMMARY_BEGIN, f"Measured by `{cmd}` (written by its `--readme`; do not edit by hand) on:", "",
+             "```text", *machine, "```", "", "| what | measured | target |", "|---|---|---|"]
+    lines += [f"| {w} | {m} | {t} |" for w, m, t in
+              summary_rows([m for _, s in sections for m in getattr(s, "measures", ())])]
+    return "\n".join(lines + [SUMMARY_END])
+
+
+def replace_summary(text: str, block: str, path: str) -> str:
+    """``text`` with its summary block (between the two markers) replaced by ``block``."""
+    i, j = text.find(SUMMARY_BEGIN), text.find(SUMMARY_END)
+    if i < 0 or j < i:
+        raise ValueError(f"--readme {path!r} has no {SUMMARY_BEGIN} ... {SUMMARY_END} block to replace")
+    return text[:i] + block + text[j + len(SUMMARY_END):]
+
+
 def best_of(fn, repeat: int = 5, warmup: bool = True) -> float:
     """Best wall time of ``repeat`` calls of ``fn`` in seconds (after one warm-up
     call unless ``warmup`` is False: for reference paths too slow to run twice)."""
@@ -115,7 +179,11 @@ def add_parser(sub) -> None:
                    help="scaling: add 10^8 elements (about 1.5 GB of memory, a minute or two)")
     p.add_argument("--markdown", metavar="PATH",
                    help="also write the run as a markdown performance section to PATH")
-    p.add_argument("--force", action="store_true", help="overwrite the --markdown file if it exists")
+    p.add_argument("--readme", metavar="PATH",
+                   help="replace the performance table between the bench-summary markers of PATH "
+                        "(the README) by this run's (needs --force)")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite the --markdown file if it exists; rewrite the --readme table")
     p.set_defaults(func=_run)
 
 
@@ -127,6 +195,13 @@ def _run(args) -> int:
     md = getattr(args, "markdown", None)
     if md and os.path.exists(md) and not getattr(args, "force", False):
         raise FileExistsError(f"--markdown {md!r} exists; pass --force to overwrite it")
+    readme = getattr(args, "readme", None)
+    if readme:
+        if not os.path.exists(readme):
+            raise FileNotFoundError(f"--readme {readme!r} does not exist")
+        if not getattr(args, "force", False):
+            raise FileExistsError(f"--readme {readme!r}: rewriting its performance table needs --force")
+        replace_summary(open(readme).read(), "", readme)  # the markers are there: fail before the run
     head = machine_header()
     print(head)
     sections = []
@@ -145,6 +220,11 @@ def _run(args) -> int:
         with open(md, "w") as fh:
             fh.write(to_markdown(head, sections, sys.argv[1:]))
         print(f"wrote {md}")
+    if readme:
+        text = open(readme).read()
+        with open(readme, "w") as fh:
+            fh.write(replace_summary(text, summary_markdown(head, sections, sys.argv[1:]), readme))
+        print(f"rewrote the performance table of {readme}")
     return 0
 
 

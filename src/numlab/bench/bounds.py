@@ -23,7 +23,7 @@ from .. import zoo
 from ..contract_bounds import contract_bound
 from ..contract_sample import sample_outputs
 from ..execute import run
-from . import best_of
+from . import Measure, Section, best_of
 
 TARGET = 3.0
 #: numlab's own kernel variants whose runs join the sampled implementations
@@ -114,8 +114,10 @@ def main(quick: bool = False) -> str:
     lines = ["contract_bound vs a fused numlab.run of the same graph (fp16, normal inputs; "
              f"best of {2 if quick else 3} round-robin rounds); target ratio <= {TARGET:g}",
              "", f"{'case':<32} {'run ms':>9} {'bound ms':>9} {'ratio':>7}  ok"]
+    measures = []
     for label, tr, tb, r in speed_rows(quick, repeat=2 if quick else 3):
         lines.append(f"{label:<32} {tr * 1e3:9.2f} {tb * 1e3:9.2f} {r:7.2f}  {'yes' if r <= TARGET else 'NO'}")
+        measures.append(Measure("`contract_bound` vs a fused `numlab.run` of the same graph (fp16)", r, TARGET))
     models = ("layernorm", "softmax") if quick else None
     lines += ["", "tightness = max contract bound / max observed error over the implementations "
               f"(numlab's {len(SPEC_VARIANTS)} spec variants + sampled random and adversarial ones; "
@@ -131,4 +133,4 @@ def main(quick: bool = False) -> str:
                      f"  {viol}")
     text = "\n".join(lines)
     print(text)
-    return text
+    return Section(text, measures)

@@ -29,7 +29,7 @@ import numpy as np
 from ..execute import run
 from ..fusion import PRESETS, FusionOptions
 from ..zoo import layernorm
-from . import best_of
+from . import Measure, Section, best_of
 
 TARGET = 2.5
 
@@ -76,12 +76,15 @@ def main(quick: bool = False) -> str:
              "ratio = time / numpy fp32",
              "",
              f"{'case':<26} {'ms':>9} {'ratio':>7} {'target':>7}  ok"]
+    measures = []
     for k, t in times.items():
         r = t / base
         if k == "numpy fp32":
             lines.append(f"{k:<26} {t * 1e3:9.1f} {r:7.2f} {'':>7}  -")
         else:
             lines.append(f"{k:<26} {t * 1e3:9.1f} {r:7.2f} {TARGET:6.1f}x  {'yes' if r <= TARGET else 'NO'}")
+            measures.append(Measure("layer norm 4096² fp16 (eager and every fusion preset) vs a numpy fp32 "
+                                    "layer norm", r, TARGET))
     table = "\n".join(lines)
     print(table)
-    return table
+    return Section(table, measures)

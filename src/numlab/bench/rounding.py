@@ -51,7 +51,7 @@ import numpy as np
 
 from ..formats import BF16, FP8_E4M3, FP8_E5M2, FP16
 from ..rounding import ROUNDINGS, round_to
-from . import best_of
+from . import Measure, Section, best_of
 
 TARGET_IN_RANGE = {"rne": 2.5, "rtz": 3.0, "up": 3.0, "down": 3.0, "odd": 3.0, "stochastic": 4.0}
 TARGET_RANDOM = 5.0
@@ -191,7 +191,7 @@ def _others_table(n: int, repeat: int) -> list[str]:
                     ours = round_to(x, fmt, rounding)
                     t_ours = best_of(lambda x=x, fmt=fmt, rounding=rounding: round_to(x, fmt, rounding), repeat)
                     cells = ""
-                    for m, f in fns.items():
+                    for _name, f in fns.items():
                         if f is None:
                             cells += f" {'-':>10} {'-':>8}"
                             continue
@@ -220,6 +220,22 @@ def _others_line() -> str:
     return "; ".join(parts)
 
 
+def _measures(data: str, rounding: str, ratio: float, target, peak: float) -> list:
+    """The summary figures of one row (see :class:`numlab.bench.Measure`)."""
+    if target is None:
+        return []
+    if data == "float64":
+        what = "`round_to` float64 → bf16, RNE (no double rounding) vs ml_dtypes' cast"
+    elif data == "random bits":
+        kind = "stochastic" if rounding == "stochastic" else "deterministic modes"
+        what = f"`round_to`, random float32 bit patterns, fp16/bf16/fp8 e4m3/e5m2, {kind}"
+    else:
+        kind = {"rne": "RNE", "stochastic": "stochastic"}.get(rounding, "rtz/up/down/odd")
+        what = f"`round_to`, in-range values, fp16/bf16/fp8 e4m3/e5m2, {kind}"
+    return [Measure(what + " (vs a float32 copy)" if data != "float64" else what, ratio, target),
+            Measure("peak memory of one `round_to` call / input bytes", peak, TARGET_PEAK)]
+
+
 def main(quick: bool = False) -> str:
     n = 10**6 if quick else 10**7
     repeat = 2 if quick else 5
@@ -236,6 +252,7 @@ def main(quick: bool = False) -> str:
         head,
     ]
     rng = np.random.default_rng(1)
+    measures: list = []
     with np.errstate(all="ignore"):
         for data, x_all in inputs.items():
             for fmt in (FP16, BF16, FP8_E4M3, FP8_E5M2):
@@ -246,6 +263,7 @@ def main(quick: bool = False) -> str:
                     t, tb = _paired_best(f, lambda x=x: x.copy(), repeat)
                     peak = peak_ratio(f, x.nbytes)
                     lines.append(_row(f"{data} {fmt.name}", rounding, t, tb, _target(data, rounding), peak))
+                    measures += _measures(data, rounding, t / tb, _target(data, rounding), peak)
         x64 = inputs["mixed"].astype(np.float64) * (1 + 2.0**-30)
         for rounding in ROUNDINGS:
             kw = {"rng": rng} if rounding == "stochastic" else {}
@@ -254,6 +272,8 @@ def main(quick: bool = False) -> str:
             peak = peak_ratio(f, x64.nbytes)
             lines.append(_row("float64 bf16", rounding, t, tb,
                               TARGET_FLOAT64 if rounding == "rne" else None, peak))
+            measures += _measures("float64", rounding, t / tb, TARGET_FLOAT64 if rounding == "rne" else None,
+                                  peak)
         tc64 = best_of(lambda: x64.copy(), repeat)
     lines.append(f"(float64 copy: {tc64 * 1e3:.1f} ms)")
     lines += _others_table(10**4 if quick else 10**5, repeat)
@@ -262,4 +282,4 @@ def main(quick: bool = False) -> str:
         lines.append(other)
     table = "\n".join(lines)
     print(table)
-    return table
+    return Section(table, measures)

@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 from ..kernels.scaled import PRESETS, dequantize, quantize
+from . import Measure, Section
 
 TARGET = 3.0
 TARGETED = ("mxfp8_e4m3", "mxfp4", "nvfp4")
@@ -69,9 +70,11 @@ def main(quick: bool = False) -> str:
         tgt = "-" if r["target"] is None else (f"<= {r['target']:.0f}x "
                                                + ("met" if r["ratio"] <= r["target"] else "MISSED"))
         lines.append(f"{r['format']:16} {r['seconds']:9.3f} {r['baseline_seconds']:8.3f} {r['ratio']:6.2f}  {tgt}")
+    measures = [Measure(f"MXFP8/MXFP4/NVFP4 quantise + dequantise {n}² vs ml_dtypes' cast round trip", r["ratio"],
+                        r["target"]) for r in rs if r["target"] is not None]
     text = "\n".join(lines)
     print(text)
-    return text
+    return Section(text, measures)
 
 
 __all__ = ["TARGET", "TARGETED", "FORMATS", "make_data", "rows", "main"]

@@ -1,7 +1,7 @@
 """Summation orders of PyTorch's CPU reductions, as :class:`numlab.kernels.reduce.Order` types.
 
 Both were measured bit for bit against torch 2.13 on the project machine
-(``numlab/torch/presets.py`` has the numbers; ``tests/test_torch_faithfulness.py``
+(``src/numlab/torch/presets.py`` has the numbers; ``tests/test_torch_faithfulness.py``
 re-checks them against real torch).  Every addition is one ``ar.add`` (the
 accumulator format of :func:`numlab.kernels.reduce`; fp32 for PyTorch), so
 with ``acc="fp32"`` the orders are exactly ATen's / Inductor's, and with
