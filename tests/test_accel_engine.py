@@ -10,7 +10,7 @@ import pytest
 from numlab.kernels._common import Arith
 from numlab.kernels.engine import _welford
 
-pytest.importorskip("numba", reason="the compiled path needs numba (extra 'fast')")
+pytest.importorskip("numba", reason="the compiled path needs numba (a default dependency; absent where no wheel exists)")
 from numlab.kernels import _accel  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""numlab.rounding's compiled path (_round_bits_compiled, numba: extra ``fast``) is
+"""numlab.rounding's compiled path (_round_bits_compiled, numba) is
 bit-identical to its numpy path (_round_bits's chunked masks, itself tested against
 exact references in tests/test_rounding*.py) in every deterministic mode, with and
 without saturation and flush-to-zero, for float32 and float64 input, for every
@@ -16,7 +16,7 @@ from numlab.formats import BF16, FP8_E4M3, FP8_E5M2, FP16, TF32
 from numlab import rounding as RD
 from numlab.rounding import _consts, _round_bits, round_to
 
-numba = pytest.importorskip("numba", reason="the compiled path needs numba (extra 'fast')")
+numba = pytest.importorskip("numba", reason="the compiled path needs numba (a default dependency; absent where no wheel exists)")
 
 HANDLED = [FP16, BF16, FP8_E4M3, FP8_E5M2, TF32]
 # every format numlab rounds to: the kernel either declines (None) or matches

@@ -28,7 +28,7 @@ def accel(request, monkeypatch):
     if request.param == "numpy":
         monkeypatch.setattr(_matmul_mod, "_ACCEL_MIN_ENTRIES", 1 << 62)
     else:
-        pytest.importorskip("numba", reason="the compiled fast path needs numba (extra 'fast')")
+        pytest.importorskip("numba", reason="the compiled fast path needs numba (a default dependency; absent where no wheel exists)")
         monkeypatch.delenv("NUMLAB_ACCEL", raising=False)
         monkeypatch.setattr(_matmul_mod, "_ACCEL_MIN_ENTRIES", 0)
     return request.param
@@ -427,7 +427,7 @@ def test_compiled_post_blas_pass_equals_numpy_ops():
     """numlab.kernels._accel.add_round32 against the numpy operations it replaces
     (float64 add, float32 cast, midpoint bit test) on random sums, constructed fp32
     midpoints, the overflow threshold, inf and NaN; and block_fma really uses it."""
-    pytest.importorskip("numba", reason="the compiled fast path needs numba (extra 'fast')")
+    pytest.importorskip("numba", reason="the compiled fast path needs numba (a default dependency; absent where no wheel exists)")
     from numlab.kernels import _accel
 
     rng = np.random.default_rng(11)

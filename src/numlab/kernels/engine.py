@@ -363,7 +363,7 @@ def _welford(x: np.ndarray, ar, ddof: int):
     m2 = np.zeros_like(m)
     with np.errstate(all="ignore"):
         if ar.native and ar.dtype == np.float32 and _accel.welford32(xt, m, m2):
-            pass  # compiled: the same float32 operations in the same order (numba, extra 'fast')
+            pass  # compiled: the same float32 operations in the same order (numba)
         elif ar.native and ar.dtype == np.float32:
             d = np.empty_like(m)
             t = np.empty_like(m)
