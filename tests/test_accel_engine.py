@@ -1,4 +1,4 @@
-"""numlab.kernels._accel.welford32 (numba: extra ``fast``) does the float32 steps of
+"""numlab.kernels._accel.welford32 (numba) does the float32 steps of
 numlab.kernels.engine._welford bit for bit (the engine's native fp32 branch calls
 it): random rows, cancelling rows, huge/tiny values, inf/NaN, odd lengths."""
 

@@ -24,7 +24,7 @@ _matmul_mod = sys.modules["numlab.kernels.matmul"]
 @pytest.fixture(params=["numpy", "compiled"])
 def accel(request, monkeypatch):
     """Run a block_fma test with the numpy post-BLAS pass and with the compiled one
-    (numlab.kernels._accel.add_round32, numba: extra ``fast``) for every size."""
+    (numlab.kernels._accel.add_round32, numba) for every size."""
     if request.param == "numpy":
         monkeypatch.setattr(_matmul_mod, "_ACCEL_MIN_ENTRIES", 1 << 62)
     else:

@@ -32,7 +32,7 @@ several times slower than with one, while the single 1024^3 reference call is
 not (the "(floor)" line shows it); ``OPENBLAS_NUM_THREADS=1 numlab bench
 kernels`` compares single-threaded BLAS on both sides.
 
-With numba installed (extra ``fast``) the reductions and the matmul's post-BLAS
+With numba installed (a default dependency) the reductions and the matmul's post-BLAS
 pass use numlab's compiled kernels (numlab.kernels._accel, bit-identical to the
 numpy path; the machine header says whether numba is there);
 ``NUMLAB_ACCEL=0 numlab bench kernels`` measures the numpy path alone.

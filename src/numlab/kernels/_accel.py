@@ -1,4 +1,4 @@
-"""Optional compiled kernels for the reduction fast path (numba; extra ``fast``).
+"""Optional compiled kernels for the reduction fast path (numba, a default dependency).
 
 numpy cannot reach some of the speed targets of the chunked reductions on a
 small machine: filling a transposed float32 tile from bfloat16 rows (a strided

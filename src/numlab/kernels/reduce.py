@@ -720,7 +720,7 @@ def _sum_fast(x: np.ndarray, order: Order, fa: _FastAcc, ar: Arith, *, prepared:
     each numpy call spans many rows.
     Extra memory: one tile plus the result, whatever the input size.
 
-    With numba (extra ``fast``), from ``_ACCEL_MIN_ELEMENTS`` values on, the same
+    With numba (a default dependency), from ``_ACCEL_MIN_ELEMENTS`` values on, the same
     operations run compiled (:mod:`numlab.kernels._accel`, :func:`_sum_rows_compiled`,
     tile fill, Kahan/Pairwise tile steps); ``NUMLAB_ACCEL=0`` switches it off.
     """
