@@ -51,6 +51,7 @@ import numpy as np
 from . import bound_rules as R
 from . import contract_rules as CR
 from . import fusion as F
+from ._repr import array_summary, facts_html
 from .contract import Contract, KernelClass, algo_rel_error
 from .formats import FP32, Format, get_format
 from .graph import Graph, Node, decompose
@@ -119,9 +120,20 @@ class ContractBound(dict):
     flags: dict = field(default_factory=dict)
 
     def __repr__(self) -> str:
-        outs = ", ".join(f"{k}: max {float(np.max(v)) if np.size(v) else float('nan'):.3g}" for k, v in self.items())
+        items = list(self.items())
+        outs = ", ".join(f"{k}: max {float(np.max(v)) if np.size(v) else float('nan'):.3g}" for k, v in items[:6])
+        outs += f", ... {len(items) - 6} more outputs" if len(items) > 6 else ""
         return (f"ContractBound({self.kind}, mode={self.mode}, fmt={self.fmt.name if self.fmt else None}, "
                 f"contract={self.contract.name if self.contract else None}; {outs})")
+
+    def _repr_html_(self) -> str:
+        rows = [("kind", self.kind if self.prob is None else f"{self.kind} (prob {self.prob})"),
+                ("mode", self.mode), ("fmt", self.fmt.name if self.fmt else None),
+                ("contract", self.contract.name if self.contract else None)]
+        rows += [(f"bound {k}", array_summary(v)) for k, v in self.items()]
+        inf = self.inf_sources()
+        rows.append(("inf sources", ", ".join(f"{s['op']} ({s['node']})" for s in inf[:6]) if inf else None))
+        return facts_html(("ContractBound", rows))
 
     __hash__ = None
 

@@ -52,6 +52,7 @@ import numpy as np
 
 from . import execute, zoo
 from . import kernels as K
+from ._repr import Compact
 from .formats import get_format
 from .fusion import FusionOptions
 from .graph import Graph
@@ -325,8 +326,8 @@ def run_once(cfg: dict, *, save: str | None = None) -> RunRecord:
 # --------------------------------------------------------------------------- many processes
 
 
-@dataclass
-class DeterminismReport:
+@dataclass(repr=False)
+class DeterminismReport(Compact):
     """Result of :func:`check_determinism`.
 
     ``compile_deterministic``: every process had the same fingerprint and the
@@ -391,6 +392,20 @@ class DeterminismReport:
         lines.append("  plan (options that can break determinism; ACTIVE: in effect with these settings):")
         lines += [f"    {h}" for h in self.plan]
         return "\n".join(lines)
+
+    def _repr_facts(self):
+        c = self.config
+        differ = {o: d for o, d in self.diffs.items() if d and d[0]}
+        rows = [("runs", f"{self.runs} processes"),
+                ("compile", f"deterministic {self.compile_deterministic} "
+                            f"({len({r.fingerprint for r in self.records})} fingerprint(s))"),
+                ("execution", f"deterministic {self.execution_deterministic}"),
+                ("outputs differing", ", ".join(f"{o}: {d[0]} elements, max {d[2]:g} ULP"
+                                                for o, d in list(differ.items())[:6]) or "none"),
+                ("active hazards", ", ".join(h.option for h in self.active_hazards) or "none"),
+                ("options", f"kernels={c.get('kernels') or '-'} fusion={c.get('fusion') or '-'} "
+                            f"order={c.get('order') or 'spec'} seed={c.get('seed')}")]
+        return f"DeterminismReport: {c.get('model')} {c.get('mode')} {c.get('fmt')}: ok {self.ok}", rows
 
     def _execution_line(self) -> str:
         if not self.execution_deterministic:

@@ -55,6 +55,7 @@ import os
 from dataclasses import dataclass, field
 
 from . import kernels, ops
+from ._repr import Compact
 from .formats import get_format
 from .graph import decompose
 
@@ -582,8 +583,8 @@ class Block:
         return len(self.members) > 1
 
 
-@dataclass(frozen=True)
-class Plan:
+@dataclass(frozen=True, repr=False)
+class Plan(Compact):
     """The result of :func:`plan`.
 
     Attributes
@@ -630,6 +631,17 @@ class Plan:
     def n_fused(self) -> int:
         """Number of blocks with more than one member."""
         return sum(b.fused for b in self.blocks)
+
+    def _repr_facts(self):
+        nb = len(self.blocks)
+        rows = [("graph", repr(self.graph)), ("options", self.options.describe()), ("hardware", str(self.hardware)),
+                ("decomposed", ", ".join(sorted(set(self.decomposed.values()))) if self.decomposed else None)]
+        rows += [(b.name, f"{'codegen' if b.codegen else 'library'} {b.kind} tile={b.tile} "
+                          f"[{', '.join(b.members[:8])}{' ...' if len(b.members) > 8 else ''}]")
+                 for b in self.blocks[:12]]
+        if nb > 12:
+            rows.append(("...", f"{nb - 12} more blocks (str(plan) lists them all)"))
+        return f"Plan: {nb} block{'s' if nb != 1 else ''} ({self.n_fused} fused) for {len(self.graph.nodes)} nodes", rows
 
     def __str__(self) -> str:
         hw = self.hardware

@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import bound_rules as R
+from ._repr import Compact, mapping_summary
 from .execute import run as _run
 from .formats import get_format
 from .graph import Graph, Node, decompose, evaluate
@@ -88,8 +89,8 @@ _INFL = R.INFL
 CAUSES = ("no_rule", "domain", "inherited", "nan", "overflow")
 
 
-@dataclass
-class BoundedRun:
+@dataclass(repr=False)
+class BoundedRun(Compact):
     """A run plus its running bounds.
 
     ``result`` (numlab.execute.RunResult), ``bounds`` (node or input name ->
@@ -111,6 +112,16 @@ class BoundedRun:
     def inf_sources(self) -> list:
         """The nodes where inf bounds originate (:func:`inf_sources`)."""
         return inf_sources(self.flags)
+
+    def _repr_facts(self):
+        r = self.result
+        inf = self.inf_sources()
+        rows = [("output bounds", mapping_summary(self.output_bounds())),
+                ("bounds", f"{len(self.bounds)} nodes and inputs"), ("values", f"{len(self.values)} arrays"),
+                ("inf sources", f"{len(inf)}: " + ", ".join(f"{s['op']} ({s['node']})" for s in inf[:6])
+                 if inf else "none"),
+                ("reference", mapping_summary(self.reference) if self.reference is not None else None)]
+        return f"BoundedRun: mode {r.mode}, fmt {r.fmt.name}", rows
 
 
 def inf_sources(flags: dict) -> list:

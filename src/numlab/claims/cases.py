@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import zoo
+from .._repr import Compact, mapping_summary
 from ..contract import Contract
 from ..execute import run
 from ..formats import get_format
@@ -27,8 +28,8 @@ def trial_seed(seed: int, trial: int) -> int:
     return int(np.random.SeedSequence([int(seed), int(trial)]).generate_state(1)[0])
 
 
-@dataclass
-class Case:
+@dataclass(repr=False)
+class Case(Compact):
     """One input configuration: model, sizes, storage format, fusion spec
     (the canonical ``FusionOptions.spec`` string) and the S-valued inputs
     (float64 arrays).
@@ -60,6 +61,14 @@ class Case:
     kernels: str = DEFAULT_KERNELS
     library: str = DEFAULT_LIBRARY
     contract: str | None = None
+
+    def _repr_facts(self):
+        rows = [("inputs", f"{self.n_elements()} elements: {mapping_summary(self.inputs)}"),
+                ("observed", mapping_summary(self.observed) if self.observed is not None else None),
+                ("origin", f"{self.origin}, kind {self.kind}, seed {self.seed}, trial {self.trial}"),
+                ("fusion", self.fusion), ("kernels", f"fused {self.kernels}, eager's library {self.library}"),
+                ("contract", self.contract), ("source", repr(self.source) if self.source is not None else None)]
+        return f"Case: {self.model} sizes {self.sizes} ({self.fmt})", rows
 
     def graph(self):
         return self.source if self.source is not None else get_model(self.model, self.sizes)

@@ -32,6 +32,7 @@ import numpy as np
 
 from .. import metrics, zoo
 from .. import running_bounds as RB
+from .._repr import Compact, brief, mapping_summary
 from ..contract_bounds import contract_bound
 from ..execute import run
 from ..formats import Format
@@ -175,8 +176,8 @@ class KernelModelNeeded(ValueError):
     undecided there (:meth:`Claim.evaluate`)."""
 
 
-@dataclass
-class CaseResult:
+@dataclass(repr=False)
+class CaseResult(Compact):
     """Outcome of a claim on one case.
 
     ``holds`` (True only for the verdict "holds"); ``margin`` (> 0 violated,
@@ -207,6 +208,14 @@ class CaseResult:
     def fails(self) -> bool:
         """Whether the claim is violated (a decided counterexample)."""
         return self.verdict == "fails"
+
+    def _repr_facts(self):
+        rows = [("detail", brief(self.detail)),
+                ("undecided", brief(self.undecided) if self.undecided else None)]
+        rows += [(f"{mode} outputs", mapping_summary(outs)) for mode, outs in self.outputs.items()]
+        rows += [("fingerprints", mapping_summary(self.fingerprints) if self.fingerprints else None),
+                 ("stats", brief(self.stats) if self.stats else None)]
+        return f"CaseResult: {self.verdict}, margin {brief(self.margin)}", rows
 
 
 def _result(margin: float, detail: dict, undecided: dict | None = None, **kw) -> CaseResult:

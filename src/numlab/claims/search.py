@@ -36,6 +36,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .. import metrics
+from .._repr import Compact, brief
 from ..contract import Contract
 from ..formats import get_format
 from ..graph import Graph
@@ -89,8 +90,8 @@ class SearchOptions:
             raise ValueError(f"chunk={self.chunk!r} must be >= 1")
 
 
-@dataclass
-class CheckReport:
+@dataclass(repr=False)
+class CheckReport(Compact):
     """What :func:`check` returns.
 
     ``verdict`` ("holds", "fails" or "undecided"; :attr:`holds` is
@@ -145,6 +146,28 @@ class CheckReport:
     def responsible(self) -> list:
         """The operators responsible for an undecided verdict, as text."""
         return responsible_ops(self.undecided_detail)
+
+    def _repr_facts(self):
+        where = f"trial {self.worst_trial}" if self.worst_trial is not None else "pooled trials"
+        rows = [("search", f"{self.search}, {self.trials} trial(s), fusion {self.fusion}"),
+                ("violations", self.violations),
+                ("undecided", f"{self.undecided} case(s)" + (f": {self.undecided_detail.get('reason')}"
+                                                             if self.undecided else "")),
+                ("worst margin", f"{brief(self.worst_margin)} ({where})"),
+                ("worst detail", brief(self.worst_detail))]
+        if (self.kernels, self.library) != (DEFAULT_KERNELS, DEFAULT_LIBRARY):
+            rows.append(("kernels", f"fused {self.kernels}, eager's library {self.library}"))
+        if self.contract:
+            rows.append(("contract", self.contract))
+        if self.responsible:
+            rows.append(("responsible", "; ".join(self.responsible)))
+        if self.counterexample is not None:
+            c = self.counterexample[0]
+            rows.append(("counterexample", f"{c.model} sizes {c.sizes}, {c.n_elements()} input elements, "
+                                           f"origin {c.origin}"))
+        rows += [("saved", self.saved), ("population", brief(self.population) if self.population else None),
+                 ("fingerprints", f"{len(self.fingerprints)} distinct" if self.fingerprints else None)]
+        return f"CheckReport: claim {self.claim} on {self.model} ({self.fmt}): {self.verdict}", rows
 
     def summary(self) -> str:
         head = {"holds": "HOLDS", "fails": f"VIOLATED ({self.violations} violating cases)",

@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import fusion as F
+from .._repr import Compact
 from ..execute import SOURCES, run
 from ..formats import get_format
 from ..graph import Graph
@@ -83,8 +84,8 @@ class Trial:
             f"  {self.detail}" if self.detail else "")
 
 
-@dataclass
-class BisectReport:
+@dataclass(repr=False)
+class BisectReport(Compact):
     """What :func:`bisect_run` tried and found."""
 
     model: str
@@ -144,6 +145,26 @@ class BisectReport:
 
     def __str__(self) -> str:
         return self.text()
+
+    def _repr_facts(self):
+        fd = self.baseline.first_divergence if self.baseline is not None else None
+        diverging = sum(t.diverges for t in self.trials)
+        rows = [("baseline", "none" if self.baseline is None else
+                 f"{len(self.baseline.failing)} failing rows, first divergence {fd['node'] if fd else 'none'}"),
+                ("stages", ", ".join(self.stages)),
+                ("trials", f"{len(self.trials)} runs, {diverging} diverging"),
+                ("fixing kinds", _names(self.fixing_kinds) if "fusion" in self.stages else None),
+                ("fixing sources", _names(self.fixing_sources) if "sources" in self.stages else None),
+                ("culprit range", f"{len(self.culprit_range)} nodes ({self.range_tests} range runs): "
+                                  + _names(self.culprit_range) if self.culprit_range else None),
+                ("more culprits", f"{len(self.more_culprits)} range(s)" if self.more_culprits else None)]
+        return f"BisectReport: {self.model} (storage {self.storage}), diverges {self.diverges}", rows
+
+
+def _names(names, limit: int = 8) -> str:
+    """``a, b, c ... (N more)``: the first ``limit`` names."""
+    out = ", ".join(str(n) for n in names[:limit]) or "none"
+    return out + (f" ... ({len(names) - limit} more)" if len(names) > limit else "")
 
 
 # --------------------------------------------------------------------------
@@ -454,8 +475,8 @@ class _Bisection:
 # --------------------------------------------------------------------------
 # the graph-mode precision workflow (docs/design.md, "Compare and bisect")
 # --------------------------------------------------------------------------
-@dataclass
-class WorkflowReport:
+@dataclass(repr=False)
+class WorkflowReport(Compact):
     """Result of :func:`precision_workflow`, one entry per step."""
 
     model: str
@@ -497,6 +518,23 @@ class WorkflowReport:
 
     def __str__(self) -> str:
         return self.text()
+
+    def _repr_facts(self):
+        def failing(rep):
+            if rep is None:
+                return None
+            fd = rep.first_divergence
+            return f"{len(rep.failing)} failing rows, first divergence {fd['node'] if fd else 'none'}"
+
+        bad = [s["node"] for s in self.bad_single_ops]
+        rows = [("single ops", f"{len(self.single_ops)} operators, {len(bad)} fail alone"
+                 + (": " + _names(bad) if bad else "")),
+                ("eager vs fp64", failing(self.eager_vs_ref)), ("fused vs eager", failing(self.fused_vs_eager)),
+                ("dumps", _names([f"{k} {v}" for k, v in self.dumps.items()], 2) if self.dumps else None),
+                ("fusion rules off", None if self.bisect is None else
+                 _names(self.bisect.fixing_kinds) + " remove the divergence"),
+                ("conclusion", self.conclusion)]
+        return f"WorkflowReport: {self.model} (storage {self.storage})", rows
 
 
 def precision_workflow(

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._repr import Compact, facts_html
 from .columns import COLUMNS, Thresholds
 from .dump import atomic_write_bytes
 from .flavors import EXACT_NOTE, FLAVOR_HEADERS, check_flavor, flavor_rows
@@ -43,7 +44,11 @@ def report_path(path: str | os.PathLike, *, force: bool = False) -> Path:
     return p
 
 
-class CompareReport:
+#: rows shown in a notebook (``CompareReport._repr_html_``)
+HTML_ROWS = 12
+
+
+class CompareReport(Compact):
     """The result of :func:`compare_dumps`: rows (dicts keyed by
     :data:`COLUMNS`) in topological order, and the first divergence."""
 
@@ -196,8 +201,41 @@ class CompareReport:
     def __str__(self) -> str:
         return self.summary() + "\n" + self.table()
 
-    def _repr_html_(self) -> str:  # pragma: no cover - notebook display
-        return "<pre>" + html.escape(str(self)) + "</pre>"
+    def _repr_facts(self):
+        kinds: dict[str, int] = {}
+        for r in self.rows:
+            kinds[r["match"]] = kinds.get(r["match"], 0) + 1
+        failing = self.failing
+        fd = self.first_divergence
+        rows = [("golden", self.golden), ("mine", self.mine),
+                ("rows", f"{len(self.rows)}: " + ", ".join(f"{v} {k}" for k, v in kinds.items())),
+                ("compared", f"{len(self.compared)}, {len(failing)} failing"
+                             + (": " + ", ".join(str(r["node"]) for r in failing[:6])
+                                + (" ..." if len(failing) > 6 else "") if failing else "")),
+                ("first divergence", "none" if fd is None else
+                 f"{fd['node']} (op {fd['op'] or '?'}): cosine {format_number(fd['cosine_similarity'], 8)}, "
+                 f"max rel err {format_number(fd['max_relative_error'])}, "
+                 f"max ulp {format_number(fd['max_ulp_error'])}"),
+                ("uncompared", len(self.uncompared) or None),
+                ("problems", f"{len(self.problems)} dumped file(s)" if self.problems else None),
+                ("flavor", self.flavor if self.flavor != "exact" else None),
+                ("notes", f"{len(self.notes)}: {self.notes[0]}" if self.notes else None)]
+        return "CompareReport", rows
+
+    def _repr_html_(self) -> str:
+        """The facts and the first rows of the main columns (the full table:
+        :meth:`table` or the CSV)."""
+        cols = [("node", "node", 0), ("op", "op", 0), ("cosine", "cosine_similarity", 8),
+                ("max rel", "max_relative_error", 3), ("max ulp", "max_ulp_error", 3),
+                ("acc", "Accuracy Reached or Not", 0), ("origin", "error_origin", 0)]
+        shown = self.rows[:HTML_ROWS]
+        head = "".join(f"<th>{html.escape(c)}</th>" for c, _, _ in cols)
+        body = "".join("<tr>" + "".join(
+            f"<td>{html.escape(format_number(r.get(k), d) if d else str(r.get(k) or '-')[:40])}</td>"
+            for _, k, d in cols) + "</tr>" for r in shown)
+        more = (f"<p>... {len(self.rows) - len(shown)} more rows (<code>.table()</code> or the CSV)</p>"
+                if len(self.rows) > len(shown) else "")
+        return facts_html(self._repr_facts(), f"<table><tr>{head}</tr>{body}</table>{more}")
 
 
 def _to_float(v) -> float:

@@ -6,13 +6,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._repr import Compact, mapping_summary
 from ..formats import Format
 
 __all__ = ["RunResult"]
 
 
-@dataclass
-class RunResult:
+@dataclass(repr=False)
+class RunResult(Compact):
     """What :func:`run` returns.
 
     Attributes
@@ -88,7 +89,16 @@ class RunResult:
                  f"  non-finite (nan, inf) per node: {bad or 'none'}"]
         return "\n".join(lines)
 
-    def __repr__(self) -> str:
-        return self.summary()
+    def _repr_facts(self):
+        bad = {k: v for k, v in self.nonfinite.items() if v[0] or v[1]}
+        bad_in = {k: v for k, v in self.input_nonfinite.items() if v[0] or v[1]}
+        rows = [("outputs", mapping_summary(self.outputs)),
+                ("dumped values", f"{len(self.values)}" + (f" ({len(self.internals)} block-internal)"
+                                                          if self.internals else "")),
+                ("plan", f"{len(getattr(self.plan, 'blocks', ()))} blocks"),
+                ("non-finite in", mapping_summary(bad_in) if bad_in else "none"),
+                ("non-finite nodes", f"{len(bad)}: {mapping_summary(bad)}" if bad else "none")]
+        return (f"RunResult: mode {self.mode}, fmt {self.fmt.name}, fingerprint {self.fingerprint[:12]}...",
+                rows)
 
 

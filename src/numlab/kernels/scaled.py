@@ -83,6 +83,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import bound_rules as _R
+from .._repr import Compact, array_summary
 from ..bound_rules import expand_block_scales
 from ..formats import (
     FP4_E2M1,
@@ -317,8 +318,8 @@ def get_scaled_format(fmt, name: str = "fmt") -> ScaledFormat:
 # ---------------------------------------------------------------------------
 # the quantised tensor
 # ---------------------------------------------------------------------------
-@dataclass(frozen=True, eq=False)  # holds arrays: compare their fields, not the objects
-class Scaled:
+@dataclass(frozen=True, eq=False, repr=False)  # holds arrays: compare their fields, not the objects
+class Scaled(Compact):
     """A quantised tensor: ``elements`` (values of the element format, in a
     float container of the padded shape), ``scales`` (one per block, shape
     ``(..., rows / bm, cols / bn)``; NaN marks a NaN scale), ``tensor_scale``
@@ -329,6 +330,11 @@ class Scaled:
     scales: np.ndarray
     tensor_scale: float | None
     shape: tuple
+
+    def _repr_facts(self):
+        return (f"Scaled: {self.fmt.name}, shape {tuple(self.shape)}",
+                [("elements", array_summary(self.elements)), ("scales", array_summary(self.scales)),
+                 ("tensor scale", self.tensor_scale)])
 
     def dequant_scales(self) -> np.ndarray:
         """The scale each block's elements are multiplied by: the block scale, or

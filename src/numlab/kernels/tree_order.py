@@ -247,6 +247,14 @@ class Tree(Order):
         body = self.expr() if self.nodes else "[0]"
         return f"tree({'+0:' if self.zero else ''}{body})"
 
+    def __repr__(self) -> str:
+        """The fields for a small tree; for one of more than 16 internal nodes
+        their number and :meth:`summary` (the tuple of nodes grows with ``n``)."""
+        if len(self.nodes) <= 16:
+            return f"Tree(n={self.n}, nodes={self.nodes!r}, zero={self.zero}, wide={self.wide!r})"
+        return (f"Tree(n={self.n}, {len(self.nodes)} internal nodes, zero={self.zero}, {len(self.wide)} wide: "
+                f"{self.summary(100)})")
+
     def summary(self, width: int = 120) -> str:
         """``str(self)`` shortened to ``width`` characters (middle elided)."""
         s = str(self)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._repr import Compact, brief, mapping_summary
 from .model import Kernel, _seed_sequence
 from .sim import simulate
 
@@ -33,8 +34,8 @@ class Tolerance:
         return ok | (np.isnan(x) & np.isnan(ref)) | (np.isinf(x) & (x == ref))
 
 
-@dataclass
-class CaseResult:
+@dataclass(repr=False)
+class CaseResult(Compact):
     """One case of a batch: per-output pass flag, number of failing elements
     and max |x - ref| / (atol + rtol |ref|) (the tolerance ratio; > 1 fails)."""
 
@@ -50,9 +51,16 @@ class CaseResult:
     def ok(self) -> bool:
         return all(self.passed.values())
 
+    def _repr_facts(self):
+        rows = [(o, f"{'pass' if self.passed[o] else 'FAIL'}, {self.n_bad[o]} bad, "
+                    f"max error/tolerance {brief(self.ratio[o])}") for o in self.passed]
+        rows += [("stale reads", len(self.stale_reads)), ("lost writes", len(self.lost_writes)),
+                 ("outputs", mapping_summary(self.outputs) if self.outputs else None)]
+        return f"CaseResult: case {self.index}, ok {self.ok}", rows
 
-@dataclass
-class BatchResult:
+
+@dataclass(repr=False)
+class BatchResult(Compact):
     cases: list
     outputs: list
 
@@ -73,6 +81,15 @@ class BatchResult:
     @property
     def n_stale(self) -> int:
         return sum(bool(c.stale_reads or c.lost_writes) for c in self.cases)
+
+    def _repr_facts(self):
+        fb, mr = self.failures_by_output(), self.max_ratio()
+        bad = [c.index for c in self.cases if not c.ok]
+        rows = [("failed cases", f"{len(bad)}" + (": " + ", ".join(map(str, bad[:10])) + (" ..." if len(bad) > 10
+                                                                                          else "") if bad else "")),
+                ("out of order", f"{self.n_stale} cases had out-of-order reads/writes")]
+        rows += [(o, f"failed {fb[o]}/{self.n}, max error/tolerance {mr[o]:.3g}") for o in self.outputs]
+        return f"BatchResult: {self.n} cases, failure rate {self.failure_rate:.1%}", rows
 
     def summary(self) -> str:
         fb = self.failures_by_output()

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .._repr import Compact
 from .model import Access, Buffer, Kernel
 from .sim import simulate
 
@@ -29,8 +30,8 @@ class BisectStep:
     varying: tuple
 
 
-@dataclass
-class BisectReport:
+@dataclass(repr=False)
+class BisectReport(Compact):
     steps: list
     first_stage: str | None
     probes: dict          # buffer read by first_stage -> bool (read inconsistently)
@@ -38,6 +39,17 @@ class BisectReport:
     pattern: dict         # buffer -> share of probed rows that held the previous case's pattern
     runs: int
     atomic: tuple = ()    # buffers first_stage accumulates with atomic adds
+
+    def _repr_facts(self):
+        varying = [s.stage for s in self.steps if s.varying]
+        culprits = [b for b, bad in self.probes.items() if bad]
+        rows = [("cuts", f"{len(self.steps)}, {len(varying)} nondeterministic"),
+                ("probes", ", ".join(f"{b} {'VARIES' if bad else 'stable'}" for b, bad in list(self.probes.items())[:6])
+                 or None),
+                ("culprits", ", ".join(culprits) or "none"),
+                ("writers", "; ".join(f"{b}: {', '.join(w)}" for b, w in list(self.writers.items())[:4]) or None),
+                ("atomic", ", ".join(self.atomic) or None)]
+        return f"BisectReport: first nondeterministic stage {self.first_stage} ({self.runs} runs per cut)", rows
 
     def __str__(self) -> str:
         lines = [f"bisection ({self.runs} batch runs per cut):"]

@@ -16,13 +16,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .._repr import Compact, brief, mapping_summary
 from .model import Flag, Kernel, Stage, StageContext, SyncAll, _rng
 
 _FILLS = ("zeros", "garbage")
 
 
-@dataclass
-class Schedule:
+@dataclass(repr=False)
+class Schedule(Compact):
     """Start and end times of every (stage, core): ``start[stage]`` and
     ``end[stage]`` are float64 arrays over the stage's cores."""
 
@@ -33,6 +34,10 @@ class Schedule:
     @property
     def makespan(self) -> float:
         return max((float(e.max()) for e in self.end.values() if e.size), default=0.0)
+
+    def _repr_facts(self):
+        return (f"Schedule: {len(self.start)} stages, makespan {self.makespan:.4g}, seed {brief(self.seed)}",
+                [("start", mapping_summary(self.start)), ("end", mapping_summary(self.end))])
 
 
 def schedule(kernel: Kernel, seed=None, rng: np.random.Generator | None = None) -> Schedule:
@@ -105,8 +110,8 @@ class LostWrite:
     expected: str
 
 
-@dataclass
-class SimResult:
+@dataclass(repr=False)
+class SimResult(Compact):
     """One simulated run: ``outputs`` (copies of the output buffers),
     ``memory`` (all GM after the run, to feed into the next run of a batch),
     ``schedule``, ``stale_reads``, ``lost_writes`` and ``write_times``
@@ -123,6 +128,18 @@ class SimResult:
     @property
     def ok_order(self) -> bool:
         return not self.stale_reads and not self.lost_writes
+
+    def _repr_facts(self):
+        s = self.stale_reads[0] if self.stale_reads else None
+        rows = [("outputs", mapping_summary(self.outputs)),
+                ("memory", f"{len(self.memory)} buffers"),
+                ("schedule", f"{sum(len(v) for v in self.schedule.start.values())} (stage, core) runs, "
+                             f"makespan {self.schedule.makespan:.4g}"),
+                ("stale reads", f"{len(self.stale_reads)}" + (
+                    f", e.g. {s.stage} core {s.core} read {s.buffer} ({s.n_rows} rows) before {s.expected}"
+                    if s is not None else "")),
+                ("lost writes", len(self.lost_writes)), ("writes", len(self.write_times))]
+        return f"SimResult: kernel {self.kernel.name}, in order {self.ok_order}", rows
 
 
 def _fresh_memory(kernel: Kernel, fill: str, rng: np.random.Generator) -> dict:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import ops as _ops
+from .._repr import Compact
 from ..formats import BF16, FP16
 from ..graph import Graph, Node
 from ..rounding import round_to
@@ -193,7 +194,7 @@ def _fx_to_nodes(gm, torch):
     return placeholders, constants, nodes, outputs
 
 
-class TorchTrace:
+class TorchTrace(Compact):
     """A traced torch function: the ATen graph, its inputs, outputs and constants.
 
     Attributes
@@ -247,6 +248,16 @@ class TorchTrace:
         lines += [f"  {n}" for n in self.nodes]
         lines.append(f"  return {', '.join('%' + o for o in self.outputs)}")
         return "\n".join(lines)
+
+    def _repr_facts(self):
+        ops = self.ops()
+        rows = [("inputs", ", ".join(f"%{p.name}: {p.dtype}{list(p.shape or ())}" for p in self.inputs[:6])
+                 + (" ..." if len(self.inputs) > 6 else "")),
+                ("nodes", f"{len(self.nodes)} ATen calls, ops " + ", ".join(ops[:10]) + (" ..." if len(ops) > 10 else "")),
+                ("outputs", ", ".join("%" + o for o in self.outputs[:6]) + (" ..." if len(self.outputs) > 6 else "")),
+                ("constants", ", ".join(f"{k}{list(getattr(v, 'shape', ()))}" for k, v in list(self.constants.items())[:6])
+                 + (" ..." if len(self.constants) > 6 else "") if self.constants else None)]
+        return f"TorchTrace: {getattr(self.fn, '__name__', type(self.fn).__name__)} (str() lists the nodes)", rows
 
     def inductor_nodes(self) -> list[ANode]:
         """The graph after Inductor's decompositions (what torch.compile lowers)."""

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from .._repr import Compact, array_summary
 from ..formats import get_format, ulp
 from ..rounding import round_to
 from .bridge import from_torch, import_torch
@@ -65,8 +66,8 @@ def ulp_distance(a, b, fmt) -> np.ndarray:
     return np.where(np.isnan(d), np.inf, d)
 
 
-@dataclass
-class Explanation:
+@dataclass(repr=False)
+class Explanation(Compact):
     """Result of :func:`explain` (``str(e)`` is the report).  ``dtype`` is the
     output tensor's torch dtype by its numlab name (``"fp16"``), as
     :attr:`numlab.torch.bridge.ANode.dtype`: in :mod:`numlab.torch` ``dtype``
@@ -146,6 +147,17 @@ class Explanation:
 
     def __str__(self) -> str:
         return self.table()
+
+    def _repr_facts(self):
+        n = int(np.prod(self.shape)) if self.shape else 1
+        rows = [("differ", f"torch eager vs torch.compile on {self.n_differ} of {n} elements ({self.differ:.1%})"),
+                ("faithful eager", f"{self.faith_eager:.2%} bitwise (max {self.max_ulp_eager:g} ulp)"),
+                ("faithful compiled", f"{self.faith_compiled:.2%} bitwise (max {self.max_ulp_compiled:g} ulp)"),
+                ("verdict", self.verdict())]
+        rows += [(s, f"explains {d.get('explains', 0):.1%}, needed {d.get('needed', 0):.1%}")
+                 for s, d in self.sources.items()]
+        rows += [("torch eager", array_summary(self.torch_eager)), ("fp64", array_summary(self.fp64))]
+        return f"Explanation: {self.name}, output {self.dtype}{list(self.shape)}", rows
 
 
 def explain(fn, inputs, *, emulate_precision_casts: bool = False, output: int = 0,

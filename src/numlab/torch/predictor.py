@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._repr import Compact, brief
 from ..formats import FP32, get_format
 from ..kernels.algorithms import erf as k_erf
 from ..kernels.algorithms import exp as k_exp
@@ -92,8 +93,8 @@ class NotModelled(NotImplementedError):
     """A case numlab does not model bit for bit (the message says which and why)."""
 
 
-@dataclass
-class Prediction:
+@dataclass(repr=False)
+class Prediction(Compact):
     """Outputs of :func:`predict`: ``outputs[i]`` float32 (or float64 in fp64 mode)
     arrays holding values of ``dtypes[i]``; ``values`` every node (when kept)."""
 
@@ -104,6 +105,11 @@ class Prediction:
 
     def __getitem__(self, i):
         return self.outputs[i]
+
+    def _repr_facts(self):
+        rows = [(f"output {i}", f"{dt}: {brief(o)}") for i, (o, dt) in enumerate(zip(self.outputs, self.dtypes, strict=True))]
+        rows.append(("values", f"{len(self.values)} nodes kept" if self.values else None))
+        return f"Prediction: mode {self.mode}, {len(self.outputs)} output(s)", rows
 
 
 # -- helpers ---------------------------------------------------------------------
