@@ -27,7 +27,7 @@ def numba_module():
         return None
     if "numba" not in _STATE:
         try:
-            import numba
+            import numba  # optional: only where a wheel exists, and imported only when used
         except ImportError:
             _STATE["numba"] = None
         else:
