@@ -21,7 +21,7 @@ from numlab.torch.calibrate import COLUMNS, ORDER_COLUMNS, REVEALED, Calibration
 pytestmark = pytest.mark.torch
 
 ARGS = ["--capabilities", "native", "--cases", "sum,exp", "--dtype", "fp32", "--quick", "--rows", "300"]
-FILES = ("report.md", "results.csv", "orders.csv", "results.json")
+FILES = ("report.md", "results.csv", "orders.csv", "results.json", "orders.json")
 
 
 def _require_torch():
@@ -84,6 +84,9 @@ def test_orders_are_revealed_and_checked(run):
     eager = recs[0]
     assert eager["model"].startswith("aten_cascade(") and eager["same_tree"] == "True"
     assert int(eager["model_reproduced"]) == 300
+    side = json.loads((run / "orders.json").read_text())  # the CSV's sidecar describes it
+    assert side["file"] == "orders.csv" and tuple(side["columns"]) == ORDER_COLUMNS
+    assert side["row_count"] == len(recs) and side["command"].startswith("numlab calibrate")
 
 
 def test_json_and_markdown_name_the_machine(run):

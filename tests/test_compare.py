@@ -580,10 +580,14 @@ def test_csv_roundtrip_and_no_overwrite(tmp_path):
     rep = compare_dumps(g, m)
     out = rep.to_csv(tmp_path / "r.csv")
     with open(out, newline="") as f:
-        first = f.readline()
+        assert next(csv.reader(f)) == COLUMNS  # the header is the first line: no comment above it
+    with open(out, newline="") as f:
         rows = list(csv.DictReader(f))
-    assert first.startswith("# numlab compare, flavor=exact: every metric is computed exactly in float64")
-    assert list(rows[0]) == COLUMNS
+    assert list(rows[0]) == COLUMNS and len(rows) == len(rep.rows)
+    side = json.loads(out.with_suffix(".json").read_text())
+    assert side["file"] == "r.csv" and side["flavor"] == "exact" and side["columns"] == COLUMNS
+    assert side["flavor_note"].startswith("flavor=exact: every metric is computed exactly in float64")
+    assert side["row_count"] == len(rows) and side["thresholds"]["cosine"] == rep.thresholds.cosine
     for k in ("cosine_similarity", "kl_divergence", "One Thousandth Err Ratio",
               "Accuracy Reached or Not", "cmp_fail_reason", "EucDist"):
         assert k in rows[0]
@@ -592,6 +596,9 @@ def test_csv_roundtrip_and_no_overwrite(tmp_path):
             if orig[k] != "":
                 assert float(r[k]) == orig[k]  # repr round-trips exactly
     with pytest.raises(FileExistsError, match="force"):
+        rep.to_csv(out)
+    out.unlink()  # the sidecar alone is a result too: not overwritten without force
+    with pytest.raises(FileExistsError, match=r"r\.json.*force"):
         rep.to_csv(out)
     rep.to_csv(out, force=True)
     p = rep.to_csv(tmp_path / "outdir")

@@ -5,12 +5,14 @@ judged under several fusion configurations."""
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
+import platform
 
 import numpy as np
 
-from .. import bounds, metrics
+from .. import __version__, bounds, metrics
 from ..formats import get_format
 from ..fusion import KINDS, FusionOptions
 from ..kernels import scalar_mul
@@ -22,7 +24,15 @@ from .cases import Runs, make_case
 from .catalogue import _claim_population, _population_stats, get_model, model_path, model_sizes
 from .search import _submit_all
 
-__all__ = ["PLAN_CHAINS", "PLAN_FUSIONS", "plan_c1", "plan_c2", "plan_c3", "run_plan"]
+__all__ = ["PLAN_CHAINS", "PLAN_FUSIONS", "PLAN_COLUMNS", "PLAN_FILES", "plan_rows", "plan_c1", "plan_c2", "plan_c3",
+           "run_plan"]
+
+PLAN_COLUMNS = ("check", "case", "fusion", "metric", "value")
+"""The columns of ``plan.csv`` (its first line): one row per metric."""
+PLAN_FILES = ("plan.csv", "plan.json", "plan.txt")
+"""What :func:`run_plan` writes into ``out``: the CSV (header row first), its
+JSON sidecar (the options, the fusion configurations, the columns, the row
+count, the versions) and the text table."""
 
 _PLAN_VERDICTS = {"holds": "PASS", "fails": "FAIL", "undecided": "UNDECIDED"}
 
@@ -178,9 +188,10 @@ def run_plan(out: str | None = "out/check_plan", *, trials: int = 1000, seed: in
     chain and configuration: "fused P99 and max <= eager P99 and max" over
     the pooled elementwise absolute errors against the fp64 reference
     (= claim ``no_worse_population``, same inputs for every configuration).
-    Writes ``plan.csv`` (with a ``fusion`` column) and ``plan.txt`` into
-    ``out`` (unless None); refuses to overwrite an existing ``plan.csv``
-    without ``force``.  The figures are drawn from the returned dict by
+    Writes ``plan.csv`` (header row first, :data:`PLAN_COLUMNS`, with a
+    ``fusion`` column), its sidecar ``plan.json`` and ``plan.txt`` into
+    ``out`` (unless None); refuses to overwrite an existing ``plan.csv`` or
+    ``plan.json`` without ``force``.  The figures are drawn from the returned dict by
     :func:`numlab.plots.plan_figures` (a layer above; ``numlab check plan``
     does it).
 
@@ -192,8 +203,9 @@ def run_plan(out: str | None = "out/check_plan", *, trials: int = 1000, seed: in
     (PASS, FAIL, or UNDECIDED when the pooled comparison rests on infinite
     errors on both sides); ``fusions[spec]`` says what the configuration
     means for the chains."""
-    if out is not None and os.path.exists(os.path.join(out, "plan.csv")) and not force:
-        raise FileExistsError(f"{os.path.join(out, 'plan.csv')} exists; pass force=True (--force) to overwrite")
+    for f in PLAN_FILES[:2]:
+        if out is not None and os.path.exists(os.path.join(out, f)) and not force:
+            raise FileExistsError(f"{os.path.join(out, f)} exists; pass force=True (--force) to overwrite")
     if not isinstance(trials, int) or trials < 1:
         raise ValueError(f"trials={trials!r} must be an int >= 1")
     fusions = fusion_specs(fusion, PLAN_FUSIONS)
@@ -249,31 +261,39 @@ def run_plan(out: str | None = "out/check_plan", *, trials: int = 1000, seed: in
               "fusions": {spec: _meaning(fusion_options(spec)) for spec in fusions}, "trials": trials,
               "table": table}
     if out is not None:
-        _write_plan(out, result, trials)
+        opts = {"trials": trials, "seed": seed, "quick": quick, "kinds": list(kinds), "fusion": list(fusions),
+                "chunk": chunk}
+        _write_plan(out, result, opts)
     return result
 
 
-def _write_plan(out: str, res: dict, trials: int) -> None:
-    """``plan.csv`` and ``plan.txt`` into ``out``."""
+def plan_rows(res: dict) -> list[tuple]:
+    """The data rows of ``plan.csv`` (:data:`PLAN_COLUMNS`) from the dict
+    :func:`run_plan` returns."""
+    rows = [("C1", how, "", k, v) for how, r in res["c1"].items() for k, v in r.items()]
+    rows += [("C2", f"tile{T}", "", k, v) for T, r in res["c2"].items() for k, v in r.items()]
+    rows += [("C3", f"newton{s}", "", k, v) for s, r in res["c3"].items() for k, v in r.items()]
+    for label, per in res["chains"].items():
+        for spec, r in per.items():
+            rows += [("chain", label, spec, k, v) for k, v in r.items() if k != "fusion"]
+            rows += [("chain", label, spec, "trials", res["trials"]),
+                     ("chain", label, spec, "meaning", res["fusions"][spec])]
+    return rows
+
+
+def _write_plan(out: str, res: dict, options: dict) -> None:
+    """``plan.csv``, its sidecar ``plan.json`` and ``plan.txt`` into ``out``."""
     os.makedirs(out, exist_ok=True)
+    rows = plan_rows(res)
     with open(os.path.join(out, "plan.csv"), "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["check", "case", "fusion", "metric", "value"])
-        for how, r in res["c1"].items():
-            for k, v in r.items():
-                w.writerow(["C1", how, "", k, v])
-        for T, r in res["c2"].items():
-            for k, v in r.items():
-                w.writerow(["C2", f"tile{T}", "", k, v])
-        for s, r in res["c3"].items():
-            for k, v in r.items():
-                w.writerow(["C3", f"newton{s}", "", k, v])
-        for label, per in res["chains"].items():
-            for spec, r in per.items():
-                for k, v in r.items():
-                    if k != "fusion":
-                        w.writerow(["chain", label, spec, k, v])
-                w.writerow(["chain", label, spec, "trials", trials])
-                w.writerow(["chain", label, spec, "meaning", res["fusions"][spec]])
+        w.writerow(PLAN_COLUMNS)
+        w.writerows(rows)
+    meta = {"file": "plan.csv", "command": "numlab check plan", "columns": list(PLAN_COLUMNS), "row_count": len(rows),
+            "options": options, "fusions": res["fusions"],
+            "versions": {"numlab": __version__, "numpy": np.__version__, "python": platform.python_version()}}
+    with open(os.path.join(out, "plan.json"), "w") as fh:
+        json.dump(meta, fh, indent=1)
+        fh.write("\n")
     with open(os.path.join(out, "plan.txt"), "w") as fh:
         fh.write(res["table"] + "\n")

@@ -145,9 +145,12 @@ def _json_default(o):
     return str(o)
 
 
-def load_counterexample(path) -> tuple[Case, dict, dict]:
+def load_counterexample(path, *, verify: bool = True) -> tuple[Case, dict, dict]:
     """Load a saved counterexample (``.npz``/``.json`` path or their stem):
-    returns (case, metadata, saved arrays)."""
+    returns (case, metadata, saved arrays).  ``verify``: the arrays' SHA-256
+    (:func:`sha256_arrays`) must equal the ``"inputs_sha256"`` and
+    ``"outputs_sha256"`` saved in the ``.json`` (ValueError naming the file
+    otherwise: it was changed after saving)."""
     stem = str(path)
     for ext in (".json", ".npz"):
         if stem.endswith(ext):
@@ -160,6 +163,8 @@ def load_counterexample(path) -> tuple[Case, dict, dict]:
         # np.savez keeps ml_dtypes arrays (bfloat16, fp8) as raw bytes (|V2, |V1): view them as S's container
         arrs = {k: z[k].view(container) if z[k].dtype.kind == "V" and z[k].dtype.itemsize == container.itemsize
                 else z[k] for k in z.files}
+    if verify:
+        _verify_arrays(stem, meta, arrs)
     inputs = {k.split("/", 1)[1]: v for k, v in arrs.items() if k.startswith("input/")}
     source = None
     if meta.get("graph"):
@@ -173,6 +178,18 @@ def load_counterexample(path) -> tuple[Case, dict, dict]:
                 source=source, observed=observed, kernels=kernels, library=library,
                 contract=meta.get("contract"))
     return case, meta, arrs
+
+
+def _verify_arrays(stem: str, meta: dict, arrs: dict) -> None:
+    """ValueError when the loaded arrays' SHA-256 differ from those the
+    ``.json`` saved (a key the file lacks is not checked)."""
+    for part in ("inputs", "outputs"):
+        want = meta.get(f"{part}_sha256")
+        got = sha256_arrays({k: v for k, v in arrs.items() if k.startswith(part[:-1] + "/")})
+        if want is not None and got != want:
+            raise ValueError(f"counterexample {stem}.npz fails its SHA-256 check: {part}_sha256 {got[:12]}... "
+                             f"!= {want[:12]}... in {stem}.json (a file was changed after saving); "
+                             "save it again, or pass verify=False to load it anyway")
 
 
 def _saved_fusion(meta: dict) -> str:

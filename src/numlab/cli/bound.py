@@ -22,8 +22,9 @@ the element where it is largest (:meth:`ContractBound.budget`).  With
 ``--prob P`` Higham and Mary's probabilistic estimate is printed beside the
 bound, labelled "estimate (not a bound)".
 
-``--out DIR`` writes ``bound.csv`` (first line: the column names) and
-``bound.json`` (the same rows plus the contract, the options and the versions);
+``--out DIR`` writes ``bound.csv`` (first line: the column names) and its
+JSON sidecar ``bound.json`` (the same rows plus the contract, the options and
+the versions);
 existing files are never replaced without ``--force``.  Exit code 0 (also when
 every bound of a mode is infinite: the report says why), 2 on bad usage.
 """
@@ -302,7 +303,8 @@ def _write(out: Path, rows, meta) -> None:
         for r in rows:
             w.writerow([_csv_value(k, r[k]) for k in COLUMNS])
     with open(out / "bound.json", "w") as fh:
-        json.dump({**meta, "columns": list(COLUMNS), "rows": rows}, fh, indent=1)
+        json.dump({"file": "bound.csv", **meta, "columns": list(COLUMNS), "row_count": len(rows), "rows": rows}, fh,
+                  indent=1)
         fh.write("\n")
 
 

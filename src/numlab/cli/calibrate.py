@@ -11,7 +11,8 @@ For each capability (one subprocess each, its own ``TORCHINDUCTOR_CACHE_DIR``;
 length the modelled path and the bitwise share of eager and compiled against
 real torch, and the revealed order of ``torch.sum`` and
 ``torch.compile(torch.sum)`` with its bitwise check.  Writes ``report.md``,
-``results.csv``, ``orders.csv`` and ``results.json`` to ``--out``; existing
+``results.csv``, ``orders.csv`` (header row first) and their JSON sidecars
+``results.json`` and ``orders.json`` to ``--out``; existing
 results are never overwritten (a fresh ``run-NNN`` subfolder, as ``numlab
 demo`` does) unless ``--force``.  Exit 0, or 2 on bad arguments (the message
 names the option).
@@ -89,7 +90,7 @@ def add_parser(sub) -> None:
         description="Per ATen CPU capability (each in a subprocess): the machine, the modelled path of "
         "every case of the faithfulness suite and its bitwise share against torch eager and "
         "torch.compile, and the revealed order of torch.sum / torch.compile(torch.sum). Writes "
-        "report.md, results.csv, orders.csv and results.json to DIR; existing results are never "
+        "report.md, results.csv, orders.csv, results.json and orders.json to DIR; existing results are never "
         "overwritten: a fresh run-NNN subfolder is used unless --force. Needs torch.",
     )
     add_shared(p, seed=0, out="out/calibrate", force="(default: a fresh run-NNN subfolder)")

@@ -128,7 +128,7 @@ def add_parser(sub) -> None:
                          "fusion configuration); exit 1 if any chain FAILs, else 2 if any is UNDECIDED "
                          "(or on bad usage), else 0.", epilog=NO_INPUT_FILES)
     add_shared(pp, out="out/check_plan", seed=0, inputs="normal", inputs_multi=True,
-               force="(an existing plan.csv)")
+               force="(an existing plan.csv or plan.json)")
     pp.add_argument("--trials", type=int, default=1000, help="inputs per chain (default 1000)")
     pp.add_argument("--quick", action="store_true", help="smaller C1/C2/C3 sizes")
     pp.add_argument("--fusion", action="append", default=None, metavar="SPEC[,SPEC...]", type=fusion_list_type,
@@ -358,7 +358,7 @@ def _run_plan(args) -> int:
     if not args.no_figures:
         plots.save_figures(plots.plan_figures(res), args.out)
     print(res["table"])
-    print(f"wrote {args.out}/plan.csv, plan.txt" + ("" if args.no_figures else " and plan_*.png"))
+    print(f"wrote {args.out}/plan.csv, plan.json, plan.txt" + ("" if args.no_figures else " and plan_*.png"))
     by = {v: [f"{label} under {spec}" for label, per in res["chains"].items() for spec, r in per.items()
               if r["verdict"] == v] for v in ("FAIL", "UNDECIDED")}
     rule = "'fused P99 and max <= eager P99 and max'"

@@ -6,7 +6,9 @@ Same options as ``msit llm compare`` (``-gp/--golden-path``,
 numlab command; ``--dtype`` as everywhere): each path is a numlab, msprobe
 (``dump.json``) or msit (``model_tree.json``) dump directory, or a single
 ``.npy`` file; ``-o`` is a ``.csv`` file or a directory that gets
-``numlab_cmp_report_<timestamp>.csv``.  ``--graph module:function --inputs
+``numlab_cmp_report_<timestamp>.csv``, header row first, with its JSON
+sidecar (the same name ending ``.json``: flavour, thresholds, options,
+versions; docs/files.md).  ``--graph module:function --inputs
 FILE`` replaces ``-gp``: numlab runs your function (fp64 reference or eager)
 on your inputs as the golden side.  ``--flavor msit|msprobe-8.3|msprobe-26``
 writes a tool's own columns.  Exit status: 0 every compared row passes, 1 a
@@ -17,13 +19,14 @@ SHA-256 check (``--allow-failures``: 0 except when nothing was compared).
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from ..compare.compare import DEFAULT_CHUNK, Thresholds, compare_dumps, report_path
 from ..compare.flavors import FLAVORS
 from ..compare.layouts import load_any
 from ..compare.table import format_number
 from ..execute import run
-from ..formats import get_format
+from ..formats import Format, get_format
 from ..report import Column, render_table, wrap_lines
 from .options import add_shared, dtype_type, graph_and_inputs
 
@@ -62,9 +65,10 @@ def add_parser(sub) -> None:
                    help="with --graph: the golden side is numlab's fp64 reference (default) or its "
                         "eager run in --dtype")
     p.add_argument("-o", "--out", "--output", dest="output", default=None,
-                   help="report .csv file, or a directory for numlab_cmp_report_<time>.csv "
-                        "(default: no file, print only)")
-    p.add_argument("--force", action="store_true", help="overwrite an existing report file")
+                   help="report .csv file, or a directory for numlab_cmp_report_<time>.csv; the "
+                        "run's description goes to the same name ending .json (default: no file, "
+                        "print only)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing report file (and its .json)")
     p.add_argument("--dtype", default=None, metavar="FMT", type=dtype_type(),
                    help="storage format S for the ULP columns (default: my dump's dtype)")
     p.add_argument("--cosine", type=float, default=Thresholds.cosine,
@@ -79,7 +83,7 @@ def add_parser(sub) -> None:
                    help=f"elements per streaming chunk (default {DEFAULT_CHUNK})")
     p.add_argument("--flavor", default="exact", choices=FLAVORS,
                    help="columns of the CSV: exact (default: numlab's metrics exactly in float64, "
-                        "said in the CSV's first line) or a tool's own header and formulas: msit "
+                        "said in the .json sidecar) or a tool's own header and formulas: msit "
                         "(8.2.0, torch float32), msprobe-8.3 (8.3.3), msprobe-26 (26.2.0); pass/fail "
                         "and the exit status stay numlab's exact rule (docs/compare.md)")
     p.add_argument("--no-verify", action="store_true", help="skip SHA-256 verification")
@@ -165,7 +169,7 @@ def main(args) -> int:
     report = compare_dumps(golden, args.my_path, fmt=args.dtype, thresholds=th,
                            chunk_elems=args.chunk, verify=not args.no_verify, flavor=args.flavor)
     if out is not None:  # saved before printing: a closed stdout cannot lose the report
-        out = report.to_csv(out, force=args.force)
+        out = report.to_csv(out, force=args.force, options=command_options(args))
     print(wrap_lines(report.summary()))
     print()
     print(compare_table(report.rows, max_rows=args.rows))
@@ -183,6 +187,13 @@ def main(args) -> int:
             "is absolute (MaxAbsErr > 0.001) and cannot see an error on small values; "
             "--max-ulp N makes such rows fail."))
     return exit_status(report, allow_failures=args.allow_failures)
+
+
+def command_options(args) -> dict:
+    """The options ``numlab compare`` ran with, by destination name, for the
+    report's JSON sidecar (formats by name, paths as text)."""
+    return {k: v.name if isinstance(v, Format) else (str(v) if isinstance(v, Path) else v)
+            for k, v in sorted(vars(args).items()) if k != "func"}
 
 
 def exit_status(report, *, allow_failures: bool = False) -> int:

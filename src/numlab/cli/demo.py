@@ -3,7 +3,8 @@ each against the fp64 reference.
 
 Prints a table (max and P99 absolute and relative error, ULP statistics,
 share of elements bitwise equal to eager, which mode is more accurate) and
-writes figures (PNG), ``results.json``, ``results.csv`` and a self-contained
+writes figures (PNG), ``results.csv`` (header row first), its JSON sidecar
+``results.json`` (the run's options and the same rows) and a self-contained
 ``report.html`` (images embedded) to ``--out`` (default ``out/``).  The
 computation is :mod:`numlab.experiments` (shared with the notebooks); this
 module writes the files and prints.
@@ -233,7 +234,8 @@ def main(out="out", *, force=False, quick=False, fusion=None, kind="normal", see
             "chain": {dt: {"n": list(ns), "errors": e, "bounds": b} for dt, (e, b) in chain.items()},
             "sources": srows, "verdicts": mrows, "scaled_claims": crows}
     (outdir / "results.json").write_text(json.dumps(
-        {"meta": meta, "rows": [{k: v for k, v in r.items()} for r in rows]},
+        {"file": "results.csv", "columns": keys, "row_count": len(rows), "meta": meta,
+         "rows": [{k: v for k, v in r.items()} for r in rows]},
         indent=1, default=lambda o: None if isinstance(o, float) and not math.isfinite(o) else str(o)))
     files.append(outdir / "results.json")
     intro = (f"numlab {__version__}: each model of the zoo runs eager (one hand-written kernel per "

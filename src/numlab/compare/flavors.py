@@ -58,6 +58,7 @@ __all__ = [
     "FLAVORS",
     "FLAVOR_HEADERS",
     "EXACT_NOTE",
+    "FLAVOR_NOTES",
     "check_flavor",
     "flavor_cells",
     "flavor_rows",
@@ -96,10 +97,22 @@ FLAVOR_HEADERS = {"msit": MSIT_HEADER, "msprobe-8.3": MSPROBE83_HEADER, "msprobe
 msprobe 8.3.3 and 26.2.0 ``COMPARE_RESULT_HEADER_STACK`` (PyTorch, real
 data; 8.3.3 writes it to .xlsx, 26.2.0 to .csv)."""
 
-EXACT_NOTE = ("# numlab compare, flavor=exact: every metric is computed exactly in float64 on the stored "
-              "values (msit's columns without its float32 arithmetic, msprobe's without its working "
-              "dtype; see docs/compare.md); --flavor msit|msprobe-8.3|msprobe-26 gives a tool's own "
-              "columns")
+EXACT_NOTE = ("flavor=exact: every metric is computed exactly in float64 on the stored values (msit's "
+              "columns without its float32 arithmetic, msprobe's without its working dtype; see "
+              "docs/compare.md); --flavor msit|msprobe-8.3|msprobe-26 gives a tool's own columns")
+"""What the default columns compute (the ``flavor_note`` of the CSV's JSON sidecar)."""
+FLAVOR_NOTES = {
+    "exact": EXACT_NOTE,
+    "msit": ("flavor=msit: msit 8.2.0's CSV_GOLDEN_HEADER and formulas (torch float32, float32's eps "
+             "mask), rows in model-tree order; see docs/compare.md"),
+    "msprobe-8.3": ("flavor=msprobe-8.3: mindstudio-probe 8.3.3's COMPARE_RESULT_HEADER_STACK and "
+                    "formulas (relative error in the input dtype), 'Accuracy Reached or Not' verdicts; "
+                    "see docs/compare.md"),
+    "msprobe-26": ("flavor=msprobe-26: mindstudio-probe 26.2.0's COMPARE_RESULT_HEADER_STACK and "
+                   "formulas (relative error in result_type(m, g, float32)), 'Result' verdicts; see "
+                   "docs/compare.md"),
+}
+"""Per flavour, what its CSV's columns compute (the sidecar's ``flavor_note``)."""
 
 _MSPROBE_ROW = re.compile(r"^(.+\.(?:forward|backward))\.(?:input|output|parameters)\.")
 _EPS32 = float(np.finfo(np.float32).eps)

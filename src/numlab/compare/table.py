@@ -3,32 +3,46 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import html
 import io
+import json
+import math
 import os
+import platform
 import time
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 
+from .. import __version__
 from .._repr import Compact, facts_html
 from .columns import COLUMNS, Thresholds
 from .dump import atomic_write_bytes
-from .flavors import EXACT_NOTE, FLAVOR_HEADERS, check_flavor, flavor_rows
+from .flavors import FLAVOR_HEADERS, FLAVOR_NOTES, check_flavor, flavor_rows
 
-__all__ = ["CompareReport", "report_path", "format_number"]
+__all__ = ["CompareReport", "report_path", "sidecar_path", "format_number"]
+
+
+def sidecar_path(path: str | os.PathLike) -> Path:
+    """The JSON file that describes the CSV ``path``: the same name with
+    ``.json`` for ``.csv`` (``report.csv`` -> ``report.json``), as every CSV
+    numlab writes (docs/files.md)."""
+    return Path(path).with_suffix(".json")
 
 
 def report_path(path: str | os.PathLike, *, force: bool = False) -> Path:
     """The CSV file a report goes to: ``path`` itself when it ends in ``.csv``,
     else ``path/numlab_cmp_report_<UTC timestamp>.csv`` (as msit's ``-o``);
-    parent directories are created.
+    parent directories are created.  Its JSON sidecar
+    (:func:`sidecar_path`) goes next to it.
 
     Raises
     ------
     FileExistsError
-        The file exists and ``force`` is False (checked before any compare
-        runs when the CLI calls this first).
+        The file or its sidecar exists and ``force`` is False (checked before
+        any compare runs when the CLI calls this first).
     """
     p = Path(path)
     if p.suffix.lower() != ".csv":
@@ -39,8 +53,10 @@ def report_path(path: str | os.PathLike, *, force: bool = False) -> Path:
         p = p / f"numlab_cmp_report_{time.strftime('%Y%m%d%H%M%S', time.gmtime())}.csv"
     else:
         p.parent.mkdir(parents=True, exist_ok=True)
-    if p.exists() and not force:
-        raise FileExistsError(f"report {str(p)!r} already exists; pass force=True (CLI: --force)")
+    for f in (p, sidecar_path(p)):
+        if f.exists() and not force:
+            raise FileExistsError(f"report {str(f)!r} already exists; pass force=True (CLI: --force) "
+                                  "to overwrite it, or give another -o/--out")
     return p
 
 
@@ -112,33 +128,55 @@ class CompareReport(Compact):
         return np.array([_to_float(r.get(name)) for r in rows], dtype=np.float64)
 
     # -- output ------------------------------------------------------------
-    def to_csv_text(self) -> str:
-        """The CSV: for flavor ``exact`` a first line ``# numlab compare,
-        flavor=exact: ...`` saying the metrics are exact float64, then
-        :data:`COLUMNS`; for a tool's flavour exactly the tool's header and
-        cells (:func:`numlab.compare.flavors.flavor_rows`)."""
-        buf = io.StringIO()
+    def _csv_table(self) -> tuple[list[str], list[dict]]:
+        """(header, rows of cells) of the CSV."""
         if self.flavor != "exact":
-            header = FLAVOR_HEADERS[self.flavor]
-            w = csv.DictWriter(buf, fieldnames=header, lineterminator="\n")
-            w.writeheader()
-            for r in flavor_rows(self.rows, self.flavor):
-                w.writerow({k: _cell(v) for k, v in r.items()})
-            return buf.getvalue()
-        buf.write(EXACT_NOTE + "\n")
-        w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
+            return (list(FLAVOR_HEADERS[self.flavor]),
+                    [{k: _cell(v) for k, v in r.items()} for r in flavor_rows(self.rows, self.flavor)])
+        return list(COLUMNS), [{k: _cell(r.get(k, "")) for k in COLUMNS} for r in self.rows]
+
+    def to_csv_text(self) -> str:
+        """The CSV, its header row first: for flavor ``exact``
+        :data:`COLUMNS`, for a tool's flavour exactly the tool's header and
+        cells (:func:`numlab.compare.flavors.flavor_rows`).  What the columns
+        mean is in the JSON sidecar :meth:`to_csv` writes (:meth:`metadata`)."""
+        header, rows = self._csv_table()
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=header, lineterminator="\n")
         w.writeheader()
-        for r in self.rows:
-            w.writerow({k: _cell(r.get(k, "")) for k in COLUMNS})
+        w.writerows(rows)
         return buf.getvalue()
 
-    def to_csv(self, path: str | os.PathLike, *, force: bool = False) -> Path:
-        """Write the report as CSV (atomically).  ``path`` ending in ``.csv`` is
-        the file; otherwise a directory that gets
-        ``numlab_cmp_report_<UTC timestamp>.csv`` (as msit's ``-o`` does).
-        An existing file is never overwritten unless ``force``."""
+    def metadata(self, options: dict | None = None, *, csv_name: str | None = None) -> dict:
+        """The run's description, the content of the CSV's JSON sidecar:
+        ``file`` (the CSV's name), ``flavor`` and ``flavor_note`` (what the
+        columns compute), ``columns`` (the header), ``row_count`` (data rows
+        in the CSV), ``golden``, ``mine``, ``thresholds``, ``first_divergence``,
+        ``problems``, ``notes``, ``command``, ``options`` (the command's
+        options; ``{}`` from the API) and ``versions`` (numlab, numpy,
+        ml_dtypes, python).  Non-finite numbers are the strings ``"nan"``,
+        ``"inf"``, ``"-inf"`` (as in the CSV)."""
+        header, rows = self._csv_table()
+        doc = {"file": csv_name, "flavor": self.flavor, "flavor_note": FLAVOR_NOTES[self.flavor],
+               "columns": header, "row_count": len(rows), "golden": self.golden, "mine": self.mine,
+               "thresholds": dataclasses.asdict(self.thresholds), "first_divergence": self.first_divergence,
+               "problems": dict(self.problems), "notes": list(self.notes), "command": "numlab compare",
+               "options": dict(options or {}),
+               "versions": {"numlab": __version__, "numpy": np.__version__, "ml_dtypes": ml_dtypes.__version__,
+                            "python": platform.python_version()}}
+        return _plain_json(doc)
+
+    def to_csv(self, path: str | os.PathLike, *, force: bool = False, options: dict | None = None) -> Path:
+        """Write the report as CSV (atomically), header row first, and its
+        JSON sidecar (:func:`sidecar_path`, :meth:`metadata` with
+        ``options``).  ``path`` ending in ``.csv`` is the file; otherwise a
+        directory that gets ``numlab_cmp_report_<UTC timestamp>.csv`` (as
+        msit's ``-o`` does).  An existing file is never overwritten unless
+        ``force``."""
         p = report_path(path, force=force)
         atomic_write_bytes(p, self.to_csv_text().encode())
+        meta = self.metadata(options, csv_name=p.name)
+        atomic_write_bytes(sidecar_path(p), (json.dumps(meta, indent=1) + "\n").encode())
         return p
 
     def summary(self) -> str:
@@ -259,6 +297,23 @@ def format_number(v, digits: int = 3) -> str:
     if digits >= 6 and np.isfinite(f) and abs(f) <= 1:
         return f"{f:.{digits}f}"
     return f"{f:.{digits}g}"
+
+
+def _plain_json(o):
+    """``o`` with numpy scalars as Python numbers, tuples as lists, non-finite
+    floats as ``"nan"``/``"inf"``/``"-inf"`` and anything else unknown as
+    its ``str``: strict JSON."""
+    if isinstance(o, dict):
+        return {str(k): _plain_json(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_plain_json(v) for v in o]
+    if isinstance(o, np.generic):
+        o = o.item()
+    if isinstance(o, float):
+        return o if math.isfinite(o) else ("nan" if math.isnan(o) else ("inf" if o > 0 else "-inf"))
+    if o is None or isinstance(o, (bool, int, str)):
+        return o
+    return str(o)
 
 
 def _cell(v):

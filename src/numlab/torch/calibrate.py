@@ -22,8 +22,8 @@ Each subprocess
 
 :func:`write_report` writes ``report.md``, ``results.csv`` (one row per
 capability x case x dtype x shape x mode, :data:`COLUMNS`), ``orders.csv``
-(:data:`ORDER_COLUMNS`) and ``results.json``; ``numlab calibrate`` is its
-command line.  Needs torch (``pip install torch==2.13.0``, CPU build).
+(:data:`ORDER_COLUMNS`), each header row first, and their JSON sidecars
+``results.json`` and ``orders.json``; ``numlab calibrate`` is its command line.  Needs torch (``pip install torch==2.13.0``, CPU build).
 """
 
 from __future__ import annotations
@@ -623,12 +623,17 @@ def _markdown(cal: Calibration) -> str:
 
 
 def write_report(cal: Calibration, outdir) -> list[Path]:
-    """Write ``report.md``, ``results.csv``, ``orders.csv`` and ``results.json`` to ``outdir``
-    (created; existing files are replaced: the caller decides, as ``numlab calibrate``
-    does with ``--force`` or a fresh ``run-NNN`` folder)."""
+    """Write ``report.md``, ``results.csv``, ``orders.csv`` (each header row first) and
+    their JSON sidecars ``results.json`` (the whole calibration, :meth:`Calibration.load`
+    reads it back) and ``orders.json`` (the run's description) to ``outdir`` (created;
+    existing files are replaced: the caller decides, as ``numlab calibrate`` does with
+    ``--force`` or a fresh ``run-NNN`` folder).  Each sidecar names its CSV
+    (``file``), its ``columns`` and ``row_count`` (data rows)."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     files = []
+    run = {"numlab": __version__, "command": cal.command, "settings": cal.settings,
+           "capabilities": list(cal.capabilities)}
     for name, cols, rows in (("results.csv", COLUMNS, cal.rows), ("orders.csv", ORDER_COLUMNS, cal.orders)):
         with open(outdir / name, "w", newline="") as fh:
             w = csv.writer(fh)
@@ -636,10 +641,11 @@ def write_report(cal: Calibration, outdir) -> list[Path]:
             for r in rows:
                 w.writerow(["" if r[k] is None else r[k] for k in cols])
         files.append(outdir / name)
-    (outdir / "results.json").write_text(json.dumps(
-        {"numlab": __version__, "command": cal.command, "settings": cal.settings,
-         "capabilities": list(cal.capabilities), "results": cal.results}, indent=1, default=str))
-    files.append(outdir / "results.json")
+        side = {"file": name, "columns": list(cols), "row_count": len(rows), **run}
+        if name == "results.csv":
+            side["results"] = cal.results
+        (outdir / name).with_suffix(".json").write_text(json.dumps(side, indent=1, default=str))
+        files.append((outdir / name).with_suffix(".json"))
     (outdir / "report.md").write_text(_markdown(cal))
     files.append(outdir / "report.md")
     return files
