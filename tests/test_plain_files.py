@@ -49,9 +49,13 @@ def _first_row(path):
         return next(csv.reader(fh))
 
 
+def _refuse_constant(token):
+    raise ValueError(f"non-standard JSON token {token!r} (strict parsers refuse NaN/Infinity)")
+
+
 def _sidecar(path):
     with open(path.with_suffix(".json")) as fh:
-        return json.load(fh)
+        return json.load(fh, parse_constant=_refuse_constant)
 
 
 def _num(cell):
@@ -314,3 +318,14 @@ def test_a_changed_counterexample_fails_its_checksum(tmp_path):
         reproduce(npz)
     assert load_counterexample(npz, verify=False)[0].inputs[key.split("/", 1)[1]].flat[0] == \
         arrs[key].flat[0] + 1.0
+
+
+def test_strict_json_spells_non_finite_numbers_as_the_csvs_do():
+    from numlab import _json
+
+    doc = {"a": np.float32("inf"), "b": [-np.inf, np.nan, 1.5], "c": (np.int64(3), np.bool_(True))}
+    text = _json.dumps(doc)
+    assert json.loads(text, parse_constant=_refuse_constant) == {"a": "inf", "b": ["-inf", "nan", 1.5],
+                                                                 "c": [3, True]}
+    with pytest.raises(ValueError):  # the default json output is what strict parsers refuse
+        json.loads(json.dumps({"a": float("inf")}), parse_constant=_refuse_constant)

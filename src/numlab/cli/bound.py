@@ -32,7 +32,6 @@ every bound of a mode is infinite: the report says why), 2 on bad usage.
 from __future__ import annotations
 
 import csv
-import json
 import math
 import platform
 from pathlib import Path
@@ -41,6 +40,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import __version__
+from .. import _json as strict_json
 from ..contract import PRESETS, Contract
 from ..contract_bounds import BOUND_MODES, contract_bound
 from ..execute import run
@@ -303,9 +303,8 @@ def _write(out: Path, rows, meta) -> None:
         for r in rows:
             w.writerow([_csv_value(k, r[k]) for k in COLUMNS])
     with open(out / "bound.json", "w") as fh:
-        json.dump({"file": "bound.csv", **meta, "columns": list(COLUMNS), "row_count": len(rows), "rows": rows}, fh,
-                  indent=1)
-        fh.write("\n")
+        fh.write(strict_json.dumps({"file": "bound.csv", **meta, "columns": list(COLUMNS), "row_count": len(rows),
+                                    "rows": rows}, indent=1) + "\n")
 
 
 # ---------------------------------------------------------------------------

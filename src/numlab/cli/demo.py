@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import csv
 import html
-import json
-import math
 import time
 from pathlib import Path
 
 from .. import __version__, plots, report, zoo
+from .. import _json as strict_json
 from ..experiments import (
     CHAIN_NS,
     MATRIX_KINDS,
@@ -233,10 +232,9 @@ def main(out="out", *, force=False, quick=False, fusion=None, kind="normal", see
             "models": list(models), "fmts": list(fmts),
             "chain": {dt: {"n": list(ns), "errors": e, "bounds": b} for dt, (e, b) in chain.items()},
             "sources": srows, "verdicts": mrows, "scaled_claims": crows}
-    (outdir / "results.json").write_text(json.dumps(
+    (outdir / "results.json").write_text(strict_json.dumps(
         {"file": "results.csv", "columns": keys, "row_count": len(rows), "meta": meta,
-         "rows": [{k: v for k, v in r.items()} for r in rows]},
-        indent=1, default=lambda o: None if isinstance(o, float) and not math.isfinite(o) else str(o)))
+         "rows": [{k: v for k, v in r.items()} for r in rows]}, indent=1, default=str))
     files.append(outdir / "results.json")
     intro = (f"numlab {__version__}: each model of the zoo runs eager (one hand-written kernel per "
              f"operator, rounding to S after each), fused ({fo.describe()}: fp32 inside a block, one "
