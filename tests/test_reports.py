@@ -133,12 +133,13 @@ def test_plain_when_piped_and_styled_on_a_terminal(rows):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_demo_output_fits_columns(tmp_path, width):
-    out = _numlab("demo", "--quick", "--models", "softmax,swiglu", "--out", str(tmp_path / "o"), columns=width)
+    out = _numlab("demo", "--quick", "--verbose", "--models", "softmax,swiglu", "--out", str(tmp_path / "o"),
+                  columns=width)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert max(len(line) for line in lines) <= width
     assert all(line.isascii() for line in lines)
-    # every table has its legend; the long note is wrapped, not one long line
+    # --verbose: every table has its legend; the long note is wrapped, not one long line
     for needle in ("bits = eager: ", "same bits: pairs", "all aligned: "):
         assert needle in out.stdout
     assert "swiglu" in out.stdout and "mean abs" in out.stdout

@@ -40,7 +40,8 @@ __all__ = ["FUSED_MODES", "QUICK_MODELS", "CHAIN_NS", "demo_rows", "chain_graph"
            "source_cases", "MATRIX_PRESETS", "MATRIX_KINDS", "MATRIX_NOTE", "verdict_matrix",
            "format_verdict_matrix", "MATRIX_LEGEND", "SOURCE_COLUMNS", "SOURCE_LEGEND", "FORMATS_LEGEND", "source_rows", "format_source_table",
            "formats_table", "rounding_demo", "flat_outputs", "bits",
-           "SCALED_MODEL", "SCALED_CLAIMS", "scaled_claims", "format_scaled_claims"]
+           "SCALED_MODEL", "SCALED_CLAIMS", "SCALED_MARGINS", "MARGIN_SIGN", "MARGIN_UNIT", "scaled_claims",
+           "format_scaled_claims", "margin_legend"]
 
 FUSED_MODES = ("eager", "fused", "emulated_casts")
 QUICK_MODELS = ("layernorm", "softmax", "gelu_mlp", "residual_rmsnorm")
@@ -231,7 +232,8 @@ def verdict_matrix(models=None, fmts=("fp16", "bf16"), presets=MATRIX_PRESETS, k
     else ``more``/``less``/``equal`` by the mean absolute error against fp64
     (the demo table's verdict).  Returns one dict per (preset, kind) with the
     counts and the model/format pairs where fused is less accurate, worst
-    first, with the ratio of mean absolute errors (fused / eager).
+    first, with the ratio of mean absolute errors (fused / eager) as text
+    (``less_in``) and as numbers (``less_ratios``, in the same order).
     """
     models = list(zoo.MODELS) if models is None else list(models)
     out = []
@@ -261,7 +263,9 @@ def verdict_matrix(models=None, fmts=("fp16", "bf16"), presets=MATRIX_PRESETS, k
                     if key == "less":  # with the ratio of mean |error|, fused / eager
                         c["less_in"].append((sf["abs_mean"] / se["abs_mean"], f"{name}/{S.name}"))
             # worst first
-            c["less_in"] = [f"{m} {q:.2f}x" for q, m in sorted(c["less_in"], key=lambda t: -t[0])]
+            ranked = sorted(c["less_in"], key=lambda t: -t[0])
+            c["less_in"] = [f"{m} {q:.2f}x" for q, m in ranked]
+            c["less_ratios"] = [float(q) for q, _ in ranked]
             out.append(c)
     return out
 
@@ -405,7 +409,7 @@ def rounding_demo(x: float = 0.1, seed: int = 0, *, width=None, plain=None) -> s
 
 
 # ---------------------------------------------------------------------------
-# block-scaled fp8: fused-with-scaling vs eager-with-scaling (issue #16)
+# block-scaled fp8: fused-with-scaling vs eager-with-scaling
 # ---------------------------------------------------------------------------
 SCALED_MODEL = "fp8_mlp"
 SCALED_CLAIMS = ("no_worse_tensor", "no_worse_population", "bound_no_worse", "error_within_bound")
@@ -415,14 +419,38 @@ over the trial population, by the contract bounds), and are both inside
 their contract bounds."""
 
 
+SCALED_MARGINS = {
+    "no_worse_tensor": ("max|fused-ref| - max|eager-ref| per output", "u_S*max|ref|"),
+    "no_worse_population": ("fused - eager of the P99 and of the max |error| pooled over the trials (the "
+                            "larger)", "eager's pooled max |error|"),
+    "bound_no_worse": ("max contract bound fused - eager per output", "u_S*max|ref|"),
+    "error_within_bound": ("|error| - contract bound, worst element", "that bound"),
+}
+"""Per claim of :data:`SCALED_CLAIMS`: what its margin subtracts from what, and the
+unit it is divided by (:mod:`numlab.claims.catalogue`); |error| is |computed - ref|
+against the fp64 reference."""
+
+MARGIN_SIGN = "A - B in the unit below, largest over outputs and trials; > 0: claim violated, <= 0: holds"
+"""The sign of a (worst) claim margin."""
+
+MARGIN_UNIT = ("u_S*max|ref|", "unit roundoff of S (fp16 2^-11, bf16 2^-8) x the largest |ref| of the "
+               "output (1/2 to 1 ULP of S there)")
+"""The tensor-level margin unit, as a legend entry."""
+
+
 def scaled_claims(fmts=("fp16", "bf16"), claims=SCALED_CLAIMS, *, trials: int = 10, fusion=None,
                   kinds=("normal", "heavy_tailed"), seed: int = 0) -> list[dict]:
     """Verdicts of ``claims`` on the zoo's fp8 MLP (DeepSeek-V3 blocks) per
     storage format: :func:`numlab.claims.check` with ``trials`` random trials
-    cycling over ``kinds`` (no shrinking, nothing saved).  One row per (claim,
-    fmt): ``claim``, ``fmt``, ``verdict`` (holds / fails / undecided),
-    ``trials``, ``violations``, ``undecided``, ``worst_margin``, ``why`` (the
-    undecided reason, with the operators responsible)."""
+    cycling over ``kinds`` (trial t: kind ``kinds[t % len(kinds)]``, inputs
+    from the per-trial seed :func:`numlab.claims.cases.trial_seed`; no
+    shrinking, nothing saved).  One row per (claim, fmt): ``claim``, ``fmt``,
+    ``verdict`` (holds / fails / undecided), ``trials``, ``violations``,
+    ``undecided``, ``worst_margin`` (in ``margin_unit``, :data:`SCALED_MARGINS`),
+    ``worst_trial`` and ``worst_kind`` (the trial of the worst margin; None for
+    the population claim, which pools the trials), ``worst_detail`` (its
+    numbers, e.g. ``fused_max`` and ``eager_max``), ``why`` (the undecided
+    reason, with the operators responsible)."""
     opts = _claims.SearchOptions(trials=trials, search="random", kinds=tuple(kinds))
     rows = []
     for fmt in fmts:
@@ -432,15 +460,35 @@ def scaled_claims(fmts=("fp16", "bf16"), claims=SCALED_CLAIMS, *, trials: int = 
             why = ""
             if rep.verdict == "undecided" and rep.undecided_detail:
                 why = str(rep.undecided_detail.get("reason", ""))
+            t = rep.worst_trial
+            detail = {k: float(v) for k, v in (rep.worst_detail or {}).items()
+                      if isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool)}
             rows.append({"claim": name, "fmt": get_format(fmt).name, "verdict": rep.verdict, "trials": rep.trials,
                          "violations": rep.violations, "undecided": rep.undecided,
-                         "worst_margin": rep.worst_margin, "why": why})
+                         "worst_margin": rep.worst_margin,
+                         "margin_unit": SCALED_MARGINS.get(name, ("", ""))[1],
+                         "worst_trial": t, "worst_kind": None if t is None else kinds[t % len(kinds)],
+                         "worst_detail": detail, "why": why})
     return rows
 
 
 def format_scaled_claims(rows, *, width=None, plain=None) -> str:
-    """The rows of :func:`scaled_claims` as a text table."""
+    """The rows of :func:`scaled_claims` as a text table, with what each
+    margin measures, its unit and its sign (:func:`margin_legend`)."""
     cols = [Column("claim", "claim", key_col=True), Column("fmt", "S"), Column("verdict", "verdict"),
             Column("violations", "violating trials"), Column("trials", "trials"),
             Column("worst_margin", "worst margin", fmt="{:.3g}"), Column("why", "why undecided")]
-    return render_table(rows, cols, width=width, plain=plain)
+    return render_table(rows, cols, width=width, plain=plain,
+                        legend=[("worst margin", MARGIN_SIGN.replace("below", "given per claim")),
+                                *margin_legend(r["claim"] for r in rows)])
+
+
+def margin_legend(claims) -> list[tuple[str, str]]:
+    """Legend entries ``(claim, "A - B, in U")`` for ``claims`` (each once, in
+    order): the claim's margin is A - B divided by the unit U.  Then what
+    ``u_S*max|ref|`` is, when a margin uses it."""
+    seen = [c for c in dict.fromkeys(claims) if c in SCALED_MARGINS]
+    out = [(c, f"{SCALED_MARGINS[c][0]}, in {SCALED_MARGINS[c][1]}") for c in seen]
+    if any(SCALED_MARGINS[c][1] == MARGIN_UNIT[0] for c in seen):
+        out.append(MARGIN_UNIT)
+    return out

@@ -322,12 +322,13 @@ tr.eager td:nth-child(3){color:#1f77b4} tr.fused td:nth-child(3){color:#d62728}
 tr.emul td:nth-child(3){color:#2ca02c}
 img{max-width:100%;border:1px solid #eee;margin:0.5em 0}
 pre{background:#f7f7f7;padding:0.6em;font-size:11px;overflow-x:auto}
+pre.lead{white-space:pre-wrap;font-size:13px}
 .note{color:#555;font-size:13px}
 """
 
 
 def html_report(*, title: str, intro: str, rows, figures, plans=None, notes=(), extra_html: str = "",
-                specs=None) -> str:
+                specs=None, lead=()) -> str:
     """The whole report as one HTML string.
 
     Parameters
@@ -349,6 +350,9 @@ def html_report(*, title: str, intro: str, rows, figures, plans=None, notes=(), 
         The specs the numbers were computed under, shown under the title,
         e.g. ``{"fusion": options.spec, "kernels": kernel_spec.spec}`` (each
         the canonical string that parses back to the same object).
+    lead : sequence of str
+        Lines shown right after the intro, before the tables (e.g. the
+        verdict; plain text, escaped; leading spaces indent).
     """
     parts = [
         "<!DOCTYPE html>",
@@ -361,6 +365,10 @@ def html_report(*, title: str, intro: str, rows, figures, plans=None, notes=(), 
             f"{html.escape(str(k))}: <code>{html.escape(str(v))}</code>" for k, v in specs.items()) + "</p>")
     parts += [
         f"<p>{html.escape(intro)}</p>",
+    ]
+    if lead:
+        parts.append("<pre class='lead'>" + "\n".join(html.escape(x) for x in lead) + "</pre>")
+    parts += [
         "<h2>Errors against the fp64 reference</h2>",
         html_table(rows),
     ]

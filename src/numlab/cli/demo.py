@@ -1,13 +1,18 @@
 """``numlab demo``: the zoo in fp16 and bf16, eager vs fused vs emulated casts,
 each against the fp64 reference.
 
-Prints a table (max and P99 absolute and relative error, ULP statistics,
-share of elements bitwise equal to eager, which mode is more accurate) and
-writes figures (PNG), ``results.csv`` (header row first), its JSON sidecar
-``results.json`` (the run's options and the same rows) and a self-contained
-``report.html`` (images embedded) to ``--out`` (default ``out/``).  The
-computation is :mod:`numlab.experiments` (shared with the notebooks); this
-module writes the files and prints.
+Prints the verdict first (which model/format pairs are more or less accurate
+fused than eager, which claims failed and why), then about one screen of
+summary; ``--verbose`` prints every table in full instead (max and P99
+absolute and relative error, ULP statistics, share of elements bitwise equal
+to eager, the preset matrix, the sources of difference, the block-scaled
+claims).  The full tables always go to ``--out`` (default ``out/``):
+``report.html`` (self-contained, images embedded), ``results.csv``,
+``verdicts.csv``, ``sources.csv``, ``chains.csv``, ``scaled_claims.csv`` (each its header
+row first), ``results.json`` (strict JSON: the run's options, every table's columns and row
+count, and the rows) and figures (PNG).  The computation is
+:mod:`numlab.experiments` (shared with the notebooks); the text is
+:mod:`numlab.cli.demo_text`; this module writes the files and prints.
 
 Existing results are never overwritten: when the output directory already
 holds a numlab report (``report.html`` or ``results.json``) the demo writes to
@@ -19,7 +24,9 @@ from __future__ import annotations
 
 import csv
 import html
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import __version__, plots, report, zoo
@@ -35,9 +42,7 @@ from ..experiments import (
     chain_errors,
     demo_rows,
     flat_outputs,
-    format_scaled_claims,
-    format_source_table,
-    format_verdict_matrix,
+    margin_legend,
     scaled_claims,
     source_rows,
     verdict_matrix,
@@ -45,9 +50,22 @@ from ..experiments import (
 from ..fusion import FusionOptions
 from ..plots import figure_to_png
 from ..report import format_table, html_report
+from .demo_text import (
+    files_line,
+    fp8_note,
+    full_lines,
+    readme_summary,
+    replace_readme_summary,
+    summary_lines,
+    verdict_lines,
+    wrapped,
+)
 from .options import add_shared, models_type
 
-__all__ = ["add_parser", "resolve_out_dir", "main", "notebooks_dir"]
+__all__ = ["add_parser", "resolve_out_dir", "main", "notebooks_dir", "DemoConfig", "demo_config",
+           "readme_block", "update_readme"]
+
+FMTS = ("fp16", "bf16")
 
 # ---------------------------------------------------------------------------
 # output directory, files, CLI
@@ -154,133 +172,246 @@ _SCALED_TITLE = (f"block-scaled fp8 ({SCALED_MODEL}: DeepSeek-V3 1x128 / 128x128
                  "heavy-tailed inputs)")
 
 
-def _scaled_html(crows) -> str:
+def _scaled_html(crows, note: str = "") -> str:
+    head = ["claim", "S", "verdict", "violating trials", "trials", "worst margin", "margin unit", "worst trial",
+            "why undecided"]
     out = [f"<h2>Block-scaled fp8: {html.escape(SCALED_MODEL)}</h2>",
            f"<p class='note'>{html.escape(_SCALED_TITLE)}</p>",
-           "<table><thead><tr><th>claim</th><th>S</th><th>verdict</th><th>violating trials</th><th>trials</th>"
-           "<th>worst margin</th><th>why undecided</th></tr></thead><tbody>"]
+           "<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr></thead><tbody>"]
     for r in crows:
-        cells = [r["claim"], r["fmt"], r["verdict"], r["violations"], r["trials"], f"{r['worst_margin']:.3g}", r["why"]]
+        trial = "-" if r["worst_trial"] is None else f"{r['worst_trial']} ({r['worst_kind']})"
+        cells = [r["claim"], r["fmt"], r["verdict"], r["violations"], r["trials"], f"{r['worst_margin']:.3g}",
+                 r["margin_unit"], trial, r["why"]]
         out.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+    out.append("</tbody></table>")
+    out.append("<ul class='note'>" + "".join(f"<li><b>{html.escape(t)}</b>: {html.escape(d)}</li>"
+                                             for t, d in margin_legend(r["claim"] for r in crows)) + "</ul>")
+    if note:
+        out.append(f"<p class='note'>{html.escape(note)}</p>")
+    return "\n".join(out)
+
+
+def _chain_html(res) -> str:
+    head = ["S", "n", "eager max rel err", "bound n*u_S", "fused max rel err", "bound u_S + n*u_32"]
+    out = ["<h2>Chain of n multiplies</h2>",
+           "<p class='note'>Max relative error of y = x * w1 * ... * wn against fp64, with the a-priori "
+           "bounds.</p>",
+           "<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr></thead><tbody>"]
+    for dt, (errs, b) in res["chain"].items():
+        for i, n in enumerate(res["config"].chain_ns[: len(errs["eager"])]):
+            cells = [dt, n, f"{errs['eager'][i]:.3g}", f"{b['eager'][i]:.3g}", f"{errs['fused'][i]:.3g}",
+                     f"{b['fused'][i]:.3g}"]
+            out.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     out.append("</tbody></table>")
     return "\n".join(out)
 
 
-def main(out="out", *, force=False, quick=False, fusion=None, kind="normal", seed=0,
-         models=None, echo=print, width=None, plain=None) -> dict:
-    """Run the demo; returns ``{"dir", "rows", "files", "table", "seconds"}``.
+@dataclass(frozen=True)
+class DemoConfig:
+    """What one demo run covers: ``models``, storage formats ``fmts``, the
+    chain lengths ``chain_ns`` and vector length ``chain_size``, the input
+    kinds of the preset matrix ``matrix_kinds``, and the random ``trials`` of
+    the block-scaled claims (cycling over ``claim_kinds``)."""
 
-    Computes everything (numlab.experiments), writes figures, CSV, JSON and
-    the HTML report, and only then prints (tables fitted to ``width``, default
-    the terminal's; prose wrapped), so a closed stdout (``numlab demo | head``)
-    cannot lose the results.  Longer than 100 lines because it is the demo's
-    script, read top to bottom."""
-    t0 = time.perf_counter()
-    fmts = ("fp16", "bf16")
+    quick: bool
+    models: tuple
+    fmts: tuple = FMTS
+    chain_ns: tuple = CHAIN_NS
+    chain_size: int = 2048
+    matrix_kinds: tuple = MATRIX_KINDS
+    trials: int = 20
+    claim_kinds: tuple = ("normal", "heavy_tailed")
+
+
+def demo_config(quick: bool = False, models=None) -> DemoConfig:
+    """The configuration of ``numlab demo`` (``--quick``, ``--models``)."""
     if models is None:
         models = QUICK_MODELS if quick else tuple(zoo.MODELS)
-    fo = FusionOptions.parse(fusion)
-    outdir, note = resolve_out_dir(out, force)
-    rows, extra = demo_rows(models, fmts, fusion=fo, kind=kind, seed=seed, keep_results=True)
-    ns = CHAIN_NS[:5] if quick else CHAIN_NS
-    chain = {dt: chain_errors(ns, dt, size=1024 if quick else 2048, seed=seed) for dt in fmts}
-    mkinds = ("normal", "shifted_mean") if quick else MATRIX_KINDS
-    mrows = verdict_matrix(models, fmts, MATRIX_PRESETS, mkinds, seed=seed)
-    srows = source_rows(quick=quick, seed=seed)
-    crows = scaled_claims(fmts, trials=4 if quick else 20, fusion=fo, seed=seed)
+    if quick:
+        return DemoConfig(True, tuple(models), chain_ns=CHAIN_NS[:5], chain_size=1024,
+                          matrix_kinds=("normal", "shifted_mean"), trials=4)
+    return DemoConfig(False, tuple(models))
 
+
+def _compute(cfg: DemoConfig, fo: FusionOptions, kind: str, seed: int) -> dict:
+    """Every number the demo shows (numlab.experiments)."""
+    rows, extra = demo_rows(cfg.models, cfg.fmts, fusion=fo, kind=kind, seed=seed, keep_results=True)
+    chain = {dt: chain_errors(cfg.chain_ns, dt, size=cfg.chain_size, seed=seed) for dt in cfg.fmts}
+    chain_ok = {dt: {m: all(e <= bb for e, bb in zip(errs[m], b[m], strict=True)) for m in ("eager", "fused")}
+                for dt, (errs, b) in chain.items()}
+    return {"config": cfg, "fusion": fo.spec, "kind": kind, "seed": seed, "rows": rows, "extra": extra,
+            "chain": chain, "chain_ok": chain_ok,
+            "verdicts": verdict_matrix(cfg.models, cfg.fmts, MATRIX_PRESETS, cfg.matrix_kinds, seed=seed),
+            "sources": source_rows(quick=cfg.quick, seed=seed),
+            "scaled_claims": scaled_claims(cfg.fmts, trials=cfg.trials, fusion=fo, kinds=cfg.claim_kinds,
+                                           seed=seed)}
+
+
+def _write_csv(path: Path, keys, rows) -> Path:
+    """``rows`` (dicts) as CSV: the header line first, then one line per row."""
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(keys)
+        for r in rows:
+            w.writerow(["; ".join(map(str, v)) if isinstance(v, (list, tuple)) else v
+                        for v in (r.get(k) for k in keys)])
+    return path
+
+
+def _header(path: Path) -> list[str]:
+    """The header row of a CSV just written."""
+    with open(path, newline="") as fh:
+        return next(csv.reader(fh))
+
+
+_ROW_KEYS = ["model", "fmt", "mode", "abs_max", "abs_p99", "abs_mean", "rel_max", "rel_p99", "ulp_max",
+             "ulp_p99", "ulp0", "ulp1", "ulp_ge2", "bitwise_eq_eager", "nonfinite", "verdict", "fingerprint"]
+
+
+def _write_tables(outdir: Path, res: dict) -> list[Path]:
+    """Every table of the demo as CSV (header first) and results.json (all of
+    it, with the settings)."""
+    cfg = res["config"]
+    chain_rows = [{"fmt": dt, "mode": m, "n": n, "max_rel_error": e, "bound": bb}
+                  for dt, (errs, b) in res["chain"].items() for m in ("eager", "fused")
+                  for n, e, bb in zip(cfg.chain_ns, errs[m], b[m], strict=False)]
+    files = [
+        _write_csv(outdir / "results.csv", _ROW_KEYS, res["rows"]),
+        _write_csv(outdir / "verdicts.csv", ["fusion", "kind", "more", "less", "same", "equal", "nonfinite",
+                                             "less_in"], res["verdicts"]),
+        _write_csv(outdir / "sources.csv", ["case", "fmt", "kind", "fusion", *SOURCE_COLUMNS, "n", "why"],
+                   res["sources"]),
+        _write_csv(outdir / "chains.csv", ["fmt", "mode", "n", "max_rel_error", "bound"], chain_rows),
+        _write_csv(outdir / "scaled_claims.csv", ["claim", "fmt", "verdict", "violations", "undecided", "trials",
+                                                  "worst_margin", "margin_unit", "worst_trial", "worst_kind",
+                                                  "why"], res["scaled_claims"]),
+    ]
+    meta = {"numlab": __version__, "fusion": res["fusion"], "kind": res["kind"], "seed": res["seed"],
+            "models": list(cfg.models), "fmts": list(cfg.fmts), "trials": cfg.trials,
+            "chain": {dt: {"n": list(cfg.chain_ns), "errors": e, "bounds": b} for dt, (e, b) in res["chain"].items()},
+            "sources": res["sources"], "verdicts": res["verdicts"], "scaled_claims": res["scaled_claims"],
+            "verdict": res["verdict"]}
+    tables = {f.name: {"columns": _header(f), "row_count": n}
+              for f, n in zip(files, (len(res["rows"]), len(res["verdicts"]), len(res["sources"]), len(chain_rows),
+                                      len(res["scaled_claims"])), strict=True)}
+    (outdir / "results.json").write_text(strict_json.dumps(
+        {"file": "results.csv", "columns": _ROW_KEYS, "row_count": len(res["rows"]), "tables": tables,
+         "meta": meta, "rows": [dict(r) for r in res["rows"]]}, indent=1, default=str))
+    return [*files, outdir / "results.json"]
+
+
+def _write_report(outdir: Path, res: dict, fo: FusionOptions) -> list[Path]:
+    """The figures and the self-contained report.html."""
+    cfg, rows, fmts = res["config"], res["rows"], res["config"].fmts
     fused = [r for r in rows if r["mode"] == "fused"]
-    better = sum(r["verdict"].startswith("more") for r in fused)
-    worse = sum(r["verdict"].startswith("less") for r in fused)
-    same = sum(r["verdict"] == "same bits" for r in fused)
-    summary = (f"fused vs eager (column 'mean abs': mean |error| against fp64): more accurate in "
-               f"{better}, less accurate in {worse}, bitwise identical in {same} of {len(fused)} "
-               "model/format pairs")
-    chain_lines = []
-    for dt, (errs, b) in chain.items():
-        ok_e = all(e <= bb for e, bb in zip(errs["eager"], b["eager"], strict=True))
-        ok_f = all(e <= bb for e, bb in zip(errs["fused"], b["fused"], strict=True))
-        chain_lines.append(
-            f"chain of n multiplies ({dt}): eager max rel err {errs['eager'][-1]:.3g} at n={ns[-1]} "
-            f"(bound n*u_S {b['eager'][-1]:.3g}, {'holds' if ok_e else 'VIOLATED'}); fused "
-            f"{errs['fused'][-1]:.3g} (bound u_S + n*u_32 {b['fused'][-1]:.3g}, "
-            f"{'holds' if ok_f else 'VIOLATED'})")
-    bad = [r["case"] for r in srows if r["all aligned"] != 0.0]
-
-    # files first: a closed pipe must not lose them
-    outdir.mkdir(parents=True, exist_ok=True)
-    files = []
     differing = [r["model"] for r in fused if r["fmt"] == fmts[0] and r["bitwise_eq_eager"] < 1]
-    figs = _figures(rows, fmts, extra, chain, tuple(differing[: 1 if quick else 2]), srows)
-    embedded = []
+    figs = _figures(rows, fmts, res["extra"], res["chain"], tuple(differing[: 1 if cfg.quick else 2]),
+                    res["sources"])
     figdir = outdir / "figures"
     figdir.mkdir(exist_ok=True)
+    files, embedded = [], []
     for fname, caption, fig in figs:
         png = figure_to_png(fig)
         (figdir / fname).write_bytes(png)
         files.append(figdir / fname)
         embedded.append((caption, png))
-    keys = ["model", "fmt", "mode", "abs_max", "abs_p99", "abs_mean", "rel_max", "rel_p99", "ulp_max",
-            "ulp_p99", "ulp0", "ulp1", "ulp_ge2", "bitwise_eq_eager", "nonfinite", "verdict", "fingerprint"]
-    with open(outdir / "results.csv", "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(keys)
-        for r in rows:
-            w.writerow([r.get(k) for k in keys])
-    files.append(outdir / "results.csv")
-    meta = {"numlab": __version__, "fusion": fo.canonical(), "fusion_spec": fo.spec, "kind": kind, "seed": seed,
-            "models": list(models), "fmts": list(fmts),
-            "chain": {dt: {"n": list(ns), "errors": e, "bounds": b} for dt, (e, b) in chain.items()},
-            "sources": srows, "verdicts": mrows, "scaled_claims": crows}
-    (outdir / "results.json").write_text(strict_json.dumps(
-        {"file": "results.csv", "columns": keys, "row_count": len(rows), "meta": meta,
-         "rows": [{k: v for k, v in r.items()} for r in rows]}, indent=1, default=str))
-    files.append(outdir / "results.json")
     intro = (f"numlab {__version__}: each model of the zoo runs eager (one hand-written kernel per "
              f"operator, rounding to S after each), fused ({fo.describe()}: fp32 inside a block, one "
              "rounding to S at its outputs) and fused with emulated precision casts (rounding where "
-             f"eager would), in fp16 and bf16, on '{kind}' inputs (seed {seed}); every error is against "
-             "the fp64 reference on the same S-valued inputs.")
-    notes = [summary, *(f"{t}: {d}" for t, d in report.LEGEND),
+             f"eager would), in fp16 and bf16, on '{res['kind']}' inputs (seed {res['seed']}); every error is "
+             "against the fp64 reference on the same S-valued inputs.")
+    notes = [*(f"{t}: {d}" for t, d in report.LEGEND),
              "Bitwise-identical pairs are real: a composite (layer_norm, softmax, ...) computes in "
              "fp32 inside both ways, and a few fp32 ulps of difference rarely move a value "
              "rounded to fp16/bf16. The table 'Where the bits part' shows each source on cases "
              "chosen to expose it (longer rows, shifted-mean inputs, the autofuse preset, fp32 storage)."]
     (outdir / "report.html").write_text(html_report(
         title="numlab demo: eager vs fused vs emulated casts", intro=intro, rows=rows,
-        figures=embedded, plans=extra["plans"], notes=notes, specs={"fusion": fo.spec},
-        extra_html=_matrix_html(mrows) + "\n" + _sources_html(srows) + "\n" + _scaled_html(crows)))
-    files.append(outdir / "report.html")
-    secs = time.perf_counter() - t0
+        figures=embedded, plans=res["extra"]["plans"], notes=notes, specs={"fusion": fo.spec},
+        lead=res["verdict"],
+        extra_html="\n".join([_chain_html(res), _matrix_html(res["verdicts"]), _sources_html(res["sources"]),
+                              _scaled_html(res["scaled_claims"], fp8_note(res))])))
+    res["n_figures"] = len(figs)
+    return [*files, outdir / "report.html"]
+
+
+def main(out="out", *, force=False, quick=False, fusion=None, kind="normal", seed=0,
+         models=None, echo=print, width=None, plain=None, verbose=False) -> dict:
+    """Run the demo; returns a dict: ``dir``, ``rows``, ``files``, ``table``,
+    ``seconds``, ``config`` (:class:`DemoConfig`), ``fusion``, ``kind``,
+    ``seed``, ``chain``, ``chain_ok``, ``verdicts``, ``sources``,
+    ``scaled_claims``, ``verdict`` (the verdict lines) and ``lines`` (every
+    line printed).
+
+    Computes everything (numlab.experiments), writes figures, CSV, JSON and
+    the HTML report, and only then prints, so a closed stdout
+    (``numlab demo | head``) cannot lose the results: the verdict first, then
+    a summary of about one screen (``verbose``: every table in full, with
+    its legend), then where the full tables are.  Tables fit ``width``
+    (default the terminal's); prose is wrapped."""
+    t0 = time.perf_counter()
+    cfg = demo_config(quick, models)
+    fo = FusionOptions.parse(fusion)
+    outdir, note = resolve_out_dir(out, force)
+    res = _compute(cfg, fo, kind, seed)
+    res["verdict"] = verdict_lines(res)
+
+    # files first: a closed pipe must not lose them
+    outdir.mkdir(parents=True, exist_ok=True)
+    res["dir"] = outdir
+    files = _write_tables(outdir, res)
+    files += _write_report(outdir, res, fo)
+    res["files"] = files
+    res["seconds"] = time.perf_counter() - t0
 
     # then print
     W = report.terminal_width() if width is None else width
-    table = format_table(rows, width=W, plain=plain)
-    say = [
-        report.wrap(f"numlab {__version__} demo: {len(models)} models x {fmts} x eager / fused / emulated_casts "
-             f"vs fp64; fusion {fo.spec} ({fo.describe()}); inputs {kind}, seed {seed}", W),
-        table, report.wrap(summary, W), *(report.wrap(x, W) for x in chain_lines), "",
-        report.wrap("is fused more or less accurate than eager (mean |error| vs fp64), per preset and input "
-             f"kind, over the {len(models)} models x {len(fmts)} formats:", W),
-        format_verdict_matrix(mrows, width=W, plain=plain), report.wrap(MATRIX_NOTE, W), "",
-        report.wrap("where the bits part: share of output elements whose bits differ from eager", W),
-        format_source_table(srows, width=W, plain=plain),
-        report.wrap("all four sources aligned + no decomposition: " + (
-            "bitwise identical to eager in every case" if not bad else f"DIFFERS from eager in {bad}"), W),
-        "", report.wrap(_SCALED_TITLE, W), format_scaled_claims(crows, width=W, plain=plain),
-    ]
+    plain = report.is_plain() if plain is None else plain
+    res["table"] = format_table(res["rows"], width=W, plain=plain)
+    n = len(cfg.models)
+    say = [report.wrap(f"numlab {__version__} demo{' --quick' if quick else ''}: {n} model{'s' * (n != 1)} x "
+                       f"{', '.join(cfg.fmts)} x eager / fused / emulated_casts vs fp64; fusion {fo.spec} "
+                       f"({fo.describe()}); inputs {kind}, seed {seed}", W),
+           *wrapped(res["verdict"], W)]
+    say += full_lines(res, W, plain, res["table"]) if verbose else summary_lines(res, W, plain)
+    say.append("")
     if note:
         say.append(report.wrap(note, W))
-    say.append(report.wrap(f"wrote {outdir / 'report.html'} (self-contained), results.csv, results.json and "
-                    f"{len(figs)} figures in {figdir} ({secs:.1f} s)", W))
+    say.append(report.wrap(files_line(res, verbose) + f" ({res['seconds']:.1f} s)", W))
     nb = notebooks_dir()
-    if nb is not None:
-        say.append(report.wrap(f"notebooks: {nb} -- start with `jupyter lab {nb / '00_start_here.ipynb'}`", W))
-    else:
-        say.append(report.wrap("notebooks: notebooks/ in the numlab repository (00_start_here.ipynb first)", W))
+    start = f"`jupyter lab {nb / '00_start_here.ipynb'}`" if nb is not None else \
+        "notebooks/00_start_here.ipynb in the numlab repository"
+    say.append(report.wrap(f"notebooks: start with {start}", W))
+    res["lines"] = "\n".join(say).split("\n")
     for line in say:
         echo(line)
-    return {"dir": outdir, "rows": rows, "files": files, "table": table, "seconds": secs}
+    res.pop("extra")
+    return res
+
+
+def readme_block(quick_result: dict | None = None) -> str:
+    """The README's demo summary (:func:`numlab.cli.demo_text.readme_summary`):
+    from ``quick_result`` (what ``main(quick=True)`` returned; None: run it
+    here, silently, into a temporary folder) and the table rows of the full
+    demo's configuration under the same fusion, inputs and seed."""
+    if quick_result is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            quick_result = main(Path(tmp) / "out", quick=True, echo=lambda _line: None, width=80, plain=True)
+    full = demo_config(False)
+    rows, _ = demo_rows(full.models, full.fmts, fusion=quick_result["fusion"], kind=quick_result["kind"],
+                        seed=quick_result["seed"])
+    return readme_summary(quick_result, rows, full.models)
+
+
+def update_readme(path, quick_result: dict | None = None) -> bool:
+    """Rewrite the demo summary between the markers of the README at
+    ``path`` (:func:`readme_block`); True when the text changed."""
+    p = Path(path)
+    old = p.read_text(encoding="utf-8")
+    new = replace_readme_summary(old, readme_block(quick_result))
+    if new != old:
+        p.write_text(new, encoding="utf-8")
+    return new != old
 
 
 def add_parser(sub) -> None:
@@ -288,12 +419,17 @@ def add_parser(sub) -> None:
         "demo",
         help="eager vs fused vs fp64 on the built-in models (table + figures in out/)",
         description="The zoo in fp16 and bf16, eager vs fused vs emulated casts, each against the "
-        "fp64 reference: a table, figures and a self-contained HTML report in DIR. Existing "
+        "fp64 reference. Prints the verdict first, then a one-screen summary (--verbose: every "
+        "table); the full tables, figures and a self-contained HTML report go to DIR. Existing "
         "results are never overwritten: a fresh run-NNN subfolder is used unless --force.",
     )
     add_shared(p, fusion="", inputs="normal", seed=0, out="out",
                force="(default: a fresh run-NNN subfolder)")
-    p.add_argument("--quick", action="store_true", help="4 models and short chains (a few seconds)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"{len(QUICK_MODELS)} models, short chains, few claim trials (a few seconds)")
+    p.add_argument("--verbose", action="store_true",
+                   help="print every table in full after the verdict (they are always in DIR/report.html "
+                        "and the CSV files in DIR)")
     p.add_argument("--models", default=None, metavar="A,B", type=models_type,
                    help="demo runs several models, so it takes --models where one-model commands take "
                         "a MODEL positional: a comma-separated subset of the zoo models (default all): "
@@ -304,5 +440,5 @@ def add_parser(sub) -> None:
 def _cli(args) -> int:
     models = args.models  # a list (options.models_type) or None
     main(args.out, force=args.force, quick=args.quick, fusion=args.fusion, kind=args.inputs,
-         seed=args.seed, models=models)
+         seed=args.seed, models=models, verbose=args.verbose)
     return 0
