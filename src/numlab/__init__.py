@@ -64,6 +64,7 @@ _LAZY_ATTRS = {
     "KernelSpec": ("numlab.kernels", "KernelSpec"),
     "Hardware": ("numlab.kernels", "Hardware"),
     "FusionOptions": ("numlab.fusion", "FusionOptions"),
+    "NoEffectWarning": ("numlab.execute", "NoEffectWarning"),
 }
 
 __all__ = [

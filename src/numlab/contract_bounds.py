@@ -53,6 +53,7 @@ from . import contract_rules as CR
 from . import fusion as F
 from ._repr import array_summary, facts_html
 from .contract import Contract, KernelClass, algo_rel_error
+from .execute.liveness import runs_codegen
 from .formats import FP32, Format, get_format
 from .graph import Graph, Node, decompose
 from .ops import get_op
@@ -225,7 +226,7 @@ def node_contracts(plan, mode: str, S: Format, contract: Contract) -> dict:
     out = {}
     emulate = mode == "emulated_casts"
     for block in plan.blocks:
-        codegen = mode != "eager" and block.codegen
+        codegen = runs_codegen(block, mode)
         for m in block.members:
             node = g.node(m)
             info = get_op(node.op)

@@ -34,7 +34,7 @@ from .. import metrics, zoo
 from .. import running_bounds as RB
 from .._repr import Compact, brief, mapping_summary
 from ..contract_bounds import contract_bound
-from ..execute import run
+from ..execute import quiet, run
 from ..formats import Format
 from ..graph import Graph, trace
 from ..ops import CATALOGUE, concat, gelu, layer_norm
@@ -234,8 +234,9 @@ def _bounded(runs, mode: str):
     key = ("bounds", mode)
     if key not in runs._res:
         fusion = runs.fusion if mode in ("fused", "emulated_casts") else None
-        runs._res[key] = RB.run_with_bounds(runs.graph, runs.case.inputs, mode=mode, fmt=runs.S,
-                                            reference=False, fusion=fusion, **runs.kernel_args(mode))
+        with quiet():
+            runs._res[key] = RB.run_with_bounds(runs.graph, runs.case.inputs, mode=mode, fmt=runs.S,
+                                                reference=False, fusion=fusion, **runs.kernel_args(mode))
     return runs._res[key]
 
 
@@ -611,7 +612,7 @@ def _claim_fp32_inside(runs) -> CaseResult:
 def _claim_compile_det(runs) -> CaseResult:
     r1 = runs.run("fused")
     g2 = runs.case.graph()  # a second compile from scratch: a fresh graph object and plan
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), quiet():
         r2 = run(g2, runs.case.inputs, mode="fused", fmt=runs.S, fusion=runs.fusion,
                  **runs.kernel_args("fused"))
     plan_equal = str(r1.plan) == str(r2.plan)
@@ -625,7 +626,7 @@ def _claim_exec_det(runs) -> CaseResult:
     n_bad, detail = 0, {}
     for mode in ("eager", "fused"):
         a = runs.outputs(mode)
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), quiet():
             b = run(runs.graph, runs.case.inputs, mode=mode, fmt=runs.S,
                     fusion=runs.fusion if mode == "fused" else None, **runs.kernel_args(mode)).outputs
         for name in a:

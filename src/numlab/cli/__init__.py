@@ -12,12 +12,15 @@ spec grammars once.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import re
 import sys
+import warnings
 
 from .. import __version__
+from ..execute.liveness import NoEffectWarning
 from ..fusion import GRAMMAR as FUSION_GRAMMAR
 from ..kernels.grammar import GRAMMAR as KERNEL_GRAMMAR
 from .options import GRAMMAR as OPTIONS_GRAMMAR
@@ -104,6 +107,27 @@ def _cli_names(msg: str) -> str:
     return msg
 
 
+@contextlib.contextmanager
+def _no_effect_warnings():
+    """Print each :class:`numlab.NoEffectWarning` of a command once on stderr,
+    in the command line's words (``numlab: warning: --kernels mma=H100
+    changes nothing: ...; use --library ...``); other warnings as usual."""
+    seen = set()
+    show = warnings.showwarning
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if not isinstance(message, NoEffectWarning):
+            return show(message, category, filename, lineno, file, line)
+        if message.cli not in seen:
+            seen.add(message.cli)
+            print(f"numlab: warning: {message.cli}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", NoEffectWarning)
+        warnings.showwarning = showwarning
+        yield
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -118,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         coerce(args)
-        rc = args.func(args)
+        with _no_effect_warnings():
+            rc = args.func(args)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
     except (ValueError, TypeError, FileNotFoundError, FileExistsError) as exc:
         print(f"numlab {args.command}: error: {_cli_names(str(exc))}", file=sys.stderr)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import csv
 import math
 import platform
+import warnings
 from pathlib import Path
 
 import ml_dtypes
@@ -43,7 +44,7 @@ from .. import __version__
 from .. import _json as strict_json
 from ..contract import PRESETS, Contract
 from ..contract_bounds import BOUND_MODES, contract_bound
-from ..execute import run
+from ..execute import NoEffectWarning, run
 from .options import (
     MODEL_HELP,
     add_shared,
@@ -317,8 +318,16 @@ def _run_mode(graph, inputs, mode, args, ref):
     res = contract_bound(graph, inputs, mode=mode, fmt=args.dtype, **kw)
     est = None if args.prob is None else contract_bound(graph, inputs, mode=mode, fmt=args.dtype, prob=args.prob,
                                                         **kw)
-    if mode == "eager":  # eager's kernels are the library's
-        mine = run(graph, inputs, mode=mode, fmt=args.dtype, kernels=args.library)
+    if mode == "eager":  # eager's kernels are the library's: a warning about them names --library
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", NoEffectWarning)
+            mine = run(graph, inputs, mode=mode, fmt=args.dtype, kernels=args.library)
+        for w in caught:
+            m = w.message
+            if isinstance(m, NoEffectWarning) and m.arg == "kernels":
+                m = NoEffectWarning(str(m).replace("kernels:", "library:", 1), arg="library", fields=m.fields,
+                                    value=m.value, cli=m.cli.replace("--kernels", "--library", 1))
+            warnings.warn(m, stacklevel=1)
     else:
         mine = run(graph, inputs, mode=mode, fmt=args.dtype, kernels=args.kernels, library=args.library,
                    fusion=fusion)

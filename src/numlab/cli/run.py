@@ -1,4 +1,4 @@
-"""``numlab run MODEL|--graph MODULE:FUNCTION --dtype D --mode M --seed S [--size N=I] [--inputs KIND|FILE] [--fusion SPEC] [--kernels SPEC] [--dump DIR [--dump-layout numlab|msprobe|msit] [--force]]``.
+"""``numlab run MODEL|--graph MODULE:FUNCTION --dtype D --mode M --seed S [--size N=I] [--inputs KIND|FILE] [--fusion SPEC] [--kernels SPEC] [--library SPEC] [--dump DIR [--dump-layout numlab|msprobe|msit] [--force]]``.
 
 Runs a model (a zoo model, a claims model, or your own ``module:function``:
 a numpy/numlab or PyTorch function traced on the ``--inputs`` arrays, or a
@@ -23,7 +23,7 @@ from ..compare.layouts import LAYOUTS, dump_run_as
 from ..execute import run
 from ..fusion import FusionOptions
 from ..report import Column, render_table
-from .options import MODEL_HELP, add_shared, build_model, graph_and_inputs
+from .options import MODEL_HELP, add_shared, build_model, graph_and_inputs, kernels_type
 
 __all__ = ["add_parser", "add_model_args", "build", "main", "node_table"]
 
@@ -43,6 +43,10 @@ def add_parser(sub) -> None:
     add_model_args(p, fused_only="(fused modes)")
     add_shared(p, kernels="(default: the mode's, handwritten eager, codegen fused)",
                force="(replace an existing dump directory)")
+    p.add_argument("--library", default=None, metavar="SPEC", type=kernels_type("--library"),
+                   help="fused modes: kernel spec of the library blocks (those the code generator "
+                        "does not take, e.g. every matmul under autofuse; default handwritten), same "
+                        "grammar as --kernels; eager's library is --kernels")
     p.add_argument("--align", default="",
                    help="fused modes: sources set to eager's choice "
                         "(promotion,instruction,tiling,algorithm)")
@@ -116,6 +120,13 @@ def main(args) -> int:
         align = tuple(a.strip() for a in args.align.split(",") if a.strip())
         if align:
             kw["align"] = align
+        if args.library is not None:
+            kw["library"] = args.library
+    elif args.library is not None:
+        raise ValueError(f"--library {args.library.spec} applies to --mode fused or emulated_casts; "
+                         f"--mode {args.mode} " + ("runs every operator as its own library kernel with "
+                                                   f"--kernels: use --kernels {args.library.spec}"
+                                                   if args.mode == "eager" else "uses no kernels"))
     elif args.fusion is not None or args.align or args.keep_internals:
         raise ValueError("--fusion/--align/--keep-internals apply to --mode fused or emulated_casts")
     if args.kernels is not None:
@@ -126,6 +137,8 @@ def main(args) -> int:
         head += f" fusion={kw['fusion'].spec}"
     if res.kernels is not None:
         head += f" kernels={res.kernels.spec}"
+    if args.library is not None:
+        head += f" library={res.library.spec}"
     print(f"{head} fingerprint={res.fingerprint[:16]}...")  # one key=value line, kept whole for grep
     if fused:
         print(f"plan: {len(res.plan.blocks)} blocks ({res.plan.n_fused} fused)")

@@ -44,7 +44,7 @@ import numpy as np
 
 from .. import fusion as F
 from .._repr import Compact
-from ..execute import SOURCES, run
+from ..execute import SOURCES, quiet, run
 from ..formats import get_format
 from ..graph import Graph
 from ..kernels import KernelSpec
@@ -170,8 +170,14 @@ def _names(names, limit: int = 8) -> str:
 # --------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------
-def _run(graph, inputs, mode, storage, **kw):
-    return run(graph, inputs, mode=mode, fmt=storage, **kw)
+def _run(graph, inputs, mode, storage, *, variant: bool = True, **kw):
+    """One run; a ``variant`` (a fusion kind off, a source aligned, a
+    subgraph) warns about no knob (:func:`numlab.execute.quiet`): a knob
+    that changes nothing there is expected."""
+    if not variant:
+        return run(graph, inputs, mode=mode, fmt=storage, **kw)
+    with quiet():
+        return run(graph, inputs, mode=mode, fmt=storage, **kw)
 
 
 def _storage_arg(storage, where: str):
@@ -365,8 +371,8 @@ def bisect_run(
     if library is not None:
         base_kw["library"] = library
 
-    eager = _run(graph, inputs, "eager", S, **eager_kw)
-    fused = _run(graph, inputs, "fused", S, **base_kw)
+    eager = _run(graph, inputs, "eager", S, variant=False, **eager_kw)
+    fused = _run(graph, inputs, "fused", S, variant=False, **base_kw)
     baseline = compare_dumps(eager, fused, thresholds=th)
     rep = BisectReport(model or getattr(graph, "name", "graph"), S.name, baseline,
                        stages=tuple(s for s in valid if s in stages))
@@ -583,7 +589,7 @@ def precision_workflow(
         for sub in ("eager", "fused"):
             check_target(Path(dump_dir) / sub, force)
 
-    eager = _run(graph, inputs, "eager", S, **lib_kw)
+    eager = _run(graph, inputs, "eager", S, variant=False, **lib_kw)
     golden = dict(eager.values)
     golden.update({k: np.asarray(v) for k, v in inputs.items()})
 
@@ -597,7 +603,7 @@ def precision_workflow(
 
     # 3. fused vs eager through dumps on disk
     say("step 3: fused vs eager by dump compare")
-    fused = _run(graph, inputs, "fused", S, **fkw)
+    fused = _run(graph, inputs, "fused", S, variant=False, **fkw)
     rep.fused_vs_eager, paths = _compare_on_disk(eager, fused, dump_dir, force, rep.model, th)
     if dump_dir is not None:
         rep.dumps = paths

@@ -79,13 +79,23 @@ eager's choice in the fused modes with ``align``:
 
 With all four aligned and ``FusionOptions(decompose=False)`` fused equals
 eager bit for bit (tested on every zoo model).
+
+Knobs that change nothing
+-------------------------
+A knob given to :func:`run` that changes no node of the plan warns with
+:class:`NoEffectWarning` (:mod:`~numlab.execute.liveness`, which also holds
+the rule of which spec each node computes with): under the default fusion
+every matmul is a library block, so ``kernels="codegen:mma=H100"`` warns
+and names ``library=`` as the spec that applies.
 """
 
 from __future__ import annotations
 
 from .executor import run
 from .fingerprint import canonical, fingerprint
+from .liveness import NoEffectWarning, no_effect, quiet
 from .result import RunResult
 from .validate import MODES, SOURCE_FIELDS, SOURCES
 
-__all__ = ["MODES", "SOURCES", "SOURCE_FIELDS", "run", "RunResult", "fingerprint", "canonical"]
+__all__ = ["MODES", "SOURCES", "SOURCE_FIELDS", "run", "RunResult", "fingerprint", "canonical",
+           "NoEffectWarning", "no_effect", "quiet"]

@@ -9,6 +9,8 @@ and where values are written out (rounded to S by the spec's
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from .. import fusion as F
@@ -16,8 +18,9 @@ from ..kernels import KernelSpec
 from ..kernels import engine as E
 from ..ops import get_op
 from .fingerprint import fingerprint
+from .liveness import FUSED_MODES, NoEffectWarning, no_effect, runs_codegen
 from .result import RunResult
-from .validate import aligned_spec, check_run_args
+from .validate import SOURCE_FIELDS, aligned_spec, check_align, check_run_args
 from .values import container, count, count_stored, node_seed, stored_formats, to_storage
 
 __all__ = ["run"]
@@ -75,13 +78,25 @@ def run(graph, inputs, *, mode, fmt=None, kernels=None, fusion=None, seed=None,
         spec string (ValueError) or a spec of the wrong type (TypeError);
         missing or unexpected inputs; wrong shapes or dtypes (each message names the argument or
         input and the valid choices).
+
+    Warns
+    -----
+    numlab.NoEffectWarning
+        For each knob given that changes no node of the plan
+        (:func:`numlab.execute.liveness.no_effect`): a ``kernels`` or
+        ``library`` field set that no node reading it computes with
+        (``kernels="codegen:mma=H100"`` when every matmul is a library
+        block: the message names ``library=`` and the spec to pass), a
+        source of ``align`` that changes nothing, ``kernels`` in the
+        reference, ``keep_internals=True`` outside the fused modes.
     """
     if fmt is None:
         raise TypeError("run() needs the storage format: fmt='fp16' (or 'bf16', 'fp32', ...)")
+    align_arg = align
     S, align, kernels, library, fusion = check_run_args(
         graph, mode=mode, fmt=fmt, kernels=kernels, library=library, fusion=fusion, seed=seed,
         keep_internals=keep_internals, align=align)
-    fused_mode = mode in ("fused", "emulated_casts")
+    fused_mode = mode in FUSED_MODES
     vals, input_nonfinite = _feed_inputs(graph, inputs, S, mode)
     spec, lib, opts = _choose_specs(mode, kernels, library, fusion)
     hw = (spec if spec is not None else KernelSpec.handwritten()).hardware
@@ -92,9 +107,11 @@ def run(graph, inputs, *, mode, fmt=None, kernels=None, fusion=None, seed=None,
         outputs = {o: vals[o] for o in g.outputs}
     else:
         gen = aligned_spec(spec, lib, align) if fused_mode else spec
-        values, nonfinite, internals = _run_blocks(plan, vals, S, gen, lib, fused_mode=fused_mode,
+        values, nonfinite, internals = _run_blocks(plan, vals, S, gen, lib, mode=mode,
                                                    align=align, seed=seed, keep_internals=keep_internals)
         outputs = {o: values[o] if o in values else container(vals[o], S) for o in g.outputs}
+    _warn_no_effect(plan, mode, spec, lib, given=(kernels, library), align=(check_align(align_arg), align),
+                    keep_internals=keep_internals)
     fp = fingerprint(graph, mode=mode, fmt=S, kernels=spec, library=lib if fused_mode else None,
                      fusion=opts if fused_mode else None, align=align)
     return RunResult(outputs=outputs, values=values, plan=plan, fingerprint=fp,
@@ -102,6 +119,25 @@ def run(graph, inputs, *, mode, fmt=None, kernels=None, fusion=None, seed=None,
                      kernels=spec, library=lib if fused_mode else None,
                      fusion=opts if fused_mode else None, align=align, seed=seed,
                      internals=internals, input_nonfinite=input_nonfinite)
+
+
+def _warn_no_effect(plan, mode, spec, lib, *, given, align, keep_internals):
+    """Warn (:class:`~numlab.execute.liveness.NoEffectWarning`) for every
+    knob of this run that changes no node of ``plan``; ``given`` is
+    (kernels, library) as passed (None: not given), ``align`` (sources
+    named, sources aligned)."""
+    kernels, library = given
+    fused_mode = mode in FUSED_MODES
+    found = no_effect(plan, mode, kernels=spec, library=lib, given_kernels=kernels, given_library=library,
+                      default_kernels=KernelSpec.codegen() if fused_mode else KernelSpec.handwritten(),
+                      default_library=KernelSpec.handwritten(), given_align=align[0], align=align[1],
+                      source_fields=SOURCE_FIELDS)
+    if keep_internals and not fused_mode:
+        why = f"mode {mode!r} keeps no value inside a kernel (internals are a fused mode's)"
+        found.append(NoEffectWarning(f"keep_internals=True changes nothing: {why}", arg="keep_internals",
+                                     value="True", cli=f"--keep-internals changes nothing: {why}"))
+    for w in found:
+        warnings.warn(w, stacklevel=3)
 
 
 def _feed_inputs(graph, inputs, S, mode):
@@ -155,7 +191,7 @@ def compute(node, ins, ctx) -> np.ndarray:
     return v if v.dtype.kind in "iu" or v.dtype == np.float32 else v.astype(np.float32)
 
 
-def _run_blocks(plan, vals, S, gen, lib, *, fused_mode, align, seed, keep_internals):
+def _run_blocks(plan, vals, S, gen, lib, *, mode, align, seed, keep_internals):
     """Eager and fused modes: every block of the plan, node by node.
 
     A code-generated block (fused modes) computes with ``gen`` in fp32 and
@@ -171,7 +207,7 @@ def _run_blocks(plan, vals, S, gen, lib, *, fused_mode, align, seed, keep_intern
     emulate = "promotion" in align
     stored = stored_formats(g)
     for block in plan.blocks:
-        codegen = fused_mode and block.codegen
+        codegen = runs_codegen(block, mode)
         bspec = gen if codegen else lib
         # a multiply that an FMA will absorb is not computed on its own
         # (its value would be thrown away) unless internals are dumped

@@ -89,10 +89,21 @@ def check_run_args(graph, *, mode, fmt, kernels, library, fusion, seed, keep_int
     if mode not in ("fused", "emulated_casts"):
         for arg, value in (("fusion", fusion), ("align", align), ("library", library)):
             if value is not None and value != ():
-                raise ValueError(f"{arg}= applies to modes 'fused' and 'emulated_casts', not {mode!r}")
+                raise ValueError(f"{arg}= applies to modes 'fused' and 'emulated_casts', not {mode!r}; "
+                                 f"got {arg}={_shown(value)!r} ({_what_applies(mode)})")
     if mode == "emulated_casts" and "promotion" not in align:
         align = check_align(("promotion", *align))
     return S, align, kernels, library, fusion
+
+
+def _shown(value):
+    return getattr(value, "spec", value)
+
+
+def _what_applies(mode: str) -> str:
+    if mode == "eager":
+        return "mode 'eager' runs every operator as its own library kernel with kernels=, unfused"
+    return f"mode {mode!r} computes every node by its fp64 reference, with no kernels"
 
 
 def aligned_spec(gen, lib, align):

@@ -40,7 +40,7 @@ from .mma_presets import PRESETS as UNIT_PRESETS
 from .mma_presets import preset as unit_preset
 
 __all__ = ["PRESETS", "GRAMMAR", "parse_kernel_spec", "kernel_spec_string", "split_top_level",
-           "parse_unit", "unit_string"]
+           "parse_unit", "unit_string", "spec_diff"]
 
 PRESETS = ("handwritten", "codegen")
 """Kernel presets of the grammar (``KernelSpec.handwritten()`` / ``.codegen()``)."""
@@ -279,16 +279,24 @@ def _apply(obj, changes: dict, where: str):
     return obj
 
 
-def _diff(obj, base) -> list[str]:
+def spec_diff(obj, base) -> list[tuple[str, str]]:
+    """``(field, "key=value")`` for every field of the KernelSpec ``obj`` that
+    differs from ``base``, in field order, in the grammar's spelling (one
+    ``hardware.<field>=value`` item per differing Hardware field, each with
+    field ``"hardware"``)."""
     items = []
     for f in dataclasses.fields(obj):
         v, b = getattr(obj, f.name), getattr(base, f.name)
         if f.name == "hardware":
-            items += [f"{_HW}{h.name}={_value_string(getattr(v, h.name))}"
+            items += [(f.name, f"{_HW}{h.name}={_value_string(getattr(v, h.name))}")
                       for h in dataclasses.fields(v) if getattr(v, h.name) != getattr(b, h.name)]
         elif v != b:
-            items.append(f"{f.name}={_value_string(v)}")
+            items.append((f.name, f"{f.name}={_value_string(v)}"))
     return items
+
+
+def _diff(obj, base) -> list[str]:
+    return [item for _, item in spec_diff(obj, base)]
 
 
 def kernel_spec_string(obj) -> str:
