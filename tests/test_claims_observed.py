@@ -355,6 +355,10 @@ def test_cli_reads_numlab_dumps_and_renamed_tensors(kernel_files, capsys):
     d.mkdir()
     np.save(d / "Functional.layer_norm.0.forward.output.0.npy", np.load(t / "bad" / "y.npy"))
     args = ["check", "no_worse_tensor", *base, "--observed", str(d)]
+    # the graph's one output: the dump's one tensor is taken, whatever its name, and the choice named
+    assert cli_main(args) == 1
+    assert "'Functional.layer_norm.0.forward.output.0'] taken as output 'y'" in capsys.readouterr().err
+    np.save(d / "other.npy", np.load(t / "bad" / "y.npy"))  # two tensors: which one is the output?
     assert cli_main(args) == 2 and "missing output(s) ['y']" in capsys.readouterr().err
     assert cli_main([*args, "--observed-name", "y=Functional.layer_norm.0.forward.output.0"]) == 1
     assert cli_main([*args, "--observed-name", "y=nope"]) == 2
@@ -411,11 +415,10 @@ def test_cli_reads_msprobe_and_msit_dumps(kernel_files, capsys):
         for side in root.rglob(SIDECAR):
             side.unlink()  # a dump as the tool itself writes it: its own tensor names
         capsys.readouterr()
-        assert cli_main([*base, "--observed", str(root)]) == 2
-        err = capsys.readouterr().err
-        assert "missing output(s) ['y']" in err and "--observed-name" in err
+        # the graph's one output and the dump's one tensor: taken under the tool's name, and said so
         name = {"msprobe": "Numlab.y.0.forward.output.0", "msit": "root.y"}[layout]
-        assert name in err
+        assert cli_main([*base, "--observed", str(root)]) == 1
+        assert f"{name!r}] taken as output 'y'" in capsys.readouterr().err
         assert cli_main([*base, "--observed", str(root), "--observed-name", f"y={name}"]) == 1, layout
 
 

@@ -127,7 +127,8 @@ def given_inputs(graph: Graph, inputs, arg: str = "inputs", fmt="fp16") -> dict:
 
 def observed_outputs(graph: Graph, observed, fmt, arg: str = "observed") -> dict:
     """The observed outputs of ``graph`` from ``observed`` (see
-    :func:`read_arrays`), checked against the graph's outputs and returned
+    :func:`read_arrays`; for a graph with one output also a bare array),
+    checked against the graph's outputs and returned
     in S's container dtype, in the graph's output order.
 
     Every graph output must be present, with the output's shape.  A mapping,
@@ -139,6 +140,11 @@ def observed_outputs(graph: Graph, observed, fmt, arg: str = "observed") -> dict
     the first value S does not hold."""
     S: Format = get_format(fmt, "fmt")
     expect = {o: graph.shape(o) for o in graph.outputs}
+    if isinstance(observed, np.ndarray):  # one array: the graph's only output, whatever its name
+        if len(expect) != 1:
+            raise ValueError(f"{arg}: one array given, but the graph has outputs {list(expect)}: give a dict "
+                             "output -> array")
+        observed = {graph.outputs[0]: observed}
     want = f"the graph's outputs (name: shape) are {expect}, stored in {S.name} ({np.dtype(S.container)})"
     if _is_dump(observed):  # read only the outputs (a dump may hold every tensor of a run)
         names = list(observed.names)

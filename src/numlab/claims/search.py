@@ -274,7 +274,8 @@ def check(claim, model, *, inputs=None, observed=None, fmt="fp16", sizes=None, f
     directory of ``NAME.npy`` files, or a list of those (one case each; a
     population claim pools them).  ``observed`` (optional) holds a real
     kernel's outputs on those inputs, in the same forms (or a loaded dump,
-    :func:`numlab.compare.layouts.load_any`; one per case): they take the place of
+    :func:`numlab.compare.layouts.load_any`, or one array for a graph with
+    one output; one per case): they take the place of
     numlab's fused run, while eager and the fp64 reference come from numlab
     (:mod:`numlab.claims.observed` checks names, shapes and dtypes).  Claims
     that need more of the kernel than its outputs (``Claim.on_observed``:

@@ -24,7 +24,7 @@ from ..execute.liveness import NoEffectWarning
 from ..fusion import GRAMMAR as FUSION_GRAMMAR
 from ..kernels.grammar import GRAMMAR as KERNEL_GRAMMAR
 from .options import GRAMMAR as OPTIONS_GRAMMAR
-from .options import coerce, join_spec_values
+from .options import coerce, given_options, join_spec_values
 
 # subcommand -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -131,8 +131,9 @@ def _no_effect_warnings():
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
+    joined = join_spec_values(argv)
     try:
-        args = parser.parse_args(join_spec_values(argv))
+        args = parser.parse_args(joined)
     except SystemExit as exc:  # argparse: usage and "argument --dtype: ..." already on stderr
         if exc.code in (0, None):  # --help, --version
             raise
@@ -140,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 0
+    args.given_options = given_options(joined)  # a command refuses options given where they do not apply
     try:
         coerce(args)
         with _no_effect_warnings():

@@ -22,9 +22,16 @@ them take the place of numlab's fused run (eager and the fp64 reference come
 from numlab; :func:`numlab.claims.check`).  ``--observed`` is a directory of
 ``NAME.npy`` (one per graph output), a numlab dump, an msprobe or msit dump
 (:func:`numlab.compare.layouts.load_any`; ``--observed-name OUTPUT=TENSOR``
-maps a tool's tensor name to a graph output), or a ``.npz`` file.  Claims that need more of the kernel than its outputs
+maps a tool's tensor name to a graph output), a ``.npz`` or a ``.npy`` file;
+for a graph with one output, a source holding one array is that output
+whatever its name (stderr says which it took).  Claims that need more of the kernel than its outputs
 are undecided (exit 2) with the reason "needs a model of the fused kernel".
-A violating case is saved with the real data under ``--out``.
+A violating case is saved with the real data under ``--out``.  Options that
+do not apply are refused (exit 2): the search's (``--trials``, ``--steps``,
+``--seed``, ``--executor``, ``--workers``, ``--progress``) with ``--inputs
+FILE``, and ``--contract`` for a claim that holds no contract bound;
+``--fusion`` / ``--kernels`` (for such claims) and ``--no-shrink`` with
+``--observed`` get a note on stderr (they do not change the verdict).
 
 Kernels: ``--kernels SPEC`` is the fused side's kernel spec (the code
 generator, default ``codegen``) and ``--library SPEC`` eager's library
@@ -39,6 +46,7 @@ takes them and a saved counterexample records them.
 from __future__ import annotations
 
 import json
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -97,10 +105,11 @@ def add_parser(sub) -> None:
                    inputs="normal,uniform,shifted_mean,heavy_tailed,near_overflow", inputs_multi=True,
                    inputs_files=True,
                    out="data/counterexamples", force="(a different counterexample file of the same name)")
-        cp.add_argument("--observed", default=None, metavar="DIR|FILE.npz",
+        cp.add_argument("--observed", default=None, metavar="DIR|FILE.npz|FILE.npy",
                         help="a real kernel's outputs on the --inputs FILE arrays, in place of numlab's fused "
                              "run: a directory of NAME.npy (one per graph output), a numlab, msprobe or msit "
-                             "dump, or a .npz file")
+                             "dump, a .npz or a .npy file (a graph with one output takes a single array "
+                             "whatever its name)")
         cp.add_argument("--observed-name", action="append", default=[], metavar="OUTPUT=TENSOR",
                         help="the tensor of --observed holding graph output OUTPUT, when the dump names it "
                              "otherwise (e.g. y=Functional.layer_norm.0.forward.output.0); repeatable")
@@ -223,31 +232,62 @@ def _executor(kind: str, workers: int):
 def _observed(value: str, names: dict, outputs=()):
     """``--observed``: a ``.npz`` file as its path (numlab.claims reads it),
     anything else through :func:`numlab.compare.layouts.load_any` (plain
-    ``.npy`` folders, numlab dumps, msprobe's and msit's layouts; files
-    checked, a missing or corrupt one is an error).  ``names``
+    ``.npy`` files and folders, numlab dumps, msprobe's and msit's layouts;
+    files checked, a missing or corrupt one is an error).  ``names``
     (``--observed-name OUTPUT=TENSOR``) picks each graph output's tensor
     by the name the dump gives it (a tool's dump names tensors its own way);
-    an output of ``outputs`` not named there is taken under its own name."""
+    an output of ``outputs`` not named there is taken under its own name.
+    A graph with one output takes a source holding one array whatever its
+    name (a line on stderr says which it took)."""
     p = Path(value)
     if not p.exists():
-        raise FileNotFoundError(f"--observed {value!r}: no such directory or file")
+        raise FileNotFoundError(f"--observed {value!r}: no such directory or file; give the kernel's outputs as a "
+                                ".npy or .npz file, a directory of NAME.npy or a numlab/msprobe/msit dump")
     src = p if p.is_file() and p.suffix == ".npz" else load_any(p, strict=True)
-    if not names:
-        return src
     if isinstance(src, Path):
         with np.load(src, allow_pickle=False) as z:
             have = {k: z[k] for k in z.files}
         get, avail = have.__getitem__, list(have)
     else:
         get, avail = src.array, list(src.names)
+    shown = f"{avail[:20]}{' ...' if len(avail) > 20 else ''}"
+    outputs = list(outputs)
+    if names:
+        _check_observed_names(names, value, avail, outputs)
+        mapped = {out: np.asarray(get(t)) for out, t in names.items()}
+        # the other graph outputs under their own names (a partial mapping is not an error)
+        mapped.update({o: np.asarray(get(o)) for o in outputs if o not in mapped and o in avail})
+        return mapped
+    missing = [o for o in outputs if o not in avail]
+    if len(outputs) == 1 and len(avail) == 1 and missing:
+        where = value if p.suffix == ".npy" else f"{value}[{avail[0]!r}]"
+        print(f"observed: {where} taken as output {outputs[0]!r} (the graph's only output)", file=sys.stderr)
+        return {outputs[0]: np.asarray(get(avail[0]))}
+    if missing and avail:
+        raise ValueError(f"--observed {value!r}: missing output(s) {missing}; it holds {shown} (the graph's "
+                         f"outputs: {outputs}); name the tensor of each with --observed-name OUTPUT=TENSOR, e.g. "
+                         f"--observed-name {missing[0]}={avail[0]}")
+    return src
+
+
+def _check_observed_names(names: dict, value: str, avail: list, outputs: list) -> None:
+    """``--observed-name OUTPUT=TENSOR`` against the graph's outputs and the
+    tensors of ``--observed``; a reversed pair (TENSOR=OUTPUT) is named as such."""
+    shown = f"{avail[:20]}{' ...' if len(avail) > 20 else ''}"
+    for out, t in names.items():
+        if out in outputs:
+            continue
+        if t in outputs:
+            raise ValueError(f"--observed-name {out}={t}: the syntax is OUTPUT=TENSOR (a graph output, then the "
+                             f"name of its tensor in --observed {value!r}), and {t!r} is the graph's output"
+                             + (f" while {out!r} is a tensor of --observed" if out in avail else "")
+                             + f"; did you mean --observed-name {t}={out}?")
+        raise ValueError(f"--observed-name {out}={t}: {out!r} is not an output of the graph (its outputs: {outputs}); "
+                         f"give OUTPUT=TENSOR, e.g. --observed-name {outputs[0]}={avail[0] if avail else 'TENSOR'}")
     missing = [t for t in names.values() if t not in avail]
     if missing:
-        raise ValueError(f"--observed-name: {missing} not in --observed {value!r}; it holds "
-                         f"{avail[:20]}{' ...' if len(avail) > 20 else ''}")
-    mapped = {out: np.asarray(get(t)) for out, t in names.items()}
-    # the other graph outputs under their own names (a partial mapping is not an error)
-    mapped.update({o: np.asarray(get(o)) for o in outputs if o not in mapped and o in avail})
-    return mapped
+        raise ValueError(f"--observed-name: tensor(s) {missing} not in --observed {value!r}; it holds {shown}; "
+                         "give OUTPUT=TENSOR with TENSOR one of those names")
 
 
 def _observed_names(items) -> dict:
@@ -262,6 +302,51 @@ def _observed_names(items) -> dict:
     return out
 
 
+BOUND_CLAIMS = ("bound_no_worse", "error_within_bound")
+"""The claims that hold outputs to a contract bound: the only ones ``--contract``
+applies to, and with ``--observed`` the only ones ``--fusion`` and ``--kernels``
+enter (through the contract of the fused plan)."""
+
+SEARCH_OPTIONS = {"--trials": "trials", "--steps": "steps", "--seed": "seed", "--executor": "executor",
+                  "--workers": "workers", "--progress": "progress"}
+"""Options of the search on drawn inputs (option -> attribute): refused with ``--inputs FILE``."""
+
+
+def _refuse_unused(args) -> None:
+    """Refuse the options given on the command line (``args.given_options``)
+    that do not apply to this mode of ``check CLAIM``, naming why and the fix."""
+    given = getattr(args, "given_options", frozenset())
+
+    def shown(opt):
+        v = getattr(args, SEARCH_OPTIONS.get(opt, opt.lstrip("-").replace("-", "_")), None)
+        if isinstance(v, bool) or v is None:
+            return opt
+        return f"{opt} {getattr(v, 'spec', v)}"
+
+    if args.contract is not None and args.claim not in BOUND_CLAIMS:
+        raise ValueError(f"--contract {args.contract} does not apply to {args.claim}: only {list(BOUND_CLAIMS)} hold "
+                         "outputs to a contract bound; drop --contract, or check error_within_bound")
+    if not isinstance(args.inputs, Path):
+        return
+    mode = f"--inputs {str(args.inputs)!r}" + ("" if args.observed is None else f" and --observed {args.observed!r}")
+    for opt in SEARCH_OPTIONS:
+        if opt in given:
+            raise ValueError(f"{shown(opt)} does not apply with {mode}: the claim is checked on exactly the arrays "
+                             "of the file, with no trials drawn and no search; drop "
+                             f"{opt} (or give --inputs KIND[,KIND...] without --observed to search drawn inputs)")
+    if args.observed is None:
+        return
+    for opt in ("--fusion", "--kernels"):  # a warning: the stated plan is recorded with the case
+        if opt in given and args.claim not in BOUND_CLAIMS:
+            print(f"numlab check: note: {shown(opt)} does not change the verdict of {args.claim} with --observed "
+                  f"{args.observed!r}: it configures numlab's fused run, which the observed outputs replace (eager "
+                  f"runs --library); it is recorded with the case, and enters only the contract bound of "
+                  f"{list(BOUND_CLAIMS)}", file=sys.stderr)
+    if "--no-shrink" in given:
+        print(f"numlab check: note: --no-shrink has no effect with --observed {args.observed!r}: a violating case "
+              "with observed outputs is saved as given, never shrunk", file=sys.stderr)
+
+
 def _run_given(args) -> int:
     """``check CLAIM`` on the arrays of ``--inputs FILE`` (and ``--observed``)."""
     if args.search != "random":
@@ -270,7 +355,8 @@ def _run_given(args) -> int:
     graph, inputs = graph_and_inputs(args)
     names = _observed_names(args.observed_name)
     if names and args.observed is None:
-        raise ValueError("--observed-name needs --observed DIR|FILE.npz")
+        raise ValueError(f"--observed-name {','.join(args.observed_name)} needs --observed DIR|FILE.npz|FILE.npy: "
+                         "give the kernel's outputs it names a tensor of")
     observed = None if args.observed is None else _observed(args.observed, names, graph.outputs)
     fusion = FusionOptions.parse(args.fusion)
     what = f"observed={args.observed}" if observed is not None else "fused=numlab's model"
@@ -285,10 +371,14 @@ def _run_given(args) -> int:
 def _run_claim(args) -> int:
     if args.model is None:
         raise ValueError("MODEL (or --graph MODULE:FUNCTION) is required; see `numlab check CLAIM --help`")
+    _refuse_unused(args)
     if isinstance(args.inputs, Path):
         return _run_given(args)
     if args.observed is not None or args.observed_name:
-        raise ValueError("--observed needs the inputs the kernel ran on: give --inputs FILE.npz|DIR")
+        what = (f"--observed {args.observed!r}" if args.observed is not None
+                else f"--observed-name {','.join(args.observed_name)}")
+        raise ValueError(f"--observed needs the inputs the kernel ran on ({what}), and --inputs {args.inputs!r} "
+                         "names input kinds (drawn inputs): give --inputs FILE.npz|DIR with the kernel's input arrays")
     if args.trials < 1:
         raise ValueError(f"--trials={args.trials} must be >= 1")
     kinds = tuple(k.strip() for k in args.inputs.split(",") if k.strip())

@@ -19,8 +19,10 @@ that apply to it)::
     --force               overwrite existing results
 
 ``MODEL`` (or ``--graph``) as ``module:function``: ``module`` is imported
-(it must be on ``sys.path``, e.g. via ``PYTHONPATH``) and ``function`` is
-one of (decided by :func:`load_graph`, in this order):
+from the current directory or ``sys.path`` (:func:`import_function`: the
+current directory comes first, as under ``python -m``; the ``numlab``
+console script would not have it) and ``function`` is one of (decided by
+:func:`load_graph`, in this order):
 
 * a PyTorch function or ``torch.nn.Module`` (its module uses ``torch``):
   traced by the bridge (:func:`numlab.torch.from_torch`) on the
@@ -53,7 +55,9 @@ lets a spec value that starts with ``--`` follow ``--fusion`` after a space.
 from __future__ import annotations
 
 import argparse
+import importlib
 import inspect
+import os
 import sys
 from pathlib import Path
 
@@ -70,7 +74,8 @@ from ..kernels import KernelSpec
 __all__ = ["SPEC_OPTIONS", "FUSION_HELP", "KERNELS_HELP", "GRAMMAR", "add_shared", "coerce", "join_spec_values",
            "resolve_model", "build_model", "model_inputs", "arg_type", "nonneg_int", "seed_type", "dtype_type",
            "models_type", "fusion_type", "fusion_list_type", "kernels_type", "size_type", "model_type",
-           "MODEL_HELP", "GRAPH_HELP", "load_graph", "graph_and_inputs", "is_torch_function"]
+           "MODEL_HELP", "GRAPH_HELP", "load_graph", "graph_and_inputs", "is_torch_function", "import_function",
+           "given_options"]
 
 SPEC_OPTIONS = ("--fusion", "--kernels", "--library")
 """Options whose value is a spec and may start with ``--`` (joined by
@@ -89,7 +94,8 @@ GRAPH_HELP = ("the same as MODEL, as an option: a zoo or claims model, or module
 
 GRAMMAR = """\
 MODEL              a zoo model, a claims model, or module:function: a function
-                   importable from sys.path -- a numpy/numlab-traceable or
+                   importable from the current directory or sys.path -- a
+                   numpy/numlab-traceable or
                    PyTorch function of the --inputs arrays (parameters = array
                    names), or a factory of the --size values returning a Graph
 --graph MODEL      the same as MODEL, as an option (give one of the two)
@@ -194,9 +200,82 @@ def _model(option: str):
             raise ValueError(f"{option} {value!r} is not known; valid models: {sorted(all_models())}, or "
                              "module:function (a function traced on the --inputs arrays, or a factory of "
                              "the --size values returning a Graph)")
-        zoo.model_factory(value, option)  # import it now: a bad module or function stops here
+        import_function(value, option)  # import it now: a bad module or function stops here
         return value
     return conv
+
+
+def import_function(spec: str, option: str = "--graph"):
+    """The function ``spec`` (``"module:function"``) names, found as under
+    ``python -m``: a module not on ``sys.path`` is looked for in the current
+    directory, which is then put first on ``sys.path`` (the ``numlab``
+    console script's ``sys.path`` lacks it, so ``--graph mymod:fn`` would
+    need ``PYTHONPATH=.``; worker processes inherit the entry).
+    ValueError naming ``option``, the value and the fix: where to put the
+    module, what its import raised, or which functions it defines."""
+    mod_name, sep, fn_name = spec.partition(":")
+    if not sep or not mod_name or not fn_name:
+        return zoo.model_factory(spec, option)  # its messages: a model name, or both parts needed
+    cwd = os.getcwd()
+    try:
+        mod = _import_from(mod_name, cwd)
+    except ImportError as exc:
+        if _not_found(exc, mod_name):
+            where = mod_name.replace(".", "/") + ".py"
+            raise ValueError(f"{option} {spec!r}: cannot import module {mod_name!r}: no {where} in the current "
+                             f"directory ({cwd}) or on sys.path; put {where} in the current directory or on PYTHONPATH "
+                             f"(e.g. PYTHONPATH=/dir/holding/it numlab ...)") from None
+        raise ValueError(f"{option} {spec!r}: importing module {mod_name!r} failed ({type(exc).__name__}: {exc}); "
+                         f"fix that import in {mod_name!r}" + (f" or install {exc.name!r}" if exc.name else "")
+                         ) from None
+    except Exception as exc:  # a user's module: a syntax error or any exception at import time
+        raise ValueError(f"{option} {spec!r}: importing module {mod_name!r} raised {type(exc).__name__}: {exc}; "
+                         "fix the module") from None
+    fn = getattr(mod, fn_name, None)
+    if not callable(fn):
+        defined = sorted(k for k, v in vars(mod).items() if not k.startswith("_") and callable(v)
+                         and getattr(v, "__module__", None) == mod.__name__)
+        raise ValueError(f"{option} {spec!r}: module {mod_name!r} ({getattr(mod, '__file__', '?')}) has no "
+                         f"function {fn_name!r}; it defines {defined}: give {option} {mod_name}:NAME")
+    return fn
+
+
+def _not_found(exc: ImportError, mod_name: str) -> bool:
+    """True when ``exc`` says ``mod_name`` itself (or a package above it) is missing."""
+    return exc.name is not None and (mod_name == exc.name or mod_name.startswith(exc.name + "."))
+
+
+def _import_from(mod_name: str, cwd: str):
+    """``import mod_name``; when it is not found and the current directory
+    ``cwd`` is not on ``sys.path``, put it first there and import again (as
+    ``python -m`` would have found it).  ``sys.path`` changes only then."""
+    try:
+        return importlib.import_module(mod_name)
+    except ImportError as exc:
+        if not _not_found(exc, mod_name) or "" in sys.path or cwd in sys.path:
+            raise
+    sys.path.insert(0, cwd)
+    importlib.invalidate_caches()
+    try:
+        return importlib.import_module(mod_name)
+    except BaseException:
+        if mod_name.partition(".")[0] not in sys.modules:  # not found there either: sys.path as it was
+            sys.path.remove(cwd)
+        raise
+
+
+def given_options(argv) -> frozenset:
+    """The ``--option`` spellings given on the command line ``argv`` (before
+    a bare ``--``; ``--opt=value`` counts as ``--opt``): a command refuses an
+    option given where it does not apply, which a default value would not
+    tell apart."""
+    out = set()
+    for tok in argv:
+        if tok == "--":
+            break
+        if tok.startswith("--"):
+            out.add(tok.partition("=")[0])
+    return frozenset(out)
 
 
 model_type = arg_type("MODEL", _model("MODEL"), "MODEL")
@@ -433,7 +512,7 @@ def load_graph(spec: str, *, sizes: dict | None = None, inputs=None, option: str
         arrays = read_arrays(inputs, option="--inputs")
     if spec in all_models():
         return build_model(spec, sizes, option)
-    fn = zoo.model_factory(spec, option)
+    fn = import_function(spec, option)
     if is_torch_function(fn):
         if arrays is None:
             raise ValueError(f"{option} {spec!r} is a PyTorch function: give its arrays with "
@@ -443,9 +522,9 @@ def load_graph(spec: str, *, sizes: dict | None = None, inputs=None, option: str
                              "shapes from --inputs)")
         return _torch_graph(fn, arrays, spec, option)
     try:
-        req, _opt, _var = function_inputs(fn)
+        req, opt, _var = function_inputs(fn)
     except (TypeError, ValueError):
-        req = []
+        req, opt = [], []
     if arrays is not None and req and all(k in arrays for k in req):
         if sizes:
             raise ValueError(f"--size {sizes}: not valid for {option} {spec!r} (a traced function takes its "
@@ -455,14 +534,28 @@ def load_graph(spec: str, *, sizes: dict | None = None, inputs=None, option: str
         g = build_model(spec, sizes, option)
     except (TypeError, ValueError) as exc:
         if req and not any(k in sizes for k in req):
-            have = "no --inputs file" if arrays is None else f"--inputs has {sorted(arrays)}"
+            if arrays is not None:  # a function of arrays, and the file names them otherwise
+                raise ValueError(_names_mismatch(spec, option, inputs, arrays, req, opt)) from None
             raise ValueError(f"{option} {spec!r}: cannot call it with the --size values {sizes} ({exc}); "
-                             f"to trace it, give --inputs FILE.npz|DIR with arrays named {req} ({have})") from None
+                             f"to trace it, give --inputs FILE.npz|DIR with arrays named {req} "
+                             "(no --inputs file given)") from None
         raise
     if not isinstance(g, Graph):
         raise ValueError(f"{option} {spec!r} returned a {type(g).__name__}, not a numlab Graph; a function "
                          f"to trace needs --inputs FILE.npz|DIR with arrays named {req}")
     return g
+
+
+def _names_mismatch(spec, option, source, arrays, req, opt) -> str:
+    """The message for ``--inputs`` arrays not named as ``spec``'s parameters."""
+    missing = [k for k in req if k not in arrays]
+    extra = [k for k in arrays if k not in req + list(opt)]
+    fix = (f"rename array {extra[0]!r} to {missing[0]!r}" if len(missing) == 1 and len(extra) == 1
+           else "name the arrays after the parameters")
+    return (f"--inputs {str(source)!r}: holds arrays {sorted(arrays)}, but {option} {spec!r} expects arrays "
+            f"named after its parameters {req + list(opt)} (required: {req}; missing: {missing}); {fix} "
+            + (f"(one NAME.npy per parameter: {', '.join(k + '.npy' for k in req)})" if Path(str(source)).is_dir()
+               else f"(e.g. np.savez({Path(str(source)).name!r}, {', '.join(f'{k}=...' for k in req)}))"))
 
 
 def graph_and_inputs(args) -> tuple[Graph, dict]:
@@ -506,6 +599,9 @@ def model_inputs(graph, args) -> dict:
     """The inputs ``--inputs`` names for ``graph``: drawn with
     ``--seed`` for a kind, read (and checked) from a file or directory."""
     if isinstance(args.inputs, Path):
+        if "--seed" in getattr(args, "given_options", ()):
+            raise ValueError(f"--seed {args.seed} does not apply with --inputs {str(args.inputs)!r}: the seed draws "
+                             "inputs of a kind, and the file gives them; drop --seed (or give --inputs KIND)")
         return load_inputs(args.inputs, graph, option="--inputs")
     return zoo.make_inputs(graph, kind=args.inputs, seed=args.seed)
 
