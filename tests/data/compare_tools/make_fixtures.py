@@ -1,7 +1,7 @@
 """Record the compare fixtures from the real tools (run by hand, not by the
 tests; the tests read what this wrote).
 
-    . /work/venv/bin/activate && PYTHONPATH=$PWD python tests/data/compare_tools/make_fixtures.py \
+    . /work/venv/bin/activate && PYTHONPATH=$PWD/src python tests/data/compare_tools/make_fixtures.py \
         --msprobe83 /tmp/msp83/bin/msprobe --msprobe26 /tmp/msp26/bin/msprobe --msit /tmp/msit/bin/msit
 
 with three venvs made as docs/compare.md says (msit pins numpy<2).  It writes
