@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from numlab import formats as F
-from numlab.formats import BF16, FP8_E4M3, FP8_E5M2, FP16, TF32
 from numlab import rounding as RD
+from numlab.formats import BF16, FP8_E4M3, FP8_E5M2, FP16, TF32
 from numlab.rounding import _consts, _round_bits, round_to
 
 numba = pytest.importorskip("numba", reason="the compiled path needs numba (a default dependency; absent where no wheel exists)")

@@ -5,8 +5,8 @@ headless (ipywidgets objects exist without a browser)."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import importlib
+import os
 import subprocess
 import sys
 from pathlib import Path

@@ -258,3 +258,17 @@ def test_torch_results():
     e = Explanation("fn", "fp32", (32, 256), te, te, p.outputs[0], p.outputs[0], f64, 0.0, 1.0, 1.0, 0.0, 0.0,
                     sources={"order": {"explains": 0.0, "needed": 0.0}}, errors={"eager": (1e-7, 1.0)})
     assert_compact(e, "fn", "fp32[32, 256]", "float32[32, 256]", e.verdict())
+
+
+def test_calibration_repr_counts_rows_per_capability_not_the_rows():
+    from numlab.torch.calibrate import Calibration
+
+    def make(n):
+        row = {"case": "sum", "dtype": "fp16", "eager": 1.0, "values": list(range(8))}
+        return Calibration(("native", "avx2"), {"native": {"rows": [row] * n, "orders": []},
+                                                "avx2": {"rows": [row] * 3, "orders": [{"n": 100}]}},
+                           "numlab calibrate --quick")
+
+    r = assert_compact(make(500), "Calibration", "native", "500 rows", "numlab calibrate --quick")
+    assert "'case'" not in r
+    assert_does_not_grow(make, 50, 500)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import inspect
 import os
 import platform
@@ -26,6 +27,8 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from .. import accel as _accel
+
 TARGETS: dict[str, str] = {
     "rounding": ("round_to on 10^7 values (in-range, mixed, random bits, float64 -> bf16), every mode, vs a "
                  "float32 copy / ml_dtypes' cast, with peak memory; gfloat and pychop side by side when installed"),
@@ -34,8 +37,8 @@ TARGETS: dict[str, str] = {
     "layernorm": "eager and every fusion preset's layernorm (4096x4096 fp16) vs a numpy float32 layernorm",
     "claims": "1000 layernorm trials (64x1024 fp16) in eager, fused and reference",
     "faithfulness": "numlab's predictions vs real torch eager and torch.compile (needs torch)",
-    "mma": "the matrix-unit model (A100/H100 presets) 1024^3 fp16 vs numpy float64 matmul (issue #15)",
-    "scaled": "MX/NV/DeepSeek block-scaled quantise+dequantise 4096x4096 vs ml_dtypes' plain cast (issue #16)",
+    "mma": "the matrix-unit model (A100/H100 presets) 1024^3 fp16 vs numpy float64 matmul",
+    "scaled": "MX/NV/DeepSeek block-scaled quantise+dequantise 4096x4096 vs ml_dtypes' plain cast",
     "bounds": ("contract_bound vs a fused run of the same graph (target <= 3x), and the tightness "
                "max bound / max observed error of sampled contract implementations for every zoo model"),
     "bugs": ("which claim catches which bug: every contract-breaking kernel of numlab.testing.kernels "
@@ -69,11 +72,10 @@ def machine_header() -> str:
     """One paragraph naming the machine a bench ran on."""
     model, flags = _cpu_info()
     load = " ".join(f"{v:.2f}" for v in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
-    try:
-        import numba  # a default dependency where wheels exist; absent elsewhere
-        accel = f"numba {numba.__version__}" + (" (disabled: NUMLAB_ACCEL=0)"
-                                                if os.environ.get("NUMLAB_ACCEL") == "0" else "")
-    except ImportError:
+    try:  # the installed version, without importing numba (NUMLAB_ACCEL=0 never imports it)
+        accel = f"numba {importlib.metadata.version('numba')}" + ("" if _accel.enabled()
+                                                                   else " (disabled: NUMLAB_ACCEL=0)")
+    except importlib.metadata.PackageNotFoundError:
         accel = "numba not installed (numpy kernels only)"
     blas = os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or "default"
     return "\n".join([

@@ -22,7 +22,7 @@ float64 (target: within 3x).  A further line shows the floor set by the design
 rule "one BLAS call per K tile": the float64 BLAS calls alone, one per K tile,
 into one reused output buffer.
 
-Matrix units (issue #15): the rows of ``numlab bench mma`` (the A100 and H100
+Matrix units: the rows of ``numlab bench mma`` (the A100 and H100
 fp16 presets, fma_size 8 and 16, at the matmul's size) against the same
 float64 matmul, target within 10x.
 
@@ -57,7 +57,7 @@ from .mma import time_mma
 
 REDUCE_TARGET = 2.0  # row sums <= 2x numpy's np.sum(x, -1, dtype=float32)
 PEAK_TARGET = 2.0
-MATMUL_TARGET = 3.0  # issue "near the memory floor": block-FMA 1024^3 <= 3x numpy float64 matmul
+MATMUL_TARGET = 3.0  # block-FMA 1024^3 <= 3x numpy float64 matmul
 ORDERS = ("sequential", "pairwise", "blocked(512)", "lanes(16)", "kahan")
 
 
@@ -167,7 +167,7 @@ def main(quick: bool = False) -> str:
                  f"vs np.matmul float64 [{ok}]")
     lines.append(f"{'(floor)':8} {t_tiles:10.4f} {t_np64:10.4f} {t_tiles / t_np64:7.2f} {'':>7}  "
                  f"float64 BLAS alone, one call per 128-wide K tile into one buffer (no rounding/certification)")
-    # issue #15 asks `bench kernels` for the matrix-unit model too: the rows of `bench mma`
+    # the matrix-unit model too: the rows of `bench mma`
     for row in time_mma(m, repeat=3):
         ok = "ok" if row["met"] == "yes" else "MISSED"
         measures.append(Measure(f"matrix-unit model {m}³ fp16, {row['unit']}, vs `np.matmul` float64",

@@ -8,7 +8,7 @@ magnitude, as activations do), seeded.  Every timing is the best of
 ``repeat`` runs after a warm-up, the scaled path and its baseline timed
 alternately so both see the same machine load.
 
-Target (issue #16, "Performance, as a benchmark"): MXFP8, MXFP4 and NVFP4
+Target: MXFP8, MXFP4 and NVFP4
 within 3x of the baseline.
 """
 

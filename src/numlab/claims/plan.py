@@ -5,7 +5,6 @@ judged under several fusion configurations."""
 from __future__ import annotations
 
 import csv
-import json
 import math
 import os
 import platform
@@ -13,6 +12,7 @@ import platform
 import numpy as np
 
 from .. import __version__, bounds, metrics
+from .. import _json as strict_json
 from ..formats import get_format
 from ..fusion import KINDS, FusionOptions
 from ..kernels import scalar_mul
@@ -293,7 +293,6 @@ def _write_plan(out: str, res: dict, options: dict) -> None:
             "options": options, "fusions": res["fusions"],
             "versions": {"numlab": __version__, "numpy": np.__version__, "python": platform.python_version()}}
     with open(os.path.join(out, "plan.json"), "w") as fh:
-        json.dump(meta, fh, indent=1)
-        fh.write("\n")
+        fh.write(strict_json.dumps(meta, default=str, indent=1) + "\n")
     with open(os.path.join(out, "plan.txt"), "w") as fh:
         fh.write(res["table"] + "\n")

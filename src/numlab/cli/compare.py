@@ -193,7 +193,7 @@ def command_options(args) -> dict:
     """The options ``numlab compare`` ran with, by destination name, for the
     report's JSON sidecar (formats by name, paths as text)."""
     return {k: v.name if isinstance(v, Format) else (str(v) if isinstance(v, Path) else v)
-            for k, v in sorted(vars(args).items()) if k != "func"}
+            for k, v in sorted(vars(args).items()) if k not in ("func", "given_options")}
 
 
 def exit_status(report, *, allow_failures: bool = False) -> int:

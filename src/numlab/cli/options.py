@@ -246,22 +246,23 @@ def _not_found(exc: ImportError, mod_name: str) -> bool:
 
 
 def _import_from(mod_name: str, cwd: str):
-    """``import mod_name``; when it is not found and the current directory
-    ``cwd`` is not on ``sys.path``, put it first there and import again (as
-    ``python -m`` would have found it).  ``sys.path`` changes only then."""
-    try:
+    """``import mod_name`` with the current directory ``cwd`` first on ``sys.path``,
+    as under ``python -m`` (a user's ``./kernels.py`` wins over an installed module
+    of that name).  ``cwd`` stays there only when the module was found in it."""
+    if "" in sys.path or cwd in sys.path:
         return importlib.import_module(mod_name)
-    except ImportError as exc:
-        if not _not_found(exc, mod_name) or "" in sys.path or cwd in sys.path:
-            raise
     sys.path.insert(0, cwd)
     importlib.invalidate_caches()
     try:
-        return importlib.import_module(mod_name)
+        mod = importlib.import_module(mod_name)
     except BaseException:
         if mod_name.partition(".")[0] not in sys.modules:  # not found there either: sys.path as it was
             sys.path.remove(cwd)
         raise
+    origin = getattr(mod, "__file__", None) or ""
+    if not str(Path(origin).resolve()).startswith(str(Path(cwd).resolve()) + os.sep):
+        sys.path.remove(cwd)  # found elsewhere (an installed module): sys.path as it was
+    return mod
 
 
 def given_options(argv) -> frozenset:

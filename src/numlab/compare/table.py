@@ -7,7 +7,6 @@ import dataclasses
 import html
 import io
 import json
-import math
 import os
 import platform
 import time
@@ -17,6 +16,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import __version__
+from .. import _json as strict_json
 from .._repr import Compact, facts_html
 from .columns import COLUMNS, Thresholds
 from .dump import atomic_write_bytes
@@ -164,7 +164,7 @@ class CompareReport(Compact):
                "options": dict(options or {}),
                "versions": {"numlab": __version__, "numpy": np.__version__, "ml_dtypes": ml_dtypes.__version__,
                             "python": platform.python_version()}}
-        return _plain_json(doc)
+        return strict_json.plain(doc, default=str)
 
     def to_csv(self, path: str | os.PathLike, *, force: bool = False, options: dict | None = None) -> Path:
         """Write the report as CSV (atomically), header row first, and its
@@ -298,22 +298,6 @@ def format_number(v, digits: int = 3) -> str:
         return f"{f:.{digits}f}"
     return f"{f:.{digits}g}"
 
-
-def _plain_json(o):
-    """``o`` with numpy scalars as Python numbers, tuples as lists, non-finite
-    floats as ``"nan"``/``"inf"``/``"-inf"`` and anything else unknown as
-    its ``str``: strict JSON."""
-    if isinstance(o, dict):
-        return {str(k): _plain_json(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_plain_json(v) for v in o]
-    if isinstance(o, np.generic):
-        o = o.item()
-    if isinstance(o, float):
-        return o if math.isfinite(o) else ("nan" if math.isnan(o) else ("inf" if o > 0 else "-inf"))
-    if o is None or isinstance(o, (bool, int, str)):
-        return o
-    return str(o)
 
 
 def _cell(v):

@@ -71,7 +71,7 @@ class NoEffectWarning(UserWarning):
     bits are those of the run without it).
 
     Attributes: ``arg`` (the argument: ``"kernels"``, ``"library"``,
-    ``"align"``, ``"fusion"``, ``"keep_internals"``), ``fields`` (the spec
+    ``"align"``, ``"keep_internals"``), ``fields`` (the spec
     fields named, empty for the whole argument), ``value`` (the
     ``key=value`` items, or the argument's value as written), ``applies``
     (the argument that does apply, or None) and ``cli`` (the same message

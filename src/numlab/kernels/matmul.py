@@ -64,6 +64,7 @@ import math
 import numpy as np
 
 from ..formats import FP32, FP64, Format, get_format
+from . import _accel
 from ._common import (
     Arith,
     _two_sum,
@@ -74,7 +75,6 @@ from ._common import (
     round_to,
     to_container,
 )
-from . import _accel
 from .reduce import _as_order, gamma
 
 # products of at least this many entries use the compiled post-BLAS pass when numba

@@ -41,6 +41,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__
+from .. import _json as strict_json
+from .._repr import Compact, brief
 from ..kernels.reveal import check as check_order
 from ..kernels.tree_order import Tree
 from .bridge import from_torch
@@ -424,14 +426,21 @@ def run_capability(cap: str, *, cases=SUITE, dtypes=("fp32", "bf16", "fp16"), qu
     return res
 
 
-@dataclass
-class Calibration:
+@dataclass(repr=False)
+class Calibration(Compact):
     """The result of :func:`calibrate`: one :func:`measure` dict per capability."""
 
     capabilities: tuple
     results: dict
     command: str = ""
     settings: dict = field(default_factory=dict)
+
+    def _repr_facts(self):
+        rows = [(c, f"{len(self.results[c].get('rows', []))} rows, {len(self.results[c].get('orders', []))} orders"
+                 if isinstance(self.results.get(c), dict) else brief(self.results.get(c)))
+                for c in self.capabilities[:12]]
+        rows.append(("command", self.command or None))
+        return f"Calibration: {len(self.capabilities)} capabilities, {len(self.rows)} rows", rows
 
     @property
     def rows(self) -> list[dict]:
@@ -446,7 +455,7 @@ class Calibration:
         """A calibration back from the ``results.json`` :func:`write_report` wrote (a file
         or its folder), e.g. to print its tables again."""
         path = Path(path)
-        data = json.loads((path / "results.json" if path.is_dir() else path).read_text())
+        data = strict_json.revive(json.loads((path / "results.json" if path.is_dir() else path).read_text()))
         return cls(tuple(data["capabilities"]), data["results"], data.get("command", ""),
                    data.get("settings", {}))
 
@@ -644,7 +653,7 @@ def write_report(cal: Calibration, outdir) -> list[Path]:
         side = {"file": name, "columns": list(cols), "row_count": len(rows), **run}
         if name == "results.csv":
             side["results"] = cal.results
-        (outdir / name).with_suffix(".json").write_text(json.dumps(side, indent=1, default=str))
+        (outdir / name).with_suffix(".json").write_text(strict_json.dumps(side, default=str, indent=1))
         files.append((outdir / name).with_suffix(".json"))
     (outdir / "report.md").write_text(_markdown(cal))
     files.append(outdir / "report.md")
