@@ -258,12 +258,6 @@ def _write_csv(path: Path, keys, rows) -> Path:
     return path
 
 
-def _header(path: Path) -> list[str]:
-    """The header row of a CSV just written."""
-    with open(path, newline="") as fh:
-        return next(csv.reader(fh))
-
-
 _ROW_KEYS = ["model", "fmt", "mode", "abs_max", "abs_p99", "abs_mean", "rel_max", "rel_p99", "ulp_max",
              "ulp_p99", "ulp0", "ulp1", "ulp_ge2", "bitwise_eq_eager", "nonfinite", "verdict", "fingerprint"]
 
@@ -275,27 +269,24 @@ def _write_tables(outdir: Path, res: dict) -> list[Path]:
     chain_rows = [{"fmt": dt, "mode": m, "n": n, "max_rel_error": e, "bound": bb}
                   for dt, (errs, b) in res["chain"].items() for m in ("eager", "fused")
                   for n, e, bb in zip(cfg.chain_ns, errs[m], b[m], strict=False)]
-    files = [
-        _write_csv(outdir / "results.csv", _ROW_KEYS, res["rows"]),
-        _write_csv(outdir / "verdicts.csv", ["fusion", "kind", "more", "less", "same", "equal", "nonfinite",
-                                             "less_in"], res["verdicts"]),
-        _write_csv(outdir / "sources.csv", ["case", "fmt", "kind", "fusion", *SOURCE_COLUMNS, "n", "why"],
-                   res["sources"]),
-        _write_csv(outdir / "chains.csv", ["fmt", "mode", "n", "max_rel_error", "bound"], chain_rows),
-        _write_csv(outdir / "scaled_claims.csv", ["claim", "fmt", "verdict", "violations", "undecided", "trials",
-                                                  "worst_margin", "margin_unit", "worst_trial", "worst_kind",
-                                                  "why"], res["scaled_claims"]),
+    tables = [
+        ("results.csv", _ROW_KEYS, res["rows"]),
+        ("verdicts.csv", ["fusion", "kind", "more", "less", "same", "equal", "nonfinite", "less_in"],
+         res["verdicts"]),
+        ("sources.csv", ["case", "fmt", "kind", "fusion", *SOURCE_COLUMNS, "n", "why"], res["sources"]),
+        ("chains.csv", ["fmt", "mode", "n", "max_rel_error", "bound"], chain_rows),
+        ("scaled_claims.csv", ["claim", "fmt", "verdict", "violations", "undecided", "trials", "worst_margin",
+                               "margin_unit", "worst_trial", "worst_kind", "why"], res["scaled_claims"]),
     ]
+    files = [_write_csv(outdir / name, keys, rows) for name, keys, rows in tables]
     meta = {"numlab": __version__, "fusion": res["fusion"], "kind": res["kind"], "seed": res["seed"],
             "models": list(cfg.models), "fmts": list(cfg.fmts), "trials": cfg.trials,
             "chain": {dt: {"n": list(cfg.chain_ns), "errors": e, "bounds": b} for dt, (e, b) in res["chain"].items()},
             "sources": res["sources"], "verdicts": res["verdicts"], "scaled_claims": res["scaled_claims"],
             "verdict": res["verdict"]}
-    tables = {f.name: {"columns": _header(f), "row_count": n}
-              for f, n in zip(files, (len(res["rows"]), len(res["verdicts"]), len(res["sources"]), len(chain_rows),
-                                      len(res["scaled_claims"])), strict=True)}
+    described = {name: {"columns": list(keys), "row_count": len(rows)} for name, keys, rows in tables}
     (outdir / "results.json").write_text(strict_json.dumps(
-        {"file": "results.csv", "columns": _ROW_KEYS, "row_count": len(res["rows"]), "tables": tables,
+        {"file": "results.csv", "columns": _ROW_KEYS, "row_count": len(res["rows"]), "tables": described,
          "meta": meta, "rows": [dict(r) for r in res["rows"]]}, indent=1, default=str))
     return [*files, outdir / "results.json"]
 
