@@ -207,10 +207,10 @@ def _model(option: str):
 
 def import_function(spec: str, option: str = "--graph"):
     """The function ``spec`` (``"module:function"``) names, found as under
-    ``python -m``: a module not on ``sys.path`` is looked for in the current
-    directory, which is then put first on ``sys.path`` (the ``numlab``
+    ``python -m``: the current directory first on ``sys.path`` (the ``numlab``
     console script's ``sys.path`` lacks it, so ``--graph mymod:fn`` would
-    need ``PYTHONPATH=.``; worker processes inherit the entry).
+    need ``PYTHONPATH=.``); it stays there when the module was found in it
+    (worker processes inherit the entry) and is taken out otherwise.
     ValueError naming ``option``, the value and the fix: where to put the
     module, what its import raised, or which functions it defines."""
     mod_name, sep, fn_name = spec.partition(":")
