@@ -203,7 +203,7 @@ def _run(args) -> int:
             raise FileNotFoundError(f"--readme {readme!r} does not exist")
         if not getattr(args, "force", False):
             raise FileExistsError(f"--readme {readme!r}: rewriting its performance table needs --force")
-        replace_summary(open(readme).read(), "", readme)  # the markers are there: fail before the run
+        replace_summary(Path(readme).read_text(), "", readme)  # the markers are there: fail before the run
     head = machine_header()
     print(head)
     sections = []
@@ -223,7 +223,7 @@ def _run(args) -> int:
             fh.write(to_markdown(head, sections, sys.argv[1:]))
         print(f"wrote {md}")
     if readme:
-        text = open(readme).read()
+        text = Path(readme).read_text()
         with open(readme, "w") as fh:
             fh.write(replace_summary(text, summary_markdown(head, sections, sys.argv[1:]), readme))
         print(f"rewrote the performance table of {readme}")
