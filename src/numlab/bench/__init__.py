@@ -23,6 +23,7 @@ import platform
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
