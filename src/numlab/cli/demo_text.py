@@ -287,8 +287,8 @@ def full_lines(res, W: int, plain: bool, table: str) -> list[str]:
 def files_line(res, verbose: bool = False) -> str:
     """Where the full tables are."""
     d = res["dir"]
-    csvs = ", ".join(p.name for p in res["files"] if p.suffix == ".csv")
-    return (f"full tables: {d / 'report.html'} and {csvs}, results.json there; "
+    n_csv = sum(p.suffix == ".csv" for p in res["files"])
+    return (f"full tables: report.html, {n_csv} CSV files and results.json in {d}; "
             + ("printed above (--verbose)" if verbose else "--verbose prints them"))
 
 
