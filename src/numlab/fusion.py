@@ -27,9 +27,11 @@ Rules of the planner (:func:`plan`)
 2. Nodes are visited in topological order.  A node whose kind is enabled joins
    the block of one of its producers whose kind set is fusible (only along
    producer -> consumer edges), and blocks of several fusible producers are
-   merged, *only if the block graph stays acyclic* (checked on the quotient
-   graph after every tentative move, reverting a move that would create a
-   cycle).  A node whose kind is not enabled is a singleton block.
+   merged, *only if the block graph stays acyclic* (a move that would create
+   a cycle is not made; the check searches only the blocks placed between
+   the move's two ends in a topological order of the block graph kept up to
+   date, so chains and stacks of layers are planned in linear time).  A node
+   whose kind is not enabled is a singleton block.
 3. Each block gets a live-buffer count: the largest number of tensors held at
    once in the on-chip buffer when the members run in topological order (the
    block's inputs still to be read, members' values still to be used or still
@@ -705,48 +707,190 @@ def _block_graph(nodes, assign: dict) -> tuple[dict, dict]:
     return succ, indeg
 
 
-def _acyclic(nodes, assign: dict) -> bool:
-    """Whether the quotient graph of ``assign`` (node -> block id) is acyclic."""
-    succ, indeg = _block_graph(nodes, assign)
-    stack = [b for b, d in indeg.items() if d == 0]
-    seen = 0
-    while stack:
-        b = stack.pop()
-        seen += 1
-        for c in succ[b]:
-            indeg[c] -= 1
-            if indeg[c] == 0:
-                stack.append(c)
-    return seen == len(indeg)
+class _BlockGraph:
+    """The block graph of the nodes assigned so far, kept acyclic as nodes join
+    blocks and blocks merge (module docstring, rule 2).
+
+    Blocks are union-find sets of block ids (:meth:`find` gives a block's
+    current id); ``succ``/``pred`` hold the edges between current ids and
+    ``pos`` a topological order of them, maintained as Pearce and Kelly's
+    dynamic topological order is.  A move is checked only on the blocks whose
+    position lies between the two blocks a new edge (or a merge) would
+    connect, by a search forward from one end and one backward from the
+    other advanced an edge at a time in turn (:meth:`_path`); a move whose
+    new edges agree with the order needs no search at all.  The answer is
+    exactly whether the block graph after the move is acyclic.  ``steps``
+    counts the edges the searches examine."""
+
+    def __init__(self):
+        self.parent: dict = {}
+        self.succ: dict = {}
+        self.pred: dict = {}
+        self.pos: dict = {}
+        self.steps = 0
+        self._next = 0
+
+    def find(self, b):
+        """The current id of the block that holds block id ``b``."""
+        root = b
+        while self.parent[root] != root:
+            root = self.parent[root]
+        while self.parent[b] != root:
+            self.parent[b], b = root, self.parent[b]
+        return root
+
+    def new_block(self, b, producers) -> None:
+        """Add block ``b`` (one node, reading the blocks ``producers``), last in the order."""
+        self.parent[b] = b
+        self.succ[b], self.pred[b] = set(), set()
+        self.pos[b] = self._next
+        self._next += 1
+        self._link(producers, b)
+
+    def _link(self, producers, b) -> None:
+        for q in producers:
+            self.succ[q].add(b)
+            self.pred[b].add(q)
+
+    def _path(self, sources: set, targets: set, lo: int, hi: int) -> bool:
+        """Whether a path leads from a block of ``sources`` to a block of
+        ``targets`` through blocks whose positions lie in ``[lo, hi]`` (blocks
+        outside are ignored, ends included).  The search forward from the
+        sources and the one backward from the targets take one edge each in
+        turn, so the cost is at most twice that of the cheaper one."""
+        ends = (targets, sources)  # what each side is looking for
+        edges = (self.succ, self.pred)
+        seen: tuple = (set(), set())
+        stacks = ([iter(sources)], [iter(targets)])
+        side = 0
+        while stacks[0] and stacks[1]:
+            self.steps += 1
+            stack = stacks[side]
+            x = next(stack[-1], None)
+            if x is None:
+                stack.pop()
+            elif x not in seen[side] and lo <= self.pos[x] <= hi:
+                if x in ends[side] or x in seen[1 - side]:
+                    return True
+                seen[side].add(x)
+                stack.append(iter(edges[side][x]))
+            side = 1 - side
+        return False
+
+    def _reach(self, starts, edges: dict, lo: int, hi: int) -> set:
+        """The blocks reachable from ``starts`` (included) along ``edges``
+        (``succ`` or ``pred``) through blocks whose position is in ``[lo, hi]``."""
+        seen: set = set()
+        stack = list(starts)
+        while stack:
+            b = stack.pop()
+            if b in seen or not lo <= self.pos[b] <= hi:
+                continue
+            seen.add(b)
+            self.steps += len(edges[b])
+            stack.extend(edges[b])
+        return seen
+
+    def _place(self, blocks: list, slots: list) -> None:
+        """Give ``blocks`` (in this order) the positions ``slots`` (sorted)."""
+        for b, s in zip(blocks, slots):
+            self.pos[b] = s
+
+    def _by_pos(self, blocks) -> list:
+        return sorted(blocks, key=self.pos.__getitem__)
+
+    def join(self, b, producers) -> bool:
+        """Whether a new node reading the blocks ``producers`` (``b`` not among
+        them) may join block ``b`` with the block graph staying acyclic: no
+        producer block is reachable from ``b``.  If so the node's edges are
+        added; else nothing changes.
+
+        Only the producers placed after ``b`` can be reachable from it.  When
+        the node joins, the blocks between that reach them (``before``) are
+        moved ahead of those that ``b`` reaches (``after``, ``b`` included),
+        in the positions the two sets held."""
+        late = {q for q in producers if self.pos[q] > self.pos[b]}
+        if late:
+            lo, hi = self.pos[b], max(self.pos[q] for q in late)
+            if self._path({b}, late, lo, hi):
+                return False
+            after = self._reach([b], self.succ, lo, hi)
+            before = self._reach(late, self.pred, lo, hi)
+            blocks = self._by_pos(before) + self._by_pos(after)
+            self._place(blocks, sorted(self.pos[x] for x in blocks))
+        self._link(producers, b)
+        return True
+
+    def merge(self, t, c):
+        """Merge blocks ``t`` and ``c`` when no path of two or more edges joins
+        them (the merged block graph is then acyclic); returns the merged
+        block's id, or None (nothing changes).
+
+        With ``lo`` placed before ``hi``, such a path runs from a successor
+        of ``lo`` to a predecessor of ``hi`` through the blocks placed between
+        them.  The merged block takes a position after the blocks between
+        that reach ``hi`` and before those that ``lo`` reaches."""
+        lo, hi = self._by_pos((t, c))
+        a, z = self.pos[lo], self.pos[hi]
+        if self._path(self.succ[lo], self.pred[hi], a + 1, z - 1):
+            return None
+        after = self._reach(self.succ[lo], self.succ, a + 1, z - 1)
+        before = self._reach(self.pred[hi], self.pred, a + 1, z - 1)
+        slots = sorted([a, z] + [self.pos[x] for x in before | after])
+        root = self._union(lo, hi)
+        self._place(self._by_pos(before) + [root] + self._by_pos(after), slots)
+        return root
+
+    def _union(self, a, b):
+        """Contract blocks ``a`` and ``b`` (the smaller edge sets move)."""
+        if len(self.succ[a]) + len(self.pred[a]) < len(self.succ[b]) + len(self.pred[b]):
+            a, b = b, a
+        self.parent[b] = a
+        for s in self.succ.pop(b):
+            self.pred[s].discard(b)
+            if s != a:
+                self.pred[s].add(a)
+                self.succ[a].add(s)
+        for p in self.pred.pop(b):
+            self.succ[p].discard(b)
+            if p != a:
+                self.succ[p].add(a)
+                self.pred[a].add(p)
+        del self.pos[b]
+        return a
 
 
 def live_buffers(graph, members, outputs) -> int:
-    """Live-buffer count of a block (module docstring, rule 3)."""
+    """Live-buffer count of a block (module docstring, rule 3).
+
+    At step ``i`` (member ``i`` being computed) the live tensors are: the
+    value being computed; each block input until its last use (steps
+    ``0 .. last use``); each earlier member until its last use inside the
+    block (steps ``pos + 1 .. last use``), or to the end when it is an output
+    (steps ``pos + 1 ..``).  The count is the largest over the steps, summed
+    from the intervals' ends."""
     mem = list(members)
     pos = {m: i for i, m in enumerate(mem)}
     outs = set(outputs)
     last_use: dict = {}
     for i, m in enumerate(mem):
         for p in graph.node(m).inputs:
-            last_use[p] = max(last_use.get(p, -1), i)
-    best = 0
-    for i, _m in enumerate(mem):
-        live = 1  # the value being computed
-        for v, lu in last_use.items():
-            if lu < i:
-                continue
-            if v in pos:
-                if pos[v] < i:
-                    live += 1
-            else:
-                live += 1  # block input still to be read
-        # outputs produced earlier and not otherwise counted stay until copied out
-        for v in outs:
-            if v in pos and pos[v] < i and last_use.get(v, -1) < i:
-                live += 1
-        best = max(best, live)
+            last_use[p] = i
+    delta = [0] * (len(mem) + 1)  # delta[i]: change of the count at step i
+    for v, lu in last_use.items():
+        start = pos[v] + 1 if v in pos else 0
+        end = len(mem) - 1 if v in outs and v in pos else lu
+        if start <= end:
+            delta[start] += 1
+            delta[end + 1] -= 1
+    for v in outs - last_use.keys():
+        if v in pos and pos[v] + 1 < len(mem):
+            delta[pos[v] + 1] += 1
+    best = live = 0
+    for d in delta[:len(mem)]:
+        live += d
+        best = max(best, live + 1)
     return best
-
 
 def _tile(hardware, nbuf: int, elem_bytes: int = 4) -> int:
     return int(kernels.tile_elements(hardware, nbuf, elem_bytes))
@@ -774,10 +918,6 @@ def plan(graph, options: FusionOptions | None = None, hardware=None, fmt=None, *
          codegen=None, library=None) -> Plan:
     """Group the nodes of ``graph`` into blocks.
 
-    Longer than 100 lines because the rules of the module docstring share
-    one block assignment and are applied in one pass, in order (the
-    docstring is a third of it).
-
     Parameters
     ----------
     graph : numlab.graph.Graph
@@ -802,7 +942,8 @@ def plan(graph, options: FusionOptions | None = None, hardware=None, fmt=None, *
     Returns
     -------
     Plan
-        See the module docstring for the rules.
+        See the module docstring for the rules: :func:`_assign_blocks`
+        (rule 2), :func:`_block_order`, then :func:`_make_blocks` (rules 3, 4).
     """
     if options is None:
         options = FusionOptions()
@@ -818,46 +959,59 @@ def plan(graph, options: FusionOptions | None = None, hardware=None, fmt=None, *
     decomposed: dict = {}
     if options.decompose:
         graph, decomposed = _decompose(graph)
-
     nodes = list(graph.nodes)
     kinds = {n.name: op_kind(n.op) for n in nodes}
-    assign: dict = {}
-    fusible_block: dict = {}
-    next_id = 0
-    for n in nodes:
-        k = kinds[n.name]
-        if not options.fuses(k):
-            assign[n.name] = next_id
-            fusible_block[next_id] = False
-            next_id += 1
-            continue
-        cands = []
-        for p in n.inputs:
-            b = assign.get(p)
-            if b is not None and fusible_block.get(b) and b not in cands:
-                cands.append(b)
+    assign = _assign_blocks(nodes, kinds, options)
+    order = _block_order(nodes, assign)
+    eb = _elem_bytes(fmt)
+    blocks = _make_blocks(graph, order, kinds, options, hardware, eb, codegen, library)
+    index = {m: i for i, b in enumerate(blocks) for m in b.members}
+    op_tiles = {n.name: _op_tile(n, hardware, eb, library)[1] for n in nodes}
+    return Plan(graph=graph, source=source, options=options, hardware=hardware, blocks=blocks,
+                decomposed=decomposed, _index=index, _op_tiles=op_tiles)
+
+
+def _assign_blocks(nodes, kinds: dict, options: FusionOptions) -> dict:
+    """Which block each node joins (module docstring, rule 2): node -> block id.
+
+    Nodes are visited in topological order.  A node whose kind ``options``
+    does not fuse is a singleton block.  A fusible node joins the first block
+    of a producer (in the order of its inputs) whose block is fusible and
+    where joining keeps the block graph acyclic, or else starts a fusible
+    block of its own; having joined, the other fusible producer blocks are
+    merged into its block one by one, each merge kept only when the block
+    graph stays acyclic."""
+    bg = _BlockGraph()
+    block_of: dict = {}  # node -> the block id it was first given (bg.find: its block now)
+    fusible: dict = {}
+    for i, n in enumerate(nodes):
+        producers = list(dict.fromkeys(bg.find(block_of[p]) for p in n.inputs if p in block_of))
+        cands = [b for b in producers if fusible[b]] if options.fuses(kinds[n.name]) else None
         target = None
-        for b in cands:
-            assign[n.name] = b
-            if _acyclic(nodes[: len(assign)], assign):
+        for b in cands or ():
+            if bg.join(b, [q for q in producers if q != b]):
                 target = b
                 break
-            del assign[n.name]
         if target is None:
-            assign[n.name] = next_id
-            fusible_block[next_id] = True
-            next_id += 1
+            block_of[n.name] = i
+            fusible[i] = cands is not None
+            bg.new_block(i, producers)
             continue
+        block_of[n.name] = joined = target
         for c in cands:
-            if c == target:
+            if c == joined:
                 continue
-            trial = {m: (target if b == c else b) for m, b in assign.items()}
-            if _acyclic(nodes[: len(trial)], trial):
-                assign = trial
-                fusible_block.pop(c, None)
+            merged = bg.merge(target, c)
+            if merged is not None:
+                target = merged
+                fusible[target] = True
+    return {name: bg.find(b) for name, b in block_of.items()}
 
-    # materialise blocks in a topological order of the block graph (Kahn's
-    # algorithm, ties broken by the position of the block's first member)
+
+def _block_order(nodes, assign: dict) -> list:
+    """The blocks' member lists in the order the plan lists them: a
+    topological order of the block graph (Kahn's algorithm), ties broken by
+    the position of the block's first member; members in node order."""
     first: dict = {}
     members: dict = {}
     for i, n in enumerate(nodes):
@@ -872,46 +1026,42 @@ def plan(graph, options: FusionOptions | None = None, hardware=None, fmt=None, *
     order: list = []
     while heap:
         _, b = heapq.heappop(heap)
-        order.append(b)
+        order.append(members[b])
         for c in succ[b]:
             indeg[c] -= 1
             if indeg[c] == 0:
                 heapq.heappush(heap, (first[c], c))
     assert len(order) == len(members), "fusion produced a cyclic block graph"
+    return order
+
+
+def _make_blocks(graph, order: list, kinds: dict, options: FusionOptions, hardware, eb: int,
+                 codegen, library) -> list:
+    """The :class:`Block` of each member list of ``order``: inputs read from
+    memory and outputs written to it, whether the code generator takes it
+    (every member's kind fused, rule 4), its live buffers and tile (rule 3)."""
     graph_outputs = set(graph.outputs)
-    eb = _elem_bytes(fmt)
     blocks = []
-    index = {}
-    for i, b in enumerate(order):
-        mem = members[b]
+    for i, mem in enumerate(order):
         mset = set(mem)
-        ins: list = []
+        ins: dict = {}
         outs: list = []
         for m in mem:
-            for p in graph.node(m).inputs:
-                if p not in mset and p not in ins:
-                    ins.append(p)
+            ins.update((p, None) for p in graph.node(m).inputs if p not in mset)
             if m in graph_outputs or any(c.name not in mset for c in graph.consumers(m)):
                 outs.append(m)
-        nbuf = live_buffers(graph, mem, outs)
         kset = {kinds[m] for m in mem}
-        kind = "+".join(sorted(kset))
         is_cg = all(options.fuses(k) for k in kset)
         if is_cg:
+            nbuf = live_buffers(graph, mem, outs)
             if codegen is not None and codegen.live_buffers is not None:
                 nbuf = codegen.live_buffers
             tile = _tile(codegen.hardware if codegen is not None else hardware, nbuf, 4)
         else:
             nbuf, tile = _op_tile(graph.node(mem[0]), hardware, eb, library)
-        blocks.append(
-            Block(name=f"b{i}", members=mem, kind=kind, tile=tile,
-                  live_buffers=nbuf, inputs=ins, outputs=outs, codegen=is_cg)
-        )
-        for m in mem:
-            index[m] = i
-    op_tiles = {n.name: _op_tile(n, hardware, eb, library)[1] for n in nodes}
-    return Plan(graph=graph, source=source, options=options, hardware=hardware, blocks=blocks,
-                decomposed=decomposed, _index=index, _op_tiles=op_tiles)
+        blocks.append(Block(name=f"b{i}", members=mem, kind="+".join(sorted(kset)), tile=tile,
+                            live_buffers=nbuf, inputs=list(ins), outputs=outs, codegen=is_cg))
+    return blocks
 
 
 def _decompose(graph):
