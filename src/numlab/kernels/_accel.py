@@ -55,12 +55,27 @@ def kernels():
 def _build():
     """Compile (lazily, per signature) every kernel; None without numba.
 
-    Longer than 100 lines because numba needs each kernel defined after its
-    optional import: the kernels are small closures kept side by side here."""
+    numba is imported only here, so each family of kernels is made by a
+    function taking the decorator (``_widen_kernels`` ... ``_welford32``)."""
     numba = accel.numba_module()
     if numba is None:
         return None
     jit = numba.njit(cache=True, nogil=True)
+    return {
+        **_widen_kernels(jit),
+        **_tile_kernels(jit),
+        "add_round32": _add_round32(jit),
+        "rows_direct": {True: _rows_direct(jit, True), False: _rows_direct(jit, False)},
+        "row_kernels": {True: _row_kernels(jit, True), False: _row_kernels(jit, False)},
+        "welford32": _welford32(jit),
+        "f16_lut": np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32),
+    }
+
+
+def _widen_kernels(jit) -> dict:
+    """The compiled kernels of :func:`widen_t`: ``widen_t_shift`` and
+    ``widen_t_shift4`` (bfloat16, one or four codes per load), ``widen_t_lut``
+    (float16 through the table)."""
 
     @jit
     def widen_t_shift(src, dst):  # src (r, c) uint16 bfloat16 bits, dst (c, r) uint32
@@ -89,6 +104,12 @@ def _build():
             for k in range(r):
                 dst[i, k] = lut[src[k, i]]
 
+    return {"widen_t_shift": widen_t_shift, "widen_t_shift4": widen_t_shift4, "widen_t_lut": widen_t_lut}
+
+
+def _tile_kernels(jit) -> dict:
+    """The compiled kernels of :func:`kahan` and :func:`pairwise` (on float32/float64 tiles)."""
+
     @jit
     def kahan(t, s, c):  # t (B, m, W); s, c (B, W), updated in place
         B, m, W = t.shape
@@ -116,6 +137,12 @@ def _build():
                         t[b, k, j] = t[b, k, j] + t[b, k + step, j]
                 step *= 2
 
+    return {"kahan": kahan, "pairwise": pairwise}
+
+
+def _add_round32(jit):
+    """The compiled kernel of :func:`add_round32`."""
+
     @jit
     def add_round32(sm, c, out, flag):  # (M, N): out = RN32(fl64(sm + c)), flag fp32 midpoints
         M, N = sm.shape
@@ -133,122 +160,129 @@ def _build():
                 cnt += f
         return cnt
 
-    def make_rows_direct(bf16: bool):
-        # Row sums of src (uint16 codes: bfloat16, or float16 through lut; rows a
-        # multiple of 8), eight rows at a time as eight independent float32 chains
-        # (fixed trip counts: LLVM keeps them in registers): tiles of T elements
-        # summed sequentially from -0.0, the tile partials summed sequentially from
-        # -0.0 (T >= n: plain sequential, no outer add)
-        @jit
-        def rows_direct(src, lut, T, out):
-            R, n = src.shape
-            bits = np.empty(8, np.uint32)
-            vals = bits.view(np.float32)
-            s = np.empty(8, np.float32)
-            p = np.empty(8, np.float32)
-            for r0 in range(0, R, 8):
+    return add_round32
+
+
+def _rows_direct(jit, bf16: bool):
+    """The compiled :func:`rows_direct` kernel for bfloat16 (``bf16``) or float16 codes."""
+    # Row sums of src (uint16 codes: bfloat16, or float16 through lut; rows a
+    # multiple of 8), eight rows at a time as eight independent float32 chains
+    # (fixed trip counts: LLVM keeps them in registers): tiles of T elements
+    # summed sequentially from -0.0, the tile partials summed sequentially from
+    # -0.0 (T >= n: plain sequential, no outer add)
+    @jit
+    def rows_direct(src, lut, T, out):
+        R, n = src.shape
+        bits = np.empty(8, np.uint32)
+        vals = bits.view(np.float32)
+        s = np.empty(8, np.float32)
+        p = np.empty(8, np.float32)
+        for r0 in range(0, R, 8):
+            for k in range(8):
+                s[k] = -0.0
+            for t0 in range(0, n, T):
                 for k in range(8):
-                    s[k] = -0.0
-                for t0 in range(0, n, T):
+                    p[k] = -0.0
+                for i in range(t0, min(n, t0 + T)):
+                    if bf16:
+                        for k in range(8):
+                            bits[k] = np.uint32(src[r0 + k, i]) << np.uint32(16)
+                    else:
+                        for k in range(8):
+                            vals[k] = lut[src[r0 + k, i]]
                     for k in range(8):
-                        p[k] = -0.0
-                    for i in range(t0, min(n, t0 + T)):
-                        if bf16:
-                            for k in range(8):
-                                bits[k] = np.uint32(src[r0 + k, i]) << np.uint32(16)
-                        else:
-                            for k in range(8):
-                                vals[k] = lut[src[r0 + k, i]]
-                        for k in range(8):
-                            p[k] = p[k] + vals[k]
-                    if T >= n:
-                        for k in range(8):
-                            s[k] = p[k]
-                    else:
-                        for k in range(8):
-                            s[k] = s[k] + p[k]
-                for k in range(8):
-                    out[r0 + k] = s[k]
-        return rows_direct
-
-    rows_direct = {True: make_rows_direct(True), False: make_rows_direct(False)}
-
-    def make_row_kernels(bf16: bool):
-        @jit
-        def widen_row(src, r, lut, buf, bits):  # buf (float32) = row r of src, exactly
-            n = src.shape[1]
-            if bf16:
-                for i in range(n):
-                    bits[i] = np.uint32(src[r, i]) << np.uint32(16)
-            else:
-                for i in range(n):
-                    buf[i] = lut[src[r, i]]
-
-        @jit
-        def rows_lanes(src, lut, L, tree, masked, out):
-            # Lanes(L): lane j sums x_j, x_{j+L}, ... sequentially from -0.0 (a masked
-            # last vector adds -0.0 in its inactive lanes), lanes combined by the
-            # butterfly (tree) or left to right from -0.0; an epilogue adds the
-            # n mod L leftovers one by one
-            R, n = src.shape
-            bits = np.empty(n, np.uint32)
-            buf = bits.view(np.float32)
-            lane = np.empty(L, np.float32)
-            m = (n + L - 1) // L if masked else n // L
-            for r in range(R):
-                widen_row(src, r, lut, buf, bits)
-                for j in range(L):
-                    lane[j] = -0.0
-                for i in range(m):
-                    base = i * L
-                    if base + L <= n:
-                        for j in range(L):
-                            lane[j] = lane[j] + buf[base + j]
-                    else:
-                        for j in range(L):
-                            lane[j] = lane[j] + (buf[base + j] if base + j < n else np.float32(-0.0))
-                if m == 0:
-                    s = np.float32(-0.0)
-                elif tree:
-                    mm = L
-                    while mm > 1:
-                        h = (mm + 1) // 2
-                        for j in range(mm - h):
-                            lane[j] = lane[j] + lane[j + h]
-                        mm = h
-                    s = lane[0]
+                        p[k] = p[k] + vals[k]
+                if T >= n:
+                    for k in range(8):
+                        s[k] = p[k]
                 else:
-                    s = np.float32(-0.0)
+                    for k in range(8):
+                        s[k] = s[k] + p[k]
+            for k in range(8):
+                out[r0 + k] = s[k]
+    return rows_direct
+
+
+def _row_kernels(jit, bf16: bool):
+    """The compiled kernels of :func:`rows_order` for bfloat16 (``bf16``) or float16
+    codes: ``(rows_lanes, rows_pairwise)``."""
+    @jit
+    def widen_row(src, r, lut, buf, bits):  # buf (float32) = row r of src, exactly
+        n = src.shape[1]
+        if bf16:
+            for i in range(n):
+                bits[i] = np.uint32(src[r, i]) << np.uint32(16)
+        else:
+            for i in range(n):
+                buf[i] = lut[src[r, i]]
+
+    @jit
+    def rows_lanes(src, lut, L, tree, masked, out):
+        # Lanes(L): lane j sums x_j, x_{j+L}, ... sequentially from -0.0 (a masked
+        # last vector adds -0.0 in its inactive lanes), lanes combined by the
+        # butterfly (tree) or left to right from -0.0; an epilogue adds the
+        # n mod L leftovers one by one
+        R, n = src.shape
+        bits = np.empty(n, np.uint32)
+        buf = bits.view(np.float32)
+        lane = np.empty(L, np.float32)
+        m = (n + L - 1) // L if masked else n // L
+        for r in range(R):
+            widen_row(src, r, lut, buf, bits)
+            for j in range(L):
+                lane[j] = -0.0
+            for i in range(m):
+                base = i * L
+                if base + L <= n:
                     for j in range(L):
-                        s = s + lane[j]
-                for i in range(m * L, n):
-                    s = s + buf[i]
-                out[r] = s
+                        lane[j] = lane[j] + buf[base + j]
+                else:
+                    for j in range(L):
+                        lane[j] = lane[j] + (buf[base + j] if base + j < n else np.float32(-0.0))
+            if m == 0:
+                s = np.float32(-0.0)
+            elif tree:
+                mm = L
+                while mm > 1:
+                    h = (mm + 1) // 2
+                    for j in range(mm - h):
+                        lane[j] = lane[j] + lane[j + h]
+                    mm = h
+                s = lane[0]
+            else:
+                s = np.float32(-0.0)
+                for j in range(L):
+                    s = s + lane[j]
+            for i in range(m * L, n):
+                s = s + buf[i]
+            out[r] = s
 
-        @jit
-        def rows_pairwise(src, lut, out):
-            # adjacent pairs level by level, an odd last element carried up unchanged
-            R, n = src.shape
-            bits = np.empty(n, np.uint32)
-            a = bits.view(np.float32)
-            b = np.empty(n, np.float32)
-            for r in range(R):
-                widen_row(src, r, lut, a, bits)
-                x, y = a, b
-                m = n
-                while m > 1:
-                    h = m // 2
-                    for k in range(h):
-                        y[k] = x[2 * k] + x[2 * k + 1]
-                    if m % 2:
-                        y[h] = x[m - 1]
-                    m = h + m % 2
-                    x, y = y, x
-                out[r] = x[0]
+    @jit
+    def rows_pairwise(src, lut, out):
+        # adjacent pairs level by level, an odd last element carried up unchanged
+        R, n = src.shape
+        bits = np.empty(n, np.uint32)
+        a = bits.view(np.float32)
+        b = np.empty(n, np.float32)
+        for r in range(R):
+            widen_row(src, r, lut, a, bits)
+            x, y = a, b
+            m = n
+            while m > 1:
+                h = m // 2
+                for k in range(h):
+                    y[k] = x[2 * k] + x[2 * k + 1]
+                if m % 2:
+                    y[h] = x[m - 1]
+                m = h + m % 2
+                x, y = y, x
+            out[r] = x[0]
 
-        return rows_lanes, rows_pairwise
+    return rows_lanes, rows_pairwise
 
-    row_kernels = {True: make_row_kernels(True), False: make_row_kernels(False)}
+
+def _welford32(jit):
+    """The compiled kernel of :func:`welford32`."""
 
     @jit
     def welford32(xt, m, m2):  # xt (n, rows) float32; m, m2 (rows,) float32, updated in place
@@ -264,8 +298,7 @@ def _build():
         m[:] = mm
         m2[:] = qq
 
-    lut = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
-    return {"welford32": welford32, "row_kernels": row_kernels, "add_round32": add_round32, "rows_direct": rows_direct, "widen_t_shift": widen_t_shift, "widen_t_shift4": widen_t_shift4, "pairwise": pairwise, "widen_t_lut": widen_t_lut, "kahan": kahan, "f16_lut": lut}
+    return welford32
 
 
 def widen_t(dst: np.ndarray, blk: np.ndarray) -> bool:
@@ -344,7 +377,7 @@ def welford32(xt: np.ndarray, m: np.ndarray, m2: np.ndarray) -> bool:
     branch: ``d = x_k - m; m = m + d / fl(k+1); M2 = M2 + d * (x_k - m)``, each
     operation rounded once, no FMA) over the rows of ``xt`` (``(n, rows)``),
     continuing ``m`` and ``m2`` in place.  False when unavailable.  Offered to
-    engine._welford (h1's file); tests pin it to that loop bit for bit."""
+    engine._welford; tests pin it to that loop bit for bit."""
     k = kernels()
     if (k is None or xt.ndim != 2 or xt.dtype != np.float32 or m.dtype != np.float32
             or m2.dtype != np.float32 or m.shape != xt.shape[1:] or m2.shape != m.shape):
