@@ -797,9 +797,9 @@ def test_fma_contraction_skips_a_product_read_twice():
 
 
 def test_fingerprint_canonical_form_tells_the_fnuz_fields_apart():
-    # fp8 e4m3fn and e4m3fnuz differ only in fields added for #16 (negzero, the NaN
-    # code, emin); formats equal in p/emin/emax/subnormals/inf/nan but different in
-    # negzero must not share a canonical form either
+    # fp8 e4m3fn and e4m3fnuz differ only in negzero, the NaN code and emin;
+    # formats equal in p/emin/emax/subnormals/inf/nan but different in negzero
+    # must not share a canonical form either
     from numlab.execute.fingerprint import canonical
     from numlab.formats import Format
     a = Format("tst_a", p=4, emax=7, emin=-7)
@@ -808,14 +808,13 @@ def test_fingerprint_canonical_form_tells_the_fnuz_fields_apart():
     assert canonical(a) != canonical(b)
 
 
-def test_fingerprint_omits_a_later_field_only_at_its_default():
-    # KernelSpec.mma was added after counterexamples were saved: at None it is left out
-    # (old fingerprints stand), set it enters (a run on a matrix unit is another program)
+def test_fingerprint_names_the_matrix_unit_set_or_not():
+    # KernelSpec.mma enters at None too (every field enters); set, it is another program
     from numlab.execute.fingerprint import canonical
     from numlab.kernels import KernelSpec
     plain = KernelSpec.codegen()
     unit = dataclasses.replace(plain, mma="H100")
-    assert "mma" not in canonical(plain) and "mma" in canonical(unit)
+    assert canonical(plain)["mma"] is None and canonical(unit)["mma"] is not None
     g = zoo.gelu_mlp()
     fps = {run(g, zoo.make_inputs(g, seed=0), mode="fused", fmt="fp16", kernels=k).fingerprint
            for k in (plain, unit)}

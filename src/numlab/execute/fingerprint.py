@@ -14,16 +14,20 @@ from .. import __version__
 from ..formats import Format, get_format
 from .values import stored_formats
 
-__all__ = ["canonical", "fingerprint"]
+__all__ = ["SCHEMA", "canonical", "fingerprint"]
+
+SCHEMA = 2
+"""Version of the fingerprint's contents, part of every fingerprint: raised when
+what enters changes, so a fingerprint of one schema never equals one of another
+(fingerprints saved under an earlier schema are recomputed, not compared)."""
 
 
 def canonical(obj):
     """A JSON-able canonical form of ``obj`` that does not depend on the
     process, memory addresses or ``PYTHONHASHSEED``: dicts with sorted string
     keys, sets sorted, floats as ``float.hex`` (exact), arrays as dtype, shape
-    and the sha256 of their bytes, dataclasses as their type name and fields
-    (a field with ``metadata={"canonical": "omit_default"}`` only when it is
-    not at its default: fields added after fingerprints were first saved).
+    and the sha256 of their bytes, dataclasses (formats included) as their
+    type name and every field whose name does not start with ``_``.
 
     Raises
     ------
@@ -38,12 +42,8 @@ def canonical(obj):
     if isinstance(obj, float | np.floating):
         return {"f": float(obj).hex()}
     if isinstance(obj, Format):
-        d = {"format": obj.name, "p": obj.p, "emin": obj.emin, "emax": obj.emax,
-             "subnormals": obj.subnormals, "inf": obj.inf, "nan": obj.nan}
-        # the #16 fields enter only where they differ from IEEE's (True), so the
-        # fingerprints of every earlier format, and of saved counterexamples, stay as they were
-        d.update({k: getattr(obj, k) for k in ("negzero", "signed", "zero") if not getattr(obj, k)})
-        return d
+        return {"format": obj.name, **{f.name: canonical(getattr(obj, f.name))
+                                       for f in dataclasses.fields(obj) if f.name != "name"}}
     if isinstance(obj, enum.Enum):
         return {"enum": type(obj).__name__, "value": canonical(obj.value)}
     if isinstance(obj, np.ndarray):
@@ -54,11 +54,8 @@ def canonical(obj):
         return {"dtype": str(obj)}
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out = {"__type__": type(obj).__name__}
-        for f in dataclasses.fields(obj):
-            v = getattr(obj, f.name)
-            if f.name.startswith("_") or (f.metadata.get("canonical") == "omit_default" and v == f.default):
-                continue  # a field marked omit_default (added later) enters only when set
-            out[f.name] = canonical(v)
+        out.update((f.name, canonical(getattr(obj, f.name))) for f in dataclasses.fields(obj)
+                   if not f.name.startswith("_"))
         return out
     if isinstance(obj, Mapping):
         return {"__map__": sorted([str(k), canonical(v)] for k, v in obj.items())}
@@ -76,16 +73,16 @@ def fingerprint(graph, *, mode, fmt, kernels=None, library=None, fusion=None, al
     (:meth:`numlab.graph.Graph.to_dict`, the graph's one canonical encoding:
     name, inputs, nodes with ops, attributes and shapes, outputs), the
     storage format, the mode, the kernel specs, the fusion options,
-    ``align`` and the numlab version; in the modes that store values, also
-    the formats of the nodes written in a format other than S
-    (:func:`numlab.execute.values.stored_formats`; the key is absent when
-    there are none, so the fingerprints of graphs without such nodes are
-    unchanged).
+    ``align``, the numlab version and the schema (:data:`SCHEMA`); in the
+    modes that store values, also the formats of the nodes written in a
+    format other than S (:func:`numlab.execute.values.stored_formats`;
+    empty when there are none, and in the reference mode).
 
     Input values and the schedule seed are run-time inputs and are not
     included (compile determinism vs execution determinism).
     """
     doc = {
+        "schema": SCHEMA,
         "numlab": __version__,
         "graph": graph.to_dict(),
         "dtype": canonical(get_format(fmt, "fmt")),  # key kept: it is part of every stored fingerprint
@@ -94,9 +91,7 @@ def fingerprint(graph, *, mode, fmt, kernels=None, library=None, fusion=None, al
         "library": canonical(library),
         "fusion": None if fusion is None else fusion.canonical(),
         "align": sorted(align),
+        "stored": {k: canonical(v) for k, v in (stored_formats(graph) if mode != "reference" else {}).items()},
     }
-    stored = stored_formats(graph) if mode != "reference" else {}
-    if stored:
-        doc["stored"] = {k: canonical(v) for k, v in stored.items()}
     blob = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(blob.encode("ascii")).hexdigest()

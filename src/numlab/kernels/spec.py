@@ -140,9 +140,7 @@ class KernelSpec:
     variance: str = "two_pass"
     matmul_algo: str = "block_fma"
     k_tile: int = 128
-    # added after fingerprints were first saved: left out of the canonical form at its
-    # default, so earlier fingerprints (and saved counterexamples) keep their value
-    mma: object = field(default=None, metadata={"canonical": "omit_default"})
+    mma: object = None
 
     def __post_init__(self):
         check_choice("promotion", self.promotion, PROMOTIONS)
