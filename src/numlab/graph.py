@@ -963,11 +963,8 @@ def trace(fn, **input_shapes) -> Graph:
             ) from None
     tr = _Tracer()
     args = {k: tr.input(k, s) for k, s in input_shapes.items()}
-    _ops._TRACERS.append(tr)
-    try:
+    with _ops.tracing(tr):
         res = fn(**args)
-    finally:
-        _ops._TRACERS.pop()
     if isinstance(res, Tensor):
         outs = [(None, res)]
     elif isinstance(res, dict):

@@ -75,6 +75,8 @@ Linear Units" (2016) (erf form; tanh form with 0.044715), as in
 from __future__ import annotations
 
 import base64
+import contextlib
+import functools
 import hashlib
 import math
 import numbers
@@ -1032,9 +1034,21 @@ _register("rms_norm", "composite", (1, 2), {"axis": -1, "eps": 1e-6}, _infer_nor
 # ---------------------------------------------------------------------------
 # user-facing functions: symbolic while tracing, float64 reference on arrays
 # ---------------------------------------------------------------------------
-#: the tracers running now (innermost last); ``constant()`` outside any
-#: tensor operation needs to know whether it is being traced
+#: the tracers running now (innermost last), kept by :func:`tracing` only;
+#: ``constant()`` outside any tensor operation needs to know whether it is
+#: being traced
 _TRACERS: list = []
+
+
+@contextlib.contextmanager
+def tracing(tracer):
+    """Make ``tracer`` the current tracer while the block runs (``constant()``
+    then emits a node into it); nested blocks stack, the innermost wins."""
+    _TRACERS.append(tracer)
+    try:
+        yield tracer
+    finally:
+        _TRACERS.pop()
 
 
 def _current_tracer():
@@ -1303,8 +1317,9 @@ from .kernels import scaled as _scaled  # noqa: E402  (section appended at the e
 
 _register("quantize", "elementwise", (1, 1), {"fmt": REQUIRED},
           lambda shapes, attrs: _scaled.infer_scaled("quantize", shapes, attrs), _scaled.quantize_ref,
-          kernel=E.quantize, slack=R.slack_exact, propagate=R.propagate_quantize,
-          local=CR.local_quantize,
+          kernel=E.quantize, slack=R.slack_exact,
+          propagate=functools.partial(R.propagate_quantize, block_scale=_scaled.block_scale_ref),
+          local=functools.partial(CR.local_quantize, block_scale=_scaled.block_scale_ref),
           aten=("quantize_per_channel",), stored_fmt=_scaled.element_storage,
           doc="elements of x in the block-scaled format fmt (kernels.scaled presets: mxfp8_e4m3, nvfp4, "
               "deepseek_1x128, ...); each output depends on its block's amax")
