@@ -472,7 +472,7 @@ def is_decomposed(rule) -> bool:
     return prop is propagate_decomposed
 
 
-# --- matrix unit (h8) ---
+# --- matrix unit ---
 __all__ += ["mma_block_constants", "mma_bound"]
 
 # A-priori bound of a matrix unit's D = A B + C (numlab.kernels.mma.mma; the unit's
