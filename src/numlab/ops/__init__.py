@@ -155,11 +155,6 @@ __all__ = [
 ]
 
 
-# ---------------------------------------------------------------------------
-# OpInfo
-# ---------------------------------------------------------------------------
-
-
 CATALOGUE: dict[str, OpInfo] = {}
 
 #: operators without an ATen counterpart (registered with ``aten=()``):
@@ -250,20 +245,8 @@ def describe(category: str | None = None) -> str:
 
 
 # ---------------------------------------------------------------------------
-# shape helpers
-# ---------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------
-# float64 special functions (vectorised; no loop over elements)
-# ---------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------
 # elementwise
 # ---------------------------------------------------------------------------
-
-
 def _unary(name, fn, kernel, slack, propagate, local, doc):
     """Register a one-input elementwise op whose ATen counterpart has its name."""
     _register(name, "elementwise", (1, 1), {}, _infer_same, lambda x: fn(_f64(x)), kernel=kernel,
@@ -410,8 +393,6 @@ _register("hardswish", "elementwise", (1, 1), {}, _infer_same, _hardswish_ref, k
 # ---------------------------------------------------------------------------
 # reductions
 # ---------------------------------------------------------------------------
-
-
 _register("sum", "reduction", (1, 1), {"axis": None, "keepdims": False}, _infer_reduce,
           lambda x, axis, keepdims: np.sum(_f64(x), axis=axis, keepdims=keepdims), kernel=E.sum_,
           slack=R.slack_sum, propagate=R.propagate_sum, local=CR.local_sum, aten=("sum",),
@@ -442,8 +423,6 @@ _register("var", "reduction", (1, 1), {"axis": None, "keepdims": False, "correct
 # ---------------------------------------------------------------------------
 # data movement (dtype-preserving refs)
 # ---------------------------------------------------------------------------
-
-
 def _move(name, arity, attrs, infer, ref, aten, doc, propagate=R.propagate_moved):
     """Register a data-movement op: its kernel is its (dtype-preserving)
     reference, its float64 reference is exact and the bounds move with the
@@ -473,8 +452,6 @@ _move("gather", (1, 2), {"axis": 0, "indices": None}, _infer_gather, _gather_ref
 # ---------------------------------------------------------------------------
 # matmul
 # ---------------------------------------------------------------------------
-
-
 _register("matmul", "matmul", (2, 2), {}, _infer_matmul,
           lambda a, b: np.matmul(_f64(a), _f64(b)), kernel=E.matmul,
           slack=R.slack_matmul, propagate=R.propagate_matmul, local=CR.local_matmul, aten=("matmul", "mm", "bmm"),
@@ -485,8 +462,6 @@ _register("matmul", "matmul", (2, 2), {}, _infer_matmul,
 # ---------------------------------------------------------------------------
 # composites (ref: float64 formula; decompose: the primitives a compiler fuses)
 # ---------------------------------------------------------------------------
-
-
 def _softmax_dec(x, *, axis):
     m = max_(x, axis=axis, keepdims=True)
     e = exp(sub(x, m))
