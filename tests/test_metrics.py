@@ -15,6 +15,7 @@ from numpy.testing._private.utils import nulp_diff
 
 from numlab import metrics as M
 from numlab.formats import BF16, FP16, FP32, TF32, next_up
+from numlab.metrics._inductor import _to_dtype_like_torch
 
 
 def _all_fp16():
@@ -382,12 +383,12 @@ def test_nan_corner_cast_matches_torch_to(torch):
            ml_dtypes.float8_e4m3fn: torch.float8_e4m3fn, np.float32: torch.float32}
     for dt, half_ulp in [*ties.items(), (np.float32, 2.0**-24)]:
         x = np.concatenate([rng.standard_normal(2000), [1 + half_ulp + 2.0**-40, -(1 + half_ulp + 2.0**-40)]])
-        ours = M._to_dtype_like_torch(x, np.dtype(dt))
+        ours = _to_dtype_like_torch(x, np.dtype(dt))
         theirs = torch.from_numpy(x).to(tdt[dt]).to(torch.float64).numpy()
         np.testing.assert_array_equal(ours, theirs)
     # the double rounding is real: numpy's one rounding to fp16 gives the other neighbour
     x = np.array([1 + 2.0**-11 + 2.0**-40])
-    assert M._to_dtype_like_torch(x, np.dtype(np.float16))[0] == 1.0
+    assert _to_dtype_like_torch(x, np.dtype(np.float16))[0] == 1.0
     assert x.astype(np.float16)[0] == 1 + 2.0**-10
 
 

@@ -3,6 +3,7 @@ against the simulator), the fused-linear scenario, bisection and the CLI."""
 
 from __future__ import annotations
 
+import gc
 import inspect
 from fractions import Fraction
 
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from numlab import plots
 from numlab import races as R
 from numlab.cli import main as cli_main
+from numlab.races import sim
 
 FUSED = R.get_scenario("fused_linear_online_max_sum")
 SOFTMAX = R.get_scenario("split_softmax")
@@ -177,6 +179,28 @@ def test_chunked_write_lands_part_by_part():
     # a read at exactly the landing time sees the write (writes land before reads at equal times)
     r = R.simulate(_tiny(False, chunks=2, reader_delay=2.0), {"x": x}, seed=0, memory=old)
     assert np.array_equal(r.outputs["y"], (x + 1) * 10) and r.ok_order
+
+
+def test_static_plans_are_cached_per_kernel_bounded_and_dropped_with_the_kernel():
+    """The per-kernel plan cache returns the plan of the very kernel asked for,
+    forgets a kernel once it is collected (no stale plan for a recycled id),
+    and holds at most PLAN_CACHE_SIZE kernels."""
+    k = _tiny(True)
+    assert sim._static_plan(k) is sim._static_plan(k)
+    key = id(k)
+    assert key in sim._PLAN_CACHE
+    del k
+    gc.collect()
+    assert key not in sim._PLAN_CACHE
+    kernels = [_tiny(False) for _ in range(sim.PLAN_CACHE_SIZE + 5)]
+    for kk in kernels:
+        sim._static_plan(kk)
+    assert len(sim._PLAN_CACHE) == sim.PLAN_CACHE_SIZE
+    assert id(kernels[0]) not in sim._PLAN_CACHE and id(kernels[-1]) in sim._PLAN_CACHE
+    # an equal but distinct kernel gets its own plan, with the same content
+    twin = _tiny(False)
+    assert sim._static_plan(twin) is not sim._static_plan(kernels[-1])
+    assert sim._static_plan(twin)[2] == sim._static_plan(kernels[-1])[2]
 
 
 def test_same_seed_same_bits_and_fill():

@@ -16,7 +16,11 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import json
 import math
+import os
+import subprocess
+import sys
 import warnings
 from fractions import Fraction
 
@@ -674,3 +678,23 @@ def test_transposed_presets_in_graphs():
     assert np.all(np.isfinite(run(g, x, mode="fused", fmt="bf16").outputs["y"].astype(np.float32)))
     with pytest.raises(ValueError, match=r"\^T"):
         S.get_scaled_format("mxfp8^T")
+
+
+def test_bound_rules_know_every_scaled_format_without_the_kernels():
+    """The bound rules' format table is built where it lives, not filled by
+    importing numlab.kernels.scaled: a fresh interpreter that imports only
+    numlab.bound_rules already knows every preset and its transpose, with the
+    constants the kernel module's formats give."""
+    code = ("import json, sys; from numlab import bound_rules as R; "
+            "print(json.dumps({'kernels': 'numlab.kernels' in sys.modules, "
+            "'formats': {n: list(v) for n, v in R.SCALED_FORMATS.items()}}))")
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    got = json.loads(out)
+    assert got["kernels"] is False
+    want = {n: [f.max_elem, not f.tensor_scale] for n, f in S.PRESETS.items()}
+    want |= {f"{n}^T": v for n, v in want.items()}
+    assert got["formats"] == want
+    assert got["formats"]["nvfp4"] == [6.0, False] and got["formats"]["mxfp8_e4m3^T"] == [448.0, True]

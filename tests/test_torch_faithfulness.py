@@ -360,3 +360,48 @@ def test_softplus_fp32_tail_residual_is_glibc_expf(torch):
     rng = np.random.default_rng(52)
     x = _t(torch, (rng.standard_normal(1000) * 8).astype(np.float32), "fp32")
     _check(torch, softplus, (x,), eager_min=0.999, compiled_min=0.999, max_ulp=1.0)
+
+
+def test_compile_fn_leaves_the_dynamo_config_as_it_was(torch):
+    """compile_fn raises Dynamo's recompile limits only around its calls: after
+    compiling and calling, the process's values are the ones read before."""
+    import torch._dynamo.config as dcfg
+
+    from numlab.torch import compile_fn, run_torch
+    from numlab.torch.predictor import _RECOMPILE_LIMITS, _recompile_limits
+
+    names = sorted(_RECOMPILE_LIMITS)
+    before = {k: getattr(dcfg, k) for k in names}
+    assert any(before[k] < v for k, v in _RECOMPILE_LIMITS.items()), "the test needs lower defaults"
+
+    def plus_half(t):
+        return t + 0.5
+
+    x = torch.arange(4, dtype=torch.float32)
+    cf = compile_fn(plus_half)
+    assert {k: getattr(dcfg, k) for k in names} == before        # compiling changes nothing
+    got = run_torch(plus_half, (x,), mode="compiled", compiled=cf)[0]
+    assert np.array_equal(got, np.arange(4, dtype=np.float32) + 0.5)
+    assert {k: getattr(dcfg, k) for k in names} == before        # nor does calling
+    with _recompile_limits():
+        assert all(getattr(dcfg, k) >= v for k, v in _RECOMPILE_LIMITS.items())
+    assert {k: getattr(dcfg, k) for k in names} == before
+
+
+def test_compile_fn_cache_is_bounded_and_per_function(torch):
+    """The same function (and flag) gives the same compiled callable; the
+    cache keeps the COMPILE_CACHE_SIZE most recent and compiles an evicted one
+    afresh."""
+    from numlab.torch import compile_fn
+    from numlab.torch.predictor import COMPILE_CACHE_SIZE
+
+    def first(t):
+        return t * 2
+
+    a = compile_fn(first)
+    assert compile_fn(first) is a and compile_fn(first, True) is not a
+    fns = [lambda t, i=i: t - i for i in range(COMPILE_CACHE_SIZE)]  # distinct functions
+    for f in fns:
+        compile_fn(f)
+    assert compile_fn(fns[-1]) is compile_fn(fns[-1])
+    assert compile_fn(first) is not a                            # evicted, compiled again

@@ -24,13 +24,12 @@ from .formats import (
     TF32,
     Format,
     decode,
-    encode,
     get_format,
     next_down,
     next_up,
     ulp,
 )
-from .rounding import ROUNDINGS, round_to
+from .rounding import ROUNDINGS, encode, round_to
 
 __version__ = "0.1.0"
 

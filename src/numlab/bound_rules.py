@@ -29,8 +29,8 @@ without them is an error.  This module keeps only the functions (and the
 composite marker :data:`DECOMPOSED`); :func:`numlab.running_bounds.rules_for`
 reads the pair from the registry.
 
-This module sits below ops/graph (it imports only formats, rounding and
-numpy), so the registry can import it.
+This module sits below ops/graph (it imports only formats, rounding,
+scaled_formats and numpy), so the registry can import it.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ import numpy as np
 
 from .formats import get_format
 from .rounding import round_to
+from .scaled_formats import GRAPH_FORMATS
 
 __all__ = [
     "GELU_LIPSCHITZ", "SILU_LIPSCHITZ", "HARDSWISH_LIPSCHITZ", "SOFTPLUS_THRESHOLD", "SOFTPLUS_JUMP",
@@ -471,7 +472,7 @@ def is_decomposed(rule) -> bool:
     return prop is propagate_decomposed
 
 
-# --- matrix unit (h8) ---
+# --- matrix unit ---
 __all__ += ["mma_block_constants", "mma_bound"]
 
 # A-priori bound of a matrix unit's D = A B + C (numlab.kernels.mma.mma; the unit's
@@ -605,10 +606,10 @@ def mma_bound(a, b, unit, c=None) -> np.ndarray:
     return np.where(bad | (hat + bnd >= top), np.inf, bnd)
 
 
-# --- block-scaled operators (h6) ---
+# --- block-scaled operators ---
 # Rules of quantize / block_scale / dequantize / scaled_matmul
-# (numlab.kernels.scaled).  A block's shape follows from the shapes of a tensor
-# and of its scales (no format constants needed here, layer 1).
+# (numlab.kernels.scaled); the formats are numlab.scaled_formats'.  A block's
+# shape follows from the shapes of a tensor and of its scales.
 def expand_block_scales(s, shape) -> np.ndarray:
     """Per-block scales ``s`` of shape ``(..., R/bm, C/bn)`` repeated to ``shape``
     ``(..., R, C)`` (each scale over its bm x bn block)."""
@@ -618,10 +619,9 @@ def expand_block_scales(s, shape) -> np.ndarray:
     return np.repeat(np.repeat(s, bm, axis=-2), bn, axis=-1)
 
 
-SCALED_FORMATS: dict = {}
-"""Block-scaled format name -> (largest element, whether a block's scale depends
-only on its own block), filled by :mod:`numlab.kernels.scaled` for its presets
-when it is imported (this module, layer 1, cannot import it)."""
+SCALED_FORMATS: dict = {n: (f.max_elem, not f.tensor_scale) for n, f in GRAPH_FORMATS.items()}
+"""Block-scaled format name (:data:`numlab.scaled_formats.GRAPH_FORMATS`) ->
+(largest element, whether a block's scale depends only on its own block)."""
 
 
 def _scaled_format(attrs):
@@ -631,15 +631,10 @@ def _scaled_format(attrs):
     return SCALED_FORMATS[name]
 
 
-SCALED_FUNCTIONS: dict = {}
-"""Block-scaled format name -> (``scale_of(x)``: each element's block scale
-in float64, ``elem_round(v)``: ``v`` rounded to the element format as
-quantize rounds), filled by :mod:`numlab.kernels.scaled` with
-:data:`SCALED_FORMATS`."""
 _WIDEN = 2.0**-50  # the float64 reference divides (one rounding) before it rounds to the element
 
 
-def propagate_quantize(xs, bs, attrs, ref):
+def propagate_quantize(xs, bs, attrs, ref, *, block_scale):
     """quantize, elements ``q = round(x / s)``: for a format whose scale depends
     only on its own block, a moved input ``x'`` in ``[x - b, x + b]`` has a scale
     ``s'`` between the scales of its block's amax envelope (see
@@ -648,15 +643,23 @@ def propagate_quantize(xs, bs, attrs, ref):
     division) and, rounding being monotone, ``q'`` between their roundings.
     Never more than ``2 max_elem`` (elements lie in ``[-max_elem, max_elem]``),
     which is the bound when a tensor scale couples the blocks (NVFP4); 0 when
-    no input moves."""
+    no input moves.  ``block_scale(x, fmt=...)`` is block_scale's float64
+    reference (the operator registry passes it: the scale rule is a kernel's)."""
     max_elem, local = _scaled_format(attrs)
     x, b = _f(xs[0]), _f(bs[0])
     if not np.any(b > 0):
         return np.zeros(x.shape), None
-    fns = SCALED_FUNCTIONS.get(attrs["fmt"])
-    if not local or fns is None:
+    if not local:
         return np.full(x.shape, 2 * max_elem), None
-    scale_of, elem_round = fns
+    fmt = GRAPH_FORMATS[attrs["fmt"]]
+
+    def scale_of(a):
+        return expand_block_scales(block_scale(a, fmt=attrs["fmt"]), a.shape)
+
+    def elem_round(v):
+        v = np.asarray(v, dtype=np.float64)
+        return np.asarray(round_to(v, fmt.elem_format, saturate=fmt.overflow == "saturate"), dtype=np.float64)
+
     s_lo, s_hi = scale_of(np.maximum(np.abs(x) - b, 0.0)), scale_of(np.abs(x) + b)
     lo = np.minimum((x - b) / s_lo, (x - b) / s_hi)
     hi = np.maximum((x + b) / s_lo, (x + b) / s_hi)

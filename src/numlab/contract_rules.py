@@ -380,15 +380,16 @@ def _operand_rounding(k, fmt, A, B, AB):
     return pre * INFL, (A * (1 + u) + eta, B * (1 + u) + eta)
 
 
-def local_quantize(k, xs, bs, M, attrs):
+def local_quantize(k, xs, bs, M, attrs, *, block_scale):
     """quantize (``round(x / s)`` to the element format): an implementation
     that divides in the working format may round a quotient within
     ``2 u_w`` of a tie the other way; the propagation rule at the box widened
     by that relative amount bounds it (this local term then also holds the
-    propagated part)."""
+    propagated part).  ``block_scale``: as for
+    :func:`numlab.bound_rules.propagate_quantize`."""
     x, b = _f(xs[0]), _f(bs[0])
     wid = b + 3 * k.u(k.w) * (np.abs(x) + b)
-    p, _ = R.propagate_quantize([x], [wid], attrs, k.ref)
+    p, _ = R.propagate_quantize([x], [wid], attrs, k.ref, block_scale=block_scale)
     return _f(p), None
 
 

@@ -42,7 +42,6 @@ __all__ = [
     "ulp",
     "next_up",
     "next_down",
-    "encode",
     "decode",
     "format_of_dtype",
     "NARROW_DTYPES",
@@ -110,7 +109,7 @@ class Format:
     the OCP Microscaling spec v1.0 prescribes for its FP6/FP4 conversions
     (and as ml_dtypes does; an inf input gives ``±max`` too).  A NaN input
     stays NaN in the float32/float64 container of :func:`numlab.round_to`;
-    :func:`encode` refuses it for a format without a NaN code.
+    :func:`numlab.encode` refuses it for a format without a NaN code.
 
     Every value of a format is a float32 value (``emax <= 127`` and
     ``smallest_subnormal >= 2**-149``), so E8M0's ``2**-127`` fits; ``p`` is
@@ -224,7 +223,7 @@ class Format:
     # --- storage layout, derived from p, bits and signed (formats with a dtype)
     @property
     def uint(self) -> np.dtype | None:
-        """The unsigned integer dtype of the storage (``encode`` returns codes
+        """The unsigned integer dtype of the storage (:func:`numlab.encode` returns codes
         of it): as wide as the storage dtype (one byte for fp6/fp4, whose
         codes use the low ``bits`` bits); None without a storage dtype."""
         if self.bits is None:
@@ -506,40 +505,6 @@ def next_down(x, fmt: "Format | str") -> np.ndarray:
     NaN where none exists (below E8M0's ``2**-127``, below ``-max`` of a
     format without inf)."""
     return _step_quiet(x, get_format(fmt), -1)
-
-
-def encode(x, fmt: "Format | str") -> np.ndarray:
-    """Integer codes (bit patterns) of ``x`` in ``fmt``'s storage dtype.
-
-    ``x`` is rounded to nearest-even directly by :func:`numlab.round_to`
-    (not by ml_dtypes' float64 casts, which round through float32 and can
-    double-round); for other modes round with ``round_to`` first.  Integer
-    inputs are converted to float64 first.  Raises ValueError for formats
-    without a storage dtype, and for a NaN in ``x`` when ``fmt`` has no NaN
-    code (fp6, fp4: ml_dtypes would silently store -0).  fp6/fp4 codes use
-    the low 6/4 bits of a uint8.
-    """
-    from .rounding import round_to  # same layer; imported late to avoid a cycle
-
-    fmt = get_format(fmt)
-    if fmt.dtype is None:
-        raise ValueError(
-            f"fmt={fmt.name!r} has no storage dtype to encode into; formats with one: "
-            f"{sorted(n for n, f in FORMATS.items() if f.dtype is not None)}"
-        )
-    a = np.asarray(x)
-    if a.dtype != fmt.dtype:
-        if a.dtype.kind in "iub":
-            a = a.astype(np.float64)
-        with np.errstate(invalid="ignore", over="ignore"):
-            r = np.asarray(round_to(a, fmt))
-            if fmt.nan == "none" and np.isnan(r).any():
-                raise ValueError(
-                    f"x holds {int(np.isnan(r).sum())} NaN, which fmt={fmt.name!r} cannot encode "
-                    "(it has no NaN code)"
-                )
-            a = r.astype(fmt.dtype)  # exact: values of fmt
-    return a.view(fmt.uint)
 
 
 def decode(codes, fmt: "Format | str") -> np.ndarray:

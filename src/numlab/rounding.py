@@ -46,9 +46,9 @@ from fractions import Fraction
 import numpy as np
 
 from . import accel
-from .formats import FP32, NARROW_DTYPES, Format, get_format
+from .formats import FORMATS, FP32, NARROW_DTYPES, Format, get_format
 
-__all__ = ["ROUNDINGS", "round_to", "check_rounding"]
+__all__ = ["ROUNDINGS", "round_to", "check_rounding", "encode"]
 
 ROUNDINGS = ("rne", "rtz", "up", "down", "odd", "stochastic")
 """Rounding modes (the argument is called ``rounding`` everywhere): to
@@ -183,6 +183,38 @@ _CHUNK = 1 << 15
 rounding draws the same random stream whatever the chunking).  A chunk's
 input, output and scratch arrays (a few times 128 KiB for float32) stay in
 the L2 cache, so each elementwise pass costs cache, not DRAM, bandwidth."""
+
+
+def encode(x, fmt: "Format | str") -> np.ndarray:
+    """Integer codes (bit patterns) of ``x`` in ``fmt``'s storage dtype.
+
+    ``x`` is rounded to nearest-even directly by :func:`round_to`
+    (not by ml_dtypes' float64 casts, which round through float32 and can
+    double-round); for other modes round with ``round_to`` first.  Integer
+    inputs are converted to float64 first.  Raises ValueError for formats
+    without a storage dtype, and for a NaN in ``x`` when ``fmt`` has no NaN
+    code (fp6, fp4: ml_dtypes would silently store -0).  fp6/fp4 codes use
+    the low 6/4 bits of a uint8.
+    """
+    fmt = get_format(fmt)
+    if fmt.dtype is None:
+        raise ValueError(
+            f"fmt={fmt.name!r} has no storage dtype to encode into; formats with one: "
+            f"{sorted(n for n, f in FORMATS.items() if f.dtype is not None)}"
+        )
+    a = np.asarray(x)
+    if a.dtype != fmt.dtype:
+        if a.dtype.kind in "iub":
+            a = a.astype(np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            r = np.asarray(round_to(a, fmt))
+            if fmt.nan == "none" and np.isnan(r).any():
+                raise ValueError(
+                    f"x holds {int(np.isnan(r).sum())} NaN, which fmt={fmt.name!r} cannot encode "
+                    "(it has no NaN code)"
+                )
+            a = r.astype(fmt.dtype)  # exact: values of fmt
+    return a.view(fmt.uint)
 
 
 def _round_array(a: np.ndarray, fmt: Format, rounding: str, rng, saturate: bool, ftz: bool):

@@ -1,4 +1,4 @@
-"""Notebook controls for numlab's knobs (layer 8).
+"""Notebook controls for numlab's knobs (the layer of experiments and plots).
 
 Every knob in numlab is a frozen dataclass (:class:`numlab.KernelSpec`,
 :class:`numlab.Hardware`, :class:`numlab.FusionOptions`, ...).  :func:`controls`

@@ -1,4 +1,4 @@
-"""The ``numlab`` command line (layer 9: may import every other layer).
+"""The ``numlab`` command line (the top layer: may import every other layer).
 
 Each subcommand lives in its own module of this package which defines
 ``add_parser(sub)`` (register an ``argparse`` subparser and set ``func``);

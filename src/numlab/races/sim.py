@@ -12,6 +12,8 @@ order promises are :class:`StaleRead`; writes overwritten out of order are
 from __future__ import annotations
 
 import heapq
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -163,16 +165,32 @@ def _chunk_bounds(a: int, b: int, chunks: int) -> list[tuple[int, int]]:
     return [(cuts[c], cuts[c + 1]) for c in range(chunks)]
 
 
-_PLAN_CACHE: dict = {}
+PLAN_CACHE_SIZE = 256
+"""How many kernels' static plans :func:`simulate` keeps (least recently used
+first out)."""
+_PLAN_CACHE: OrderedDict = OrderedDict()
+"""``id(kernel) -> (weak reference to the kernel, plan)``.  A Kernel holds
+dicts, so it cannot be a key itself; the weak reference drops the entry when
+the kernel is collected (before its id can be reused), and a hit must be the
+very kernel asked for."""
+
+
+def _forget_plan(key: int, ref: weakref.ref) -> None:
+    hit = _PLAN_CACHE.get(key)
+    if hit is not None and hit[0] is ref:
+        del _PLAN_CACHE[key]
 
 
 def _static_plan(kernel: Kernel):
-    """Per-kernel static data of :func:`simulate` (cached by identity): the
-    stages, row counts, the version each read is promised (last writer listed
-    before it, per row), the final promised versions, and how many core writes
-    each stage makes to each row."""
-    hit = _PLAN_CACHE.get(id(kernel))
-    if hit is not None and hit[0] is kernel:
+    """Per-kernel static data of :func:`simulate` (cached by identity, the
+    :data:`PLAN_CACHE_SIZE` most recent kernels): the stages, row counts, the
+    version each read is promised (last writer listed before it, per row), the
+    final promised versions, and how many core writes each stage makes to each
+    row."""
+    key = id(kernel)
+    hit = _PLAN_CACHE.get(key)
+    if hit is not None and hit[0]() is kernel:
+        _PLAN_CACHE.move_to_end(key)
         return hit[1]
     stages = kernel.stages
     sidx = {s.name: i for i, s in enumerate(stages)}
@@ -190,9 +208,10 @@ def _static_plan(kernel: Kernel):
                 promised[a.buffer][lo:hi] = i
                 cnt[lo:hi] += 1
     plan = (stages, sidx, nrows, promised_before, promised, expected_count)
-    if len(_PLAN_CACHE) > 256:
-        _PLAN_CACHE.clear()
-    _PLAN_CACHE[id(kernel)] = (kernel, plan)
+    _PLAN_CACHE[key] = (weakref.ref(kernel, lambda ref: _forget_plan(key, ref)), plan)
+    _PLAN_CACHE.move_to_end(key)
+    while len(_PLAN_CACHE) > PLAN_CACHE_SIZE:
+        _PLAN_CACHE.popitem(last=False)
     return plan
 
 

@@ -61,6 +61,8 @@ one contiguous pointwise loop (its tail loop kind is not decided), ops outside
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -1160,23 +1162,51 @@ def run_torch(trace_or_fn, inputs, *, mode: str = "eager", emulate_precision_cas
     return [as_numpy(o) for o in outs]
 
 
-_COMPILED: dict = {}
+COMPILE_CACHE_SIZE = 64
+"""How many compiled functions :func:`compile_fn` keeps (least recently used
+first out)."""
+_RECOMPILE_LIMITS = {"recompile_limit": 64, "accumulated_recompile_limit": 4096}
+"""Dynamo's recompile limits while a function of :func:`compile_fn` runs, at
+least: more shapes/dtypes per function before Dynamo silently falls back to
+eager."""
+
+
+@contextlib.contextmanager
+def _recompile_limits():
+    """Dynamo's recompile limits raised to at least :data:`_RECOMPILE_LIMITS`
+    inside the block, and the process's own values back after it."""
+    import torch._dynamo.config as dcfg
+
+    with dcfg.patch(**{k: max(int(getattr(dcfg, k)), v) for k, v in _RECOMPILE_LIMITS.items()}):
+        yield
+
+
+def _compile(fn, emulate_precision_casts: bool):
+    torch = import_torch()
+    call = torch.compile(fn, dynamic=False, options={"emulate_precision_casts": emulate_precision_casts})
+
+    def compiled(*args, **kwargs):
+        # Dynamo compiles (and recompiles) at the call, so the limits hold around it
+        with _recompile_limits():
+            return call(*args, **kwargs)
+
+    compiled.__name__ = compiled.__qualname__ = f"compiled_{getattr(fn, '__name__', type(fn).__name__)}"
+    return compiled
+
+
+_compile_cached = functools.lru_cache(maxsize=COMPILE_CACHE_SIZE)(_compile)
 
 
 def compile_fn(fn, emulate_precision_casts: bool = False):
     """``torch.compile(fn, options={"emulate_precision_casts": flag})``, cached
-    per (function, flag) so tests and notebooks reuse generated code."""
-    torch = import_torch()
-    key = (id(fn), bool(emulate_precision_casts))
-    if key in _COMPILED and _COMPILED[key][0] is fn:
-        return _COMPILED[key][1]
-    import torch._dynamo.config as dcfg
-
-    # more shapes/dtypes per function before Dynamo silently falls back to eager
-    dcfg.recompile_limit = max(int(dcfg.recompile_limit), 64)
-    dcfg.accumulated_recompile_limit = max(int(dcfg.accumulated_recompile_limit), 4096)
-    call = torch.compile(fn, dynamic=False,
-                         options={"emulate_precision_casts": bool(emulate_precision_casts)})
-
-    _COMPILED[key] = (fn, call)
-    return call
+    per (function, flag) so tests and notebooks reuse generated code (the
+    :data:`COMPILE_CACHE_SIZE` most recent; a callable that cannot be hashed
+    is compiled afresh).  Its calls run with Dynamo's recompile limits raised
+    (:data:`_RECOMPILE_LIMITS`) and leave the process's Dynamo configuration
+    as it was."""
+    flag = bool(emulate_precision_casts)
+    try:
+        hash(fn)
+    except TypeError:
+        return _compile(fn, flag)
+    return _compile_cached(fn, flag)

@@ -59,7 +59,12 @@ kernel or ATen list is a registration error, never a silent default), so an
 operator lives in one registration: adding one (see ``softplus`` and
 ``hardswish`` at the end of the elementwise section, and ``docs/design.md``,
 "Adding an operator, order, format or fusion preset") touches this file and
-its tests.
+its tests (and ``_shapes`` / ``_refs`` for a new shape rule or reference).
+
+The package: this module holds the catalogue (:data:`CATALOGUE`, built here
+by the registrations), the registrations by family and the functions below;
+``_info`` defines :class:`OpInfo` and the constants, ``_shapes`` the shape
+rules, ``_refs`` the float64 references.  Import from ``numlab.ops``.
 
 The functions of this module (``add``, ``rsqrt``, ``softmax``, ``concat``,
 ...) work on symbolic tensors while tracing (``numlab.graph.trace``) and on
@@ -74,21 +79,62 @@ Linear Units" (2016) (erf form; tanh form with 0.044715), as in
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import math
+import contextlib
+import functools
 import numbers
-from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
-from . import bound_rules as R
-from . import contract_rules as CR
-from .formats import get_format
-from .kernels import engine as E
-from .kernels import libm as _libm
-from .rounding import round_to
+from .. import bound_rules as R
+from .. import contract_rules as CR
+from ..kernels import engine as E
+from ..rounding import round_to
+from ._info import CATEGORIES, COMPARISONS, META_ATTRS, REQUIRED, VALUE_KINDS, OpInfo
+from ._refs import (
+    ConstValue,
+    _broadcast_ref,
+    _concat_ref,
+    _f64,
+    _gather_ref,
+    _gelu,
+    _hardswish_ref,
+    _layer_norm_ref,
+    _log_softmax_ref,
+    _reshape_ref,
+    _rms_norm_ref,
+    _sigmoid,
+    _slice_ref,
+    _softmax_ref,
+    _softplus_ref,
+    _split_ref,
+    _transpose_ref,
+    _var_ref,
+    erf_ref,
+    erfc_ref,
+)
+from ._shapes import (
+    _axes,
+    _axis1,
+    _infer_bcast,
+    _infer_broadcast,
+    _infer_cast,
+    _infer_concat,
+    _infer_constant,
+    _infer_gather,
+    _infer_gelu,
+    _infer_matmul,
+    _infer_norm,
+    _infer_reduce,
+    _infer_reshape,
+    _infer_same,
+    _infer_scalar,
+    _infer_slice,
+    _infer_softmax,
+    _infer_split,
+    _infer_transpose,
+    _shape_tuple,
+    broadcast_shapes,
+)
 
 __all__ = [
     "CATEGORIES",
@@ -107,101 +153,6 @@ __all__ = [
     "COMPARISONS",
     "ConstValue",
 ]
-
-CATEGORIES = ("elementwise", "reduction", "data_movement", "matmul", "composite")
-#: kinds of value a node holds (``OpInfo.value_kind``): ``"float"`` numbers, or
-#: ``"bool"`` truth values (the comparisons), held by the executors as 0.0 / 1.0
-#: in the storage format (exact in every format) and read by ``where`` as ``!= 0``
-VALUE_KINDS = ("float", "bool")
-#: the comparison operators: op -> (numpy ufunc, symbol)
-COMPARISONS = {"gt": (np.greater, ">"), "ge": (np.greater_equal, ">="), "lt": (np.less, "<"),
-               "le": (np.less_equal, "<="), "eq": (np.equal, "=="), "ne": (np.not_equal, "!=")}
-#: attributes any node may carry that do not change its value
-#: (``origin``: the composite node a decomposed primitive came from).
-META_ATTRS = ("origin",)
-
-
-class _Required:
-    def __repr__(self) -> str:
-        return "REQUIRED"
-
-
-#: marks an attribute without a default
-REQUIRED = _Required()
-
-
-# ---------------------------------------------------------------------------
-# OpInfo
-# ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class OpInfo:
-    """One operator of the catalogue (see the module docstring).
-
-    ``infer(shapes, attrs) -> (attrs, shape)`` is the raw shape rule;
-    use :meth:`check`, which also validates arity and attribute names and
-    prefixes errors with the node.
-    """
-
-    name: str
-    category: str
-    arity: tuple[int, int | None]
-    attrs: dict
-    infer: Callable = field(repr=False)
-    _ref: Callable = field(repr=False)
-    decompose: Callable | None = field(default=None, repr=False)
-    accumulator: str = "none"
-    doc: str = ""
-    kernel: Callable | None = field(default=None, repr=False)
-    slack: Callable | None = field(default=None, repr=False)
-    propagate: Callable | None = field(default=None, repr=False)
-    aten: tuple = ()
-    value_kind: str = "float"
-    stored_fmt: Callable | None = field(default=None, repr=False)
-    local: Callable | None = field(default=None, repr=False)
-
-    def ref(self, *arrays, **attrs):
-        """float64 reference (data movement: dtype-preserving).  Meta
-        attributes (``origin``) are ignored."""
-        for k in META_ATTRS:
-            attrs.pop(k, None)
-        with np.errstate(all="ignore"):
-            return self._ref(*arrays, **attrs)
-
-    def check(self, shapes, attrs=None, node: str | None = None):
-        """Validate ``attrs`` against the input ``shapes``.
-
-        Returns ``(attrs, shape)``: canonical attributes (defaults filled,
-        normalised; meta attributes kept) and the output shape.
-        """
-        where = f"node {node!r} (op {self.name!r})" if node else f"op {self.name!r}"
-        attrs = dict(attrs or {})
-        shapes = [tuple(s) for s in shapes]
-        lo, hi = self.arity
-        n = len(shapes)
-        if n < lo or (hi is not None and n > hi):
-            want = f"{lo}" if lo == hi else (f"{lo} or more" if hi is None else f"{lo} to {hi}")
-            raise TypeError(f"{where}: takes {want} inputs, got {n} (input shapes {shapes})")
-        meta = {k: attrs.pop(k) for k in META_ATTRS if k in attrs}
-        unknown = sorted(set(attrs) - set(self.attrs))
-        if unknown:
-            raise TypeError(
-                f"{where}: unknown attribute(s) {unknown}; valid attributes: "
-                f"{sorted(self.attrs) + list(META_ATTRS)}"
-            )
-        full = {}
-        for k, default in self.attrs.items():
-            if k in attrs:
-                full[k] = attrs[k]
-            elif default is REQUIRED:
-                raise TypeError(f"{where}: missing required attribute {k!r}")
-            else:
-                full[k] = default
-        try:
-            out_attrs, shape = self.infer(shapes, full)
-        except (ValueError, TypeError) as exc:
-            raise type(exc)(f"{where}: {exc}") from None
-        out_attrs.update(meta)
-        return out_attrs, tuple(int(d) for d in shape)
 
 
 CATALOGUE: dict[str, OpInfo] = {}
@@ -294,119 +245,8 @@ def describe(category: str | None = None) -> str:
 
 
 # ---------------------------------------------------------------------------
-# shape helpers
-# ---------------------------------------------------------------------------
-def broadcast_shapes(*shapes) -> tuple[int, ...]:
-    """numpy broadcasting of shapes; ValueError naming every shape."""
-    shapes = [tuple(s) for s in shapes]
-    ndim = max((len(s) for s in shapes), default=0)
-    out = []
-    for i in range(-ndim, 0):
-        dims = {s[i] for s in shapes if len(s) >= -i}
-        dims.discard(1)
-        if len(dims) > 1:
-            raise ValueError(
-                f"shapes {' and '.join(map(str, shapes))} do not broadcast "
-                f"(axis {i}: sizes {sorted(dims)})"
-            )
-        out.append(dims.pop() if dims else 1)
-    return tuple(out)
-
-
-def _int(v, what):
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-        raise TypeError(f"{what} must be an int, got {v!r} ({type(v).__name__})")
-    return int(v)
-
-
-def _axis1(axis, ndim, what="axis"):
-    a = _int(axis, what)
-    if not -ndim <= a < ndim:
-        raise ValueError(f"{what}={a} is out of range for rank {ndim} (valid: {-ndim}..{ndim - 1})")
-    return a % ndim
-
-
-def _axes(axis, ndim, what="axis"):
-    """None -> all axes; int or sequence -> sorted tuple of distinct axes."""
-    if axis is None:
-        return tuple(range(ndim))
-    if isinstance(axis, numbers.Integral) and not isinstance(axis, bool):
-        return (_axis1(axis, ndim, what),)
-    if not isinstance(axis, (tuple, list)):
-        raise TypeError(f"{what} must be None, an int or a tuple of ints, got {axis!r}")
-    out = tuple(sorted(_axis1(a, ndim, what) for a in axis))
-    if len(set(out)) != len(out):
-        raise ValueError(f"{what}={tuple(axis)} repeats an axis (rank {ndim})")
-    return out
-
-
-def _shape_tuple(shape, what="shape"):
-    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
-        shape = (shape,)
-    if not isinstance(shape, (tuple, list)):
-        raise TypeError(f"{what} must be a tuple of ints, got {shape!r}")
-    return tuple(_int(d, f"{what} entry") for d in shape)
-
-
-def _float(v, what):
-    if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        raise TypeError(f"{what} must be a real number, got {v!r} ({type(v).__name__})")
-    return float(v)
-
-
-def _reduced(shape, axes, keepdims):
-    if keepdims:
-        return tuple(1 if i in axes else d for i, d in enumerate(shape))
-    return tuple(d for i, d in enumerate(shape) if i not in axes)
-
-
-def _f64(a):
-    return np.asarray(a, dtype=np.float64)
-
-
-# ---------------------------------------------------------------------------
-# float64 special functions (vectorised; no loop over elements)
-# ---------------------------------------------------------------------------
-def erfc_ref(x):
-    """float64 erfc, vectorised: :func:`numlab.kernels.libm.erfc64` (relative error below ~1e-13)."""
-    return _libm.erfc64(x)
-
-
-def erf_ref(x):
-    """float64 erf, vectorised: :func:`numlab.kernels.libm.erf64` (relative error below 5e-16
-    measured, 2^-44 bound)."""
-    return _libm.erf64(x)
-
-
-def _sigmoid(x):
-    """Overflow-free logistic: 1/(1+e^-x) for x >= 0, e^x/(1+e^x) otherwise."""
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-
-
-_GELU_C = math.sqrt(2.0 / math.pi)
-
-
-def _gelu(x, approximate):
-    if approximate == "tanh":
-        # 0.5 x (1 + tanh(u)) = x * sigmoid(2u): no cancellation for x < 0
-        u = _GELU_C * (x + 0.044715 * x * x * x)
-        return x * _sigmoid(2.0 * u)
-    # 0.5 x (1 + erf(x/sqrt2)) = 0.5 x erfc(-x/sqrt2): no cancellation for x < 0
-    return 0.5 * x * erfc_ref(-x / math.sqrt(2.0))
-
-
-# ---------------------------------------------------------------------------
 # elementwise
 # ---------------------------------------------------------------------------
-def _infer_same(shapes, attrs):
-    return attrs, shapes[0]
-
-
-def _infer_bcast(shapes, attrs):
-    return attrs, broadcast_shapes(*shapes)
-
-
 def _unary(name, fn, kernel, slack, propagate, local, doc):
     """Register a one-input elementwise op whose ATen counterpart has its name."""
     _register(name, "elementwise", (1, 1), {}, _infer_same, lambda x: fn(_f64(x)), kernel=kernel,
@@ -432,16 +272,6 @@ _unary("silu", lambda x: x * _sigmoid(x), E.silu, R.slack_transcendental_x, R.pr
 _unary("relu", lambda x: np.where(x < 0, 0.0, x), E.relu, R.slack_exact, R.propagate_identity, CR.local_exact,
        "0 where x < 0, else x (NaN and -0.0 pass through, as torch.relu)")
 
-#: values of gelu's ``approximate`` (torch's vocabulary)
-GELU_APPROXIMATE = E.GELU_APPROXIMATE
-
-
-def _infer_gelu(shapes, attrs):
-    if attrs["approximate"] not in GELU_APPROXIMATE:
-        raise ValueError(f"approximate={attrs['approximate']!r} is not valid; valid choices: "
-                         f"{list(GELU_APPROXIMATE)}")
-    return attrs, shapes[0]
-
 
 _register(
     "gelu", "elementwise", (1, 1), {"approximate": "none"}, _infer_gelu,
@@ -450,15 +280,6 @@ _register(
     doc="GELU: approximate='none' 0.5x(1+erf(x/sqrt2)); 'tanh' 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))); "
         "gelu(-inf) = NaN (-inf * 0, as torch)",
 )
-
-
-def _infer_cast(shapes, attrs):
-    to = attrs["to"]
-    try:
-        attrs["to"] = get_format(to).name
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"to={to!r}: {exc}") from None
-    return attrs, shapes[0]
 
 
 _register(
@@ -482,11 +303,6 @@ for _name, _fn, _kernel, _slack, _prop, _local, _doc in (
     _register(_name, "elementwise", (2, 2), {}, _infer_bcast,
               (lambda f: lambda a, b: f(_f64(a), _f64(b)))(_fn), kernel=_kernel,
               slack=_slack, propagate=_prop, local=_local, aten=(_name,), doc=_doc)
-
-
-def _infer_scalar(shapes, attrs):
-    attrs["scalar"] = _float(attrs["scalar"], "scalar")
-    return attrs, shapes[0]
 
 
 #: scalar forms: op -> (function of (x, s), expression)
@@ -530,65 +346,6 @@ for _name, (_fn, _sym) in COMPARISONS.items():
 
 
 # -- constants: a tensor whose value the graph holds ----------------------------------------------
-class ConstValue:
-    """The value of a ``constant`` node: an immutable float64 array.
-
-    Built from a Python number, a nested list or a numpy array of any real
-    dtype (bool becomes 0.0 / 1.0; integers must be exact in float64;
-    float16/bfloat16/fp8/float32 widen exactly).  Equality and hashing are
-    bitwise (``-0.0`` differs from ``0.0``, a NaN equals the same NaN), so
-    graphs and fingerprints tell constants apart by their bytes;
-    :meth:`canonical` (what ``Graph.to_dict`` writes) holds every byte.
-    """
-
-    __slots__ = ("array", "_digest")
-
-    def __init__(self, value):
-        if isinstance(value, ConstValue):
-            value = value.array
-        a = np.asarray(value)
-        if a.dtype.kind not in "biuf" and a.dtype.name != "bfloat16" and not a.dtype.name.startswith("float8"):
-            raise TypeError(f"a constant must be a real number or array, got {type(value).__name__} "
-                            f"of dtype {a.dtype}")
-        f = a.astype(np.float64)
-        if a.dtype.kind in "iu" and a.size and np.any(f.astype(a.dtype) != a):
-            raise ValueError(f"integer constant values beyond 2**53 are not exact in float64 (max |v| {np.abs(a).max()})")
-        f = np.array(f, dtype=np.float64, order="C", copy=True)  # keeps a 0-d shape
-        f.flags.writeable = False
-        self.array = f
-        self._digest = hashlib.sha256(f.tobytes()).hexdigest()
-
-    @property
-    def shape(self) -> tuple:
-        return self.array.shape
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, ConstValue) and self.shape == other.shape and self._digest == other._digest
-
-    def __hash__(self) -> int:
-        return hash((self.shape, self._digest))
-
-    def __repr__(self) -> str:
-        if self.array.size <= 4:
-            return f"ConstValue({self.array.tolist()!r})"
-        return f"ConstValue(shape={self.shape}, sha256={self._digest[:12]})"
-
-    def canonical(self) -> dict:
-        """``{"const": {"shape": [...], "float64_le": base64 of the bytes}}``."""
-        data = self.array.astype("<f8").tobytes()
-        return {"const": {"shape": list(self.shape), "float64_le": base64.b64encode(data).decode("ascii")}}
-
-    @classmethod
-    def from_canonical(cls, d: dict) -> "ConstValue":
-        c = d["const"]
-        a = np.frombuffer(base64.b64decode(c["float64_le"]), dtype="<f8").reshape(tuple(c["shape"]))
-        return cls(a.astype(np.float64))
-
-
-def _infer_constant(shapes, attrs):
-    v = attrs["value"]
-    attrs["value"] = v if isinstance(v, ConstValue) else ConstValue(v)
-    return attrs, attrs["value"].shape
 
 
 _register("constant", "elementwise", (0, 0), {"value": REQUIRED}, _infer_constant,
@@ -599,12 +356,6 @@ _register("constant", "elementwise", (0, 0), {"value": REQUIRED}, _infer_constan
 
 
 # -- softplus and hardswish: each operator in one place (reference, kernel, rules, ATen) -------
-def _softplus_ref(x):
-    """torch's softplus (beta 1, threshold 20) in float64: ``x`` for ``x > 20``,
-    else ``log1p(exp(x))`` (exp of at most 20: no overflow; NaN propagates)."""
-    x = _f64(x)
-    t = R.SOFTPLUS_THRESHOLD
-    return np.where(x > t, x, np.log1p(np.exp(np.minimum(x, t))))
 
 
 def _softplus_kernel(ctx, x):
@@ -621,13 +372,6 @@ def _softplus_kernel(ctx, x):
 _register("softplus", "elementwise", (1, 1), {}, _infer_same, _softplus_ref, kernel=_softplus_kernel,
           slack=R.slack_transcendental, propagate=R.propagate_softplus, local=CR.local_libm_x, aten=("softplus",),
           doc="log(1 + e**x), x itself for x > 20 (torch's beta=1, threshold=20)")
-
-
-def _hardswish_ref(x):
-    """``x * min(max(x + 3, 0), 6) / 6`` in float64; exactly ``x`` for
-    ``x >= 3`` and ``x * 0 = -0.0`` for ``x <= -3`` (NaN at ``-inf``, as torch)."""
-    x = _f64(x)
-    return np.where(x >= 3.0, x, x * np.clip(x + 3.0, 0.0, 6.0) / 6.0)
 
 
 def _hardswish_kernel(ctx, x):
@@ -649,28 +393,6 @@ _register("hardswish", "elementwise", (1, 1), {}, _infer_same, _hardswish_ref, k
 # ---------------------------------------------------------------------------
 # reductions
 # ---------------------------------------------------------------------------
-def _infer_reduce(shapes, attrs):
-    (shape,) = shapes
-    axes = _axes(attrs["axis"], len(shape))
-    keep = attrs["keepdims"]
-    if not isinstance(keep, (bool, np.bool_)):
-        raise TypeError(f"keepdims must be a bool, got {keep!r}")
-    attrs["axis"], attrs["keepdims"] = axes, bool(keep)
-    if "correction" in attrs:
-        attrs["correction"] = _int(attrs["correction"], "correction")
-        if attrs["correction"] < 0:
-            raise ValueError(f"correction={attrs['correction']} must be >= 0")
-    return attrs, _reduced(shape, axes, keep)
-
-
-def _var_ref(x, axis, keepdims, correction):
-    x = _f64(x)
-    m = np.mean(x, axis=axis, keepdims=True)
-    d = x - m
-    n = math.prod(x.shape[a] for a in axis)
-    return np.sum(d * d, axis=axis, keepdims=keepdims) / (n - correction)
-
-
 _register("sum", "reduction", (1, 1), {"axis": None, "keepdims": False}, _infer_reduce,
           lambda x, axis, keepdims: np.sum(_f64(x), axis=axis, keepdims=keepdims), kernel=E.sum_,
           slack=R.slack_sum, propagate=R.propagate_sum, local=CR.local_sum, aten=("sum",),
@@ -701,170 +423,12 @@ _register("var", "reduction", (1, 1), {"axis": None, "keepdims": False, "correct
 # ---------------------------------------------------------------------------
 # data movement (dtype-preserving refs)
 # ---------------------------------------------------------------------------
-def _infer_reshape(shapes, attrs):
-    (shape,) = shapes
-    new = list(_shape_tuple(attrs["shape"]))
-    size = math.prod(shape)
-    if new.count(-1) > 1:
-        raise ValueError(f"shape={tuple(new)} has more than one -1")
-    if any(d < -1 for d in new):
-        raise ValueError(f"shape={tuple(new)} has a negative size")
-    if -1 in new:
-        rest = math.prod(d for d in new if d != -1)
-        if rest == 0 or size % rest:
-            raise ValueError(f"cannot reshape {shape} (size {size}) to {tuple(new)}")
-        new[new.index(-1)] = size // rest
-    if math.prod(new) != size:
-        raise ValueError(f"cannot reshape {shape} (size {size}) to {tuple(new)} (size {math.prod(new)})")
-    attrs["shape"] = tuple(new)
-    return attrs, tuple(new)
-
-
-def _infer_transpose(shapes, attrs):
-    (shape,) = shapes
-    perm = attrs["perm"]
-    perm = tuple(reversed(range(len(shape)))) if perm is None else _shape_tuple(perm, "perm")
-    if sorted(perm) != list(range(len(shape))):
-        raise ValueError(f"perm={perm} is not a permutation of {tuple(range(len(shape)))} (input shape {shape})")
-    attrs["perm"] = perm
-    return attrs, tuple(shape[p] for p in perm)
-
-
-def _infer_slice(shapes, attrs):
-    (shape,) = shapes
-    n = len(shape)
-    parts = {}
-    for k, default in (("begin", 0), ("end", None), ("step", 1)):
-        v = attrs[k]
-        v = (default,) * n if v is None else v
-        if not isinstance(v, (tuple, list)) or len(v) != n:
-            raise ValueError(f"{k}={v!r} needs a tuple of {n} entries for input shape {shape}")
-        parts[k] = [None if e is None else _int(e, f"{k} entry") for e in v]
-    nb, ne, ns, out = [], [], [], []
-    for i, d in enumerate(shape):
-        b, e, s = parts["begin"][i], parts["end"][i], parts["step"][i]
-        s = 1 if s is None else s
-        if s <= 0:
-            raise ValueError(f"step={s} on axis {i} is not valid; slices need a positive step")
-        b2, e2, _ = slice(b, e, s).indices(d)
-        e2 = max(e2, b2)
-        nb.append(b2)
-        ne.append(e2)
-        ns.append(s)
-        out.append(len(range(b2, e2, s)))
-    attrs.update(begin=tuple(nb), end=tuple(ne), step=tuple(ns))
-    return attrs, tuple(out)
-
-
-def _slice_ref(x, begin, end, step):
-    x = np.asarray(x)
-    return x[tuple(slice(b, e, s) for b, e, s in zip(begin, end, step, strict=True))]
-
-
-def _infer_concat(shapes, attrs):
-    first = shapes[0]
-    ax = _axis1(attrs["axis"], len(first))
-    for i, s in enumerate(shapes):
-        if len(s) != len(first) or any(a != b for k, (a, b) in enumerate(zip(s, first, strict=True)) if k != ax):
-            raise ValueError(f"input {i} has shape {s}, which does not match {first} outside axis {ax} (all shapes {list(shapes)})")
-    attrs["axis"] = ax
-    return attrs, tuple(sum(s[ax] for s in shapes) if k == ax else d for k, d in enumerate(first))
-
-
-def _infer_split(shapes, attrs):
-    (shape,) = shapes
-    ax = _axis1(attrs["axis"], len(shape))
-    sizes = _shape_tuple(attrs["sizes"], "sizes")
-    if any(s < 0 for s in sizes) or sum(sizes) != shape[ax]:
-        raise ValueError(f"sizes={sizes} must be non-negative and sum to {shape[ax]} (axis {ax} of {shape})")
-    idx = _int(attrs["index"], "index")
-    if not 0 <= idx < len(sizes):
-        raise ValueError(f"index={idx} is out of range for {len(sizes)} pieces (valid: 0..{len(sizes) - 1})")
-    attrs.update(axis=ax, sizes=sizes, index=idx)
-    return attrs, tuple(sizes[idx] if k == ax else d for k, d in enumerate(shape))
-
-
-def _split_ref(x, axis, sizes, index):
-    x = np.asarray(x)
-    start = sum(sizes[:index])
-    sl = [slice(None)] * x.ndim
-    sl[axis] = slice(start, start + sizes[index])
-    return x[tuple(sl)]
-
-
-def _infer_broadcast(shapes, attrs):
-    (shape,) = shapes
-    target = _shape_tuple(attrs["shape"])
-    try:
-        ok = broadcast_shapes(shape, target) == target
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError(f"cannot broadcast shape {shape} to {target}")
-    attrs["shape"] = target
-    return attrs, target
-
-
-def _infer_gather(shapes, attrs):
-    shape = shapes[0]
-    ax = _axis1(attrs["axis"], len(shape))
-    idx = attrs["indices"]
-    if len(shapes) == 2:
-        if idx is not None:
-            raise ValueError("give the indices either as the second input or as attribute 'indices', not both")
-        ishape = shapes[1]
-    else:
-        if idx is None:
-            raise ValueError("gather needs indices: a second input or attribute 'indices'")
-        arr = np.asarray(idx)
-        if arr.dtype.kind not in "iu" and not (arr.dtype.kind == "f" and np.all(arr == np.round(arr))):
-            raise TypeError(f"indices must be integers, got dtype {arr.dtype}")
-        arr = arr.astype(np.int64)
-        n = shape[ax]
-        if arr.size and (arr.min() < -n or arr.max() >= n):
-            raise ValueError(f"indices out of range for axis {ax} of size {n} (valid: {-n}..{n - 1}); got min {arr.min()}, max {arr.max()}")
-        arr = arr % max(n, 1)
-        attrs["indices"] = arr.tolist() if arr.ndim else int(arr)
-        ishape = arr.shape
-    attrs["axis"] = ax
-    return attrs, tuple(shape[:ax]) + tuple(ishape) + tuple(shape[ax + 1:])
-
-
-def _gather_ref(x, idx=None, *, axis, indices=None):
-    x = np.asarray(x)
-    if idx is None:
-        idx = np.asarray(indices, dtype=np.int64)
-    else:
-        f = np.asarray(idx)
-        idx = f.astype(np.int64)
-        n = x.shape[axis]
-        if np.any(idx != f) or (idx.size and (idx.min() < -n or idx.max() >= n)):
-            raise ValueError(f"gather: index values must be integers in {-n}..{n - 1}")
-    return np.take(x, idx, axis=axis)
-
-
 def _move(name, arity, attrs, infer, ref, aten, doc, propagate=R.propagate_moved):
     """Register a data-movement op: its kernel is its (dtype-preserving)
     reference, its float64 reference is exact and the bounds move with the
     data (``propagate``)."""
     _register(name, "data_movement", arity, attrs, infer, ref, kernel=E.data_movement(ref),
               slack=R.slack_exact, propagate=propagate, local=CR.local_exact, aten=aten, doc=doc)
-
-
-def _reshape_ref(x, shape):
-    return np.reshape(np.asarray(x), shape)
-
-
-def _transpose_ref(x, perm):
-    return np.transpose(np.asarray(x), perm)
-
-
-def _concat_ref(*xs, axis):
-    return np.concatenate([np.asarray(x) for x in xs], axis=axis)
-
-
-def _broadcast_ref(x, shape):
-    return np.broadcast_to(np.asarray(x), shape).copy()
 
 
 _move("reshape", (1, 1), {"shape": REQUIRED}, _infer_reshape, _reshape_ref,
@@ -888,23 +452,6 @@ _move("gather", (1, 2), {"axis": 0, "indices": None}, _infer_gather, _gather_ref
 # ---------------------------------------------------------------------------
 # matmul
 # ---------------------------------------------------------------------------
-def _infer_matmul(shapes, attrs):
-    a, b = shapes
-    if len(a) == 0 or len(b) == 0:
-        raise ValueError(f"matmul needs inputs of rank >= 1, got shapes {a} and {b}")
-    a2 = (1,) + a if len(a) == 1 else a
-    b2 = b + (1,) if len(b) == 1 else b
-    if a2[-1] != b2[-2]:
-        raise ValueError(f"inner dimensions differ: {a} @ {b} ({a2[-1]} != {b2[-2]})")
-    batch = broadcast_shapes(a2[:-2], b2[:-2])
-    out = batch + (a2[-2], b2[-1])
-    if len(a) == 1:
-        out = out[:-2] + out[-1:]
-    if len(b) == 1:
-        out = out[:-1]
-    return attrs, out
-
-
 _register("matmul", "matmul", (2, 2), {}, _infer_matmul,
           lambda a, b: np.matmul(_f64(a), _f64(b)), kernel=E.matmul,
           slack=R.slack_matmul, propagate=R.propagate_matmul, local=CR.local_matmul, aten=("matmul", "mm", "bmm"),
@@ -915,26 +462,6 @@ _register("matmul", "matmul", (2, 2), {}, _infer_matmul,
 # ---------------------------------------------------------------------------
 # composites (ref: float64 formula; decompose: the primitives a compiler fuses)
 # ---------------------------------------------------------------------------
-def _infer_softmax(shapes, attrs):
-    (shape,) = shapes
-    attrs["axis"] = _axis1(attrs["axis"], len(shape))
-    if shape[attrs["axis"]] == 0:
-        raise ValueError(f"softmax over an empty axis (shape {shape})")
-    return attrs, shape
-
-
-def _softmax_ref(x, axis):
-    x = _f64(x)
-    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-    return e / np.sum(e, axis=axis, keepdims=True)
-
-
-def _log_softmax_ref(x, axis):
-    x = _f64(x)
-    d = x - np.max(x, axis=axis, keepdims=True)
-    return d - np.log(np.sum(np.exp(d), axis=axis, keepdims=True))
-
-
 def _softmax_dec(x, *, axis):
     m = max_(x, axis=axis, keepdims=True)
     e = exp(sub(x, m))
@@ -944,45 +471,6 @@ def _softmax_dec(x, *, axis):
 def _log_softmax_dec(x, *, axis):
     d = sub(x, max_(x, axis=axis, keepdims=True))
     return sub(d, log(sum_(exp(d), axis=axis, keepdims=True)))
-
-
-def _infer_norm(shapes, attrs):
-    x = shapes[0]
-    axes = _axes(attrs["axis"], len(x))
-    attrs["axis"] = axes
-    attrs["eps"] = _float(attrs["eps"], "eps")
-    if attrs["eps"] < 0:
-        raise ValueError(f"eps={attrs['eps']} must be >= 0")
-    for name, s in zip(("weight/gamma", "beta"), shapes[1:], strict=False):
-        try:
-            ok = broadcast_shapes(x, s) == x
-        except ValueError:
-            ok = False
-        if not ok:
-            raise ValueError(f"{name} of shape {s} does not broadcast to the input shape {x}")
-    return attrs, x
-
-
-def _layer_norm_ref(x, gamma=None, beta=None, *, axis, eps):
-    x = _f64(x)
-    mu = np.mean(x, axis=axis, keepdims=True)
-    d = x - mu
-    var = np.mean(d * d, axis=axis, keepdims=True)
-    y = d / np.sqrt(var + eps)
-    if gamma is not None:
-        y = y * _f64(gamma)
-    if beta is not None:
-        y = y + _f64(beta)
-    return y
-
-
-def _rms_norm_ref(x, weight=None, *, axis, eps):
-    x = _f64(x)
-    ms = np.mean(x * x, axis=axis, keepdims=True)
-    y = x / np.sqrt(ms + eps)
-    if weight is not None:
-        y = y * _f64(weight)
-    return y
 
 
 def _layer_norm_dec(x, gamma=None, beta=None, *, axis, eps):
@@ -1032,9 +520,21 @@ _register("rms_norm", "composite", (1, 2), {"axis": -1, "eps": 1e-6}, _infer_nor
 # ---------------------------------------------------------------------------
 # user-facing functions: symbolic while tracing, float64 reference on arrays
 # ---------------------------------------------------------------------------
-#: the tracers running now (innermost last); ``constant()`` outside any
-#: tensor operation needs to know whether it is being traced
+#: the tracers running now (innermost last), kept by :func:`tracing` only;
+#: ``constant()`` outside any tensor operation needs to know whether it is
+#: being traced
 _TRACERS: list = []
+
+
+@contextlib.contextmanager
+def tracing(tracer):
+    """Make ``tracer`` the current tracer while the block runs (``constant()``
+    then emits a node into it); nested blocks stack, the innermost wins."""
+    _TRACERS.append(tracer)
+    try:
+        yield tracer
+    finally:
+        _TRACERS.pop()
 
 
 def _current_tracer():
@@ -1291,7 +791,7 @@ def __getattr__(name):
     raise AttributeError(f"module 'numlab.ops' has no attribute {name!r}")
 
 
-# --- block-scaled operators (h6) ---
+# --- block-scaled operators ---
 # quantize / block_scale / dequantize / scaled_matmul: numlab.kernels.scaled
 # (formats, kernels, float64 references, shape rule); bound rules in
 # numlab.bound_rules' block-scaled section.  ATen: torchao's mx/nvfp4 casts are
@@ -1299,12 +799,13 @@ def __getattr__(name):
 # quantisation, scale choice, dequantisation, ``_scaled_mm``), none of which
 # the torch bridge maps.  Storage between kernels (``stored_fmt``): elements in
 # their element format, scales in fp32, never rounded to S.
-from .kernels import scaled as _scaled  # noqa: E402  (section appended at the end)
+from ..kernels import scaled as _scaled  # noqa: E402  (section appended at the end)
 
 _register("quantize", "elementwise", (1, 1), {"fmt": REQUIRED},
           lambda shapes, attrs: _scaled.infer_scaled("quantize", shapes, attrs), _scaled.quantize_ref,
-          kernel=E.quantize, slack=R.slack_exact, propagate=R.propagate_quantize,
-          local=CR.local_quantize,
+          kernel=E.quantize, slack=R.slack_exact,
+          propagate=functools.partial(R.propagate_quantize, block_scale=_scaled.block_scale_ref),
+          local=functools.partial(CR.local_quantize, block_scale=_scaled.block_scale_ref),
           aten=("quantize_per_channel",), stored_fmt=_scaled.element_storage,
           doc="elements of x in the block-scaled format fmt (kernels.scaled presets: mxfp8_e4m3, nvfp4, "
               "deepseek_1x128, ...); each output depends on its block's amax")
