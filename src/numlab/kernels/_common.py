@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..formats import FP32, FP64, NARROW_DTYPES, Format, get_format
-from ..primitives import _two_sum, signed_exact_zero  # TwoSum: s + e == a + b exactly
+from ..primitives import _odd_select, _two_sum, signed_exact_zero  # TwoSum: s + e == a + b exactly
 from ..rounding import check_rounding
 from ..rounding import round_to as _round_to
 
@@ -152,10 +152,7 @@ def round_odd_pair(s: np.ndarray, e: np.ndarray) -> np.ndarray:
     ``s + e`` in every mode.
     """
     with np.errstate(invalid="ignore", over="ignore"):
-        nb = np.nextafter(s, np.where(e > 0, np.inf, -np.inf))
-    s_odd = (s.view(np.int64) & 1).astype(bool)
-    pick = np.where(s_odd, s, nb)
-    return np.where((e == 0) | ~np.isfinite(s) | ~np.isfinite(e), s, pick)
+        return np.where(~np.isfinite(s) | ~np.isfinite(e), s, _odd_select(s, np.sign(e)))
 
 
 def round_sum2(a, b, fmt, rounding: str = "rne") -> np.ndarray:

@@ -44,6 +44,7 @@ import dataclasses
 import numpy as np
 
 from ..formats import FP32, get_format
+from ..primitives import _two_sum
 from . import _accel
 from . import algorithms as _alg
 from ._common import Arith, check_choice
@@ -461,10 +462,7 @@ def _settle_midpoints(a, b, c, mid, o) -> None:
     the float64 sum (Knuth's TwoSum; the product is exact) says which side the
     exact value lies on (zero: a true tie, keep the even one)."""
     prod = a[mid].astype(np.float64) * b[mid]  # exact
-    cv = c[mid].astype(np.float64)
-    sm = prod + cv  # the float64 sum that was rounded
-    bb = sm - prod
-    e = (prod - (sm - bb)) + (cv - bb)
+    sm, e = _two_sum(prod, c[mid].astype(np.float64))  # sm: the float64 sum that was rounded
     r0 = o[mid]
     other = np.nextafter(r0, np.where(sm > r0, np.float32(np.inf), np.float32(-np.inf)))
     up, dn = np.maximum(r0, other), np.minimum(r0, other)
