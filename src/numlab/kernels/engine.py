@@ -47,7 +47,7 @@ from ..formats import FP32, get_format
 from ..primitives import _two_sum
 from . import _accel
 from . import algorithms as _alg
-from ._common import Arith, check_choice
+from ._common import Arith, check_choice, welford_steps
 from ._common import round_to as _round_to
 from .matmul import matmul as _kmatmul
 from .mma_lab import unit_matmul as _unit_matmul
@@ -363,25 +363,9 @@ def _welford(x: np.ndarray, ar, ddof: int):
     m = np.zeros(xt.shape[1:], dtype=ar.dtype)
     m2 = np.zeros_like(m)
     with np.errstate(all="ignore"):
-        if ar.native and ar.dtype == np.float32 and _accel.welford32(xt, m, m2):
-            pass  # compiled: the same float32 operations in the same order (numba)
-        elif ar.native and ar.dtype == np.float32:
-            d = np.empty_like(m)
-            t = np.empty_like(m)
-            for k in range(n):
-                xk = xt[k]
-                np.subtract(xk, m, out=d)
-                np.divide(d, np.float32(k + 1), out=t)
-                np.add(m, t, out=m)
-                np.subtract(xk, m, out=t)
-                np.multiply(d, t, out=t)
-                np.add(m2, t, out=m2)
-        else:
-            for k in range(n):
-                xk = xt[k]
-                d = ar.sub(xk, m)
-                m = ar.add(m, ar.div(d, ar.round(np.float64(k + 1))))
-                m2 = ar.add(m2, ar.mul(d, ar.sub(xk, m)))
+        # compiled: the same float32 operations in the same order (numba)
+        if not (ar.native and ar.dtype == np.float32 and _accel.welford32(xt, m, m2)):
+            m, m2 = welford_steps(xt, ar, m, m2)
         var = ar.div(m2, ar.round(np.float64(n - ddof)))
     return np.asarray(m).reshape(lead), np.asarray(var).reshape(lead)
 
