@@ -748,18 +748,9 @@ def live_buffers(graph, members, outputs) -> int:
     return best
 
 
-def _tile(hardware, nbuf: int, elem_bytes: int = 4) -> int:
-    return int(kernels.tile_elements(hardware, nbuf, elem_bytes))
-
-
 def _op_tile(node, hardware, eb: int, library) -> tuple[int, int]:
     """(live buffers, tile) of ``node`` as its own one-operator kernel."""
-    nbuf = len(dict.fromkeys(node.inputs)) + 1
-    if library is not None:
-        if library.live_buffers is not None:
-            nbuf = library.live_buffers
-        return nbuf, _tile(library.hardware, nbuf, eb)
-    return nbuf, _tile(hardware, nbuf, eb)
+    return kernels.hardware.kernel_tile(library, hardware, len(dict.fromkeys(node.inputs)) + 1, eb, False)
 
 
 def _elem_bytes(fmt) -> int:
@@ -898,9 +889,7 @@ def plan(graph, options: FusionOptions | None = None, hardware=None, fmt=None, *
         kind = "+".join(sorted(kset))
         is_cg = all(options.fuses(k) for k in kset)
         if is_cg:
-            if codegen is not None and codegen.live_buffers is not None:
-                nbuf = codegen.live_buffers
-            tile = _tile(codegen.hardware if codegen is not None else hardware, nbuf, 4)
+            nbuf, tile = kernels.hardware.kernel_tile(codegen, hardware, nbuf, eb, True)
         else:
             nbuf, tile = _op_tile(graph.node(mem[0]), hardware, eb, library)
         blocks.append(

@@ -273,9 +273,7 @@ class Ctx:
         """``spec.reduce_order`` if set, else ``Blocked(tile, reduce_inner,
         reduce_outer)``; a Shuffled (atomic-add-like) order takes the
         schedule seed when one was given."""
-        o = self.spec.reduce_order
-        if o is None:
-            o = Blocked(self.tile, self.spec.reduce_inner, self.spec.reduce_outer)
+        o = self.spec.order_at(self.tile)
         if self.seed is not None:
             o = _reseed(o, self.seed)
         return o
