@@ -52,6 +52,7 @@ import numpy as np
 
 from . import execute, zoo
 from . import kernels as K
+from ._digest import sha256_hex
 from ._repr import Compact
 from .formats import get_format
 from .fusion import FusionOptions
@@ -189,11 +190,7 @@ def _default_kernels(mode: str) -> str:
 
 
 def _digest(a: np.ndarray) -> str:
-    a = np.ascontiguousarray(a)
-    h = hashlib.sha256()
-    h.update(f"{a.dtype.str}|{a.shape}|".encode())
-    h.update(a.tobytes())
-    return h.hexdigest()
+    return sha256_hex(a, lambda c: f"{c.dtype.str}|{c.shape}|")
 
 
 def _plan_text(plan) -> str:

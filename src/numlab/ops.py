@@ -75,7 +75,6 @@ Linear Units" (2016) (erf form; tanh form with 0.044715), as in
 from __future__ import annotations
 
 import base64
-import hashlib
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -85,6 +84,8 @@ import numpy as np
 
 from . import bound_rules as R
 from . import contract_rules as CR
+from ._digest import sha256_hex
+from ._repr import text_table
 from .formats import get_format
 from .kernels import engine as E
 from .kernels import libm as _libm
@@ -288,9 +289,7 @@ def describe(category: str | None = None) -> str:
             attrs = ", ".join(f"{k}={v!r}" for k, v in info.attrs.items()) or "-"
             rows.append((name, cat, arity, attrs, info.accumulator, info.doc))
     head = ("op", "category", "inputs", "attributes", "accumulator", "computes")
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5] for r in [head, *rows]]
-    return "\n".join(lines)
+    return "\n".join(text_table(head, rows, rule=False))
 
 
 # ---------------------------------------------------------------------------
@@ -556,7 +555,7 @@ class ConstValue:
         f = np.array(f, dtype=np.float64, order="C", copy=True)  # keeps a 0-d shape
         f.flags.writeable = False
         self.array = f
-        self._digest = hashlib.sha256(f.tobytes()).hexdigest()
+        self._digest = sha256_hex(f)
 
     @property
     def shape(self) -> tuple:
