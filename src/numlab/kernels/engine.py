@@ -791,7 +791,7 @@ def log_softmax(ctx, x, *, axis=-1):
 # The kernels of quantize / block_scale / dequantize / scaled_matmul live in
 # numlab.kernels.scaled (with the formats they implement); named here so that
 # every operator's kernel is reached through this module.
-from .scaled import block_scale_kernel as block_scale  # noqa: E402  (section appended at the end, see brief)
+from .scaled import block_scale_kernel as block_scale  # noqa: E402  (section appended at the end)
 from .scaled import dequantize_kernel as dequantize  # noqa: E402
 from .scaled import quantize_kernel as quantize  # noqa: E402
 from .scaled import scaled_matmul_kernel as scaled_matmul  # noqa: E402
