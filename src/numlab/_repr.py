@@ -20,7 +20,7 @@ import reprlib
 import numpy as np
 
 __all__ = ["Compact", "array_summary", "brief", "mapping_summary", "facts_text", "facts_html",
-           "MAX_LINES", "WIDTH"]
+           "text_table", "MAX_LINES", "WIDTH"]
 
 #: most lines of a compact repr (title included)
 MAX_LINES = 20
@@ -118,6 +118,21 @@ def facts_text(facts) -> str:
     lines = [_clip(title, WIDTH)]
     lines += [_clip(f"  {k:<{w}}  {v}", WIDTH) for k, v in rows]
     return "\n".join(lines)
+
+
+def text_table(header, rows, align=None, *, rule: bool = True) -> list[str]:
+    """The lines of a plain-text table: every column as wide as its widest
+    cell, columns two spaces apart, each line right-stripped; ``align`` gives
+    "left" or "right" per column (default all left); ``rule``: a dashed line
+    under the header.  ``header`` and ``rows`` hold strings."""
+    align = ["left"] * len(header) if align is None else list(align)
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
+
+    def line(cells):
+        return "  ".join(c.rjust(w) if a == "right" else c.ljust(w)
+                         for c, w, a in zip(cells, widths, align, strict=True)).rstrip()
+
+    return [line(header), *(["  ".join("-" * w for w in widths)] if rule else []), *(line(r) for r in rows)]
 
 
 def facts_html(facts, extra: str = "") -> str:

@@ -66,7 +66,7 @@ from dataclasses import dataclass, field, fields, replace
 from .formats import FP32, Format, get_format
 from .kernels import algorithms as _alg
 from .kernels import grammar as _grammar
-from .kernels.spec import PROMOTIONS, KernelSpec
+from .kernels.spec import PROMOTIONS, KernelSpec, mode_specs
 
 __all__ = ["KernelClass", "Contract", "PRESETS", "ALGO_FORMS", "VARIANCE_CHOICES", "SCALAR_FORMATS",
            "algo_rel_error", "parse_contract"]
@@ -264,8 +264,7 @@ class Contract:
         """The contract numlab's own kernels honour: ``library`` from the library
         spec (default ``KernelSpec.handwritten()``), ``codegen`` from the code
         generator's (default ``KernelSpec.codegen()``)."""
-        lib = KernelSpec.parse(library, arg="library") if library is not None else KernelSpec.handwritten()
-        gen = KernelSpec.parse(kernels, arg="kernels") if kernels is not None else KernelSpec.codegen()
+        gen, lib = mode_specs("fused", kernels, library)
         return cls("derived", KernelClass.of_spec(lib), KernelClass.of_spec(gen),
                    f"derived from library={lib.name}, kernels={gen.name}")
 

@@ -83,6 +83,7 @@ from .contract_bounds import BOUND_MODES, NodeContract, mode_plan, node_contract
 from .formats import FP32, Format, get_format, ulp
 from .graph import Graph, Node, decompose
 from .ops import get_op
+from .primitives import _odd_select, _two_prod, _two_sum
 from .rounding import round_to
 
 __all__ = ["sample_outputs", "ORDERS", "ADVERSARIAL_ORDERS"]
@@ -94,7 +95,6 @@ ADVERSARIAL_ORDERS = ("sorted_desc", "sorted_asc", "abs_desc", "abs_asc")
 _ADD_LIKE = ("add", "sub", "add_scalar", "sub_scalar", "rsub_scalar")
 _LIBM = ("exp", "log", "tanh", "sigmoid", "erf")
 _LIBM_X = ("gelu", "silu", "softplus", "hardswish")
-_SPLIT = 134217729.0  # 2**27 + 1, Veltkamp's splitter for float64
 
 
 # ---------------------------------------------------------------------------
@@ -106,16 +106,7 @@ def _f(a) -> np.ndarray:
 
 def _two_prod_err(a, b):
     """``a*b - fl(a*b)`` exactly (Dekker's TwoProduct with Veltkamp splitting)."""
-    p = a * b
-
-    def split(x):
-        c = _SPLIT * x
-        hi = c - (c - x)
-        return hi, x - hi
-
-    ah, al = split(a)
-    bh, bl = split(b)
-    return ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    return _two_prod(a, b)[1]
 
 
 def _odd(s, resid):
@@ -126,11 +117,8 @@ def _odd(s, resid):
     proved algorithms using rounding to odd", IEEE TC 57(4), 2008)."""
     s = _f(s)
     resid = np.broadcast_to(_f(resid), s.shape)
-    even = (s.view(np.int64) & 1) == 0
-    fix = (resid != 0) & even & np.isfinite(s)
-    if not np.any(fix):
-        return s
-    return np.where(fix, np.nextafter(s, np.where(resid > 0, np.inf, -np.inf)), s)
+    with np.errstate(invalid="ignore"):  # nextafter(s, 0 * inf) where resid == 0, not taken
+        return np.where(np.isfinite(s), _odd_select(s, np.sign(resid)), s)
 
 
 def _round(x, fmt: Format, mode: str) -> np.ndarray:
@@ -166,8 +154,7 @@ class _Arith:
         with np.errstate(all="ignore"):
             s = a + b
             if self.directed:
-                bb = s - a
-                e = (a - (s - bb)) + (b - bb)
+                s, e = _two_sum(a, b)
                 s = _odd(s, np.where(np.isfinite(e), e, 0.0))
         return self.r(s)
 

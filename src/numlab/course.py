@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from queue import Empty
 
+from .report import fresh_out_dir
+
 __all__ = ["CourseError", "NotebookInfo", "build", "default_notebooks_dir", "figure_count",
            "find_errors", "notebook_info", "resolve_out_dir", "static_copy"]
 
@@ -129,18 +131,7 @@ def resolve_out_dir(out, force: bool = False) -> tuple[Path, str]:
     A missing or course-free directory is used as is; one that holds a
     course (``index.html``) is overwritten only with ``force``, otherwise a
     fresh ``run-NNN`` subfolder is created in it."""
-    p = Path(out)
-    if p.exists() and not p.is_dir():
-        raise FileExistsError(f"--out {str(p)!r} exists and is not a directory")
-    if not (p / _MARKER).exists():
-        return p, ""
-    if force:
-        return p, f"--force: overwriting the course in {p}"
-    k = 1
-    while (p / f"run-{k:03d}").exists():
-        k += 1
-    q = p / f"run-{k:03d}"
-    return q, f"{p} already holds a course; writing to the fresh folder {q} (use --force to overwrite)"
+    return fresh_out_dir(out, force, (_MARKER,), "the course", "a course")
 
 
 # ---------------------------------------------------------------------------

@@ -52,11 +52,13 @@ import numpy as np
 
 from . import execute, zoo
 from . import kernels as K
+from ._digest import sha256_hex
 from ._repr import Compact
 from .formats import get_format
 from .fusion import FusionOptions
 from .graph import Graph
 from .kernels import KernelSpec, parse_order
+from .kernels.spec import mode_specs
 from .metrics import ulp_distance
 
 __all__ = [
@@ -183,15 +185,12 @@ def determinism_plan(*, order=None, seed=None, kernels=None, mode: str = "fused"
 
 def _default_kernels(mode: str) -> str:
     """The kernel spec a mode uses when none is given (for the report)."""
-    return {"eager": "handwritten", "reference": "-"}.get(mode, "codegen")
+    spec = mode_specs(mode)[0]
+    return "-" if spec is None else spec.name
 
 
 def _digest(a: np.ndarray) -> str:
-    a = np.ascontiguousarray(a)
-    h = hashlib.sha256()
-    h.update(f"{a.dtype.str}|{a.shape}|".encode())
-    h.update(a.tobytes())
-    return h.hexdigest()
+    return sha256_hex(a, lambda c: f"{c.dtype.str}|{c.shape}|")
 
 
 def _plan_text(plan) -> str:
@@ -278,7 +277,7 @@ def run_once(cfg: dict, *, save: str | None = None) -> RunRecord:
     fused = mode in ("fused", "emulated_casts")
     if order is not None and mode != "reference":
         if spec is None:
-            spec = K.KernelSpec.handwritten() if mode == "eager" else K.KernelSpec.codegen()
+            spec = mode_specs(mode)[0]
         if order == "atomic":
             order_seed = int(seed) if seed is not None else int(np.random.SeedSequence().entropy % 2**31)
             o = K.Shuffled(order_seed)
@@ -286,7 +285,7 @@ def run_once(cfg: dict, *, save: str | None = None) -> RunRecord:
             o = order
         spec_run = replace(spec, reduce_order=o)
         if fused:  # library calls inside the fused graph (blocks the code generator does not take) too
-            library = replace(K.KernelSpec.handwritten(), reduce_order=o)
+            library = replace(mode_specs(mode)[1], reduce_order=o)
     else:
         spec_run = spec
     kw = {} if mode == "reference" else {"kernels": spec_run}

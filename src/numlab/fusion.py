@@ -793,7 +793,7 @@ class _BlockGraph:
 
     def _place(self, blocks: list, slots: list) -> None:
         """Give ``blocks`` (in this order) the positions ``slots`` (sorted)."""
-        for b, s in zip(blocks, slots):
+        for b, s in zip(blocks, slots, strict=True):
             self.pos[b] = s
 
     def _by_pos(self, blocks) -> list:
@@ -892,18 +892,10 @@ def live_buffers(graph, members, outputs) -> int:
         best = max(best, live + 1)
     return best
 
-def _tile(hardware, nbuf: int, elem_bytes: int = 4) -> int:
-    return int(kernels.tile_elements(hardware, nbuf, elem_bytes))
-
 
 def _op_tile(node, hardware, eb: int, library) -> tuple[int, int]:
     """(live buffers, tile) of ``node`` as its own one-operator kernel."""
-    nbuf = len(dict.fromkeys(node.inputs)) + 1
-    if library is not None:
-        if library.live_buffers is not None:
-            nbuf = library.live_buffers
-        return nbuf, _tile(library.hardware, nbuf, eb)
-    return nbuf, _tile(hardware, nbuf, eb)
+    return kernels.hardware.kernel_tile(library, hardware, len(dict.fromkeys(node.inputs)) + 1, eb, False)
 
 
 def _elem_bytes(fmt) -> int:
@@ -1053,10 +1045,7 @@ def _make_blocks(graph, order: list, kinds: dict, options: FusionOptions, hardwa
         kset = {kinds[m] for m in mem}
         is_cg = all(options.fuses(k) for k in kset)
         if is_cg:
-            nbuf = live_buffers(graph, mem, outs)
-            if codegen is not None and codegen.live_buffers is not None:
-                nbuf = codegen.live_buffers
-            tile = _tile(codegen.hardware if codegen is not None else hardware, nbuf, 4)
+            nbuf, tile = kernels.hardware.kernel_tile(codegen, hardware, live_buffers(graph, mem, outs), eb, True)
         else:
             nbuf, tile = _op_tile(graph.node(mem[0]), hardware, eb, library)
         blocks.append(Block(name=f"b{i}", members=mem, kind="+".join(sorted(kset)), tile=tile,

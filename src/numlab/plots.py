@@ -35,6 +35,7 @@ from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.transforms import blended_transform_factory
 
+from ._repr import text_table
 from .formats import FP16, FP32, get_format
 from .kernels import gamma
 from .kernels.tree_order import Tree
@@ -162,13 +163,8 @@ class Table:
                 f"<tbody>{body}</tbody></table>{leg}")
 
     def __str__(self) -> str:
-        widths = [max([len(h), *(len(r[i]) for r in self.rows)]) for i, h in enumerate(self.header)]
-        def line(cells):
-            return "  ".join(c.rjust(w) if a == "right" else c.ljust(w)
-                             for c, w, a in zip(cells, widths, self.align, strict=True)).rstrip()
         out = [self.caption] if self.caption else []
-        out += [line(self.header), "  ".join("-" * w for w in widths)]
-        out += [line(r) for r in self.rows]
+        out += text_table(self.header, self.rows, self.align)
         if self.legend:
             out.append(wrap(self.legend))
         return "\n".join(out)

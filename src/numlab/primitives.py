@@ -171,9 +171,10 @@ def _prep(args, names, fmt, rounding):
         except TypeError as exc:
             raise TypeError(f"{name}: {exc}") from None
         dts.append(a.dtype)
+        wide = a.dtype != np.float32  # a float32 value is below 2**128
         a = a.astype(np.float64)
-        fin = np.isfinite(a)
-        if np.any(np.abs(a[fin]) >= _LIMIT):
+        fin = np.isfinite(a) if wide else None
+        if wide and np.any(np.abs(a[fin]) >= _LIMIT):
             raise ValueError(
                 f"{name} has finite values of magnitude >= 2**200 (max {np.abs(a[fin]).max():g}); "
                 "the fp64 error-free transformations need |x| < 2**200"
@@ -192,6 +193,9 @@ def signed_exact_zero(val, terms, rounding: str):
     -0; a sum of zeros of one sign keeps that sign (``x + x = x``).  Other
     entries pass through.
     """
+    v = np.asarray(val)
+    if not np.any(v == 0):  # nothing to sign: the values as np.where below returns them
+        return v.astype(np.result_type(v.dtype, np.float64), copy=False)
     all_neg = np.ones(np.shape(val), dtype=bool)
     all_pos = np.ones(np.shape(val), dtype=bool)
     for t in terms:
@@ -298,12 +302,21 @@ def sqrt(a, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False):
 
 
 def fma(a, b, c, fmt="fp16", rounding="rne", *, rng=None, saturate=False, ftz=False):
+    """numlab's one fused multiply-add: every kernel's FMA (``kernels.fma``, the
+    libm models' ``fma32``, the independent test kernels) calls it."""
     fmt, (x, y, z), dt, scalar = _prep((a, b, c), ("a", "b", "c"), fmt, rounding)
     x, y, z = np.broadcast_arrays(x, y, z)
     with np.errstate(all="ignore"):
-        p, e = _two_prod(x, y)
+        if dt == np.float32:  # float32 operands: the product (<= 48 bits) is exact in fp64
+            p, e = x * y, None
+        else:
+            p, e = _two_prod(x, y)
         naive = p + z
-        rto = _rto_of_sum([p, e, z])
+        if e is not None and np.any((e != 0) & np.isfinite(e)):
+            rto = _rto_of_sum([p, e, z])
+        else:  # every product exact in fp64 (operands of <= 26 bits): TwoSum of two terms
+            s, err = _two_sum(p, z)
+            rto = _odd_select(s, np.sign(err))
     return _finish(rto, naive, fmt, rounding, rng, saturate, ftz, dt, scalar, (p, z))
 
 
@@ -345,7 +358,8 @@ for _f, _args, _rule, _how in (
     (sqrt, "a", "sqrt(a)", "The sign of the exact residual a - r*r (TwoProduct + Grow-Expansion)."),
     (fma, "a, b, c", "a * b + c (one rounding)",
      "TwoProduct, then the exact sum of three terms rounded to odd by bracketing it between "
-     "adjacent fp64 numbers with exact Grow-Expansion sign tests."),
+     "adjacent fp64 numbers with exact Grow-Expansion sign tests (where every product is "
+     "exact, as for operands of at most 26 bits, the TwoSum of the product and c, as for add)."),
     (sum3, "a, b, c", "a + b + c (one rounding)", "As for fma, with the three addends."),
     (dot, "x, y", "sum_k x[k] * y[k] along axis (one rounding)",
      "TwoProduct of every pair, then as for fma with the 2n terms."),

@@ -22,13 +22,14 @@ import shutil
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from rich import box as _box
 from rich.console import Console
 from rich.table import Table
 
 __all__ = ["COLUMNS", "LEGEND", "Column", "terminal_width", "is_plain", "wrap", "wrap_lines", "render_table",
-           "format_legend", "format_table", "html_table", "html_report"]
+           "format_legend", "format_table", "html_table", "html_report", "fresh_out_dir"]
 
 # (key, header, format)
 COLUMNS = (
@@ -387,3 +388,23 @@ def html_report(*, title: str, intro: str, rows, figures, plans=None, notes=(), 
             parts.append(f"<h3>{html.escape(model)}</h3><pre>{html.escape(text)}</pre>")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def fresh_out_dir(out, force: bool, markers, what: str, held: str):
+    """The directory a command writes ``what`` to, and a note (empty when
+    nothing to say): ``out`` as is when it is missing or holds none of the
+    ``markers`` (file names); one that holds them is overwritten only with
+    ``force``, otherwise a fresh ``run-NNN`` subfolder is made in it.
+    ``what`` ("the results") and ``held`` ("results") word the notes."""
+    p = Path(out)
+    if p.exists() and not p.is_dir():
+        raise FileExistsError(f"--out {str(p)!r} exists and is not a directory")
+    if not any((p / m).exists() for m in markers):
+        return p, ""
+    if force:
+        return p, f"--force: overwriting {what} in {p}"
+    k = 1
+    while (p / f"run-{k:03d}").exists():
+        k += 1
+    q = p / f"run-{k:03d}"
+    return q, f"{p} already holds {held}; writing to the fresh folder {q} (use --force to overwrite)"

@@ -9,12 +9,13 @@ kernels it ran and :func:`numlab.claims.reproduce` re-runs them."""
 from __future__ import annotations
 
 from ..kernels import KernelSpec
+from ..kernels.spec import mode_specs
 
 __all__ = ["DEFAULT_KERNELS", "DEFAULT_LIBRARY", "kernel_spec", "kernel_args"]
 
-DEFAULT_KERNELS = KernelSpec.codegen().spec
+DEFAULT_KERNELS = mode_specs("fused")[0].spec
 """Spec of the fused side's kernels when none is given (``"codegen"``)."""
-DEFAULT_LIBRARY = KernelSpec.handwritten().spec
+DEFAULT_LIBRARY = mode_specs("fused")[1].spec
 """Spec of eager's library kernels when none is given (``"handwritten"``)."""
 
 

@@ -39,6 +39,7 @@ import re
 
 import numpy as np
 
+from .. import _digest
 from ..formats import get_format
 from ..fusion import FusionOptions
 from ..graph import Graph
@@ -54,11 +55,7 @@ def sha256_arrays(arrs: dict) -> str:
     """SHA-256 over the named arrays (names, dtypes, shapes and bytes, sorted by name)."""
     h = hashlib.sha256()
     for k in sorted(arrs):
-        a = np.ascontiguousarray(arrs[k])
-        h.update(k.encode())
-        h.update(str(a.dtype).encode())
-        h.update(str(a.shape).encode())
-        h.update(a.tobytes())
+        _digest.update(h, arrs[k], lambda c, k=k: f"{k}{c.dtype}{c.shape}")
     return h.hexdigest()
 
 

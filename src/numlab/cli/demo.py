@@ -49,7 +49,7 @@ from ..experiments import (
 )
 from ..fusion import FusionOptions
 from ..plots import figure_to_png
-from ..report import format_table, html_report
+from ..report import format_table, fresh_out_dir, html_report
 from .demo_text import (
     files_line,
     fp8_note,
@@ -80,18 +80,7 @@ def resolve_out_dir(out, force: bool = False) -> tuple[Path, str]:
     holds ``report.html`` or ``results.json`` is overwritten only with
     ``force``; otherwise a fresh ``run-NNN`` subfolder is created in it.
     """
-    p = Path(out)
-    if p.exists() and not p.is_dir():
-        raise FileExistsError(f"--out {str(p)!r} exists and is not a directory")
-    if not any((p / m).exists() for m in _MARKERS):
-        return p, ""
-    if force:
-        return p, f"--force: overwriting the results in {p}"
-    k = 1
-    while (p / f"run-{k:03d}").exists():
-        k += 1
-    q = p / f"run-{k:03d}"
-    return q, f"{p} already holds results; writing to the fresh folder {q} (use --force to overwrite)"
+    return fresh_out_dir(out, force, _MARKERS, "the results", "results")
 
 
 def notebooks_dir() -> Path | None:

@@ -16,6 +16,7 @@ import numpy as np
 from .. import fusion as F
 from ..kernels import KernelSpec
 from ..kernels import engine as E
+from ..kernels.spec import mode_specs
 from ..ops import get_op
 from .fingerprint import fingerprint
 from .liveness import FUSED_MODES, NoEffectWarning, no_effect, runs_codegen
@@ -129,8 +130,7 @@ def _warn_no_effect(plan, mode, spec, lib, *, given, align, keep_internals):
     kernels, library = given
     fused_mode = mode in FUSED_MODES
     found = no_effect(plan, mode, kernels=spec, library=lib, given_kernels=kernels, given_library=library,
-                      default_kernels=KernelSpec.codegen() if fused_mode else KernelSpec.handwritten(),
-                      default_library=KernelSpec.handwritten(), given_align=align[0], align=align[1],
+                      default_kernels=mode_specs(mode)[0], default_library=mode_specs(mode)[1], given_align=align[0], align=align[1],
                       source_fields=SOURCE_FIELDS)
     if keep_internals and not fused_mode:
         why = f"mode {mode!r} keeps no value inside a kernel (internals are a fused mode's)"
@@ -158,13 +158,9 @@ def _feed_inputs(graph, inputs, S, mode):
 
 def _choose_specs(mode, kernels, library, fusion):
     """(spec of the mode's kernels, library spec, fusion options)."""
-    if mode == "eager":
-        spec = kernels if kernels is not None else KernelSpec.handwritten()
-        return spec, spec, F.FusionOptions.off(decompose=False)
-    if mode == "reference":
-        return None, None, F.FusionOptions.off(decompose=False)
-    spec = kernels if kernels is not None else KernelSpec.codegen()
-    lib = library if library is not None else KernelSpec.handwritten()
+    spec, lib = mode_specs(mode, kernels, library)
+    if mode in ("eager", "reference"):
+        return spec, lib, F.FusionOptions.off(decompose=False)
     return spec, lib, fusion if fusion is not None else F.FusionOptions()
 
 

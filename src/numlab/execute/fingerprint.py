@@ -11,6 +11,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from .. import __version__
+from .._digest import sha256_hex
 from ..formats import Format, get_format
 from .values import stored_formats
 
@@ -48,8 +49,7 @@ def canonical(obj):
         return {"enum": type(obj).__name__, "value": canonical(obj.value)}
     if isinstance(obj, np.ndarray):
         a = np.ascontiguousarray(obj)
-        return {"array": str(a.dtype), "shape": list(a.shape),
-                "sha256": hashlib.sha256(a.tobytes()).hexdigest()}
+        return {"array": str(a.dtype), "shape": list(a.shape), "sha256": sha256_hex(a)}
     if isinstance(obj, np.dtype):
         return {"dtype": str(obj)}
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):

@@ -18,11 +18,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..formats import FP32, FP64, NARROW_DTYPES, Format, get_format
-from ..primitives import _two_sum, signed_exact_zero  # TwoSum: s + e == a + b exactly
+from ..primitives import _odd_select, _two_sum, signed_exact_zero  # TwoSum: s + e == a + b exactly
 from ..rounding import check_rounding
 from ..rounding import round_to as _round_to
 
-__all__ = ["round_to", "as_values", "work_dtype", "Arith", "to_container", "round_sum2", "check_choice"]
+__all__ = ["round_to", "as_values", "work_dtype", "Arith", "to_container", "round_sum2", "check_choice",
+           "welford_steps"]
 
 def round_to(x, fmt, rounding: str = "rne", **kw):
     """:func:`numlab.rounding.round_to` with overflow/invalid warnings silenced
@@ -152,10 +153,7 @@ def round_odd_pair(s: np.ndarray, e: np.ndarray) -> np.ndarray:
     ``s + e`` in every mode.
     """
     with np.errstate(invalid="ignore", over="ignore"):
-        nb = np.nextafter(s, np.where(e > 0, np.inf, -np.inf))
-    s_odd = (s.view(np.int64) & 1).astype(bool)
-    pick = np.where(s_odd, s, nb)
-    return np.where((e == 0) | ~np.isfinite(s) | ~np.isfinite(e), s, pick)
+        return np.where(~np.isfinite(s) | ~np.isfinite(e), s, _odd_select(s, np.sign(e)))
 
 
 def round_sum2(a, b, fmt, rounding: str = "rne") -> np.ndarray:
@@ -174,3 +172,35 @@ def round_sum2(a, b, fmt, rounding: str = "rne") -> np.ndarray:
     if fmt == FP64:
         return s
     return round_to(round_odd_pair(s, e), fmt, rounding)
+
+
+def welford_steps(xt, ar: Arith, m: np.ndarray, m2: np.ndarray):
+    """Welford's update (Welford 1962) over the leading axis of ``xt``, step k
+    reading ``xt[k]``: ``d = x_k - m; m = m + d/fl(k+1); M2 = M2 + d*(x_k - m)``,
+    every operation rounded by ``ar``, continuing the running mean ``m`` and
+    sum of squared deviations ``m2`` (arrays of ``ar.dtype``, shape
+    ``xt.shape[1:]``).  Returns the new ``(m, m2)``.
+
+    Native fp32 arithmetic runs the same float32 operations in place in ``m``,
+    ``m2`` and two scratch rows (no allocation per step); the compiled twin is
+    :func:`numlab.kernels._accel.welford32`.
+    """
+    with np.errstate(all="ignore"):
+        if ar.native and ar.dtype == np.float32:
+            d = np.empty_like(m)
+            t = np.empty_like(m)
+            for k in range(xt.shape[0]):
+                xk = xt[k]
+                np.subtract(xk, m, out=d)
+                np.divide(d, np.float32(k + 1), out=t)
+                np.add(m, t, out=m)
+                np.subtract(xk, m, out=t)
+                np.multiply(d, t, out=t)
+                np.add(m2, t, out=m2)
+            return m, m2
+        for k in range(xt.shape[0]):
+            xk = xt[k]
+            d = ar.sub(xk, m)
+            m = ar.add(m, ar.div(d, ar.round(np.float64(k + 1))))
+            m2 = ar.add(m2, ar.mul(d, ar.sub(xk, m)))
+    return m, m2

@@ -44,9 +44,10 @@ import dataclasses
 import numpy as np
 
 from ..formats import FP32, get_format
+from ..primitives import _two_sum
 from . import _accel
 from . import algorithms as _alg
-from ._common import Arith, check_choice
+from ._common import Arith, check_choice, welford_steps
 from ._common import round_to as _round_to
 from .matmul import matmul as _kmatmul
 from .mma_lab import unit_matmul as _unit_matmul
@@ -272,9 +273,7 @@ class Ctx:
         """``spec.reduce_order`` if set, else ``Blocked(tile, reduce_inner,
         reduce_outer)``; a Shuffled (atomic-add-like) order takes the
         schedule seed when one was given."""
-        o = self.spec.reduce_order
-        if o is None:
-            o = Blocked(self.tile, self.spec.reduce_inner, self.spec.reduce_outer)
+        o = self.spec.order_at(self.tile)
         if self.seed is not None:
             o = _reseed(o, self.seed)
         return o
@@ -362,25 +361,9 @@ def _welford(x: np.ndarray, ar, ddof: int):
     m = np.zeros(xt.shape[1:], dtype=ar.dtype)
     m2 = np.zeros_like(m)
     with np.errstate(all="ignore"):
-        if ar.native and ar.dtype == np.float32 and _accel.welford32(xt, m, m2):
-            pass  # compiled: the same float32 operations in the same order (numba)
-        elif ar.native and ar.dtype == np.float32:
-            d = np.empty_like(m)
-            t = np.empty_like(m)
-            for k in range(n):
-                xk = xt[k]
-                np.subtract(xk, m, out=d)
-                np.divide(d, np.float32(k + 1), out=t)
-                np.add(m, t, out=m)
-                np.subtract(xk, m, out=t)
-                np.multiply(d, t, out=t)
-                np.add(m2, t, out=m2)
-        else:
-            for k in range(n):
-                xk = xt[k]
-                d = ar.sub(xk, m)
-                m = ar.add(m, ar.div(d, ar.round(np.float64(k + 1))))
-                m2 = ar.add(m2, ar.mul(d, ar.sub(xk, m)))
+        # compiled: the same float32 operations in the same order (numba)
+        if not (ar.native and ar.dtype == np.float32 and _accel.welford32(xt, m, m2)):
+            m, m2 = welford_steps(xt, ar, m, m2)
         var = ar.div(m2, ar.round(np.float64(n - ddof)))
     return np.asarray(m).reshape(lead), np.asarray(var).reshape(lead)
 
@@ -461,10 +444,7 @@ def _settle_midpoints(a, b, c, mid, o) -> None:
     the float64 sum (Knuth's TwoSum; the product is exact) says which side the
     exact value lies on (zero: a true tie, keep the even one)."""
     prod = a[mid].astype(np.float64) * b[mid]  # exact
-    cv = c[mid].astype(np.float64)
-    sm = prod + cv  # the float64 sum that was rounded
-    bb = sm - prod
-    e = (prod - (sm - bb)) + (cv - bb)
+    sm, e = _two_sum(prod, c[mid].astype(np.float64))  # sm: the float64 sum that was rounded
     r0 = o[mid]
     other = np.nextafter(r0, np.where(sm > r0, np.float32(np.inf), np.float32(-np.inf)))
     up, dn = np.maximum(r0, other), np.minimum(r0, other)
@@ -811,7 +791,7 @@ def log_softmax(ctx, x, *, axis=-1):
 # The kernels of quantize / block_scale / dequantize / scaled_matmul live in
 # numlab.kernels.scaled (with the formats they implement); named here so that
 # every operator's kernel is reached through this module.
-from .scaled import block_scale_kernel as block_scale  # noqa: E402  (section appended at the end, see brief)
+from .scaled import block_scale_kernel as block_scale  # noqa: E402  (section appended at the end)
 from .scaled import dequantize_kernel as dequantize  # noqa: E402
 from .scaled import quantize_kernel as quantize  # noqa: E402
 from .scaled import scaled_matmul_kernel as scaled_matmul  # noqa: E402

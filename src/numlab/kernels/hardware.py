@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Hardware", "tile_elements", "ASCEND_910B", "SMALL"]
+__all__ = ["Hardware", "tile_elements", "kernel_tile", "ASCEND_910B", "SMALL"]
 
 
 @dataclass(frozen=True)
@@ -123,3 +123,22 @@ def tile_elements(hw: Hardware, live_buffers: int, elem_bytes: int) -> int:
             f"ub_bytes={hw.ub_bytes} (need at least {block} elements each)"
         )
     return t
+
+
+def kernel_tile(spec, hardware: Hardware, live_buffers: int, storage_bytes: int | None,
+                fused: bool) -> tuple[int, int]:
+    """``(live buffers, tile elements)`` of one kernel: the rule every caller
+    (``KernelSpec.tile``, the fusion plan's blocks and one-operator kernels) applies.
+
+    ``spec`` (a ``KernelSpec``, or None) decides where it says: its
+    ``hardware`` replaces ``hardware`` and its ``live_buffers``, when set,
+    replace ``live_buffers`` (the caller's count).  The buffers hold fp32
+    elements (4 bytes) inside a fused block, else ``storage_bytes`` (the
+    storage container's; unused when ``fused``); the tile is
+    :func:`tile_elements` of that.
+    """
+    if spec is not None:
+        hardware = spec.hardware
+        if spec.live_buffers is not None:
+            live_buffers = spec.live_buffers
+    return live_buffers, tile_elements(hardware, live_buffers, 4 if fused else storage_bytes)

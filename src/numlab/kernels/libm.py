@@ -46,7 +46,8 @@ import numpy as np
 
 from ..formats import FP32, Format, get_format
 from ..primitives import _two_prod, _two_sum
-from ._common import round_sum2, round_to
+from ..primitives import fma as _exact_fma
+from ._common import round_to
 
 __all__ = ["sleef_expf", "sleef_tanhf", "aten_vec_erf", "onednn_gelu_erf", "fma32"]
 
@@ -59,14 +60,12 @@ _EXP_C = [np.float32(c) for c in (
 
 
 def fma32(a, b, c) -> np.ndarray:
-    """fl32(a*b + c) rounded once (the product is exact in float64; the sum is
-    rounded to odd in float64, then to fp32 -- exact, no double rounding)."""
-    a = np.asarray(a, np.float32)
-    b = np.asarray(b, np.float32)
-    p = a.astype(np.float64) * b.astype(np.float64)
-    c = np.broadcast_to(np.asarray(c, np.float32).astype(np.float64), p.shape)
-    p, c = np.broadcast_arrays(p, c)
-    return np.asarray(round_sum2(p, c, FP32), dtype=np.float32)
+    """fl32(a*b + c) rounded once, the operands taken as float32
+    (:func:`numlab.primitives.fma` into fp32: the product is exact in float64;
+    the sum is rounded to odd in float64, then to fp32 -- no double rounding)."""
+    a, b, c = (np.asarray(v, np.float32) for v in (a, b, c))
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(_exact_fma(a, b, c, FP32), dtype=np.float32)
 
 
 def sleef_expf(d) -> np.ndarray:

@@ -57,7 +57,7 @@ import numpy as np
 
 from ..formats import BF16, FP16, NARROW_DTYPES, Format, get_format
 from . import _accel
-from ._common import Arith, as_values, check_choice, round_to, to_container
+from ._common import Arith, as_values, check_choice, round_to, to_container, welford_steps
 
 __all__ = [
     "Order",
@@ -958,12 +958,7 @@ def _variance(xw, osum, ar, algo, ddof):
         return ar.div(ar.sub(q, ar.div(ar.mul(s, s), ar.round(np.float64(n)))), nd)
     # welford
     m = np.zeros(xw.shape[:-1], dtype=ar.dtype)
-    m2 = np.zeros(xw.shape[:-1], dtype=ar.dtype)
-    for k in range(n):
-        xk = xw[..., k]
-        d = ar.sub(xk, m)
-        m = ar.add(m, ar.div(d, ar.round(np.float64(k + 1))))
-        m2 = ar.add(m2, ar.mul(d, ar.sub(xk, m)))
+    _, m2 = welford_steps(np.moveaxis(xw, -1, 0), ar, m, np.zeros_like(m))
     return ar.div(m2, nd)
 
 

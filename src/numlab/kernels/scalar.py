@@ -19,8 +19,8 @@ the same value.  Tested exhaustively over all fp16 ``x`` for a set of scalars.
 Products of two values with at most 26 significant bits are exact in float64,
 so "rounded once" is implemented as the exact float64 product followed by one
 :func:`~numlab.rounding.round_to` (fp32/rne uses native float32 multiply, which
-is the same thing).  ``fma(a, b, c)`` rounds ``a*b + c`` once (TwoSum plus
-round-to-odd in float64, :func:`numlab.kernels._common.round_sum2`);
+is the same thing).  ``fma(a, b, c)`` rounds ``a*b + c`` once
+(:func:`numlab.primitives.fma`: TwoSum plus round-to-odd in float64);
 ``mul_add`` rounds the product and then the sum (two roundings).
 """
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..formats import FP32, get_format
+from ..primitives import fma as _exact_fma
 from ..rounding import check_rounding
 from ._common import (
     as_values,
@@ -114,14 +115,18 @@ def scalar_mul(
 def fma(a, b, c, *, fmt, rounding: str = "rne"):
     """Fused multiply-add: ``a*b + c`` rounded once to ``fmt``.
 
-    ``a*b`` is exact in float64 (inputs of at most 26 significant bits); the
-    sum with ``c`` is made exact by TwoSum and rounded once via round-to-odd.
-    Returns ``fmt.container``.
+    :func:`numlab.primitives.fma` (``a*b`` is exact in float64 for inputs of
+    at most 26 significant bits; the sum with ``c`` is made exact by TwoSum
+    and rounded once via round-to-odd).  fp64: the float64 sum of that exact
+    product is the one rounding.  Returns ``fmt.container``.
     """
     fmt = get_format(fmt)
     check_rounding(rounding, "rounding")
-    av, bv, cv = (as_values(t, n).astype(np.float64) for t, n in ((a, "a"), (b, "b"), (c, "c")))
+    av, bv, cv = (as_values(t, n) for t, n in ((a, "a"), (b, "b"), (c, "c")))
     with np.errstate(over="ignore", invalid="ignore"):
+        if fmt.p <= 51:
+            return to_container(np.asarray(_exact_fma(av, bv, cv, fmt, rounding)), fmt)
+        av, bv, cv = (v.astype(np.float64) for v in (av, bv, cv))
         p = av * bv
     return to_container(np.asarray(round_sum2(p, cv, fmt, rounding)), fmt)
 

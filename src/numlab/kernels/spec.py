@@ -21,7 +21,7 @@ from . import algorithms as _alg
 from . import engine as _E
 from . import grammar as _grammar
 from ._common import check_choice
-from .hardware import Hardware
+from .hardware import Hardware, kernel_tile
 from .matmul import MATMUL_ALGOS
 from .reduce import (
     OPS,
@@ -35,7 +35,8 @@ from .reduce import (
 )
 from .scalar import SCALAR_MUL_CHOICES
 
-__all__ = ["KernelSpec", "PROMOTIONS", "UNARY_OPS", "DEFAULT_FUSED_LIVE_BUFFERS", "HANDWRITTEN", "CODEGEN"]
+__all__ = ["KernelSpec", "PROMOTIONS", "UNARY_OPS", "DEFAULT_FUSED_LIVE_BUFFERS", "HANDWRITTEN", "CODEGEN",
+           "mode_specs"]
 
 PROMOTIONS = ("native", "fp32_internal", "accumulator_only")
 UNARY_OPS = ("rsqrt", "reciprocal", "sqrt", "exp", "log", "tanh", "erf", "sigmoid", "gelu")
@@ -291,18 +292,21 @@ class KernelSpec:
         """Tile elements for this kernel: :func:`tile_elements` with
         ``live_buffers`` (argument, else the spec's, else the fused default) and
         the element size (S's bytes eager; 4 (fp32) inside a fused block)."""
-        lb = live_buffers if live_buffers is not None else self.live_buffers
-        if lb is None:
-            lb = DEFAULT_FUSED_LIVE_BUFFERS
-        eb = 4 if fused else _storage_bytes(get_format(storage))
-        return self.hardware.tile(lb, eb)
+        eb = None if fused else _storage_bytes(get_format(storage))
+        if live_buffers is not None:  # the caller's count overrides the spec's
+            return kernel_tile(None, self.hardware, live_buffers, eb, fused)[1]
+        return kernel_tile(self, self.hardware, DEFAULT_FUSED_LIVE_BUFFERS, eb, fused)[1]
 
     def order(self, storage, fused: bool = False, live_buffers: int | None = None) -> Order:
-        """The reduction order: ``reduce_order`` if set, else
-        ``Blocked(tile, reduce_inner, reduce_outer)``."""
+        """The reduction order: :meth:`order_at` the kernel's :meth:`tile`."""
+        return self.order_at(self.tile(storage, fused, live_buffers))
+
+    def order_at(self, tile: int) -> Order:
+        """The reduction order of a kernel whose tile holds ``tile`` elements:
+        ``reduce_order`` if set, else ``Blocked(tile, reduce_inner, reduce_outer)``."""
         if self.reduce_order is not None:
             return self.reduce_order
-        return Blocked(self.tile(storage, fused, live_buffers), self.reduce_inner, self.reduce_outer)
+        return Blocked(tile, self.reduce_inner, self.reduce_outer)
 
     # ---------------------------------------------------------------- kernels
     def ctx(self, storage, fused: bool = False, live_buffers: int | None = None) -> "_E.Ctx":
@@ -367,3 +371,24 @@ class KernelSpec:
 
 HANDWRITTEN = KernelSpec.handwritten()
 CODEGEN = KernelSpec.codegen()
+
+
+def mode_specs(mode: str, kernels=None, library=None) -> tuple:
+    """``(kernels, library)`` a run in ``mode`` computes with: the given ones
+    (KernelSpecs or spec strings, :meth:`KernelSpec.parse`), else the defaults.
+
+    ``eager`` runs ``kernels`` (default the hand-written library,
+    ``KernelSpec.handwritten()``), which are its library too; the fused modes
+    (``fused``, ``emulated_casts``) run ``kernels`` (default the code
+    generator's, ``KernelSpec.codegen()``) with ``library`` (default the
+    hand-written one) for the blocks the code generator does not take;
+    ``reference`` computes in fp64 with neither: ``(None, None)``.
+    """
+    if mode == "reference":
+        return None, None
+    if mode == "eager":
+        spec = KernelSpec.parse(kernels, arg="kernels") if kernels is not None else KernelSpec.handwritten()
+        return spec, spec
+    spec = KernelSpec.parse(kernels, arg="kernels") if kernels is not None else KernelSpec.codegen()
+    lib = KernelSpec.parse(library, arg="library") if library is not None else KernelSpec.handwritten()
+    return spec, lib

@@ -87,6 +87,7 @@ import numpy as np
 
 from .. import bound_rules as R
 from .. import contract_rules as CR
+from .._repr import text_table
 from ..kernels import engine as E
 from ..rounding import round_to
 from ._info import CATEGORIES, COMPARISONS, META_ATTRS, REQUIRED, VALUE_KINDS, OpInfo
@@ -239,9 +240,7 @@ def describe(category: str | None = None) -> str:
             attrs = ", ".join(f"{k}={v!r}" for k, v in info.attrs.items()) or "-"
             rows.append((name, cat, arity, attrs, info.accumulator, info.doc))
     head = ("op", "category", "inputs", "attributes", "accumulator", "computes")
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5] for r in [head, *rows]]
-    return "\n".join(lines)
+    return "\n".join(text_table(head, rows, rule=False))
 
 
 # ---------------------------------------------------------------------------

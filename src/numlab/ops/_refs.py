@@ -4,12 +4,12 @@ float64 special functions they use, and :class:`ConstValue`, a constant node's v
 from __future__ import annotations
 
 import base64
-import hashlib
 import math
 
 import numpy as np
 
 from .. import bound_rules as R
+from .._digest import sha256_hex
 from ..kernels import libm as _libm
 
 
@@ -72,7 +72,7 @@ class ConstValue:
         f = np.array(f, dtype=np.float64, order="C", copy=True)  # keeps a 0-d shape
         f.flags.writeable = False
         self.array = f
-        self._digest = hashlib.sha256(f.tobytes()).hexdigest()
+        self._digest = sha256_hex(f)
 
     @property
     def shape(self) -> tuple:
