@@ -792,8 +792,9 @@ class _BlockGraph:
         return seen
 
     def _place(self, blocks: list, slots: list) -> None:
-        """Give ``blocks`` (in this order) the positions ``slots`` (sorted)."""
-        for b, s in zip(blocks, slots, strict=True):
+        """Give ``blocks`` (in this order) the first positions of ``slots`` (sorted;
+        a merge passes one slot more than blocks: the merged pair held two)."""
+        for b, s in zip(blocks, slots, strict=False):
             self.pos[b] = s
 
     def _by_pos(self, blocks) -> list:
