@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from _exact import round_exact
+from _oracles import round_exact
 
 import numlab as nl
 from numlab import primitives as P

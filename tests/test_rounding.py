@@ -1,5 +1,5 @@
 """round_to: bit-exact against ml_dtypes/numpy casts (RNE) and against the
-independent exact Fraction reference in tests/_exact.py (every mode).
+independent exact Fraction reference in tests/_oracles.py (every mode).
 
 Three code paths are checked: ``round_to`` (which picks the fast path), the
 integer bit path ``_round_bits`` and the readable scale-round-scale path
@@ -15,7 +15,7 @@ from fractions import Fraction
 import ml_dtypes
 import numpy as np
 import pytest
-from _exact import round_exact, stochastic_split
+from _oracles import round_exact, stochastic_split
 from hypothesis import given
 from hypothesis import strategies as st
 
