@@ -518,8 +518,6 @@ def test_claims_draw_no_figures():
 def test_public_names_resolve():
     for name in C.__all__:
         assert getattr(C, name) is not None, name
-    for gone in ("parse_fusion", "parse_fusion_list", "describe_fusion"):
-        assert not hasattr(C, gone)  # one fusion parser: FusionOptions.parse
     assert C.EXIT_CODES == {"holds": 0, "fails": 1, "undecided": 2} and C.VERDICTS == ("holds", "fails", "undecided")
 
 
@@ -563,17 +561,13 @@ def test_population_worse_fused_p99_fails_when_eager_max_is_inf():
     assert r.verdict == "undecided" and "y" in r.undecided["reason"] and "infinite" in r.undecided["reason"]
 
 
-def test_fmt_is_the_storage_format_and_the_old_keyword_dtype_is_gone():
+def test_fmt_is_the_storage_format():
     a = C.make_case("softmax", fmt="bf16", trial=1)
-    assert a.fmt == "bf16" and not hasattr(a, "dtype") and C.make_case("softmax").fmt == "fp16"
-    with pytest.raises(TypeError, match="dtype"):
-        C.make_case("softmax", dtype="bf16")
-    with pytest.raises(TypeError, match="dtype"):
-        C.check("no_worse_tensor", "softmax", dtype="fp16", trials=1)
-    with pytest.raises(TypeError, match="dtype"):
-        C.plan_c1(8, dtype="fp16")
+    assert a.fmt == "bf16" and C.make_case("softmax").fmt == "fp16"
+    assert all(v.dtype == np.float64 and np.array_equal(v, v.astype(ml_dtypes.bfloat16).astype(np.float64))
+               for v in a.inputs.values())  # the inputs are bf16 values
     rep = C.check("no_worse_tensor", "softmax", fmt="bf16", trials=1, shrink_cex=False)
-    assert rep.fmt == "bf16" and not hasattr(rep, "dtype")
+    assert rep.fmt == "bf16"
 
 
 def test_empty_outputs_decide_nothing():

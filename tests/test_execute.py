@@ -713,13 +713,11 @@ def test_every_catalogue_op_has_an_engine_kernel():
             assert info.kernel is getattr(E, name, None) or info.kernel is getattr(E, name + "_", None), name
 
 
-def test_fmt_is_the_storage_format_and_the_old_keyword_dtype_is_gone():
+def test_fmt_is_the_storage_format():
     g = zoo.softmax(batch=2, n=8)
     x = zoo.make_inputs(g)
     a = run(g, x, mode="eager", fmt="bf16")
-    assert a.fmt.name == "bf16" and not hasattr(a, "dtype")
-    with pytest.raises(TypeError, match="dtype"):
-        run(g, x, mode="eager", dtype="bf16")
+    assert a.fmt.name == "bf16" and a.output.dtype == ml_dtypes.bfloat16
     with pytest.raises(TypeError, match="needs the storage format"):
         run(g, x, mode="eager")
     with pytest.raises(ValueError, match=r"^fmt='fp12' is not a known format"):
