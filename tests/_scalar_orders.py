@@ -1,8 +1,9 @@
 """Test-only references: plain scalar Python loops of each summation order, with
 every addition rounded by an independent exact rounding (fractions.Fraction).
 
-Nothing here imports numlab.kernels; the rounding is a from-scratch
-round-to-nearest-even of a Fraction onto a (p, emin, emax) grid.
+Nothing here imports numlab; the rounding is the Fraction rounding of
+tests/_oracles.py (``round_fraction(v, fmt, mode)``: ``v`` rounded to the format
+named ``fmt`` with ``mode`` rne, rtz, up, down or odd).
 """
 
 from __future__ import annotations
@@ -10,53 +11,12 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+import _oracles
 import numpy as np
 
-# (p, emin, emax) of the formats used in tests
-GRIDS = {"fp32": (24, -126, 127), "fp16": (11, -14, 15), "bf16": (8, -126, 127),
-         "fp64": (53, -1022, 1023), "tf32": (11, -126, 127)}
-
-
-def round_fraction(v: Fraction | float, fmt: str, mode: str = "rne") -> float:
-    """Round an exact value to the format ``fmt`` as a Python float: ``mode`` rne, rtz,
-    up, down or odd (overflow -> inf where the mode rounds away from zero, else the
-    largest finite value)."""
-    p, emin, emax = GRIDS[fmt]
-    if isinstance(v, float):
-        if not math.isfinite(v):
-            return v
-        v = Fraction(v)
-    if v == 0:
-        return 0.0
-    sign = -1 if v < 0 else 1
-    a = abs(v)
-    e = a.numerator.bit_length() - a.denominator.bit_length()
-    if Fraction(2) ** e > a:
-        e -= 1
-    # now 2**e <= a < 2**(e+1)
-    q = max(e, emin) - p + 1
-    s = a / Fraction(2) ** q
-    fl = s.numerator // s.denominator
-    rem = s - fl
-    if mode == "rne":
-        if rem > Fraction(1, 2) or (rem == Fraction(1, 2) and fl % 2 == 1):
-            fl += 1
-    elif mode == "rtz":
-        pass
-    elif mode in ("up", "down"):  # toward +inf / -inf: away from zero on the matching side
-        if rem > 0 and (sign > 0) == (mode == "up"):
-            fl += 1
-    elif mode == "odd":  # round to odd: inexact results get an odd last bit
-        if rem > 0 and fl % 2 == 0:
-            fl += 1
-    else:
-        raise ValueError(mode)
-    r = Fraction(fl) * Fraction(2) ** q
-    maxv = (2 - Fraction(2) ** (1 - p)) * Fraction(2) ** emax
-    if r > maxv:  # IEEE 754 7.4: overflow goes to inf only when the mode rounds away
-        away = mode == "rne" or (mode == "up" and sign > 0) or (mode == "down" and sign < 0)
-        return sign * math.inf if away else sign * float(maxv)
-    return sign * float(r)
+# the formats used in tests, by name; the rounding is the one exact oracle of _oracles.py
+GRIDS = _oracles.GRIDS
+round_fraction = _oracles.round_to_grid
 
 
 def fadd(a: float, b: float, fmt: str, mode: str = "rne") -> float:

@@ -138,12 +138,10 @@ def test_matmul_and_mixed_bounds_vs_numpy_fp32(seed, low):
     assert np.abs(out[0, 0] - exact[0, 0]) <= md + slack[0, 0]
 
 
-def test_matmul_bound_takes_the_algorithm_as_algo_only():
+def test_matmul_bound_names_a_bad_algo():
     a = np.ones((2, 3), np.float16)
     with pytest.raises(ValueError, match=r"algo='tensor'"):
         B.matmul_bound(a, a.T, algo="tensor")
-    with pytest.raises(TypeError, match="mode"):  # the old keyword mode= is gone
-        B.matmul_bound(a, a.T, mode="split_k")
 
 
 def test_block_fma_bound_vs_exact_emulation():

@@ -814,15 +814,13 @@ def test_large_dump_compared_with_bounded_memory(tmp_path):
 
 
 # --------------------------------------------------------------------------
-# bisect: the storage format is storage= (the old name dtype= is gone)
+# bisect: the storage format is storage=
 # --------------------------------------------------------------------------
 def test_bisect_storage_keyword():
     g = zoo.MODELS["layernorm"]()
     x = zoo.make_inputs(g, seed=0)
     rep = bisect_run(g, x, storage="fp16", stages=("fusion",), log=None)
     assert rep.storage == "fp16" and "(storage fp16)" in rep.text()
-    with pytest.raises(TypeError, match="dtype"):
-        bisect_run(g, x, dtype="fp16", log=None)
     with pytest.raises(TypeError, match=r"storage= \(the storage format S, e.g. 'fp16'\) is required"):
         bisect_run(g, x, log=None)
     with pytest.raises(ValueError, match="storage='fp7' is not a known format"):

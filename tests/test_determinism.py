@@ -132,11 +132,6 @@ def test_bad_arguments(kw, match):
         D.check_determinism(**args)
 
 
-def test_the_format_is_fmt_and_the_old_keyword_dtype_is_gone():
-    with pytest.raises(TypeError, match="dtype"):
-        D.check_determinism("softmax", dtype="fp16", runs=2)
-
-
 def test_check_parser_exit_codes(capsys):
     from numlab.cli import main
 

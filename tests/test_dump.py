@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import ml_dtypes
 import numpy as np
 import pytest
+from _oracles import assert_same_bits
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -44,11 +45,6 @@ def _arrays(seed=0):
     return out
 
 
-def _bits(a):
-    a = np.asarray(a)
-    return np.ascontiguousarray(a).view(np.uint8)
-
-
 def _fake_result():
     """A RunResult-like object (the contract's attributes) for a 4-node chain
     x -> a -> b -> c -> d where b, c are fused into block b1."""
@@ -78,7 +74,7 @@ def test_roundtrip_bit_exact_every_dtype(tmp_path):
         b = d.array(name)
         assert b.dtype == a.dtype, name
         assert b.shape == a.shape
-        assert np.array_equal(_bits(a), _bits(b)), name
+        assert_same_bits(a, b, what=name)
         narrow = a.dtype.type.__module__ != "numpy"
         assert isinstance(d.array(name), np.memmap) != narrow  # numpy dtypes: memory-mapped
         assert not isinstance(d.array(name, mmap=False), np.memmap)

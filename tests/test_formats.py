@@ -7,7 +7,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from _exact import fmt_max
+from _oracles import fmt_max
 
 import numlab as nl
 from numlab.formats import NARROW_DTYPES, STORAGE_DTYPES, Format, format_of_dtype

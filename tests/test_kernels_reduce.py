@@ -14,6 +14,7 @@ import _scalar_orders as R
 import ml_dtypes
 import numpy as np
 import pytest
+from _oracles import assert_same_bits
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -444,11 +445,6 @@ FAST_ORDERS = [
 FAST_LENGTHS = (1, 2, 7, 8, 9, 127, 128, 129, 4097)
 
 
-def _bits(a) -> np.ndarray:
-    a = np.asarray(a)
-    return a.view(f"u{a.dtype.itemsize}")
-
-
 def _rows(rng, rows, n, kind):
     x = rng.standard_normal((rows, n)) * np.exp(rng.standard_normal((rows, n)) * 3)
     if kind == "cancelling":  # each row followed by its negation reversed: sums near 0
@@ -476,7 +472,7 @@ def test_fast_path_bit_identical_to_reference(order, acc, accel):
                     _REFERENCE_SUMS[key] = _reduce_reference(xx, "sum", order=order, acc=acc)
                 exp = _REFERENCE_SUMS[key]
                 assert got.dtype == exp.dtype
-                np.testing.assert_array_equal(_bits(got), _bits(exp), err_msg=f"{order} {acc} n={n} {kind} {dt}")
+                assert_same_bits(got, exp, what=f"{order} {acc} n={n} {kind} {dt}")
 
 
 @pytest.mark.parametrize("order", ["sequential", "pairwise", "kahan", "lanes(16)", "blocked(512,pairwise,sequential)"])
@@ -498,7 +494,7 @@ def test_fast_path_many_rows_axes_ops_and_specials(order, accel):
                 if key not in _REFERENCE_SUMS:
                     _REFERENCE_SUMS[key] = _reduce_reference(arr, op, axis=axis, order=order, acc=acc)
                 exp = _REFERENCE_SUMS[key]
-                np.testing.assert_array_equal(_bits(got), _bits(exp), err_msg=f"{acc} {op} axis={axis}")
+                assert_same_bits(got, exp, what=f"{acc} {op} axis={axis}")
 
 
 def test_fast_path_via_order_sum_matches_reference(accel):
@@ -508,7 +504,7 @@ def test_fast_path_via_order_sum_matches_reference(accel):
     xw = ar.round(rng.standard_normal((40, 9, 33)))
     for order in FAST_ORDERS:
         o = K.parse_order(order)
-        np.testing.assert_array_equal(_bits(o._sum(xw, ar)), _bits(o._sum_reference(xw, ar)), err_msg=order)
+        assert_same_bits(o._sum(xw, ar), o._sum_reference(xw, ar), what=order)
 
 
 def test_numpy_outer_reduce_is_recursive_summation():
@@ -586,7 +582,7 @@ def test_direct_row_sums_equal_reference_and_scalar_loop(dt, accel):
                           "lanes(8,tree,epilogue)", "lanes(5,sequential,epilogue)"):
                 got = K.reduce(arr, "sum", axis=axis, order=order, acc="fp32")
                 exp = _reduce_reference(arr, "sum", axis=axis, order=order, acc="fp32")
-                np.testing.assert_array_equal(_bits(got), _bits(exp), err_msg=f"{order} {rows}x{n} axis={axis}")
+                assert_same_bits(got, exp, what=f"{order} {rows}x{n} axis={axis}")
         for order in ("sequential", "pairwise", "lanes(8,tree,epilogue)"):
             o = K.parse_order(order)
             got = K.reduce(x, "sum", order=o, acc="fp32")

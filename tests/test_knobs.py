@@ -15,6 +15,7 @@ import dataclasses
 import ml_dtypes
 import numpy as np
 import pytest
+from _oracles import assert_same_bits, same_bits
 
 from numlab import get_format, ops, round_to
 from numlab import kernels as K
@@ -31,16 +32,6 @@ SMALL = K.Hardware(ub_bytes=16 * 1024)  # fp32 eager tile (2 buffers, double buf
 
 def _rng(k):
     return np.random.default_rng(1000 + k)
-
-
-def _bits(a):
-    a = np.asarray(a)
-    return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
-
-
-def _same(a, b) -> bool:
-    a, b = np.asarray(a), np.asarray(b)
-    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(_bits(a), _bits(b))
 
 
 def _to(v, S, rounding="rne"):
@@ -340,11 +331,11 @@ def _check(case):
     mode, g, xs, S, a, b, build, direct = case
     ra = run(g, xs, mode=mode, fmt=S, **build(a)).output
     rb = run(g, xs, mode=mode, fmt=S, **build(b)).output
-    assert not _same(ra, rb), "changing only this field changed no output bit"
+    assert not same_bits(ra, rb), "changing only this field changed no output bit"
     if direct is not None:
         for v, r in ((a, ra), (b, rb)):
             want = direct(v, xs)
-            assert _same(r, want), (v, int(np.sum(_bits(r) != _bits(np.asarray(want, dtype=r.dtype)))))
+            assert_same_bits(r, want, what=str(v))
     return ra, rb
 
 
@@ -371,7 +362,7 @@ def test_decompose_off_runs_the_library_kernel_as_eager():
     fused run then equals eager with the same library spec, bit for bit."""
     mode, g, xs, S, a, b, build, _ = FUSION_CASES["decompose"]()
     whole = run(g, xs, mode=mode, fmt=S, **build(False)).output
-    assert _same(whole, run(g, xs, mode="eager", fmt=S, kernels=_LIB).output)
+    assert_same_bits(whole, run(g, xs, mode="eager", fmt=S, kernels=_LIB).output)
 
 
 def test_knob_names_follow_the_convention():
@@ -390,5 +381,5 @@ def test_vector_rounding_reaches_fused_block_stores(rounding):
     got = run(g, {"x": x}, mode="fused", fmt="fp16", kernels=gen, library=_LIB).output
     x32 = x.astype(np.float32)
     want = _to(K.exp(x32, fmt="fp32") * x32, "fp16", rounding)
-    assert _same(got, want)
-    assert not _same(got, run(g, {"x": x}, mode="fused", fmt="fp16", kernels=_GEN, library=_LIB).output)
+    assert_same_bits(got, want)
+    assert not same_bits(got, run(g, {"x": x}, mode="fused", fmt="fp16", kernels=_GEN, library=_LIB).output)

@@ -9,6 +9,7 @@ from fractions import Fraction
 import ml_dtypes
 import numpy as np
 import pytest
+from _oracles import same_bits
 from hypothesis import given
 from hypothesis import strategies as st
 from numpy.testing._private.utils import nulp_diff
@@ -456,10 +457,6 @@ ELEMENTWISE = ["max_relative_error", "mean_relative_error", "max_absolute_error"
 MAX_AND_COUNTS = [c for c in ELEMENTWISE if not c.startswith("mean")]
 
 
-def _same(a, b) -> bool:
-    return (math.isnan(a) and math.isnan(b)) or np.float64(a).tobytes() == np.float64(b).tobytes()
-
-
 @pytest.mark.parametrize("case", list(_stream_cases()))
 def test_accumulator_one_chunk_equals_one_shot_functions_bitwise(case):
     g, m = _stream_cases()[case]
@@ -502,7 +499,7 @@ def test_accumulator_one_chunk_equals_one_shot_functions_bitwise(case):
             else:
                 assert cols[k] == pytest.approx(v, rel=1e-12, abs=1e-300), k
     for k, v in want.items():
-        assert _same(cols[k], v), (k, cols[k], v)
+        assert same_bits(np.float64(cols[k]), np.float64(v), nan_equal=True), (k, cols[k], v)
 
 
 @pytest.mark.parametrize("case", list(_stream_cases()))
@@ -518,12 +515,12 @@ def test_accumulator_chunking_changes_no_max_or_count(case, chunk):
     many, _ = acc.finish()
     assert set(many) == set(one)
     for k in MAX_AND_COUNTS:
-        assert _same(many[k], one[k]), (k, many[k], one[k])
+        assert same_bits(np.float64(many[k]), np.float64(one[k]), nan_equal=True), (k, many[k], one[k])
     for k, v in one.items():
         if isinstance(v, float) and math.isfinite(v):
             assert many[k] == pytest.approx(v, rel=1e-9, abs=1e-300), k
         elif isinstance(v, float):
-            assert _same(many[k], v) or (math.isinf(v) and many[k] == v), k
+            assert same_bits(np.float64(many[k]), np.float64(v), nan_equal=True) or (math.isinf(v) and many[k] == v), k
 
 
 def test_accumulator_errors():

@@ -55,6 +55,7 @@ import pytest
 import tests._mma_reference as R
 from numlab.kernels.mma import mma
 from numlab.kernels.mma_presets import PRESETS
+from tests._oracles import bits
 
 VECTORS = Path(__file__).parent / "data" / "mma_cport" / "vectors.npz"
 VALUE_DTYPE = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "fp8_e4m3": ml_dtypes.float8_e4m3fn,
@@ -109,8 +110,7 @@ def _port_unit(key: str):
 
 def _bits(x: np.ndarray, out_fmt: str) -> np.ndarray:
     """Bit patterns of values of ``out_fmt`` (x: float32/float16/float64 values of it)."""
-    y = np.asarray(x).astype(VALUE_DTYPE[out_fmt])
-    return y.view(np.uint32 if out_fmt == "fp32" else np.uint16)
+    return bits(np.asarray(x).astype(VALUE_DTYPE[out_fmt]))
 
 
 def _run(case: dict, unit, engine: str, as_port: bool) -> np.ndarray:

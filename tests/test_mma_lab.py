@@ -34,6 +34,7 @@ from numlab.kernels.mma_lab import (
 )
 from numlab.kernels.mma_presets import PRESETS
 from tests._mma_reference import FORMATS, mma_reference
+from tests._oracles import assert_same_bits, same_bits, same_bits_mask
 
 IN_FMTS = ("fp8_e4m3", "fp8_e5m2", "fp16", "bf16", "tf32")
 
@@ -115,17 +116,11 @@ def _random_unit(rng) -> MatrixUnit:
             continue  # a combination the model rejects (checked in tests/test_mma_model.py)
 
 
-def _same(d: np.ndarray, r: np.ndarray) -> np.ndarray:
-    """Elementwise: the same bits (equal values with the same sign, zeros
-    included), or both NaN."""
-    return ((d == r) & (np.signbit(d) == np.signbit(r))) | (np.isnan(d) & np.isnan(r))
-
-
 def _compare(unit, a, b, c, stats) -> None:
     d = mma(a, b, unit, c).astype(np.float64)
     r = np.array(mma_reference(a.tolist(), b.tolist(), unit, None if c is None else c.tolist()),
                  dtype=np.float64).reshape(d.shape)
-    ok = _same(d, r)
+    ok = same_bits_mask(d, r, nan_equal=True)
     stats["elements"] += d.size
     stats["finite"] += int(np.sum(np.isfinite(r)))
     if ok.all():
@@ -179,7 +174,7 @@ def test_compiled_engine_equals_the_exact_reference():
         a, b, c = _case(rng, u, specials=0.02 if n % 8 == 0 else 0.0)
         d = mma(a, b, u, c, engine="numba").astype(np.float64)
         r = np.array(mma_reference(a.tolist(), b.tolist(), u, None if c is None else c.tolist()))
-        assert _same(d, r.reshape(d.shape)).all(), (u, a.tolist(), b.tolist(), c)
+        assert same_bits(d, r.reshape(d.shape), nan_equal=True), (u, a.tolist(), b.tolist(), c)
         stats["elements"] += d.size
         n += 1
     assert stats["elements"] >= 1800
@@ -219,9 +214,9 @@ def test_the_comparison_can_fail():
             cl = None if c is None else c.tolist()
             r0 = np.array(mma_reference(a.tolist(), b.tolist(), unit, cl))
             r1 = np.array(mma_reference(a.tolist(), b.tolist(), other, cl))
-            if not _same(r0, r1).all():
-                assert _same(mma(a, b, other, c).astype(np.float64), r1).all(), field
-                assert _same(mma(a, b, unit, c).astype(np.float64), r0).all(), field
+            if not same_bits(r0, r1, nan_equal=True):
+                assert_same_bits(mma(a, b, other, c).astype(np.float64), r1, nan_equal=True, what=field)
+                assert_same_bits(mma(a, b, unit, c).astype(np.float64), r0, nan_equal=True, what=field)
                 break
         else:
             raise AssertionError(f"changing {field} never changed the reference's result")
@@ -534,14 +529,36 @@ def test_cli_mma_sweep(tmp_path, capsys):
         assert rc == 2 and msg in capsys.readouterr().err
 
 
-def test_bench_times_the_model_against_numpy():
-    from numlab.bench.mma import UNITS, time_mma
+def test_bench_times_the_model_against_numpy(monkeypatch):
+    """time_mma times mma(a, b, unit) of each unit and np.matmul of the same
+    values in float64 (a timer standing in for best_of records what it ran and
+    returns set times), and derives the ratio and the verdict from those times."""
+    from numlab.bench import mma as bench
 
-    rows = time_mma(n=48)
-    assert [r["unit"] for r in rows] == list(UNITS)
-    for r in rows:
-        assert r["fma_size"] >= 8 and r["engine"] in ("numba", "numpy")
-        assert r["model_s"] > 0 and r["numpy_s"] > 0 and r["ratio"] == r["model_s"] / r["numpy_s"]
+    n, seed = 48, 5
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((n, n)).astype(np.float16)
+    b = rng.standard_normal((n, n)).astype(np.float16)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    t_np, t_model = 1.0, 4 * bench.TARGET  # the model 4x slower than the target allows
+    ran = []
+
+    def fake_best_of(fn, repeat=1, warmup=True):
+        out = np.asarray(fn())
+        is_np = out.dtype == np.float64 and np.array_equal(out, exact)
+        if not is_np:
+            ran.append(out)
+        return t_np if is_np else t_model
+
+    monkeypatch.setattr(bench, "best_of", fake_best_of)
+    rows = bench.time_mma(n=n, seed=seed)
+    assert [r["unit"] for r in rows] == list(bench.UNITS) and len(ran) == len(rows)
+    for r, out in zip(rows, ran, strict=True):
+        unit = PRESETS[r["unit"]]
+        assert r["fma_size"] == unit.fma_size >= 8 and r["n"] == n and r["engine"] in ("numba", "numpy")
+        assert_same_bits(out, np.asarray(mma(a, b, unit, engine=r["engine"])))
+        assert (r["model_s"], r["numpy_s"]) == (t_model, t_np)
+        assert r["ratio"] == 4 * bench.TARGET and r["met"] == "no"
 
 
 def test_compare_finds_the_first_divergence_at_the_unit_matmul():

@@ -38,6 +38,7 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
+from _oracles import same_bits_mask
 
 gmpy2 = pytest.importorskip("gmpy2", reason="gmpy2 (MPFR) is not installed; pip install gmpy2")
 
@@ -204,11 +205,6 @@ def _operands(spec: Spec, op: str, n: int, seed: int):
 PRIM = {"add": P.add, "sub": P.sub, "mul": P.mul, "div": P.div, "sqrt": P.sqrt, "fma": P.fma}
 
 
-def _same(got, exp):
-    got = np.asarray(got, np.float64)
-    return ((got == exp) & (np.signbit(got) == np.signbit(exp))) | (np.isnan(got) & np.isnan(exp))
-
-
 @pytest.mark.parametrize("op", list(PRIM))
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
 def test_primitives_equal_mpfr_every_mode(spec, op):
@@ -220,7 +216,7 @@ def test_primitives_equal_mpfr_every_mode(spec, op):
         args = args32 if k % 2 == 0 else operands  # float32 and float64 operands in turn
         with np.errstate(all="ignore"):
             got = PRIM[op](*args, fmt=spec.name, rounding=mode)
-        ok = _same(got, exp)
+        ok = same_bits_mask(np.asarray(got, np.float64), np.asarray(exp, np.float64), nan_equal=True)
         if not ok.all():
             i = np.flatnonzero(~ok)[:5]
             raise AssertionError(f"{op} {spec.name} {mode}: {int((~ok).sum())} of {ok.size} differ; "
@@ -230,7 +226,7 @@ def test_primitives_equal_mpfr_every_mode(spec, op):
     hi = _reference(op, operands, spec, "stochastic", up_choice=True)
     with np.errstate(all="ignore"):
         got = PRIM[op](*args32, fmt=spec.name, rounding="stochastic", rng=np.random.default_rng(1))
-    ok = _same(got, lo) | _same(got, hi)
+    ok = same_bits_mask(np.asarray(got, np.float64), np.asarray(lo, np.float64), nan_equal=True) | same_bits_mask(np.asarray(got, np.float64), np.asarray(hi, np.float64), nan_equal=True)
     assert ok.all(), (op, spec.name, [a[~ok][:5] for a in operands], np.asarray(got)[~ok][:5])
 
 
@@ -252,5 +248,5 @@ def test_round_to_equals_mpfr_every_mode(spec):
         exp = _reference("round", [x], spec, mode)
         with np.errstate(all="ignore"):
             got = nl.round_to(x, spec.name, mode)
-        ok = _same(got, exp)
+        ok = same_bits_mask(np.asarray(got, np.float64), np.asarray(exp, np.float64), nan_equal=True)
         assert ok.all(), (spec.name, mode, x[~ok][:5], np.asarray(got)[~ok][:5], exp[~ok][:5])

@@ -16,6 +16,7 @@ from fractions import Fraction
 import ml_dtypes
 import numpy as np
 import pytest
+from _oracles import round_to_grid
 
 import numlab.cli.reveal as cli_reveal
 from numlab.cli import main
@@ -47,27 +48,9 @@ def _scalar_eval(tree: Tree, row) -> np.float32:
             vals[tree.n + k] = np.float32(np.float32(vals[ch[0]]) + np.float32(vals[ch[1]]))
         else:  # exact sum (Fraction), one rounding to float32
             exact = sum(Fraction(float(vals[c])) for c in ch)
-            vals[tree.n + k] = _round_fraction_f32(exact)
+            vals[tree.n + k] = np.float32(round_to_grid(exact, "fp32"))
     r = np.float32(vals[tree.n + len(tree.nodes) - 1] if tree.nodes else vals[0])
     return np.float32(r + np.float32(0.0)) if tree.zero else r
-
-
-def _round_fraction_f32(q: Fraction) -> np.float32:
-    """Nearest-even float32 of an exact rational (normal range), by integer arithmetic."""
-    if q == 0:
-        return np.float32(0.0)
-    sign = -1 if q < 0 else 1
-    q = abs(q)
-    e = q.numerator.bit_length() - q.denominator.bit_length()
-    if Fraction(2) ** e > q:
-        e -= 1
-    scale = Fraction(2) ** (23 - e)  # 24-bit significand
-    m = q * scale
-    fl = m.numerator // m.denominator
-    rem = m - fl
-    if rem > Fraction(1, 2) or (rem == Fraction(1, 2) and fl % 2):
-        fl += 1
-    return np.float32(sign * float(Fraction(fl) / scale))
 
 
 @pytest.mark.parametrize("text", [

@@ -1,5 +1,5 @@
 """round_to: bit-exact against ml_dtypes/numpy casts (RNE) and against the
-independent exact Fraction reference in tests/_exact.py (every mode).
+independent exact Fraction reference in tests/_oracles.py (every mode).
 
 Three code paths are checked: ``round_to`` (which picks the fast path), the
 integer bit path ``_round_bits`` and the readable scale-round-scale path
@@ -15,7 +15,7 @@ from fractions import Fraction
 import ml_dtypes
 import numpy as np
 import pytest
-from _exact import round_exact, stochastic_split
+from _oracles import assert_same_bits, round_exact, stochastic_split
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -56,21 +56,6 @@ def _generic(x, fmt, mode, rng=None, saturate=False, ftz=False):
 PATHS = {"round_to": _rt, "bits": _bits, "generic": _generic}
 
 
-def assert_same_bits(got, exp, x=None, what=""):
-    """Bit equality, any NaN equal to any NaN; -0 differs from +0."""
-    got = np.asarray(got)
-    exp = np.asarray(exp, dtype=got.dtype)
-    u = UINT[got.dtype]
-    ok = (got.view(u) == exp.view(u)) | (np.isnan(got) & np.isnan(exp))
-    if not ok.all():
-        i = np.flatnonzero(~ok.ravel())[:5]
-        xs = None if x is None else np.asarray(x).ravel()[i]
-        raise AssertionError(
-            f"{what}: {int((~ok).sum())} of {ok.size} differ; x={xs!r} got={got.ravel()[i]!r} "
-            f"expected={exp.ravel()[i]!r}"
-        )
-
-
 def reference(x, fmt, mode, **kw):
     """The exact reference applied elementwise (a test-only scalar loop)."""
     x = np.asarray(x)
@@ -97,7 +82,7 @@ def test_every_code_is_fixed_by_every_mode(name, wdt):
     for path, f in PATHS.items():
         for mode in ROUNDINGS:
             kw = {"rng": rng} if mode == "stochastic" else {}
-            assert_same_bits(f(v, name, mode, **kw), v, v, f"{path} {mode}")
+            assert_same_bits(f(v, name, mode, **kw), v, nan_equal=True, x=v, what=f"{path} {mode}")
 
 
 def _neighbour_cases(name, wdt):
@@ -144,13 +129,13 @@ def test_neighbours_of_every_code(name, wdt):
             other = {"up": "down", "down": "up"}[mode]
             e_neg = vals[expect[other] + signbit].astype(wdt)
         for path, f in PATHS.items():
-            assert_same_bits(f(x, name, mode), e_pos, x, f"{path} {mode} +")
-            assert_same_bits(f(-x, name, mode), e_neg, -x, f"{path} {mode} -")
+            assert_same_bits(f(x, name, mode), e_pos, nan_equal=True, x=x, what=f"{path} {mode} +")
+            assert_same_bits(f(-x, name, mode), e_neg, nan_equal=True, x=-x, what=f"{path} {mode} -")
     # ml_dtypes/numpy agree with the code-arithmetic expectation (fp32 inputs;
     # from float64, ml_dtypes' bf16 cast rounds through float32 -- see below)
     if wdt is np.float32 or name == "fp16":
         ref = x.astype(STORAGE[name]).astype(wdt)
-        assert_same_bits(ref, vals[expect["rne"]].astype(wdt), x, "ml_dtypes rne")
+        assert_same_bits(ref, vals[expect["rne"]].astype(wdt), nan_equal=True, x=x, what="ml_dtypes rne")
 
 
 ML_DTYPES = tuple(int(p) for p in ml_dtypes.__version__.split(".")[:2])
@@ -184,9 +169,9 @@ def test_rne_random_fp32_patterns_vs_ml_dtypes(fp32_patterns, name, wdt):
     x = fp32_patterns.astype(wdt)  # exact: every float32 is a float64
     with np.errstate(all="ignore"):
         ref = x.astype(STORAGE[name]).astype(wdt)
-    assert_same_bits(nl.round_to(x, name), ref, x, "round_to")
-    assert_same_bits(_bits(x, name, "rne"), ref, x, "bits")
-    assert_same_bits(_generic(x[:200_000], name, "rne"), ref[:200_000], x, "generic")
+    assert_same_bits(nl.round_to(x, name), ref, nan_equal=True, x=x, what="round_to")
+    assert_same_bits(_bits(x, name, "rne"), ref, nan_equal=True, x=x, what="bits")
+    assert_same_bits(_generic(x[:200_000], name, "rne"), ref[:200_000], nan_equal=True, x=x, what="generic")
 
 
 @pytest.mark.parametrize("wdt", [np.float32, np.float64])
@@ -197,8 +182,7 @@ def test_bits_path_equals_generic_path_all_modes(fp32_patterns, wdt):
     for fmt in (nl.FP16, nl.BF16, nl.FP8_E4M3, nl.FP8_E5M2, nl.TF32, *CUSTOM):
         for mode in DET_MODES:
             for kw in ({}, {"saturate": True, "ftz": True}):
-                assert_same_bits(_bits(x, fmt, mode, **kw), _generic(x, fmt, mode, **kw), x,
-                                 f"{fmt} {mode} {kw}")
+                assert_same_bits(_bits(x, fmt, mode, **kw), _generic(x, fmt, mode, **kw), nan_equal=True, x=x, what=f"{fmt} {mode} {kw}")
 
 
 # ---------------------------------------------------------------------------
@@ -261,7 +245,7 @@ def test_every_mode_vs_exact_reference(fmt, wdt):
         for kw in ({}, {"saturate": True}, {"ftz": True}):
             ref = reference(x, fmt, mode, **kw)
             for path, f in PATHS.items():
-                assert_same_bits(f(x, fmt, mode, **kw), ref, x, f"{path} {fmt} {mode} {kw}")
+                assert_same_bits(f(x, fmt, mode, **kw), ref, nan_equal=True, x=x, what=f"{path} {fmt} {mode} {kw}")
 
 
 @pytest.mark.parametrize("wdt", [np.float32, np.float64])
@@ -287,14 +271,14 @@ def test_overflow_thresholds_each_mode(wdt):
         x = np.array([p[0] for p in pairs], dtype=wdt)
         exp = np.array([p[1] for p in pairs], dtype=wdt)
         for path, f in PATHS.items():
-            assert_same_bits(f(x, name, mode), exp, x, f"{path} {name} {mode}")
-        assert_same_bits(reference(x, nl.get_format(name), mode), exp, x, "reference")
+            assert_same_bits(f(x, name, mode), exp, nan_equal=True, x=x, what=f"{path} {name} {mode}")
+        assert_same_bits(reference(x, nl.get_format(name), mode), exp, nan_equal=True, x=x, what="reference")
     # saturation: every mode gives +-max; inf input too for e4m3fn (no inf)
     x = np.array([1e6, -1e6, 65520.0, np.inf, -np.inf, np.nan], dtype=wdt)
     for mode in DET_MODES:
-        assert_same_bits(nl.round_to(x, "fp16", mode, saturate=True), [65504, -65504, 65504, inf, -inf, nan])
-        assert_same_bits(nl.round_to(x, "fp8_e4m3", mode, saturate=True), [448, -448, 448, 448, -448, nan])
-        assert_same_bits(nl.round_to(x, "fp8_e4m3", mode), [*((nan, nan) if mode == "rne" else nl.round_to(x[:2], "fp8_e4m3", mode)), nan if mode in ("rne", "up") else 448, nan, nan, nan])
+        assert_same_bits(nl.round_to(x, "fp16", mode, saturate=True), [65504, -65504, 65504, inf, -inf, nan], nan_equal=True)
+        assert_same_bits(nl.round_to(x, "fp8_e4m3", mode, saturate=True), [448, -448, 448, 448, -448, nan], nan_equal=True)
+        assert_same_bits(nl.round_to(x, "fp8_e4m3", mode), [*((nan, nan) if mode == "rne" else nl.round_to(x[:2], "fp8_e4m3", mode)), nan if mode in ("rne", "up") else 448, nan, nan, nan], nan_equal=True)
 
 
 def test_specials_and_signed_zero():
@@ -335,7 +319,7 @@ def test_stochastic_picks_a_neighbour_and_is_reproducible(fmt, wdt):
     x = x[np.isfinite(x) & (np.abs(x) < fmt.max)]
     y1 = nl.round_to(x, fmt, "stochastic", rng=np.random.default_rng(123))
     y2 = nl.round_to(x, fmt, "stochastic", rng=np.random.default_rng(123))
-    assert_same_bits(y1, y2, x, "same seed, same bits")
+    assert_same_bits(y1, y2, nan_equal=True, x=x, what="same seed, same bits")
     y3 = nl.round_to(x, fmt, "stochastic", rng=np.random.default_rng(124))
     assert not np.array_equal(y1, y3)
     for path, f in (("round_to", _rt), ("generic", _generic)):
@@ -405,7 +389,7 @@ def test_dtypes_shapes_scalars():
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4) / 7
     y = nl.round_to(x[:, ::2, ::-1], "fp8_e4m3", "up")  # non-contiguous view
     assert y.shape == (2, 2, 4)
-    assert_same_bits(y, reference(x[:, ::2, ::-1], nl.FP8_E4M3, "up"))
+    assert_same_bits(y, reference(x[:, ::2, ::-1], nl.FP8_E4M3, "up"), nan_equal=True)
     h = np.array([1.5, 65504], np.float16)
     assert nl.round_to(h, "fp16").dtype == np.float32  # storage dtypes widen to float32
     assert nl.round_to(np.zeros(0, np.float32), "fp16", "odd").shape == (0,)
@@ -446,7 +430,7 @@ def test_bad_input_messages(call, exc, pattern):
 def test_hypothesis_vs_exact(x64, x32, fmt, mode, saturate, ftz):
     for x in (np.array(x64, np.float64), np.array(x32, np.float32)):
         ref = reference(x, fmt, mode, saturate=saturate, ftz=ftz)
-        assert_same_bits(nl.round_to(x, fmt, mode, saturate=saturate, ftz=ftz), ref, x, f"{fmt} {mode}")
+        assert_same_bits(nl.round_to(x, fmt, mode, saturate=saturate, ftz=ftz), ref, nan_equal=True, x=x, what=f"{fmt} {mode}")
 
 
 def test_float64_to_fp32_rne_equals_numpy_cast():
@@ -460,7 +444,7 @@ def test_float64_to_fp32_rne_equals_numpy_cast():
     ])
     with np.errstate(all="ignore"):
         ref = x.astype(np.float32).astype(np.float64)
-    assert_same_bits(nl.round_to(x, "fp32"), ref, x, "fp32 rne")
+    assert_same_bits(nl.round_to(x, "fp32"), ref, nan_equal=True, x=x, what="fp32 rne")
 
 
 def test_rounding_keyword_and_no_mode_keyword():
@@ -573,8 +557,8 @@ def test_chunked_bits_equal_old_algorithm_on_random_patterns(n, wdt):
             for kw in ({}, {"saturate": True, "ftz": True}, {"saturate": True}, {"ftz": True}):
                 with np.errstate(all="ignore"):
                     exp = _old_round_bits(x, fmt, mode, None, kw.get("saturate", False), kw.get("ftz", False))
-                assert_same_bits(_bits(x, fmt, mode, **kw), exp, x, f"{fmt} {mode} {kw} n={n}")
-                assert_same_bits(_rt(x, fmt, mode, **kw), exp, x, f"round_to {fmt} {mode} {kw} n={n}")
+                assert_same_bits(_bits(x, fmt, mode, **kw), exp, nan_equal=True, x=x, what=f"{fmt} {mode} {kw} n={n}")
+                assert_same_bits(_rt(x, fmt, mode, **kw), exp, nan_equal=True, x=x, what=f"round_to {fmt} {mode} {kw} n={n}")
 
 
 @pytest.mark.parametrize("n", [_CHUNK - 1, _CHUNK + 1])
@@ -600,9 +584,9 @@ def test_chunked_stochastic_on_random_patterns(n, wdt):
             if wdt is np.float32 and fmt.emin == -126 and fmt.subnormals:
                 # float32 subnormals on bf16's grid: a fixed number of low
                 # bits, rounded by the bit trick like every other element
-                assert_same_bits(got, old, x, f"{fmt} {kw}")
+                assert_same_bits(got, old, nan_equal=True, x=x, what=f"{fmt} {kw}")
                 continue
-            assert_same_bits(got[~tiny], old[~tiny], x[~tiny], f"{fmt} {kw} not tiny")
+            assert_same_bits(got[~tiny], old[~tiny], nan_equal=True, x=x[~tiny], what=f"{fmt} {kw} not tiny")
             words = _random_bits(np.random.default_rng(9), n, u_t)
             idx = np.flatnonzero(tiny)[:300]
             assert idx.size > 100
@@ -612,7 +596,7 @@ def test_chunked_stochastic_on_random_patterns(n, wdt):
                 w_ = int(words[i])
                 u = Fraction(w_, 2**32) if wdt is np.float32 else Fraction(w_ >> 11, 2**53)
                 exp = round_exact(v, fmt, "stochastic", up_choice=u < frac, saturate=sat, ftz=ftz)
-                assert_same_bits(got[i:i + 1], np.array([exp], wdt), x[i:i + 1], f"{fmt} {kw} tiny")
+                assert_same_bits(got[i:i + 1], np.array([exp], wdt), nan_equal=True, x=x[i:i + 1], what=f"{fmt} {kw} tiny")
 
 
 def test_zero_d_and_empty_arrays_every_mode():
@@ -624,7 +608,7 @@ def test_zero_d_and_empty_arrays_every_mode():
                     y = nl.round_to(np.array(v, wdt), fmt, mode, **kw)
                     assert isinstance(y, wdt)
                     if mode != "stochastic":
-                        assert_same_bits(np.array([y]), reference(np.array([v], wdt), fmt, mode), what=f"{fmt} {mode} {v}")
+                        assert_same_bits(np.array([y]), reference(np.array([v], wdt), fmt, mode), nan_equal=True, what=f"{fmt} {mode} {v}")
                 for shape in ((0,), (3, 0), (0, 2, 5)):
                     e = nl.round_to(np.zeros(shape, wdt), fmt, mode, **kw)
                     assert e.shape == shape and e.dtype == wdt
@@ -637,7 +621,7 @@ def test_chunked_noncontiguous_and_multidimensional():
             exp = _old_round_bits(np.ascontiguousarray(x), nl.FP8_E4M3, mode, None, False, False)
         y = nl.round_to(x, nl.FP8_E4M3, mode)
         assert y.shape == x.shape
-        assert_same_bits(y, exp, x, mode)
+        assert_same_bits(y, exp, nan_equal=True, x=x, what=mode)
 
 
 @pytest.mark.parametrize("wdt", [np.float32, np.float64])

@@ -36,6 +36,7 @@ from fractions import Fraction
 import ml_dtypes
 import numpy as np
 import pytest
+from _oracles import assert_same_bits
 
 import numlab as nl
 from numlab import formats as F
@@ -187,17 +188,6 @@ def _inputs(name, wdt):
     return np.concatenate([x, -x, np.array([0.0, -0.0, np.inf, -np.inf, np.nan], dtype=wdt)]).astype(wdt)
 
 
-def assert_same_bits(got, exp, x, what):
-    got = np.asarray(got)
-    exp = np.asarray(exp, dtype=got.dtype)
-    u = UINT[got.dtype]
-    ok = (got.view(u) == exp.view(u)) | (np.isnan(got) & np.isnan(exp))
-    if not ok.all():
-        i = np.flatnonzero(~ok.ravel())[:6]
-        raise AssertionError(f"{what}: {int((~ok).sum())} of {ok.size} differ; x={x.ravel()[i]!r} "
-                             f"got={got.ravel()[i]!r} expected={exp.ravel()[i]!r}")
-
-
 def _paths(x, fmt, mode, **kw):
     sat, ftz = kw.get("saturate", False), kw.get("ftz", False)
     with np.errstate(all="ignore"):
@@ -266,7 +256,7 @@ def test_rne_float32_inputs_equal_ml_dtypes_casts(name):
         assert (cast[quirk] == 2.0**-126).all() and (nl.round_to(x[quirk], fmt) == 2.0**-127).all()
         keep &= ~quirk
     for path, y in _paths(x, fmt, "rne"):
-        assert_same_bits(y[keep], cast[keep], x[keep], f"{path} {name} rne vs ml_dtypes")
+        assert_same_bits(y[keep], cast[keep], nan_equal=True, x=x[keep], what=f"{path} {name} rne vs ml_dtypes")
     if fmt.nan == "none":
         assert np.isnan(nl.round_to(x, fmt)[~keep]).all()  # NaN stays NaN in the container
 
@@ -280,7 +270,7 @@ def test_every_mode_equals_exact_reference(name, wdt):
         for kw in KWARGS:
             ref = reference(x, name, mode, **kw)
             for path, y in _paths(x, fmt, mode, **kw):
-                assert_same_bits(y, ref, x, f"{path} {name} {mode} {kw}")
+                assert_same_bits(y, ref, nan_equal=True, x=x, what=f"{path} {name} {mode} {kw}")
 
 
 @pytest.mark.parametrize("name", list(NEW))
@@ -305,7 +295,7 @@ def test_stochastic_picks_one_of_the_two_reference_neighbours(name, wdt):
             seen_hi += int((is_hi & differ).sum())
         y1 = nl.round_to(x, fmt, "stochastic", rng=np.random.default_rng(rep))
         y2 = nl.round_to(x, fmt, "stochastic", rng=np.random.default_rng(rep))
-        assert_same_bits(y1, y2, x, "same seed, same bits")
+        assert_same_bits(y1, y2, nan_equal=True, x=x, what="same seed, same bits")
     assert seen_lo > 50 and seen_hi > 50
 
 
@@ -411,14 +401,14 @@ def test_random_fp32_patterns(patterns, name):
     keep = ~np.isnan(x) if fmt.nan == "none" else np.ones(x.shape, bool)
     if name == "fp8_e8m0":
         keep &= ~((x > 2.0**-127) & (x < 1.5 * 2.0**-127))
-    assert_same_bits(nl.round_to(x, fmt)[keep], cast[keep], x[keep], f"{name} rne vs ml_dtypes")
+    assert_same_bits(nl.round_to(x, fmt)[keep], cast[keep], nan_equal=True, x=x[keep], what=f"{name} rne vs ml_dtypes")
     for wdt in (np.float32, np.float64):
         with np.errstate(invalid="ignore"):  # NaN payloads
             xw = x.astype(wdt)
         for mode in DET_MODES:
             for kw in ({}, {"saturate": True, "ftz": True}):
                 outs = dict(_paths(xw, fmt, mode, **kw))
-                assert_same_bits(outs["bits"], outs["generic"], xw, f"{name} {mode} {kw} bits vs generic")
-                assert_same_bits(outs["round_to"], outs["generic"], xw, f"{name} {mode} {kw} round_to")
+                assert_same_bits(outs["bits"], outs["generic"], nan_equal=True, x=xw, what=f"{name} {mode} {kw} bits vs generic")
+                assert_same_bits(outs["round_to"], outs["generic"], nan_equal=True, x=xw, what=f"{name} {mode} {kw} round_to")
                 s = xw[::97]
-                assert_same_bits(outs["round_to"][::97], reference(s, name, mode, **kw), s, f"{name} {mode} {kw} ref")
+                assert_same_bits(outs["round_to"][::97], reference(s, name, mode, **kw), nan_equal=True, x=s, what=f"{name} {mode} {kw} ref")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _oracles import same_bits
 
 from numlab.torch.data import normal
 
@@ -52,13 +53,6 @@ def _threshold_data(torch, dt, thr=0.3, n=4000, seed=5):
     return torch.from_numpy(x).to(tdt), t.float().item()
 
 
-def _same(a, b) -> bool:
-    a = np.asarray(a, np.float32)
-    b = np.asarray(b, np.float32)
-    return a.shape == b.shape and bool(np.all((a == b) | (np.isnan(a) & np.isnan(b)))) and \
-        bool(np.all(np.signbit(a[a == 0]) == np.signbit(b[a == 0])))
-
-
 def _graph_eager(tr, args, dt):
     """numlab's eager executor on the bridge's graph, storage format ``dt``."""
     from numlab.execute import run
@@ -77,15 +71,15 @@ def _check_all(torch, fn, args, dt, *, compiled=True):
     te = run_torch(tr, args, mode="eager")
     pe = predict(tr, args, mode="eager").outputs
     for i, (p, t) in enumerate(zip(pe, te, strict=True)):
-        assert _same(p, t), (fn.__name__, dt, "eager", i, int(np.sum(np.asarray(p, np.float32) != t)))
+        assert same_bits(np.asarray(p, np.float32), np.asarray(t, np.float32), nan_equal=True), (fn.__name__, dt, "eager", i, int(np.sum(np.asarray(p, np.float32) != t)))
     g, ge = _graph_eager(tr, args, dt)
     for i, (p, t) in enumerate(zip(ge, te, strict=True)):
-        assert _same(p, t), (fn.__name__, dt, "numlab graph", i)
+        assert same_bits(np.asarray(p, np.float32), np.asarray(t, np.float32), nan_equal=True), (fn.__name__, dt, "numlab graph", i)
     if compiled:
         tc = run_torch(tr, args, mode="compiled", compiled=compile_fn(fn))
         pc = predict(tr, args, mode="compiled").outputs
         for i, (p, t) in enumerate(zip(pc, tc, strict=True)):
-            assert _same(p, t), (fn.__name__, dt, "compiled", i, int(np.sum(np.asarray(p, np.float32) != t)))
+            assert same_bits(np.asarray(p, np.float32), np.asarray(t, np.float32), nan_equal=True), (fn.__name__, dt, "compiled", i, int(np.sum(np.asarray(p, np.float32) != t)))
     return tr, g, te
 
 
@@ -105,7 +99,8 @@ def test_where_gt_threshold_bit_for_bit(torch, dt):
     tr, g, (te,) = _check_all(torch, where_gt, (x,), dt)
     if dt == "fp16":  # Inductor's emulate_precision_casts rounds every fp16 value: also bitwise
         tce = run_torch(tr, (x,), mode="compiled", compiled=compile_fn(where_gt, True))[0]
-        assert _same(predict(tr, (x,), mode="compiled", preset=inductor_cpu(True)).outputs[0], tce)
+        assert same_bits(np.asarray(predict(tr, (x,), mode="compiled", preset=inductor_cpu(True)).outputs[0], np.float32),
+                         np.asarray(tce, np.float32), nan_equal=True)
     assert [n.op for n in g.nodes if n.op in ("gt", "constant", "where", "mul_scalar")] == \
         ["constant", "gt", "mul_scalar", "where"]
     xs = x.float().numpy()
@@ -229,7 +224,7 @@ def test_python_number_rounds_through_float_as_torch(torch, dt):
     g1 = type(g)(g.inputs, nodes, g.outputs, name="single_rounding")
     r = run(g1, {tr.input_names[0]: x.float().numpy()}, mode="eager", fmt=dt)
     got = [np.asarray(r.outputs[o], np.float32) for o in g1.outputs]
-    assert not all(_same(a, b) for a, b in zip(got, te, strict=True))
+    assert not all(same_bits(np.asarray(a, np.float32), np.asarray(b, np.float32), nan_equal=True) for a, b in zip(got, te, strict=True))
 
 
 def _raw(node):
@@ -296,7 +291,7 @@ def test_graph_option_traces_a_torch_function_with_comparisons(torch, tmp_path, 
     got = run(g, {"x": xs, "y": ys}, mode="eager", fmt="fp16").outputs[g.outputs[0]]
     tx, ty = torch.from_numpy(xs), torch.from_numpy(ys)
     want = torch.where(tx > 0.3, tx * ty, ty.clamp(min=-0.5)).float().numpy()
-    assert _same(got, want)
+    assert same_bits(np.asarray(got, np.float32), np.asarray(want, np.float32), nan_equal=True)
 
 
 def literals(x):
@@ -321,13 +316,13 @@ def test_tensor_literals_promote_as_aten(torch, dt):
     for mode, want in (("eager", te), ("compiled", tc)):
         got = predict(tr, (x,), mode=mode).outputs
         for i, (p, w) in enumerate(zip(got, want, strict=True)):
-            assert _same(p, w), (dt, mode, i)
+            assert same_bits(np.asarray(p, np.float32), np.asarray(w, np.float32), nan_equal=True), (dt, mode, i)
     xs = x.float().numpy()
     at = xs == np.float32(t)
     assert not te[0][at].any() and tc[0][at].all()  # eager: dtype(0.3) > dtype(0.3) is False
     # mul keeps fp32(0.3): the product by dtype(0.3) rounded once differs somewhere
     alt = (x.float() * torch.tensor(0.3, dtype=x.dtype).float()).to(x.dtype).float().numpy()
-    assert not _same(te[2], alt)
+    assert not same_bits(np.asarray(te[2], np.float32), np.asarray(alt, np.float32), nan_equal=True)
     g = tr.to_graph()
     ops = {n.name: n for n in g.nodes}
     muls = [n for n in g.nodes if n.op == "mul_scalar"]

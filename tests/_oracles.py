@@ -1,9 +1,10 @@
-"""An independent, scalar, exact reference for rounding (test-only).
+"""Test-only oracles shared by the tests: one exact rounding and one bit comparison.
 
-Written with Python integers and :class:`fractions.Fraction` only -- no numpy
-arithmetic, no frexp/ldexp, nothing shared with ``numlab.rounding`` -- so that
-the vectorised bit tricks in numlab are checked against the plain rule of
-IEEE 754-2019 sections 4.3 and 7.4:
+Exact rounding (:func:`round_exact`, :func:`round_to_grid`) is written with Python
+integers and :class:`fractions.Fraction` only -- no numpy arithmetic, no
+frexp/ldexp, nothing shared with ``numlab.rounding`` -- so that the vectorised bit
+tricks in numlab are checked against the plain rule of IEEE 754-2019 sections 4.3
+and 7.4:
 
 * a finite nonzero exact value ``v`` lies in a binade ``2**e <= |v| < 2**(e+1)``;
   the grid spacing (quantum) there is ``2**(max(e, emin) - p + 1)`` (with
@@ -17,12 +18,23 @@ IEEE 754-2019 sections 4.3 and 7.4:
   for negative values, ``down`` the mirror image; "inf" means NaN in a format
   without infinities and ``max`` when saturating;
 * ``ftz`` flushes results below ``2**emin`` to a zero of the same sign.
+
+Bit comparison (:func:`bits`, :func:`same_bits_mask`, :func:`same_bits`,
+:func:`assert_same_bits`) compares the raw encodings: each element viewed as an
+unsigned integer of its own width (uint8 for fp8/fp4 and the other one-byte
+ml_dtypes formats, uint16 for fp16/bf16, uint32 for fp32, uint64 for fp64).  So
++0 differs from -0 and a NaN equals only a NaN with the same encoding (sign and
+payload); ``nan_equal=True`` makes any NaN equal to any NaN, for references that
+do not promise one NaN encoding.
 """
 
 from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import NamedTuple
+
+import numpy as np
 
 MODES = ("rne", "rtz", "up", "down", "odd")
 
@@ -136,3 +148,90 @@ def stochastic_split(x, fmt) -> tuple[float, float, Fraction]:
     lo, hi, frac = neighbours(v, fmt)
     s = -1 if x < 0 else 1
     return s * float(lo), s * float(hi), frac
+
+
+class Grid(NamedTuple):
+    """The parameters :func:`round_exact` reads from a format (an IEEE-style one by default)."""
+
+    p: int
+    emin: int
+    emax: int
+    subnormals: bool = True
+    inf: bool = True
+    nan: str = "ieee"
+
+
+# the IEEE-style formats the kernel tests round to, by name: (p, emin, emax)
+GRIDS = {"fp32": Grid(24, -126, 127), "fp16": Grid(11, -14, 15), "bf16": Grid(8, -126, 127),
+         "fp64": Grid(53, -1022, 1023), "tf32": Grid(11, -126, 127)}
+
+
+def round_to_grid(v, fmt: str, mode: str = "rne") -> float:
+    """:func:`round_exact` of ``v`` to the format named ``fmt`` in :data:`GRIDS`."""
+    return round_exact(v, GRIDS[fmt], mode)
+
+
+# ---------------------------------------------------------------- bit comparison
+def bits(a) -> np.ndarray:
+    """The raw encodings of ``a``: a view as the unsigned integer of its element width."""
+    a = np.asarray(a)
+    return a.view(np.dtype(f"u{a.dtype.itemsize}"))
+
+
+def _as_array(b, like: np.ndarray) -> np.ndarray:
+    """``b`` as an array: an ndarray stays as it is (its dtype is compared); a
+    list, tuple or Python scalar takes ``like``'s dtype (exact for values of it)."""
+    return b if isinstance(b, np.ndarray) else np.asarray(b, dtype=like.dtype)
+
+
+def same_bits_mask(a, b, *, nan_equal: bool = False) -> np.ndarray:
+    """Elementwise: the same encoding (``nan_equal``: or both NaN).  ``a`` and
+    ``b`` must have one dtype (and broadcast together)."""
+    a = np.asarray(a)
+    b = _as_array(b, a)
+    if a.dtype != b.dtype:
+        raise AssertionError(f"dtypes differ: {a.dtype} vs {b.dtype}")
+    ok = bits(a) == bits(b)
+    if nan_equal and a.dtype.kind in "fV":  # numpy floats; ml_dtypes formats are kind "V"
+        ok = ok | (np.isnan(a) & np.isnan(b))
+    return ok
+
+
+def _diff_message(a: np.ndarray, b: np.ndarray, ok: np.ndarray, x, what: str) -> str:
+    bad = np.flatnonzero(~ok.ravel())
+    first = tuple(int(i) for i in np.unravel_index(bad[0], ok.shape))
+    w = 2 * a.dtype.itemsize
+    ab, bb = bits(a).ravel(), bits(b).ravel()
+    shown = ", ".join(f"[{tuple(int(j) for j in np.unravel_index(i, ok.shape))}] "
+                      f"{a.ravel()[i]!r} (0x{int(ab[i]):0{w}x}) vs {b.ravel()[i]!r} (0x{int(bb[i]):0{w}x})"
+                      for i in bad[:5])
+    xs = "" if x is None else f"; x={np.asarray(x).ravel()[bad[:5]]!r}"
+    head = f"{what}: " if what else ""
+    return f"{head}{bad.size} of {ok.size} elements differ ({a.dtype}), first at {first}: {shown}{xs}"
+
+
+def assert_same_bits(got, want, *, nan_equal: bool = False, x=None, what: str = "") -> None:
+    """Raise AssertionError unless ``got`` and ``want`` have the same dtype, the
+    same shape and the same encodings (``nan_equal``: any NaN matches any NaN).
+    A list or scalar ``want`` takes ``got``'s dtype.  The message gives the
+    number of differing elements, the first index, both values and their
+    encodings in hex (and ``x``, the inputs, at those elements)."""
+    a = np.asarray(got)
+    b = _as_array(want, a)
+    head = f"{what}: " if what else ""
+    if a.dtype != b.dtype:
+        raise AssertionError(f"{head}dtypes differ: {a.dtype} vs {b.dtype}")
+    if a.shape != b.shape:
+        raise AssertionError(f"{head}shapes differ: {a.shape} vs {b.shape}")
+    ok = same_bits_mask(a, b, nan_equal=nan_equal)
+    if not ok.all():
+        raise AssertionError(_diff_message(a, b, ok, x, what))
+
+
+def same_bits(a, b, *, nan_equal: bool = False) -> bool:
+    """True when :func:`assert_same_bits` would pass."""
+    try:
+        assert_same_bits(a, b, nan_equal=nan_equal)
+    except AssertionError:
+        return False
+    return True
