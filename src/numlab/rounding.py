@@ -11,7 +11,7 @@ mirror for toward -inf).
 
 Two implementations, tested against each other, against ml_dtypes/numpy
 casts (RNE) and against an exact ``fractions.Fraction`` reference
-(tests/_exact.py):
+(tests/_oracles.py):
 
 * ``_round_bits`` (the fast path for every mode): on the unsigned-integer view
   of float32/float64, where ``2**emin <= |x| <= max`` the target's quantum is a
