@@ -194,7 +194,7 @@ def test_cli_run_compare_bisect(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert "--force" in err and out == ""
     assert main(["run", "layernorm", "--mode", "fused", "--fusion", DEC, "--dump", str(f), "--force"]) == 0
-    # that run drew other inputs (seed 0): compare now says so with exit 1 (it exited 0 before #13)
+    # that run drew other inputs (seed 0): compare says so with exit 1
     assert main(["compare", "-gp", str(e), "-mp", str(f), "-o", str(tmp_path / "r0.csv")]) == 1
     assert main(["run", "layernorm", "--dtype", "fp16", "--mode", "fused", "--seed", "2",
                  "--fusion", DEC, "--dump", str(f), "--force"]) == 0

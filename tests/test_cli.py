@@ -381,7 +381,7 @@ def test_inputs_file_checked_against_the_graph(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------
-# issue #13: --graph module:function (one loader with MODEL) and --inputs FILE.npz|DIR
+# --graph module:function (one loader with MODEL) and --inputs FILE.npz|DIR
 # ---------------------------------------------------------------------------
 USER_MODULE = '''
 import numpy as np

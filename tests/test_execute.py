@@ -797,7 +797,7 @@ def test_fma_contraction_skips_a_product_read_twice():
 
 
 def test_fingerprint_canonical_form_tells_the_fnuz_fields_apart():
-    # fp8 e4m3fn and e4m3fnuz differ only in fields added for #16 (negzero, the NaN
+    # fp8 e4m3fn and e4m3fnuz differ only in the fields that tell fnuz formats apart (negzero, the NaN
     # code, emin); formats equal in p/emin/emax/subnormals/inf/nan but different in
     # negzero must not share a canonical form either
     from numlab.execute.fingerprint import canonical

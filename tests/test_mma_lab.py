@@ -255,7 +255,7 @@ def test_interleave_with_one_term_blocks():
 
 
 # ---------------------------------------------------------------------------
-# the a-priori bound (numlab.bound_rules, section "matrix unit (h8)")
+# the a-priori bound (numlab.bound_rules, section "matrix unit")
 # ---------------------------------------------------------------------------
 def test_a_priori_bound_holds_on_generated_cases():
     """|mma - exact| <= mma_bound on every finite-bound element of ~1300

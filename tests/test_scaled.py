@@ -602,7 +602,7 @@ def test_fnuz_elements_have_no_negative_zero_and_nan_overflow():
 
 def test_e8m0_scales_agree_with_round_to_e8m0():
     """The power-of-two scales, computed from frexp in kernels.scaled, equal
-    numlab.round_to onto FP8_E8M0 (h4's format, its own code path): floor is
+    numlab.round_to onto FP8_E8M0 (numlab.formats, its own code path): floor is
     amax rounded down to E8M0 times 2**-emax_elem; rceil is fp32(amax /
     max_elem) rounded up to E8M0 (positive, in range)."""
     from numlab.formats import FP8_E8M0
@@ -636,9 +636,6 @@ def test_scaled_matmul_on_a_matrix_unit_promotes_per_k_block():
     spec's matrix unit (KernelSpec.mma), scaled_matmul computes each K block on
     the unit (the same bits as the unit's own matmul of that block) and the
     epilogue in fp32."""
-    if "mma" not in {f.name for f in dataclasses.fields(KernelSpec)}:
-        pytest.skip("KernelSpec has no mma field in this checkout (the matrix-unit model, issue #15, "
-                    "is not merged here)")
     rng = np.random.default_rng(14)
     a = rng.standard_normal((16, 4096)).astype(np.float32)
     b = (rng.standard_normal((4096, 128)) * 0.05).astype(np.float32)

@@ -1,4 +1,4 @@
-"""The end-to-end speed changes of issue #17 (deliverable 4) move no bit.
+"""The end-to-end fast paths move no bit.
 
 Every zoo model x fp16/bf16 x eager/fused/emulated_casts (and fused with
 internals dumped) runs twice: once as shipped, once through the unchanged

@@ -1,5 +1,5 @@
-"""Where quantised elements and block scales live between kernels (issue #16,
-"eager vs fused placement of the casts").
+"""Where quantised elements and block scales live between kernels (eager vs
+fused placement of the casts).
 
 ``OpInfo.stored_fmt``: ``quantize`` writes its elements in their element
 format, ``block_scale`` its scales in fp32, in every mode that writes values

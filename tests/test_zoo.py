@@ -104,7 +104,7 @@ def _np_model(name, i, heads=2):
 
 
 EXPECTED_MODELS = {"layernorm", "rmsnorm", "softmax", "log_softmax", "gelu_mlp", "attention_scores",
-                   "swiglu", "residual_rmsnorm", "transformer_block", "fp8_mlp"}  # fp8_mlp: issue #16
+                   "swiglu", "residual_rmsnorm", "transformer_block", "fp8_mlp"}  # fp8_mlp: the block-scaled fp8 model
 
 
 def test_models_are_the_issue_list():

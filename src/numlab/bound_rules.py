@@ -471,7 +471,7 @@ def is_decomposed(rule) -> bool:
     return prop is propagate_decomposed
 
 
-# --- matrix unit (h8) ---
+# --- matrix unit ---
 __all__ += ["mma_block_constants", "mma_bound"]
 
 # A-priori bound of a matrix unit's D = A B + C (numlab.kernels.mma.mma; the unit's
@@ -605,7 +605,7 @@ def mma_bound(a, b, unit, c=None) -> np.ndarray:
     return np.where(bad | (hat + bnd >= top), np.inf, bnd)
 
 
-# --- block-scaled operators (h6) ---
+# --- block-scaled operators ---
 # Rules of quantize / block_scale / dequantize / scaled_matmul
 # (numlab.kernels.scaled).  A block's shape follows from the shapes of a tensor
 # and of its scales (no format constants needed here, layer 1).

@@ -344,7 +344,7 @@ def welford32(xt: np.ndarray, m: np.ndarray, m2: np.ndarray) -> bool:
     branch: ``d = x_k - m; m = m + d / fl(k+1); M2 = M2 + d * (x_k - m)``, each
     operation rounded once, no FMA) over the rows of ``xt`` (``(n, rows)``),
     continuing ``m`` and ``m2`` in place.  False when unavailable.  Offered to
-    engine._welford (h1's file); tests pin it to that loop bit for bit."""
+    engine._welford; tests pin it to that loop bit for bit."""
     k = kernels()
     if (k is None or xt.ndim != 2 or xt.dtype != np.float32 or m.dtype != np.float32
             or m2.dtype != np.float32 or m.shape != xt.shape[1:] or m2.shape != m.shape):

@@ -1,5 +1,5 @@
 """The matrix unit in the lab: matmuls of a graph on a modelled unit, and the
-experiments of issue #15 (the DeepSeek-V3 K sweep, presets side by side, one
+experiments on it (the DeepSeek-V3 K sweep, presets side by side, one
 block drawn bit by bit).
 
 * :func:`unit_matmul` is what the engine's matmul kernel calls when
@@ -33,7 +33,7 @@ __all__ = ["unit_matmul", "exact_matmul", "e4m3_inputs", "k_sweep", "preset_erro
            "SWEEP_KS", "DEEPSEEK_NC"]
 
 SWEEP_KS = (256, 512, 1024, 2048, 4096, 8192, 16384)
-"""K values of the default sweep (DeepSeek-V3 quote K = 4096; issue #15 asks up to 16384)."""
+"""K values of the default sweep (DeepSeek-V3 quote K = 4096; the sweep goes on to 16384)."""
 DEEPSEEK_NC = 128
 """N_C, the promotion interval of DeepSeek-V3 section 3.3.2 (four WGMMAs of 32)."""
 

@@ -556,7 +556,7 @@ def scaled_matmul_kernel(ctx, qa, sa, qb, sb, *, fmt_a, fmt_b):
     """Engine kernel of ``scaled_matmul`` (DeepSeek-V3's fp8 GEMM): per block
     of K (the operands' common block length along K), the product of the
     elements by ``ctx.matmul`` (the spec's matmul order and accumulator, or
-    its matrix unit when the spec names one: ``KernelSpec.mma``, issue #15),
+    its matrix unit when the spec names one: ``KernelSpec.mma``),
     then in the epilogue ``(p * sa) * sb`` added to the output, each step
     rounded to ``ctx.inner`` (their Triton kernel:
     ``acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]``).  Loops over K
