@@ -181,9 +181,9 @@ def test_cli_run_compare_bisect(tmp_path, capsys):
     from numlab.cli import main
 
     e, f = tmp_path / "eager", tmp_path / "fused"
-    assert main(["run", "layernorm", "--dtype", "fp16", "--mode", "eager", "--seed", "2",
+    assert main(["run", "layernorm", "--fmt", "fp16", "--mode", "eager", "--seed", "2",
                  "--dump", str(e)]) == 0
-    assert main(["run", "layernorm", "--dtype", "fp16", "--mode", "fused", "--seed", "2",
+    assert main(["run", "layernorm", "--fmt", "fp16", "--mode", "fused", "--seed", "2",
                  "--fusion", DEC, "--dump", str(f)]) == 0
     m = json.loads((f / "manifest.json").read_text())
     assert (m["mode"], m["dtype"], m["seed"], m["model"]) == ("fused", "fp16", 2, "layernorm")
@@ -196,13 +196,13 @@ def test_cli_run_compare_bisect(tmp_path, capsys):
     assert main(["run", "layernorm", "--mode", "fused", "--fusion", DEC, "--dump", str(f), "--force"]) == 0
     # that run drew other inputs (seed 0): compare says so with exit 1
     assert main(["compare", "-gp", str(e), "-mp", str(f), "-o", str(tmp_path / "r0.csv")]) == 1
-    assert main(["run", "layernorm", "--dtype", "fp16", "--mode", "fused", "--seed", "2",
+    assert main(["run", "layernorm", "--fmt", "fp16", "--mode", "fused", "--seed", "2",
                  "--fusion", DEC, "--dump", str(f), "--force"]) == 0
     assert main(["compare", "-gp", str(e), "-mp", str(f), "-o", str(tmp_path / "r.csv")]) == 0
     out = capsys.readouterr().out
     assert "decomposed" in out and (tmp_path / "r.csv").exists()
     assert main(["run", "nope"]) == 2
-    assert main(["bisect", "transformer_block", "--dtype", "fp16", "--fusion", DEC, "--kernels",
+    assert main(["bisect", "transformer_block", "--fmt", "fp16", "--fusion", DEC, "--kernels",
                  "codegen:rsqrt=newton(magic,0,fp32)", "--cosine", "0.9999", "--stages", "sources"]) == 0
     out = capsys.readouterr().out
     assert "align=algorithm" in out and "sources whose eager choice removes it: algorithm" in out
@@ -213,7 +213,7 @@ def test_cli_run_compare_bisect(tmp_path, capsys):
     assert "conclusion:" in capsys.readouterr().out
     assert main(["run", "layernorm", "--mode", "eager", "--fusion", "off"]) == 2
     # bad arguments: the message names the option, the value and the choices
-    for argv, words in ((["run", "layernorm", "--dtype", "fp17"], ["--dtype", "fp17", "bf16"]),
+    for argv, words in ((["run", "layernorm", "--fmt", "fp17"], ["--fmt", "fp17", "bf16"]),
                         (["run", "layernorm", "--size", "hiden=4"], ["hiden", "hidden=64", "batch=8"]),
                         (["run", "nope"], ["nope", "transformer_block"]),
                         (["run"], ["MODEL is required", "transformer_block"]),

@@ -668,7 +668,7 @@ def test_uncompared_rows_are_counted_and_fail_the_cli(tmp_path, capsys):
     out = " ".join(capsys.readouterr().out.split())  # the CLI wraps its prose to the terminal
     assert "could not be compared (unreadable, corrupt or empty data; see cmp_fail_reason): c" in out
     assert "truncated" in rep.row("c")["cmp_fail_reason"]
-    for bad in (["--dtype", "fp17"], ["--cosine", "1.5"], ["--chunk", "0"]):
+    for bad in (["--fmt", "fp17"], ["--cosine", "1.5"], ["--chunk", "0"]):
         assert main(["compare", "-gp", str(g), "-mp", str(m), *bad]) == 2
         assert bad[1] in capsys.readouterr().err
 
@@ -1064,7 +1064,7 @@ def test_cli_compare_your_function_against_your_kernel_dump(tmp_path, capsys, mo
     assert "output 'div_0' compared with 'y'" in out
     assert "WARNING: 1 row(s) pass the thresholds but have a max ULP error above 16: y" in out
     assert main([*argv, "--max-ulp", "16"]) == 1
-    assert main([*argv, "--golden-mode", "eager", "--dtype", "fp32", "--max-ulp", "16"]) == 1
+    assert main([*argv, "--golden-mode", "eager", "--fmt", "fp32", "--max-ulp", "16"]) == 1
     # a kernel rounding once to fp32 passes against the fp64 reference, no warning
     np.save(tmp_path / "kern" / "y.npy", (np.exp(h) / (1 + np.exp(h))).astype(np.float32))
     capsys.readouterr()
