@@ -80,7 +80,7 @@ def test_range_graph_and_golden_inputs_reproduce_eager():
     assert range_graph(g, 0, n).outputs == g.outputs
     with pytest.raises(ValueError, match="range"):
         range_graph(g, 3, 3)
-    d, rep = range_diverges(g, golden, 1, 2, storage="fp16", fused_kw={"kernels": MAGIC_RSQRT},
+    d, rep = range_diverges(g, golden, 1, 2, fmt="fp16", fused_kw={"kernels": MAGIC_RSQRT},
                             thresholds=STRICT)
     assert not d and rep.row("matmul_0")["bitwise_equal_ratio"] == 1.0  # a library matmul alone
 
@@ -96,7 +96,7 @@ def _tb():
 def test_bisect_finds_planted_rsqrt():
     g, x = _tb()
     lines = []
-    rep = bisect_run(g, x, storage="fp16", fusion=DEC, kernels=MAGIC_RSQRT, thresholds=STRICT, log=lines.append)
+    rep = bisect_run(g, x, fmt="fp16", fusion=DEC, kernels=MAGIC_RSQRT, thresholds=STRICT, log=lines.append)
     assert rep.diverges and rep.baseline.first_divergence["node"] == "layer_norm_0"
     # elementwise fusion off turns the decomposed rsqrt into a library call;
     # decomposition off keeps layer_norm whole -> eager's kernel
@@ -111,15 +111,15 @@ def test_bisect_finds_planted_rsqrt():
     assert "tried:" not in rep.text(trials=False) and "rms_norm_0" in rep.text(trials=False)
     assert any("stage 3" in s for s in lines) and any("DIVERGES" in s for s in lines)
     # the msprobe default rule misses this planted error (cos 0.9998 > 0.99)
-    assert not bisect_run(g, x, storage="fp16", fusion=DEC, kernels=MAGIC_RSQRT, log=None).diverges
+    assert not bisect_run(g, x, fmt="fp16", fusion=DEC, kernels=MAGIC_RSQRT, log=None).diverges
     # under the default (composites whole) the planted kernel is never used: nothing diverges
-    assert not bisect_run(g, x, storage="fp16", kernels=MAGIC_RSQRT, thresholds=STRICT, log=None).diverges
+    assert not bisect_run(g, x, fmt="fp16", kernels=MAGIC_RSQRT, thresholds=STRICT, log=None).diverges
 
 
 def test_bisect_finds_planted_exp_in_softmax():
     g, x = _tb()
     bad = KernelSpec.codegen(exp="exp_poly(1)")
-    rep = bisect_run(g, x, storage="fp16", fusion=DEC, kernels=bad, thresholds=STRICT, log=None,
+    rep = bisect_run(g, x, fmt="fp16", fusion=DEC, kernels=bad, thresholds=STRICT, log=None,
                      stages=("sources", "ranges"))
     assert rep.baseline.first_divergence["node"] == "softmax_0"
     assert rep.fixing_sources == ["algorithm"]
@@ -130,12 +130,12 @@ def test_bisect_finds_planted_exp_in_softmax():
 
 def test_bisect_nothing_to_do_and_bad_stage():
     g, x = _tb()
-    rep = bisect_run(g, x, storage="fp16", log=None)
+    rep = bisect_run(g, x, fmt="fp16", log=None)
     assert not rep.diverges and rep.trials == [] and "nothing to bisect" in rep.text()
     with pytest.raises(ValueError, match="stages"):
-        bisect_run(g, x, storage="fp16", stages=("fusion", "bogus"), log=None)
+        bisect_run(g, x, fmt="fp16", stages=("fusion", "bogus"), log=None)
     with pytest.raises(ValueError, match="max_culprits"):
-        bisect_run(g, x, storage="fp16", max_culprits=0, log=None)
+        bisect_run(g, x, fmt="fp16", max_culprits=0, log=None)
 
 
 # --------------------------------------------------------------------------
@@ -143,7 +143,7 @@ def test_bisect_nothing_to_do_and_bad_stage():
 # --------------------------------------------------------------------------
 def test_workflow_on_planted_problem(tmp_path, monkeypatch):
     g, x = _tb()
-    w = precision_workflow(g, x, storage="fp16", fusion=DEC, kernels=MAGIC_RSQRT, thresholds=STRICT,
+    w = precision_workflow(g, x, fmt="fp16", fusion=DEC, kernels=MAGIC_RSQRT, thresholds=STRICT,
                            dump_dir=tmp_path)
     bad = {s["node"] for s in w.bad_single_ops}
     assert bad == {"layer_norm_0", "rms_norm_0"}  # the rsqrt users, found operator by operator
@@ -161,7 +161,7 @@ def test_workflow_on_planted_problem(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(B, "_run", lambda *a, **k: calls.append(a))
     with pytest.raises(FileExistsError):
-        precision_workflow(g, x, storage="fp16", dump_dir=tmp_path)
+        precision_workflow(g, x, fmt="fp16", dump_dir=tmp_path)
     assert calls == []  # refused before running anything
     assert "step 3" in w.text()
 
@@ -169,7 +169,7 @@ def test_workflow_on_planted_problem(tmp_path, monkeypatch):
 def test_workflow_clean_model():
     g = zoo.MODELS["gelu_mlp"]()
     x = zoo.make_inputs(g, seed=0)
-    w = precision_workflow(g, x, storage="bf16")
+    w = precision_workflow(g, x, fmt="bf16")
     assert not w.bad_single_ops and w.bisect is None
     assert "no graph-mode precision problem" in w.conclusion
 

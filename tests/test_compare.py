@@ -814,19 +814,20 @@ def test_large_dump_compared_with_bounded_memory(tmp_path):
 
 
 # --------------------------------------------------------------------------
-# bisect: the storage format is storage= (the old name dtype= is gone)
+# bisect: the storage format is fmt=, as in run() (dtype= and storage= are not taken)
 # --------------------------------------------------------------------------
-def test_bisect_storage_keyword():
+def test_bisect_fmt_keyword():
     g = zoo.MODELS["layernorm"]()
     x = zoo.make_inputs(g, seed=0)
-    rep = bisect_run(g, x, storage="fp16", stages=("fusion",), log=None)
-    assert rep.storage == "fp16" and "(storage fp16)" in rep.text()
-    with pytest.raises(TypeError, match="dtype"):
-        bisect_run(g, x, dtype="fp16", log=None)
-    with pytest.raises(TypeError, match=r"storage= \(the storage format S, e.g. 'fp16'\) is required"):
+    rep = bisect_run(g, x, fmt="fp16", stages=("fusion",), log=None)
+    assert rep.fmt == "fp16" and "(storage fp16)" in rep.text()
+    for old in ("dtype", "storage"):
+        with pytest.raises(TypeError, match=old):
+            bisect_run(g, x, log=None, **{old: "fp16"})
+    with pytest.raises(TypeError, match=r"fmt= \(the storage format S, e.g. 'fp16'\) is required"):
         bisect_run(g, x, log=None)
-    with pytest.raises(ValueError, match="storage='fp7' is not a known format"):
-        range_diverges(g, x, 0, 1, storage="fp7", fused_kw={})
+    with pytest.raises(ValueError, match="fmt='fp7' is not a known format"):
+        range_diverges(g, x, 0, 1, fmt="fp7", fused_kw={})
 
 
 # --------------------------------------------------------------------------

@@ -565,7 +565,7 @@ def test_welford_fast_path_equals_the_kernel(acc):
     rng = np.random.default_rng(3)
     x = (rng.standard_normal((7, 300)) * 4 + 10).astype(np.float32)
     _, v = _welford(x, Arith(acc), 1)
-    want = kreduce(x, "var", -1, acc=acc, variance="welford", ddof=1)
+    want = kreduce(x, "var", -1, acc=acc, variance="welford", correction=1)
     assert same_bits(np.asarray(v).astype(want.dtype), want)
 
 

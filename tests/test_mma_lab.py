@@ -431,7 +431,7 @@ def test_bisect_finds_the_matmul_on_a_unit():
     rng = np.random.default_rng(4)
     x, w = _fp16(rng, (8, 1024), 4.0), _fp16(rng, (1024, 8))
     g = trace(lambda x, w: ops.relu(ops.matmul(x, w)), x=x.shape, w=w.shape)
-    rep = bisect_run(g, {"x": x, "w": w}, storage="fp16", fusion=MATMUL_FUSION,
+    rep = bisect_run(g, {"x": x, "w": w}, fmt="fp16", fusion=MATMUL_FUSION,
                      kernels="codegen:mma=H100/fp8_e4m3/fp32", library="handwritten", log=None)
     found = str(rep).split("found:")[1]
     assert "fusion switches that remove the divergence: matmul" in found

@@ -228,8 +228,8 @@ API_ENTRIES = {
     "execute.run": lambda a, v: run(_G, _X, mode="fused", fmt="fp16", **{a: v}),
     "run_with_bounds": lambda a, v: run_with_bounds(_G, _X, mode="fused", fmt="fp16", **{a: v}),
     "plan_bounds": lambda a, v: plan_bounds(_G, _X, mode="fused", fmt="fp16", **{a: v}),
-    "bisect_run": lambda a, v: bisect_run(_G, _X, storage="fp16", log=None, **{a: v}),
-    "precision_workflow": lambda a, v: precision_workflow(_G, _X, storage="fp16", **{a: v}),
+    "bisect_run": lambda a, v: bisect_run(_G, _X, fmt="fp16", log=None, **{a: v}),
+    "precision_workflow": lambda a, v: precision_workflow(_G, _X, fmt="fp16", **{a: v}),
     "demo_rows": lambda a, v: demo_rows(models=["softmax"], fmts=("fp16",), **{a: v}),
     "claims.make_case": lambda a, v: Runs(make_case("softmax", fmt="fp16", **{a: v})).run("fused"),
 }

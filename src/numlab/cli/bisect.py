@@ -68,14 +68,14 @@ def main(args) -> int:
     th = Thresholds(cosine=args.cosine, max_abs_err=args.max_abs_err,
                     max_rel_err=args.max_rel_err, max_ulp=args.max_ulp)
     if args.workflow:
-        rep = precision_workflow(graph, inputs, storage=S, fusion=opts, kernels=kernels,
+        rep = precision_workflow(graph, inputs, fmt=S, fusion=opts, kernels=kernels,
                                  library=library, thresholds=th, dump_dir=args.dump,
                                  force=args.force, model=model)
         print(rep.text())
         sys.stdout.flush()
         return 0
     stages = tuple(s.strip() for s in args.stages.split(",") if s.strip())
-    rep = bisect_run(graph, inputs, storage=S, fusion=opts, kernels=kernels, library=library,
+    rep = bisect_run(graph, inputs, fmt=S, fusion=opts, kernels=kernels, library=library,
                      thresholds=th, seed=args.seed, model=model, stages=stages, log=print)
     print()
     print(rep.text(trials=False))  # the trials were printed as they ran

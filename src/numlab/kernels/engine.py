@@ -298,7 +298,7 @@ class Ctx:
             r = _welford(flat, self.ar, int(correction))[1]
         else:
             r = _kreduce(flat, op, -1, order=self.order(), acc=self.acc, out=self.inner,
-                         variance=self.spec.variance, ddof=int(correction))
+                         variance=self.spec.variance, correction=int(correction))
         r = _f32(r)
         if keepdims:
             r = r.reshape(tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
@@ -343,12 +343,12 @@ def _axes_last(x: np.ndarray, axes: tuple) -> np.ndarray:
     return np.transpose(x, rest + list(axes)).reshape(tuple(x.shape[i] for i in rest) + (n,))
 
 
-def _welford(x: np.ndarray, ar, ddof: int):
+def _welford(x: np.ndarray, ar, correction: int):
     """Welford's mean and variance along the last axis with every operation
     rounded by ``ar`` (a ``kernels._common.Arith``): the same operations in
     the same order as ``kernels.reduce(op="var", variance="welford")``
     (``d = x_k - m; m = m + d/fl(k+1); M2 = M2 + d*(x_k - m)``; var
-    ``M2/fl(n - ddof)``), so the variance is bitwise the kernel's (tested).
+    ``M2/fl(n - correction)``), so the variance is bitwise the kernel's (tested).
     Runs on a transposed contiguous copy (each step reads one contiguous
     row) with preallocated buffers when ``ar`` is native fp32, compiled
     (:func:`numlab.kernels._accel.welford32`, bit-identical; ``NUMLAB_ACCEL=0``
@@ -381,7 +381,7 @@ def _welford(x: np.ndarray, ar, ddof: int):
                 d = ar.sub(xk, m)
                 m = ar.add(m, ar.div(d, ar.round(np.float64(k + 1))))
                 m2 = ar.add(m2, ar.mul(d, ar.sub(xk, m)))
-        var = ar.div(m2, ar.round(np.float64(n - ddof)))
+        var = ar.div(m2, ar.round(np.float64(n - correction)))
     return np.asarray(m).reshape(lead), np.asarray(var).reshape(lead)
 
 
