@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-MODES = ("rne", "rtz", "up", "down", "odd")
+ROUNDINGS = ("rne", "rtz", "up", "down", "odd")
 
 
 def _floor_log2(a: Fraction) -> int:

@@ -34,7 +34,7 @@ from numlab.execute import (
 )
 from numlab.execute.values import count as _count
 from numlab.execute.values import count_stored as _count_stored
-from numlab.fusion import KINDS, FusionOptions
+from numlab.fusion import FUSION_KINDS, FusionOptions
 from numlab.graph import Graph, Node, evaluate, trace
 from numlab.kernels import KernelSpec, fma
 from numlab.kernels import engine as E
@@ -237,7 +237,7 @@ def test_data_movement_is_bitwise_identical_fused_or_not(g, seed, dt):
     rng = np.random.default_rng(seed)
     x = {"x": rng.standard_normal((4, 6)) * 10, "y": rng.standard_normal((4, 6))}
     e = run(g, x, mode="eager", fmt=dt)
-    every = FusionOptions(enabled=frozenset(KINDS))
+    every = FusionOptions(enabled=frozenset(FUSION_KINDS))
     for fo in (every, FusionOptions(), FusionOptions.inductor(), FusionOptions.off()):
         f = run(g, x, mode="fused", fmt=dt, fusion=fo)
         assert all_same(e, f)

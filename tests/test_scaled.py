@@ -415,7 +415,7 @@ def test_presets():
     assert S.MXFP8_E4M3.bits_per_element == 8.25 and S.NVFP4.bits_per_element == 4.5
     assert S.MXFP8_E4M3.emax_elem == 8 and S.MXFP4.emax_elem == 2 and S.MXFP6_E3M2.max_elem == 28
     assert S.MXFP4.transposed().block == (32, 1)
-    assert set(S.PRESETS) == {"mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4", "nvfp4",
+    assert set(S.SCALED_PRESETS) == {"mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4", "nvfp4",
                               "deepseek_1x128", "deepseek_128x128"}
 
 
@@ -564,7 +564,7 @@ def test_block_scale_bound_brackets_moved_inputs():
             moved = x + b * rng.uniform(-1, 1, x.shape)
             assert np.all(np.abs(info.ref(moved, fmt=name) - s) <= bound), name
             assert np.all(np.abs(qi.ref(moved, fmt=name) - qi.ref(x, fmt=name)) <= qb), name
-        assert np.median(qb) < 2 * S.PRESETS[name].max_elem / 8, name  # tighter than the range
+        assert np.median(qb) < 2 * S.SCALED_PRESETS[name].max_elem / 8, name  # tighter than the range
     nv, _ = info.propagate([x[:, :16]], [b[:, :16]], {"fmt": "nvfp4"}, info.ref)
     assert np.all(np.isinf(nv))                                # the tensor scale couples the blocks
     assert R.SCALED_FORMATS["mxfp4"] == (6.0, True)
@@ -626,7 +626,7 @@ def test_benchmark_rows_run_on_a_small_tensor():
     assert [r["format"] for r in rows] == ["mxfp4", "nvfp4"]
     assert all(r["seconds"] > 0 and r["baseline_seconds"] > 0 and r["ratio"] == r["seconds"] / r["baseline_seconds"]
                for r in rows)
-    assert rows[0]["target"] == B.TARGET and set(B.TARGETED) <= set(S.PRESETS)
+    assert rows[0]["target"] == B.TARGET and set(B.TARGETED) <= set(S.SCALED_PRESETS)
 
 
 def test_scaled_matmul_on_a_matrix_unit_promotes_per_k_block():

@@ -25,7 +25,7 @@ from numlab.compare.bisect import bisect_run, precision_workflow
 from numlab.execute import executor, run
 from numlab.experiments import demo_rows
 from numlab.formats import get_format
-from numlab.fusion import KINDS, FusionOptions
+from numlab.fusion import FUSION_KINDS, FusionOptions
 from numlab.kernels import KernelSpec
 from numlab.kernels.algorithms import ExpPoly, Newton
 from numlab.kernels.grammar import split_top_level
@@ -180,7 +180,7 @@ def test_kernel_spec_round_trip(preset, changes, ub):
 
 
 @settings(max_examples=60, deadline=None)
-@given(kinds=st.frozensets(st.sampled_from(KINDS)), decompose=st.booleans(), switch=st.booleans())
+@given(kinds=st.frozensets(st.sampled_from(FUSION_KINDS)), decompose=st.booleans(), switch=st.booleans())
 def test_fusion_spec_round_trip(kinds, decompose, switch):
     o = FusionOptions(enabled=kinds, decompose=decompose, enable_autofuse=switch)
     assert FusionOptions.parse(o.spec) == o

@@ -22,7 +22,7 @@ import os
 import numpy as np
 
 from ..kernels.mma import mma
-from ..kernels.mma_presets import PRESETS
+from ..kernels.mma_presets import UNIT_PRESETS
 from ..report import render_table
 from . import best_of
 
@@ -45,7 +45,7 @@ def time_mma(n: int = 1024, units=UNITS, seed: int = 0, repeat: int = 1) -> list
     t_np = best_of(lambda: np.matmul(a64, b64), repeat=5)
     rows = []
     for name in units:
-        unit = PRESETS[name]
+        unit = UNIT_PRESETS[name]
         try:  # the compiled path when numba is installed; compiled here, outside the timing
             mma(a[:8, :64], b[:64, :8], unit, engine="numba")
             engine = "numba"

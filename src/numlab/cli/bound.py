@@ -42,7 +42,7 @@ import numpy as np
 
 from .. import __version__
 from .. import _json as strict_json
-from ..contract import PRESETS, Contract
+from ..contract import CONTRACT_PRESETS, Contract
 from ..contract_bounds import BOUND_MODES, contract_bound
 from ..execute import NoEffectWarning, run
 from .options import (
@@ -114,7 +114,7 @@ def add_parser(sub) -> None:
                    help=f"one of {', '.join(MODE_CHOICES)} (default all)")
     p.add_argument("--contract", default=None, metavar="SPEC", type=contract_type,
                    help="contract: derived (default: from --kernels/--library), custom, or a preset "
-                        f"({', '.join(sorted(PRESETS))}), optionally :field=value,... "
+                        f"({', '.join(sorted(CONTRACT_PRESETS))}), optionally :field=value,... "
                         "(library.field / codegen.field for one class)")
     p.add_argument("--prob", default=None, metavar="P", type=prob_type,
                    help="also print Higham and Mary's probabilistic estimate holding with probability P "

@@ -55,8 +55,9 @@ import numpy as np
 from .. import claims as C
 from .. import plots, report, zoo
 from ..compare.layouts import load_any
-from ..contract import PRESETS
-from ..determinism import EXEC_MODES, INJECTIONS, check_determinism
+from ..contract import CONTRACT_PRESETS
+from ..determinism import INJECTIONS, check_determinism
+from ..execute import MODES
 from ..fusion import FusionOptions
 from .options import (
     add_shared,
@@ -120,7 +121,7 @@ def add_parser(sub) -> None:
                              "they do not generate (default handwritten), same grammar as --kernels")
         cp.add_argument("--contract", default=None, metavar="SPEC", type=contract_type,
                         help="the execution contract error_within_bound and bound_no_worse hold the outputs to "
-                             f"(default: derived from --kernels/--library; presets {sorted(PRESETS)}, "
+                             f"(default: derived from --kernels/--library; presets {sorted(CONTRACT_PRESETS)}, "
                              "e.g. 'triton_cuda' or 'torch_cpu:libm_ulps=2')")
         cp.add_argument("--trials", type=int, default=100, help="random trials (default 100)")
         cp.add_argument("--search", choices=("random", "adversarial"), default="random")
@@ -165,7 +166,7 @@ def _add_determinism_parser(csub) -> None:
                     "determinism (same output bits), each process with its own PYTHONHASHSEED.")
     add_shared(p, model="a zoo model (numlab.zoo.MODELS) or module:function", fmt="fp16", size="",
                fusion="(fused modes)", kernels="(default: the mode's)", inputs="normal", seed=0)
-    p.add_argument("--mode", default="fused", choices=EXEC_MODES, help="execution mode (default fused)")
+    p.add_argument("--mode", default="fused", choices=MODES, help="execution mode (default fused)")
     p.add_argument("--runs", type=int, default=3, help="processes (default 3, >= 2)")
     p.add_argument("--order", default=None,
                    help="reduction order for every reduction: 'atomic' (schedule order; unseeded without "

@@ -9,7 +9,7 @@ that apply to it)::
                           loader: :func:`load_graph`); give one of the two
     --fmt FMT             storage format S
     --size NAME=INT       model size, repeatable (NAME=INT,NAME=INT also works)
-    --inputs KIND|FILE    input kind (numlab.zoo.KINDS), or a .npz file / a
+    --inputs KIND|FILE    input kind (numlab.zoo.INPUT_KINDS), or a .npz file / a
                           directory of .npy files (commands that run one graph)
     --fusion SPEC         fusion spec (FusionOptions.parse), default "autofuse"
     --kernels SPEC        kernel spec (KernelSpec.parse)
@@ -309,16 +309,16 @@ def _inputs(multi: bool, files: bool):
 
     def conv(value: str):
         kinds = [k.strip() for k in value.split(",") if k.strip()]
-        if kinds and all(k in zoo.KINDS for k in kinds) and (multi or len(kinds) == 1):
+        if kinds and all(k in zoo.INPUT_KINDS for k in kinds) and (multi or len(kinds) == 1):
             return ",".join(kinds)
         p = Path(value)
         if files and (p.suffix == ".npz" or p.is_dir() or p.exists()):
             if not (p.is_dir() or (p.is_file() and p.suffix == ".npz")):
                 raise ValueError(f"--inputs {value!r}: no such .npz file or directory of .npy files")
             return p
-        bad = [k for k in kinds if k not in zoo.KINDS] or kinds
+        bad = [k for k in kinds if k not in zoo.INPUT_KINDS] or kinds
         tail = " or a .npz file / a directory of NAME.npy files" if files else ""
-        raise ValueError(f"--inputs {value!r}: {bad} not {what}; valid kinds: {list(zoo.KINDS)}{tail}")
+        raise ValueError(f"--inputs {value!r}: {bad} not {what}; valid kinds: {list(zoo.INPUT_KINDS)}{tail}")
 
     return arg_type("--inputs", conv, "inputs")
 
@@ -382,7 +382,7 @@ def add_shared(p: argparse.ArgumentParser, *, model=_UNSET, graph=_UNSET, fmt=_U
         extra = (" or a .npz file of named arrays / a directory of NAME.npy files (names and shapes "
                  "checked against the graph)") if inputs_files else ""
         p.add_argument("--inputs", default=inputs, metavar=metavar, type=_inputs(inputs_multi, inputs_files),
-                       help=f"input kind{'s' if inputs_multi else ''}: {', '.join(zoo.KINDS)}{extra} "
+                       help=f"input kind{'s' if inputs_multi else ''}: {', '.join(zoo.INPUT_KINDS)}{extra} "
                             f"(default {inputs})")
     if fusion is not _UNSET:
         p.add_argument("--fusion", default=None, metavar="SPEC", type=fusion_type,

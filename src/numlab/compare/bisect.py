@@ -418,7 +418,7 @@ class _Bisection:
         """Stage 1: each enabled fusion kind off, then decomposition, then all fusion."""
         rep = self.rep
         self.say("stage 1: fusion kinds switched off one at a time")
-        for kind in [k for k in F.KINDS if k in opts.enabled]:
+        for kind in [k for k in F.FUSION_KINDS if k in opts.enabled]:
             if not self.trial("fusion", f"--autofuse_disable_pass={kind}",
                               fusion=opts.disable(kind)).diverges:
                 rep.fixing_kinds.append(kind)

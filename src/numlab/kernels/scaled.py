@@ -108,7 +108,7 @@ __all__ = [
     "OVERFLOWS",
     "SCALE_APPLY",
     "ELEMENT_FORMATS",
-    "PRESETS",
+    "SCALED_PRESETS",
     "MXFP8_E4M3",
     "MXFP8_E5M2",
     "MXFP6_E2M3",
@@ -163,7 +163,7 @@ class ScaledFormat:
     Parameters
     ----------
     name : str
-        Short name (the key of :data:`PRESETS` for the presets).
+        Short name (the key of :data:`SCALED_PRESETS` for the presets).
     elem : str
         Element format, one of :data:`ELEMENT_FORMATS`.  Default ``"fp8_e4m3"``.
     block : tuple of two ints
@@ -271,7 +271,7 @@ NVFP4 = ScaledFormat("nvfp4", "fp4_e2m1", (1, 16), "fp8_e4m3", "amax", tensor_sc
                      scale_apply="reciprocal")
 DEEPSEEK_1X128 = ScaledFormat("deepseek_1x128", "fp8_e4m3", (1, 128), "fp32", "amax")
 DEEPSEEK_128X128 = ScaledFormat("deepseek_128x128", "fp8_e4m3", (128, 128), "fp32", "amax")
-PRESETS: dict[str, ScaledFormat] = {f.name: f for f in (
+SCALED_PRESETS: dict[str, ScaledFormat] = {f.name: f for f in (
     MXFP8_E4M3, MXFP8_E5M2, MXFP6_E2M3, MXFP6_E3M2, MXFP4, NVFP4, DEEPSEEK_1X128, DEEPSEEK_128X128)}
 """Preset name -> ScaledFormat: OCP MX v1.0 (block 32, E8M0, floor rule),
 NVFP4 (block 16, e4m3 scale, fp32 tensor scale, torchao's reciprocal),
@@ -294,14 +294,14 @@ def _elem_round(fmt: ScaledFormat):
 
 
 # the bound rules of the graph operators (numlab.bound_rules, layer 1) read these
-_GRAPH_FORMATS = {**PRESETS, **{f"{n}^T": f.transposed(f"{n}^T") for n, f in PRESETS.items()}}
+_GRAPH_FORMATS = {**SCALED_PRESETS, **{f"{n}^T": f.transposed(f"{n}^T") for n, f in SCALED_PRESETS.items()}}
 _R.SCALED_FORMATS.update({n: (f.max_elem, not f.tensor_scale) for n, f in _GRAPH_FORMATS.items()})
 _R.SCALED_FUNCTIONS.update({n: (_scale_of(f), _elem_round(f)) for n, f in _GRAPH_FORMATS.items()})
 
 
 def get_scaled_format(fmt, name: str = "fmt") -> ScaledFormat:
     """The :class:`ScaledFormat` named by ``fmt``: a ScaledFormat, a preset name
-    of :data:`PRESETS`, or a preset name followed by ``^T`` (the preset with
+    of :data:`SCALED_PRESETS`, or a preset name followed by ``^T`` (the preset with
     its block transposed, :meth:`ScaledFormat.transposed`: ``"mxfp8_e4m3^T"``
     has 32 x 1 blocks, along the K axis of a matmul's right operand)."""
     if isinstance(fmt, ScaledFormat):
@@ -309,9 +309,9 @@ def get_scaled_format(fmt, name: str = "fmt") -> ScaledFormat:
     if isinstance(fmt, str):
         key = fmt.strip().lower()
         base, t = (key[:-2], True) if key.endswith("^t") else (key, False)
-        if base in PRESETS:
-            return PRESETS[base].transposed(f"{base}^T") if t else PRESETS[base]
-    raise ValueError(f"{name}={fmt!r} is not a scaled format; valid presets: {sorted(PRESETS)}, each optionally "
+        if base in SCALED_PRESETS:
+            return SCALED_PRESETS[base].transposed(f"{base}^T") if t else SCALED_PRESETS[base]
+    raise ValueError(f"{name}={fmt!r} is not a scaled format; valid presets: {sorted(SCALED_PRESETS)}, each optionally "
                      "followed by ^T (block transposed)")
 
 
@@ -454,7 +454,7 @@ def _scales(fmt: ScaledFormat, amax: np.ndarray, ts, W):
 
 def quantize(x, fmt, *, pad: bool = False) -> Scaled:
     """Quantise ``x`` to the block-scaled format ``fmt`` (a :class:`ScaledFormat`
-    or a preset name of :data:`PRESETS`).
+    or a preset name of :data:`SCALED_PRESETS`).
 
     Vectorised: the last two axes are reshaped into blocks (rank 1 is one
     row); leading axes are batch axes.  ``pad=True`` zero-pads shapes that

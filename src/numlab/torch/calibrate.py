@@ -148,7 +148,7 @@ CAUSES = {
 """Why a row may be below 100% (the residual's known source), by case."""
 
 _REDUCING = ("row sum", "row mean", "row amax", "softmax", "layernorm", "rmsnorm")
-_MODES = ("eager", "compiled", "compiled+emulate")
+_CALIBRATION_MODES = ("eager", "compiled", "compiled+emulate")
 
 
 def _inputs(name, nin, kind, shape, dt, rng):
@@ -369,7 +369,7 @@ def measure(cap: str = "native", *, cases=SUITE, dtypes=("fp32", "bf16", "fp16")
     out_rows = []
     for name, dt, shape, row in run_suite(quick, dtypes, cases):
         paths = modelled_paths(name, dt, shape, threads)
-        for mode in _MODES:
+        for mode in _CALIBRATION_MODES:
             v = row[mode]
             modelled = not isinstance(v, str)
             full = modelled and v[0] == 1.0
@@ -530,7 +530,7 @@ def summary_table(cal: Calibration) -> str:
         cells = [name]
         for c in caps:
             got = {mode: _cell([r for r in cal.results[c]["rows"] if r["case"] == name and r["mode"] == mode])
-                   for mode in _MODES}
+                   for mode in _CALIBRATION_MODES}
             off, on = got["compiled"], got["compiled+emulate"]
             cells += [got["eager"], off if off == on else f"{off} / {on}"]
         lines.append("| " + " | ".join(cells) + " |")
