@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-MODES = ("rne", "rtz", "up", "down", "odd")
+ROUNDINGS = ("rne", "rtz", "up", "down", "odd")
 
 
 def _floor_log2(a: Fraction) -> int:

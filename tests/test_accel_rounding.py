@@ -22,7 +22,7 @@ HANDLED = [FP16, BF16, FP8_E4M3, FP8_E5M2, TF32]
 # every format numlab rounds to: the kernel either declines (None) or matches
 FORMATS = list(dict.fromkeys(HANDLED + [f for f in vars(F).values()
                                         if isinstance(f, F.Format) and f.p < 24]))
-MODES = ["rne", "rtz", "up", "down", "odd", "stochastic"]
+ROUNDINGS = ["rne", "rtz", "up", "down", "odd", "stochastic"]
 
 
 def _boundary(fmt, dt):
@@ -55,7 +55,7 @@ def test_compiled_rounding_bit_identical_to_numpy_path(kernels, fmt, dt, U):
     x = np.concatenate([x, _boundary(fmt, dt)])
     c = _consts(fmt, np.dtype(dt))
     with np.errstate(all="ignore"):
-        for rounding in MODES:
+        for rounding in ROUNDINGS:
             for sat in (False, True):
                 for ftz in (False, True):
                     # stochastic: the same seeded stream on both paths (PCG64's raw words)

@@ -80,7 +80,7 @@ def test_range_graph_and_golden_inputs_reproduce_eager():
     assert range_graph(g, 0, n).outputs == g.outputs
     with pytest.raises(ValueError, match="range"):
         range_graph(g, 3, 3)
-    d, rep = range_diverges(g, golden, 1, 2, storage="fp16", fused_kw={"kernels": MAGIC_RSQRT},
+    d, rep = range_diverges(g, golden, 1, 2, fmt="fp16", fused_kw={"kernels": MAGIC_RSQRT},
                             thresholds=STRICT)
     assert not d and rep.row("matmul_0")["bitwise_equal_ratio"] == 1.0  # a library matmul alone
 
@@ -96,7 +96,7 @@ def _tb():
 def test_bisect_finds_planted_rsqrt():
     g, x = _tb()
     lines = []
-    rep = bisect_run(g, x, storage="fp16", fusion=DEC, kernels=MAGIC_RSQRT, thresholds=STRICT, log=lines.append)
+    rep = bisect_run(g, x, fmt="fp16", fusion=DEC, kernels=MAGIC_RSQRT, thresholds=STRICT, log=lines.append)
     assert rep.diverges and rep.baseline.first_divergence["node"] == "layer_norm_0"
     # elementwise fusion off turns the decomposed rsqrt into a library call;
     # decomposition off keeps layer_norm whole -> eager's kernel
@@ -111,15 +111,15 @@ def test_bisect_finds_planted_rsqrt():
     assert "tried:" not in rep.text(trials=False) and "rms_norm_0" in rep.text(trials=False)
     assert any("stage 3" in s for s in lines) and any("DIVERGES" in s for s in lines)
     # the msprobe default rule misses this planted error (cos 0.9998 > 0.99)
-    assert not bisect_run(g, x, storage="fp16", fusion=DEC, kernels=MAGIC_RSQRT, log=None).diverges
+    assert not bisect_run(g, x, fmt="fp16", fusion=DEC, kernels=MAGIC_RSQRT, log=None).diverges
     # under the default (composites whole) the planted kernel is never used: nothing diverges
-    assert not bisect_run(g, x, storage="fp16", kernels=MAGIC_RSQRT, thresholds=STRICT, log=None).diverges
+    assert not bisect_run(g, x, fmt="fp16", kernels=MAGIC_RSQRT, thresholds=STRICT, log=None).diverges
 
 
 def test_bisect_finds_planted_exp_in_softmax():
     g, x = _tb()
     bad = KernelSpec.codegen(exp="exp_poly(1)")
-    rep = bisect_run(g, x, storage="fp16", fusion=DEC, kernels=bad, thresholds=STRICT, log=None,
+    rep = bisect_run(g, x, fmt="fp16", fusion=DEC, kernels=bad, thresholds=STRICT, log=None,
                      stages=("sources", "ranges"))
     assert rep.baseline.first_divergence["node"] == "softmax_0"
     assert rep.fixing_sources == ["algorithm"]
@@ -130,12 +130,12 @@ def test_bisect_finds_planted_exp_in_softmax():
 
 def test_bisect_nothing_to_do_and_bad_stage():
     g, x = _tb()
-    rep = bisect_run(g, x, storage="fp16", log=None)
+    rep = bisect_run(g, x, fmt="fp16", log=None)
     assert not rep.diverges and rep.trials == [] and "nothing to bisect" in rep.text()
     with pytest.raises(ValueError, match="stages"):
-        bisect_run(g, x, storage="fp16", stages=("fusion", "bogus"), log=None)
+        bisect_run(g, x, fmt="fp16", stages=("fusion", "bogus"), log=None)
     with pytest.raises(ValueError, match="max_culprits"):
-        bisect_run(g, x, storage="fp16", max_culprits=0, log=None)
+        bisect_run(g, x, fmt="fp16", max_culprits=0, log=None)
 
 
 # --------------------------------------------------------------------------
@@ -143,7 +143,7 @@ def test_bisect_nothing_to_do_and_bad_stage():
 # --------------------------------------------------------------------------
 def test_workflow_on_planted_problem(tmp_path, monkeypatch):
     g, x = _tb()
-    w = precision_workflow(g, x, storage="fp16", fusion=DEC, kernels=MAGIC_RSQRT, thresholds=STRICT,
+    w = precision_workflow(g, x, fmt="fp16", fusion=DEC, kernels=MAGIC_RSQRT, thresholds=STRICT,
                            dump_dir=tmp_path)
     bad = {s["node"] for s in w.bad_single_ops}
     assert bad == {"layer_norm_0", "rms_norm_0"}  # the rsqrt users, found operator by operator
@@ -161,7 +161,7 @@ def test_workflow_on_planted_problem(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(B, "_run", lambda *a, **k: calls.append(a))
     with pytest.raises(FileExistsError):
-        precision_workflow(g, x, storage="fp16", dump_dir=tmp_path)
+        precision_workflow(g, x, fmt="fp16", dump_dir=tmp_path)
     assert calls == []  # refused before running anything
     assert "step 3" in w.text()
 
@@ -169,7 +169,7 @@ def test_workflow_on_planted_problem(tmp_path, monkeypatch):
 def test_workflow_clean_model():
     g = zoo.MODELS["gelu_mlp"]()
     x = zoo.make_inputs(g, seed=0)
-    w = precision_workflow(g, x, storage="bf16")
+    w = precision_workflow(g, x, fmt="bf16")
     assert not w.bad_single_ops and w.bisect is None
     assert "no graph-mode precision problem" in w.conclusion
 
@@ -181,9 +181,9 @@ def test_cli_run_compare_bisect(tmp_path, capsys):
     from numlab.cli import main
 
     e, f = tmp_path / "eager", tmp_path / "fused"
-    assert main(["run", "layernorm", "--dtype", "fp16", "--mode", "eager", "--seed", "2",
+    assert main(["run", "layernorm", "--fmt", "fp16", "--mode", "eager", "--seed", "2",
                  "--dump", str(e)]) == 0
-    assert main(["run", "layernorm", "--dtype", "fp16", "--mode", "fused", "--seed", "2",
+    assert main(["run", "layernorm", "--fmt", "fp16", "--mode", "fused", "--seed", "2",
                  "--fusion", DEC, "--dump", str(f)]) == 0
     m = json.loads((f / "manifest.json").read_text())
     assert (m["mode"], m["dtype"], m["seed"], m["model"]) == ("fused", "fp16", 2, "layernorm")
@@ -194,15 +194,15 @@ def test_cli_run_compare_bisect(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert "--force" in err and out == ""
     assert main(["run", "layernorm", "--mode", "fused", "--fusion", DEC, "--dump", str(f), "--force"]) == 0
-    # that run drew other inputs (seed 0): compare now says so with exit 1 (it exited 0 before #13)
+    # that run drew other inputs (seed 0): compare says so with exit 1
     assert main(["compare", "-gp", str(e), "-mp", str(f), "-o", str(tmp_path / "r0.csv")]) == 1
-    assert main(["run", "layernorm", "--dtype", "fp16", "--mode", "fused", "--seed", "2",
+    assert main(["run", "layernorm", "--fmt", "fp16", "--mode", "fused", "--seed", "2",
                  "--fusion", DEC, "--dump", str(f), "--force"]) == 0
     assert main(["compare", "-gp", str(e), "-mp", str(f), "-o", str(tmp_path / "r.csv")]) == 0
     out = capsys.readouterr().out
     assert "decomposed" in out and (tmp_path / "r.csv").exists()
     assert main(["run", "nope"]) == 2
-    assert main(["bisect", "transformer_block", "--dtype", "fp16", "--fusion", DEC, "--kernels",
+    assert main(["bisect", "transformer_block", "--fmt", "fp16", "--fusion", DEC, "--kernels",
                  "codegen:rsqrt=newton(magic,0,fp32)", "--cosine", "0.9999", "--stages", "sources"]) == 0
     out = capsys.readouterr().out
     assert "align=algorithm" in out and "sources whose eager choice removes it: algorithm" in out
@@ -213,7 +213,7 @@ def test_cli_run_compare_bisect(tmp_path, capsys):
     assert "conclusion:" in capsys.readouterr().out
     assert main(["run", "layernorm", "--mode", "eager", "--fusion", "off"]) == 2
     # bad arguments: the message names the option, the value and the choices
-    for argv, words in ((["run", "layernorm", "--dtype", "fp17"], ["--dtype", "fp17", "bf16"]),
+    for argv, words in ((["run", "layernorm", "--fmt", "fp17"], ["--fmt", "fp17", "bf16"]),
                         (["run", "layernorm", "--size", "hiden=4"], ["hiden", "hidden=64", "batch=8"]),
                         (["run", "nope"], ["nope", "transformer_block"]),
                         (["run"], ["MODEL is required", "transformer_block"]),

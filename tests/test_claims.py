@@ -523,7 +523,7 @@ def test_public_names_resolve():
 
 def test_cli_exit_code_2_for_undecided(capsys):
     # bf16 near_overflow inputs (trial 4) overflow in both modes: the running bound is inf there
-    rc = cli_main(["check", "error_within_bound", "layernorm", "--dtype", "bf16", "--trials", "5",
+    rc = cli_main(["check", "error_within_bound", "layernorm", "--fmt", "bf16", "--trials", "5",
                    "--no-save"])
     out = capsys.readouterr().out
     assert "UNDECIDED" in out and "responsible operators" in out

@@ -459,7 +459,7 @@ def test_cli_partial_observed_name_mapping_takes_the_rest_by_name(tmp_path, monk
     np.save(d / "a.npy", eager["a"])
     np.save(d / "tensorB.npy", eager["b"])
     base = ["check", "no_worse_tensor", "--graph", "twoout:model", "--inputs", str(tmp_path / "inputs.npz"),
-            "--dtype", "fp16", "--no-save", "--observed", str(d)]
+            "--fmt", "fp16", "--no-save", "--observed", str(d)]
     capsys.readouterr()
     assert cli_main(base) == 2 and "missing output(s) ['b']" in capsys.readouterr().err
     assert cli_main([*base, "--observed-name", "b=tensorB"]) == 0  # eager's own outputs: no worse than eager

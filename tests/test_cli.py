@@ -21,32 +21,32 @@ from numlab.execute import run
 # the quickest run of every subcommand, with every shared option it takes
 # ({tmp} is replaced by a fresh directory)
 GOOD = {
-    "bound": ["bound", "layernorm", "--dtype", "fp16", "--size", "batch=2", "--size", "hidden=16",
+    "bound": ["bound", "layernorm", "--fmt", "fp16", "--size", "batch=2", "--size", "hidden=16",
               "--inputs", "uniform", "--fusion", "inductor", "--kernels", "codegen", "--seed", "1",
               "--mode", "fused", "--out", "{tmp}/bound", "--force"],
     "mma sweep": ["mma", "sweep", "--ks", "256", "--m", "2", "--n", "2", "--kind", "uniform", "--claims-model",
                   "none", "--preset-k", "256", "--seed", "1", "--out", "{tmp}/mma", "--force"],
     "demo": ["demo", "--quick", "--models", "softmax", "--inputs", "uniform", "--seed", "1",
              "--fusion", "inductor", "--out", "{tmp}/demo", "--force"],
-    "run": ["run", "layernorm", "--dtype", "bf16", "--size", "batch=2", "--size", "hidden=16",
+    "run": ["run", "layernorm", "--fmt", "bf16", "--size", "batch=2", "--size", "hidden=16",
             "--inputs", "uniform", "--fusion", "off", "--kernels", "codegen", "--seed", "3",
             "--mode", "fused", "--dump", "{tmp}/dump", "--force"],
-    "compare": ["compare", "-gp", "{tmp}/dump", "-mp", "{tmp}/dump", "--dtype", "bf16",
+    "compare": ["compare", "-gp", "{tmp}/dump", "-mp", "{tmp}/dump", "--fmt", "bf16",
                 "--out", "{tmp}/cmp.csv", "--force"],
-    "bisect": ["bisect", "layernorm", "--dtype", "fp16", "--size", "batch=2,hidden=16", "--inputs",
+    "bisect": ["bisect", "layernorm", "--fmt", "fp16", "--size", "batch=2,hidden=16", "--inputs",
                "shifted_mean", "--fusion", "autofuse", "--kernels", "codegen", "--seed", "1",
                "--stages", "fusion"],
-    "check CLAIM": ["check", "no_worse_tensor", "softmax", "--dtype", "fp16", "--size", "batch=2",
+    "check CLAIM": ["check", "no_worse_tensor", "softmax", "--fmt", "fp16", "--size", "batch=2",
                     "--inputs", "normal,uniform", "--fusion", "inductor", "--seed", "1", "--trials", "2",
                     "--out", "{tmp}/cex", "--force"],
     "check plan": ["check", "plan", "--quick", "--trials", "2", "--no-figures", "--inputs", "normal",
                    "--fusion", "off", "--seed", "0", "--out", "{tmp}/plan", "--force"],
-    "check determinism": ["check", "determinism", "softmax", "--runs", "2", "--dtype", "fp32",
+    "check determinism": ["check", "determinism", "softmax", "--runs", "2", "--fmt", "fp32",
                           "--size", "batch=2", "--inputs", "uniform", "--seed", "1", "--fusion", "inductor",
                           "--kernels", "codegen"],
     "race": ["race", "atomic_rowsum", "--runs", "4", "--no-bisect", "--seed", "1"],
     "formats": ["formats", "--seed", "1"],
-    "reveal": ["reveal", "numpy.sum", "--n", "8", "--dtype", "fp32", "--check-rows", "20", "--seed", "1"],
+    "reveal": ["reveal", "numpy.sum", "--n", "8", "--fmt", "fp32", "--check-rows", "20", "--seed", "1"],
     "calibrate": ["calibrate", "--capabilities", "default", "--cases", "sum", "--dtype", "fp32", "--quick",
                   "--rows", "10", "--seed", "1", "--out", "{tmp}/cal", "--force"],
     "bench": ["bench", "rounding", "--quick"],
@@ -90,7 +90,7 @@ def test_shared_options_reach_the_command(tmp_path, capsys):
     the kernel spec, the seed; the dumped graph has the --size shapes."""
     assert cli.main(_argv(GOOD["run"], tmp_path)) == 0
     out = capsys.readouterr().out
-    assert "dtype=bf16" in out and "fusion=off" in out and "kernels=codegen" in out and "seed=3" in out
+    assert "fmt=bf16" in out and "fusion=off" in out and "kernels=codegen" in out and "seed=3" in out
     g = zoo.layernorm(batch=2, hidden=16)
     r = run(g, zoo.make_inputs(g, kind="uniform", seed=3), mode="fused", fmt="bf16", fusion="off",
             kernels="codegen", seed=3)
@@ -101,7 +101,8 @@ def test_shared_options_reach_the_command(tmp_path, capsys):
 # (option, bad value, words the message must hold besides the option)
 BAD = {
     "MODEL": ("nope", ["'nope'", "layernorm", "module:function"]),
-    "--dtype": ("fp17", ["'fp17'", "fp16"]),
+    "--fmt": ("fp17", ["'fp17'", "fp16"]),
+    "--dtype": ("fp17", ["'fp17'", "fp16"]),  # calibrate's tensor dtypes
     "--size": ("hidden", ["'hidden'", "NAME="]),
     "--inputs": ("gaussian", ["'gaussian'", "shifted_mean"]),
     "--fusion": ("autofusee", ["'autofusee'", "inductor"]),
@@ -111,18 +112,18 @@ BAD = {
 }
 # which shared options each command takes, and where its argv puts MODEL
 TAKES = {
-    "bound": ["MODEL", "--dtype", "--size", "--inputs", "--fusion", "--kernels", "--seed"],
+    "bound": ["MODEL", "--fmt", "--size", "--inputs", "--fusion", "--kernels", "--seed"],
     "mma sweep": ["--seed"],
     "demo": ["--inputs", "--fusion", "--seed", "--models"],
-    "run": ["MODEL", "--dtype", "--size", "--inputs", "--fusion", "--kernels", "--seed"],
-    "compare": ["--dtype"],
-    "bisect": ["MODEL", "--dtype", "--size", "--inputs", "--fusion", "--kernels", "--seed"],
-    "check CLAIM": ["MODEL", "--dtype", "--size", "--inputs", "--fusion", "--kernels", "--seed"],
+    "run": ["MODEL", "--fmt", "--size", "--inputs", "--fusion", "--kernels", "--seed"],
+    "compare": ["--fmt"],
+    "bisect": ["MODEL", "--fmt", "--size", "--inputs", "--fusion", "--kernels", "--seed"],
+    "check CLAIM": ["MODEL", "--fmt", "--size", "--inputs", "--fusion", "--kernels", "--seed"],
     "check plan": ["--inputs", "--fusion", "--seed"],
-    "check determinism": ["MODEL", "--dtype", "--size", "--inputs", "--fusion", "--kernels", "--seed"],
+    "check determinism": ["MODEL", "--fmt", "--size", "--inputs", "--fusion", "--kernels", "--seed"],
     "race": ["--seed"],
     "formats": ["--seed"],
-    "reveal": ["--dtype", "--seed"],
+    "reveal": ["--fmt", "--seed"],
     "calibrate": ["--dtype", "--seed"],
 }
 MODEL_AT = {"bound": 1, "run": 1, "bisect": 1, "check CLAIM": 2, "check determinism": 2}
@@ -142,30 +143,22 @@ def test_each_bad_value_names_the_cli_option(cmd, opt, tmp_path, capsys):
     assert out == ""  # refused before anything ran
     assert opt in err, err
     for w in words:
-        if not (cmd == "reveal" and opt == "--dtype" and w == "fp16") and not (
+        if not (cmd == "reveal" and opt == "--fmt" and w == "fp16") and not (
                 cmd == "calibrate" and opt == "--dtype" and w == "fp16"):
             assert w in err, (w, err)
     # the Python argument names never leak into a CLI message
     for internal in ("fmt=", "kind=", "input_kind", "sizes=", "force=True", "fusion=", "kernels="):
-        assert internal not in err.replace("--fusion=", "").replace("--kernels=", ""), err
+        assert internal not in err.replace("--fusion=", "").replace("--kernels=", "").replace("--fmt=", ""), err
     assert not any(tmp_path.iterdir())  # nothing written
 
 
 @pytest.mark.parametrize("argv", [
-    ["demo", "--kind", "uniform"],
-    ["run", "layernorm", "--model", "layernorm"],
-    ["run", "--model", "layernorm"],
-    ["check", "no_worse_tensor", "--model", "softmax"],
-    ["check", "no_worse_tensor", "softmax", "--kinds", "normal"],
-    ["check", "no_worse_tensor", "softmax", "--save", "x"],
-    ["check", "plan", "--kinds", "normal"],
-    ["check", "determinism", "softmax", "--input-kind", "uniform"],
-    ["check", "determinism", "softmax", "--sizes", "batch=2"],
-    ["check", "determinism", "softmax", "--input-seed", "1"],
-    ["compare", "-gp", "a", "-mp", "b", "--fmt", "fp16"],
-    ["run", "layernorm", "--inp", "uniform"],  # no abbreviations: one spelling per option
+    ["run", "layernorm", "--inp", "uniform"],
+    ["run", "layernorm", "--fm", "fp16"],
+    ["check", "determinism", "softmax", "--input", "uniform"],
 ])
-def test_old_spellings_are_gone(argv, capsys):
+def test_no_abbreviations(argv, capsys):
+    """One spelling per option: a prefix of an option is not taken for it."""
     assert cli.main(argv) == 2
     assert "unrecognized arguments" in capsys.readouterr().err
 
@@ -381,7 +374,7 @@ def test_inputs_file_checked_against_the_graph(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------
-# issue #13: --graph module:function (one loader with MODEL) and --inputs FILE.npz|DIR
+# --graph module:function (one loader with MODEL) and --inputs FILE.npz|DIR
 # ---------------------------------------------------------------------------
 USER_MODULE = '''
 import numpy as np
@@ -438,7 +431,7 @@ def test_graph_option_traces_a_numpy_function_on_the_input_arrays(tmp_path, monk
             d = tmp_path / f"d_{src}_{len(spelling)}"
             assert cli.main(["run", *spelling, "--inputs", str(tmp_path / src), "--dump", str(d)]) == 0
             out = capsys.readouterr().out
-            assert out.startswith("user_fn13:layer: mode=eager dtype=fp16")
+            assert out.startswith("user_fn13:layer: mode=eager fmt=fp16")
             assert _header_fp(out) == want.fingerprint[:16]
             for k in ("y", "m"):
                 assert np.load(d / f"{k}.npy").tobytes() == want.outputs[k].tobytes(), (src, k)
@@ -456,8 +449,8 @@ def test_graph_option_takes_a_factory_and_a_torch_function(tmp_path, monkeypatch
     xw = {"x": np.linspace(-2, 2, 6).reshape(2, 3), "w": np.full((2, 3), 0.75)}
     np.savez(tmp_path / "t.npz", **xw)
     assert cli.main(["run", "--graph", "user_torch13:tfn", "--inputs", str(tmp_path / "t.npz"),
-                     "--dtype", "fp32", "--dump", str(tmp_path / "td")]) == 0
-    assert capsys.readouterr().out.startswith("user_torch13:tfn: mode=eager dtype=fp32")
+                     "--fmt", "fp32", "--dump", str(tmp_path / "td")]) == 0
+    assert capsys.readouterr().out.startswith("user_torch13:tfn: mode=eager fmt=fp32")
     assert (tmp_path / "td" / "manifest.json").is_file()
     # the bridge graph, renamed to the function's parameters, computes torch's own fp32 result
     import torch
@@ -516,7 +509,7 @@ def test_graph_and_inputs_errors_name_the_option_and_the_value(tmp_path, monkeyp
 def test_run_dump_layout_is_read_back_by_compare(tmp_path, capsys, layout):
     # numlab run --dump-layout writes a foreign tool's layout; compare reads it and finds
     # the same values as the native dump (exit 0: identical runs, every row compared)
-    base = ["run", "layernorm", "--dtype", "bf16", "--size", "batch=2,hidden=16", "--seed", "3"]
+    base = ["run", "layernorm", "--fmt", "bf16", "--size", "batch=2,hidden=16", "--seed", "3"]
     assert cli.main([*base, "--dump", str(tmp_path / "native")]) == 0
     assert cli.main([*base, "--dump", str(tmp_path / layout), "--dump-layout", layout]) == 0
     capsys.readouterr()

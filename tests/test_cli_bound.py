@@ -30,7 +30,7 @@ def test_bound_is_a_subcommand():
 
 
 def test_layernorm_all_modes_report(capsys):
-    rc, out, err = _bound(["layernorm", "--dtype", "fp16", "--mode", "all"], capsys)
+    rc, out, err = _bound(["layernorm", "--fmt", "fp16", "--mode", "all"], capsys)
     assert rc == 0, err
     assert err == ""
     g = zoo.layernorm()
@@ -119,7 +119,7 @@ def test_out_is_never_overwritten_without_force(tmp_path, capsys):
     ("--prob", "0", ["'0'", "(0, 1)"]),
     ("--prob", "often", ["'often'", "(0, 1)"]),
     ("--top", "-2", ["-2", ">= 0"]),
-    ("--dtype", "fp17", ["'fp17'", "fp16"]),
+    ("--fmt", "fp17", ["'fp17'", "fp16"]),
     ("--inputs", "gaussian", ["'gaussian'", "shifted_mean"]),
     ("--kernels", "codegenn", ["'codegenn'", "handwritten"]),
     ("--library", "handwrittenn", ["'handwrittenn'", "codegen"]),
@@ -132,7 +132,7 @@ def test_bad_values_name_the_option(opt, value, words, tmp_path, capsys):
     for w in words:
         assert w in err, (w, err)
     for internal in ("fmt=", "prob=", "mode=", "contract="):
-        assert internal not in err.replace("--contract=", ""), err
+        assert internal not in err.replace("--contract=", "").replace("--fmt=", ""), err
     assert not any(tmp_path.iterdir())  # nothing written
 
 
@@ -141,7 +141,7 @@ def test_usage_errors(capsys):
     assert rc == 2 and "MODEL" in err
     rc, out, err = _bound(["layernorm", *SMALL, "--mode", "eager", "--fusion", "off"], capsys)
     assert rc == 2 and "--fusion" in err and "--mode" in err
-    rc, out, err = _bound(["layernorm", "--fmt", "fp16"], capsys)  # one spelling: --dtype
+    rc, out, err = _bound(["layernorm", "--dtype", "fp16"], capsys)  # one spelling: --fmt
     assert rc == 2 and "unrecognized arguments" in err
 
 

@@ -668,7 +668,7 @@ def test_uncompared_rows_are_counted_and_fail_the_cli(tmp_path, capsys):
     out = " ".join(capsys.readouterr().out.split())  # the CLI wraps its prose to the terminal
     assert "could not be compared (unreadable, corrupt or empty data; see cmp_fail_reason): c" in out
     assert "truncated" in rep.row("c")["cmp_fail_reason"]
-    for bad in (["--dtype", "fp17"], ["--cosine", "1.5"], ["--chunk", "0"]):
+    for bad in (["--fmt", "fp17"], ["--cosine", "1.5"], ["--chunk", "0"]):
         assert main(["compare", "-gp", str(g), "-mp", str(m), *bad]) == 2
         assert bad[1] in capsys.readouterr().err
 
@@ -814,17 +814,17 @@ def test_large_dump_compared_with_bounded_memory(tmp_path):
 
 
 # --------------------------------------------------------------------------
-# bisect: the storage format is storage=
+# bisect: the storage format is fmt=, as in run()
 # --------------------------------------------------------------------------
-def test_bisect_storage_keyword():
+def test_bisect_fmt_keyword():
     g = zoo.MODELS["layernorm"]()
     x = zoo.make_inputs(g, seed=0)
-    rep = bisect_run(g, x, storage="fp16", stages=("fusion",), log=None)
-    assert rep.storage == "fp16" and "(storage fp16)" in rep.text()
-    with pytest.raises(TypeError, match=r"storage= \(the storage format S, e.g. 'fp16'\) is required"):
+    rep = bisect_run(g, x, fmt="fp16", stages=("fusion",), log=None)
+    assert rep.fmt == "fp16" and "(storage fp16)" in rep.text()
+    with pytest.raises(TypeError, match=r"fmt= \(the storage format S, e.g. 'fp16'\) is required"):
         bisect_run(g, x, log=None)
-    with pytest.raises(ValueError, match="storage='fp7' is not a known format"):
-        range_diverges(g, x, 0, 1, storage="fp7", fused_kw={})
+    with pytest.raises(ValueError, match="fmt='fp7' is not a known format"):
+        range_diverges(g, x, 0, 1, fmt="fp7", fused_kw={})
 
 
 # --------------------------------------------------------------------------
@@ -1062,7 +1062,7 @@ def test_cli_compare_your_function_against_your_kernel_dump(tmp_path, capsys, mo
     assert "output 'div_0' compared with 'y'" in out
     assert "WARNING: 1 row(s) pass the thresholds but have a max ULP error above 16: y" in out
     assert main([*argv, "--max-ulp", "16"]) == 1
-    assert main([*argv, "--golden-mode", "eager", "--dtype", "fp32", "--max-ulp", "16"]) == 1
+    assert main([*argv, "--golden-mode", "eager", "--fmt", "fp32", "--max-ulp", "16"]) == 1
     # a kernel rounding once to fp32 passes against the fp64 reference, no warning
     np.save(tmp_path / "kern" / "y.npy", (np.exp(h) / (1 + np.exp(h))).astype(np.float32))
     capsys.readouterr()

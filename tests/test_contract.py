@@ -13,18 +13,18 @@ import pytest
 
 import numlab as nl
 from numlab.bounds import contract_bound
-from numlab.contract import PRESETS, Contract, KernelClass, algo_rel_error
+from numlab.contract import CONTRACT_PRESETS, Contract, KernelClass, algo_rel_error
 from numlab.contract_rules import two_pass_var_error, welford_mean_error
 from numlab.formats import FP32
 from numlab.kernels import algorithms as alg
 
 
 def test_presets_parse_and_round_trip():
-    for name, c in PRESETS.items():
+    for name, c in CONTRACT_PRESETS.items():
         assert Contract.parse(name) is c and c.source, name
         assert Contract.parse(c.spec) == c
     c = Contract.parse("triton_cuda:codegen.libm_ulps=2,library.rsqrt=newton(table12,1)")
-    assert c.codegen.libm_ulps == 2 and c.library.libm_ulps == PRESETS["triton_cuda"].library.libm_ulps
+    assert c.codegen.libm_ulps == 2 and c.library.libm_ulps == CONTRACT_PRESETS["triton_cuda"].library.libm_ulps
     assert c.library.rsqrt == "newton(table12,1)" and Contract.parse(c.spec) == c
     both = Contract.parse("torch_cpu:libm_ulps=8")
     assert both.library.libm_ulps == both.codegen.libm_ulps == 8.0

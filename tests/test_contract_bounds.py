@@ -46,7 +46,7 @@ from numlab.formats import ulp
 from numlab.graph import trace
 
 FMTS = ("fp16", "bf16", "fp32")
-MODES = (("eager", None), ("fused", None), ("fused", "inductor"), ("fused", "autofuse+decompose"),
+MODE_FUSIONS = (("eager", None), ("fused", None), ("fused", "inductor"), ("fused", "autofuse+decompose"),
          ("emulated_casts", None))
 MODELS = tuple(zoo.MODELS)
 # contracts whose every implementation the bound covers (presets and variants of
@@ -221,8 +221,8 @@ def test_zoo_draws_within_the_bound(name):
     g = zoo.get_model(name)
     bad, cases = [], 0
     for i, fmt in enumerate(FMTS):
-        for j, (mode, fusion) in enumerate(MODES):
-            kind = zoo.KINDS[(i + 2 * j + len(name)) % len(zoo.KINDS)]
+        for j, (mode, fusion) in enumerate(MODE_FUSIONS):
+            kind = zoo.INPUT_KINDS[(i + 2 * j + len(name)) % len(zoo.INPUT_KINDS)]
             contract = CONTRACTS[(3 * i + j + len(name)) % len(CONTRACTS)]
             if _known_bug(name, fmt, contract):
                 contract = None
@@ -231,7 +231,7 @@ def test_zoo_draws_within_the_bound(name):
                                 seed=_seed(name, fmt, mode, fusion))
             cases += c
             bad += b
-    assert cases == 2 * len(FMTS) * len(MODES)
+    assert cases == 2 * len(FMTS) * len(MODE_FUSIONS)
     assert not bad, "\n".join(bad)
 
 
@@ -243,13 +243,13 @@ def test_zoo_grid_draws_within_the_bound(name, contract):
     adversarial draws each, two input seeds."""
     g = zoo.get_model(name)
     bad = []
-    for kind in zoo.KINDS:
+    for kind in zoo.INPUT_KINDS:
         for fmt in FMTS:
             if _known_bug(name, fmt, contract):
                 continue
             for seed in (0, 1):
                 x = zoo.make_inputs(g, kind, seed, fmt=fmt)
-                for mode, fusion in MODES:
+                for mode, fusion in MODE_FUSIONS:
                     bad += _check_draws(g, x, mode=mode, fmt=fmt, fusion=fusion, contract=contract, n=3,
                                         seed=_seed(name, kind, fmt, seed, mode, fusion, contract))[1]
     assert not bad, "\n".join(bad[:20])
@@ -280,7 +280,7 @@ def test_numlab_runs_within_the_bound(name):
             if _known_bug(name, fmt, spec, kind):
                 continue  # test_known_bug_exp_poly_of_a_large_negative_argument
             bad += _run_check(g, x, mode="eager", fmt=fmt, kernels=spec)
-        for j, (mode, fusion) in enumerate(MODES[1:]):
+        for j, (mode, fusion) in enumerate(MODE_FUSIONS[1:]):
             kernels, library = FUSED_SPECS[(i + j) % len(FUSED_SPECS)]
             if _known_bug(name, fmt, kernels, kind, mode):
                 continue
@@ -293,14 +293,14 @@ def test_numlab_runs_within_the_bound(name):
 def test_numlab_runs_grid_within_the_bound(name):
     g = zoo.get_model(name)
     bad = []
-    for kind in zoo.KINDS:
+    for kind in zoo.INPUT_KINDS:
         for fmt in FMTS:
             x = zoo.make_inputs(g, kind, 0, fmt=fmt)
             for spec in EAGER_SPECS:
                 if _known_bug(name, fmt, spec, kind):
                     continue  # known bug (xfail below)
                 bad += _run_check(g, x, mode="eager", fmt=fmt, kernels=spec)
-            for mode, fusion in MODES[1:]:
+            for mode, fusion in MODE_FUSIONS[1:]:
                 for kernels, library in FUSED_SPECS:
                     if _known_bug(name, fmt, kernels, kind, mode):
                         continue
@@ -451,14 +451,14 @@ def _inputs(g, kind: str, seed: int) -> dict:
 
 def _generated_case(seed, fmt, mode_i, kind, contract=None):
     g = _graph(seed)
-    mode, fusion = MODES[mode_i]
+    mode, fusion = MODE_FUSIONS[mode_i]
     x = _inputs(g, kind, seed + 1)
     cases, bad = _check_draws(g, x, mode=mode, fmt=fmt, fusion=fusion, contract=contract, seed=seed)
     assert not bad, f"graph seed {seed}, kind {kind}:\n{g}\n" + "\n".join(bad)
     return cases
 
 
-_case = dict(seed=st.integers(0, 2**31 - 1), fmt=st.sampled_from(FMTS), mode_i=st.integers(0, len(MODES) - 1),
+_case = dict(seed=st.integers(0, 2**31 - 1), fmt=st.sampled_from(FMTS), mode_i=st.integers(0, len(MODE_FUSIONS) - 1),
              kind=st.sampled_from(INPUT_KINDS))
 
 
@@ -540,7 +540,7 @@ def _exact_violations(y, exact, B) -> int:
 
 def _rational_case(seed, fmt, mode_i, kind):
     g = _graph(seed, rational=True)
-    mode, fusion = MODES[mode_i]
+    mode, fusion = MODE_FUSIONS[mode_i]
     x = _inputs(g, kind, seed + 1)
     xs = {k: nl.round_to(np.asarray(v, dtype=np.float64), fmt).astype(np.float64) for k, v in x.items()}
     exact = _fraction_eval(g, xs)
@@ -675,7 +675,7 @@ def _prob_cases(models, seeds, fmts, draws):
         for fmt in fmts:
             for seed in seeds:
                 x = zoo.make_inputs(g, ("normal", "uniform", "heavy_tailed")[seed % 3], seed, fmt=fmt)
-                for mode, fusion in (MODES[0], MODES[2]):
+                for mode, fusion in (MODE_FUSIONS[0], MODE_FUSIONS[2]):
                     est = contract_bound(g, x, mode=mode, fmt=fmt, fusion=fusion, prob=0.99)
                     bnd = contract_bound(g, x, mode=mode, fmt=fmt, fusion=fusion)
                     assert est.kind == "estimate" and est.prob == 0.99 and bnd.kind == "bound"
@@ -737,7 +737,7 @@ def test_constant_inside_a_fused_block():
     for seed in range(3):
         x = {"x": np.random.default_rng(seed).standard_normal((8, 64))}
         for fmt in FMTS:
-            for mode, fusion in MODES:
+            for mode, fusion in MODE_FUSIONS:
                 bad += _run_check(g, x, mode=mode, fmt=fmt, fusion=fusion)
                 bad += _check_draws(g, x, mode=mode, fmt=fmt, fusion=fusion, seed=seed)[1]
     assert not bad, "\n".join(bad)

@@ -139,7 +139,7 @@ def test_check_parser_exit_codes(capsys):
     out = capsys.readouterr().out
     assert "compile determinism:   yes" in out
     assert "fusion=autofuse " in out  # the one default, printed as its canonical spec
-    assert main(["check", "determinism", "softmax", "--runs", "2", "--dtype", "fp32", "--mode", "eager",
+    assert main(["check", "determinism", "softmax", "--runs", "2", "--fmt", "fp32", "--mode", "eager",
                  "--order", "atomic", "--json"]) == 1
     out = capsys.readouterr().out
     assert '"execution_deterministic": false' in out and '"compile_deterministic": true' in out

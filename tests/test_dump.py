@@ -196,7 +196,7 @@ def test_cli_dumps_identical_across_processes(tmp_path):
     for hs in ("1", "12345"):
         d = tmp_path / f"d{hs}"
         env = dict(os.environ, PYTHONHASHSEED=hs)
-        subprocess.run([sys.executable, "-c", _RUN, "run", "transformer_block", "--dtype", "bf16",
+        subprocess.run([sys.executable, "-c", _RUN, "run", "transformer_block", "--fmt", "bf16",
                         "--mode", "fused", "--seed", "3", "--dump", str(d)],
                        check=True, env=env, capture_output=True)
         outs.append(d)

@@ -36,7 +36,7 @@ from numlab.execute import (
 )
 from numlab.execute.values import count as _count
 from numlab.execute.values import count_stored as _count_stored
-from numlab.fusion import KINDS, FusionOptions
+from numlab.fusion import FUSION_KINDS, FusionOptions
 from numlab.graph import Graph, Node, evaluate, trace
 from numlab.kernels import KernelSpec, fma
 from numlab.kernels import engine as E
@@ -225,7 +225,7 @@ def test_data_movement_is_bitwise_identical_fused_or_not(g, seed, dt):
     rng = np.random.default_rng(seed)
     x = {"x": rng.standard_normal((4, 6)) * 10, "y": rng.standard_normal((4, 6))}
     e = run(g, x, mode="eager", fmt=dt)
-    every = FusionOptions(enabled=frozenset(KINDS))
+    every = FusionOptions(enabled=frozenset(FUSION_KINDS))
     for fo in (every, FusionOptions(), FusionOptions.inductor(), FusionOptions.off()):
         f = run(g, x, mode="fused", fmt=dt, fusion=fo)
         assert all_same(e, f)
@@ -553,7 +553,7 @@ def test_welford_fast_path_equals_the_kernel(acc):
     rng = np.random.default_rng(3)
     x = (rng.standard_normal((7, 300)) * 4 + 10).astype(np.float32)
     _, v = _welford(x, Arith(acc), 1)
-    want = kreduce(x, "var", -1, acc=acc, variance="welford", ddof=1)
+    want = kreduce(x, "var", -1, acc=acc, variance="welford", correction=1)
     assert_same_bits(np.asarray(v).astype(want.dtype), want)
 
 
@@ -781,9 +781,9 @@ def test_fma_contraction_skips_a_product_read_twice():
 
 
 def test_fingerprint_canonical_form_tells_the_fnuz_fields_apart():
-    # fp8 e4m3fn and e4m3fnuz differ only in negzero, the NaN code and emin;
-    # formats equal in p/emin/emax/subnormals/inf/nan but different in negzero
-    # must not share a canonical form either
+    # fp8 e4m3fn and e4m3fnuz differ only in the fields that tell fnuz formats apart (negzero, the NaN
+    # code, emin); formats equal in p/emin/emax/subnormals/inf/nan but different in
+    # negzero must not share a canonical form either
     from numlab.execute.fingerprint import canonical
     from numlab.formats import Format
     a = Format("tst_a", p=4, emax=7, emin=-7)

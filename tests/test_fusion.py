@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from numlab import ops, zoo
 from numlab.fusion import (
     AUTOFUSE_DEFAULT,
+    FUSION_KINDS,
     INDUCTOR_DEFAULT,
-    KINDS,
     FusionOptions,
     op_kind,
     parse_autofuse_flags,
@@ -99,7 +99,7 @@ def test_inductor_preset_and_enable_disable():
     assert o.disable("reduce").enable("matmul").enabled == (INDUCTOR_DEFAULT - {"reduce"}) | {"matmul"}
     with pytest.raises(AttributeError):
         o.decompose = False  # frozen
-    assert set(KINDS) >= INDUCTOR_DEFAULT
+    assert set(FUSION_KINDS) >= INDUCTOR_DEFAULT
 
 
 def test_op_kinds_cover_the_catalogue():
@@ -266,7 +266,7 @@ def random_graphs(draw):
     return Graph({"x0": (4, 4), "x1": (4, 4)}, nodes, outs)
 
 
-@given(random_graphs(), st.sets(st.sampled_from(KINDS)), st.booleans())
+@given(random_graphs(), st.sets(st.sampled_from(FUSION_KINDS)), st.booleans())
 def test_random_plans_are_legal_and_acyclic(g, kinds, on):
     o = FusionOptions(enabled=frozenset(kinds), enable_autofuse=on)
     p = plan(g, o, SMALL)
@@ -423,7 +423,7 @@ def test_spec_is_canonical_for_equivalent_spellings():
     assert a == b and a.spec == b.spec == "autofuse:--autofuse_enable_pass=concat,reduce"
 
 
-@given(kinds=st.frozensets(st.sampled_from(KINDS)), decompose=st.booleans(), switch=st.booleans(),
+@given(kinds=st.frozensets(st.sampled_from(FUSION_KINDS)), decompose=st.booleans(), switch=st.booleans(),
        preset=st.sampled_from(["autofuse", "inductor", "off"]))
 def test_spec_round_trip_over_kind_subsets(kinds, decompose, switch, preset):
     # options named autofuse: any kind subset, switch and decompose round-trip exactly
@@ -432,7 +432,7 @@ def test_spec_round_trip_over_kind_subsets(kinds, decompose, switch, preset):
     # enable/disable variants of every preset: exact when the grammar can name
     # them, otherwise the same kinds, switch and decompose (same bits) under autofuse
     base = FusionOptions.parse(preset)
-    v = dataclasses.replace(base.disable(*KINDS).enable(*kinds), decompose=decompose)
+    v = dataclasses.replace(base.disable(*FUSION_KINDS).enable(*kinds), decompose=decompose)
     back = FusionOptions.parse(v.spec)
     assert (back.enabled, back.decompose, back.enable_autofuse) == (v.enabled, v.decompose, v.enable_autofuse)
     if v.enabled == base.enabled or v.name == "autofuse":

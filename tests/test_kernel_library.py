@@ -28,7 +28,7 @@ from numlab.rounding import round_to
 from numlab.testing import kernels as K
 
 FMTS = ("fp16", "bf16", "fp32")
-KINDS = ("normal", "shifted_mean", "uniform")
+INPUT_KINDS = ("normal", "shifted_mean", "uniform")
 U32 = 2.0**-24
 # the first size is the one the broken kernels are checked at: reductions not a
 # multiple of 32 (dropped tails, padded lanes), head_dim not a power of 4
@@ -228,7 +228,7 @@ def test_float32_and_s_inputs_agree():
 def test_correct_kernels_close_to_reference(graph, fmt):
     bad = []
     for size_idx in range(len(SIZES[graph])):
-        for kind in KINDS:
+        for kind in INPUT_KINDS:
             for k in K.kernels_for(graph, correct=True):
                 q = _score(k.name, size_idx, fmt, kind)
                 if not q <= 1.0:
@@ -248,7 +248,7 @@ def test_broken_kernel_is_worse_than_every_correct_one(name):
     missing = []
     for fmt in b.formats:
         worse = []
-        for kind in KINDS:
+        for kind in INPUT_KINDS:
             best_correct = max(_score(k.name, 0, fmt, kind) for k in peers)
             if _score(name, 0, fmt, kind) > 1.1 * best_correct:
                 worse.append(kind)

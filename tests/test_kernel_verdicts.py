@@ -54,7 +54,7 @@ def test_correct_kernel_from_the_cli(graph, tmp_path, capsys):
     for name, v in o.items():
         np.save(obs / f"{name}.npy", v)
     sizes = [a for kv in K.SIZES[graph].items() for a in ("--size", f"{kv[0]}={kv[1]}")]
-    rc = cli_main(["check", "error_within_bound", graph, *sizes, "--dtype", "fp16", "--inputs",
+    rc = cli_main(["check", "error_within_bound", graph, *sizes, "--fmt", "fp16", "--inputs",
                    str(tmp_path / "inputs.npz"), "--observed", str(obs), "--fusion", K.stated_fusion(k),
                    "--no-save"])
     out = capsys.readouterr().out

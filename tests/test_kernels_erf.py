@@ -24,7 +24,7 @@ from numlab.kernels._common import round_to
 
 mpmath = pytest.importorskip("mpmath", reason="mpmath (installed with torch's sympy) gives the 60-digit reference")
 
-MODES = ("rne", "rtz", "up", "down", "odd")
+ROUNDINGS = ("rne", "rtz", "up", "down", "odd")
 
 
 def _mpf_to_fraction(m) -> Fraction:
@@ -75,7 +75,7 @@ def fp16_all():
     return x, _mp_erf(x.astype(np.float64))
 
 
-@pytest.mark.parametrize("fmt,modes", [("fp16", MODES), ("bf16", ("rne", "down")), ("fp32", ("rne", "up"))])
+@pytest.mark.parametrize("fmt,modes", [("fp16", ROUNDINGS), ("bf16", ("rne", "down")), ("fp32", ("rne", "up"))])
 def test_erf_exact_all_fp16_inputs_correctly_rounded(fp16_all, fmt, modes):
     x, exact = fp16_all
     for mode in modes:
@@ -115,7 +115,7 @@ def test_erf_exact_fp32_sample_correctly_rounded_all_modes(fp32_random):
     x = fp32_random
     sample = np.concatenate([x[: 10**6 // 2 : 50], x[10**6 // 2 :: 50], x[-64:]])
     exact = _mp_erf(sample)
-    for mode in MODES:
+    for mode in ROUNDINGS:
         got = A.erf(sample, fmt="fp32", rounding=mode)
         ok = same_bits_mask(got.astype(np.float64), _ref_round(exact, "fp32", mode), nan_equal=True)
         assert ok.all(), (mode, sample[~ok][:5])
@@ -136,7 +136,7 @@ def test_undecided_elements_are_few_and_resolved(fp32_random):
     v = L.erf64(x)
     fmt = get_format("fp32")
     hard = []
-    for mode in MODES:
+    for mode in ROUNDINGS:
         m = L.erf_undecided(x, v, fmt, mode)
         assert m.sum() <= 20, (mode, int(m.sum()))
         hard.append(x[m])
@@ -145,7 +145,7 @@ def test_undecided_elements_are_few_and_resolved(fp32_random):
     vh = L.erf64(h)
     assert (L.erf_undecided(h, vh, fmt, "rne") | L.erf_undecided(h, vh, fmt, "rtz")).all()  # dd path runs
     exact = _mp_erf(hard)
-    for mode in MODES:
+    for mode in ROUNDINGS:
         assert same_bits_mask(A.erf(hard, fmt="fp32", rounding=mode).astype(np.float64), _ref_round(exact, "fp32", mode),
                               nan_equal=True).all()
 
@@ -230,7 +230,7 @@ def test_round_dd_against_fraction_rounding():
         hi = np.concatenate([vals, mids, vals, mids])
         lo = np.concatenate([np.ldexp(hi[:800], -60), -np.ldexp(hi[800:], -60)])
         lo = np.where(hi == 0, 1e-300, lo)
-        for mode in MODES:
+        for mode in ROUNDINGS:
             got = L._round_dd(hi, lo, g, mode)
             want = [R.round_fraction(Fraction(float(h)) + Fraction(float(l_)), fmt, mode) for h, l_ in zip(hi, lo, strict=True)]
             assert np.array_equal(got, want), (fmt, mode)

@@ -250,7 +250,7 @@ def test_ops_against_references():
         assert np.allclose(K.reduce(x, "sumsq", order=o), (x64**2).sum(1), rtol=1e-6)
         for v in K.VARIANCE_ALGORITHMS:
             assert np.allclose(K.reduce(x, "var", order=o, variance=v), x64.var(1), rtol=1e-5)
-            assert np.allclose(K.reduce(x, "var", order=o, variance=v, ddof=1), x64.var(1, ddof=1), rtol=1e-5)
+            assert np.allclose(K.reduce(x, "var", order=o, variance=v, correction=1), x64.var(1, ddof=1), rtol=1e-5)
     assert np.array_equal(K.reduce(x, "max"), x.max(1).astype(np.float32))
     assert np.array_equal(K.reduce(x, "min", out="fp16"), x.min(1))
     # out format and container

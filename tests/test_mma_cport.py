@@ -54,7 +54,7 @@ import pytest
 
 import tests._mma_reference as R
 from numlab.kernels.mma import mma
-from numlab.kernels.mma_presets import PRESETS
+from numlab.kernels.mma_presets import UNIT_PRESETS
 from tests._oracles import bits
 
 VECTORS = Path(__file__).parent / "data" / "mma_cport" / "vectors.npz"
@@ -90,12 +90,12 @@ def _cases() -> list[dict]:
 
 
 def _keys() -> list[str]:
-    return sorted({c["preset"] for c in _cases()}, key=list(PRESETS).index)
+    return sorted({c["preset"] for c in _cases()}, key=list(UNIT_PRESETS).index)
 
 
 def _deviation(key: str) -> str | None:
     """Why the published preset is not what the port computes (None: it is)."""
-    u = PRESETS[key]
+    u = UNIT_PRESETS[key]
     if u.out_fmt == "fp16":
         return PER_BLOCK_FP32
     if u.result_bits is not None:
@@ -105,7 +105,7 @@ def _deviation(key: str) -> str | None:
 
 def _port_unit(key: str):
     """The preset as the port computes it (block results fp32, toward zero)."""
-    return PRESETS[key].replace(out_fmt="fp32", final_rounding="rtz", result_bits=None)
+    return UNIT_PRESETS[key].replace(out_fmt="fp32", final_rounding="rtz", result_bits=None)
 
 
 def _bits(x: np.ndarray, out_fmt: str) -> np.ndarray:
@@ -133,22 +133,22 @@ def test_vectors_are_what_the_readme_says():
     kinds = {c["kind"] for c in cases}
     assert kinds == {"normal", "spread", "cancel", "subnormal", "zeros", "multiblock", "subnormal_min"}
     # every preset the port can model (interleave 1) is covered, the interleaved ones are not
-    assert set(_keys()) == {k for k, u in PRESETS.items() if u.interleave == 1}
+    assert set(_keys()) == {k for k, u in UNIT_PRESETS.items() if u.interleave == 1}
     assert all(c["a"].shape[1] % c["fma"] == 0 for c in cases)
 
 
-@pytest.mark.parametrize("key", [k for k, u in PRESETS.items() if u.interleave == 1])
+@pytest.mark.parametrize("key", [k for k, u in UNIT_PRESETS.items() if u.interleave == 1])
 def test_preset_parameters_are_the_ports(key):
     """fma, neab and frmode the port ran with (retyped from the MATLAB model files
     by the generator) are the preset's fma_size, align_bits and final_rounding."""
-    u = PRESETS[key]
+    u = UNIT_PRESETS[key]
     recs = {(c["fma"], c["neab"], c["frmode"]) for c in _cases() if c["preset"] == key}
     assert recs == {(u.fma_size, u.align_bits, {"rtz": "rz", "rne": "rne"}[u.final_rounding])}
 
 
 def test_preset_evidence_states_the_cross_check():
     """Each preset's evidence label says what this file found, and never more."""
-    for key, u in PRESETS.items():
+    for key, u in UNIT_PRESETS.items():
         assert u.evidence.startswith("parameters only") and "bit-accurate" not in u.evidence
         if u.interleave != 1:
             assert "not checked against the authors' C model" in u.evidence, key
@@ -160,11 +160,11 @@ def test_preset_evidence_states_the_cross_check():
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("key", [k for k, u in PRESETS.items() if u.interleave == 1])
+@pytest.mark.parametrize("key", [k for k, u in UNIT_PRESETS.items() if u.interleave == 1])
 def test_port_outputs_reproduced_bit_for_bit(key, engine):
     """Every output of the port, all case kinds but subnormal inputs, bit for bit."""
     _engine(engine)
-    unit = PRESETS[key] if _deviation(key) is None else _port_unit(key)
+    unit = UNIT_PRESETS[key] if _deviation(key) is None else _port_unit(key)
     matched = total = 0
     for case in _cases():
         if case["preset"] != key or case["kind"] in SUBNORMAL_KINDS:
@@ -181,14 +181,14 @@ def test_port_outputs_reproduced_bit_for_bit(key, engine):
 @pytest.mark.parametrize("key", [
     pytest.param(k, marks=pytest.mark.xfail(strict=True, reason=f"the port deviates from its MATLAB "
                                             f"model: {_deviation(k)}"))
-    for k, u in PRESETS.items() if u.interleave == 1 and _deviation(k) is not None])
+    for k, u in UNIT_PRESETS.items() if u.interleave == 1 and _deviation(k) is not None])
 def test_published_preset_versus_port(key):
     """The preset as published (per-block rounding as in GEMM.m) against the port."""
     matched = total = 0
     for case in _cases():
         if case["preset"] != key or case["kind"] in SUBNORMAL_KINDS:
             continue
-        got = _run(case, PRESETS[key], "numpy", as_port=False)
+        got = _run(case, UNIT_PRESETS[key], "numpy", as_port=False)
         matched += int((got == case["d"]).sum())
         total += got.size
     print(f"{key} (as published): {matched}/{total} C-port outputs matched")
@@ -245,7 +245,7 @@ def test_subnormal_inputs_where_the_anchor_rule_does_not_matter(engine):
     matched = total = sensitive = 0
     for case, sens in _subnormal_split():
         key = case["preset"]
-        unit = PRESETS[key] if _deviation(key) is None else _port_unit(key)
+        unit = UNIT_PRESETS[key] if _deviation(key) is None else _port_unit(key)
         got = _run(case, unit, engine, as_port=True)
         matched += int((got == case["d"])[~sens].sum())
         total += int((~sens).sum())
@@ -269,13 +269,13 @@ def test_subnormal_anchor_as_in_the_authors_c_port(engine):
     _engine(engine)
     case = next(c for c in _cases() if c["kind"] == "subnormal_min")
     assert case["d"][0, 0] == 0x38000001
-    v100 = PRESETS["V100/fp16/fp32"]
+    v100 = UNIT_PRESETS["V100/fp16/fp32"]
     assert _run(case, v100.replace(subnormal_anchor="true"), engine, as_port=True)[0, 0] == 0x38000001
     assert _run(case, v100, engine, as_port=True)[0, 0] == 0x38000000
     true_ok = clamped_ok = total = 0
     for c, sens in _subnormal_split():
         key = c["preset"]
-        unit = PRESETS[key] if _deviation(key) is None else _port_unit(key)
+        unit = UNIT_PRESETS[key] if _deviation(key) is None else _port_unit(key)
         total += int(sens.sum())
         got = _run(c, unit.replace(subnormal_anchor="true"), engine, as_port=True)
         true_ok += int((got == c["d"])[sens].sum())
@@ -364,7 +364,7 @@ def _b200_counts(engine: str, nan_bits="preset") -> dict[str, list[int]]:
     counts: dict[str, list[int]] = {}
     for name, fmt, a, b, c, d in _b200_cases():
         key = f"B200/{_B200_FMT[fmt]}/fp32"
-        unit = PRESETS[key] if nan_bits == "preset" else PRESETS[key].replace(nan_bits=nan_bits)
+        unit = UNIT_PRESETS[key] if nan_bits == "preset" else UNIT_PRESETS[key].replace(nan_bits=nan_bits)
         if engine == "numba" and unit.interleave != 1:
             continue  # the compiled path covers interleave=1 only (mma refuses)
         A = np.array([[_b200_value(fmt, w) for w in a]])
@@ -399,11 +399,11 @@ def test_measured_b200_words_reproduced(engine):
 
 def test_b200_evidence_states_the_measured_words():
     for key, (n, _exact, nan, nontrivial) in _b200_counts("numpy").items():
-        ev = PRESETS[key].evidence
+        ev = UNIT_PRESETS[key].evidence
         assert ev.startswith("parameters only") and "bit-accurate" not in ev
         assert f"reproduces {n}/{n} measured B200 result words" in ev, key
         assert f"{nontrivial} nontrivial" in ev and f"{nan} NaN" in ev, key
-        assert PRESETS[key].nan_bits == 0x7FFFFFFF, key
+        assert UNIT_PRESETS[key].nan_bits == 0x7FFFFFFF, key
 
 
 def test_measured_b200_words_discriminate():
@@ -416,7 +416,7 @@ def test_measured_b200_words_discriminate():
         A = np.array([[_b200_value(fmt, w) for w in a]])
         B = np.array([[_b200_value(fmt, w)] for w in b])
         C = np.array([[np.array([c], dtype=np.uint32).view(np.float32)[0]]], dtype=np.float64)
-        for key, u in PRESETS.items():
+        for key, u in UNIT_PRESETS.items():
             if u.in_fmt == _B200_FMT[fmt] and u.out_fmt == "fp32":
                 got = int(np.asarray(mma(A, B, u, C, engine="numpy"), dtype=np.float32).view(np.uint32)[0, 0])
                 others[key] = others.get(key, 0) + (got != d)

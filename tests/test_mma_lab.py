@@ -32,7 +32,7 @@ from numlab.kernels.mma_lab import (
     preset_errors,
     unit_matmul,
 )
-from numlab.kernels.mma_presets import PRESETS
+from numlab.kernels.mma_presets import UNIT_PRESETS
 from tests._mma_reference import FORMATS, mma_reference
 from tests._oracles import assert_same_bits, same_bits, same_bits_mask
 
@@ -130,9 +130,9 @@ def _compare(unit, a, b, c, stats) -> None:
                          f"element {np.unravel_index(i, d.shape)}: model {d.flat[i]!r}, reference {r.flat[i]!r}")
 
 
-@pytest.mark.parametrize("name", list(PRESETS))
+@pytest.mark.parametrize("name", list(UNIT_PRESETS))
 def test_every_preset_equals_the_exact_reference(name):
-    unit = PRESETS[name]
+    unit = UNIT_PRESETS[name]
     rng = np.random.default_rng([15, len(name), sum(map(ord, name))])
     stats = {"elements": 0, "finite": 0}
     for i in range(24):
@@ -165,7 +165,7 @@ def test_compiled_engine_equals_the_exact_reference():
     pytest.importorskip("numba", reason="numba is not installed: mma(engine='numba') is unavailable")
     rng = np.random.default_rng(1516)
     stats = {"elements": 0, "finite": 0}
-    units = [u for u in PRESETS.values() if u.interleave == 1]
+    units = [u for u in UNIT_PRESETS.values() if u.interleave == 1]
     n = 0
     while n < 300:
         u = units[n % len(units)] if n % 2 else _random_unit(rng)
@@ -250,7 +250,7 @@ def test_interleave_with_one_term_blocks():
 
 
 # ---------------------------------------------------------------------------
-# the a-priori bound (numlab.bound_rules, section "matrix unit (h8)")
+# the a-priori bound (numlab.bound_rules, section "matrix unit")
 # ---------------------------------------------------------------------------
 def test_a_priori_bound_holds_on_generated_cases():
     """|mma - exact| <= mma_bound on every finite-bound element of ~1300
@@ -259,7 +259,7 @@ def test_a_priori_bound_holds_on_generated_cases():
     from numlab.bound_rules import mma_bound
 
     rng = np.random.default_rng(99)
-    units = list(PRESETS.values())
+    units = list(UNIT_PRESETS.values())
     checked = tight = 0
     for i in range(1300):
         u = units[i % len(units)] if i % 2 else _random_unit(rng)
@@ -284,34 +284,34 @@ def test_a_priori_bound_holds_on_generated_cases():
 def test_bound_is_infinite_where_it_cannot_decide():
     from numlab.bound_rules import mma_bound
 
-    u = PRESETS["H100/fp16/fp32"]
+    u = UNIT_PRESETS["H100/fp16/fp32"]
     a = np.array([[1.0, np.nan], [1.0, 2.0]])
     b = np.array([[1.0], [1.0]])
     bnd = mma_bound(a, b, u)
     assert np.isinf(bnd[0, 0]) and np.isfinite(bnd[1, 0])
     big = np.array([[65504.0, 65504.0]])
-    assert np.isinf(mma_bound(big, np.full((2, 1), 65504.0), PRESETS["H100/fp16/fp16"]))[0, 0]
+    assert np.isinf(mma_bound(big, np.full((2, 1), 65504.0), UNIT_PRESETS["H100/fp16/fp16"]))[0, 0]
     assert np.isinf(mma_bound(a[1:], b, u.replace(carry_bits=0)))[0, 0]
 
 
 # ---------------------------------------------------------------------------
 # KernelSpec.mma: one grammar, the engine, runs, claims, compare, bisect
 # ---------------------------------------------------------------------------
-@pytest.mark.parametrize("name", list(PRESETS))
+@pytest.mark.parametrize("name", list(UNIT_PRESETS))
 def test_every_preset_round_trips_through_the_kernel_spec(name):
     for base in ("handwritten", "codegen"):
         k = KernelSpec.parse(f"{base}:mma={name}")
-        assert k.mma == PRESETS[name] and KernelSpec.parse(k.spec) == k
+        assert k.mma == UNIT_PRESETS[name] and KernelSpec.parse(k.spec) == k
         assert f"mma={name}" in k.spec
-    u = PRESETS[name].replace(promote_every=4 * PRESETS[name].block, align_bits=-3)
+    u = UNIT_PRESETS[name].replace(promote_every=4 * UNIT_PRESETS[name].block, align_bits=-3)
     k = KernelSpec.codegen(mma=u)
     assert KernelSpec.parse(k.spec) == k and parse_unit(unit_string(u)) == u
-    assert k.spec.endswith(f"mma={name}(align_bits=-3,promote_every={4 * PRESETS[name].block})")
+    assert k.spec.endswith(f"mma={name}(align_bits=-3,promote_every={4 * UNIT_PRESETS[name].block})")
 
 
 def test_unit_strings_and_their_errors():
     assert parse_unit("none") is None and unit_string(None) == "none"
-    assert parse_unit("h100") == PRESETS["H100/fp16/fp32"]
+    assert parse_unit("h100") == UNIT_PRESETS["H100/fp16/fp32"]
     assert parse_unit("custom") == MatrixUnit()
     u = parse_unit("custom(in_fmt=bf16,fma_size=8,carry_bits=3,subnormals=false,result_bits=none)")
     assert u == MatrixUnit(in_fmt="bf16", fma_size=8, carry_bits=3, subnormals=False)
@@ -347,7 +347,7 @@ def test_eager_matmul_runs_on_the_unit_bit_for_bit():
     """Eager library matmul with ``mma`` = the unit on S-valued inputs; S =
     fp32 keeps the unit's fp32 result; 2-D, batched and vector operands."""
     rng = np.random.default_rng(1)
-    unit = PRESETS["A100/fp16/fp32"]
+    unit = UNIT_PRESETS["A100/fp16/fp32"]
     spec = KernelSpec.handwritten(mma=unit)
     x, w = _fp16(rng, (6, 200)).astype(np.float32), _fp16(rng, (200, 5)).astype(np.float32)
     g = trace(lambda x, w: ops.matmul(x, w), x=x.shape, w=w.shape)
@@ -383,7 +383,7 @@ def test_fused_block_matmul_runs_on_the_unit():
     rng = np.random.default_rng(2)
     x, w = _fp16(rng, (8, 512)), _fp16(rng, (512, 8))
     g = trace(lambda x, w: ops.mul_scalar(ops.matmul(x, w), 0.25), x=x.shape, w=w.shape)
-    unit = PRESETS["V100/fp16/fp32"]
+    unit = UNIT_PRESETS["V100/fp16/fp32"]
     r = run(g, {"x": x, "w": w}, mode="fused", fmt="fp16", kernels=KernelSpec.codegen(mma=unit),
             fusion=MATMUL_FUSION, keep_internals=True)
     (blk,) = r.plan.blocks
@@ -393,8 +393,8 @@ def test_fused_block_matmul_runs_on_the_unit():
     (mm,) = [n for n in r.internals if n.startswith("matmul")]
     np.testing.assert_array_equal(r.values[mm], mma(x, w, unit))  # the fp32 value inside the block
     other = run(g, {"x": x, "w": w}, mode="fused", fmt="fp16", keep_internals=True,
-                kernels=KernelSpec.codegen(mma=PRESETS["H100/fp16/fp32"]), fusion=MATMUL_FUSION)
-    np.testing.assert_array_equal(other.values[mm], mma(x, w, PRESETS["H100/fp16/fp32"]))
+                kernels=KernelSpec.codegen(mma=UNIT_PRESETS["H100/fp16/fp32"]), fusion=MATMUL_FUSION)
+    np.testing.assert_array_equal(other.values[mm], mma(x, w, UNIT_PRESETS["H100/fp16/fp32"]))
     assert not np.array_equal(other.values[mm], r.values[mm])
 
 
@@ -426,7 +426,7 @@ def test_bisect_finds_the_matmul_on_a_unit():
     rng = np.random.default_rng(4)
     x, w = _fp16(rng, (8, 1024), 4.0), _fp16(rng, (1024, 8))
     g = trace(lambda x, w: ops.relu(ops.matmul(x, w)), x=x.shape, w=w.shape)
-    rep = bisect_run(g, {"x": x, "w": w}, storage="fp16", fusion=MATMUL_FUSION,
+    rep = bisect_run(g, {"x": x, "w": w}, fmt="fp16", fusion=MATMUL_FUSION,
                      kernels="codegen:mma=H100/fp8_e4m3/fp32", library="handwritten", log=None)
     found = str(rep).split("found:")[1]
     assert "fusion switches that remove the divergence: matmul" in found
@@ -459,7 +459,7 @@ def test_k_sweep_reproduces_the_deepseek_observation():
     assert rel[0] < rel[1] < rel[2] and rel[2] > 0.01
     assert max(pro) < 2 * min(pro) and rel[2] > 20 * pro[2]
     a, b = e4m3_inputs(4, 4096, 4, seed=0)
-    unit = PRESETS["H100/fp8_e4m3/fp32"]
+    unit = UNIT_PRESETS["H100/fp8_e4m3/fp32"]
     exact = exact_matmul(a, b)
     for u in (unit, unit.replace(promote_every=128)):
         err = np.abs(mma(a, b, u).astype(np.float64) - exact)
@@ -473,7 +473,7 @@ def test_preset_errors_differ_across_gpus():
     a, b = e4m3_inputs(2, 1024, 2, seed=1)
     rows = {r["preset"]: r for r in preset_errors(a, b)}
     # e4m3 values are fp16/bf16/tf32 values too, not e5m2 values
-    assert {n for n, u in PRESETS.items() if u.in_fmt == "fp8_e4m3"} <= set(rows)
+    assert {n for n, u in UNIT_PRESETS.items() if u.in_fmt == "fp8_e4m3"} <= set(rows)
     assert "H100/fp16/fp32" in rows and not any("e5m2" in n for n in rows)
     assert rows["H100/fp8_e4m3/fp32"]["rel_max"] > 1000 * rows["B200/fp8_e4m3/fp32"]["rel_max"]
     assert all(r["evidence"].startswith("parameters only") for r in rows.values())

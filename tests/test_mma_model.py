@@ -44,7 +44,7 @@ import pytest
 from numlab.formats import get_format
 from numlab.kernels.grammar import parse_unit
 from numlab.kernels.mma import MatrixUnit, mma
-from numlab.kernels.mma_presets import GPUS, PRESETS, preset
+from numlab.kernels.mma_presets import GPUS, UNIT_PRESETS, preset
 
 L = math.ldexp
 
@@ -497,11 +497,11 @@ def _random_inputs(rng, fin, shape, spread):
     return np.asarray(round_to(x, fin, "rne", saturate=True), dtype=np.float64)
 
 
-@pytest.mark.parametrize("key", sorted(PRESETS))
+@pytest.mark.parametrize("key", sorted(UNIT_PRESETS))
 def test_presets_match_scalar_transcription(key):
     """Bit for bit against the exact scalar transcription of the MATLAB model,
     with mixed signs, zeros, wide exponent spreads and a nonzero C."""
-    u = PRESETS[key]
+    u = UNIT_PRESETS[key]
     rng = np.random.default_rng(zlib.crc32(key.encode()))
     fin, fout = get_format(u.in_fmt), get_format(u.out_fmt)
     K = 2 * u.block + 3
@@ -584,8 +584,8 @@ def test_result_dtype_and_exactness_on_integers():
     b = rng.integers(-3, 4, (33, 7)).astype(np.float16)
     ref = a.astype(np.float64) @ b.astype(np.float64)
     for key in ("V100/fp16/fp32", "H100/fp16/fp16", "B200/fp16/fp32"):
-        d = mma(a, b, PRESETS[key])
-        assert d.dtype == get_format(PRESETS[key].out_fmt).dtype
+        d = mma(a, b, UNIT_PRESETS[key])
+        assert d.dtype == get_format(UNIT_PRESETS[key].out_fmt).dtype
         np.testing.assert_array_equal(d.astype(np.float64), ref)
 
 
@@ -609,15 +609,15 @@ def test_deepseek_promotion_reduces_h100_fp8_error():
 # ---------------------------------------------------------------------------
 def test_presets_cite_sources_and_claim_no_measured_accuracy():
     assert set(GPUS) >= {"V100", "A100", "H100", "B200"}
-    for key, u in PRESETS.items():
+    for key, u in UNIT_PRESETS.items():
         assert u.name == key and "MATLAB-tensor-core" in u.source and ".m @" in u.source
         assert u.evidence.startswith("parameters only")
         assert "bit-accurate" not in u.evidence
 
 
 def test_preset_lookup_and_errors():
-    assert preset("h100/fp16/fp32") is PRESETS["H100/fp16/fp32"]
-    assert preset("A100", "float16") is PRESETS["A100/fp16/fp32"]
+    assert preset("h100/fp16/fp32") is UNIT_PRESETS["H100/fp16/fp32"]
+    assert preset("A100", "float16") is UNIT_PRESETS["A100/fp16/fp32"]
     with pytest.raises(ValueError, match="gpu='X1'.*valid choices"):
         preset("X1")
     with pytest.raises(ValueError, match="V100 has no preset.*bf16"):
@@ -641,7 +641,7 @@ def test_numba_engine_matches_numpy_engine():
     pytest.importorskip("numba", reason="numba is optional; the compiled mma path needs it")
     from numlab.rounding import round_to
     rng = np.random.default_rng(21)
-    units = [u for u in PRESETS.values() if u.interleave == 1] + [
+    units = [u for u in UNIT_PRESETS.values() if u.interleave == 1] + [
         MatrixUnit(align_rounding="sticky", final_rounding="rne"),
         MatrixUnit(align_rounding="down", final_rounding="up", subnormals=False),
         MatrixUnit("bf16", align_rounding="rne", final_rounding="down", align_bits=-4),
@@ -739,7 +739,7 @@ def test_numba_engine_subnormal_and_overflowing_results():
     pytest.importorskip("numba", reason="numba is optional; the compiled mma path needs it")
     from numlab.rounding import round_to
     rng = np.random.default_rng(31)
-    u = PRESETS["B200/bf16/fp32"]
+    u = UNIT_PRESETS["B200/bf16/fp32"]
     a = round_to(rng.standard_normal((20, 40)) * 2.0 ** -70, get_format("bf16"))
     b = round_to(rng.standard_normal((40, 128)) * 2.0 ** -70, get_format("bf16"))
     c = round_to(rng.standard_normal((20, 128)) * 2.0 ** -130, get_format("fp32"), "rtz")
@@ -749,7 +749,7 @@ def test_numba_engine_subnormal_and_overflowing_results():
     # bf16 products 2**126 on C = +-max: the first block of 8 overflows to
     # inf, which stays although the second block (products -1.5 2**126)
     # would bring the sum back below 2**128
-    u = PRESETS["A100/bf16/fp32"]
+    u = UNIT_PRESETS["A100/bf16/fp32"]
     a = np.full((20, 16), 2.0 ** 63)
     a[:, 8:] *= -1.5
     b = np.full((16, 128), 2.0 ** 63)
@@ -788,7 +788,7 @@ def test_numba_engine_matches_scalar_transcription(key):
     """The compiled path against the exact scalar transcription directly
     (not only through the numpy path), with subnormal inputs and a nonzero C."""
     pytest.importorskip("numba", reason="numba is optional; the compiled mma path needs it")
-    u = PRESETS[key]
+    u = UNIT_PRESETS[key]
     rng = np.random.default_rng(zlib.crc32(key.encode()) + 1)
     fin, fout = get_format(u.in_fmt), get_format(u.out_fmt)
     K = 2 * u.block + 5
@@ -892,8 +892,8 @@ def _fast_units():
     """Units the fast path takes: every unrolled block length, truncation
     and rne alignment, narrowed results, promotion, flushing."""
     return [
-        PRESETS["V100/fp16/fp32"], PRESETS["A100/fp16/fp32"], PRESETS["H100/fp16/fp32"],
-        PRESETS["A100/tf32/fp32"], PRESETS["H100/fp8_e4m3/fp32"], PRESETS["Ada/fp8_e5m2/fp32"],
+        UNIT_PRESETS["V100/fp16/fp32"], UNIT_PRESETS["A100/fp16/fp32"], UNIT_PRESETS["H100/fp16/fp32"],
+        UNIT_PRESETS["A100/tf32/fp32"], UNIT_PRESETS["H100/fp8_e4m3/fp32"], UNIT_PRESETS["Ada/fp8_e5m2/fp32"],
         MatrixUnit("fp8_e4m3", fma_size=32, align_bits=-10),
         MatrixUnit("fp16", fma_size=8, align_bits=2, align_rounding="rne"),
         MatrixUnit("fp16", fma_size=16, align_bits=1, align_rounding="rne", subnormals=False),
@@ -952,14 +952,14 @@ def test_fast_path_bounds():
     f16, bf16 = get_format("fp16"), get_format("bf16")
     none = np.array([2000, -2000])
     ok = np.array([-24, 15])
-    assert _fast_ok(PRESETS["H100/fp16/fp32"], f16.p, f16.emin, ok, ok)
-    assert _fast_ok(PRESETS["H100/fp16/fp32"], f16.p, f16.emin, none, ok)
-    assert not _fast_ok(PRESETS["H100/fp16/fp16"], f16.p, f16.emin, ok, ok)  # rne final
+    assert _fast_ok(UNIT_PRESETS["H100/fp16/fp32"], f16.p, f16.emin, ok, ok)
+    assert _fast_ok(UNIT_PRESETS["H100/fp16/fp32"], f16.p, f16.emin, none, ok)
+    assert not _fast_ok(UNIT_PRESETS["H100/fp16/fp16"], f16.p, f16.emin, ok, ok)  # rne final
     u = MatrixUnit("fp16", fma_size=16, align_bits=2, align_rounding="rne")
     assert not _fast_ok(u, f16.p, f16.emin, ok, ok)  # 16 * 2**27 = 2**31 with rne
     assert _fast_ok(u.replace(align_rounding="rtz"), f16.p, f16.emin, ok, ok)
     assert not _fast_ok(MatrixUnit("fp16", fma_size=5), f16.p, f16.emin, ok, ok)
-    bu = PRESETS["A100/bf16/fp32"]
+    bu = UNIT_PRESETS["A100/bf16/fp32"]
     assert _fast_ok(bu, bf16.p, bf16.emin, np.array([-50, 60]), np.array([-53, 66]))
     # a product could reach 2**128
     assert not _fast_ok(bu, bf16.p, bf16.emin, np.array([-50, 60]), np.array([-53, 67]))
@@ -1015,7 +1015,7 @@ def test_fast_path_block_sum_beyond_int32(monkeypatch):
     units; the fast path adds the C term in float64, so it still gives the
     numpy path's bits (an int32 sum would wrap)."""
     pytest.importorskip("numba", reason="numba is optional; the compiled mma path needs it")
-    u = PRESETS["H100/fp16/fp32"]
+    u = UNIT_PRESETS["H100/fp16/fp32"]
     top = 2.0 - 2.0 ** -10
     a = np.full((4, 32), top)
     b = np.full((32, 128), top)
@@ -1054,7 +1054,7 @@ def test_float16_inputs_as_they_are():
     a[0, :3] = [0.0, -0.0, np.float16(2.0 ** -24)]
     b[:2, 0] = [-(2.0 ** -24), -0.0]
     assert (np.abs(a) < 2.0 ** -14).any() and (a != 0).any()
-    for u in (PRESETS["A100/fp16/fp32"], PRESETS["V100/fp16/fp16"],
+    for u in (UNIT_PRESETS["A100/fp16/fp32"], UNIT_PRESETS["V100/fp16/fp16"],
               MatrixUnit("fp16", fma_size=8, subnormals=False)):
         want = mma(a.astype(np.float64), b.astype(np.float64), u, engine="numpy")
         engines = ("numpy", "numba") if _has_numba() else ("numpy",)

@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 
 from numlab.kernels.mma import mma
-from numlab.kernels.mma_presets import PRESETS, preset
+from numlab.kernels.mma_presets import UNIT_PRESETS, preset
 
 # ---------------------------------------------------------------------------
 # model_validation/H100/{E4M3,E5M2}/d_H100_fp32.txt @109e412: the first 20
@@ -108,11 +108,11 @@ def test_other_fp32_presets_are_not_contradicted_by_the_bit_count():
     """The same property does not rule out the other measured fp8 -> fp32 GPU
     of the repository (B200: 24-bit results), so the check above is not a
     property of every preset."""
-    for key, u in PRESETS.items():
+    for key, u in UNIT_PRESETS.items():
         if key.startswith("H100/fp8"):
             continue
         assert "contradicted" not in u.evidence, key
-    assert PRESETS["B200/fp8_e4m3/fp32"].result_bits is None
+    assert UNIT_PRESETS["B200/fp8_e4m3/fp32"].result_bits is None
 
 
 # ---------------------------------------------------------------------------

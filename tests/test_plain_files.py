@@ -73,7 +73,7 @@ def _same(a, b):
 def dumps(tmp_path_factory):
     d = tmp_path_factory.mktemp("dumps")
     for mode in ("eager", "fused"):
-        assert cli_main(["run", "layernorm", "--dtype", "fp16", "--mode", mode, "--seed", "0",
+        assert cli_main(["run", "layernorm", "--fmt", "fp16", "--mode", mode, "--seed", "0",
                          "--dump", str(d / mode)]) == 0
     return d / "eager", d / "fused"
 
@@ -109,7 +109,7 @@ def plan_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def bound_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("bound") / "b"
-    assert cli_main(["bound", "layernorm", "--dtype", "fp16", "--mode", "eager", "--out", str(out)]) == 0
+    assert cli_main(["bound", "layernorm", "--fmt", "fp16", "--mode", "eager", "--out", str(out)]) == 0
     return out
 
 
@@ -301,7 +301,7 @@ def test_a_changed_dump_file_fails_its_checksum(dumps, tmp_path):
 
 def test_a_changed_counterexample_fails_its_checksum(tmp_path):
     out = tmp_path / "cex"
-    code = cli_main(["check", "no_worse_tensor", "layernorm", "--dtype", "fp16", "--trials", "10",
+    code = cli_main(["check", "no_worse_tensor", "layernorm", "--fmt", "fp16", "--trials", "10",
                      "--fusion", "autofuse+decompose", "--out", str(out)])
     assert code == 1
     (npz,) = out.glob("*.npz")

@@ -13,7 +13,7 @@ import numlab as nl
 from numlab import primitives as P
 from numlab.formats import Format
 
-MODES = ("rne", "rtz", "up", "down", "odd")
+ROUNDINGS = ("rne", "rtz", "up", "down", "odd")
 C5 = Format("c5", p=5, emax=10)
 
 
@@ -83,7 +83,7 @@ def test_binary_ops_vs_fractions(fmt):
     a, b = _values(fmt, n, 1), _values(fmt, n, 2)
     for op in ("add", "sub", "mul", "div"):
         bb = np.where(b == 0, 1.0, b).astype(np.float32) if op == "div" else b
-        for mode in MODES:
+        for mode in ROUNDINGS:
             got = getattr(P, op)(a, bb, fmt, mode)
             assert got.dtype == np.float32
             _check(got, _ref(op, (a, bb), fmt, mode), f"{fmt} {op} {mode}")
@@ -95,7 +95,7 @@ def test_binary_ops_vs_fractions(fmt):
 def test_sqrt_fma_sum3_vs_fractions(fmt):
     n = 300
     a, b, c = _values(fmt, n, 3), _values(fmt, n, 4), _values(fmt, n, 5)
-    for mode in MODES:
+    for mode in ROUNDINGS:
         _check(P.sqrt(np.abs(a), fmt, mode), _ref("sqrt", (np.abs(a),), fmt, mode), f"{fmt} sqrt {mode}")
         _check(P.fma(a, b, c, fmt, mode), _ref("fma", (a, b, c), fmt, mode), f"{fmt} fma {mode}")
         _check(P.sum3(a, b, c, fmt, mode), _ref("sum3", (a, b, c), fmt, mode), f"{fmt} sum3 {mode}")
@@ -111,7 +111,7 @@ def test_cancellation_heavy_fma_and_sum3():
     c = -nl.round_to(a * b, "fp16", "rtz") + nl.round_to(rng.normal(0, 2.0**-12, n), "fp16")
     big = nl.round_to(rng.uniform(1, 2, n) * 2.0**20, "bf16")
     tiny = nl.round_to(rng.uniform(-1, 1, n) * 2.0**-100, "bf16")
-    for mode in MODES:
+    for mode in ROUNDINGS:
         _check(P.fma(a, b, c, "fp16", mode), _ref("fma", (a, b, c), nl.FP16, mode), f"fma {mode}")
         _check(P.sum3(big, -big, tiny, "bf16", mode), _ref("sum3", (big, -big, tiny), nl.BF16, mode), "sum3")
         _check(P.sum3(big, tiny, -big, "bf16", mode), _ref("sum3", (big, tiny, -big), nl.BF16, mode), "sum3")
@@ -168,7 +168,7 @@ def test_dot_vs_fractions():
     x = nl.round_to(rng.normal(size=(50, 8)) * 4, "fp16")
     y = nl.round_to(rng.normal(size=(50, 8)) * 4, "fp16")
     y[:, 0] = -x[:, 1] * 0 + y[:, 0]
-    for mode in MODES:
+    for mode in ROUNDINGS:
         got = P.dot(x, y, "fp16", mode)
         exp = [round_exact(sum(Fraction(float(u)) * Fraction(float(v)) for u, v in zip(r, s, strict=True)),
                            nl.FP16, mode) for r, s in zip(x, y, strict=True)]
@@ -209,7 +209,7 @@ def test_div_finite_by_inf_is_signed_zero_in_every_mode_and_format(wdt):
     y = np.array([np.inf] * 8 + [-np.inf] * 8, wdt)
     xor = np.signbit(x) ^ np.signbit(y)
     for fmt in [f for f in nl.FORMATS.values() if f.p <= 51]:
-        for mode in (*MODES, "stochastic"):
+        for mode in (*ROUNDINGS, "stochastic"):
             kw = {"rng": np.random.default_rng(0)} if mode == "stochastic" else {}
             for extra in ({}, {"saturate": True, "ftz": True}):
                 q = P.div(x, y, fmt, mode, **kw, **extra)
@@ -261,12 +261,12 @@ def test_div_sqrt_just_beside_a_grid_point():
     exact = Fraction(x) / Fraction(y)
     assert exact < g
     for sx, sy in ((1, 1), (-1, -1), (1, -1), (-1, 1)):
-        for mode in MODES:
+        for mode in ROUNDINGS:
             exp = round_exact(Fraction(sx * sy) * exact, nl.FP16, mode)
             assert P.div(sx * x, sy * y, "fp16", mode) == exp, (sx, sy, mode)
     a = g * g - 2.0**-52  # sqrt(a) rounds to g in fp64 but is below it
     assert np.sqrt(a) == g
-    for mode in MODES:
+    for mode in ROUNDINGS:
         assert P.sqrt(a, "fp16", mode) == round_exact(_sqrt_fraction(Fraction(a)), nl.FP16, mode)
     assert P.sqrt(a, "fp16", "rtz") == 1.0 and P.div(x, y, "fp16", "rtz") == 1.0
 

@@ -46,7 +46,7 @@ import numlab as nl  # noqa: E402
 from numlab import primitives as P  # noqa: E402
 
 mpfr = gmpy2.mpfr
-MODES = ("rne", "rtz", "up", "down", "odd")
+ROUNDINGS = ("rne", "rtz", "up", "down", "odd")
 GMODE = {"rne": gmpy2.RoundToNearest, "rtz": gmpy2.RoundToZero, "up": gmpy2.RoundUp,
          "down": gmpy2.RoundDown}
 HP = gmpy2.context(precision=400, emin=-(1 << 20), emax=1 << 20)  # exact for every case here
@@ -211,7 +211,7 @@ def test_primitives_equal_mpfr_every_mode(spec, op):
     operands = _operands(spec, op, n=250, seed=len(op) * 31 + spec.p)
     with np.errstate(invalid="ignore"):  # NaN operands
         args32 = [a.astype(np.float32) for a in operands]  # exact: values of the format
-    for k, mode in enumerate(MODES):
+    for k, mode in enumerate(ROUNDINGS):
         exp = _reference(op, operands, spec, mode)
         args = args32 if k % 2 == 0 else operands  # float32 and float64 operands in turn
         with np.errstate(all="ignore"):
@@ -244,7 +244,7 @@ def test_round_to_equals_mpfr_every_mode(spec):
     mids = rng.choice(mids, min(400, mids.size), replace=False)
     x = np.concatenate([x, mids, -mids, np.nextafter(mids, 0), np.nextafter(mids, np.inf),
                         [0.0, -0.0, np.inf, -np.inf, np.nan, float(spec.max) * 1.01, spec.least / 2]])
-    for mode in MODES:
+    for mode in ROUNDINGS:
         exp = _reference("round", [x], spec, mode)
         with np.errstate(all="ignore"):
             got = nl.round_to(x, spec.name, mode)

@@ -37,7 +37,7 @@ sf = pytest.importorskip("softfloatpy", reason="softfloatpy (Berkeley SoftFloat 
 import numlab as nl  # noqa: E402
 from numlab import primitives as P  # noqa: E402
 
-MODES = {"rne": sf.RoundingMode.NEAR_EVEN, "rtz": sf.RoundingMode.MIN_MAG,
+SF_ROUNDINGS = {"rne": sf.RoundingMode.NEAR_EVEN, "rtz": sf.RoundingMode.MIN_MAG,
          "down": sf.RoundingMode.MIN, "up": sf.RoundingMode.MAX}
 ROUND_ODD = 6  # softfloat_round_odd in SoftFloat 3e (compiled in with SOFTFLOAT_ROUND_ODD)
 
@@ -151,11 +151,11 @@ def _check_op(op, width, rounding, mode, n_random):
     _assert_codes(got, exp, width, operands, f"{op} {FMT[width]} {rounding}")
 
 
-@pytest.mark.parametrize("rounding", list(MODES))
+@pytest.mark.parametrize("rounding", list(SF_ROUNDINGS))
 @pytest.mark.parametrize("op", list(ARITY))
 @pytest.mark.parametrize("width", [16, 32])
 def test_primitives_equal_softfloat(width, op, rounding):
-    _check_op(op, width, rounding, MODES[rounding], n_random=3000)
+    _check_op(op, width, rounding, SF_ROUNDINGS[rounding], n_random=3000)
 
 
 @pytest.mark.parametrize("op", list(ARITY))
@@ -175,14 +175,14 @@ CONVERSIONS = {  # (source dtype, target format) -> SoftFloat conversion
 }
 
 
-@pytest.mark.parametrize("rounding", list(MODES) + ["odd"])
+@pytest.mark.parametrize("rounding", list(SF_ROUNDINGS) + ["odd"])
 @pytest.mark.parametrize(("src", "fmt"), list(CONVERSIONS), ids=lambda v: getattr(v, "__name__", v))
 def test_round_to_equals_softfloat_conversions(src, fmt, rounding):
     if rounding == "odd" and not ODD:
         pytest.skip("this softfloatpy build has no round-to-odd (mode 6 truncates); "
                     "odd is checked against MPFR instead")
     cls, w_in, conv, w_out = CONVERSIONS[(src, fmt)]
-    mode = ROUND_ODD if rounding == "odd" else MODES[rounding]
+    mode = ROUND_ODD if rounding == "odd" else SF_ROUNDINGS[rounding]
     rng = np.random.default_rng(w_in + w_out)
     u_in = {32: np.uint32, 64: np.uint64}[w_in]
     x = rng.integers(0, np.iinfo(u_in).max, 20_000, dtype=u_in, endpoint=True).view(src)

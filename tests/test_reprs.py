@@ -202,11 +202,11 @@ def test_compare_report_and_dumps(dumps):
 def test_bisect_and_workflow_reports(dumps, tmp_path):
     g, x, spec, _ = dumps
     strict = Thresholds(cosine=0.9999)
-    rep = bisect_run(g, x, storage="fp16", fusion="autofuse+decompose", kernels=spec, thresholds=strict,
+    rep = bisect_run(g, x, fmt="fp16", fusion="autofuse+decompose", kernels=spec, thresholds=strict,
                      log=None)
     assert rep.diverges
     assert_compact(rep, "transformer_block", "fp16", f"{len(rep.trials)} runs", "layer_norm_0")
-    w = precision_workflow(g, x, storage="fp16", fusion="autofuse+decompose", kernels=spec,
+    w = precision_workflow(g, x, fmt="fp16", fusion="autofuse+decompose", kernels=spec,
                            thresholds=strict, dump_dir=tmp_path)
     assert_compact(w, "transformer_block", f"{len(w.single_ops)} operators", "layer_norm_0")
 

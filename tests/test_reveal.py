@@ -253,7 +253,7 @@ def test_bad_arguments():
 # --------------------------------------------------------------------------------------
 # CLI
 def test_cli_reproduced_exit_0(capsys):
-    assert main(["reveal", "numpy.sum", "--n", "300", "--dtype", "fp32", "--check-rows", "10000"]) == 0
+    assert main(["reveal", "numpy.sum", "--n", "300", "--fmt", "fp32", "--check-rows", "10000"]) == 0
     out = capsys.readouterr().out
     assert "10000/10000" in out and "probes" in out and "tree(" in out
 
@@ -268,7 +268,7 @@ def test_cli_not_reproduced_exit_1(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["numpy.sum", "--n", "8", "--dtype", "fp8"], "--dtype 'fp8'"),
+    (["numpy.sum", "--n", "8", "--fmt", "fp8"], "--fmt 'fp8'"),
     (["numpy.prod", "--n", "8"], "FUNC 'numpy.prod'"),
     (["numpy.sum", "--n", "0"], "--n 0"),
     (["numpy.sum", "--n", "8", "--acc", "int8"], "--acc 'int8'"),

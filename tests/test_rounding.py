@@ -23,7 +23,7 @@ import numlab as nl
 from numlab.formats import Format
 from numlab.rounding import _CHUNK, ROUNDINGS, _random_bits, _round_bits, _round_generic
 
-DET_MODES = ("rne", "rtz", "up", "down", "odd")
+DET_ROUNDINGS = ("rne", "rtz", "up", "down", "odd")
 C5 = Format("c5", p=5, emax=10)  # emin = -9, with subnormals
 C4NS = Format("c4ns", p=4, emax=7, subnormals=False)  # no gradual underflow
 C3X = Format("c3x", p=3, emax=4, inf=False, nan="extended")  # e4m3fn-like top
@@ -180,7 +180,7 @@ def test_bits_path_equals_generic_path_all_modes(fp32_patterns, wdt):
     deterministic mode and format (the exact reference checks both below)."""
     x = fp32_patterns[:200_000].astype(wdt)
     for fmt in (nl.FP16, nl.BF16, nl.FP8_E4M3, nl.FP8_E5M2, nl.TF32, *CUSTOM):
-        for mode in DET_MODES:
+        for mode in DET_ROUNDINGS:
             for kw in ({}, {"saturate": True, "ftz": True}):
                 assert_same_bits(_bits(x, fmt, mode, **kw), _generic(x, fmt, mode, **kw), nan_equal=True, x=x, what=f"{fmt} {mode} {kw}")
 
@@ -241,7 +241,7 @@ ALL_FMTS = (nl.FP16, nl.BF16, nl.FP8_E4M3, nl.FP8_E5M2, nl.TF32, nl.FP32, *CUSTO
 @pytest.mark.parametrize("wdt", [np.float32, np.float64])
 def test_every_mode_vs_exact_reference(fmt, wdt):
     x = np.concatenate([_edge_values(fmt, wdt), _random_values(fmt, wdt, 1500, 7)])
-    for mode in DET_MODES:
+    for mode in DET_ROUNDINGS:
         for kw in ({}, {"saturate": True}, {"ftz": True}):
             ref = reference(x, fmt, mode, **kw)
             for path, f in PATHS.items():
@@ -275,7 +275,7 @@ def test_overflow_thresholds_each_mode(wdt):
         assert_same_bits(reference(x, nl.get_format(name), mode), exp, nan_equal=True, x=x, what="reference")
     # saturation: every mode gives +-max; inf input too for e4m3fn (no inf)
     x = np.array([1e6, -1e6, 65520.0, np.inf, -np.inf, np.nan], dtype=wdt)
-    for mode in DET_MODES:
+    for mode in DET_ROUNDINGS:
         assert_same_bits(nl.round_to(x, "fp16", mode, saturate=True), [65504, -65504, 65504, inf, -inf, nan], nan_equal=True)
         assert_same_bits(nl.round_to(x, "fp8_e4m3", mode, saturate=True), [448, -448, 448, 448, -448, nan], nan_equal=True)
         assert_same_bits(nl.round_to(x, "fp8_e4m3", mode), [*((nan, nan) if mode == "rne" else nl.round_to(x[:2], "fp8_e4m3", mode)), nan if mode in ("rne", "up") else 448, nan, nan, nan], nan_equal=True)
@@ -423,7 +423,7 @@ def test_bad_input_messages(call, exc, pattern):
     st.lists(st.floats(width=64), min_size=1, max_size=8),
     st.lists(st.floats(width=32), min_size=1, max_size=8),
     st.sampled_from(ALL_FMTS),
-    st.sampled_from(DET_MODES),
+    st.sampled_from(DET_ROUNDINGS),
     st.booleans(),
     st.booleans(),
 )
@@ -447,16 +447,12 @@ def test_float64_to_fp32_rne_equals_numpy_cast():
     assert_same_bits(nl.round_to(x, "fp32"), ref, nan_equal=True, x=x, what="fp32 rne")
 
 
-def test_rounding_keyword_and_no_mode_keyword():
-    """``rounding=`` is the argument's only name: the old ``mode=``,
-    ``MODES`` and ``check_mode`` are gone."""
+def test_rounding_keyword():
+    """``rounding=`` names the rounding mode; a bad one is refused with the valid choices."""
     from numlab import rounding as R
 
     assert nl.round_to(1 + 2.0**-11, "fp16", rounding="up") == 1 + 2.0**-10
     assert nl.round_to(1 + 2.0**-11, "fp16", rounding="down") == 1.0
-    with pytest.raises(TypeError, match="mode"):
-        nl.round_to(1.0, "fp16", mode="down")
-    assert not hasattr(R, "MODES") and not hasattr(R, "check_mode")
     with pytest.raises(ValueError, match=r"^sr='nearest' is not a rounding mode; valid modes: \['rne'"):
         R.check_rounding("nearest", "sr")
     assert R.ROUNDINGS == ("rne", "rtz", "up", "down", "odd", "stochastic")
@@ -553,7 +549,7 @@ def test_chunked_bits_equal_old_algorithm_on_random_patterns(n, wdt):
         near *= np.random.default_rng(n).uniform(1, 2, n)  # bits below float32's
         x = np.where(np.arange(n) % 2 == 0, x, near)
     for fmt in CHUNK_FMTS:
-        for mode in DET_MODES:
+        for mode in DET_ROUNDINGS:
             for kw in ({}, {"saturate": True, "ftz": True}, {"saturate": True}, {"ftz": True}):
                 with np.errstate(all="ignore"):
                     exp = _old_round_bits(x, fmt, mode, None, kw.get("saturate", False), kw.get("ftz", False))
@@ -616,7 +612,7 @@ def test_zero_d_and_empty_arrays_every_mode():
 
 def test_chunked_noncontiguous_and_multidimensional():
     x = _bit_patterns(np.float32, 3 * _CHUNK + 10, 4).reshape(-1, 2)[:, ::-1][::3]
-    for mode in DET_MODES:
+    for mode in DET_ROUNDINGS:
         with np.errstate(all="ignore"):
             exp = _old_round_bits(np.ascontiguousarray(x), nl.FP8_E4M3, mode, None, False, False)
         y = nl.round_to(x, nl.FP8_E4M3, mode)

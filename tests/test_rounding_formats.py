@@ -53,7 +53,7 @@ NEW = {
     "fp4_e2m1": ml_dtypes.float4_e2m1fn,
     "fp8_e8m0": ml_dtypes.float8_e8m0fnu,
 }
-DET_MODES = ("rne", "rtz", "up", "down", "odd")
+DET_ROUNDINGS = ("rne", "rtz", "up", "down", "odd")
 KWARGS = ({}, {"saturate": True}, {"ftz": True})
 UINT = {np.dtype(np.float32): np.uint32, np.dtype(np.float64): np.uint64}
 
@@ -266,7 +266,7 @@ def test_rne_float32_inputs_equal_ml_dtypes_casts(name):
 def test_every_mode_equals_exact_reference(name, wdt):
     x = _inputs(name, wdt)
     fmt = FORMATS[name]
-    for mode in DET_MODES:
+    for mode in DET_ROUNDINGS:
         for kw in KWARGS:
             ref = reference(x, name, mode, **kw)
             for path, y in _paths(x, fmt, mode, **kw):
@@ -405,7 +405,7 @@ def test_random_fp32_patterns(patterns, name):
     for wdt in (np.float32, np.float64):
         with np.errstate(invalid="ignore"):  # NaN payloads
             xw = x.astype(wdt)
-        for mode in DET_MODES:
+        for mode in DET_ROUNDINGS:
             for kw in ({}, {"saturate": True, "ftz": True}):
                 outs = dict(_paths(xw, fmt, mode, **kw))
                 assert_same_bits(outs["bits"], outs["generic"], nan_equal=True, x=xw, what=f"{name} {mode} {kw} bits vs generic")

@@ -452,10 +452,10 @@ OP_CASES = {
     "matmul": (("x", "w"), {}),
     "softmax": (("x",), {}), "log_softmax": (("x",), {}),
     "layer_norm": (("x", "g", "b"), {}), "rms_norm": (("x", "g"), {}),
-    # issue #13: comparisons and constants (numlab.ops)
+    # comparisons and constants (numlab.ops)
     **{c: (("x", "y"), {}) for c in ("gt", "ge", "lt", "le", "eq", "ne")},
     "constant": ((), {"value": [[0.1, -2.5, 3.0, 1e-3]] * 4}),
-    # issue #16: block-scaled operators (numlab.kernels.scaled presets; shapes split into their blocks)
+    # block-scaled operators (numlab.kernels.scaled presets; shapes split into their blocks)
     "quantize": (("z",), {"fmt": "deepseek_1x128"}), "block_scale": (("z",), {"fmt": "mxfp4"}),
     "dequantize": (("z", "+s"), {"fmt": "deepseek_1x128"}),
     "scaled_matmul": (("z", "+s", "u", "+t"), {"fmt_a": "deepseek_1x128", "fmt_b": "deepseek_128x128"}),

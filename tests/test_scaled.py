@@ -419,7 +419,7 @@ def test_presets():
     assert S.MXFP8_E4M3.bits_per_element == 8.25 and S.NVFP4.bits_per_element == 4.5
     assert S.MXFP8_E4M3.emax_elem == 8 and S.MXFP4.emax_elem == 2 and S.MXFP6_E3M2.max_elem == 28
     assert S.MXFP4.transposed().block == (32, 1)
-    assert set(S.PRESETS) == {"mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4", "nvfp4",
+    assert set(S.SCALED_PRESETS) == {"mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4", "nvfp4",
                               "deepseek_1x128", "deepseek_128x128"}
 
 
@@ -568,7 +568,7 @@ def test_block_scale_bound_brackets_moved_inputs():
             moved = x + b * rng.uniform(-1, 1, x.shape)
             assert np.all(np.abs(info.ref(moved, fmt=name) - s) <= bound), name
             assert np.all(np.abs(qi.ref(moved, fmt=name) - qi.ref(x, fmt=name)) <= qb), name
-        assert np.median(qb) < 2 * S.PRESETS[name].max_elem / 8, name  # tighter than the range
+        assert np.median(qb) < 2 * S.SCALED_PRESETS[name].max_elem / 8, name  # tighter than the range
     nv, _ = info.propagate([x[:, :16]], [b[:, :16]], {"fmt": "nvfp4"}, info.ref)
     assert np.all(np.isinf(nv))                                # the tensor scale couples the blocks
     assert R.SCALED_FORMATS["mxfp4"] == (6.0, True)
@@ -606,7 +606,7 @@ def test_fnuz_elements_have_no_negative_zero_and_nan_overflow():
 
 def test_e8m0_scales_agree_with_round_to_e8m0():
     """The power-of-two scales, computed from frexp in kernels.scaled, equal
-    numlab.round_to onto FP8_E8M0 (h4's format, its own code path): floor is
+    numlab.round_to onto FP8_E8M0 (numlab.formats, its own code path): floor is
     amax rounded down to E8M0 times 2**-emax_elem; rceil is fp32(amax /
     max_elem) rounded up to E8M0 (positive, in range)."""
     from numlab.formats import FP8_E8M0
@@ -630,7 +630,7 @@ def test_benchmark_rows_run_on_a_small_tensor():
     assert [r["format"] for r in rows] == ["mxfp4", "nvfp4"]
     assert all(r["seconds"] > 0 and r["baseline_seconds"] > 0 and r["ratio"] == r["seconds"] / r["baseline_seconds"]
                for r in rows)
-    assert rows[0]["target"] == B.TARGET and set(B.TARGETED) <= set(S.PRESETS)
+    assert rows[0]["target"] == B.TARGET and set(B.TARGETED) <= set(S.SCALED_PRESETS)
 
 
 def test_scaled_matmul_on_a_matrix_unit_promotes_per_k_block():
@@ -640,9 +640,6 @@ def test_scaled_matmul_on_a_matrix_unit_promotes_per_k_block():
     spec's matrix unit (KernelSpec.mma), scaled_matmul computes each K block on
     the unit (the same bits as the unit's own matmul of that block) and the
     epilogue in fp32."""
-    if "mma" not in {f.name for f in dataclasses.fields(KernelSpec)}:
-        pytest.skip("KernelSpec has no mma field in this checkout (the matrix-unit model, issue #15, "
-                    "is not merged here)")
     rng = np.random.default_rng(14)
     a = rng.standard_normal((16, 4096)).astype(np.float32)
     b = (rng.standard_normal((4096, 128)) * 0.05).astype(np.float32)

@@ -25,7 +25,7 @@ from numlab.compare.bisect import bisect_run, precision_workflow
 from numlab.execute import executor, run
 from numlab.experiments import demo_rows
 from numlab.formats import get_format
-from numlab.fusion import KINDS, FusionOptions
+from numlab.fusion import FUSION_KINDS, FusionOptions
 from numlab.kernels import KernelSpec
 from numlab.kernels.algorithms import ExpPoly, Newton
 from numlab.kernels.grammar import split_top_level
@@ -180,7 +180,7 @@ def test_kernel_spec_round_trip(preset, changes, ub):
 
 
 @settings(max_examples=60, deadline=None)
-@given(kinds=st.frozensets(st.sampled_from(KINDS)), decompose=st.booleans(), switch=st.booleans())
+@given(kinds=st.frozensets(st.sampled_from(FUSION_KINDS)), decompose=st.booleans(), switch=st.booleans())
 def test_fusion_spec_round_trip(kinds, decompose, switch):
     o = FusionOptions(enabled=kinds, decompose=decompose, enable_autofuse=switch)
     assert FusionOptions.parse(o.spec) == o
@@ -228,8 +228,8 @@ API_ENTRIES = {
     "execute.run": lambda a, v: run(_G, _X, mode="fused", fmt="fp16", **{a: v}),
     "run_with_bounds": lambda a, v: run_with_bounds(_G, _X, mode="fused", fmt="fp16", **{a: v}),
     "plan_bounds": lambda a, v: plan_bounds(_G, _X, mode="fused", fmt="fp16", **{a: v}),
-    "bisect_run": lambda a, v: bisect_run(_G, _X, storage="fp16", log=None, **{a: v}),
-    "precision_workflow": lambda a, v: precision_workflow(_G, _X, storage="fp16", **{a: v}),
+    "bisect_run": lambda a, v: bisect_run(_G, _X, fmt="fp16", log=None, **{a: v}),
+    "precision_workflow": lambda a, v: precision_workflow(_G, _X, fmt="fp16", **{a: v}),
     "demo_rows": lambda a, v: demo_rows(models=["softmax"], fmts=("fp16",), **{a: v}),
     "claims.make_case": lambda a, v: Runs(make_case("softmax", fmt="fp16", **{a: v})).run("fused"),
 }

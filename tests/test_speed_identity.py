@@ -1,4 +1,4 @@
-"""The end-to-end speed changes of issue #17 (deliverable 4) move no bit.
+"""The end-to-end fast paths move no bit.
 
 Every zoo model x fp16/bf16 x eager/fused/emulated_casts (and fused with
 internals dumped) runs twice: once as shipped, once through the unchanged
@@ -29,7 +29,7 @@ from numlab.formats import FP32, get_format
 from numlab.rounding import round_to
 
 FMTS = ("fp16", "bf16")
-MODES = (("eager", False), ("fused", False), ("fused", True), ("emulated_casts", False))
+RUNS = (("eager", False), ("fused", False), ("fused", True), ("emulated_casts", False))
 
 
 def _to_storage_oracle(a, S):
@@ -74,7 +74,7 @@ def _all_digests(graphs, kind):
             # raw float64 inputs (to_storage rounds) and inputs already in S (the shortcut)
             for pre in (None, fmt):
                 x = zoo.make_inputs(g, kind=kind, seed=3, fmt=pre)
-                for mode, internals in MODES:
+                for mode, internals in RUNS:
                     r = run(g, x, mode=mode, fmt=fmt, keep_internals=internals)
                     out[(gname, fmt, pre, mode, internals)] = _digest(r)
     return out
@@ -89,7 +89,7 @@ def test_fast_paths_are_bit_identical_to_the_reference_path(monkeypatch, kind):
         mp.setattr(X, "_read_back", lambda v, c, node, vals: c.astype(np.float32))
         mp.setattr(X, "to_storage", _to_storage_oracle)
         slow = _all_digests(graphs, kind)
-    assert len(fast) == len(graphs) * len(FMTS) * 2 * len(MODES)
+    assert len(fast) == len(graphs) * len(FMTS) * 2 * len(RUNS)
     diff = [k for k in fast if fast[k] != slow[k]]
     assert not diff, f"fast path moved bits in {diff[:5]}"
 

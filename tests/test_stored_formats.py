@@ -1,5 +1,5 @@
-"""Where quantised elements and block scales live between kernels (issue #16,
-"eager vs fused placement of the casts").
+"""Where quantised elements and block scales live between kernels (eager vs
+fused placement of the casts).
 
 ``OpInfo.stored_fmt``: ``quantize`` writes its elements in their element
 format, ``block_scale`` its scales in fp32, in every mode that writes values
@@ -240,7 +240,7 @@ def test_fingerprint_names_the_stored_formats_only_where_values_are_stored(monke
     assert fingerprint(plain, mode="eager", fmt="bf16") == before_plain
 
 
-@pytest.mark.parametrize("preset", sorted(S.PRESETS))
+@pytest.mark.parametrize("preset", sorted(S.SCALED_PRESETS))
 def test_every_preset_stores_elements_and_scales_as_quantize_gives_them(preset, monkeypatch):
     """Every preset in a bf16 eager run: the elements are written in the
     element format's ml_dtypes container and the scales in float32, with the
@@ -256,7 +256,7 @@ def test_every_preset_stores_elements_and_scales_as_quantize_gives_them(preset, 
     x = xs.astype(BF16).astype(np.float32)
     want = S.quantize(x, preset)
     r = run(g, {"x": xs}, mode="eager", fmt="bf16")
-    fmt = S.PRESETS[preset]
+    fmt = S.SCALED_PRESETS[preset]
     assert r["quantize_0"].dtype == fmt.elem_dtype and r["block_scale_0"].dtype == np.float32
     np.testing.assert_array_equal(bits(r["quantize_0"]), bits(want.elements.astype(fmt.elem_dtype)))
     np.testing.assert_array_equal(bits(r["block_scale_0"]), bits(want.dequant_scales()))

@@ -1,4 +1,4 @@
-"""Issue #13, "your function": numpy-written functions traced through
+"""Your own function (docs/your_function.md): numpy-written functions traced through
 ``Tensor.__array_ufunc__`` / ``__array_function__``, comparisons, ``where``
 and constants -- checked against numpy itself (fp64), against a hand-written
 numpy fp16 per-operator loop (eager, bit for bit), and against the exact

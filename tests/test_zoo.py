@@ -30,7 +30,7 @@ def test_models_are_the_expected_list():
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_MODELS))
-@pytest.mark.parametrize("kind", zoo.KINDS)
+@pytest.mark.parametrize("kind", zoo.INPUT_KINDS)
 def test_model_evaluates_like_independent_numpy_and_decomposes(name, kind):
     g = zoo.MODELS[name]()
     assert isinstance(g, Graph) and g.name == name

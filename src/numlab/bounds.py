@@ -239,24 +239,24 @@ def dot_bound(abs_dot, n: int, order="sequential", acc=FP32, out=None, *,
     return b[()] if np.ndim(b) == 0 else b
 
 
-def mixed_dot_bound(abs_dot, n: int, low, order="sequential", acc=FP32, out=None, *,
+def mixed_dot_bound(abs_dot, n: int, fmt, order="sequential", acc=FP32, out=None, *,
                     s_abs=None):
-    """Mixed precision dot product / matmul entry: inputs are values of ``low``
-    (fp16, bf16, fp8), products are exact in ``acc`` (requires ``2 p_low <= p_acc``
+    """Mixed precision dot product / matmul entry: inputs are values of ``fmt``
+    (fp16, bf16, fp8), products are exact in ``acc`` (requires ``2 p_fmt <= p_acc``
     and no product underflow below ``acc``'s subnormals, checked), accumulation in
-    ``acc`` with ``order``, one final rounding to ``out`` (default ``low``)::
+    ``acc`` with ``order``, one final rounding to ``out`` (default ``fmt``)::
 
         |s_hat - s| <= u_out |s| + (1 + u_out) gamma_h(u_acc) |x|^T |y|
 
     (ASNA eq. (3.4) with exact products; the fp32-accumulation model of
     Blanchard et al. 2020, section 2)."""
-    lowf, accf = get_format(low), get_format(acc)
-    if 2 * lowf.p > accf.p:
+    fmtf, accf = get_format(fmt), get_format(acc)
+    if 2 * fmtf.p > accf.p:
         raise ValueError(
-            f"products of {lowf.name} are not exact in {accf.name} (2p={2 * lowf.p} > {accf.p}); use dot_bound"
+            f"products of {fmtf.name} are not exact in {accf.name} (2p={2 * fmtf.p} > {accf.p}); use dot_bound"
         )
-    exact = 2 * (lowf.emin - lowf.p + 1) >= accf.emin - accf.p + 1
-    return dot_bound(abs_dot, n, order, accf, lowf if out is None else out,
+    exact = 2 * (fmtf.emin - fmtf.p + 1) >= accf.emin - accf.p + 1
+    return dot_bound(abs_dot, n, order, accf, fmtf if out is None else out,
                      products_exact=exact, s_abs=s_abs)
 
 
@@ -321,31 +321,31 @@ def matmul_bound(a, b, *, k_tile: int | None = None, order="sequential", acc=FP3
     return bnd
 
 
-def block_fma_bound(abs_dot, n: int, b: int, low, high=FP32, out=None, *,
+def block_fma_bound(abs_dot, n: int, b: int, fmt, acc=FP32, out=None, *,
                     inputs_rounded: bool = False, s_abs=None):
     """Blanchard, Higham, Lopez, Mary, Pranesh (2020), section 3: a b-FMA
     computes ``d = c + sum_{i<=b} a_i b_i`` with exact products and sum and one
-    rounding to ``high``; ``n / b`` such steps accumulate the dot product::
+    rounding to ``acc``; ``n / b`` such steps accumulate the dot product::
 
-        |s_hat - s| <= gamma_{ceil(n/b)}(u_high) |x|^T |y|
+        |s_hat - s| <= gamma_{ceil(n/b)}(u_acc) |x|^T |y|
 
-    plus the final rounding to ``out`` (default: none, output in ``high``).
-    With ``inputs_rounded`` the inputs were first rounded from ``high`` to
-    ``low`` (``(1 + u_low)^2`` on every product): the bound becomes
-    ``(2 u_low + u_low^2 + (1 + u_low)^2 gamma_{ceil(n/b)}) |x|^T |y|``
+    plus the final rounding to ``out`` (default: none, output in ``acc``).
+    With ``inputs_rounded`` the inputs were first rounded from ``acc`` to
+    ``fmt`` (``(1 + u_fmt)^2`` on every product): the bound becomes
+    ``(2 u_fmt + u_fmt^2 + (1 + u_fmt)^2 gamma_{ceil(n/b)}) |x|^T |y|``
     (their Theorem 3.2 structure), relative to the unrounded inputs.
     """
     if b <= 0:
         raise ValueError(f"b={b!r} must be > 0")
-    lowf, highf = get_format(low), get_format(high)
+    fmtf, accf = get_format(fmt), get_format(acc)
     a = np.asarray(abs_dot, dtype=np.float64)
-    g = gamma(-(-n // b), highf.u)
+    g = gamma(-(-n // b), accf.u)
     if inputs_rounded:
-        ul = lowf.u
+        ul = fmtf.u
         rel = 2 * ul + ul * ul + (1 + ul) ** 2 * g
     else:
         rel = g
-    bnd = _overflow_guard(rel * a * _F64_SLACK, a, highf)
+    bnd = _overflow_guard(rel * a * _F64_SLACK, a, accf)
     if out is not None:
         of = get_format(out)
         s = a if s_abs is None else np.asarray(s_abs, dtype=np.float64)

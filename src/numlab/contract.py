@@ -51,7 +51,7 @@ comes from the mode and the fusion plan (``numlab.fusion.plan``): eager at
 every operator, fused at the outputs of each block only, emulated casts where
 eager rounds.
 
-Presets (:data:`PRESETS`) name real systems, each with its source;
+Presets (:data:`CONTRACT_PRESETS`) name real systems, each with its source;
 ``Contract.derived(kernels, library)`` (the default of ``contract=None``) is
 the contract numlab's own KernelSpecs honour.  One parser
 (:meth:`Contract.parse`): ``"NAME"`` or ``"NAME:field=value,..."`` where a
@@ -68,7 +68,7 @@ from .kernels import algorithms as _alg
 from .kernels import grammar as _grammar
 from .kernels.spec import PROMOTIONS, KernelSpec, mode_specs
 
-__all__ = ["KernelClass", "Contract", "PRESETS", "ALGO_FORMS", "VARIANCE_CHOICES", "SCALAR_FORMATS",
+__all__ = ["KernelClass", "Contract", "CONTRACT_PRESETS", "ALGO_FORMS", "VARIANCE_CHOICES", "SCALAR_FORMATS",
            "algo_rel_error", "parse_contract"]
 
 ALGO_FORMS = ("ieee", "ulps(<K>)", "rel(<E>)", "newton(<seed>,<steps>)")
@@ -276,7 +276,7 @@ class Contract:
     @property
     def spec(self) -> str:
         """A contract string that parses back to this contract."""
-        base = PRESETS.get(self.name)
+        base = CONTRACT_PRESETS.get(self.name)
         items = []
         for part in ("library", "codegen"):
             mine = getattr(self, part)
@@ -306,13 +306,13 @@ class Contract:
         head = head.strip()
         if head == "derived":
             base = cls.derived(kernels, library)
-        elif head in PRESETS:
-            base = PRESETS[head]
+        elif head in CONTRACT_PRESETS:
+            base = CONTRACT_PRESETS[head]
         elif head == "custom":
             base = cls()
         else:
             raise ValueError(f"{arg}={spec!r}: unknown contract {head!r}; valid: "
-                             f"{['derived', 'custom', *sorted(PRESETS)]}")
+                             f"{['derived', 'custom', *sorted(CONTRACT_PRESETS)]}")
         lib, gen = {}, {}
         names = {f.name for f in fields(KernelClass)}
         for item in [s for s in _grammar_split(rest) if s.strip()]:
@@ -384,7 +384,7 @@ _ASCEND_GEN = KernelClass(promotion="fp32_internal", acc=FP32, libm_ulps=4.0, rs
                           divide="ieee", scalar_fmt="storage")
 
 #: named contracts of real systems (each with its source)
-PRESETS: dict[str, Contract] = {
+CONTRACT_PRESETS: dict[str, Contract] = {
     "torch_cpu": Contract("torch_cpu", _TORCH_CPU, _TORCH_CPU, _CITE_TORCH_CPU),
     "triton_cuda": Contract("triton_cuda", _TORCH_CPU, _TRITON_GEN, _CITE_TRITON),
     "triton_cuda_tf32": Contract("triton_cuda_tf32", replace(_TORCH_CPU, matmul_inputs="tf32"),

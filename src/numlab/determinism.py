@@ -68,12 +68,9 @@ __all__ = [
     "DeterminismReport",
     "run_once",
     "check_determinism",
-    "EXEC_MODES",
     "INJECTIONS",
 ]
 
-EXEC_MODES = ("eager", "fused", "emulated_casts", "reference")
-"""Execution modes :func:`check_determinism` runs."""
 
 
 # --------------------------------------------------------------------------- the plan
@@ -240,12 +237,12 @@ def _config(model, fmt, mode, *, sizes=None, kernels=None, fusion=None, order=No
     if not isinstance(graph, Graph):
         raise TypeError(f"model {model!r} returned {type(graph).__name__}, not a numlab Graph "
                         "(build it with numlab.graph.trace)")
-    if input_kind not in zoo.KINDS:
-        raise ValueError(f"input_kind={input_kind!r} is not valid; choose one of {zoo.KINDS}")
+    if input_kind not in zoo.INPUT_KINDS:
+        raise ValueError(f"input_kind={input_kind!r} is not valid; choose one of {zoo.INPUT_KINDS}")
     if isinstance(input_seed, bool) or not isinstance(input_seed, (int, np.integer)) or input_seed < 0:
         raise ValueError(f"input_seed={input_seed!r} must be a non-negative int")
-    if mode not in EXEC_MODES:
-        raise ValueError(f"mode={mode!r} is not an execution mode; valid modes: {list(EXEC_MODES)}")
+    if mode not in execute.MODES:
+        raise ValueError(f"mode={mode!r} is not an execution mode; valid modes: {list(execute.MODES)}")
     get_format(fmt, "fmt")
     kernels = None if kernels is None else KernelSpec.parse(kernels, arg="kernels").spec
     if mode in ("eager", "reference") and fusion is not None:

@@ -36,14 +36,14 @@ from .kernels import gamma
 from .report import Column, render_table
 from .rounding import ROUNDINGS, round_to
 
-__all__ = ["FUSED_MODES", "QUICK_MODELS", "CHAIN_NS", "demo_rows", "chain_graph", "chain_errors",
-           "source_cases", "MATRIX_PRESETS", "MATRIX_KINDS", "MATRIX_NOTE", "verdict_matrix",
+__all__ = ["DEMO_MODES", "QUICK_MODELS", "CHAIN_NS", "demo_rows", "chain_graph", "chain_errors",
+           "source_cases", "MATRIX_FUSIONS", "MATRIX_INPUT_KINDS", "MATRIX_NOTE", "verdict_matrix",
            "format_verdict_matrix", "MATRIX_LEGEND", "SOURCE_COLUMNS", "SOURCE_LEGEND", "FORMATS_LEGEND", "source_rows", "format_source_table",
            "formats_table", "rounding_demo", "flat_outputs", "bits",
            "SCALED_MODEL", "SCALED_CLAIMS", "SCALED_MARGINS", "MARGIN_SIGN", "MARGIN_UNIT", "scaled_claims",
            "format_scaled_claims", "margin_legend"]
 
-FUSED_MODES = ("eager", "fused", "emulated_casts")
+DEMO_MODES = ("eager", "fused", "emulated_casts")
 QUICK_MODELS = ("layernorm", "softmax", "gelu_mlp", "residual_rmsnorm")
 CHAIN_NS = (1, 2, 4, 8, 16, 32, 64, 128)
 
@@ -85,7 +85,7 @@ def demo_rows(models=None, fmts=("fp16", "bf16"), *, fusion=None, kind: str = "n
         for dt in fmts:
             S = get_format(dt)
             res = {}
-            for mode in ("reference", *FUSED_MODES):
+            for mode in ("reference", *DEMO_MODES):
                 kw = {"fusion": fo} if mode in ("fused", "emulated_casts") else {}
                 with quiet():  # a preset swept over the zoo: it need not change every model
                     res[mode] = run(g, x, mode=mode, fmt=S, **kw)
@@ -93,7 +93,7 @@ def demo_rows(models=None, fmts=("fp16", "bf16"), *, fusion=None, kind: str = "n
             ref = flat_outputs(res["reference"])
             eager = flat_outputs(res["eager"])
             stats_e = None
-            for mode in FUSED_MODES:
+            for mode in DEMO_MODES:
                 out = flat_outputs(res[mode])
                 with np.errstate(all="ignore"):
                     st = metrics.error_stats(ref, out, S, tiny=S.smallest_normal)
@@ -155,7 +155,7 @@ def chain_errors(ns=CHAIN_NS, fmt="fp16", *, size: int = 2048, seed: int = 0):
     ``{"eager": gamma_n(u_S), "fused": u_S + gamma_n(u32)(1 + u_S)}``.
     """
     S = get_format(fmt, "fmt")
-    out = {m: [] for m in FUSED_MODES}
+    out = {m: [] for m in DEMO_MODES}
     bounds = {"eager": [], "fused": []}
     for n in ns:
         g = chain_graph(int(n), size)
@@ -163,7 +163,7 @@ def chain_errors(ns=CHAIN_NS, fmt="fp16", *, size: int = 2048, seed: int = 0):
         x = {k: rng.uniform(0.9, 1.1, size) for k in g.inputs}
         x["x"] = rng.uniform(1.0, 2.0, size)
         ref = run(g, x, mode="reference", fmt=S).outputs["y"]
-        for m in FUSED_MODES:
+        for m in DEMO_MODES:
             y = run(g, x, mode=m, fmt=S).outputs["y"].astype(np.float64)
             out[m].append(float(np.max(np.abs(y - ref) / np.abs(ref))))
         gs = gamma(n, S.u)
@@ -220,26 +220,26 @@ def source_cases(quick: bool = False) -> list:
     ]
 
 
-MATRIX_PRESETS = ("inductor", "autofuse", "autofuse+decompose", "autofuse:--autofuse_enable_pass=reduce+decompose")
-MATRIX_KINDS = ("normal", "shifted_mean", "near_overflow", "heavy_tailed")
+MATRIX_FUSIONS = ("inductor", "autofuse", "autofuse+decompose", "autofuse:--autofuse_enable_pass=reduce+decompose")
+MATRIX_INPUT_KINDS = ("normal", "shifted_mean", "near_overflow", "heavy_tailed")
 
 
-def verdict_matrix(models=None, fmts=("fp16", "bf16"), presets=MATRIX_PRESETS, kinds=MATRIX_KINDS,
+def verdict_matrix(models=None, fmts=("fp16", "bf16"), fusions=MATRIX_FUSIONS, kinds=MATRIX_INPUT_KINDS,
                    seed: int = 0) -> list:
-    """Is fused more or less accurate than eager, per fusion preset and input kind?
+    """Is fused more or less accurate than eager, per fusion spec and input kind?
 
-    For every (preset, kind) the zoo models run eager, fused and in fp64 in
+    For every (fusion, kind) the zoo models run eager, fused and in fp64 in
     each storage format; a pair counts as ``same`` when fused has eager's bits,
     else ``more``/``less``/``equal`` by the mean absolute error against fp64
-    (the demo table's verdict).  Returns one dict per (preset, kind) with the
+    (the demo table's verdict).  Returns one dict per (fusion, kind) with the
     counts and the model/format pairs where fused is less accurate, worst
     first, with the ratio of mean absolute errors (fused / eager) as text
     (``less_in``) and as numbers (``less_ratios``, in the same order).
     """
     models = list(zoo.MODELS) if models is None else list(models)
     out = []
-    for preset in presets:
-        fo = FusionOptions.parse(preset, arg="presets")
+    for spec in fusions:
+        fo = FusionOptions.parse(spec, arg="fusions")
         for kind in kinds:
             label = fo.spec
             c = {"fusion": label, "kind": kind, "more": 0, "less": 0, "same": 0, "equal": 0,
@@ -274,7 +274,7 @@ def verdict_matrix(models=None, fmts=("fp16", "bf16"), presets=MATRIX_PRESETS, k
 
 MATRIX_LEGEND = (
     ("fusion", "the fusion spec the fused runs used (grammar in `numlab --help`)"),
-    ("inputs", "the input kind (numlab.zoo.KINDS)"),
+    ("inputs", "the input kind (numlab.zoo.INPUT_KINDS)"),
     ("more, less", "model/format pairs where fused's mean |error| against fp64 is lower or higher "
                    "than eager's (the demo table's 'vs eager (mean abs)')"),
     ("same bits", "pairs where fused is bitwise identical to eager"),

@@ -62,10 +62,10 @@ from .formats import get_format
 from .graph import decompose
 
 __all__ = [
-    "KINDS",
+    "FUSION_KINDS",
     "AUTOFUSE_DEFAULT",
     "FusionOptions",
-    "PRESETS",
+    "FUSION_PRESETS",
     "MODIFIERS",
     "DEFAULT_SPEC",
     "GRAMMAR",
@@ -77,7 +77,7 @@ __all__ = [
     "op_kind",
 ]
 
-KINDS = (
+FUSION_KINDS = (
     "elementwise",
     "broadcast",
     "reshape",
@@ -103,7 +103,7 @@ INDUCTOR_DEFAULT = frozenset(
 """Kinds fused by the Inductor-like preset: pointwise, reductions and views;
 matmul left to a library call."""
 
-PRESETS = ("autofuse", "inductor", "off")
+FUSION_PRESETS = ("autofuse", "inductor", "off")
 """Fusion presets of the spec grammar (:meth:`FusionOptions.parse`)."""
 
 MODIFIERS = ("decompose", "nodecompose")
@@ -178,12 +178,12 @@ def _as_kinds(kinds, arg: str) -> frozenset:
     out = set()
     for k in items:
         if not isinstance(k, str):
-            raise TypeError(f"{arg} holds {k!r} ({type(k).__name__}); kinds are strings: {list(KINDS)}")
+            raise TypeError(f"{arg} holds {k!r} ({type(k).__name__}); kinds are strings: {list(FUSION_KINDS)}")
         key = _PASS_ALIASES.get(k.strip().lower())
         if key is None:
             raise ValueError(
-                f"{arg}: {k!r} is not a fusion kind; valid kinds: {list(KINDS)} "
-                f"(aliases: {sorted(set(_PASS_ALIASES) - set(KINDS))})"
+                f"{arg}: {k!r} is not a fusion kind; valid kinds: {list(FUSION_KINDS)} "
+                f"(aliases: {sorted(set(_PASS_ALIASES) - set(FUSION_KINDS))})"
             )
         out.add(key)
     return frozenset(out)
@@ -196,7 +196,7 @@ class FusionOptions:
     Parameters
     ----------
     enabled : frozenset of str
-        Fusion kinds that may join a block (see :data:`KINDS`).  Default
+        Fusion kinds that may join a block (see :data:`FUSION_KINDS`).  Default
         :data:`AUTOFUSE_DEFAULT` = elementwise, broadcast, reshape (Ascend
         autofusion's defaults; reduce, concat, slice, gather, transpose off).
     decompose : bool
@@ -307,7 +307,7 @@ class FusionOptions:
 
     def describe(self) -> str:
         """One line: ``autofuse[elementwise,broadcast,reshape] decompose=on``."""
-        kinds = ",".join(k for k in KINDS if k in self.enabled) if self.enable_autofuse else "off"
+        kinds = ",".join(k for k in FUSION_KINDS if k in self.enabled) if self.enable_autofuse else "off"
         return f"{self.name}[{kinds}] decompose={'on' if self.decompose else 'off'}"
 
     # ---- the spec grammar ----------------------------------------------
@@ -340,15 +340,15 @@ class FusionOptions:
             )
         text = spec.strip()
         if not text:
-            raise ValueError(f"{arg}={spec!r} is empty; valid presets: {list(PRESETS)} (default {DEFAULT_SPEC!r})")
+            raise ValueError(f"{arg}={spec!r} is empty; valid presets: {list(FUSION_PRESETS)} (default {DEFAULT_SPEC!r})")
         if text.startswith("--"):
             text = "autofuse:" + text
         head, *mods = text.split("+")
         preset, colon, flags = head.partition(":")
         preset = preset.strip()
-        if preset not in PRESETS:
+        if preset not in FUSION_PRESETS:
             raise ValueError(
-                f"{arg}={spec!r}: preset {preset!r} is unknown; valid presets: {list(PRESETS)}, or an "
+                f"{arg}={spec!r}: preset {preset!r} is unknown; valid presets: {list(FUSION_PRESETS)}, or an "
                 "AUTOFUSE_FLAGS string starting with '--'"
             )
         if colon and preset != "autofuse":
@@ -423,7 +423,7 @@ def split_specs(text: str) -> list[str]:
     """Split a comma-separated list of fusion specs.
 
     A comma inside an AUTOFUSE_FLAGS pass list stays in its spec: a new spec
-    starts only at a piece that begins with a preset name (:data:`PRESETS`)
+    starts only at a piece that begins with a preset name (:data:`FUSION_PRESETS`)
     or with ``--``, e.g. ``"autofuse:--autofuse_enable_pass=concat,reduce,inductor"``
     -> ``["autofuse:--autofuse_enable_pass=concat,reduce", "inductor"]``.
     Empty pieces are dropped; the specs are not parsed (see
@@ -435,7 +435,7 @@ def split_specs(text: str) -> list[str]:
         piece = piece.strip()
         if not piece:
             continue
-        if specs and not piece.startswith((*PRESETS, "--")):
+        if specs and not piece.startswith((*FUSION_PRESETS, "--")):
             specs[-1] += "," + piece
         else:
             specs.append(piece)

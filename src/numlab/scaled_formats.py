@@ -2,7 +2,7 @@
 
 A :class:`ScaledFormat` names an element format, a block shape over the last
 two axes, a scale format and the rule that picks a block's scale from its
-largest magnitude; :data:`PRESETS` holds MX (MXFP8/6/4), NVFP4 and DeepSeek-V3's
+largest magnitude; :data:`SCALED_PRESETS` holds MX (MXFP8/6/4), NVFP4 and DeepSeek-V3's
 fp8 blocks.  The arithmetic (quantise, dequantise, the graph operators'
 kernels and references) is :mod:`numlab.kernels.scaled`, whose docstring gives
 every rule and its sources; the operators' bound rules
@@ -36,7 +36,7 @@ __all__ = [
     "OVERFLOWS",
     "SCALE_APPLY",
     "ELEMENT_FORMATS",
-    "PRESETS",
+    "SCALED_PRESETS",
     "GRAPH_FORMATS",
     "MXFP8_E4M3",
     "MXFP8_E5M2",
@@ -85,7 +85,7 @@ class ScaledFormat:
     Parameters
     ----------
     name : str
-        Short name (the key of :data:`PRESETS` for the presets).
+        Short name (the key of :data:`SCALED_PRESETS` for the presets).
     elem : str
         Element format, one of :data:`ELEMENT_FORMATS`.  Default ``"fp8_e4m3"``.
     block : tuple of two ints
@@ -193,7 +193,7 @@ NVFP4 = ScaledFormat("nvfp4", "fp4_e2m1", (1, 16), "fp8_e4m3", "amax", tensor_sc
                      scale_apply="reciprocal")
 DEEPSEEK_1X128 = ScaledFormat("deepseek_1x128", "fp8_e4m3", (1, 128), "fp32", "amax")
 DEEPSEEK_128X128 = ScaledFormat("deepseek_128x128", "fp8_e4m3", (128, 128), "fp32", "amax")
-PRESETS: dict[str, ScaledFormat] = {f.name: f for f in (
+SCALED_PRESETS: dict[str, ScaledFormat] = {f.name: f for f in (
     MXFP8_E4M3, MXFP8_E5M2, MXFP6_E2M3, MXFP6_E3M2, MXFP4, NVFP4, DEEPSEEK_1X128, DEEPSEEK_128X128)}
 """Preset name -> ScaledFormat: OCP MX v1.0 (block 32, E8M0, floor rule),
 NVFP4 (block 16, e4m3 scale, fp32 tensor scale, torchao's reciprocal),
@@ -202,7 +202,7 @@ DeepSeek-V3 (e4m3 elements, fp32 scales on 1x128 activation tiles and
 
 
 GRAPH_FORMATS: dict[str, ScaledFormat] = {
-    **PRESETS, **{f"{n}^T": f.transposed(f"{n}^T") for n, f in PRESETS.items()}}
+    **SCALED_PRESETS, **{f"{n}^T": f.transposed(f"{n}^T") for n, f in SCALED_PRESETS.items()}}
 """Every format name a graph operator's ``fmt`` attribute can hold (the
 canonical names :func:`get_scaled_format` gives): each preset and each preset
 with its block transposed (``"mxfp8_e4m3^T"``)."""
@@ -210,7 +210,7 @@ with its block transposed (``"mxfp8_e4m3^T"``)."""
 
 def get_scaled_format(fmt, name: str = "fmt") -> ScaledFormat:
     """The :class:`ScaledFormat` named by ``fmt``: a ScaledFormat, a preset name
-    of :data:`PRESETS`, or a preset name followed by ``^T`` (the preset with
+    of :data:`SCALED_PRESETS`, or a preset name followed by ``^T`` (the preset with
     its block transposed, :meth:`ScaledFormat.transposed`: ``"mxfp8_e4m3^T"``
     has 32 x 1 blocks, along the K axis of a matmul's right operand)."""
     if isinstance(fmt, ScaledFormat):
@@ -218,7 +218,7 @@ def get_scaled_format(fmt, name: str = "fmt") -> ScaledFormat:
     if isinstance(fmt, str):
         key = fmt.strip().lower()
         base, t = (key[:-2], True) if key.endswith("^t") else (key, False)
-        if base in PRESETS:
-            return PRESETS[base].transposed(f"{base}^T") if t else PRESETS[base]
-    raise ValueError(f"{name}={fmt!r} is not a scaled format; valid presets: {sorted(PRESETS)}, each optionally "
+        if base in SCALED_PRESETS:
+            return SCALED_PRESETS[base].transposed(f"{base}^T") if t else SCALED_PRESETS[base]
+    raise ValueError(f"{name}={fmt!r} is not a scaled format; valid presets: {sorted(SCALED_PRESETS)}, each optionally "
                      "followed by ^T (block transposed)")

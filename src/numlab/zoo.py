@@ -48,7 +48,7 @@ from .rounding import round_to
 
 __all__ = [
     "MODELS",
-    "KINDS",
+    "INPUT_KINDS",
     "make_inputs",
     "model_factory",
     "get_model",
@@ -65,7 +65,7 @@ __all__ = [
     "fp8_mlp",
 ]
 
-KINDS = ("normal", "uniform", "shifted_mean", "near_overflow", "heavy_tailed")
+INPUT_KINDS = ("normal", "uniform", "shifted_mean", "near_overflow", "heavy_tailed")
 SHIFT = 32.0
 SPREAD = 0.25
 HEAVY_TAIL_DF = 3
@@ -389,8 +389,8 @@ def make_inputs(graph, kind: str = "normal", seed: int = 0, fmt=None) -> dict:
         graph = get_model(graph)
     if not isinstance(graph, Graph):
         raise TypeError(f"graph must be a Graph or a model name, got {type(graph).__name__}")
-    if kind not in KINDS:
-        raise ValueError(f"kind={kind!r} is not valid; choose one of {KINDS}")
+    if kind not in INPUT_KINDS:
+        raise ValueError(f"kind={kind!r} is not valid; choose one of {INPUT_KINDS}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed={seed!r} must be a non-negative int")
     fmt = None if fmt is None else get_format(fmt, "fmt")

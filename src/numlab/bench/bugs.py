@@ -29,7 +29,7 @@ from ..testing import kernels as K
 #: the claims that run on a kernel's observed outputs
 CLAIMS = ("no_worse_elementwise", "no_worse_tensor", "no_worse_population", "error_within_bound",
           "inductor_rule", "msprobe_accuracy", "bound_no_worse")
-KINDS = ("normal", "shifted_mean")
+BENCH_INPUT_KINDS = ("normal", "shifted_mean")
 
 
 def cases(kernel, fmt: str, seeds: int):
@@ -37,7 +37,7 @@ def cases(kernel, fmt: str, seeds: int):
     g = zoo.get_model(kernel.graph, **K.SIZES[kernel.graph])
     out = []
     for s in range(seeds):
-        raw = zoo.make_inputs(g, kind=KINDS[s % len(KINDS)], seed=s)
+        raw = zoo.make_inputs(g, kind=BENCH_INPUT_KINDS[s % len(BENCH_INPUT_KINDS)], seed=s)
         xs = {k: np.asarray(round_to(np.asarray(v, dtype=np.float64), fmt)).astype(get_format(fmt).container)
               for k, v in raw.items()}
         with np.errstate(all="ignore"):
@@ -98,7 +98,7 @@ def markdown(tab: dict, claims=CLAIMS) -> str:
 def main(quick: bool = False) -> str:
     seeds = 2 if quick else 4
     tab = table(seeds=seeds, formats=("fp16",) if quick else K.FORMATS)
-    text = (f"detection = failing cases / cases (seeds 0..{seeds - 1}, kinds {'/'.join(KINDS)} alternating, every "
+    text = (f"detection = failing cases / cases (seeds 0..{seeds - 1}, kinds {'/'.join(BENCH_INPUT_KINDS)} alternating, every "
             "format the bug applies to; the population claim pools one kernel and format)\n\n" + markdown(tab))
     print(text)
     return text

@@ -10,7 +10,7 @@ alike); the best time of each case is reported.
 * ``eager``: ``run(mode="eager", fmt="fp16")``: the hand-written layer_norm
   kernel (Welford mean and variance in fp32, table-12 rsqrt + 1 Newton step,
   output rounded to fp16);
-* ``fused (P)`` for every fusion preset P of :data:`numlab.fusion.PRESETS`
+* ``fused (P)`` for every fusion preset P of :data:`numlab.fusion.FUSION_PRESETS`
   (``run(mode="fused", fusion=FusionOptions.parse(P))``): ``inductor`` is the
   decomposed graph in one code-generated block (blocked pairwise sums, table-8
   rsqrt + 2 Newton steps, fp32 inside, one rounding to fp16); ``autofuse``
@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..execute import run
-from ..fusion import PRESETS, FusionOptions
+from ..fusion import FUSION_PRESETS, FusionOptions
 from ..zoo import layernorm
 from . import Measure, Section, best_of
 
@@ -62,7 +62,7 @@ def main(quick: bool = False) -> str:
         "numpy fp32": lambda: numpy_layernorm(**data),
         "eager": lambda: run(g, data, mode="eager", fmt="fp16"),
     }
-    for spec in (*PRESETS, "autofuse+decompose"):
+    for spec in (*FUSION_PRESETS, "autofuse+decompose"):
         fo = FusionOptions.parse(spec)
         cases[f"fused ({spec})"] = lambda fo=fo: run(g, data, mode="fused", fmt="fp16", fusion=fo)
     # round robin, so a change of machine load hits every case alike; each

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from ..kernels.scaled import PRESETS, dequantize, quantize
+from ..kernels.scaled import SCALED_PRESETS, dequantize, quantize
 from . import Measure, Section
 
 TARGET = 3.0
@@ -51,7 +51,7 @@ def rows(n: int = 4096, repeat: int = 3, formats=FORMATS) -> list[dict]:
     x = make_data(n)
     out = []
     for name in formats:
-        fmt = PRESETS[name]
+        fmt = SCALED_PRESETS[name]
         dt = fmt.elem_dtype
         t, tb = _alternate(lambda fmt=fmt: dequantize(quantize(x, fmt)),
                            lambda dt=dt: x.astype(dt).astype(np.float32), repeat)

@@ -191,8 +191,8 @@ def _as_storage(a: np.ndarray, S: Format, what: str, role: str = "outputs") -> n
         raise TypeError(f"{what} has dtype {a.dtype} and holds values that are not {S.name} values "
                         f"({int(bad.sum())} of {a.size}, e.g. index {list(i)}: {x[i]!r}); the graph's {role} are "
                         f"stored in {S.name}: "
-                        + (f"give the kernel's {S.name} outputs, or pass fmt= (CLI: --dtype) matching the kernel's output format"
+                        + (f"give the kernel's {S.name} outputs, or pass fmt= (CLI: --fmt) matching the kernel's output format"
                            if role == "outputs" else
                            f"give the {S.name} inputs the kernel read (round them first, e.g. "
-                           f"numlab.round_to(x, {S.name!r})), or pass fmt= (CLI: --dtype) matching the kernel's input format"))
+                           f"numlab.round_to(x, {S.name!r})), or pass fmt= (CLI: --fmt) matching the kernel's input format"))
     return x.astype(dt)

@@ -14,7 +14,7 @@ import numpy as np
 from .. import __version__, bounds, metrics
 from .. import _json as strict_json
 from ..formats import get_format
-from ..fusion import KINDS, FusionOptions
+from ..fusion import FUSION_KINDS, FusionOptions
 from ..kernels import scalar_mul
 from ..kernels.algorithms import rsqrt
 from ..kernels.reduce import reduce
@@ -132,10 +132,10 @@ def _meaning(fo: FusionOptions) -> str:
     what that implies for layer_norm / softmax (stated from the
     :class:`numlab.fusion.FusionOptions` fields, not measured)."""
     if not fo.enable_autofuse:
-        fused, unfused = [], list(KINDS)
+        fused, unfused = [], list(FUSION_KINDS)
     else:
-        fused = [k for k in KINDS if k in fo.enabled]
-        unfused = [k for k in KINDS if k not in fo.enabled]
+        fused = [k for k in FUSION_KINDS if k in fo.enabled]
+        unfused = [k for k in FUSION_KINDS if k not in fo.enabled]
     comp = ("composites (layer_norm, softmax) decomposed into primitives" if fo.decompose
             else "composites kept whole (eager's fp32 library kernel)")
     if fo.decompose and fo.fuses("reduce") and fo.fuses("elementwise"):

@@ -2,7 +2,7 @@
 
 Each subcommand lives in its own module of this package which defines
 ``add_parser(sub)`` (register an ``argparse`` subparser and set ``func``);
-the options they share (model, ``--dtype``, ``--size``, ``--inputs``,
+the options they share (model, ``--fmt``, ``--size``, ``--inputs``,
 ``--fusion``, ``--kernels``, ``--seed``, ``--out``, ``--force``) come from
 :mod:`numlab.cli.options`, which also turns every spec into its object
 before the subcommand runs.  ``numlab --help`` shows the fusion and kernel
@@ -15,7 +15,6 @@ import argparse
 import contextlib
 import importlib
 import os
-import re
 import sys
 import warnings
 
@@ -93,20 +92,6 @@ def _missing(name: str, modname: str):
     return func
 
 
-# Python argument names in messages of the layers below, and what the command line calls them
-_CLI_NAMES = ((re.compile(r"pass force=True \((?:CLI: )?--force\)"), "use --force"),
-              (re.compile(r"\bforce=True \(CLI:? ?--force\)"), "--force"),
-              (re.compile(r"\bfmt=(?='|\")"), "--dtype "))
-
-
-def _cli_names(msg: str) -> str:
-    """``msg`` with the Python argument names the CLI spells differently
-    replaced by the CLI's (``pass force=True (CLI: --force)`` -> ``use --force``)."""
-    for pat, rep in _CLI_NAMES:
-        msg = pat.sub(rep, msg)
-    return msg
-
-
 @contextlib.contextmanager
 def _no_effect_warnings():
     """Print each :class:`numlab.NoEffectWarning` of a command once on stderr,
@@ -134,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     joined = join_spec_values(argv)
     try:
         args = parser.parse_args(joined)
-    except SystemExit as exc:  # argparse: usage and "argument --dtype: ..." already on stderr
+    except SystemExit as exc:  # argparse: usage and "argument --fmt: ..." already on stderr
         if exc.code in (0, None):  # --help, --version
             raise
         return int(exc.code) if isinstance(exc.code, int) else 2
@@ -148,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             rc = args.func(args)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
     except (ValueError, TypeError, FileNotFoundError, FileExistsError) as exc:
-        print(f"numlab {args.command}: error: {_cli_names(str(exc))}", file=sys.stderr)
+        print(f"numlab {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         # `numlab demo | head -1`: the reader left.  Every command writes its files before

@@ -1,4 +1,4 @@
-"""``numlab bisect MODEL|--graph MODULE:FUNCTION --dtype D [--inputs KIND|FILE] [...]``: find what makes fused diverge from eager.
+"""``numlab bisect MODEL|--graph MODULE:FUNCTION --fmt D [--inputs KIND|FILE] [...]``: find what makes fused diverge from eager.
 
 Prints every run it tries (fusion kinds off one at a time, the four sources
 set to eager's choice, delta debugging over node ranges with golden inputs)
@@ -55,27 +55,27 @@ def main(args) -> int:
     if not args.workflow and (args.dump or args.force):
         raise ValueError("--dump/--force apply to --workflow (bisection keeps its runs in memory)")
 
-    S = args.dtype
+    S = args.fmt
     model = args.model
     if not model:
         raise ValueError("MODEL is required (or --graph MODULE:FUNCTION); see `numlab run --list`")
     graph, inputs = graph_and_inputs(args)
     opts = FusionOptions.parse(args.fusion)
     kernels, library = args.kernels, args.library
-    print(f"numlab bisect {model}: dtype={S.name} seed={args.seed} inputs={args.inputs} fusion={opts.spec} "
+    print(f"numlab bisect {model}: fmt={S.name} seed={args.seed} inputs={args.inputs} fusion={opts.spec} "
           f"kernels={'codegen' if kernels is None else kernels.spec} "
           f"library={'handwritten' if library is None else library.spec}")
     th = Thresholds(cosine=args.cosine, max_abs_err=args.max_abs_err,
                     max_rel_err=args.max_rel_err, max_ulp=args.max_ulp)
     if args.workflow:
-        rep = precision_workflow(graph, inputs, storage=S, fusion=opts, kernels=kernels,
+        rep = precision_workflow(graph, inputs, fmt=S, fusion=opts, kernels=kernels,
                                  library=library, thresholds=th, dump_dir=args.dump,
                                  force=args.force, model=model)
         print(rep.text())
         sys.stdout.flush()
         return 0
     stages = tuple(s.strip() for s in args.stages.split(",") if s.strip())
-    rep = bisect_run(graph, inputs, storage=S, fusion=opts, kernels=kernels, library=library,
+    rep = bisect_run(graph, inputs, fmt=S, fusion=opts, kernels=kernels, library=library,
                      thresholds=th, seed=args.seed, model=model, stages=stages, log=print)
     print()
     print(rep.text(trials=False))  # the trials were printed as they ran

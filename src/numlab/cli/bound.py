@@ -3,7 +3,7 @@
 ::
 
     numlab bound MODEL|--graph MODULE:FUNCTION [--inputs KIND|FILE] [--seed N] [--size NAME=INT ...]
-                 [--dtype FMT] [--mode eager|fused|emulated_casts|all] [--fusion SPEC]
+                 [--fmt FMT] [--mode eager|fused|emulated_casts|all] [--fusion SPEC]
                  [--kernels SPEC] [--library SPEC] [--contract SPEC] [--prob P]
                  [--top K] [--out DIR [--force]]
 
@@ -42,7 +42,7 @@ import numpy as np
 
 from .. import __version__
 from .. import _json as strict_json
-from ..contract import PRESETS, Contract
+from ..contract import CONTRACT_PRESETS, Contract
 from ..contract_bounds import BOUND_MODES, contract_bound
 from ..execute import NoEffectWarning, run
 from .options import (
@@ -104,7 +104,7 @@ def add_parser(sub) -> None:
                     "mode and output the largest absolute and relative bound, its tightness against "
                     "numlab's own run, infinite-bound elements and why, and the nodes contributing most. "
                     "Exit 0, or 2 on bad usage.", epilog=LEGEND)
-    add_shared(p, model=MODEL_HELP, model_required=False, graph=True, dtype="fp16", size="", seed=0,
+    add_shared(p, model=MODEL_HELP, model_required=False, graph=True, fmt="fp16", size="", seed=0,
                inputs="normal", inputs_files=True, fusion="(fused modes; default autofuse)",
                kernels="(the code generator's, default codegen; the derived contract's codegen class)")
     p.add_argument("--library", default=None, metavar="SPEC", type=kernels_type("--library"),
@@ -114,7 +114,7 @@ def add_parser(sub) -> None:
                    help=f"one of {', '.join(MODE_CHOICES)} (default all)")
     p.add_argument("--contract", default=None, metavar="SPEC", type=contract_type,
                    help="contract: derived (default: from --kernels/--library), custom, or a preset "
-                        f"({', '.join(sorted(PRESETS))}), optionally :field=value,... "
+                        f"({', '.join(sorted(CONTRACT_PRESETS))}), optionally :field=value,... "
                         "(library.field / codegen.field for one class)")
     p.add_argument("--prob", default=None, metavar="P", type=prob_type,
                    help="also print Higham and Mary's probabilistic estimate holding with probability P "
@@ -315,13 +315,13 @@ def _run_mode(graph, inputs, mode, args, ref):
     """(bound, estimate or None, numlab's run) of one mode."""
     fusion = args.fusion if mode != "eager" else None
     kw = dict(fusion=fusion, contract=args.contract, kernels=args.kernels, library=args.library)
-    res = contract_bound(graph, inputs, mode=mode, fmt=args.dtype, **kw)
-    est = None if args.prob is None else contract_bound(graph, inputs, mode=mode, fmt=args.dtype, prob=args.prob,
+    res = contract_bound(graph, inputs, mode=mode, fmt=args.fmt, **kw)
+    est = None if args.prob is None else contract_bound(graph, inputs, mode=mode, fmt=args.fmt, prob=args.prob,
                                                         **kw)
     if mode == "eager":  # eager's kernels are the library's: a warning about them names --library
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", NoEffectWarning)
-            mine = run(graph, inputs, mode=mode, fmt=args.dtype, kernels=args.library)
+            mine = run(graph, inputs, mode=mode, fmt=args.fmt, kernels=args.library)
         for w in caught:
             m = w.message
             if isinstance(m, NoEffectWarning) and m.arg == "kernels":
@@ -329,7 +329,7 @@ def _run_mode(graph, inputs, mode, args, ref):
                                     value=m.value, cli=m.cli.replace("--kernels", "--library", 1))
             warnings.warn(m, stacklevel=1)
     else:
-        mine = run(graph, inputs, mode=mode, fmt=args.dtype, kernels=args.kernels, library=args.library,
+        mine = run(graph, inputs, mode=mode, fmt=args.fmt, kernels=args.kernels, library=args.library,
                    fusion=fusion)
     return res, est, mine
 
@@ -344,10 +344,10 @@ def main(args) -> int:
     out = _check_out(args)  # refuse existing files before computing
     contract = Contract.parse(args.contract, kernels=args.kernels, library=args.library, arg="--contract")
     graph, inputs = graph_and_inputs(args)
-    S = args.dtype
+    S = args.fmt
     ref = run(graph, inputs, mode="reference", fmt=S).outputs
     lines, rows = [], []
-    head = (f"numlab bound {args.model}: dtype={S.name} mode={','.join(modes)} inputs={args.inputs} "
+    head = (f"numlab bound {args.model}: fmt={S.name} mode={','.join(modes)} inputs={args.inputs} "
             f"seed={args.seed}")
     if args.fusion is not None:
         head += f" fusion={args.fusion.spec}"
@@ -368,7 +368,7 @@ def main(args) -> int:
         meta = {"command": "numlab bound", "model": args.model,
                 "contract": {"name": contract.name, "spec": contract.spec, "header": contract.header(),
                              "source": contract.source},
-                "options": {"dtype": S.name, "modes": list(modes), "inputs": str(args.inputs), "seed": args.seed,
+                "options": {"fmt": S.name, "modes": list(modes), "inputs": str(args.inputs), "seed": args.seed,
                             "sizes": args.size, "fusion": None if args.fusion is None else args.fusion.spec,
                             "kernels": None if args.kernels is None else args.kernels.spec,
                             "library": None if args.library is None else args.library.spec,

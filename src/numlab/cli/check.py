@@ -2,7 +2,7 @@
 
 ::
 
-    numlab check CLAIM MODEL --dtype D --trials N [--search adversarial] [--out DIR]
+    numlab check CLAIM MODEL --fmt D --trials N [--search adversarial] [--out DIR]
                              [--kernels SPEC] [--library SPEC]
     numlab check CLAIM MODEL|--graph MODULE:FUNCTION --inputs FILE.npz|DIR [--observed DIR|FILE.npz]
     numlab check plan [--out DIR] [--trials N] [--quick] [--force] [--fusion SPEC[,SPEC...]]...
@@ -55,8 +55,9 @@ import numpy as np
 from .. import claims as C
 from .. import plots, report, zoo
 from ..compare.layouts import load_any
-from ..contract import PRESETS
-from ..determinism import EXEC_MODES, INJECTIONS, check_determinism
+from ..contract import CONTRACT_PRESETS
+from ..determinism import INJECTIONS, check_determinism
+from ..execute import MODES
 from ..fusion import FusionOptions
 from .options import (
     add_shared,
@@ -101,7 +102,7 @@ def add_parser(sub) -> None:
         cp = csub.add_parser(name, help=claim.statement, description=claim.statement, epilog=GIVEN_INPUTS)
         add_shared(cp, model="a zoo model (numlab.zoo.MODELS), a claims model (numlab.claims.EXTRA_MODELS) "
                    "or module:function (or give --graph)", model_required=False, graph=True,
-                   dtype="fp16", fusion="(the stated plan)", size="", seed=0,
+                   fmt="fp16", fusion="(the stated plan)", size="", seed=0,
                    inputs="normal,uniform,shifted_mean,heavy_tailed,near_overflow", inputs_multi=True,
                    inputs_files=True,
                    out="data/counterexamples", force="(a different counterexample file of the same name)")
@@ -120,7 +121,7 @@ def add_parser(sub) -> None:
                              "they do not generate (default handwritten), same grammar as --kernels")
         cp.add_argument("--contract", default=None, metavar="SPEC", type=contract_type,
                         help="the execution contract error_within_bound and bound_no_worse hold the outputs to "
-                             f"(default: derived from --kernels/--library; presets {sorted(PRESETS)}, "
+                             f"(default: derived from --kernels/--library; presets {sorted(CONTRACT_PRESETS)}, "
                              "e.g. 'triton_cuda' or 'torch_cpu:libm_ulps=2')")
         cp.add_argument("--trials", type=int, default=100, help="random trials (default 100)")
         cp.add_argument("--search", choices=("random", "adversarial"), default="random")
@@ -163,9 +164,9 @@ def _add_determinism_parser(csub) -> None:
         "determinism", help="compile and run MODEL in N processes; compare fingerprints and bits",
         description="Compile determinism (same fingerprint and plan in every process) and execution "
                     "determinism (same output bits), each process with its own PYTHONHASHSEED.")
-    add_shared(p, model="a zoo model (numlab.zoo.MODELS) or module:function", dtype="fp16", size="",
+    add_shared(p, model="a zoo model (numlab.zoo.MODELS) or module:function", fmt="fp16", size="",
                fusion="(fused modes)", kernels="(default: the mode's)", inputs="normal", seed=0)
-    p.add_argument("--mode", default="fused", choices=EXEC_MODES, help="execution mode (default fused)")
+    p.add_argument("--mode", default="fused", choices=MODES, help="execution mode (default fused)")
     p.add_argument("--runs", type=int, default=3, help="processes (default 3, >= 2)")
     p.add_argument("--order", default=None,
                    help="reduction order for every reduction: 'atomic' (schedule order; unseeded without "
@@ -185,7 +186,7 @@ def _run_determinism(args) -> int:
         raise ValueError(f"MODEL {args.model!r} is a claims model; check determinism takes a zoo model or "
                          f"module:function (its worker processes rebuild it), e.g. "
                          f"{C.EXTRA_MODELS[args.model].__module__}:{C.EXTRA_MODELS[args.model].__name__}")
-    rep = check_determinism(args.model, fmt=args.dtype, mode=args.mode, runs=args.runs, sizes=args.size,
+    rep = check_determinism(args.model, fmt=args.fmt, mode=args.mode, runs=args.runs, sizes=args.size,
                             kernels=args.kernels, fusion=args.fusion, order=args.order,
                             seed=args.schedule_seed, input_kind=args.inputs, input_seed=args.seed, inject=args.inject,
                             timeout=args.timeout)
@@ -360,9 +361,9 @@ def _run_given(args) -> int:
     observed = None if args.observed is None else _observed(args.observed, names, graph.outputs)
     fusion = FusionOptions.parse(args.fusion)
     what = f"observed={args.observed}" if observed is not None else "fused=numlab's model"
-    print(f"numlab check {args.claim} {graph.name}: dtype={args.dtype.name} fusion={fusion.spec}"
+    print(f"numlab check {args.claim} {graph.name}: fmt={args.fmt.name} fusion={fusion.spec}"
           f"{_kernels_text(args)} inputs={args.inputs} {what}")
-    rep = C.check(args.claim, graph, inputs=inputs, observed=observed, fmt=args.dtype.name, fusion=fusion.spec,
+    rep = C.check(args.claim, graph, inputs=inputs, observed=observed, fmt=args.fmt.name, fusion=fusion.spec,
                   save=None if args.no_save else args.out, shrink_cex=not args.no_shrink, force=args.force,
                   kernels=args.kernels, library=args.library, contract=args.contract)
     return _print_verdict(args, rep)
@@ -383,14 +384,14 @@ def _run_claim(args) -> int:
         raise ValueError(f"--trials={args.trials} must be >= 1")
     kinds = tuple(k.strip() for k in args.inputs.split(",") if k.strip())
     fusion = FusionOptions.parse(args.fusion)
-    print(f"numlab check {args.claim} {args.model}: dtype={args.dtype.name} fusion={fusion.spec}"
+    print(f"numlab check {args.claim} {args.model}: fmt={args.fmt.name} fusion={fusion.spec}"
           f"{_kernels_text(args)} inputs={','.join(kinds)} seed={args.seed} trials={args.trials} "
           f"search={args.search}")
     opts = C.SearchOptions(trials=args.trials, search=args.search, adversarial_steps=args.steps, kinds=kinds)
     ex, close = _executor(args.executor, args.workers)
     try:
         # claims.check takes the spec string (it stores it in the case record)
-        rep = C.check(args.claim, args.model, fmt=args.dtype.name, sizes=args.size, fusion=fusion.spec,
+        rep = C.check(args.claim, args.model, fmt=args.fmt.name, sizes=args.size, fusion=fusion.spec,
                       seed=args.seed, executor=ex, save=None if args.no_save else args.out, options=opts,
                       progress=args.progress, shrink_cex=not args.no_shrink, force=args.force,
                       kernels=args.kernels, library=args.library, contract=args.contract)

@@ -3,7 +3,7 @@ msprobe's columns (docs/compare.md).
 
 Same options as ``msit llm compare`` (``-gp/--golden-path``,
 ``-mp/--my-path``, ``-o/--output``, also spelled ``--out`` as in every
-numlab command; ``--dtype`` as everywhere): each path is a numlab, msprobe
+numlab command; ``--fmt`` as everywhere): each path is a numlab, msprobe
 (``dump.json``) or msit (``model_tree.json``) dump directory, or a single
 ``.npy`` file; ``-o`` is a ``.csv`` file or a directory that gets
 ``numlab_cmp_report_<timestamp>.csv``, header row first, with its JSON
@@ -28,7 +28,7 @@ from ..compare.table import format_number
 from ..execute import run
 from ..formats import Format, get_format
 from ..report import Column, render_table, wrap_lines
-from .options import add_shared, dtype_type, graph_and_inputs
+from .options import add_shared, fmt_type, graph_and_inputs
 
 ULP_WARN = 16.0
 """Default ``--ulp-warn``: a row that passes msprobe's thresholds with a
@@ -63,13 +63,13 @@ def add_parser(sub) -> None:
                size="(with --graph)", inputs="normal", inputs_files=True, seed=0)
     p.add_argument("--golden-mode", default="reference", choices=("reference", "eager"),
                    help="with --graph: the golden side is numlab's fp64 reference (default) or its "
-                        "eager run in --dtype")
+                        "eager run in --fmt")
     p.add_argument("-o", "--out", "--output", dest="output", default=None,
                    help="report .csv file, or a directory for numlab_cmp_report_<time>.csv; the "
                         "run's description goes to the same name ending .json (default: no file, "
                         "print only)")
     p.add_argument("--force", action="store_true", help="overwrite an existing report file (and its .json)")
-    p.add_argument("--dtype", default=None, metavar="FMT", type=dtype_type(),
+    p.add_argument("--fmt", default=None, metavar="FMT", type=fmt_type(),
                    help="storage format S for the ULP columns (default: my dump's dtype)")
     p.add_argument("--cosine", type=float, default=Thresholds.cosine,
                    help="msprobe COS_THRESHOLD (default 0.99)")
@@ -146,7 +146,7 @@ def _golden(args):
         raise ValueError(f"give -gp/--golden-path or --graph, not both (-gp {args.golden_path!r}, "
                          f"--graph {model!r})")
     graph, inputs = graph_and_inputs(args)
-    res = run(graph, inputs, mode=args.golden_mode, fmt=args.dtype or get_format("fp32"), seed=args.seed)
+    res = run(graph, inputs, mode=args.golden_mode, fmt=args.fmt or get_format("fp32"), seed=args.seed)
     mine = load_any(args.my_path, verify=not args.no_verify, strict=False)
     outs = list(graph.outputs)
     if len(mine) == 1 and mine.names[0] not in res.values and len(outs) == 1:
@@ -166,7 +166,7 @@ def main(args) -> int:
     # refuse an existing report before spending the compare on it
     out = report_path(args.output, force=args.force) if args.output else None
     golden = _golden(args)
-    report = compare_dumps(golden, args.my_path, fmt=args.dtype, thresholds=th,
+    report = compare_dumps(golden, args.my_path, fmt=args.fmt, thresholds=th,
                            chunk_elems=args.chunk, verify=not args.no_verify, flavor=args.flavor)
     if out is not None:  # saved before printing: a closed stdout cannot lose the report
         out = report.to_csv(out, force=args.force, options=command_options(args))

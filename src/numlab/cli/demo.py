@@ -33,9 +33,9 @@ from .. import __version__, plots, report, zoo
 from .. import _json as strict_json
 from ..experiments import (
     CHAIN_NS,
-    MATRIX_KINDS,
+    MATRIX_FUSIONS,
+    MATRIX_INPUT_KINDS,
     MATRIX_NOTE,
-    MATRIX_PRESETS,
     QUICK_MODELS,
     SCALED_MODEL,
     SOURCE_COLUMNS,
@@ -207,7 +207,7 @@ class DemoConfig:
     fmts: tuple = FMTS
     chain_ns: tuple = CHAIN_NS
     chain_size: int = 2048
-    matrix_kinds: tuple = MATRIX_KINDS
+    matrix_kinds: tuple = MATRIX_INPUT_KINDS
     trials: int = 20
     claim_kinds: tuple = ("normal", "heavy_tailed")
 
@@ -230,7 +230,7 @@ def _compute(cfg: DemoConfig, fo: FusionOptions, kind: str, seed: int) -> dict:
                 for dt, (errs, b) in chain.items()}
     return {"config": cfg, "fusion": fo.spec, "kind": kind, "seed": seed, "rows": rows, "extra": extra,
             "chain": chain, "chain_ok": chain_ok,
-            "verdicts": verdict_matrix(cfg.models, cfg.fmts, MATRIX_PRESETS, cfg.matrix_kinds, seed=seed),
+            "verdicts": verdict_matrix(cfg.models, cfg.fmts, MATRIX_FUSIONS, cfg.matrix_kinds, seed=seed),
             "sources": source_rows(quick=cfg.quick, seed=seed),
             "scaled_claims": scaled_claims(cfg.fmts, trials=cfg.trials, fusion=fo, kinds=cfg.claim_kinds,
                                            seed=seed)}

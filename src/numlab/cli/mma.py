@@ -38,7 +38,7 @@ from ..claims import SearchOptions, check, get_claim, model_sizes
 from ..kernels import KernelSpec
 from ..kernels.grammar import parse_unit, unit_string
 from ..kernels.mma_lab import DEEPSEEK_NC, SWEEP_KS, e4m3_inputs, k_sweep, preset_errors
-from ..kernels.mma_presets import PRESETS
+from ..kernels.mma_presets import UNIT_PRESETS
 from ..report import render_table
 from .demo import resolve_out_dir
 from .options import add_shared, arg_type, model_type
@@ -135,7 +135,7 @@ def sweep_report(unit="H100/fp8_e4m3/fp32", *, ks=SWEEP_KS, M: int = 16, N: int 
                   f"inputs {kind} (seed {seed}); errors against the exact product, without and with "
                   f"promotion to fp32 every N_C = {nc}"))
     a, b = e4m3_inputs(M, preset_k, N, seed, "uniform")
-    names = [n for n, u in PRESETS.items() if u.in_fmt == "fp8_e4m3"]
+    names = [n for n, u in UNIT_PRESETS.items() if u.in_fmt == "fp8_e4m3"]
     plain = {r["preset"]: r for r in preset_errors(a, b, names)}
     promoted = {r["preset"]: r for r in preset_errors(a, b, names, promote_every=nc)}
     prow = [{**plain[n], "rel_max_promoted": promoted[n]["rel_max"]} for n in plain]
@@ -244,7 +244,7 @@ def _sweep(args) -> int:
     if args.unit.in_fmt != "fp8_e4m3":
         raise ValueError(f"--unit {unit_string(args.unit)!r} takes {args.unit.in_fmt}; the sweep multiplies "
                          f"e4m3 data: choose a unit with in_fmt fp8_e4m3, e.g. "
-                         f"{[n for n, u in PRESETS.items() if u.in_fmt == 'fp8_e4m3'][:4]}")
+                         f"{[n for n, u in UNIT_PRESETS.items() if u.in_fmt == 'fp8_e4m3'][:4]}")
     text, data = sweep_report(args.unit, ks=args.ks, M=args.m, N=args.n, nc=args.nc, kinds=args.kind,
                               seed=args.seed, preset_k=args.preset_k, claims_model=args.claims_model,
                               trials=args.trials)

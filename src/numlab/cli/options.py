@@ -7,9 +7,9 @@ that apply to it)::
                           (numlab.claims.EXTRA_MODELS), or "module:function"
     --graph MODEL         the same thing as an option (one meaning, one
                           loader: :func:`load_graph`); give one of the two
-    --dtype FMT           storage format S
+    --fmt FMT             storage format S
     --size NAME=INT       model size, repeatable (NAME=INT,NAME=INT also works)
-    --inputs KIND|FILE    input kind (numlab.zoo.KINDS), or a .npz file / a
+    --inputs KIND|FILE    input kind (numlab.zoo.INPUT_KINDS), or a .npz file / a
                           directory of .npy files (commands that run one graph)
     --fusion SPEC         fusion spec (FusionOptions.parse), default "autofuse"
     --kernels SPEC        kernel spec (KernelSpec.parse)
@@ -44,7 +44,7 @@ argparse ``type=`` converter that raises ``ArgumentTypeError`` naming the
 option, the value and the valid choices, so a bad value stops at parse time
 (exit 2).  After parsing ``args.fusion`` is a
 :class:`~numlab.fusion.FusionOptions` (None when not given), ``args.kernels`` a
-:class:`~numlab.kernels.KernelSpec`, ``args.dtype`` a Format, ``args.size``
+:class:`~numlab.kernels.KernelSpec`, ``args.fmt`` a Format, ``args.size``
 a dict, ``args.inputs`` a kind string (a comma list where the command
 cycles over kinds) or a :class:`pathlib.Path`.  :func:`coerce` (called by
 :func:`numlab.cli.main`) finishes the job (merges ``--size``, flattens
@@ -72,7 +72,7 @@ from ..graph import Graph, function_inputs, load_inputs, read_arrays, trace_func
 from ..kernels import KernelSpec
 
 __all__ = ["SPEC_OPTIONS", "FUSION_HELP", "KERNELS_HELP", "GRAMMAR", "add_shared", "coerce", "join_spec_values",
-           "resolve_model", "build_model", "model_inputs", "arg_type", "nonneg_int", "seed_type", "dtype_type",
+           "resolve_model", "build_model", "model_inputs", "arg_type", "nonneg_int", "seed_type", "fmt_type",
            "models_type", "fusion_type", "fusion_list_type", "kernels_type", "size_type", "model_type",
            "MODEL_HELP", "GRAPH_HELP", "load_graph", "graph_and_inputs", "is_torch_function", "import_function",
            "given_options"]
@@ -99,7 +99,7 @@ MODEL              a zoo model, a claims model, or module:function: a function
                    PyTorch function of the --inputs arrays (parameters = array
                    names), or a factory of the --size values returning a Graph
 --graph MODEL      the same as MODEL, as an option (give one of the two)
---dtype FMT        storage format S: fp16, bf16, fp32, fp8 formats, ...
+--fmt FMT          storage format S: fp16, bf16, fp32, fp8 formats, ...
 --size NAME=INT    a model size, repeatable (NAME=INT,NAME=INT also works)
 --inputs KIND|FILE input kind: normal, uniform, shifted_mean, near_overflow,
                    heavy_tailed; or (run, bisect) a .npz of named arrays or a
@@ -178,8 +178,8 @@ def nonneg_int(option: str):
 seed_type = nonneg_int("--seed")
 
 
-def dtype_type(choices=None, option: str = "--dtype"):
-    """``--dtype`` converter: a Format (any of numlab.formats.FORMATS), or,
+def fmt_type(choices=None, option: str = "--fmt"):
+    """``--fmt`` converter: a Format (any of numlab.formats.FORMATS), or,
     with ``choices``, the name checked against them."""
     if choices is None:
         return arg_type(option, lambda v: get_format(v, option))
@@ -309,16 +309,16 @@ def _inputs(multi: bool, files: bool):
 
     def conv(value: str):
         kinds = [k.strip() for k in value.split(",") if k.strip()]
-        if kinds and all(k in zoo.KINDS for k in kinds) and (multi or len(kinds) == 1):
+        if kinds and all(k in zoo.INPUT_KINDS for k in kinds) and (multi or len(kinds) == 1):
             return ",".join(kinds)
         p = Path(value)
         if files and (p.suffix == ".npz" or p.is_dir() or p.exists()):
             if not (p.is_dir() or (p.is_file() and p.suffix == ".npz")):
                 raise ValueError(f"--inputs {value!r}: no such .npz file or directory of .npy files")
             return p
-        bad = [k for k in kinds if k not in zoo.KINDS] or kinds
+        bad = [k for k in kinds if k not in zoo.INPUT_KINDS] or kinds
         tail = " or a .npz file / a directory of NAME.npy files" if files else ""
-        raise ValueError(f"--inputs {value!r}: {bad} not {what}; valid kinds: {list(zoo.KINDS)}{tail}")
+        raise ValueError(f"--inputs {value!r}: {bad} not {what}; valid kinds: {list(zoo.INPUT_KINDS)}{tail}")
 
     return arg_type("--inputs", conv, "inputs")
 
@@ -350,7 +350,7 @@ contract_type = arg_type("--contract", _contract_spec, "contract")
 # ---------------------------------------------------------------------------
 # registration
 # ---------------------------------------------------------------------------
-def add_shared(p: argparse.ArgumentParser, *, model=_UNSET, graph=_UNSET, dtype=_UNSET, size=_UNSET, inputs=_UNSET,
+def add_shared(p: argparse.ArgumentParser, *, model=_UNSET, graph=_UNSET, fmt=_UNSET, size=_UNSET, inputs=_UNSET,
                fusion=_UNSET, kernels=_UNSET, seed=_UNSET, out=_UNSET, force=_UNSET,
                inputs_multi: bool = False, inputs_files: bool = False, model_required: bool = True) -> None:
     """Register the shared options on subparser ``p``.
@@ -359,7 +359,7 @@ def add_shared(p: argparse.ArgumentParser, *, model=_UNSET, graph=_UNSET, dtype=
     subject and default: ``model`` (help str, or True; ``MODEL`` positional,
     optional when not ``model_required``), ``graph`` (help str or True;
     ``--graph MODEL``, the option spelling of ``MODEL``: :func:`coerce`
-    moves it to ``args.model`` and refuses both), ``dtype`` / ``inputs`` / ``seed``
+    moves it to ``args.model`` and refuses both), ``fmt`` / ``inputs`` / ``seed``
     / ``out`` (default value), ``size`` / ``fusion`` / ``kernels`` /
     ``force`` (help suffix, or True).  ``inputs_multi``: ``--inputs`` takes
     a comma list of kinds (the command cycles over them); ``inputs_files``:
@@ -371,9 +371,9 @@ def add_shared(p: argparse.ArgumentParser, *, model=_UNSET, graph=_UNSET, dtype=
     if graph is not _UNSET:
         p.add_argument("--graph", default=None, metavar="MODULE:FUNCTION", type=graph_type,
                        help=graph if isinstance(graph, str) else GRAPH_HELP)
-    if dtype is not _UNSET:
-        p.add_argument("--dtype", default=dtype, metavar="FMT", type=dtype_type(),
-                       help=f"storage format S, one of {', '.join(FORMATS)}" + (f" (default {dtype})" if dtype else ""))
+    if fmt is not _UNSET:
+        p.add_argument("--fmt", default=fmt, metavar="FMT", type=fmt_type(),
+                       help=f"storage format S, one of {', '.join(FORMATS)}" + (f" (default {fmt})" if fmt else ""))
     if size is not _UNSET:
         p.add_argument("--size", action="append", default=[], metavar="NAME=INT", type=size_type,
                        help="model size, e.g. --size hidden=256 (repeatable)" + _suffix(size))
@@ -382,7 +382,7 @@ def add_shared(p: argparse.ArgumentParser, *, model=_UNSET, graph=_UNSET, dtype=
         extra = (" or a .npz file of named arrays / a directory of NAME.npy files (names and shapes "
                  "checked against the graph)") if inputs_files else ""
         p.add_argument("--inputs", default=inputs, metavar=metavar, type=_inputs(inputs_multi, inputs_files),
-                       help=f"input kind{'s' if inputs_multi else ''}: {', '.join(zoo.KINDS)}{extra} "
+                       help=f"input kind{'s' if inputs_multi else ''}: {', '.join(zoo.INPUT_KINDS)}{extra} "
                             f"(default {inputs})")
     if fusion is not _UNSET:
         p.add_argument("--fusion", default=None, metavar="SPEC", type=fusion_type,
@@ -632,6 +632,6 @@ def coerce(args: argparse.Namespace) -> argparse.Namespace:
     for opt in ("kernels", "library"):
         if isinstance(ns.get(opt), str):
             setattr(args, opt, KernelSpec.parse(ns[opt], arg=f"--{opt}"))
-    if isinstance(ns.get("dtype"), str):
-        args.dtype = get_format(args.dtype, "--dtype")
+    if isinstance(ns.get("fmt"), str):
+        args.fmt = get_format(args.fmt, "--fmt")
     return args

@@ -2,8 +2,8 @@
 
 Examples::
 
-    numlab reveal torch.sum --n 1000 --dtype fp32
-    numlab reveal numpy.sum --n 5000 --dtype fp16 --check-rows 20000
+    numlab reveal torch.sum --n 1000 --fmt fp32
+    numlab reveal numpy.sum --n 5000 --fmt fp16 --check-rows 20000
     numlab reveal 'torch.compile(torch.sum)' --n 1000
 
 Prints the revealed tree (compact form), the probe count and the bitwise
@@ -20,7 +20,7 @@ from ..kernels.reveal import INPUT_FORMATS, RevealError
 from ..kernels.reveal import check as check_order
 from ..kernels.reveal import reveal as reveal_tree
 from ..torch.reveal import FUNCTIONS, black_box
-from .options import dtype_type, seed_type
+from .options import fmt_type, seed_type
 
 ACCS = ("fp32", "fp64", "fp16", "bf16")
 
@@ -37,14 +37,14 @@ def reveal_report(func: str, n: int, fmt: str, *, check_rows: int = 10_000, seed
     if func not in FUNCTIONS:
         raise ValueError(f"FUNC {func!r} is not valid; valid choices: {list(FUNCTIONS)}")
     if fmt not in INPUT_FORMATS:
-        raise ValueError(f"--dtype {fmt!r} is not valid; valid choices: {list(INPUT_FORMATS)}")
+        raise ValueError(f"--fmt {fmt!r} is not valid; valid choices: {list(INPUT_FORMATS)}")
     if acc not in ACCS:
         raise ValueError(f"--acc {acc!r} is not valid; valid choices: {list(ACCS)}")
     _int_opt("--n", n, 1)
     _int_opt("--check-rows", check_rows, 1)
     _int_opt("--seed", seed, 0)
     box = black_box(func)
-    head = f"numlab reveal {func} --n {n} --dtype {fmt} (accumulator {acc})"
+    head = f"numlab reveal {func} --n {n} --fmt {fmt} (accumulator {acc})"
     try:
         r = reveal_tree(box, n, fmt, check_rows=0)
     except RevealError as exc:
@@ -61,7 +61,7 @@ def reveal_report(func: str, n: int, fmt: str, *, check_rows: int = 10_000, seed
 
 
 def _main(args) -> int:
-    text, rc = reveal_report(args.function, args.n, args.dtype_name, check_rows=args.check_rows,
+    text, rc = reveal_report(args.function, args.n, args.fmt.name, check_rows=args.check_rows,
                              seed=args.seed, acc=args.acc, width=args.width)
     print(text)
     sys.stdout.flush()
@@ -76,7 +76,7 @@ def add_parser(sub) -> None:
                                    "when not, 2 on bad arguments.")
     p.add_argument("function", metavar="FUNC", help=f"one of {list(FUNCTIONS)}")
     p.add_argument("--n", type=int, required=True, help="row length (elements summed)")
-    p.add_argument("--dtype", dest="dtype_name", default="fp32", metavar="FMT", type=dtype_type(INPUT_FORMATS),
+    p.add_argument("--fmt", default="fp32", metavar="FMT", type=fmt_type(INPUT_FORMATS),
                    help=f"input format: {', '.join(INPUT_FORMATS)} (default fp32)")
     p.add_argument("--acc", default="fp32", help=f"accumulator of the revealed tree in the check: "
                                                  f"{', '.join(ACCS)} (default fp32)")

@@ -1,4 +1,4 @@
-"""``numlab run MODEL|--graph MODULE:FUNCTION --dtype D --mode M --seed S [--size N=I] [--inputs KIND|FILE] [--fusion SPEC] [--kernels SPEC] [--library SPEC] [--dump DIR [--dump-layout numlab|msprobe|msit] [--force]]``.
+"""``numlab run MODEL|--graph MODULE:FUNCTION --fmt D --mode M --seed S [--size N=I] [--inputs KIND|FILE] [--fusion SPEC] [--kernels SPEC] [--library SPEC] [--dump DIR [--dump-layout numlab|msprobe|msit] [--force]]``.
 
 Runs a model (a zoo model, a claims model, or your own ``module:function``:
 a numpy/numlab or PyTorch function traced on the ``--inputs`` arrays, or a
@@ -61,9 +61,9 @@ def add_parser(sub) -> None:
 
 
 def add_model_args(p, fused_only: str = "") -> None:
-    """The shared options ``run`` and ``bisect`` take: --dtype, --seed,
+    """The shared options ``run`` and ``bisect`` take: --fmt, --seed,
     --inputs KIND|FILE, --size, --fusion."""
-    add_shared(p, dtype="fp16", seed=0, inputs="normal", size="", fusion=fused_only, inputs_files=True)
+    add_shared(p, fmt="fp16", seed=0, inputs="normal", size="", fusion=fused_only, inputs_files=True)
 
 
 def build(model: str | None, sizes: dict):
@@ -110,7 +110,7 @@ def main(args) -> int:
         raise ValueError(f"--dump-layout {args.dump_layout} needs --dump DIR")
     if args.dump:  # refuse an existing dump before running, not after
         check_target(Path(args.dump), args.force)
-    S = args.dtype
+    S = args.fmt
     graph, inputs = graph_and_inputs(args)
     kw = {}
     fused = args.mode in ("fused", "emulated_casts")
@@ -132,7 +132,7 @@ def main(args) -> int:
     if args.kernels is not None:
         kw["kernels"] = args.kernels
     res = run(graph, inputs, mode=args.mode, fmt=S, seed=args.seed, **kw)
-    head = f"{model}: mode={res.mode} dtype={res.fmt.name} seed={args.seed}"
+    head = f"{model}: mode={res.mode} fmt={res.fmt.name} seed={args.seed}"
     if fused:
         head += f" fusion={kw['fusion'].spec}"
     if res.kernels is not None:

@@ -89,7 +89,7 @@ class BisectReport(Compact):
     """What :func:`bisect_run` tried and found."""
 
     model: str
-    storage: str
+    fmt: str
     baseline: CompareReport | None = None
     trials: list[Trial] = field(default_factory=list)
     fixing_kinds: list[str] = field(default_factory=list)
@@ -106,7 +106,7 @@ class BisectReport(Compact):
     def text(self, trials: bool = True) -> str:
         """What was found; ``trials=False`` leaves out the list of runs tried
         (the CLI has already printed them one by one)."""
-        lines = [f"bisect {self.model} (storage {self.storage}): eager vs fused"]
+        lines = [f"bisect {self.model} (storage {self.fmt}): eager vs fused"]
         if self.baseline is None:
             return "\n".join(lines + ["  no baseline"])
         fd = self.baseline.first_divergence
@@ -158,7 +158,7 @@ class BisectReport(Compact):
                 ("culprit range", f"{len(self.culprit_range)} nodes ({self.range_tests} range runs): "
                                   + _names(self.culprit_range) if self.culprit_range else None),
                 ("more culprits", f"{len(self.more_culprits)} range(s)" if self.more_culprits else None)]
-        return f"BisectReport: {self.model} (storage {self.storage}), diverges {self.diverges}", rows
+        return f"BisectReport: {self.model} (storage {self.fmt}), diverges {self.diverges}", rows
 
 
 def _names(names, limit: int = 8) -> str:
@@ -170,21 +170,21 @@ def _names(names, limit: int = 8) -> str:
 # --------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------
-def _run(graph, inputs, mode, storage, *, variant: bool = True, **kw):
+def _run(graph, inputs, mode, fmt, *, variant: bool = True, **kw):
     """One run; a ``variant`` (a fusion kind off, a source aligned, a
     subgraph) warns about no knob (:func:`numlab.execute.quiet`): a knob
     that changes nothing there is expected."""
     if not variant:
-        return run(graph, inputs, mode=mode, fmt=storage, **kw)
+        return run(graph, inputs, mode=mode, fmt=fmt, **kw)
     with quiet():
-        return run(graph, inputs, mode=mode, fmt=storage, **kw)
+        return run(graph, inputs, mode=mode, fmt=fmt, **kw)
 
 
-def _storage_arg(storage, where: str):
-    """The storage format S (``storage=`` is required)."""
-    if storage is None:
-        raise TypeError(f"{where}: storage= (the storage format S, e.g. 'fp16') is required")
-    return get_format(storage, "storage")
+def _fmt_arg(fmt, where: str):
+    """The storage format S (``fmt=`` is required)."""
+    if fmt is None:
+        raise TypeError(f"{where}: fmt= (the storage format S, e.g. 'fp16') is required")
+    return get_format(fmt, "fmt")
 
 
 def _kernel_args(kernels, library):
@@ -238,12 +238,12 @@ def range_graph(graph, lo: int, hi: int):
     return Graph(ins, nodes, outs, name=f"{graph.name}[{lo}:{hi}]", roles=roles)
 
 
-def range_diverges(graph, golden_values: Mapping, lo: int, hi: int, *, storage=None,
+def range_diverges(graph, golden_values: Mapping, lo: int, hi: int, *, fmt=None,
                    fused_kw: Mapping, eager_kw: Mapping | None = None,
                    thresholds: Thresholds | None = None):
     """Run ``graph.nodes[lo:hi]`` alone, eager and fused, on golden inputs
-    in the storage format ``storage``; return ``(diverges, report)``."""
-    S = _storage_arg(storage, "range_diverges")
+    in the storage format ``fmt``; return ``(diverges, report)``."""
+    S = _fmt_arg(fmt, "range_diverges")
     sub = range_graph(graph, lo, hi)
     xs = _f64_inputs(golden_values, sub)
     e = _run(sub, xs, "eager", S, **dict(eager_kw or {}))
@@ -307,7 +307,7 @@ def bisect_run(
     graph,
     inputs: Mapping,
     *,
-    storage=None,
+    fmt=None,
     fusion=None,
     kernels=None,
     library=None,
@@ -324,8 +324,8 @@ def bisect_run(
     ----------
     graph : numlab.graph.Graph
     inputs : dict
-        Graph inputs (rounded to ``storage`` by the executors).
-    storage : Format or str
+        Graph inputs (rounded to ``fmt`` by the executors).
+    fmt : Format or str
         The storage format S.
     fusion : FusionOptions or str, optional
         The fused configuration under suspicion (default ``FusionOptions()``;
@@ -351,7 +351,7 @@ def bisect_run(
     -------
     BisectReport
     """
-    S = _storage_arg(storage, "bisect_run")
+    S = _fmt_arg(fmt, "bisect_run")
     valid = ("fusion", "sources", "ranges")
     bad = [s for s in stages if s not in valid]
     if bad:
@@ -418,7 +418,7 @@ class _Bisection:
         """Stage 1: each enabled fusion kind off, then decomposition, then all fusion."""
         rep = self.rep
         self.say("stage 1: fusion kinds switched off one at a time")
-        for kind in [k for k in F.KINDS if k in opts.enabled]:
+        for kind in [k for k in F.FUSION_KINDS if k in opts.enabled]:
             if not self.trial("fusion", f"--autofuse_disable_pass={kind}",
                               fusion=opts.disable(kind)).diverges:
                 rep.fixing_kinds.append(kind)
@@ -449,7 +449,7 @@ class _Bisection:
         last: dict = {}
 
         def test(lo, hi):
-            d, r = range_diverges(graph, golden, lo, hi, storage=self.S, fused_kw=fkw,
+            d, r = range_diverges(graph, golden, lo, hi, fmt=self.S, fused_kw=fkw,
                                   eager_kw=self.eager_kw, thresholds=self.th)
             last["report"] = r
             return d
@@ -486,7 +486,7 @@ class WorkflowReport(Compact):
     """Result of :func:`precision_workflow`, one entry per step."""
 
     model: str
-    storage: str
+    fmt: str
     single_ops: list[dict] = field(default_factory=list)
     eager_vs_ref: CompareReport | None = None
     fused_vs_eager: CompareReport | None = None
@@ -499,7 +499,7 @@ class WorkflowReport(Compact):
         return [s for s in self.single_ops if s["fails"]]
 
     def text(self) -> str:
-        L = [f"graph-mode precision workflow: {self.model} (storage {self.storage})"]
+        L = [f"graph-mode precision workflow: {self.model} (storage {self.fmt})"]
         L.append("step 1  each operator alone (its own graph, fp64 reference as golden):")
         for s in self.single_ops:
             L.append(f"   {s['node']:<22} {s['op']:<12} eager max ulp {s['eager_max_ulp']:>9.3g}  "
@@ -540,14 +540,14 @@ class WorkflowReport(Compact):
                 ("fusion rules off", None if self.bisect is None else
                  _names(self.bisect.fixing_kinds) + " remove the divergence"),
                 ("conclusion", self.conclusion)]
-        return f"WorkflowReport: {self.model} (storage {self.storage})", rows
+        return f"WorkflowReport: {self.model} (storage {self.fmt})", rows
 
 
 def precision_workflow(
     graph,
     inputs: Mapping,
     *,
-    storage=None,
+    fmt=None,
     fusion=None,
     kernels=None,
     library=None,
@@ -569,11 +569,11 @@ def precision_workflow(
        and compared with :func:`compare_dumps`: first divergence.
     4. **Fusion rules off** -- stage 1 of :func:`bisect_run`.
 
-    ``storage`` is the storage format S.  ``fusion``, ``kernels`` and ``library`` are
+    ``fmt`` is the storage format S.  ``fusion``, ``kernels`` and ``library`` are
     objects or spec strings, as in :func:`bisect_run`.  The thresholds (default msprobe's)
     decide every "fails".
     """
-    S = _storage_arg(storage, "precision_workflow")
+    S = _fmt_arg(fmt, "precision_workflow")
     fusion = None if fusion is None else F.FusionOptions.parse(fusion, arg="fusion")
     kernels, library = _kernel_args(kernels, library)
     th = thresholds or Thresholds()
@@ -611,7 +611,7 @@ def precision_workflow(
     # 4. fusion rules off
     if rep.fused_vs_eager.failing:
         say("step 4: fusion rules switched off one at a time")
-        rep.bisect = bisect_run(graph, inputs, storage=S, fusion=fusion, kernels=kernels, library=library,
+        rep.bisect = bisect_run(graph, inputs, fmt=S, fusion=fusion, kernels=kernels, library=library,
                                 thresholds=th, model=rep.model, stages=("fusion",), log=log)
 
     rep.conclusion = _conclusion(rep)

@@ -27,7 +27,7 @@ import contextlib
 import dataclasses
 import warnings
 
-from ..kernels.grammar import PRESETS, spec_diff, unit_string
+from ..kernels.grammar import SPEC_PRESETS, spec_diff, unit_string
 
 __all__ = ["FUSED_MODES", "FIELD_READERS", "KNOWN_OPS", "NoEffectWarning", "runs_codegen",
            "governing_arg", "reads", "no_effect", "quiet"]
@@ -186,7 +186,7 @@ def _field_findings(arg, given, default, other, mode, rows, aligned, sources):
     per reason, naming every such field.  A spec that differs from
     ``default`` only by its preset warns as a whole when no node computes
     with it."""
-    base = getattr(type(given), given.name)() if given.name in PRESETS else default
+    base = getattr(type(given), given.name)() if given.name in SPEC_PRESETS else default
     groups: dict = {}
     for field, item in spec_diff(given, base):
         if field == "name":

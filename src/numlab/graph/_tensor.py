@@ -365,8 +365,8 @@ class Tensor:
     def broadcast_to(self, shape):
         return _ops.broadcast_to(self, shape)
 
-    def astype(self, to):
-        return _ops.cast(self, to)
+    def astype(self, fmt):
+        return _ops.cast(self, fmt)
 
     def __getitem__(self, key):
         """Basic indexing: ints, slices (positive steps), ``...`` and ``None``

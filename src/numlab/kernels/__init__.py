@@ -35,7 +35,7 @@ The easy way: a :class:`KernelSpec` applied to a storage format ``S``::
     spec = K.KernelSpec.handwritten()           # eager; K.KernelSpec.codegen() for fused
     # eager node: reads S values, returns S (S.container)
     y = spec.reduce(x, "sum", axis=-1, storage="fp16")
-    y = spec.reduce(x, "var", axis=-1, storage="fp16", ddof=0)
+    y = spec.reduce(x, "var", axis=-1, storage="fp16", correction=0)
     y = spec.mul_scalar(x, 0.125, storage="fp16")
     y = spec.unary("rsqrt", x, storage="fp16")   # also reciprocal sqrt exp log tanh erf sigmoid gelu
     y = spec.div(a, b, storage="fp16")

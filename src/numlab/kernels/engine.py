@@ -8,8 +8,10 @@ inside a fused block, its tile, its schedule seed) and its input values::
     v = layer_norm(ctx, x, gamma, beta, axis=(1,), eps=1e-5)   # fp32 values
     y = ctx.store(v)                                           # S, rounded per spec
 
-Every operator of :mod:`numlab.ops` names its kernel function here
-(``OpInfo.kernel``); :func:`numlab.execute.run` only orchestrates (plans,
+Every operator of :mod:`numlab.ops` names its kernel function
+(``OpInfo.kernel``): most live here; softplus's and hardswish's beside their
+registrations in :mod:`numlab.ops`, and the block-scaled operators' in
+:mod:`numlab.kernels.scaled`.  :func:`numlab.execute.run` only orchestrates (plans,
 feeds blocks, stores to S) and :class:`KernelSpec`'s methods (``reduce``,
 ``mul_scalar``, ``unary``, ``div``, ``multiply_add``, ``matmul``) are thin
 calls into the same :class:`Ctx` code, so there is exactly one code path
@@ -297,7 +299,7 @@ class Ctx:
             r = _welford(flat, self.ar, int(correction))[1]
         else:
             r = _kreduce(flat, op, -1, order=self.order(), acc=self.acc, out=self.inner,
-                         variance=self.spec.variance, ddof=int(correction))
+                         variance=self.spec.variance, correction=int(correction))
         r = _f32(r)
         if keepdims:
             r = r.reshape(tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
@@ -342,12 +344,12 @@ def _axes_last(x: np.ndarray, axes: tuple) -> np.ndarray:
     return np.transpose(x, rest + list(axes)).reshape(tuple(x.shape[i] for i in rest) + (n,))
 
 
-def _welford(x: np.ndarray, ar, ddof: int):
+def _welford(x: np.ndarray, ar, correction: int):
     """Welford's mean and variance along the last axis with every operation
     rounded by ``ar`` (a ``kernels._common.Arith``): the same operations in
     the same order as ``kernels.reduce(op="var", variance="welford")``
     (``d = x_k - m; m = m + d/fl(k+1); M2 = M2 + d*(x_k - m)``; var
-    ``M2/fl(n - ddof)``), so the variance is bitwise the kernel's (tested).
+    ``M2/fl(n - correction)``), so the variance is bitwise the kernel's (tested).
     Runs on a transposed contiguous copy (each step reads one contiguous
     row) with preallocated buffers when ``ar`` is native fp32, compiled
     (:func:`numlab.kernels._accel.welford32`, bit-identical; ``NUMLAB_ACCEL=0``
@@ -364,7 +366,7 @@ def _welford(x: np.ndarray, ar, ddof: int):
         # compiled: the same float32 operations in the same order (numba)
         if not (ar.native and ar.dtype == np.float32 and _accel.welford32(xt, m, m2)):
             m, m2 = welford_steps(xt, ar, m, m2)
-        var = ar.div(m2, ar.round(np.float64(n - ddof)))
+        var = ar.div(m2, ar.round(np.float64(n - correction)))
     return np.asarray(m).reshape(lead), np.asarray(var).reshape(lead)
 
 

@@ -35,14 +35,13 @@ import dataclasses
 from ..formats import Format
 from .hardware import Hardware
 from .mma import MatrixUnit
-from .mma_presets import GPUS
-from .mma_presets import PRESETS as UNIT_PRESETS
+from .mma_presets import GPUS, UNIT_PRESETS
 from .mma_presets import preset as unit_preset
 
-__all__ = ["PRESETS", "GRAMMAR", "parse_kernel_spec", "kernel_spec_string", "split_top_level",
+__all__ = ["SPEC_PRESETS", "GRAMMAR", "parse_kernel_spec", "kernel_spec_string", "split_top_level",
            "parse_unit", "unit_string", "spec_diff"]
 
-PRESETS = ("handwritten", "codegen")
+SPEC_PRESETS = ("handwritten", "codegen")
 """Kernel presets of the grammar (``KernelSpec.handwritten()`` / ``.codegen()``)."""
 
 GRAMMAR = """\
@@ -235,8 +234,8 @@ def parse_kernel_spec(cls, spec, arg: str = "kernels"):
         )
     preset, colon, body = spec.strip().partition(":")
     preset = preset.strip()
-    if preset not in PRESETS:
-        raise ValueError(f"{arg}={spec!r}: preset {preset!r} is unknown; valid presets: {list(PRESETS)}")
+    if preset not in SPEC_PRESETS:
+        raise ValueError(f"{arg}={spec!r}: preset {preset!r} is unknown; valid presets: {list(SPEC_PRESETS)}")
     base = getattr(cls, preset)()
     if not colon:
         return base
@@ -306,7 +305,7 @@ def kernel_spec_string(obj) -> str:
     it, in field order (``hardware.<field>`` in place of ``hardware``).
     ``parse_kernel_spec(type(obj), kernel_spec_string(obj)) == obj``."""
     cls = type(obj)
-    diffs = {p: _diff(obj, getattr(cls, p)()) for p in PRESETS}
-    preset = obj.name if obj.name in PRESETS else min(PRESETS, key=lambda p: len(diffs[p]))
+    diffs = {p: _diff(obj, getattr(cls, p)()) for p in SPEC_PRESETS}
+    preset = obj.name if obj.name in SPEC_PRESETS else min(SPEC_PRESETS, key=lambda p: len(diffs[p]))
     items = diffs[preset]
     return preset + (":" + ",".join(items) if items else "")

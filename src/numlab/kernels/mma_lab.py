@@ -1,5 +1,5 @@
 """The matrix unit in the lab: matmuls of a graph on a modelled unit, and the
-experiments of issue #15 (the DeepSeek-V3 K sweep, presets side by side, one
+experiments on it (the DeepSeek-V3 K sweep, presets side by side, one
 block drawn bit by bit).
 
 * :func:`unit_matmul` is what the engine's matmul kernel calls when
@@ -27,13 +27,13 @@ import numpy as np
 from ..formats import get_format
 from ._common import round_to
 from .mma import MatrixUnit, mma
-from .mma_presets import PRESETS, preset
+from .mma_presets import UNIT_PRESETS, preset
 
 __all__ = ["unit_matmul", "exact_matmul", "e4m3_inputs", "k_sweep", "preset_errors", "block_bits",
            "SWEEP_KS", "DEEPSEEK_NC"]
 
 SWEEP_KS = (256, 512, 1024, 2048, 4096, 8192, 16384)
-"""K values of the default sweep (DeepSeek-V3 quote K = 4096; issue #15 asks up to 16384)."""
+"""K values of the default sweep (DeepSeek-V3 quote K = 4096; the sweep goes on to 16384)."""
 DEEPSEEK_NC = 128
 """N_C, the promotion interval of DeepSeek-V3 section 3.3.2 (four WGMMAs of 32)."""
 
@@ -167,10 +167,10 @@ def preset_errors(a, b, names=None, *, promote_every: int | None = None) -> list
     preset whose ``in_fmt`` holds the inputs, with its errors against the
     exact product, its parameters and its evidence."""
     exact = exact_matmul(a, b)
-    names = list(PRESETS) if names is None else list(names)
+    names = list(UNIT_PRESETS) if names is None else list(names)
     rows = []
     for n in names:
-        u = PRESETS[n] if n in PRESETS else preset(n)
+        u = UNIT_PRESETS[n] if n in UNIT_PRESETS else preset(n)
         f = get_format(u.in_fmt)
         if not (np.array_equal(round_to(np.asarray(a, np.float32), f, "rne"), a)
                 and np.array_equal(round_to(np.asarray(b, np.float32), f, "rne"), b)):

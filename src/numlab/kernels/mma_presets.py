@@ -68,7 +68,7 @@ from __future__ import annotations
 from ..formats import get_format
 from .mma import MatrixUnit
 
-__all__ = ["PRESETS", "GPUS", "preset", "preset_names"]
+__all__ = ["UNIT_PRESETS", "GPUS", "preset", "preset_names"]
 
 _REPO = "north-numerical-computing/MATLAB-tensor-core"
 _EVIDENCE = ("parameters only: no published GPU outputs with their inputs; "
@@ -196,13 +196,13 @@ def _build() -> dict[str, MatrixUnit]:
     return out
 
 
-PRESETS: dict[str, MatrixUnit] = _build()
+UNIT_PRESETS: dict[str, MatrixUnit] = _build()
 """Every preset, keyed ``"GPU/in_fmt/out_fmt"`` (e.g. ``"H100/fp8_e4m3/fp32"``)."""
 
 
 def preset_names() -> list[str]:
-    """The keys of :data:`PRESETS`."""
-    return list(PRESETS)
+    """The keys of :data:`UNIT_PRESETS`."""
+    return list(UNIT_PRESETS)
 
 
 def preset(gpu: str, in_fmt: str = "fp16", out_fmt: str = "fp32") -> MatrixUnit:
@@ -224,8 +224,8 @@ def preset(gpu: str, in_fmt: str = "fp16", out_fmt: str = "fp32") -> MatrixUnit:
     fin = get_format(in_fmt, "in_fmt").name
     fout = get_format(out_fmt, "out_fmt").name
     key = f"{g}/{fin}/{fout}"
-    if key not in PRESETS:
-        valid = [k.split("/", 1)[1] for k in PRESETS if k.startswith(g + "/")]
+    if key not in UNIT_PRESETS:
+        valid = [k.split("/", 1)[1] for k in UNIT_PRESETS if k.startswith(g + "/")]
         raise ValueError(f"{g} has no preset for in_fmt={fin!r}, out_fmt={fout!r}; "
                          f"valid in_fmt/out_fmt pairs for {g}: {valid}")
-    return PRESETS[key]
+    return UNIT_PRESETS[key]

@@ -846,7 +846,7 @@ def reduce(
     out=None,
     keepdims: bool = False,
     variance: str = "two_pass",
-    ddof: int = 0,
+    correction: int = 0,
     acc_rounding: str = "rne",
     out_rounding: str = "rne",
 ):
@@ -871,11 +871,11 @@ def reduce(
         Format of the result (rounded once from ``acc``); default ``acc``.
     keepdims : bool
     variance : {"two_pass", "welford", "textbook"}
-        ``two_pass``: m = mean(x) (order), fl(sum(fl(fl(x-m)^2)))/(n-ddof);
+        ``two_pass``: m = mean(x) (order), fl(sum(fl(fl(x-m)^2)))/(n-correction);
         ``welford``: sequential update (Welford 1962) ``d = x-m; m += d/k;
         M2 += d*(x-m)`` (the order is not used: it is inherently sequential);
-        ``textbook``: (sum(x^2) - sum(x)^2/n)/(n-ddof), each sum by ``order``.
-    ddof : int
+        ``textbook``: (sum(x^2) - sum(x)^2/n)/(n-correction), each sum by ``order``.
+    correction : int
         Delta degrees of freedom of ``var``.
     acc_rounding, out_rounding : str
         Rounding modes of the accumulator operations and of the final rounding.
@@ -886,21 +886,21 @@ def reduce(
         In ``out.container`` (float16 for fp16, bfloat16 for bf16, float32,
         float64).  NaN and inf propagate as IEEE 754 says.
     """
-    return _reduce(x, op, axis, order, acc, out, keepdims, variance, ddof, acc_rounding, out_rounding,
+    return _reduce(x, op, axis, order, acc, out, keepdims, variance, correction, acc_rounding, out_rounding,
                    reference=False)
 
 
 def _reduce_reference(x, op: str, axis: int = -1, *, order="pairwise", acc="fp32", out=None,
-                      keepdims: bool = False, variance: str = "two_pass", ddof: int = 0,
+                      keepdims: bool = False, variance: str = "two_pass", correction: int = 0,
                       acc_rounding: str = "rne", out_rounding: str = "rne"):
     """:func:`reduce` on the reference path only: the whole array rounded to ``acc``
     at once and every order's :meth:`Order._sum_reference` (its loops over the last
     axis).  Kept callable so tests can prove the fast path bit-identical to it."""
-    return _reduce(x, op, axis, order, acc, out, keepdims, variance, ddof, acc_rounding, out_rounding,
+    return _reduce(x, op, axis, order, acc, out, keepdims, variance, correction, acc_rounding, out_rounding,
                    reference=True)
 
 
-def _reduce(x, op, axis, order, acc, out, keepdims, variance, ddof, acc_rounding, out_rounding, *,
+def _reduce(x, op, axis, order, acc, out, keepdims, variance, correction, acc_rounding, out_rounding, *,
             reference: bool):
     check_choice("op", op, OPS)
     check_choice("variance", variance, VARIANCE_ALGORITHMS)
@@ -929,7 +929,7 @@ def _reduce(x, op, axis, order, acc, out, keepdims, variance, ddof, acc_rounding
         elif op == "mean":
             r = ar.div(osum(xw, ar), ar.round(np.float64(n)))
         else:
-            r = _variance(xw, osum, ar, variance, ddof)
+            r = _variance(xw, osum, ar, variance, correction)
     r = np.asarray(r)
     if keepdims:
         r = np.expand_dims(r, ax)
@@ -942,12 +942,12 @@ def _reduce(x, op, axis, order, acc, out, keepdims, variance, ddof, acc_rounding
     return res[()] if res.ndim == 0 else res
 
 
-def _variance(xw, osum, ar, algo, ddof):
+def _variance(xw, osum, ar, algo, correction):
     """Variance by ``algo``; ``osum(values, ar)`` sums the last axis in the chosen order."""
     n = xw.shape[-1]
-    if not isinstance(ddof, int | np.integer) or ddof < 0:
-        raise ValueError(f"ddof={ddof!r} is not valid; it must be an int >= 0")
-    nd = ar.round(np.float64(n - ddof))
+    if not isinstance(correction, int | np.integer) or correction < 0:
+        raise ValueError(f"correction={correction!r} is not valid; it must be an int >= 0")
+    nd = ar.round(np.float64(n - correction))
     if algo == "two_pass":
         m = ar.div(osum(xw, ar), ar.round(np.float64(n)))
         d = ar.sub(xw, m[..., None])

@@ -100,7 +100,7 @@ from ..scaled_formats import (
     MXFP8_E5M2,
     NVFP4,
     OVERFLOWS,
-    PRESETS,
+    SCALED_PRESETS,
     SCALE_APPLY,
     SCALE_FORMATS,
     SCALE_RULES,
@@ -117,7 +117,7 @@ __all__ = [
     "OVERFLOWS",
     "SCALE_APPLY",
     "ELEMENT_FORMATS",
-    "PRESETS",
+    "SCALED_PRESETS",
     "MXFP8_E4M3",
     "MXFP8_E5M2",
     "MXFP6_E2M3",
@@ -286,7 +286,7 @@ def _scales(fmt: ScaledFormat, amax: np.ndarray, ts, W):
 
 def quantize(x, fmt, *, pad: bool = False) -> Scaled:
     """Quantise ``x`` to the block-scaled format ``fmt`` (a :class:`ScaledFormat`
-    or a preset name of :data:`PRESETS`).
+    or a preset name of :data:`SCALED_PRESETS`).
 
     Vectorised: the last two axes are reshaped into blocks (rank 1 is one
     row); leading axes are batch axes.  ``pad=True`` zero-pads shapes that
@@ -388,7 +388,7 @@ def scaled_matmul_kernel(ctx, qa, sa, qb, sb, *, fmt_a, fmt_b):
     """Engine kernel of ``scaled_matmul`` (DeepSeek-V3's fp8 GEMM): per block
     of K (the operands' common block length along K), the product of the
     elements by ``ctx.matmul`` (the spec's matmul order and accumulator, or
-    its matrix unit when the spec names one: ``KernelSpec.mma``, issue #15),
+    its matrix unit when the spec names one: ``KernelSpec.mma``),
     then in the epilogue ``(p * sa) * sb`` added to the output, each step
     rounded to ``ctx.inner`` (their Triton kernel:
     ``acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]``).  Loops over K

@@ -315,14 +315,14 @@ class KernelSpec:
         return _E.Ctx(storage, self, fused=fused, live_buffers=live_buffers)
 
     def reduce(self, x, op: str, axis: int | None = -1, *, storage, fused: bool = False,
-               live_buffers: int | None = None, keepdims: bool = False, ddof: int = 0):
+               live_buffers: int | None = None, keepdims: bool = False, correction: int = 0):
         """``op`` over ``axis`` (an int, a tuple or None for all) with this
         spec's order, accumulator and variance algorithm; the result in S
         (eager) or fp32 (``fused``), rounded with ``vector_rounding``."""
         check_choice("op", op, OPS)
         c = self.ctx(storage, fused, live_buffers)
         x = _E._f32(x)
-        return c.store(c.reduce(x, op, _E._axes_of(x, axis), keepdims, ddof))
+        return c.store(c.reduce(x, op, _E._axes_of(x, axis), keepdims, correction))
 
     def mul_scalar(self, x, s, *, storage, fused: bool = False):
         """``x * s`` by this spec's instruction (``scalar_mul``,

@@ -56,10 +56,16 @@ Each operator has an :class:`OpInfo` in :data:`CATALOGUE` with
 
 :func:`_register` takes every field as a required keyword (a missing rule,
 kernel or ATen list is a registration error, never a silent default), so an
-operator lives in one registration: adding one (see ``softplus`` and
-``hardswish`` at the end of the elementwise section, and ``docs/design.md``,
-"Adding an operator, order, format or fusion preset") touches this file and
-its tests (and ``_shapes`` / ``_refs`` for a new shape rule or reference).
+operator lives in one registration (see ``softplus`` and ``hardswish`` at
+the end of the elementwise section, and ``docs/design.md``, "Adding an
+operator, order, format or fusion preset").  Adding one takes its
+registration here (reference, kernel, ``slack``/``propagate`` bound rules,
+``local`` contract term, ATen names) and, where no existing one fits, a
+shape rule in ``_shapes``, a reference in ``_refs``, a kernel in
+:mod:`numlab.kernels.engine` (or beside the registration), bound rules in
+:mod:`numlab.bound_rules` and a local term in :mod:`numlab.contract_rules`;
+then its tests in ``tests/test_ops.py`` and ``tests/test_running_bounds.py``
+(an ``OP_CASES`` entry unless it is a unary elementwise operator).
 
 The package: this module holds the catalogue (:data:`CATALOGUE`, built here
 by the registrations), the registrations by family and the functions below;
@@ -663,9 +669,9 @@ def constant(value):
     return _apply("constant", [], {"value": value})
 
 
-def cast(x, to):
-    """Round ``x`` to the format ``to`` (name or Format), RNE."""
-    return _apply("cast", [x], {"to": getattr(to, "name", to)})
+def cast(x, fmt):
+    """Round ``x`` to the format ``fmt`` (name or Format), RNE."""
+    return _apply("cast", [x], {"to": getattr(fmt, "name", fmt)})
 
 
 def sum_(x, axis=None, keepdims=False):
@@ -830,7 +836,7 @@ _register("scaled_matmul", "matmul", (4, 4), {"fmt_a": REQUIRED, "fmt_b": REQUIR
 
 def quantize(x, fmt):
     """The elements of ``x`` in the block-scaled format ``fmt`` (a preset name of
-    :data:`numlab.kernels.scaled.PRESETS` or a ScaledFormat preset)."""
+    :data:`numlab.kernels.scaled.SCALED_PRESETS` or a ScaledFormat preset)."""
     return _apply("quantize", [x], {"fmt": getattr(fmt, "name", fmt)})
 
 

@@ -148,7 +148,7 @@ CAUSES = {
 """Why a row may be below 100% (the residual's known source), by case."""
 
 _REDUCING = ("row sum", "row mean", "row amax", "softmax", "layernorm", "rmsnorm")
-_MODES = ("eager", "compiled", "compiled+emulate")
+_CALIBRATION_MODES = ("eager", "compiled", "compiled+emulate")
 
 
 def _inputs(name, nin, kind, shape, dt, rng):
@@ -165,18 +165,18 @@ def _inputs(name, nin, kind, shape, dt, rng):
     return tuple(xs)
 
 
-def measure_case(name, dt, shape, seed=0, emulate=(False, True)):
+def measure_case(name, dtype, shape, seed=0, emulate=(False, True)):
     """One row: {'eager': (share, max_ulp), 'compiled': ..., 'compiled+emulate': ...};
     a side numlab does not model on this machine is the ``NotModelled`` message."""
     fn, nin, kind, _ = _suite()[name]
     rng = np.random.default_rng(seed)
-    xs = _inputs(name, nin, kind, shape, dt, rng)
+    xs = _inputs(name, nin, kind, shape, dtype, rng)
     tr = from_torch(fn, xs)
     row = {}
 
     def score(p, t):
         same = (p == t) | (np.isnan(p) & np.isnan(t))
-        return float(np.mean(same)), float(np.max(ulp_distance(p, t, dt))) if p.size else 0.0
+        return float(np.mean(same)), float(np.max(ulp_distance(p, t, dtype))) if p.size else 0.0
 
     te = run_torch(tr, xs, mode="eager")[0]
     try:
@@ -225,8 +225,8 @@ def header() -> str:
             f"{' (not modelled)' if pi.not_modelled() else ''}")
 
 
-def modelled_paths(name: str, dt: str, shape, threads: int | None = None) -> dict:
-    """The path the presets model for suite case ``name`` on ``dt`` rows of ``shape`` in
+def modelled_paths(name: str, dtype: str, shape, threads: int | None = None) -> dict:
+    """The path the presets model for suite case ``name`` on ``dtype`` rows of ``shape`` in
     this process: ``{"eager": str, "compiled": str}`` (kernels, lanes, orders, oneDNN
     ISA).  Whether the path is really modelled is what predicting says (a
     ``NotModelled`` message replaces it in :func:`measure`)."""
@@ -235,10 +235,10 @@ def modelled_paths(name: str, dt: str, shape, threads: int | None = None) -> dic
     pe, pi = torch_cpu_eager(), inductor_cpu()
     threads = threads or int(torch.get_num_threads())
     cap = pe.capability
-    order_e = str(pe.sum_order(dt))
-    order_c = str(pi.reduce_order(dt, threads))
+    order_e = str(pe.sum_order(dtype))
+    order_c = str(pi.reduce_order(dtype, threads))
     eager = {
-        "chain +-*/ scalars": f"ATen {cap} elementwise; scalars: add/sub to {dt}, mul/div fp32",
+        "chain +-*/ scalars": f"ATen {cap} elementwise; scalars: add/sub to {dtype}, mul/div fp32",
         "where, rsub, s/x, alpha": (f"ATen {cap} elementwise; add(alpha) "
                                     f"{'FMA' if pe.fma_alpha else 'mul then add'}, scalar tail of "
                                     f"{pe.elementwise_step}"),
@@ -369,7 +369,7 @@ def measure(cap: str = "native", *, cases=SUITE, dtypes=("fp32", "bf16", "fp16")
     out_rows = []
     for name, dt, shape, row in run_suite(quick, dtypes, cases):
         paths = modelled_paths(name, dt, shape, threads)
-        for mode in _MODES:
+        for mode in _CALIBRATION_MODES:
             v = row[mode]
             modelled = not isinstance(v, str)
             full = modelled and v[0] == 1.0
@@ -530,7 +530,7 @@ def summary_table(cal: Calibration) -> str:
         cells = [name]
         for c in caps:
             got = {mode: _cell([r for r in cal.results[c]["rows"] if r["case"] == name and r["mode"] == mode])
-                   for mode in _MODES}
+                   for mode in _CALIBRATION_MODES}
             off, on = got["compiled"], got["compiled+emulate"]
             cells += [got["eager"], off if off == on else f"{off} / {on}"]
         lines.append("| " + " | ".join(cells) + " |")

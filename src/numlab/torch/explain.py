@@ -32,7 +32,7 @@ from .._repr import Compact, array_summary
 from ..formats import get_format, ulp
 from ..rounding import round_to
 from .bridge import from_torch, import_torch
-from .predictor import COMPILED, EAGER, SOURCES, compile_fn, predict, run_torch
+from .predictor import COMPILED, EAGER, TORCH_SOURCES, compile_fn, predict, run_torch
 from .presets import inductor_cpu, torch_cpu_eager
 
 __all__ = ["explain", "Explanation", "ulp_distance", "SOURCE_TEXT"]
@@ -98,9 +98,9 @@ class Explanation(Compact):
                 return ("numlab predicts no eager/compiled difference but torch shows one: "
                         "nothing can be attributed (see the faithfulness lines)")
             return "eager and compiled agree bit for bit: nothing to attribute"
-        alone = [s for s in SOURCES if self.sources[s]["explains"] == 1.0]
-        needed = [s for s in SOURCES if self.sources[s]["needed"] > 0.0]
-        some = [s for s in SOURCES if self.sources[s]["explains"] > 0.0 or self.sources[s]["needed"] > 0.0]
+        alone = [s for s in TORCH_SOURCES if self.sources[s]["explains"] == 1.0]
+        needed = [s for s in TORCH_SOURCES if self.sources[s]["needed"] > 0.0]
+        some = [s for s in TORCH_SOURCES if self.sources[s]["explains"] > 0.0 or self.sources[s]["needed"] > 0.0]
         if len(alone) == 1 and not (set(needed) - set(alone)):
             out = f"{alone[0]} alone accounts for the whole difference"
         elif alone:
@@ -111,11 +111,11 @@ class Explanation(Compact):
                    f"(each needed on some elements)")
         else:
             out = f"no single source accounts for it and none is needed alone: {', '.join(some) or 'none'} overlap"
-        partial = [f"{s} {self.sources[s]['explains']:.0%}" for s in SOURCES
+        partial = [f"{s} {self.sources[s]['explains']:.0%}" for s in TORCH_SOURCES
                    if 0.0 < self.sources[s]["explains"] < 1.0]
         if partial:
             out += f"; alone moves part of them: {', '.join(partial)}"
-        unused = [s for s in SOURCES if s not in some]
+        unused = [s for s in TORCH_SOURCES if s not in some]
         if unused:
             out += f"; no effect: {', '.join(unused)}"
         if self.faith_eager < 1.0 or self.faith_compiled < 1.0:
@@ -136,7 +136,7 @@ class Explanation(Compact):
             "    needed   = share still different when every other source is switched (this one is required)",
             f"  {'source':<10} {'explains':>8} {'needed':>7}  eager vs compiled",
         ]
-        for s in SOURCES:
+        for s in TORCH_SOURCES:
             d = self.sources.get(s, {})
             lines.append(f"  {s:<10} {d.get('explains', 0):>8.1%} {d.get('needed', 0):>7.1%}  {SOURCE_TEXT[s]}")
         lines.append(f"  verdict: {self.verdict()}")
@@ -206,7 +206,7 @@ def explain(fn, inputs, *, emulate_precision_casts: bool = False, output: int = 
     diff = ~same(pe_out, pc_out)
     ndiff = int(diff.sum())
     sources = {}
-    for s in SOURCES:
+    for s in TORCH_SOURCES:
         alone = pred(replace(EAGER, **{s: getattr(COMPILED, s)}))
         allbut = pred(replace(COMPILED, **{s: getattr(EAGER, s)}))
         if ndiff:

@@ -83,10 +83,10 @@ from ..rounding import round_to
 from .bridge import Ref, TorchTrace, as_numpy, import_torch
 from .presets import InductorCpu, TorchCpuEager, inductor_cpu, torch_cpu_eager
 
-__all__ = ["predict", "Prediction", "NotModelled", "MODES", "run_torch", "compile_fn", "Switches",
-           "EAGER", "COMPILED", "SOURCES"]
+__all__ = ["predict", "Prediction", "NotModelled", "TORCH_MODES", "run_torch", "compile_fn", "Switches",
+           "EAGER", "COMPILED", "TORCH_SOURCES"]
 
-MODES = ("eager", "compiled", "fp64")
+TORCH_MODES = ("eager", "compiled", "fp64")
 LOCAL_BUFFER_MIN = 0  # row length from which the local-buffer rule applies (0: measured for n = 16..2000)
 _LOW = ("fp16", "bf16")
 
@@ -1046,7 +1046,7 @@ class Switches:
 
 EAGER = Switches()
 COMPILED = Switches("fused", "inductor", "inductor", "inductor")
-SOURCES = ("promotion", "scalars", "order", "algorithm")
+TORCH_SOURCES = ("promotion", "scalars", "order", "algorithm")
 
 
 def predict(trace: TorchTrace, inputs=None, *, mode: str = "eager", preset=None,
@@ -1077,8 +1077,8 @@ def predict(trace: TorchTrace, inputs=None, *, mode: str = "eager", preset=None,
     NotModelled
         For operators or shapes numlab does not reproduce (named in the message).
     """
-    if mode not in MODES:
-        raise ValueError(f"mode={mode!r} is not valid; choose one of {MODES}")
+    if mode not in TORCH_MODES:
+        raise ValueError(f"mode={mode!r} is not valid; choose one of {TORCH_MODES}")
     if switches is None:
         switches = {"eager": EAGER, "compiled": COMPILED, "fp64": Switches(fp64=True)}[mode]
         if mode == "compiled" and preset is not None and not isinstance(preset, InductorCpu):

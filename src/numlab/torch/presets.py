@@ -101,7 +101,7 @@ import platform
 import re
 import subprocess
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -292,7 +292,7 @@ class TorchCpuEager:
         """This preset as a :class:`numlab.kernels.KernelSpec` for tensors of ``storage``:
         fp32 inside (``fp32_internal``), scalars kept fp32 (``muls``), no FMA,
         ``reduce_order=AtenCascade(sum_lanes, widen)`` and the algorithms of
-        :meth:`algorithms` (for the KernelSpec fields that exist).
+        :meth:`algorithms`.
 
         Not expressible as KernelSpec fields (preset fields, used by
         :func:`numlab.torch.predict`): the per-op scalar conversion rule
@@ -303,7 +303,7 @@ class TorchCpuEager:
         """
         return KernelSpec(name="torch_cpu_eager", promotion="fp32_internal", scalar_mul="muls",
                           fma=False, reduce_order=self.sum_order(storage),
-                          **_spec_algorithms(self.algorithms()))
+                          **self.algorithms())
 
 
 @dataclass(frozen=True)
@@ -401,7 +401,7 @@ class InductorCpu:
         """This preset as a :class:`numlab.kernels.KernelSpec`: fp32 inside, scalars fp32,
         no FMA (``-ffp-contract=off``), ``reduce_order=InductorLanes(lanes, n_vec,
         threads)`` (``n_vec`` 2 for 16-bit ``storage``) and the algorithms of
-        :meth:`algorithms` (for the KernelSpec fields that exist).  Not a KernelSpec
+        :meth:`algorithms`.  Not a KernelSpec
         field: ``emulate_precision_casts`` (a rounding of every 16-bit value, which
         :func:`numlab.torch.predict` applies), rsqrt as ``1/sqrt`` (two roundings).
         ``threads`` None: the preset's ``threads``, 1 when that is 0 (the spec does not
@@ -410,27 +410,13 @@ class InductorCpu:
             threads = self.threads or 1
         return KernelSpec(name="inductor_cpu", promotion="fp32_internal", scalar_mul="muls",
                           fma=False, reduce_order=self.reduce_order(storage, threads),
-                          **_spec_algorithms(self.algorithms()))
+                          **self.algorithms())
 
     def fusion_options(self):
         return FusionOptions.inductor()
 
 
 _LOW = ("fp16", "bf16")
-_SPEC_FIELDS = {f.name for f in fields(KernelSpec)}
-
-
-def _spec_algorithms(algos: dict) -> dict:
-    """The ``{exp, tanh, erf, gelu, gelu_tanh}`` algorithm fields the installed KernelSpec has
-    (``gelu``: the algorithm of ``approximate="none"``, ``gelu_tanh``: of ``"tanh"``).
-
-    Transitional: KernelSpec gains ``tanh``/``erf``/``gelu`` fields (and accepts
-    the PyTorch ``exp`` algorithms) together; until then a spec carries only the
-    order, and :func:`numlab.torch.predict` reads the algorithms from the preset.
-    """
-    if "tanh" not in _SPEC_FIELDS:
-        return {}
-    return {k: v for k, v in algos.items() if k in _SPEC_FIELDS}
 
 
 _SCALAR_MATH = {"vec_exp": "glibc", "vec_tanh": "glibc", "vec_erf": "glibc", "vec_gelu": "glibc"}
