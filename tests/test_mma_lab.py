@@ -554,7 +554,7 @@ def test_bench_times_the_model_against_numpy(monkeypatch):
     rows = bench.time_mma(n=n, seed=seed)
     assert [r["unit"] for r in rows] == list(bench.UNITS) and len(ran) == len(rows)
     for r, out in zip(rows, ran, strict=True):
-        unit = PRESETS[r["unit"]]
+        unit = UNIT_PRESETS[r["unit"]]
         assert r["fma_size"] == unit.fma_size >= 8 and r["n"] == n and r["engine"] in ("numba", "numpy")
         assert_same_bits(out, np.asarray(mma(a, b, unit, engine=r["engine"])))
         assert (r["model_s"], r["numpy_s"]) == (t_model, t_np)

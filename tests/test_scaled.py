@@ -691,7 +691,7 @@ def test_bound_rules_know_every_scaled_format_without_the_kernels():
                          check=True, timeout=120).stdout
     got = json.loads(out)
     assert got["kernels"] is False
-    want = {n: [f.max_elem, not f.tensor_scale] for n, f in S.PRESETS.items()}
+    want = {n: [f.max_elem, not f.tensor_scale] for n, f in S.SCALED_PRESETS.items()}
     want |= {f"{n}^T": v for n, v in want.items()}
     assert got["formats"] == want
     assert got["formats"]["nvfp4"] == [6.0, False] and got["formats"]["mxfp8_e4m3^T"] == [448.0, True]

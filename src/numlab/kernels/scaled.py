@@ -100,10 +100,10 @@ from ..scaled_formats import (
     MXFP8_E5M2,
     NVFP4,
     OVERFLOWS,
-    SCALED_PRESETS,
     SCALE_APPLY,
     SCALE_FORMATS,
     SCALE_RULES,
+    SCALED_PRESETS,
     ScaledFormat,
     get_scaled_format,
 )
