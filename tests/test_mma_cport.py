@@ -54,7 +54,7 @@ import pytest
 
 import tests._mma_reference as R
 from numlab.kernels.mma import mma
-from numlab.kernels.mma_presets import PRESETS
+from numlab.kernels.mma.presets import PRESETS
 
 VECTORS = Path(__file__).parent / "data" / "mma_cport" / "vectors.npz"
 VALUE_DTYPE = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "fp8_e4m3": ml_dtypes.float8_e4m3fn,
