@@ -22,6 +22,15 @@ function per operator (``engine.layer_norm(ctx, x, gamma, beta, axis=..,
 eps=..)``); every operator of :mod:`numlab.ops` names its kernel
 (``OpInfo.kernel``) and the executor calls only that.
 
+Rooms (docs/layers.md, "Inside numlab.kernels"; top first)
+----------------------------------------------------------
+``spec`` (:class:`KernelSpec`) > ``engine`` and ``grammar`` (spec strings) >
+the kernels ``reduction`` (:func:`reduce`), ``tiled_matmul`` (:func:`matmul`),
+``scalar``, ``algorithms``, ``scaled`` and ``mma/`` (the matrix-unit model) >
+``orders/`` (every summation order and :func:`parse_order`), ``libm``,
+``hardware`` > ``_common`` and ``_accel``.  A module imports only from rooms
+below it.
+
 How an executor calls this package
 ----------------------------------
 Containers.  Every function accepts float containers (float64, float32,
