@@ -1,5 +1,5 @@
 """numlab.kernels._accel.welford32 (numba) does the float32 steps of
-numlab.kernels.engine._welford bit for bit (the engine's native fp32 branch calls
+numlab.kernels.reduction.welford bit for bit (the native fp32 branch, which the engine uses, calls
 it): random rows, cancelling rows, huge/tiny values, inf/NaN, odd lengths."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from numlab.kernels._common import Arith
-from numlab.kernels.engine import _welford
+from numlab.kernels.reduction import welford
 
 pytest.importorskip("numba", reason="the compiled path needs numba (a default dependency; absent where no wheel exists)")
 from numlab.kernels import _accel  # noqa: E402
@@ -26,7 +26,7 @@ def test_compiled_welford_equals_engine_loop(rows, n):
         x[2, 0] = np.inf
     if rows > 3:
         x[3, n // 2] = np.nan
-    mean, var = _welford(x, Arith("fp32"), 0)  # the numpy loop (reference)
+    mean, var = welford(x, Arith("fp32"), 0)  # the numpy loop (reference)
     xt = np.ascontiguousarray(x.T)
     m, m2 = np.zeros(rows, np.float32), np.zeros(rows, np.float32)
     assert _accel.welford32(xt, m, m2)

@@ -18,7 +18,7 @@ SCRIPT = r"""
 import sys
 import numpy as np
 import numlab as nl
-from numlab.kernels import mma_presets
+from numlab.kernels.mma import presets as mma_presets
 from numlab.kernels.mma import mma
 rng = np.random.default_rng(0)
 x = rng.standard_normal(1 << 17).astype(np.float32) * np.float32(1e6)
@@ -34,7 +34,7 @@ try:
     refused = False
 except ValueError as exc:
     refused = "numba" in str(exc)
-print("numba" in sys.modules, "numlab.kernels._mma_numba" in sys.modules, refused)
+print("numba" in sys.modules, "numlab.kernels.mma._numba" in sys.modules, refused)
 """
 
 

@@ -16,8 +16,8 @@ from numlab import claims, zoo
 from numlab.execute import run
 from numlab.formats import BF16, FP16, FP32
 from numlab.graph import trace
-from numlab.kernels.matmul import matmul as kernel_matmul
-from numlab.kernels.reduce import reduce as kernel_reduce
+from numlab.kernels.reduction import reduce as kernel_reduce
+from numlab.kernels.tiled_matmul import matmul as kernel_matmul
 from numlab.rounding import round_to
 
 

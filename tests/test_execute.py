@@ -42,8 +42,9 @@ from numlab.kernels import KernelSpec, fma
 from numlab.kernels import engine as E
 from numlab.kernels import reduce as kreduce
 from numlab.kernels._common import Arith
-from numlab.kernels.engine import _fma_f32, _transpose2d, _welford
 from numlab.kernels.engine import store as _store
+from numlab.kernels.reduction import _transpose2d, welford
+from numlab.kernels.scalar import fma_f32
 
 H = KernelSpec.handwritten()
 C = KernelSpec.codegen()
@@ -552,7 +553,7 @@ def test_gather_index_inputs_are_not_rounded():
 def test_welford_fast_path_equals_the_kernel(acc):
     rng = np.random.default_rng(3)
     x = (rng.standard_normal((7, 300)) * 4 + 10).astype(np.float32)
-    _, v = _welford(x, Arith(acc), 1)
+    _, v = welford(x, Arith(acc), 1)
     want = kreduce(x, "var", -1, acc=acc, variance="welford", correction=1)
     assert_same_bits(np.asarray(v).astype(want.dtype), want)
 
@@ -579,11 +580,11 @@ def test_fma_fast_path_equals_the_kernel_including_ties():
     b4 = rng.standard_normal(512).astype(np.float16).astype(np.float32)
     c4 = rng.standard_normal(512).astype(np.float16).astype(np.float32)
     for aa, bb, cc in ((a, b, c), (a2, b2, c2), (a3, b3, c3), (a4, b4, c4)):
-        got = _fma_f32(aa, bb, cc)
+        got = fma_f32(aa, bb, cc)
         assert_same_bits(got, fma(aa, bb, cc, fmt="fp32"))
         assert_same_bits(got, _fma32_exact(aa, bb, cc))
-    assert _fma_f32(a2, b2, c2)[3] == np.float32(1 + 2.0**-23)
-    assert _fma_f32(a2, b2, c2)[4] == np.float32(-(1 + 2.0**-23))
+    assert fma_f32(a2, b2, c2)[3] == np.float32(1 + 2.0**-23)
+    assert fma_f32(a2, b2, c2)[4] == np.float32(-(1 + 2.0**-23))
 
 
 @pytest.mark.parametrize("dt", ["fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "tf32", "fp32"])

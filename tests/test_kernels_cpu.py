@@ -1,4 +1,4 @@
-"""numlab.kernels' PyTorch CPU orders and math routines (cpu_orders, libm, the algo= names).
+"""numlab.kernels' PyTorch CPU orders and math routines (orders.cpu, libm, the algo= names).
 
 References: (1) real torch, in tests/test_torch_faithfulness.py and
 tests/test_torch_capabilities.py (these orders and routines reproduce its
@@ -18,8 +18,9 @@ import pytest
 from numlab.formats import ulp
 from numlab.kernels import algorithms as A
 from numlab.kernels import libm as L
-from numlab.kernels.cpu_orders import AtenCascade, InductorLanes, inductor_splits_reduction
-from numlab.kernels.reduce import ORDER_NAMES, gamma, parse_order, reduce
+from numlab.kernels.orders import ORDER_NAMES, gamma, parse_order
+from numlab.kernels.orders.cpu import AtenCascade, InductorLanes, inductor_splits_reduction
+from numlab.kernels.reduction import reduce
 from numlab.torch.data import cancelling_rows
 
 F32 = np.float32

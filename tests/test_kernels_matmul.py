@@ -18,7 +18,7 @@ from numlab import kernels as K
 DT = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "fp32": np.float32}
 
 
-_matmul_mod = sys.modules["numlab.kernels.matmul"]
+_matmul_mod = sys.modules["numlab.kernels.tiled_matmul"]
 
 
 @pytest.fixture(params=["numpy", "compiled"])
@@ -249,7 +249,7 @@ def test_block_fma_large_shapes_chunked_path(accel):
 
 def test_lowest_set_bit_helpers_agree():
     """The float32 lowest-set-bit helper equals the float64 one and the definition x = odd * 2**e."""
-    M = sys.modules["numlab.kernels.matmul"]
+    M = sys.modules["numlab.kernels.tiled_matmul"]
     rng = np.random.default_rng(4)
     codes = rng.integers(0, 2**32, 20000, dtype=np.uint64).astype(np.uint32)
     x = codes.view(np.float32)
@@ -268,7 +268,7 @@ def test_lowest_set_bit_helpers_agree():
 
 
 def _matmul_module():
-    return sys.modules["numlab.kernels.matmul"]
+    return sys.modules["numlab.kernels.tiled_matmul"]
 
 
 def _count_tile_paths(monkeypatch):

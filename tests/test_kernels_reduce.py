@@ -413,16 +413,17 @@ def test_order_identities(data):
 
 
 # ------------------------------------------------------------------ the fast path
-# reduce() takes a chunked, transposed-tile path (numlab.kernels.reduce._sum_fast) for
+# reduce() takes a chunked, transposed-tile path (numlab.kernels.orders.fast._sum_fast) for
 # the numlab orders with fp32/fp64/fp16/bf16 round-to-nearest accumulators; the
 # reference path (_reduce_reference: the whole array, each order's loops over the
 # last axis) stays callable.  These tests prove the two bit-identical.
-from numlab.kernels import reveal as _reveal_mod  # noqa: E402
 from numlab.kernels._common import Arith  # noqa: E402
-from numlab.kernels.reduce import _bf16_widen_T, _reduce_reference  # noqa: E402
-from numlab.kernels.tree_order import Tree  # noqa: E402
+from numlab.kernels.orders import reveal as _reveal_mod  # noqa: E402
+from numlab.kernels.orders.fast import _bf16_widen_T  # noqa: E402
+from numlab.kernels.orders.tree import Tree  # noqa: E402
+from numlab.kernels.reduction import _reduce_reference  # noqa: E402
 
-_reduce_mod = importlib.import_module("numlab.kernels.reduce")
+_fast_mod = importlib.import_module("numlab.kernels.orders.fast")
 
 
 @pytest.fixture(params=["numpy", "compiled"])
@@ -430,11 +431,11 @@ def accel(request, monkeypatch):
     """Run a fast-path test on numpy's kernels and on the compiled ones
     (numlab.kernels._accel, numba) for every input size."""
     if request.param == "numpy":
-        monkeypatch.setattr(_reduce_mod, "_ACCEL_MIN_ELEMENTS", 1 << 62)
+        monkeypatch.setattr(_fast_mod, "_ACCEL_MIN_ELEMENTS", 1 << 62)
     else:
         pytest.importorskip("numba", reason="the compiled fast path needs numba (a default dependency; absent where no wheel exists)")
         monkeypatch.delenv("NUMLAB_ACCEL", raising=False)
-        monkeypatch.setattr(_reduce_mod, "_ACCEL_MIN_ELEMENTS", 0)
+        monkeypatch.setattr(_fast_mod, "_ACCEL_MIN_ELEMENTS", 0)
     return request.param
 
 FAST_ORDERS = [

@@ -23,7 +23,7 @@ from numlab.execute import run
 from numlab.fusion import FusionOptions
 from numlab.graph import trace
 from numlab.kernels.mma import mma
-from numlab.kernels.mma_presets import preset as mma_preset
+from numlab.kernels.mma.presets import preset as mma_preset
 
 H = K.KernelSpec.handwritten()
 C = K.KernelSpec.codegen()

@@ -10,7 +10,10 @@
   says why it has to be there.
 * Notebooks take experiment code from library modules, never from CLI
   modules (``numlab.cli`` and ``cli_*`` modules).
-* docs/layers.md shows the same rows as the contract.
+* No import cycle between numlab's modules (module granularity, every
+  import statement counted, as grimp builds the graph).
+* docs/layers.md shows the same rows as the contracts (numlab's layers and
+  the rooms inside numlab.kernels).
 * No function or method in numlab/ is over 100 lines (``def`` line to last
   line, docstring included) unless its docstring says why, with the words
   "Longer than 100 lines because".
@@ -34,9 +37,9 @@ PACKAGE = ROOT / "src" / "numlab"
 OPTIONAL_HEAVY = {"torch", "dask", "distributed", "matplotlib", "ipywidgets", "IPython", "scipy"}
 
 
-def _contract_layers() -> list[str]:
+def _contract_layers(contract_id: str = "layers") -> list[str]:
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
-    (layers,) = [c["layers"] for c in cfg["contracts"] if c["type"] == "layers"]
+    (layers,) = [c["layers"] for c in cfg["contracts"] if c["id"] == contract_id]
     return layers
 
 
@@ -58,6 +61,77 @@ def test_import_contracts_hold():
     report = proc.stdout + proc.stderr
     broken = report[report.find("Broken contracts"):] if "Broken contracts" in report else report
     assert proc.returncode == 0, "import contracts broken:\n" + broken
+
+
+def _import_cycles(graph) -> list[list[str]]:
+    """The import cycles of a grimp graph: its strongly connected components of
+    more than one module (or of one module importing itself), each sorted,
+    found by Tarjan's algorithm without recursion."""
+    adj = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in sorted(graph.modules)}
+    index: dict = {}
+    low: dict = {}
+    stack: list = []
+    on_stack: set = set()
+    cycles = []
+
+    def enter(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        return v, iter(adj[v])
+
+    for root in adj:
+        if root in index:
+            continue
+        work = [enter(root)]
+        while work:
+            v, children = work[-1]
+            for w in children:
+                if w not in index:
+                    work.append(enter(w))
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while not comp or comp[-1] != v:
+                        comp.append(stack.pop())
+                        on_stack.discard(comp[-1])
+                    if len(comp) > 1 or v in adj[v]:
+                        cycles.append(sorted(comp))
+    return sorted(cycles)
+
+
+def test_no_import_cycles():
+    """No two numlab modules import each other, directly or through others.
+    grimp counts every import statement (inside functions and under
+    ``TYPE_CHECKING`` too); a package's ``__init__`` is its own module."""
+    grimp = pytest.importorskip("grimp", reason="grimp comes with import-linter (dev extra)")
+    import numlab
+
+    assert Path(numlab.__file__).resolve().is_relative_to(PACKAGE), (
+        f"numlab is imported from {numlab.__file__}, not this checkout: run with PYTHONPATH=src")
+    cycles = _import_cycles(grimp.build_graph("numlab"))
+    assert not cycles, "import cycles (module granularity):\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_cycle_finder_can_fail():
+    """The cycle finder reports each cycle once, whole, and nothing else."""
+    grimp = pytest.importorskip("grimp", reason="grimp comes with import-linter (dev extra)")
+    g = grimp.ImportGraph()
+    for importer, imported in (("p.a", "p.b"), ("p.b", "p.c"), ("p.c", "p.a"),  # a 3-cycle
+                               ("p.c", "p.d"), ("p.d", "p.e"),                   # a chain out of it
+                               ("p.f", "p.g"), ("p.g", "p.f"),                   # a 2-cycle
+                               ("p.h", "p.h"), ("p.e", "p.i")):                  # a self-import
+        g.add_import(importer=importer, imported=imported)
+    assert _import_cycles(g) == [["p.a", "p.b", "p.c"], ["p.f", "p.g"], ["p.h"]]
+    g.remove_import(importer="p.g", imported="p.f")
+    g.remove_import(importer="p.h", imported="p.h")
+    assert _import_cycles(g) == [["p.a", "p.b", "p.c"]]
 
 
 def _function_level_imports(path: Path) -> list[tuple[int, str]]:
@@ -154,13 +228,16 @@ def test_long_function_check_can_fail(tmp_path):
     assert _long_functions(p) == [(1, "long_no_reason", n + 2), (2 * n + 9, "method", n + 1)]
 
 
-def test_layers_doc_matches_contract():
-    """docs/layers.md lists the contract's rows, top row first, one per line."""
+@pytest.mark.parametrize("contract_id,block_no", [("layers", 0), ("kernels", 1)])
+def test_layers_doc_matches_contract(contract_id, block_no):
+    """docs/layers.md lists each layers contract's rows, top row first, one per
+    line: numlab's layers in its first ```text block, the rooms of
+    numlab.kernels in its second."""
     doc = (ROOT / "docs" / "layers.md").read_text()
-    block = re.search(r"```text\n(.*?)```", doc, re.S)
-    assert block, "docs/layers.md has no ```text block with the diagram"
-    rows = [ln for ln in block.group(1).splitlines() if ln.strip()]
-    layers = _contract_layers()
+    blocks = re.findall(r"```text\n(.*?)```", doc, re.S)
+    assert len(blocks) > block_no, f"docs/layers.md has no ```text block for the {contract_id!r} contract"
+    rows = [ln for ln in blocks[block_no].splitlines() if ln.strip()]
+    layers = _contract_layers(contract_id)
     assert len(rows) == len(layers)
     for row, layer in zip(rows, layers, strict=True):
         # a row reads "9  cli" or "8  experiments : plots : ..."; compare the module names

@@ -54,7 +54,7 @@ import pytest
 
 import tests._mma_reference as R
 from numlab.kernels.mma import mma
-from numlab.kernels.mma_presets import UNIT_PRESETS
+from numlab.kernels.mma.presets import UNIT_PRESETS
 from tests._oracles import bits
 
 VECTORS = Path(__file__).parent / "data" / "mma_cport" / "vectors.npz"

@@ -24,7 +24,7 @@ from numlab.graph import trace
 from numlab.kernels import KernelSpec
 from numlab.kernels.grammar import parse_unit, unit_string
 from numlab.kernels.mma import ALIGN_ROUNDINGS, FINAL_ROUNDINGS, MatrixUnit, mma
-from numlab.kernels.mma_lab import (
+from numlab.kernels.mma.lab import (
     block_bits,
     e4m3_inputs,
     exact_matmul,
@@ -32,7 +32,7 @@ from numlab.kernels.mma_lab import (
     preset_errors,
     unit_matmul,
 )
-from numlab.kernels.mma_presets import UNIT_PRESETS
+from numlab.kernels.mma.presets import UNIT_PRESETS
 from tests._mma_reference import FORMATS, mma_reference
 from tests._oracles import assert_same_bits, same_bits, same_bits_mask
 

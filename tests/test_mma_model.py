@@ -44,7 +44,7 @@ import pytest
 from numlab.formats import get_format
 from numlab.kernels.grammar import parse_unit
 from numlab.kernels.mma import MatrixUnit, mma
-from numlab.kernels.mma_presets import GPUS, UNIT_PRESETS, preset
+from numlab.kernels.mma.presets import GPUS, UNIT_PRESETS, preset
 
 L = math.ldexp
 
@@ -878,14 +878,14 @@ def test_every_knob_changes_bits():
 # the compiled fast path (float32 products, int32 block sums, unrolled blocks)
 # ---------------------------------------------------------------------------
 def test_generated_drivers_are_current():
-    """src/numlab/kernels/_mma_numba_blocks.py is what its generator writes."""
-    pytest.importorskip("numba", reason="the generator reads numlab.kernels._mma_numba (numba)")
+    """src/numlab/kernels/mma/_numba_blocks.py is what its generator writes."""
+    pytest.importorskip("numba", reason="the generator reads numlab.kernels.mma._numba_steps (numba)")
     from pathlib import Path
 
-    from numlab.kernels import _mma_numba_gen
-    path = Path(_mma_numba_gen.__file__).with_name("_mma_numba_blocks.py")
-    assert path.read_text() == _mma_numba_gen.source(), (
-        "regenerate: python -m numlab.kernels._mma_numba_gen")
+    from numlab.kernels.mma import _numba_gen
+    path = Path(_numba_gen.__file__).with_name("_numba_blocks.py")
+    assert path.read_text() == _numba_gen.source(), (
+        "regenerate: python -m numlab.kernels.mma._numba_gen")
 
 
 def _fast_units():
@@ -905,7 +905,7 @@ def _fast_units():
 
 def _spy_fast_ok(monkeypatch) -> list:
     """Record each decision of ``_mma_numba._fast_ok`` (per row chunk)."""
-    from numlab.kernels import _mma_numba
+    from numlab.kernels.mma import _numba as _mma_numba
     taken: list = []
     real = _mma_numba._fast_ok
     monkeypatch.setattr(_mma_numba, "_fast_ok", lambda *args: taken.append(real(*args)) or taken[-1])
@@ -948,7 +948,7 @@ def test_fast_path_bounds():
     terms can reach 2**(width + 2)), final roundings other than truncation,
     block lengths without an unrolled loop."""
     pytest.importorskip("numba", reason="numba is optional; the compiled mma path needs it")
-    from numlab.kernels._mma_numba import _fast_ok
+    from numlab.kernels.mma._numba import _fast_ok
     f16, bf16 = get_format("fp16"), get_format("bf16")
     none = np.array([2000, -2000])
     ok = np.array([-24, 15])

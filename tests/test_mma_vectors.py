@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 
 from numlab.kernels.mma import mma
-from numlab.kernels.mma_presets import UNIT_PRESETS, preset
+from numlab.kernels.mma.presets import UNIT_PRESETS, preset
 
 # ---------------------------------------------------------------------------
 # model_validation/H100/{E4M3,E5M2}/d_H100_fp32.txt @109e412: the first 20

@@ -22,10 +22,10 @@ from numlab.compare.bisect import bisect_run, precision_workflow
 from numlab.compare.columns import Thresholds
 from numlab.contract_bounds import contract_bound
 from numlab.kernels import KernelSpec, Pairwise
-from numlab.kernels.reveal import check as check_order
-from numlab.kernels.reveal import reveal
+from numlab.kernels.orders.reveal import check as check_order
+from numlab.kernels.orders.reveal import reveal
+from numlab.kernels.orders.tree import Tree
 from numlab.kernels.scaled import quantize
-from numlab.kernels.tree_order import Tree
 from numlab.metrics import inductor_check
 from numlab.running_bounds import run_with_bounds
 

@@ -1,4 +1,4 @@
-"""Order revelation (numlab.kernels.reveal, numlab.torch.reveal) and the Tree order.
+"""Order revelation (numlab.kernels.orders.reveal, numlab.torch.reveal) and the Tree order.
 
 References independent of the code under test: a scalar recursive evaluation
 of a tree (np.float32 scalar additions, ``fractions.Fraction`` for fused
@@ -21,9 +21,9 @@ from _oracles import round_to_grid
 import numlab.cli.reveal as cli_reveal
 from numlab.cli import main
 from numlab.kernels import Blocked, Lanes, Pairwise, Sequential, parse_order, reduce
-from numlab.kernels.cpu_orders import AtenCascade, InductorLanes
-from numlab.kernels.reveal import RevealError, check, reveal
-from numlab.kernels.tree_order import Tree, parse_tree
+from numlab.kernels.orders.cpu import AtenCascade, InductorLanes
+from numlab.kernels.orders.reveal import RevealError, check, reveal
+from numlab.kernels.orders.tree import Tree, parse_tree
 from numlab.torch.reveal import reveal_order
 
 ROWS = 10_000

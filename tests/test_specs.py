@@ -29,7 +29,7 @@ from numlab.fusion import FUSION_KINDS, FusionOptions
 from numlab.kernels import KernelSpec
 from numlab.kernels.algorithms import ExpPoly, Newton
 from numlab.kernels.grammar import split_top_level
-from numlab.kernels.reduce import Blocked, Lanes, Pairwise, Sequential, Shuffled
+from numlab.kernels.orders import Blocked, Lanes, Pairwise, Sequential, Shuffled
 from numlab.running_bounds import run_with_bounds
 
 # (spec, expected options)

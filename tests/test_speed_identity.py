@@ -4,7 +4,7 @@ Every zoo model x fp16/bf16 x eager/fused/emulated_casts (and fused with
 internals dumped) runs twice: once as shipped, once through the unchanged
 reference path kept here as the oracle:
 
-* ``NUMLAB_ACCEL=0``: no compiled kernel anywhere (engine._welford's numpy loop,
+* ``NUMLAB_ACCEL=0``: no compiled kernel anywhere (reduction.welford's numpy loop,
   the numpy reductions and rounding);
 * ``_read_back``: the stored values widened into a new array (``c.astype``), not
   written back into the kernel's own buffer;
@@ -150,18 +150,18 @@ def _fma_cases(rng):
 
 def test_compiled_fma_chunks_equal_the_numpy_path(monkeypatch):
     from numlab.kernels import _accel
-    from numlab.kernels import engine as E
+    from numlab.kernels import scalar as S
 
     if _accel.kernels() is None:
         pytest.skip("numba not installed or NUMLAB_ACCEL=0: only the numpy path runs")
     calls = []
-    orig = E._fma_chunk_compiled
-    monkeypatch.setattr(E, "_fma_chunk_compiled", lambda *a: calls.append(1) or orig(*a))
+    orig = S._fma_chunk_compiled
+    monkeypatch.setattr(S, "_fma_chunk_compiled", lambda *a: calls.append(1) or orig(*a))
     for name, a, b, c in _fma_cases(np.random.default_rng(1)):
-        fast = E._fma_f32(a, b, c)
+        fast = S.fma_f32(a, b, c)
         with monkeypatch.context() as mp:
             mp.setenv("NUMLAB_ACCEL", "0")
-            ref = E._fma_f32(a, b, c)
+            ref = S.fma_f32(a, b, c)
         np.testing.assert_array_equal(fast.view(np.uint32), ref.view(np.uint32), err_msg=name)
         # independent check away from NaN: the exact value rounded once (float64 holds
         # a*b exactly; where |a*b| dwarfs c the sum is exact too only if c is tiny,
@@ -193,7 +193,7 @@ def test_fma_f32_subnormal_tie_is_exact_with_a_nan_in_the_chunk(monkeypatch, acc
     even when a NaN sits elsewhere in the chunk (a min() over the chunk hid it)."""
     from fractions import Fraction as F
 
-    from numlab.kernels.engine import _fma_f32
+    from numlab.kernels.scalar import fma_f32
     monkeypatch.setenv("NUMLAB_ACCEL", accel)
     A, B = 8390281, 12580403
     assert A * B == 3 * 2**45 - 3253
@@ -205,6 +205,6 @@ def test_fma_f32_subnormal_tie_is_exact_with_a_nan_in_the_chunk(monkeypatch, acc
     want = np.float32((2**22 + 1) * 2.0**-149)  # round down (a float64 sum rounds to the tie, then up)
     aa = np.full((4, 64), a, np.float32)
     aa[0, 0] = np.nan
-    got = _fma_f32(aa, np.full_like(aa, b), np.full_like(aa, c))
+    got = fma_f32(aa, np.full_like(aa, b), np.full_like(aa, c))
     assert np.isnan(got[0, 0])
     assert (got.ravel()[1:].view(np.uint32) == want.view(np.uint32)).all()

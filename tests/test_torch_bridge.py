@@ -240,7 +240,8 @@ def test_inductor_sum_equals_scalar_reference(n, seed, ln):
 @given(st.integers(8, 300), st.integers(0, 2**31 - 1))
 def test_inductor_sum_is_numlab_lanes_tree_masked(n, seed):
     """Unsplit Inductor order == numlab.kernels Lanes(W, "tree", "masked") (+0.0)."""
-    from numlab.kernels.reduce import Lanes, reduce
+    from numlab.kernels.orders import Lanes
+    from numlab.kernels.reduction import reduce
 
     rng = np.random.default_rng(seed)
     x = cancelling_rows(rng, (3, n), "fp32")
@@ -600,8 +601,9 @@ def test_eager_preset_validates_knobs():
 
 
 def test_switches_and_preset_specs():
-    from numlab.kernels.cpu_orders import AtenCascade, InductorLanes
-    from numlab.kernels.reduce import Lanes, reduce
+    from numlab.kernels.orders import Lanes
+    from numlab.kernels.orders.cpu import AtenCascade, InductorLanes
+    from numlab.kernels.reduction import reduce
     from numlab.torch.predictor import COMPILED, EAGER, Switches
     from numlab.torch.presets import InductorCpu, TorchCpuEager
 

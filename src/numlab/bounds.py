@@ -52,8 +52,8 @@ import numpy as np
 from . import running_bounds
 from .contract_bounds import ContractBound, contract_bound
 from .formats import FP32, Format, get_format
-from .kernels.matmul import MATMUL_ALGOS
-from .kernels.reduce import parse_order
+from .kernels.orders import parse_order
+from .kernels.tiled_matmul import MATMUL_ALGOS
 
 __all__ = [
     "contract_bound",

@@ -38,7 +38,7 @@ from matplotlib.transforms import blended_transform_factory
 from ._repr import text_table
 from .formats import FP16, FP32, get_format
 from .kernels import gamma
-from .kernels.tree_order import Tree
+from .kernels.orders.tree import Tree
 from .races import GROUPS_ORDER, SimResult, Stage, SyncAll
 
 __all__ = [
@@ -560,14 +560,14 @@ def figure_to_png(fig, dpi: int = 110) -> bytes:
 
 
 def draw_tree(tree: Tree, *, ax=None, title: str | None = None, leaf_labels: bool | None = None):
-    """Draw a summation tree (:class:`numlab.kernels.tree_order.Tree`, e.g. a revealed
+    """Draw a summation tree (:class:`numlab.kernels.orders.tree.Tree`, e.g. a revealed
     order ``reveal_order(...).order``): leaves on the x axis in element order, each
     addition at the height of its longest chain of roundings above the leaves, x at
     the mean of its children.  Binary additions are dots (green diamonds when
     computed in fp64, ``tree.wide``); fused k-term adders (exact sum, one rounding)
     are red squares.  Returns the axes."""
     if not isinstance(tree, Tree):
-        raise TypeError(f"tree must be a numlab.kernels.tree_order.Tree, got {type(tree).__name__}")
+        raise TypeError(f"tree must be a numlab.kernels.orders.tree.Tree, got {type(tree).__name__}")
     n = tree.n
     ax = _ax(ax, (min(16, 4 + n / 16), 4))
     h = tree.heights()

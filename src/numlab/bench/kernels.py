@@ -8,7 +8,7 @@ Reductions (4096 x 4096 fp16 and bf16 rows; ``--quick``: 1024 x 1024):
   array (target: within 3x), and its peak extra memory measured with
   :mod:`tracemalloc` as a multiple of the input's size (target: within 2x).
   The "ref" columns time the reference path
-  (``numlab.kernels.reduce._reduce_reference``: the whole array widened at
+  (``numlab.kernels.reduction._reduce_reference``: the whole array widened at
   once and each order's loops over the last axis), which the fast path is
   tested bit-identical to;
 * fp16 / bf16 accumulators (fp16 data into fp16, bf16 data into bf16) vs the
@@ -50,7 +50,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import kernels as K
-from ..kernels.reduce import _reduce_reference
+from ..kernels.reduction import _reduce_reference
 from . import Measure, Section, best_of
 from .mma import TARGET as MMA_TARGET
 from .mma import time_mma

@@ -22,7 +22,7 @@ import os
 import numpy as np
 
 from ..kernels.mma import mma
-from ..kernels.mma_presets import UNIT_PRESETS
+from ..kernels.mma.presets import UNIT_PRESETS
 from ..report import render_table
 from . import best_of
 

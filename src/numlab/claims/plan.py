@@ -17,7 +17,7 @@ from ..formats import get_format
 from ..fusion import FUSION_KINDS, FusionOptions
 from ..kernels import scalar_mul
 from ..kernels.algorithms import rsqrt
-from ..kernels.reduce import reduce
+from ..kernels.reduction import reduce
 from ..rounding import round_to
 from ._fusion import fusion_options, fusion_specs
 from .cases import Runs, make_case

@@ -9,11 +9,11 @@ tables as ``results.json``; an --out that already holds results gets a fresh
    ``H100/fp8_e4m3/fp32`` preset: block results keep 14 significand bits) vs
    K up to 16384, without and with promotion of the partial sums to an fp32
    accumulator every ``N_C = 128`` products; errors against the exact
-   product (:func:`numlab.kernels.mma_lab.k_sweep`), for two input kinds:
+   product (:func:`numlab.kernels.mma.lab.k_sweep`), for two input kinds:
    ``uniform`` in [0, 1) (no cancellation: truncation errors add up) and
    ``normal``.
 2. **Across GPU presets**: the same e4m3 matrices (K = ``--preset-k``) on
-   every preset that takes e4m3 (:func:`numlab.kernels.mma_lab.preset_errors`).
+   every preset that takes e4m3 (:func:`numlab.kernels.mma.lab.preset_errors`).
 3. **Which "fp32 inside" claims survive** when matmuls run on the unit:
    the built-in claims (:data:`numlab.claims.CLAIMS`) evaluated on a zoo
    model whose eager library matmul (``handwritten:mma=UNIT``) and fused
@@ -37,8 +37,8 @@ from .. import plots
 from ..claims import SearchOptions, check, get_claim, model_sizes
 from ..kernels import KernelSpec
 from ..kernels.grammar import parse_unit, unit_string
-from ..kernels.mma_lab import DEEPSEEK_NC, SWEEP_KS, e4m3_inputs, k_sweep, preset_errors
-from ..kernels.mma_presets import UNIT_PRESETS
+from ..kernels.mma.lab import DEEPSEEK_NC, SWEEP_KS, e4m3_inputs, k_sweep, preset_errors
+from ..kernels.mma.presets import UNIT_PRESETS
 from ..report import render_table
 from .demo import resolve_out_dir
 from .options import add_shared, arg_type, model_type
@@ -144,7 +144,7 @@ def sweep_report(unit="H100/fp8_e4m3/fp32", *, ks=SWEEP_KS, M: int = 16, N: int 
         prow, _PRESET_COLS, width=width, legend=_LEGEND,
         title=f"2. The same e4m3 matrices (uniform, K = {preset_k}) on every preset that takes e4m3 "
               "(parameters only: no preset is backed by measured GPU outputs; see "
-              "numlab.kernels.mma_presets)"))
+              "numlab.kernels.mma.presets)"))
     if claims_model:
         plain = {r["claim"]: r for r in unit_claims(claims_model, None, trials=trials, seed=seed)}
         crow = [{**r, "verdict_plain": plain[r["claim"]]["verdict"]}

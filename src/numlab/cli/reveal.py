@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import sys
 
-from ..kernels.reveal import INPUT_FORMATS, RevealError
-from ..kernels.reveal import check as check_order
-from ..kernels.reveal import reveal as reveal_tree
+from ..kernels.orders.reveal import INPUT_FORMATS, RevealError
+from ..kernels.orders.reveal import check as check_order
+from ..kernels.orders.reveal import reveal as reveal_tree
 from ..torch.reveal import FUNCTIONS, black_box
 from .options import fmt_type, seed_type
 

@@ -22,6 +22,15 @@ function per operator (``engine.layer_norm(ctx, x, gamma, beta, axis=..,
 eps=..)``); every operator of :mod:`numlab.ops` names its kernel
 (``OpInfo.kernel``) and the executor calls only that.
 
+Rooms (docs/layers.md, "Inside numlab.kernels"; top first)
+----------------------------------------------------------
+``spec`` (:class:`KernelSpec`) > ``engine`` and ``grammar`` (spec strings) >
+the kernels ``reduction`` (:func:`reduce`), ``tiled_matmul`` (:func:`matmul`),
+``scalar``, ``algorithms``, ``scaled`` and ``mma/`` (the matrix-unit model) >
+``orders/`` (every summation order and :func:`parse_order`), ``libm``,
+``hardware`` > ``_common`` and ``_accel``.  A module imports only from rooms
+below it.
+
 How an executor calls this package
 ----------------------------------
 Containers.  Every function accepts float containers (float64, float32,
@@ -95,25 +104,25 @@ from .algorithms import (
     steps_table,
     tanh,
 )
-from .cpu_orders import AtenCascade, InductorLanes
 from .engine import Ctx
 from .hardware import ASCEND_910B, SMALL, Hardware, tile_elements
-from .matmul import MATMUL_ALGOS, matmul
-from .reduce import (
-    OPS,
+from .orders import (
     ORDER_NAMES,
-    VARIANCE_ALGORITHMS,
+    AtenCascade,
     Blocked,
+    InductorLanes,
     Kahan,
     Lanes,
     Order,
     Pairwise,
     Sequential,
     Shuffled,
+    Tree,
     gamma,
     parse_order,
-    reduce,
+    parse_tree,
 )
+from .reduction import OPS, VARIANCE_ALGORITHMS, reduce
 from .scalar import SCALAR_MUL_CHOICES, fma, mul_add, multiply_add, scalar_mul
 from .spec import (
     CODEGEN,
@@ -123,7 +132,7 @@ from .spec import (
     UNARY_OPS,
     KernelSpec,
 )
-from .tree_order import Tree, parse_tree
+from .tiled_matmul import MATMUL_ALGOS, matmul
 
 __all__ = [
     "Hardware", "tile_elements", "ASCEND_910B", "SMALL",

@@ -13,15 +13,16 @@ exactly the same operations:
 * :func:`add_round32` -- the fp32 step of ``block_fma`` matmul after its BLAS
   call, ``out = RN32(fl64(S + c))`` and the flag of float64 sums that sit on an
   fp32 midpoint (low 29 significand bits ``1 << 28``), in one pass instead of
-  numpy's four (:func:`numlab.kernels.matmul._tile_certified_exact`); the
+  numpy's four (:func:`numlab.kernels.tiled_matmul._tile_certified_exact`); the
   conversion is the same hardware instruction numpy's cast uses (``cvtsd2ss``:
   round to nearest even, overflow to inf);
 * :func:`rows_direct` -- Sequential and Blocked(T, sequential, sequential)
   straight from the 16-bit rows (eight rows at a time), with no tile;
 * :func:`rows_order` -- Pairwise and Lanes row by row from a widened copy of
   the row (contiguous, so the lane loop is one SIMD add per vector);
-* :func:`welford32` -- the float32 Welford loop of the engine's layer norm;
-* :func:`kahan` -- the compensated step of :meth:`numlab.kernels.reduce.Kahan._fast`,
+* :func:`welford32` -- the float32 Welford loop of the engine's layer norm
+  (:func:`numlab.kernels.reduction.welford`);
+* :func:`kahan` -- the compensated step of :meth:`numlab.kernels.orders.Kahan._fast`,
   ``y = x - c; t = s + y; c = (t - s) - y; s = t``, in the tile's IEEE dtype
   (float32/float64), each operation rounded once: numba compiles without
   ``fastmath``, so LLVM neither reassociates nor contracts, and the loop over
@@ -377,7 +378,7 @@ def welford32(xt: np.ndarray, m: np.ndarray, m2: np.ndarray) -> bool:
     fp32 branch: ``d = x_k - m; m = m + d / fl(k+1); M2 = M2 + d * (x_k - m)``, each
     operation rounded once, no FMA) over the rows of ``xt`` (``(n, rows)``),
     continuing ``m`` and ``m2`` in place: its compiled twin, called by
-    :func:`numlab.kernels.engine._welford`.  False when unavailable.  Tests pin it
+    :func:`numlab.kernels.reduction.welford`.  False when unavailable.  Tests pin it
     to that loop bit for bit."""
     k = kernels()
     if (k is None or xt.ndim != 2 or xt.dtype != np.float32 or m.dtype != np.float32
@@ -389,7 +390,7 @@ def welford32(xt: np.ndarray, m: np.ndarray, m2: np.ndarray) -> bool:
 
 def pairwise(t: np.ndarray) -> np.ndarray | None:
     """The adjacent-pairs tree over axis -2 of ``t`` (``(..., m, W)``, float32/float64,
-    odd element carried) on a copy, as :meth:`numlab.kernels.reduce.Pairwise._fast`;
+    odd element carried) on a copy, as :meth:`numlab.kernels.orders.Pairwise._fast`;
     returns the ``(..., W)`` sums, or None when unavailable."""
     k = kernels()
     if k is None or t.dtype not in (np.float32, np.float64):

@@ -46,19 +46,22 @@ import dataclasses
 import numpy as np
 
 from ..formats import FP32, get_format
-from ..primitives import _two_sum
-from . import _accel
 from . import algorithms as _alg
-from ._common import Arith, check_choice, welford_steps
+from ._common import Arith, check_choice
 from ._common import round_to as _round_to
-from .matmul import matmul as _kmatmul
-from .mma_lab import unit_matmul as _unit_matmul
-from .reduce import OPS as _REDUCE_OPS
-from .reduce import Blocked, Shuffled
-from .reduce import reduce as _kreduce
-from .scalar import fma as _kfma
+from .mma.lab import unit_matmul as _unit_matmul
+from .orders import Blocked, Shuffled
+from .reduction import OPS as _REDUCE_OPS
+from .reduction import reduce as _kreduce
+from .reduction import welford as _welford
+from .scalar import fma_f32 as _fma_f32
 from .scalar import multiply_add as _kmultiply_add
 from .scalar import scalar_mul as _kscalar_mul
+from .scaled import block_scale_kernel as block_scale
+from .scaled import dequantize_kernel as dequantize
+from .scaled import quantize_kernel as quantize
+from .scaled import scaled_matmul_kernel as scaled_matmul
+from .tiled_matmul import matmul as _kmatmul
 
 __all__ = [
     "Ctx", "store", "data_movement", "contract", "folded_muls",
@@ -68,6 +71,10 @@ __all__ = [
     "erf", "silu", "gelu", "where", "cast", "gt", "ge", "lt", "le", "eq", "ne", "constant",
     "sum_", "mean", "max_", "min_", "var", "matmul",
     "layer_norm", "rms_norm", "softmax", "log_softmax",
+    # block-scaled operators: their kernels live in numlab.kernels.scaled, with the
+    # formats they implement, and are named here so that every operator's kernel is
+    # reached through this module
+    "quantize", "block_scale", "dequantize", "scaled_matmul",
 ]
 
 GELU_APPROXIMATE = _alg.GELU_APPROXIMATE
@@ -317,7 +324,7 @@ class Ctx:
         """numpy matmul rules; K-tiled by ``spec.matmul_algo`` and
         ``spec.k_tile`` with the accumulator ``acc``, rounded to inner; on
         the matrix unit ``spec.mma`` when set
-        (:func:`numlab.kernels.mma_lab.unit_matmul`)."""
+        (:func:`numlab.kernels.mma.lab.unit_matmul`)."""
         a, b = _f32(a), _f32(b)
         va, vb = a.ndim == 1, b.ndim == 1  # numpy matmul's vector rules
         a2, b2 = a[None, :] if va else a, b[:, None] if vb else b
@@ -342,145 +349,6 @@ def _axes_last(x: np.ndarray, axes: tuple) -> np.ndarray:
     rest = [i for i in range(x.ndim) if i not in axes]
     n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
     return np.transpose(x, rest + list(axes)).reshape(tuple(x.shape[i] for i in rest) + (n,))
-
-
-def _welford(x: np.ndarray, ar, correction: int):
-    """Welford's mean and variance along the last axis with every operation
-    rounded by ``ar`` (a ``kernels._common.Arith``): the same operations in
-    the same order as ``kernels.reduce(op="var", variance="welford")``
-    (``d = x_k - m; m = m + d/fl(k+1); M2 = M2 + d*(x_k - m)``; var
-    ``M2/fl(n - correction)``), so the variance is bitwise the kernel's (tested).
-    Runs on a transposed contiguous copy (each step reads one contiguous
-    row) with preallocated buffers when ``ar`` is native fp32, compiled
-    (:func:`numlab.kernels._accel.welford32`, bit-identical; ``NUMLAB_ACCEL=0``
-    keeps the numpy loop) when numba is installed.
-
-    Returns (mean, var) in ``ar``'s working dtype, shape ``x.shape[:-1]``.
-    """
-    n = x.shape[-1]
-    lead = x.shape[:-1]
-    xt = _transpose2d(np.asarray(ar.round(x)).reshape(-1, n))  # (n, rows)
-    m = np.zeros(xt.shape[1:], dtype=ar.dtype)
-    m2 = np.zeros_like(m)
-    with np.errstate(all="ignore"):
-        # compiled: the same float32 operations in the same order (numba)
-        if not (ar.native and ar.dtype == np.float32 and _accel.welford32(xt, m, m2)):
-            m, m2 = welford_steps(xt, ar, m, m2)
-        var = ar.div(m2, ar.round(np.float64(n - correction)))
-    return np.asarray(m).reshape(lead), np.asarray(var).reshape(lead)
-
-
-def _transpose2d(a: np.ndarray, block: int = 128) -> np.ndarray:
-    """A contiguous copy of ``a.T`` made tile by tile (``block`` x ``block``),
-    so reads and writes stay in cache (a plain strided transpose of a large
-    array is several times slower)."""
-    r, n = a.shape
-    out = np.empty((n, r), dtype=a.dtype)
-    if r * n <= block * block * 4:
-        out[...] = a.T
-        return out
-    for i in range(0, r, block):
-        for j in range(0, n, block):
-            out[j:j + block, i:i + block] = a[i:i + block, j:j + block].T
-    return out
-
-
-def _fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """``a*b + c`` rounded once to fp32.
-
-    The product of two fp32 values is exact in float64; ``s = fl64(p + c)``
-    is then rounded to fp32.  That double rounding can be wrong only when
-    ``s`` lies exactly halfway between two fp32 numbers (its 29 low
-    significand bits are ``1 0...0``): there the exact error of ``s``
-    (Knuth's TwoSum) says on which side the exact value lies (zero: a true
-    tie, round to even).  Results in fp32's subnormal range are redone by
-    the kernels' exact path (:func:`numlab.kernels.fma`).  Works on chunks
-    of rows so the float64 temporaries stay in cache."""
-    a, b, c = np.broadcast_arrays(_f32(a), _f32(b), _f32(c))
-    out = np.empty(a.shape, dtype=np.float32)
-    if a.size == 0:
-        return out
-    if a.ndim == 0:
-        return _f32(_kfma(a, b, c, fmt=FP32)).reshape(())
-    per_row = max(1, a.size // a.shape[0])
-    step = max(1, 65536 // per_row)
-    low = np.uint64(0x1FFFFFFF)
-    half = np.uint64(0x10000000)
-    tiny = 2.0**-126
-    # chunk buffers, reused: no fresh allocation per chunk
-    shape = (min(step, a.shape[0]),) + a.shape[1:]
-    p_buf = np.empty(shape, dtype=np.float64)
-    q_buf = np.empty(shape, dtype=np.float64)
-    t_buf = np.empty(shape, dtype=np.uint64)
-    m_buf = np.empty(shape, dtype=bool)
-    compiled = a.ndim == 2  # the one-pass sum/round/flag kernel (numba) takes 2-D chunks
-    with np.errstate(all="ignore"):
-        for i in range(0, a.shape[0], step):
-            sl = slice(i, i + step)
-            k = min(step, a.shape[0] - i)
-            p, q, t, mid = p_buf[:k], q_buf[:k], t_buf[:k], m_buf[:k]
-            np.multiply(a[sl], b[sl], out=p, dtype=np.float64)  # exact
-            o = out[sl]
-            if compiled and _fma_chunk_compiled(a[sl], b[sl], c[sl], p, o, mid, tiny):
-                continue
-            compiled = False  # unavailable: numpy from here on
-            np.add(p, c[sl], out=p)
-            o[...] = p  # numpy's float64 -> float32 cast: RNE
-            np.bitwise_and(p.view(np.uint64), low, out=t)
-            np.equal(t, half, out=mid)
-            if mid.any():
-                _settle_midpoints(a[sl], b[sl], c[sl], mid, o)
-            np.abs(p, out=q)
-            # zeros or fp32 subnormal results (an any(), not a min(): a NaN elsewhere in
-            # the chunk must not hide them)
-            if (q < tiny).any():
-                sub_ = (q < tiny) & (p != 0)
-                if sub_.any():  # fp32 subnormal results: exact kernel
-                    o[sub_] = _f32(_kfma(a[sl][sub_], b[sl][sub_], c[sl][sub_], fmt=FP32))
-    return out
-
-
-def _settle_midpoints(a, b, c, mid, o) -> None:
-    """Where ``mid``: ``fl64(a*b + c)`` fell exactly halfway between two fp32
-    numbers, so ``o`` (its RNE cast) may be on the wrong side: the exact error of
-    the float64 sum (Knuth's TwoSum; the product is exact) says which side the
-    exact value lies on (zero: a true tie, keep the even one)."""
-    prod = a[mid].astype(np.float64) * b[mid]  # exact
-    sm, e = _two_sum(prod, c[mid].astype(np.float64))  # sm: the float64 sum that was rounded
-    r0 = o[mid]
-    other = np.nextafter(r0, np.where(sm > r0, np.float32(np.inf), np.float32(-np.inf)))
-    up, dn = np.maximum(r0, other), np.minimum(r0, other)
-    o[mid] = np.where(e > 0, up, np.where(e < 0, dn, r0))
-
-
-def _fma_chunk_compiled(a, b, c, p, o, mid, tiny) -> bool:
-    """One chunk of :func:`_fma_f32` with the compiled pass
-    (:func:`numlab.kernels._accel.add_round32`: ``o = RN32(fl64(p + c))`` and the
-    fp32-midpoint flags in one pass, the same IEEE operations as the numpy
-    steps); ``p`` holds the exact products ``a*b``.  The flagged midpoints and
-    the fp32-subnormal results are then settled exactly as on the numpy path,
-    recomputing the float64 sum ``fl64(a*b + c)`` where needed.  False (nothing
-    settled) when the kernel is unavailable."""
-    c = c.view()
-    c.flags.writeable = False  # a read-only view (broadcast inputs warn when typed as writeable)
-    n = _accel.add_round32(p, c, o, mid)
-    if n is None:
-        return False
-    # |fl64 sum| < 2^-126 implies |RN32(sum)| <= 2^-126 (rounding is monotone):
-    # candidates for the numpy path's subnormal test on the float64 sum itself
-    # (a NaN elsewhere in the chunk does not hide them)
-    cand = np.abs(o) <= tiny
-    if not cand.any():
-        cand = None
-    if n:
-        _settle_midpoints(a, b, c, mid, o)
-    if cand is not None:
-        sm = a[cand].astype(np.float64) * b[cand] + c[cand].astype(np.float64)
-        sub_ = (np.abs(sm) < tiny) & (sm != 0)
-        if sub_.any():  # fp32 subnormal results: exact kernel
-            idx = tuple(ix[sub_] for ix in np.nonzero(cand))
-            o[idx] = _f32(_kfma(a[idx], b[idx], c[idx], fmt=FP32))
-    return True
 
 
 def _reseed(o, seed):
@@ -787,15 +655,3 @@ def log_softmax(ctx, x, *, axis=-1):
     d = ctx.sub(x, ctx.reduce(x, "max", axis, True))
     s = ctx.reduce(ctx.exp(d), "sum", axis, True)
     return ctx.sub(d, ctx.log(s))
-
-
-# --- block-scaled operators (h6) ---
-# The kernels of quantize / block_scale / dequantize / scaled_matmul live in
-# numlab.kernels.scaled (with the formats they implement); named here so that
-# every operator's kernel is reached through this module.
-from .scaled import block_scale_kernel as block_scale  # noqa: E402  (section appended at the end)
-from .scaled import dequantize_kernel as dequantize  # noqa: E402
-from .scaled import quantize_kernel as quantize  # noqa: E402
-from .scaled import scaled_matmul_kernel as scaled_matmul  # noqa: E402
-
-__all__ += ["quantize", "block_scale", "dequantize", "scaled_matmul"]

@@ -23,7 +23,7 @@ CLI command that takes a kernel spec coerces through them.  Grammar::
 Fields are found with :func:`dataclasses.fields`, so a new field of
 ``KernelSpec`` or ``Hardware`` is part of the grammar with no change here;
 each value is checked by the field's own parser (``KernelSpec.__post_init__``:
-:func:`numlab.kernels.reduce.parse_order`,
+:func:`numlab.kernels.orders.parse_order`,
 :func:`numlab.kernels.algorithms.parse_algo`,
 :func:`numlab.formats.get_format`, the choice checks).
 """
@@ -34,9 +34,8 @@ import dataclasses
 
 from ..formats import Format
 from .hardware import Hardware
-from .mma import MatrixUnit
-from .mma_presets import GPUS, UNIT_PRESETS
-from .mma_presets import preset as unit_preset
+from .mma import GPUS, UNIT_PRESETS, MatrixUnit
+from .mma import preset as unit_preset
 
 __all__ = ["SPEC_PRESETS", "GRAMMAR", "parse_kernel_spec", "kernel_spec_string", "split_top_level",
            "parse_unit", "unit_string", "spec_diff"]
@@ -156,7 +155,7 @@ def parse_unit(value, arg: str = "mma"):
     """The matrix unit named by ``value`` (grammar rule ``unit`` in the module
     docstring): None or ``"none"`` -> None, a :class:`MatrixUnit` unchanged,
     ``"H100"`` / ``"H100/fp8_e4m3/fp32"`` -> the preset
-    (:func:`numlab.kernels.mma_presets.preset`), ``"custom"`` ->
+    (:func:`numlab.kernels.mma.presets.preset`), ``"custom"`` ->
     ``MatrixUnit()``, each optionally followed by ``(field=value,...)``
     overrides checked by ``MatrixUnit``'s own validation.  Errors name
     ``arg``, the value and the valid choices."""

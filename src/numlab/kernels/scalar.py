@@ -29,8 +29,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..formats import FP32, get_format
+from ..primitives import _two_sum
 from ..primitives import fma as _exact_fma
 from ..rounding import check_rounding
+from . import _accel
 from ._common import (
     as_values,
     check_choice,
@@ -39,7 +41,7 @@ from ._common import (
     to_container,
 )
 
-__all__ = ["scalar_mul", "fma", "mul_add", "multiply_add", "SCALAR_MUL_CHOICES"]
+__all__ = ["scalar_mul", "fma", "fma_f32", "mul_add", "multiply_add", "SCALAR_MUL_CHOICES"]
 
 SCALAR_MUL_CHOICES = ("muls", "broadcast")
 
@@ -144,3 +146,109 @@ def mul_add(a, b, c, *, fmt, rounding: str = "rne"):
 def multiply_add(a, b, c, *, fmt, fused: bool = True, rounding: str = "rne"):
     """``fma`` when ``fused`` else ``mul_add`` (the ``KernelSpec.fma`` switch)."""
     return (fma if fused else mul_add)(a, b, c, fmt=fmt, rounding=rounding)
+
+
+# --------------------------------------------------------------------------
+# the fp32 fast path of fma (the engine's fused multiply-add on float32 arrays)
+# --------------------------------------------------------------------------
+def _as_f32(x) -> np.ndarray:
+    a = np.asarray(x)
+    return a if a.dtype == np.float32 else a.astype(np.float32)
+
+
+def fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``a*b + c`` rounded once to fp32.
+
+    The product of two fp32 values is exact in float64; ``s = fl64(p + c)``
+    is then rounded to fp32.  That double rounding can be wrong only when
+    ``s`` lies exactly halfway between two fp32 numbers (its 29 low
+    significand bits are ``1 0...0``): there the exact error of ``s``
+    (Knuth's TwoSum) says on which side the exact value lies (zero: a true
+    tie, round to even).  Results in fp32's subnormal range are redone by
+    the exact kernel (:func:`fma`).  Works on chunks
+    of rows so the float64 temporaries stay in cache."""
+    a, b, c = np.broadcast_arrays(_as_f32(a), _as_f32(b), _as_f32(c))
+    out = np.empty(a.shape, dtype=np.float32)
+    if a.size == 0:
+        return out
+    if a.ndim == 0:
+        return _as_f32(fma(a, b, c, fmt=FP32)).reshape(())
+    per_row = max(1, a.size // a.shape[0])
+    step = max(1, 65536 // per_row)
+    low = np.uint64(0x1FFFFFFF)
+    half = np.uint64(0x10000000)
+    tiny = 2.0**-126
+    # chunk buffers, reused: no fresh allocation per chunk
+    shape = (min(step, a.shape[0]),) + a.shape[1:]
+    p_buf = np.empty(shape, dtype=np.float64)
+    q_buf = np.empty(shape, dtype=np.float64)
+    t_buf = np.empty(shape, dtype=np.uint64)
+    m_buf = np.empty(shape, dtype=bool)
+    compiled = a.ndim == 2  # the one-pass sum/round/flag kernel (numba) takes 2-D chunks
+    with np.errstate(all="ignore"):
+        for i in range(0, a.shape[0], step):
+            sl = slice(i, i + step)
+            k = min(step, a.shape[0] - i)
+            p, q, t, mid = p_buf[:k], q_buf[:k], t_buf[:k], m_buf[:k]
+            np.multiply(a[sl], b[sl], out=p, dtype=np.float64)  # exact
+            o = out[sl]
+            if compiled and _fma_chunk_compiled(a[sl], b[sl], c[sl], p, o, mid, tiny):
+                continue
+            compiled = False  # unavailable: numpy from here on
+            np.add(p, c[sl], out=p)
+            o[...] = p  # numpy's float64 -> float32 cast: RNE
+            np.bitwise_and(p.view(np.uint64), low, out=t)
+            np.equal(t, half, out=mid)
+            if mid.any():
+                _settle_midpoints(a[sl], b[sl], c[sl], mid, o)
+            np.abs(p, out=q)
+            # zeros or fp32 subnormal results (an any(), not a min(): a NaN elsewhere in
+            # the chunk must not hide them)
+            if (q < tiny).any():
+                sub_ = (q < tiny) & (p != 0)
+                if sub_.any():  # fp32 subnormal results: exact kernel
+                    o[sub_] = _as_f32(fma(a[sl][sub_], b[sl][sub_], c[sl][sub_], fmt=FP32))
+    return out
+
+
+def _settle_midpoints(a, b, c, mid, o) -> None:
+    """Where ``mid``: ``fl64(a*b + c)`` fell exactly halfway between two fp32
+    numbers, so ``o`` (its RNE cast) may be on the wrong side: the exact error of
+    the float64 sum (Knuth's TwoSum; the product is exact) says which side the
+    exact value lies on (zero: a true tie, keep the even one)."""
+    prod = a[mid].astype(np.float64) * b[mid]  # exact
+    sm, e = _two_sum(prod, c[mid].astype(np.float64))  # sm: the float64 sum that was rounded
+    r0 = o[mid]
+    other = np.nextafter(r0, np.where(sm > r0, np.float32(np.inf), np.float32(-np.inf)))
+    up, dn = np.maximum(r0, other), np.minimum(r0, other)
+    o[mid] = np.where(e > 0, up, np.where(e < 0, dn, r0))
+
+
+def _fma_chunk_compiled(a, b, c, p, o, mid, tiny) -> bool:
+    """One chunk of :func:`fma_f32` with the compiled pass
+    (:func:`numlab.kernels._accel.add_round32`: ``o = RN32(fl64(p + c))`` and the
+    fp32-midpoint flags in one pass, the same IEEE operations as the numpy
+    steps); ``p`` holds the exact products ``a*b``.  The flagged midpoints and
+    the fp32-subnormal results are then settled exactly as on the numpy path,
+    recomputing the float64 sum ``fl64(a*b + c)`` where needed.  False (nothing
+    settled) when the kernel is unavailable."""
+    c = c.view()
+    c.flags.writeable = False  # a read-only view (broadcast inputs warn when typed as writeable)
+    n = _accel.add_round32(p, c, o, mid)
+    if n is None:
+        return False
+    # |fl64 sum| < 2^-126 implies |RN32(sum)| <= 2^-126 (rounding is monotone):
+    # candidates for the numpy path's subnormal test on the float64 sum itself
+    # (a NaN elsewhere in the chunk does not hide them)
+    cand = np.abs(o) <= tiny
+    if not cand.any():
+        cand = None
+    if n:
+        _settle_midpoints(a, b, c, mid, o)
+    if cand is not None:
+        sm = a[cand].astype(np.float64) * b[cand] + c[cand].astype(np.float64)
+        sub_ = (np.abs(sm) < tiny) & (sm != 0)
+        if sub_.any():  # fp32 subnormal results: exact kernel
+            idx = tuple(ix[sub_] for ix in np.nonzero(cand))
+            o[idx] = _as_f32(fma(a[idx], b[idx], c[idx], fmt=FP32))
+    return True

@@ -22,18 +22,10 @@ from . import engine as _E
 from . import grammar as _grammar
 from ._common import check_choice
 from .hardware import Hardware, kernel_tile
-from .matmul import MATMUL_ALGOS
-from .reduce import (
-    OPS,
-    VARIANCE_ALGORITHMS,
-    Blocked,
-    Lanes,
-    Order,
-    Pairwise,
-    Sequential,
-    _as_order,
-)
+from .orders import Blocked, Lanes, Order, Pairwise, Sequential, as_order
+from .reduction import OPS, VARIANCE_ALGORITHMS
 from .scalar import SCALAR_MUL_CHOICES
+from .tiled_matmul import MATMUL_ALGOS
 
 __all__ = ["KernelSpec", "PROMOTIONS", "UNARY_OPS", "DEFAULT_FUSED_LIVE_BUFFERS", "HANDWRITTEN", "CODEGEN",
            "mode_specs"]
@@ -146,10 +138,10 @@ class KernelSpec:
     def __post_init__(self):
         check_choice("promotion", self.promotion, PROMOTIONS)
         object.__setattr__(self, "acc", get_format(self.acc, "acc"))
-        object.__setattr__(self, "reduce_inner", _as_order(self.reduce_inner, "reduce_inner"))
-        object.__setattr__(self, "reduce_outer", _as_order(self.reduce_outer, "reduce_outer"))
+        object.__setattr__(self, "reduce_inner", as_order(self.reduce_inner, "reduce_inner"))
+        object.__setattr__(self, "reduce_outer", as_order(self.reduce_outer, "reduce_outer"))
         if self.reduce_order is not None:
-            object.__setattr__(self, "reduce_order", _as_order(self.reduce_order, "reduce_order"))
+            object.__setattr__(self, "reduce_order", as_order(self.reduce_order, "reduce_order"))
         if self.live_buffers is not None and (
             not isinstance(self.live_buffers, int) or isinstance(self.live_buffers, bool) or self.live_buffers < 1
         ):

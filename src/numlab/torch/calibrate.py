@@ -43,8 +43,8 @@ import numpy as np
 from .. import __version__
 from .. import _json as strict_json
 from .._repr import Compact, brief
-from ..kernels.reveal import check as check_order
-from ..kernels.tree_order import Tree
+from ..kernels.orders.reveal import check as check_order
+from ..kernels.orders.tree import Tree
 from .bridge import from_torch
 from .data import cancelling_rows, normal
 from .explain import ulp_distance

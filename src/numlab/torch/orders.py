@@ -1,8 +1,8 @@
-"""PyTorch's CPU summation orders: thin wrappers over :mod:`numlab.kernels.cpu_orders`.
+"""PyTorch's CPU summation orders: thin wrappers over :mod:`numlab.kernels.orders.cpu`.
 
-The orders themselves are :class:`numlab.kernels.cpu_orders.AtenCascade`
+The orders themselves are :class:`numlab.kernels.orders.cpu.AtenCascade`
 (ATen eager ``sum``, ``cascade_sum``) and
-:class:`numlab.kernels.cpu_orders.InductorLanes` (Inductor C++'s lane vectors,
+:class:`numlab.kernels.orders.cpu.InductorLanes` (Inductor C++'s lane vectors,
 butterfly and thread split), used through :func:`numlab.kernels.reduce`; the
 functions here keep the older call forms (fp32 rows in, fp32 sums out).
 """
@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.cpu_orders import (
+from ..kernels.orders.cpu import (
     AtenCascade,
     InductorLanes,
     butterfly,
     ceil_log2,
     inductor_splits_reduction,
 )
-from ..kernels.reduce import reduce
+from ..kernels.reduction import reduce
 
 __all__ = [
     "ceil_log2",

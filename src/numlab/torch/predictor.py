@@ -21,8 +21,8 @@
 Values are float32 arrays holding values of their dtype (bool for masks).
 The numerics are :mod:`numlab.kernels`' (one engine): sums are
 :func:`numlab.kernels.reduce` with the presets' orders
-(:class:`~numlab.kernels.cpu_orders.AtenCascade`,
-:class:`~numlab.kernels.cpu_orders.InductorLanes`), math routines are
+(:class:`~numlab.kernels.orders.cpu.AtenCascade`,
+:class:`~numlab.kernels.orders.cpu.InductorLanes`), math routines are
 ``numlab.kernels.exp/tanh/erf/gelu`` with the presets' ``algo=`` names: SLEEF
 ``expf`` (``"sleef_u10"``: sigmoid, softmax, compiled ``exp``), SLEEF ``tanhf``
 (``"sleef"``: compiled ``tanh``), ATen's vectorised A&S ``erf``
@@ -75,9 +75,10 @@ from ..kernels.algorithms import exp as k_exp
 from ..kernels.algorithms import gelu as k_gelu
 from ..kernels.algorithms import log1p as k_log1p
 from ..kernels.algorithms import tanh as k_tanh
-from ..kernels.cpu_orders import InductorLanes, ceil_log2
 from ..kernels.libm import fma32
-from ..kernels.reduce import Lanes, reduce
+from ..kernels.orders import Lanes
+from ..kernels.orders.cpu import InductorLanes, ceil_log2
+from ..kernels.reduction import reduce
 from ..ops import erf_ref
 from ..rounding import round_to
 from .bridge import Ref, TorchTrace, as_numpy, import_torch

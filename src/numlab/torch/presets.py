@@ -58,7 +58,7 @@ ATen eager (``TorchCpuEager``)
     tail of each vectorised loop (the last ``n mod 32`` elements of every
     parallel chunk for 16-bit dtypes) computes ``fl16(x + fl16(a' y))``.
 * Reductions: ``sum`` by ATen's ``cascade_sum`` (the order
-  :class:`numlab.kernels.cpu_orders.AtenCascade`) with ``Vectorized<float>`` of **8** lanes: the
+  :class:`numlab.kernels.orders.cpu.AtenCascade`) with ``Vectorized<float>`` of **8** lanes: the
   sum kernel runs its AVX2 build although the capability is AVX512
   (measured: the V=8 model matches 100% of rows, V=16 about 30%).
   ``mean`` of a 16-bit tensor is ``fl16(sum32(fp32(x)) / n)`` where the sum
@@ -88,7 +88,7 @@ Inductor C++ (``InductorCpu``)
   compiles to ``x + y*a``, two fp32 roundings, unlike eager's FMA).
 * ``emulate_precision_casts=True``: every value whose dtype is fp16/bf16 is
   rounded to it where eager would store it; scalars stay fp32.
-* Reductions in the order :class:`numlab.kernels.cpu_orders.InductorLanes`;
+* Reductions in the order :class:`numlab.kernels.orders.cpu.InductorLanes`;
   ``Vectorized<float>`` math: ``exp``/``tanh`` by SLEEF (``algo="sleef_u10"``,
   ``"sleef"``), ``erf`` and gelu by ATen's A&S formula (``"aten_vec"``); reduction results
   are stored (rounded to the node dtype) even inside a fused kernel.
@@ -108,8 +108,8 @@ import numpy as np
 from ..fusion import FusionOptions
 from ..kernels import KernelSpec
 from ..kernels.algorithms import ERF_ALGOS, EXP_ALGOS, GELU_ALGOS, TANH_ALGOS, parse_algo
-from ..kernels.cpu_orders import AtenCascade, InductorLanes
-from ..kernels.reduce import reduce
+from ..kernels.orders.cpu import AtenCascade, InductorLanes
+from ..kernels.reduction import reduce
 from .bridge import import_torch
 from .data import cancelling_rows
 

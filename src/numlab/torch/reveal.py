@@ -1,6 +1,6 @@
 """Reveal the summation order of real PyTorch and NumPy reductions.
 
-:func:`reveal_order` wraps the generic prober :func:`numlab.kernels.reveal.reveal`
+:func:`reveal_order` wraps the generic prober :func:`numlab.kernels.orders.reveal.reveal`
 (numpy only) for the functions numlab knows by name (:data:`FUNCTIONS`) and for
 torch callables::
 
@@ -32,7 +32,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from ..kernels.reveal import INPUT_FORMATS, Revealed, reveal, rowwise
+from ..kernels.orders.reveal import INPUT_FORMATS, Revealed, reveal, rowwise
 
 __all__ = ["reveal_order", "FUNCTIONS", "black_box"]
 
@@ -105,7 +105,7 @@ def reveal_order(fn, n: int, fmt="fp32", *, check_rows: int = 10_000, seed: int 
     fmt : {"fp32", "fp16", "bf16"}
         Input format.
     check_rows, seed, acc
-        See :func:`numlab.kernels.reveal.reveal`: the revealed order must
+        See :func:`numlab.kernels.orders.reveal.reveal`: the revealed order must
         reproduce ``fn`` bit for bit on ``check_rows`` random rows.
     torch : bool
         A callable ``fn`` receives torch tensors (True) or numpy arrays.
@@ -113,7 +113,7 @@ def reveal_order(fn, n: int, fmt="fp32", *, check_rows: int = 10_000, seed: int 
     Returns
     -------
     Revealed
-        ``.order`` (a :class:`numlab.kernels.tree_order.Tree`), ``.probes``,
+        ``.order`` (a :class:`numlab.kernels.orders.tree.Tree`), ``.probes``,
         ``.calls`` and ``.check`` (``.check.ok``: bit for bit on every row).
     """
     if isinstance(fmt, str) and fmt not in INPUT_FORMATS:

@@ -12,7 +12,7 @@ block drawn bit by bit).
 * :func:`block_bits` lays out the alignment of one block FMA bit by bit
   (what the notebook draws).
 
-Everything computes with :func:`numlab.kernels.mma.mma` (the one model);
+Everything computes with :func:`numlab.kernels.mma.unit.mma` (the one model);
 errors are measured against the exact product, computed in float64 where it
 is exact (:func:`exact_matmul`).
 """
@@ -24,10 +24,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..formats import get_format
-from ._common import round_to
-from .mma import MatrixUnit, mma
-from .mma_presets import UNIT_PRESETS, preset
+from ...formats import get_format
+from .._common import round_to
+from .presets import UNIT_PRESETS, preset
+from .unit import MatrixUnit, mma
 
 __all__ = ["unit_matmul", "exact_matmul", "e4m3_inputs", "k_sweep", "preset_errors", "block_bits",
            "SWEEP_KS", "DEEPSEEK_NC"]
@@ -44,7 +44,7 @@ def unit_matmul(a, b, unit: MatrixUnit, out) -> np.ndarray:
 
     Operands are rounded to ``unit.in_fmt`` (nearest even: the conversion a
     kernel does before feeding the unit; no-op for values already in it);
-    each (M, K) x (K, N) product is :func:`numlab.kernels.mma.mma` (one
+    each (M, K) x (K, N) product is :func:`numlab.kernels.mma.unit.mma` (one
     call for a 2-D ``b``, one per batch entry otherwise), and the unit's
     ``out_fmt`` result is rounded to ``out`` (nearest even).
     """
@@ -192,7 +192,7 @@ def block_bits(a, b, unit: MatrixUnit, c: float = 0.0) -> dict:
     "exact"}`` where each term is ``{"value", "anchor", "bits", "kept",
     "dropped"}``: ``bits`` maps bit positions (exponents, ``2**pos``) of the
     exact term's binary expansion to 0/1, ``kept`` is the term after
-    alignment (:data:`numlab.kernels.mma.ALIGN_ROUNDINGS`) and ``dropped``
+    alignment (:data:`numlab.kernels.mma.unit.ALIGN_ROUNDINGS`) and ``dropped``
     the part lost.  ``result`` is :func:`mma` of the block (the model itself),
     ``sum`` the exact sum of the kept terms (before the final rounding).
     Only for blocks without interleaving (``unit.interleave == 1``)."""

@@ -37,8 +37,8 @@ of units and added.
 The black box ``fn`` takes a 2-D array (rows, n) in the input format's
 container (float32, float16, ml_dtypes.bfloat16) and returns one value per
 row (use :func:`rowwise` for a function of one 1-D row).  The revealed order
-is a :class:`numlab.kernels.tree_order.Tree`; :func:`check` runs it with
-:func:`numlab.kernels.reduce.reduce` against ``fn`` on random rows.
+is a :class:`numlab.kernels.orders.tree.Tree`; :func:`check` runs it (as
+:func:`numlab.kernels.reduce` with ``op="sum"`` does) against ``fn`` on random rows.
 """
 
 from __future__ import annotations
@@ -48,9 +48,10 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 
-from ..formats import get_format
-from .reduce import reduce
-from .tree_order import Tree
+from ...formats import get_format
+from .._common import Arith, round_to, to_container
+from .classic import sum_along
+from .tree import Tree
 
 __all__ = ["reveal", "check", "rowwise", "Revealed", "CheckResult", "RevealError", "probe_values",
            "INPUT_FORMATS"]
@@ -314,7 +315,7 @@ def check(fn, order, n: int, fmt="fp32", *, rows: int = 10_000, seed: int = 0,
     for r0 in range(0, rows, step):  # rows drawn and checked chunk by chunk
         x = rng.standard_normal((min(step, rows - r0), n)).astype(_CONTAINER[fmt])
         want = np.asarray(fn(x)).reshape(x.shape[0])
-        got = reduce(x, "sum", order=order, acc=acc, out=fmt)
+        got = _order_sum(x, order, acc, fmt)
         want = want.astype(got.dtype) if want.dtype != got.dtype else want
         same = _bits(want) == _bits(got)
         same |= np.isnan(want.astype(np.float64)) & np.isnan(got.astype(np.float64))
@@ -323,6 +324,15 @@ def check(fn, order, n: int, fmt="fp32", *, rows: int = 10_000, seed: int = 0,
         if first is None and bad.size:
             first = r0 + int(bad[0])
     return CheckResult(int(rows), n, fmt, acc, matches, int(seed), first)
+
+
+def _order_sum(x: np.ndarray, order, acc: str, fmt: str) -> np.ndarray:
+    """Row sums of ``x`` by ``order``: ``x`` rounded to ``acc``, every addition
+    rounded to ``acc``, the sum rounded once to ``fmt`` (the steps, and the bits,
+    of ``numlab.kernels.reduce(x, "sum", order=order, acc=acc, out=fmt)``)."""
+    ar, out = Arith(get_format(acc)), get_format(fmt)
+    s = np.asarray(sum_along(ar.round(x), order, ar))
+    return to_container(s if out == ar.fmt else round_to(s, out), out)
 
 
 def _bits(a: np.ndarray) -> np.ndarray:

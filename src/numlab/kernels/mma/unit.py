@@ -71,7 +71,7 @@ and :class:`MatrixUnit` refuses parameters whose block sum could exceed
 Vectorised over M and N: per K block the products are formed for a chunk of
 rows at once (``(block, rows, N)`` float64 arrays; a product of two inputs of
 at most 11 bits is exact in float64).  Python loops run only over K blocks
-and row chunks.  With numba installed, :mod:`numlab.kernels._mma_numba`
+and row chunks.  With numba installed, :mod:`numlab.kernels.mma._numba`
 runs the same algorithm compiled (``engine``; the bits are the same, tested).
 """
 
@@ -81,9 +81,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .. import accel
-from ..formats import FP16, Format, get_format
-from ._common import check_choice, round_to
+from ... import accel
+from ...formats import FP16, Format, get_format
+from .._common import check_choice, round_to
 
 __all__ = ["MatrixUnit", "mma", "IN_FORMATS", "OUT_FORMATS", "ALIGN_ROUNDINGS",
            "FINAL_ROUNDINGS", "SUBNORMAL_ANCHORS", "ENGINES"]
@@ -438,7 +438,7 @@ _CHUNK_ELEMS = 1 << 18
 
 ENGINES = ("auto", "numpy", "numba")
 """Implementations of :func:`mma`: the numpy path, the optional compiled numba
-path (:mod:`numlab.kernels._mma_numba`: units with ``interleave == 1`` and
+path (:mod:`numlab.kernels.mma._numba`: units with ``interleave == 1`` and
 ``carry_bits is None``; the same bits, tested), and ``auto`` = numba when it
 is installed, applies, and ``M N K >= 2**24`` (where its one-off compilation,
 about 15 s and then cached on disk, pays off), else numpy."""
@@ -457,7 +457,7 @@ def mma(a, b, unit: MatrixUnit, c=None, *, engine: str = "auto") -> np.ndarray:
     b : array_like, shape (K, N)
         Values of ``unit.in_fmt``.
     unit : MatrixUnit
-        The unit's parameters (see :mod:`numlab.kernels.mma_presets`).
+        The unit's parameters (see :mod:`numlab.kernels.mma.presets`).
     c : array_like, shape (M, N), optional
         Initial accumulator, values of ``unit.out_fmt``; default zeros.
     engine : {"auto", "numpy", "numba"}
@@ -478,14 +478,14 @@ def mma(a, b, unit: MatrixUnit, c=None, *, engine: str = "auto") -> np.ndarray:
 
 
 def _numba_module():
-    """numlab.kernels._mma_numba, or None when numba is not installed or ``NUMLAB_ACCEL=0``."""
+    """numlab.kernels.mma._numba, or None when numba is not installed or ``NUMLAB_ACCEL=0``."""
     if accel.numba_module() is None:
         return None
     try:
-        from . import _mma_numba  # optional heavy dependency (numba)
+        from . import _numba  # optional heavy dependency (numba)
     except ImportError:
         return None
-    return _mma_numba
+    return _numba
 
 
 def _mma(a, b, unit: MatrixUnit, c, engine: str) -> np.ndarray:

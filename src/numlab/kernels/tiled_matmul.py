@@ -75,7 +75,7 @@ from ._common import (
     round_to,
     to_container,
 )
-from .reduce import _as_order, gamma
+from .orders import as_order, gamma
 
 # products of at least this many entries use the compiled post-BLAS pass when numba
 # is installed (numlab.kernels._accel.add_round32; same bits as the numpy loop)
@@ -604,7 +604,7 @@ def _tiled(a, b, A0, B0, shape, tiles, algo, acc: Format, acc_rounding: str, spl
             unc += n_bad
         # C: float32 (fp32 fast path) or float64, values of acc
     else:
-        order = _as_order(split_order, "split_order")
+        order = as_order(split_order, "split_order")
         parts = []
         for s, e in tiles:
             P, n_bad = tile(np.float64(-0.0), s, e, 0)

@@ -1,4 +1,4 @@
-"""Summation orders of PyTorch's CPU reductions, as :class:`numlab.kernels.reduce.Order` types.
+"""Summation orders of PyTorch's CPU reductions, as :class:`numlab.kernels.orders.Order` types.
 
 Both were measured bit for bit against torch 2.13 on the project machine
 (``src/numlab/torch/presets.py`` has the numbers; ``tests/test_torch_faithfulness.py``
@@ -68,8 +68,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ._common import check_choice
-from .reduce import Order
+from .._common import check_choice
+from .base import Order
 
 __all__ = [
     "AtenCascade",
@@ -394,7 +394,7 @@ def _cached_depth(order: Order, n: int) -> int:
 
 
 # --------------------------------------------------------------------------
-# parsing (called by numlab.kernels.reduce.parse_order)
+# parsing (called by numlab.kernels.orders.parse_order)
 # --------------------------------------------------------------------------
 _TRUE = ("true", "1", "yes")
 _FALSE = ("false", "0", "no")

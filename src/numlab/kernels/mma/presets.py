@@ -8,7 +8,7 @@ which accompanies "Accurate Models of NVIDIA Tensor Cores"
 ``neab`` (-> ``align_bits``), ``frmode`` (-> ``final_rounding``),
 ``inter_pattern`` (-> ``interleave``) per input/output format, and
 ``models/tools/GEMM.m`` + ``models/tools/Generic_BFMA_TC.m`` (commit
-109e412) define the algorithm :func:`numlab.kernels.mma.mma` follows.  For
+109e412) define the algorithm :func:`numlab.kernels.mma.unit.mma` follows.  For
 V100 and A100 the parameters agree with Fasi, Higham, Mikaitis and Pranesh,
 "Numerical behavior of NVIDIA tensor cores", PeerJ CS 7:e330 (2021),
 section 5 (no extra alignment bit on V100, one on A100; truncation;
@@ -65,8 +65,8 @@ so a preset would be a guess.
 
 from __future__ import annotations
 
-from ..formats import get_format
-from .mma import MatrixUnit
+from ...formats import get_format
+from .unit import MatrixUnit
 
 __all__ = ["UNIT_PRESETS", "GPUS", "preset", "preset_names"]
 

@@ -1,8 +1,8 @@
-"""An explicit summation tree as a :class:`numlab.kernels.reduce.Order`.
+"""An explicit summation tree as a :class:`numlab.kernels.orders.Order`.
 
 ``Tree(n, nodes, zero=False)`` is any summation tree over ``n`` leaves (the
 elements ``x_0 .. x_{n-1}`` of a row), such as the tree that
-:func:`numlab.kernels.reveal.reveal` recovers from a black-box reduction.
+:func:`numlab.kernels.orders.reveal.reveal` recovers from a black-box reduction.
 
 * Leaves are the ids ``0 .. n-1``; internal node ``k`` has id ``n + k`` and
   its children in ``nodes[k]`` (ids of leaves or of earlier nodes); the last
@@ -50,9 +50,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..primitives import _rto_of_sum, signed_exact_zero  # fp64 round-to-odd of an exact sum
-from ._common import Arith, round_to
-from .reduce import Order
+from ...primitives import _rto_of_sum, signed_exact_zero  # fp64 round-to-odd of an exact sum
+from .._common import Arith, round_to
+from .base import Order
 
 __all__ = ["Tree", "parse_tree", "TREE_GRAMMAR"]
 
