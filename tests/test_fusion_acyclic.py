@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from numlab import fusion
-from numlab.fusion import KINDS, FusionOptions, live_buffers, op_kind, plan
+from numlab.fusion import FUSION_KINDS, FusionOptions, live_buffers, op_kind, plan
 from numlab.graph import Graph, Node
 from tests.test_fusion import _live_bruteforce
 
@@ -108,7 +108,7 @@ def dags(draw):
     return Graph({"x0": (4, 4), "x1": (4, 4)}, nodes, outs)
 
 
-@given(dags(), st.sets(st.sampled_from(KINDS)))
+@given(dags(), st.sets(st.sampled_from(FUSION_KINDS)))
 def test_plan_makes_the_moves_of_the_rule(g, kinds):
     o = FusionOptions(enabled=frozenset(kinds))
     p = plan(g, o)
