@@ -837,7 +837,7 @@ def test_inductor_scalar_tail_rule_on_traced_graphs(torch):
     import torch.nn.functional as F
 
     from numlab.torch import from_torch
-    from numlab.torch.predictor import _inductor_scalar_tail
+    from numlab.torch._aten import _inductor_scalar_tail
 
     def tail(fn, x, lanes=16):
         ph, _, nodes, outs = from_torch(fn, (x,)).inductor_nodes()
