@@ -619,11 +619,6 @@ def test_draw_timeline_marks_stale_read():
     assert plots.figure_to_png(ax.figure).startswith(b"\x89PNG")
 
 
-def test_draw_timeline_moved_to_plots():
-    with pytest.raises(AttributeError, match="numlab.plots.draw_timeline"):
-        R.draw_timeline  # noqa: B018
-
-
 def test_races_package_reexports_its_submodules():
     from numlab.races import batch, bisection, detect, model, scenarios, sim
 

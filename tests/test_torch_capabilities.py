@@ -49,7 +49,7 @@ import json, sys
 import numpy as np, torch, torch.nn.functional as F
 from numlab.torch import NotModelled, compile_fn, from_torch, inductor_cpu, predict, run_torch, torch_cpu_eager
 from numlab.torch.data import cancelling_rows, normal
-from numlab.torch.explain import ulp_distance
+from numlab.torch.explain import ulp_gap
 from numlab.torch.presets import describe_machine
 
 compiled_wanted = sys.argv[1] == "1"
@@ -76,7 +76,7 @@ def reductions(a, b, c, d, w, bias):  # one compile; each reduction its own inpu
 
 def score(p, t, dt):
     same = (p == t) | (np.isnan(p) & np.isnan(t))
-    return [float(np.mean(same)), float(np.max(ulp_distance(p, t, dt)))]
+    return [float(np.mean(same)), float(np.max(ulp_gap(p, t, dt)))]
 
 rng = np.random.default_rng(12)
 near = torch_cpu_eager(capability="AVX2", onednn_isa="avx2", fma_alpha=True)

@@ -24,7 +24,7 @@ def _t(torch, a, dt):
 def _check(torch, fn, args, *, emulate=(False,), eager_min=1.0, compiled_min=1.0, max_ulp=0.0):
     """Return the shares and assert them against the targets."""
     from numlab.torch import compile_fn, from_torch, inductor_cpu, predict, run_torch
-    from numlab.torch.explain import ulp_distance
+    from numlab.torch.explain import ulp_gap
 
     tr = from_torch(fn, args)
     dt = tr.node(tr.outputs[0]).dtype
@@ -32,7 +32,7 @@ def _check(torch, fn, args, *, emulate=(False,), eager_min=1.0, compiled_min=1.0
     pe = predict(tr, args, mode="eager").outputs[0]
     share_e = float(np.mean(pe == te))
     assert share_e >= eager_min, (fn.__name__, "eager", share_e)
-    assert np.max(ulp_distance(pe, te, dt)) <= max_ulp or share_e == 1.0
+    assert np.max(ulp_gap(pe, te, dt)) <= max_ulp or share_e == 1.0
     out = {"eager": share_e}
     for emu in emulate:
         tc = run_torch(tr, args, mode="compiled", compiled=compile_fn(fn, emu))[0]

@@ -74,7 +74,7 @@ __all__ = ["KernelClass", "Contract", "CONTRACT_PRESETS", "ALGO_FORMS", "VARIANC
 ALGO_FORMS = ("ieee", "ulps(<K>)", "rel(<E>)", "newton(<seed>,<steps>)")
 VARIANCE_CHOICES = ("two_pass", "welford")
 SCALAR_FORMATS = ("fp32", "storage")
-ROUNDINGS = ("rne", "rtz", "up", "down", "odd")
+CONTRACT_ROUNDINGS = ("rne", "rtz", "up", "down", "odd")
 _NEWTON_STEP_U = 8  # rounding of one Newton step in the working format, in units of u (generous)
 #: the libm budget a KernelSpec's ``exp=exp_poly(d)`` needs: its largest error in fp32 ulps over
 #: 2e6 arguments in [-87, 88] (d = 1..7: 9.0e5, 1.1e5, 9426, 661, 39.4, 2.94, 1.19), plus 25%
@@ -157,8 +157,8 @@ class KernelClass:
         if self.promotion not in PROMOTIONS:
             raise ValueError(f"promotion={self.promotion!r} is not valid; valid choices: {list(PROMOTIONS)}")
         object.__setattr__(self, "acc", get_format(self.acc, "acc"))
-        if self.rounding not in ROUNDINGS:
-            raise ValueError(f"rounding={self.rounding!r} is not valid; valid choices: {list(ROUNDINGS)}")
+        if self.rounding not in CONTRACT_ROUNDINGS:
+            raise ValueError(f"rounding={self.rounding!r} is not valid; valid choices: {list(CONTRACT_ROUNDINGS)}")
         if isinstance(self.libm_ulps, bool) or not isinstance(self.libm_ulps, int | float) or not (
                 0.5 <= self.libm_ulps < 1e6):
             raise ValueError(f"libm_ulps={self.libm_ulps!r} is not valid; it must be a number >= 0.5 (a correctly "

@@ -616,7 +616,7 @@ class _Interp:
     def composite(self, node, nc: NodeContract):
         """A composite run as one library kernel: its decomposition under the
         library class, nothing rounded to S inside, the last primitive stored
-        as the composite (the walker's :meth:`_Walk._composite`)."""
+        as the composite."""
         names = [f"{node.name}:in{i}" for i in range(len(node.inputs))]
         sub_g = Graph({n: tuple(np.shape(self.vals[i])) for n, i in zip(names, node.inputs, strict=True)},
                       [Node(node.name, node.op, tuple(names), dict(node.op_attrs))], [node.name])

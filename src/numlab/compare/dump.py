@@ -83,7 +83,6 @@ __all__ = [
 MANIFEST = "manifest.json"
 FORMAT = 1
 _HASH_BLOCK = 1 << 20
-_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 class DumpError(ValueError):

@@ -115,7 +115,6 @@ FLAVOR_NOTES = {
 """Per flavour, what its CSV's columns compute (the sidecar's ``flavor_note``)."""
 
 _MSPROBE_ROW = re.compile(r"^(.+\.(?:forward|backward))\.(?:input|output|parameters)\.")
-_EPS32 = float(np.finfo(np.float32).eps)
 _EPS64 = float(np.finfo(np.float64).eps)
 
 

@@ -85,7 +85,7 @@ def fingerprint(graph, *, mode, fmt, kernels=None, library=None, fusion=None, al
         "schema": SCHEMA,
         "numlab": __version__,
         "graph": graph.to_dict(),
-        "dtype": canonical(get_format(fmt, "fmt")),  # key kept: it is part of every stored fingerprint
+        "fmt": canonical(get_format(fmt, "fmt")),
         "mode": mode,
         "kernels": canonical(kernels),
         "library": canonical(library),

@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..formats import FP32, get_format
+from ..primitives import _LIMIT as _PRIMITIVES_LIMIT
 from ..primitives import _two_sum
 from ..primitives import fma as _exact_fma
 from ..rounding import check_rounding
@@ -117,16 +118,19 @@ def scalar_mul(
 def fma(a, b, c, *, fmt, rounding: str = "rne"):
     """Fused multiply-add: ``a*b + c`` rounded once to ``fmt``.
 
-    :func:`numlab.primitives.fma` (``a*b`` is exact in float64 for inputs of
-    at most 26 significant bits; the sum with ``c`` is made exact by TwoSum
-    and rounded once via round-to-odd).  fp64: the float64 sum of that exact
-    product is the one rounding.  Returns ``fmt.container``.
+    For formats of at most 51 significand bits, :func:`numlab.primitives.fma`
+    (the product and the sum exact, one rounding via round-to-odd).  For fp64,
+    and for inputs outside the primitives' domain (a finite magnitude of
+    ``2**200`` or more, beyond every narrower format's range), the float64
+    product ``fl64(a*b)`` (exact for inputs of at most 26 significant bits)
+    is added to ``c`` and that sum rounded once (``round_sum2``); a product
+    that overflows float64 gives inf.  Returns ``fmt.container``.
     """
     fmt = get_format(fmt)
     check_rounding(rounding, "rounding")
     av, bv, cv = (as_values(t, n) for t, n in ((a, "a"), (b, "b"), (c, "c")))
     with np.errstate(over="ignore", invalid="ignore"):
-        if fmt.p <= 51:
+        if fmt.p <= 51 and not any(np.any(np.abs(v[np.isfinite(v)]) >= _PRIMITIVES_LIMIT) for v in (av, bv, cv)):
             return to_container(np.asarray(_exact_fma(av, bv, cv, fmt, rounding)), fmt)
         av, bv, cv = (v.astype(np.float64) for v in (av, bv, cv))
         p = av * bv

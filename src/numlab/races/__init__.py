@@ -95,9 +95,3 @@ __all__ = [
     "failure_rate_curve",
 ]
 
-
-def __getattr__(name: str):
-    if name == "draw_timeline":
-        raise AttributeError("numlab.races.draw_timeline moved to numlab.plots.draw_timeline "
-                             "(figures are drawn only in numlab.plots)")
-    raise AttributeError(f"module 'numlab.races' has no attribute {name!r}")

@@ -21,13 +21,13 @@ from ..kernels.orders.cpu import InductorLanes, ceil_log2
 from ..kernels.reduction import reduce
 from ..rounding import round_to
 from .bridge import import_torch
+from .presets import _LOW
 
 
 class NotModelled(NotImplementedError):
     """A case numlab does not model bit for bit (the message says which and why)."""
 
 
-_LOW = ("fp16", "bf16")
 
 
 # -- helpers ---------------------------------------------------------------------
@@ -47,10 +47,6 @@ def _rnd(x, dt: str):
 def _scalar(s, dt: str):
     """A Python scalar converted as a wrapped number of dtype ``dt``: double -> fp32 -> dt."""
     return np.float32(_rnd(np.float32(s), dt))
-
-
-def _is_num(a) -> bool:
-    return isinstance(a, (int, float)) and not isinstance(a, bool)
 
 
 _UNARY = {"exp": k_exp, "tanh": k_tanh, "erf": k_erf, "log1p": k_log1p}

@@ -47,7 +47,7 @@ from ..kernels.orders.reveal import check as check_order
 from ..kernels.orders.tree import Tree
 from .bridge import from_torch
 from .data import cancelling_rows, normal
-from .explain import ulp_distance
+from .explain import ulp_gap
 from .predictor import NotModelled, compile_fn, predict, run_torch
 from .presets import describe_machine, inductor_cpu, measure_aten_sum_lanes, torch_cpu_eager
 from .reveal import black_box, reveal_order
@@ -176,7 +176,7 @@ def measure_case(name, dtype, shape, seed=0, emulate=(False, True)):
 
     def score(p, t):
         same = (p == t) | (np.isnan(p) & np.isnan(t))
-        return float(np.mean(same)), float(np.max(ulp_distance(p, t, dtype))) if p.size else 0.0
+        return float(np.mean(same)), float(np.max(ulp_gap(p, t, dtype))) if p.size else 0.0
 
     te = run_torch(tr, xs, mode="eager")[0]
     try:

@@ -4,7 +4,7 @@
 numlab's two predictions and the fp64 reference, then attributes the
 eager/compiled difference to the four sources of difference (``docs/design.md``,
 "The four sources of difference") by
-switching each one on its own (:class:`~numlab.torch.predict.Switches`):
+switching each one on its own (:class:`~numlab.torch.predictor.Switches`):
 
 * **promotion** -- every ATen kernel rounds to fp16/bf16 vs one fused fp32
   kernel rounding at its stores;
@@ -35,7 +35,7 @@ from .bridge import from_torch, import_torch
 from .predictor import COMPILED, EAGER, TORCH_SOURCES, compile_fn, predict, run_torch
 from .presets import inductor_cpu, torch_cpu_eager
 
-__all__ = ["explain", "Explanation", "ulp_distance", "SOURCE_TEXT"]
+__all__ = ["explain", "Explanation", "ulp_gap", "SOURCE_TEXT"]
 
 SOURCE_TEXT = {
     "promotion": "each ATen op rounds to the tensor dtype | one fused fp32 kernel, rounding at stores",
@@ -51,7 +51,7 @@ def _join(words) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
-def ulp_distance(a, b, fmt) -> np.ndarray:
+def ulp_gap(a, b, fmt) -> np.ndarray:
     """|a - b| in units of the last place of ``fmt`` at max(|a|, |b|) (0 where equal,
     including equal infinities and NaN pairs; inf where exactly one is NaN or inf)."""
     f = get_format(fmt)
@@ -222,7 +222,7 @@ def explain(fn, inputs, *, emulate_precision_casts: bool = False, output: int = 
     def dist(a, b, fmt):  # ulp distance; a truth value is 0 or infinitely many ulps off
         if fmt == "bool":
             return np.where(same(a, b), 0.0, np.inf)
-        return ulp_distance(a, b, fmt)
+        return ulp_gap(a, b, fmt)
 
     def err(x):
         with np.errstate(all="ignore"):

@@ -32,7 +32,7 @@ the libm calls of scalar tail loops are modelled as correctly rounded fp32
 (``"exact"``): they may differ by an ulp -- the faithfulness table reports it.
 softplus (eager: ATen's ``softplus_kernel``; compiled: exp/log1p/where), ``log1p``
 and hardswish (a true division by 6, eager and compiled) are bit for bit:
-``Vectorized<float>::log1p()`` is SLEEF ``log1pf_u10`` (``numlab.kernels.log1p``
+``Vectorized<float>::log1p()`` is SLEEF ``log1pf_u10`` (``numlab.kernels.algorithms.log1p``
 ``algo="sleef_u10"``), ``std::log1p`` of the scalar loops glibc's ``log1pf``
 (``algo="glibc"``); Inductor runs a kernel's tail in such a scalar loop when its
 ``where`` share exceeds 0.12 and the tail is at most half a vector
@@ -74,7 +74,6 @@ from ..kernels.algorithms import gelu as k_gelu
 from ..kernels.libm import fma32
 from ..ops import erf_ref
 from ._aten import (
-    _LOW,
     _UNARY,
     TAIL_LOG1P,
     VEC_LOG1P,
@@ -83,7 +82,6 @@ from ._aten import (
     _aten_softmax,
     _aten_sum,
     _inductor_scalar_tail,
-    _is_num,
     _keep,
     _last_dim,
     _rnd,
@@ -94,8 +92,8 @@ from ._aten import (
     _unary32,
     _welford_rows,
 )
-from .bridge import Ref, TorchTrace, as_numpy, import_torch
-from .presets import InductorCpu, TorchCpuEager, inductor_cpu, torch_cpu_eager
+from .bridge import Ref, TorchTrace, _is_num, as_numpy, import_torch
+from .presets import _LOW, InductorCpu, TorchCpuEager, inductor_cpu, torch_cpu_eager
 
 __all__ = ["predict", "Prediction", "NotModelled", "TORCH_MODES", "run_torch", "compile_fn", "Switches",
            "EAGER", "COMPILED", "TORCH_SOURCES"]

@@ -33,6 +33,7 @@ import ml_dtypes
 import numpy as np
 
 from ..kernels.orders.reveal import INPUT_FORMATS, Revealed, reveal, rowwise
+from .predictor import compile_fn
 
 __all__ = ["reveal_order", "FUNCTIONS", "black_box"]
 
@@ -75,11 +76,9 @@ def black_box(name: str):
         return torch_rows(lambda t: torch.sum(t, dim=-1))
     if name == "torch.compile(torch.sum)":
         torch = _torch()
-        # start from an empty dynamo cache: compilations of this lambda for other n would
-        # otherwise count as recompilations of the same frame (limit 8, then eager fallback)
-        torch._dynamo.reset()
-        compiled = torch.compile(lambda t: torch.sum(t, dim=-1), dynamic=False)
-        return torch_rows(compiled)
+        # compile_fn raises Dynamo's recompile limits around each call (compilations for other
+        # n count as recompilations of the same frame) and restores them; no process-wide reset
+        return torch_rows(compile_fn(lambda t: torch.sum(t, dim=-1)))
     if name == "numpy.sum":
         return lambda x: np.sum(x, axis=-1)
     if name == "numpy.dot":

@@ -32,7 +32,7 @@ same order, so the bits do not depend on the number of threads.
 
 Two paths compute a row's block, with the same bits:
 
-* the general path (:func:`_general`): the products of a block taken four
+* the general path (:func:`._numba_steps._general`): the products of a block taken four
   K indices at a time (zero entries of A skipped) in float64, terms in
   int64, any alignment and final rounding;
 * the fast path, when :func:`_fast_ok` allows it (truncation as final
@@ -42,7 +42,7 @@ Two paths compute a row's block, with the same bits:
   products of a block in one pass per column in float32/int32 (twice the
   lanes of float64; the unrolled loops of the generated
   :mod:`._numba_blocks`), then one pass for C, the block sum (in
-  float64) and the truncated result (:func:`_fast_finish`).  Decided per
+  float64) and the truncated result (:func:`._numba_steps._fast_finish`).  Decided per
   row chunk.  A row whose anchors allow a subnormal or overflowing result
   goes to the general path.
 
