@@ -197,8 +197,6 @@ def test_bad_matmul_arguments():
         K.matmul(a, b, k_tile=0)
     with pytest.raises(ValueError, match=r"algo='tensor'.*sequential.*block_fma.*split_k"):
         K.matmul(a, b, k_tile=2, algo="tensor")
-    with pytest.raises(TypeError, match="mode"):  # the algorithm is algo=; the old keyword mode= is gone
-        K.matmul(a, b, k_tile=2, mode="sequential")
     with pytest.raises(ValueError, match="inner dimensions"):
         K.matmul(a, a, k_tile=2)
     with pytest.raises(ValueError, match=r"^acc='fp12' is not a known format"):

@@ -299,8 +299,6 @@ def test_bad_algorithm_arguments():
         K.reciprocal(x, fmt="fp32", algo="sqrt_then_div")
     with pytest.raises(ValueError, match=r"approximate='gauss'.*none.*tanh"):
         K.gelu(x, fmt="fp32", approximate="gauss")
-    with pytest.raises(TypeError, match="form"):  # the old vocabulary is gone: approximate= only
-        K.gelu(x, fmt="fp32", form="erf")
     with pytest.raises(ValueError, match="bits"):
         K.Table(0)
     with pytest.raises(ValueError, match="degree"):

@@ -167,11 +167,9 @@ def test_torch_sum_reproduced(torch, n, fmt):
 
 
 @pytest.mark.torch
-def test_torch_callable_and_the_old_keyword_dtype_is_gone(torch):
+def test_torch_callable(torch):
     r = reveal_order(lambda t: t.sum(-1), 64, fmt="fp32", check_rows=ROWS)
     assert r.check.ok and r.fmt == "fp32"
-    with pytest.raises(TypeError, match="dtype"):
-        reveal_order(lambda t: t.sum(-1), 64, dtype="fp32", check_rows=ROWS)
 
 
 # --------------------------------------------------------------------------------------
