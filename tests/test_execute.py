@@ -801,11 +801,11 @@ def test_fma_contraction_skips_a_product_read_twice():
     xs = {"x": rng.standard_normal(64).astype(np.float32), "y": rng.standard_normal(64).astype(np.float32)}
     with_fma = run(g, xs, mode="fused", fmt="fp16", kernels="codegen")
     without = run(g, xs, mode="fused", fmt="fp16", kernels="codegen:fma=false")
-    assert np.array_equal(with_fma.output.view(np.uint16), without.output.view(np.uint16))
+    assert_same_bits(with_fma.output, without.output)
     S = np.float16
     x16, y16 = xs["x"].astype(S).astype(np.float32), xs["y"].astype(S).astype(np.float32)
     t = x16 * y16  # fp32 inside the block, exact doubling, one rounding to S at the edge
-    assert np.array_equal(with_fma.output.view(np.uint16), (t + t).astype(S).view(np.uint16))
+    assert_same_bits(with_fma.output, (t + t).astype(S))
 
 
 def test_fingerprint_canonical_form_tells_the_fnuz_fields_apart():
