@@ -69,7 +69,7 @@ import math
 from fractions import Fraction
 from types import SimpleNamespace
 
-from tests._oracles import round_exact
+from _oracles import round_exact
 
 # name -> (precision p incl. the implicit bit, emin, emax, has inf, NaN encoding)
 FORMATS = {

@@ -2,7 +2,7 @@
 every addition rounded by an independent exact rounding (fractions.Fraction).
 
 Nothing here imports numlab; the rounding is the Fraction rounding of
-tests/_oracles.py (``round_fraction(v, fmt, mode)``: ``v`` rounded to the format
+tests/_oracles.py (``round_to_grid(v, fmt, mode)``: ``v`` rounded to the format
 named ``fmt`` with ``mode`` rne, rtz, up, down or odd).
 """
 
@@ -11,12 +11,8 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-import _oracles
 import numpy as np
-
-# the formats used in tests, by name; the rounding is the one exact oracle of _oracles.py
-GRIDS = _oracles.GRIDS
-round_fraction = _oracles.round_to_grid
+from _oracles import GRIDS, round_to_grid  # noqa: F401  (GRIDS: the formats, by name, for the tests)
 
 
 def fadd(a: float, b: float, fmt: str, mode: str = "rne") -> float:
@@ -27,7 +23,7 @@ def fadd(a: float, b: float, fmt: str, mode: str = "rne") -> float:
     if s == 0:
         # IEEE 754 6.3: exact zero sum is +0 in rne/rtz unless both are -0
         return -0.0 if (math.copysign(1, a) < 0 and math.copysign(1, b) < 0) else 0.0
-    return round_fraction(s, fmt, mode)
+    return round_to_grid(s, fmt, mode)
 
 
 def fsub(a, b, fmt):

@@ -1,7 +1,6 @@
 """One command-line grammar: every subcommand takes the shared options by the
 same names (src/numlab/cli/options.py), refuses each bad value at parse time
-with a message naming the CLI option (never the Python argument), and the
-old per-command spellings are gone."""
+with a message naming the CLI option (never the Python argument)."""
 
 from __future__ import annotations
 

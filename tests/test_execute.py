@@ -549,13 +549,40 @@ def test_gather_index_inputs_are_not_rounded():
 # ---------------------------------------------------------------------------
 
 
+_WELFORD_DTYPES = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16),
+                   "bf16": np.dtype(ml_dtypes.bfloat16)}
+
+
+def _welford_var_reference(x: np.ndarray, dt: np.dtype, correction: int) -> np.ndarray:
+    """Welford's variance along the last axis of float32 ``x`` in the numpy dtype ``dt``:
+    ``d = x_k - m; m = m + d/(k+1); M2 = M2 + d*(x_k - m)``, var ``M2/(n - correction)``,
+    each operation done in float32 on ``dt`` operands and cast to ``dt`` (the counts too):
+    one correct rounding, as float32 holds more than 2p+2 bits of fp16/bf16."""
+    def op(f, a, b):
+        return f(np.asarray(a).astype(np.float32), np.asarray(b).astype(np.float32)).astype(dt)
+
+    n = x.shape[-1]
+    xr = x.astype(dt)
+    m = np.zeros(x.shape[:-1], dt)
+    m2 = np.zeros(x.shape[:-1], dt)
+    with np.errstate(all="ignore"):
+        for k in range(n):
+            xk = xr[..., k]
+            d = op(np.subtract, xk, m)
+            m = op(np.add, m, op(np.divide, d, np.float32(k + 1).astype(dt)))
+            m2 = op(np.add, m2, op(np.multiply, d, op(np.subtract, xk, m)))
+        return op(np.divide, m2, np.float32(n - correction).astype(dt))
+
+
 @pytest.mark.parametrize("acc", ["fp32", "fp16", "bf16"])
 def test_welford_fast_path_equals_the_kernel(acc):
     rng = np.random.default_rng(3)
     x = (rng.standard_normal((7, 300)) * 4 + 10).astype(np.float32)
     _, v = welford(x, Arith(acc), 1)
     want = kreduce(x, "var", -1, acc=acc, variance="welford", correction=1)
-    assert_same_bits(np.asarray(v).astype(want.dtype), want)
+    ref = _welford_var_reference(x, _WELFORD_DTYPES[acc], 1)
+    assert_same_bits(np.asarray(v).astype(ref.dtype), ref)
+    assert_same_bits(np.asarray(want).astype(ref.dtype), ref)
 
 
 def test_fma_fast_path_equals_the_kernel_including_ties():
@@ -774,11 +801,11 @@ def test_fma_contraction_skips_a_product_read_twice():
     xs = {"x": rng.standard_normal(64).astype(np.float32), "y": rng.standard_normal(64).astype(np.float32)}
     with_fma = run(g, xs, mode="fused", fmt="fp16", kernels="codegen")
     without = run(g, xs, mode="fused", fmt="fp16", kernels="codegen:fma=false")
-    assert np.array_equal(with_fma.output.view(np.uint16), without.output.view(np.uint16))
+    assert_same_bits(with_fma.output, without.output)
     S = np.float16
     x16, y16 = xs["x"].astype(S).astype(np.float32), xs["y"].astype(S).astype(np.float32)
     t = x16 * y16  # fp32 inside the block, exact doubling, one rounding to S at the edge
-    assert np.array_equal(with_fma.output.view(np.uint16), (t + t).astype(S).view(np.uint16))
+    assert_same_bits(with_fma.output, (t + t).astype(S))
 
 
 def test_fingerprint_canonical_form_tells_the_fnuz_fields_apart():

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _fusion_reference import live_bruteforce
 from hypothesis import given
 from hypothesis import strategies as st
 
 from numlab import fusion
 from numlab.fusion import FUSION_KINDS, FusionOptions, live_buffers, op_kind, plan
 from numlab.graph import Graph, Node
-from tests.test_fusion import _live_bruteforce
 
 # ---------------------------------------------------------------------------
 # brute force: quotient graphs, reachability, the rule transcribed
@@ -118,7 +118,7 @@ def test_plan_makes_the_moves_of_the_rule(g, kinds):
     assert not _cyclic(_edges(producers, where))
     for b in p.blocks:
         if b.codegen:
-            assert b.live_buffers == _live_bruteforce(g, b.members, b.outputs)
+            assert b.live_buffers == live_bruteforce(g, b.members, b.outputs)
 
 
 @given(dags(), st.data())
@@ -127,7 +127,7 @@ def test_live_buffers_of_any_member_list(g, data):
     members = data.draw(st.lists(st.sampled_from(names), unique=True, max_size=len(names)))
     members.sort(key=names.index)
     outputs = data.draw(st.lists(st.sampled_from(members), unique=True)) if members else []
-    assert live_buffers(g, members, outputs) == _live_bruteforce(g, members, outputs)
+    assert live_buffers(g, members, outputs) == live_bruteforce(g, members, outputs)
 
 
 # ---------------------------------------------------------------------------
@@ -236,9 +236,9 @@ def test_planning_work_is_linear(graph, options, monkeypatch):
             made.append(self)
 
     quotients = []
-    whole = fusion._block_graph
+    whole = fusion._quotient_graph
     monkeypatch.setattr(fusion, "_BlockGraph", Counted)
-    monkeypatch.setattr(fusion, "_block_graph", lambda nodes, assign: quotients.append(1) or whole(nodes, assign))
+    monkeypatch.setattr(fusion, "_quotient_graph", lambda nodes, assign: quotients.append(1) or whole(nodes, assign))
     p = plan(graph, options)
     n = len(graph.nodes)
     assert sum(len(b.members) for b in p.blocks) == n

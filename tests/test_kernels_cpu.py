@@ -235,9 +235,6 @@ def test_gelu_vocabulary():
         xd = x.astype(np.float64)
         assert tanh.tobytes() == (0.5 * xd * (1 + np.tanh(math.sqrt(2 / math.pi) * (xd + 0.044715 * xd**3)))
                                   ).astype(F32).tobytes()
-    with pytest.raises(TypeError, match="form"):  # the old vocabulary is gone
-        A.gelu(x, fmt="fp32", form="erf")
-    assert not hasattr(A, "GELU_FORMS")
     with pytest.raises(ValueError, match=r"approximate='erf' is not valid; valid choices: \['none', 'tanh'\]"):
         A.gelu(x, fmt="fp32", approximate="erf")
     with pytest.raises(ValueError, match=r"approximate='tanh' is not valid with it; valid: \['none'\]"):

@@ -14,7 +14,7 @@ import _scalar_orders as R
 import ml_dtypes
 import numpy as np
 import pytest
-from _oracles import assert_same_bits
+from _oracles import assert_same_bits, bits
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -229,8 +229,8 @@ def test_shuffled_reproducible_per_seed_and_varies_across_seeds():
     x = rng.standard_normal((4, 1000)).astype(np.float32)
     a = K.reduce(x, "sum", order=K.Shuffled(7), acc="fp32")
     b = K.reduce(x, "sum", order="shuffled(7)", acc="fp32")
-    assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
-    results = {tuple(K.reduce(x, "sum", order=K.Shuffled(s), acc="fp32").view(np.uint32)) for s in range(12)}
+    assert_same_bits(a, b)
+    results = {bits(K.reduce(x, "sum", order=K.Shuffled(s), acc="fp32")).tobytes() for s in range(12)}
     assert len(results) > 1
     # a permutation of the sum order: every seed gives the same exact-arithmetic sum
     xi = np.round(x * 256).astype(np.float32)  # integers: any order is exact
@@ -549,7 +549,7 @@ def test_bf16_transposed_widening_exact_for_every_bit_pattern():
         dst = np.empty((cols, 64), np.float32)
         assert _bf16_widen_T(dst, blk[:, :cols])
         exp = (u[:, :cols].astype(np.uint32) << 16).view(np.float32).T
-        np.testing.assert_array_equal(dst.view(np.uint32), exp.view(np.uint32))
+        assert_same_bits(dst, exp)
 
 
 @pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16])

@@ -10,6 +10,7 @@ import _scalar_orders as R
 import ml_dtypes
 import numpy as np
 import pytest
+from _oracles import assert_same_bits, same_bits
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -42,9 +43,9 @@ def test_muls_and_broadcast_differ_exactly_when_s_not_in_storage(s):
     with np.errstate(over="ignore"):
         ref_b = (x64 * float(np.float16(s))).astype(np.float16)
         ref_m = (x64 * float(np.float32(s))).astype(np.float16)
-    assert np.array_equal(b.view(np.uint16), ref_b.view(np.uint16))
-    assert np.array_equal(m.view(np.uint16), ref_m.view(np.uint16))
-    same = np.array_equal(m.view(np.uint16), b.view(np.uint16))
+    assert_same_bits(b, ref_b)
+    assert_same_bits(m, ref_m)
+    same = same_bits(m, b)
     s16, s32 = float(np.float16(s)), float(np.float32(s))
     if s16 == s32:  # in particular s representable in S: the two units hold the same scalar
         assert same
@@ -62,7 +63,7 @@ def test_bf16_storage_muls_vs_broadcast(s):
     m = K.scalar_mul(x, s, fmt="bf16", how="muls")
     b = K.scalar_mul(x, s, fmt="bf16", how="broadcast")
     assert m.dtype == ml_dtypes.bfloat16
-    assert not np.array_equal(m.view(np.uint16), b.view(np.uint16))
+    assert not same_bits(m, b)
     assert float(ml_dtypes.bfloat16(s)) != s
     # every result is one of the two neighbours of the exact product x*s (faithful)
     for r in (m, b):
@@ -90,12 +91,12 @@ def test_each_unit_has_its_rounding_mode(rounding, scalar_rounding):
     x = x[np.abs(x.astype(np.float64)) < 1e4]
     s = 0.1
     r = K.scalar_mul(x, s, fmt="fp16", how="muls", rounding=rounding, scalar_rounding=scalar_rounding)
-    s32 = R.round_fraction(Fraction(s), "fp32", scalar_rounding)
+    s32 = R.round_to_grid(Fraction(s), "fp32", scalar_rounding)
     for xi, ri in zip(x, r, strict=True):
-        exp = R.round_fraction(Fraction(float(xi)) * Fraction(s32), "fp16", rounding)
+        exp = R.round_to_grid(Fraction(float(xi)) * Fraction(s32), "fp16", rounding)
         assert float(ri) == exp
     # the scalar's own mode matters: 0.1 rne in fp32 rounds up, rtz down
-    assert R.round_fraction(Fraction(0.1), "fp32", "rne") != R.round_fraction(Fraction(0.1), "fp32", "rtz")
+    assert R.round_to_grid(Fraction(0.1), "fp32", "rne") != R.round_to_grid(Fraction(0.1), "fp32", "rtz")
 
 
 def test_fma_one_rounding_vs_mul_add_two():
@@ -114,14 +115,14 @@ FP32S = st.floats(-(2.0**60), 2.0**60, width=32, allow_subnormal=True)
 @given(a=FP32S, b=FP32S, c=FP32S)
 def test_fma_and_mul_add_against_fraction(a, b, c):
     fa, fb, fc = Fraction(a), Fraction(b), Fraction(c)
-    exp_fma = R.round_fraction(fa * fb + fc, "fp32") if fa * fb + fc != 0 else 0.0
+    exp_fma = R.round_to_grid(fa * fb + fc, "fp32") if fa * fb + fc != 0 else 0.0
     got = float(K.fma(np.float32(a), np.float32(b), np.float32(c), fmt="fp32"))
     assert got == exp_fma
-    p = R.round_fraction(fa * fb, "fp32") if fa * fb != 0 else 0.0
-    exp_ma = R.round_fraction(Fraction(p) + fc, "fp32") if Fraction(p) + fc != 0 else 0.0
+    p = R.round_to_grid(fa * fb, "fp32") if fa * fb != 0 else 0.0
+    exp_ma = R.round_to_grid(Fraction(p) + fc, "fp32") if Fraction(p) + fc != 0 else 0.0
     assert float(K.mul_add(np.float32(a), np.float32(b), np.float32(c), fmt="fp32")) == exp_ma
     # fp16 result: one rounding straight from the exact value (no fp32 detour)
-    exp16 = R.round_fraction(fa * fb + fc, "fp16") if fa * fb + fc != 0 else 0.0
+    exp16 = R.round_to_grid(fa * fb + fc, "fp16") if fa * fb + fc != 0 else 0.0
     assert float(K.fma(np.float32(a), np.float32(b), np.float32(c), fmt="fp16")) == exp16
 
 

@@ -548,13 +548,10 @@ def test_msprobe_accuracy_rule_with_other_thresholds(cos, mae):
 
 
 def test_ulp_distance_rounding_keyword():
-    """``rounding=`` picks the rounding of both sides; the old name ``mode=``
-    is gone."""
+    """``rounding=`` picks the rounding of both sides."""
     a, b = np.array([1 + 2.0**-11]), np.array([1.0])  # a tie in fp16: rne keeps 1.0
     assert M.ulp_distance(a, b, FP16).tolist() == [0.0]
     assert M.ulp_distance(a, b, FP16, rounding="up").tolist() == [1.0]
-    with pytest.raises(TypeError, match="mode"):
-        M.ulp_distance(a, b, FP16, mode="up")
 
 
 def test_accumulator_kl_far_apart_softmaxes():

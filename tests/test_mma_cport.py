@@ -48,14 +48,14 @@ import json
 from fractions import Fraction
 from pathlib import Path
 
+import _mma_reference as R
 import ml_dtypes
 import numpy as np
 import pytest
+from _oracles import bits
 
-import tests._mma_reference as R
 from numlab.kernels.mma import mma
 from numlab.kernels.mma.presets import UNIT_PRESETS
-from tests._oracles import bits
 
 VECTORS = Path(__file__).parent / "data" / "mma_cport" / "vectors.npz"
 VALUE_DTYPE = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "fp8_e4m3": ml_dtypes.float8_e4m3fn,

@@ -16,6 +16,8 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from _mma_reference import FORMATS, mma_reference
+from _oracles import assert_same_bits, same_bits, same_bits_mask
 
 from numlab import ops, round_to
 from numlab.execute import run
@@ -33,8 +35,6 @@ from numlab.kernels.mma.lab import (
     unit_matmul,
 )
 from numlab.kernels.mma.presets import UNIT_PRESETS
-from tests._mma_reference import FORMATS, mma_reference
-from tests._oracles import assert_same_bits, same_bits, same_bits_mask
 
 IN_FMTS = ("fp8_e4m3", "fp8_e5m2", "fp16", "bf16", "tf32")
 

@@ -54,7 +54,6 @@ def test_py_typed_ships():
 
 def test_rounding_modes_exported_under_one_name():
     assert nl.ROUNDINGS == ("rne", "rtz", "up", "down", "odd", "stochastic")
-    assert not hasattr(nl, "MODES")  # one name per meaning: MODES would read as execution modes
 
 
 # --------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from fractions import Fraction
 import ml_dtypes
 import numpy as np
 import pytest
+from _oracles import assert_same_bits, same_bits
 
 from numlab.kernels import scaled as S
 
@@ -397,8 +398,8 @@ def test_every_field_changes_bits():
                            np.nextafter(near, np.float32(0)).ravel()])[:127]
     x[1, :128] = np.concatenate([[3.0], cand]).astype(np.float32)
 
-    def bits(f):
-        return S.dequantize(S.quantize(x, f)).view(np.uint32)
+    def deq(f):
+        return S.dequantize(S.quantize(x, f))
 
     moves = {
         "elem": (S.MXFP8_E4M3, {"elem": "fp8_e5m2"}),
@@ -412,7 +413,7 @@ def test_every_field_changes_bits():
     fields = {f.name for f in dataclasses.fields(S.ScaledFormat) if f.init} - {"name"}
     assert set(moves) == fields
     for name, (base, change) in moves.items():
-        assert not np.array_equal(bits(base), bits(dataclasses.replace(base, **change))), name
+        assert not same_bits(deq(base), deq(dataclasses.replace(base, **change))), name
 
 
 def test_presets():
@@ -451,7 +452,7 @@ def test_mx_bit_exact_against_torchao(elem, rule):
     sc, data = M.to_mx(torch.from_numpy(x), tdt, 32, mode)
     np.testing.assert_array_equal(q.scale_codes(), sc.view(torch.uint8).numpy().reshape(q.scales.shape))
     theirs = M.to_dtype(data, sc, tdt, 32, torch.float32).numpy()
-    np.testing.assert_array_equal(S.dequantize(q).view(np.uint32), theirs.view(np.uint32))
+    assert_same_bits(S.dequantize(q), theirs)
 
 
 @pytest.mark.parametrize("two_level", [True, False])
@@ -468,8 +469,7 @@ def test_nvfp4_bit_exact_against_torchao(two_level):
     if two_level:
         assert q.tensor_scale == pts.item()
         t = N.NVFP4Tensor.to_nvfp4(torch.from_numpy(x), per_tensor_scale=pts)
-        np.testing.assert_array_equal(S.dequantize(q).view(np.uint32),
-                                      t.dequantize(torch.float32).numpy().view(np.uint32))
+        assert_same_bits(S.dequantize(q), t.dequantize(torch.float32).numpy())
 
 
 # ---------------------------------------------------------------------------
@@ -589,7 +589,7 @@ def test_fp8_mlp_eager_and_fused_place_the_casts_differently(fmt):
     # emulated casts write every node as eager does (S, or the stored formats of quantize and
     # block_scale): the same bits as eager here
     emu = run(g, x, mode="emulated_casts", fmt=fmt, align=True)
-    np.testing.assert_array_equal(emu.outputs["y"].view(np.uint16), ye.view(np.uint16))
+    assert_same_bits(emu.outputs["y"], ye)
 
 
 def test_fnuz_elements_have_no_negative_zero_and_nan_overflow():

@@ -20,6 +20,7 @@ import hashlib
 
 import numpy as np
 import pytest
+from _oracles import assert_same_bits, same_bits_mask
 
 from numlab import zoo
 from numlab.execute import executor as X
@@ -105,7 +106,7 @@ def test_to_storage_shortcut_matches_round_to_on_hard_values():
                   exact.astype(np.float32), np.concatenate([exact, [np.nan]])):
             got, ref = V.to_storage(a, S), _to_storage_oracle(a, S)
             assert got.dtype == ref.dtype == np.float32
-            np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
+            assert_same_bits(got, ref)
 
 
 def test_read_back_writes_into_the_kernel_buffer_only_when_fresh():
@@ -162,7 +163,7 @@ def test_compiled_fma_chunks_equal_the_numpy_path(monkeypatch):
         with monkeypatch.context() as mp:
             mp.setenv("NUMLAB_ACCEL", "0")
             ref = S.fma_f32(a, b, c)
-        np.testing.assert_array_equal(fast.view(np.uint32), ref.view(np.uint32), err_msg=name)
+        assert_same_bits(fast, ref, what=name)
         # independent check away from NaN: the exact value rounded once (float64 holds
         # a*b exactly; where |a*b| dwarfs c the sum is exact too only if c is tiny,
         # so compare only where fl64(a*b + c) is exact: c == 0)
@@ -207,4 +208,4 @@ def test_fma_f32_subnormal_tie_is_exact_with_a_nan_in_the_chunk(monkeypatch, acc
     aa[0, 0] = np.nan
     got = fma_f32(aa, np.full_like(aa, b), np.full_like(aa, c))
     assert np.isnan(got[0, 0])
-    assert (got.ravel()[1:].view(np.uint32) == want.view(np.uint32)).all()
+    assert same_bits_mask(got.ravel()[1:], want).all()

@@ -151,9 +151,6 @@ def test_fmt_rounds_to_the_format():
     g = zoo.rmsnorm()
     peak = max(np.max(np.abs(v)) for v in evaluate(decompose(g), zoo.make_inputs(g, "near_overflow", fmt="bf16"), all_values=True).values())
     assert peak > 1e37 and np.isfinite(peak)
-    # the format is fmt= only: the older keyword dtype= is gone
-    with pytest.raises(TypeError, match="dtype"):
-        zoo.make_inputs(zoo.softmax(), "normal", seed=0, dtype="bf16")
 
 
 def test_bad_arguments():

@@ -60,7 +60,7 @@ from .. import kernels, ops
 from .._repr import Compact
 from ..formats import get_format
 from ..graph import decompose
-from ._block_graph import _block_graph, _BlockGraph
+from ._block_graph import _BlockGraph, _quotient_graph
 
 __all__ = [
     "FUSION_KINDS",
@@ -845,7 +845,7 @@ def _block_order(nodes, assign: dict) -> list:
             members[b] = []
             first[b] = i
         members[b].append(n.name)
-    succ, indeg = _block_graph(nodes, assign)
+    succ, indeg = _quotient_graph(nodes, assign)
     heap = [(first[b], b) for b, d in indeg.items() if d == 0]
     heapq.heapify(heap)
     order: list = []

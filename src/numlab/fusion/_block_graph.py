@@ -8,7 +8,7 @@ two-way search bounded to the blocks between a move's two ends).
 from __future__ import annotations
 
 
-def _block_graph(nodes, assign: dict) -> tuple[dict, dict]:
+def _quotient_graph(nodes, assign: dict) -> tuple[dict, dict]:
     """The quotient graph of ``assign`` (node -> block id) over ``nodes``:
     (block -> set of successor blocks, block -> in-degree)."""
     succ: dict = {b: set() for b in assign.values()}
