@@ -82,8 +82,8 @@ def demo_rows(models=None, fmts=("fp16", "bf16"), *, fusion=None, kind: str = "n
     for name in models:
         g = zoo.MODELS[name]()
         x = zoo.make_inputs(g, kind=kind, seed=seed)
-        for dt in fmts:
-            S = get_format(dt)
+        for fmt in fmts:
+            S = get_format(fmt)
             res = {}
             for mode in ("reference", *DEMO_MODES):
                 kw = {"fusion": fo} if mode in ("fused", "emulated_casts") else {}
@@ -247,8 +247,8 @@ def verdict_matrix(models=None, fmts=("fp16", "bf16"), fusions=MATRIX_FUSIONS, k
             for name in models:
                 g = zoo.MODELS[name]()
                 x = zoo.make_inputs(g, kind=kind, seed=seed)
-                for dt in fmts:
-                    S = get_format(dt)
+                for fmt in fmts:
+                    S = get_format(fmt)
                     ref = flat_outputs(run(g, x, mode="reference", fmt=S))
                     e = flat_outputs(run(g, x, mode="eager", fmt=S))
                     with quiet():  # a preset swept over the zoo
@@ -312,19 +312,19 @@ def source_rows(quick: bool = False, seed: int = 0) -> list:
     Sources interact, so the ``only`` shares need not add up to ``fused``.
     """
     rows = []
-    for label, make, kind, fusion, dts, why in source_cases(quick):
+    for label, make, kind, fusion, case_fmts, why in source_cases(quick):
         g = make()
         x = zoo.make_inputs(g, kind=kind, seed=seed)
         fo = FusionOptions.parse(fusion)
         fo_nodec = dataclasses.replace(fo, decompose=False)
-        for dt in dts:
-            e = bits(flat_outputs(run(g, x, mode="eager", fmt=dt)))
+        for fmt in case_fmts:
+            e = bits(flat_outputs(run(g, x, mode="eager", fmt=fmt)))
 
-            def share(g=g, x=x, dt=dt, e=e, **kw):
+            def share(g=g, x=x, fmt=fmt, e=e, **kw):
                 with quiet():  # sources aligned one at a time: one may change nothing here
-                    return float(np.mean(bits(flat_outputs(run(g, x, mode="fused", fmt=dt, **kw))) != e))
+                    return float(np.mean(bits(flat_outputs(run(g, x, mode="fused", fmt=fmt, **kw))) != e))
 
-            row = {"case": label, "fmt": get_format(dt).name, "kind": kind, "fusion": fo.spec,
+            row = {"case": label, "fmt": get_format(fmt).name, "kind": kind, "fusion": fo.spec,
                    "why": why, "n": int(e.size), "fused": share(fusion=fo)}
             for s in SOURCES:
                 row[f"only {s}"] = share(fusion=fo, align=tuple(q for q in SOURCES if q != s))

@@ -92,27 +92,27 @@ def notebooks_dir() -> Path | None:
 def _figures(rows, fmts, extra, chain, models_for_scatter, srows=()):
 
     figs = []
-    for dt in fmts:
+    for fmt in fmts:
         fig = plots.figure(figsize=(9, 4))
         # P99, not max: a max relative error is set by the few outputs near zero
         # (cancellation), e.g. 9.2 for transformer_block in bf16 whatever the mode
-        plots.error_bars(rows, fmt=dt, metric="rel_p99", ax=fig.subplots())
-        figs.append((f"errors_{dt}.png", f"{dt}: P99 relative error of each mode against fp64 "
+        plots.error_bars(rows, fmt=fmt, metric="rel_p99", ax=fig.subplots())
+        figs.append((f"errors_{fmt}.png", f"{fmt}: P99 relative error of each mode against fp64 "
                      "(the max is in the table; it is set by outputs near zero)", fig))
         fig = plots.figure(figsize=(9, 4))
-        plots.ulp_shares(rows, fmt=dt, ax=fig.subplots())
-        figs.append((f"ulp_{dt}.png", f"{dt}: share of output elements 0, 1, >= 2 ULP from the correctly rounded result", fig))
-    for dt, (errs, _b) in chain.items():
+        plots.ulp_shares(rows, fmt=fmt, ax=fig.subplots())
+        figs.append((f"ulp_{fmt}.png", f"{fmt}: share of output elements 0, 1, >= 2 ULP from the correctly rounded result", fig))
+    for fmt, (errs, _b) in chain.items():
         fig = plots.figure(figsize=(6, 4))
-        plots.chain_length(CHAIN_NS[: len(errs['eager'])], errs, fmt=dt, ax=fig.subplots())
-        figs.append((f"chain_{dt}.png", f"{dt}: max relative error of a chain of n multiplies, with the a-priori bounds", fig))
-    for (model, dt), res in extra["results"].items():
-        if model not in models_for_scatter or dt != fmts[0]:
+        plots.chain_length(CHAIN_NS[: len(errs['eager'])], errs, fmt=fmt, ax=fig.subplots())
+        figs.append((f"chain_{fmt}.png", f"{fmt}: max relative error of a chain of n multiplies, with the a-priori bounds", fig))
+    for (model, fmt), res in extra["results"].items():
+        if model not in models_for_scatter or fmt != fmts[0]:
             continue
         fig = plots.figure(figsize=(4.5, 4.5))
         plots.error_scatter(flat_outputs(res["reference"]), flat_outputs(res["eager"]), flat_outputs(res["fused"]),
-                            fmt=dt, ax=fig.subplots())
-        figs.append((f"scatter_{model}_{dt}.png", f"{model} ({dt}): per-element error, eager vs fused", fig))
+                            fmt=fmt, ax=fig.subplots())
+        figs.append((f"scatter_{model}_{fmt}.png", f"{model} ({fmt}): per-element error, eager vs fused", fig))
     if srows:
         fig = plots.figure(figsize=(9, 0.55 * len(srows) + 1.5))
         plots.source_shares(srows, SOURCE_COLUMNS, ax=fig.subplots())
@@ -186,9 +186,9 @@ def _chain_html(res) -> str:
            "<p class='note'>Max relative error of y = x * w1 * ... * wn against fp64, with the a-priori "
            "bounds.</p>",
            "<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr></thead><tbody>"]
-    for dt, (errs, b) in res["chain"].items():
+    for fmt, (errs, b) in res["chain"].items():
         for i, n in enumerate(res["config"].chain_ns[: len(errs["eager"])]):
-            cells = [dt, n, f"{errs['eager'][i]:.3g}", f"{b['eager'][i]:.3g}", f"{errs['fused'][i]:.3g}",
+            cells = [fmt, n, f"{errs['eager'][i]:.3g}", f"{b['eager'][i]:.3g}", f"{errs['fused'][i]:.3g}",
                      f"{b['fused'][i]:.3g}"]
             out.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     out.append("</tbody></table>")
@@ -225,9 +225,9 @@ def demo_config(quick: bool = False, models=None) -> DemoConfig:
 def _compute(cfg: DemoConfig, fo: FusionOptions, kind: str, seed: int) -> dict:
     """Every number the demo shows (numlab.experiments)."""
     rows, extra = demo_rows(cfg.models, cfg.fmts, fusion=fo, kind=kind, seed=seed, keep_results=True)
-    chain = {dt: chain_errors(cfg.chain_ns, dt, size=cfg.chain_size, seed=seed) for dt in cfg.fmts}
-    chain_ok = {dt: {m: all(e <= bb for e, bb in zip(errs[m], b[m], strict=True)) for m in ("eager", "fused")}
-                for dt, (errs, b) in chain.items()}
+    chain = {fmt: chain_errors(cfg.chain_ns, fmt, size=cfg.chain_size, seed=seed) for fmt in cfg.fmts}
+    chain_ok = {fmt: {m: all(e <= bb for e, bb in zip(errs[m], b[m], strict=True)) for m in ("eager", "fused")}
+                for fmt, (errs, b) in chain.items()}
     return {"config": cfg, "fusion": fo.spec, "kind": kind, "seed": seed, "rows": rows, "extra": extra,
             "chain": chain, "chain_ok": chain_ok,
             "verdicts": verdict_matrix(cfg.models, cfg.fmts, MATRIX_FUSIONS, cfg.matrix_kinds, seed=seed),
@@ -255,8 +255,8 @@ def _write_tables(outdir: Path, res: dict) -> list[Path]:
     """Every table of the demo as CSV (header first) and results.json (all of
     it, with the settings)."""
     cfg = res["config"]
-    chain_rows = [{"fmt": dt, "mode": m, "n": n, "max_rel_error": e, "bound": bb}
-                  for dt, (errs, b) in res["chain"].items() for m in ("eager", "fused")
+    chain_rows = [{"fmt": fmt, "mode": m, "n": n, "max_rel_error": e, "bound": bb}
+                  for fmt, (errs, b) in res["chain"].items() for m in ("eager", "fused")
                   for n, e, bb in zip(cfg.chain_ns, errs[m], b[m], strict=False)]
     tables = [
         ("results.csv", _ROW_KEYS, res["rows"]),
@@ -270,7 +270,7 @@ def _write_tables(outdir: Path, res: dict) -> list[Path]:
     files = [_write_csv(outdir / name, keys, rows) for name, keys, rows in tables]
     meta = {"numlab": __version__, "fusion": res["fusion"], "kind": res["kind"], "seed": res["seed"],
             "models": list(cfg.models), "fmts": list(cfg.fmts), "trials": cfg.trials,
-            "chain": {dt: {"n": list(cfg.chain_ns), "errors": e, "bounds": b} for dt, (e, b) in res["chain"].items()},
+            "chain": {fmt: {"n": list(cfg.chain_ns), "errors": e, "bounds": b} for fmt, (e, b) in res["chain"].items()},
             "sources": res["sources"], "verdicts": res["verdicts"], "scaled_claims": res["scaled_claims"],
             "verdict": res["verdict"]}
     described = {name: {"columns": list(keys), "row_count": len(rows)} for name, keys, rows in tables}

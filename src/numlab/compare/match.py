@@ -52,11 +52,11 @@ def as_dump(obj, label: str = "<memory>") -> Dump:
     values = getattr(obj, "values", None)
     if isinstance(values, Mapping):
         node_meta, run_meta = describe_graph(getattr(obj, "graph", None), getattr(obj, "plan", None))
-        dt = format_name(getattr(obj, "fmt", None))
+        fmt = format_name(getattr(obj, "fmt", None))
         mode = getattr(obj, "mode", None)
         nodes = {k: v for k, v in node_meta.items() if k in values}
         graph = {k: v for k, v in node_meta.items() if k not in values}
-        manifest = dict(run_meta, mode=mode, dtype=dt, nodes=nodes, graph=graph)
+        manifest = dict(run_meta, mode=mode, dtype=fmt, nodes=nodes, graph=graph)
         return _MemoryDump(f"<{mode or 'run'} {label}>" if mode else label, values, manifest)
     if isinstance(obj, Mapping):
         return _MemoryDump(label, obj, None)
@@ -331,9 +331,9 @@ def _compare_pair(gd: Dump, gname: str, md: Dump, mname: str, fmt, th, chunk, fl
         return row
     row_fmt = fmt
     if row_fmt is None:
-        dt = md.entries[mname].meta.get("dtype")
+        fmt_name = md.entries[mname].meta.get("dtype")
         try:
-            row_fmt = get_format(dt) if dt else None
+            row_fmt = get_format(fmt_name) if fmt_name else None
         except (TypeError, ValueError):
             row_fmt = None
     try:
