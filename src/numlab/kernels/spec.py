@@ -192,8 +192,8 @@ class KernelSpec:
             scalar_mul="muls",
             # separate vector multiply and add instructions (two roundings)
             fma=False,
-            # the hardware rsqrt estimate (12 bits, like RSQRTPS) plus one Newton
-            # step in fp32 -- what the library's rsqrt kernel does
+            # a 12-bit table seed (about 13.3 correct bits; RSQRTPS guarantees
+            # about 11.4) plus one Newton step in fp32
             rsqrt=_alg.Newton("table12", 1, FP32),
             # the vector unit's IEEE divide / reciprocal instructions
             reciprocal="exact",
