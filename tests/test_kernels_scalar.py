@@ -156,3 +156,11 @@ def test_exact_zero_sums_have_the_ieee_sign(rounding):
     expected_sign = np.array([neg, neg, False, True, neg, neg, neg, False])
     assert np.array_equal(np.signbit(got), expected_sign), (rounding, np.signbit(got))
     assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_fma_outside_the_primitives_domain_takes_the_float64_path():
+    """Finite inputs of magnitude >= 2**200 (beyond every narrow format) are not
+    refused: their float64 product is rounded with the sum (hand-derived values)."""
+    assert np.isinf(K.fma([1e300], [1e300], [1.0], fmt="fp32")[0])
+    assert K.fma([2.0**210], [2.0**-210], [1.0], fmt="fp16")[0] == 2.0  # exact product 1
+    assert K.fma([2.0**-210], [2.0**210], [2.0**-12], fmt="fp16")[0] == 1.0  # 1 + 2**-12 -> RNE 1

@@ -156,6 +156,16 @@ def _rto_of_sum(terms) -> np.ndarray:
 # ---------------------------------------------------------------------------
 # argument handling
 # ---------------------------------------------------------------------------
+def in_domain(a) -> bool:
+    """Whether every finite value of the float array ``a`` is below ``2**200``
+    in magnitude, the domain of the fp64 error-free transformations (a
+    float32 or narrower array always is: its values are below 2**128)."""
+    if a.dtype.itemsize <= 4 and a.dtype != np.float64:
+        return True
+    a = a.astype(np.float64, copy=False)
+    return not np.any(np.abs(a[np.isfinite(a)]) >= _LIMIT)
+
+
 def _prep(args, names, fmt, rounding):
     fmt = get_format(fmt)
     if fmt.p > 51:
@@ -171,15 +181,13 @@ def _prep(args, names, fmt, rounding):
         except TypeError as exc:
             raise TypeError(f"{name}: {exc}") from None
         dts.append(a.dtype)
-        wide = a.dtype != np.float32  # a float32 value is below 2**128
-        a = a.astype(np.float64)
-        fin = np.isfinite(a) if wide else None
-        if wide and np.any(np.abs(a[fin]) >= _LIMIT):
+        if not in_domain(a):
+            a64 = a.astype(np.float64)
             raise ValueError(
-                f"{name} has finite values of magnitude >= 2**200 (max {np.abs(a[fin]).max():g}); "
+                f"{name} has finite values of magnitude >= 2**200 (max {np.abs(a64[np.isfinite(a64)]).max():g}); "
                 "the fp64 error-free transformations need |x| < 2**200"
             )
-        arrs.append(a)
+        arrs.append(a.astype(np.float64))
     out_dt = np.result_type(*dts)
     scalar = all(np.ndim(v) == 0 for v in args)
     return fmt, arrs, out_dt, scalar

@@ -29,8 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..formats import FP32, get_format
-from ..primitives import _LIMIT as _PRIMITIVES_LIMIT
-from ..primitives import _two_sum
+from ..primitives import _two_sum, in_domain
 from ..primitives import fma as _exact_fma
 from ..rounding import check_rounding
 from . import _accel
@@ -130,7 +129,7 @@ def fma(a, b, c, *, fmt, rounding: str = "rne"):
     check_rounding(rounding, "rounding")
     av, bv, cv = (as_values(t, n) for t, n in ((a, "a"), (b, "b"), (c, "c")))
     with np.errstate(over="ignore", invalid="ignore"):
-        if fmt.p <= 51 and not any(np.any(np.abs(v[np.isfinite(v)]) >= _PRIMITIVES_LIMIT) for v in (av, bv, cv)):
+        if fmt.p <= 51 and all(in_domain(v) for v in (av, bv, cv)):
             return to_container(np.asarray(_exact_fma(av, bv, cv, fmt, rounding)), fmt)
         av, bv, cv = (v.astype(np.float64) for v in (av, bv, cv))
         p = av * bv
