@@ -1,6 +1,6 @@
 """Experiments the demo and the notebooks share (no CLI code here).
 
-The tables behind ``numlab demo`` and notebooks 01 and 03: every zoo model
+The tables behind ``numlab demo`` and notebooks 01 and 04: every zoo model
 in fp16 and bf16, eager vs fused vs emulated casts against the fp64
 reference (:func:`demo_rows`), the error of a chain of multiplies against
 its bounds (:func:`chain_errors`), the verdict matrix per fusion preset and
@@ -129,7 +129,7 @@ def _verdict(st, eager_st, eq) -> str:
 
 
 # ---------------------------------------------------------------------------
-# error against chain length (also used by notebook 03)
+# error against chain length (also used by notebook 04)
 # ---------------------------------------------------------------------------
 def chain_graph(n: int, size: int = 2048):
     """``y = x * w1 * w2 * ... * wn``: a pointwise chain of n multiplies that
