@@ -16,8 +16,17 @@ masked where ``|golden| <= eps`` with **float32's** eps ``2**-23 =
 1.19e-7``; cosine is computed in float64 and rounded to 10 decimals; KL is
 ``F.kl_div(log_softmax(m), softmax(g), reduction="sum")`` in float32 clamped
 at 0; relative Euclidean distance is 0 when ``sqrt(sum g^2) <= eps32``.
-These are computed with torch itself (same operations, same bits), so the
-``msit`` flavour needs torch.
+msit's float32 sums (the means, the mean errors and both sums of the relative
+Euclidean distance) are ``torch.sum``'s cascade, whose order follows the vector
+width of the ATen kernel the CPU selects: numlab computes them in numpy in one
+fixed order, ATen's cascade with 8 lanes (:class:`~numlab.kernels.orders.cpu.AtenCascade`,
+the order the recordings in tests/data/compare_tools were made with), so the
+cells are the same on every CPU.  The KL divergence goes through ATen's
+softmax/log_softmax vector kernels and its exp/log, which the CPU capability
+changes (SLEEF on AVX2/AVX-512, the scalar libm on the ``default`` build): it is
+computed with torch, as msit does, and its last float32 digits depend on the
+machine (docs/compare.md says which).  The cosine is torch float64 rounded to 10
+decimals.  The ``msit`` flavour needs torch for those two.
 
 mindstudio-probe 8.3.3 (``msprobe/core/compare/npy_compare.py``,
 ``multiprocessing_compute.py``): bf16 is read as float32, fp16 stays fp16;
@@ -53,6 +62,8 @@ from pathlib import Path
 import numpy as np
 
 from ..formats import get_format
+from ..kernels import reduce
+from ..kernels.orders.cpu import AtenCascade
 
 __all__ = [
     "FLAVORS",
@@ -71,6 +82,7 @@ __all__ = [
     "msprobe_items",
     "msprobe_stats",
     "MSIT_HEADER",
+    "MSIT_SUM_ORDER",
     "MSPROBE83_HEADER",
     "MSPROBE26_HEADER",
 ]
@@ -103,7 +115,7 @@ EXACT_NOTE = ("flavor=exact: every metric is computed exactly in float64 on the 
 """What the default columns compute (the ``flavor_note`` of the CSV's JSON sidecar)."""
 FLAVOR_NOTES = {
     "exact": EXACT_NOTE,
-    "msit": ("flavor=msit: msit 8.2.0's CSV_GOLDEN_HEADER and formulas (torch float32, float32's eps "
+    "msit": ("flavor=msit: msit 8.2.0's CSV_GOLDEN_HEADER and formulas (float32 sums in one fixed order, float32's eps "
              "mask), rows in model-tree order; see docs/compare.md"),
     "msprobe-8.3": ("flavor=msprobe-8.3: mindstudio-probe 8.3.3's COMPARE_RESULT_HEADER_STACK and "
                     "formulas (relative error in the input dtype), 'Accuracy Reached or Not' verdicts; "
@@ -157,6 +169,22 @@ def tool_view(a: np.ndarray, flavor: str) -> np.ndarray | None:
 # --------------------------------------------------------------------------
 # msit
 # --------------------------------------------------------------------------
+MSIT_SUM_ORDER = AtenCascade(8)
+"""The one fixed order of msit's float32 sums: ATen's cascade with 8 lanes."""
+
+
+def _msit_sum(x: np.ndarray) -> np.float32:
+    """``torch.sum`` of a flat float32 array in :data:`MSIT_SUM_ORDER`, the same bits on every CPU."""
+    x = np.ascontiguousarray(x, dtype=np.float32).reshape(1, -1)
+    return np.float32(reduce(x, "sum", -1, order=MSIT_SUM_ORDER, acc="fp32")[0])
+
+
+def _msit_mean(x: np.ndarray) -> float:
+    """``torch.mean`` of a flat float32 array: the sum, then one float32 division by the count."""
+    x = np.asarray(x, dtype=np.float32).reshape(-1)
+    return float(_msit_sum(x) / np.float32(x.size))
+
+
 def msit_columns(golden, mine) -> dict:
     """msit 8.2.0's metric cells for one pair (``compare_data`` then
     ``set_tensor_basic_info_in_row_data``), computed with torch exactly as
@@ -183,7 +211,7 @@ def msit_columns(golden, mine) -> dict:
         if t.numel():  # msit: 0 not in shape
             row[f"{side}_max_value"] = t.max().item()
             row[f"{side}_min_value"] = t.min().item()
-            row[f"{side}_mean_value"] = t.mean().item()
+            row[f"{side}_mean_value"] = _msit_mean(t.numpy())
     g, m = g.reshape(-1), m.reshape(-1)
     reasons = []
     if len(g) != len(m):
@@ -205,15 +233,16 @@ def msit_columns(golden, mine) -> dict:
     rel = torch.where(mask, torch.abs(m / g - 1), zero32)
     ab = torch.where(mask, torch.abs(m - g), zero32)
     row["max_relative_error"] = rel.max().item()
-    row["mean_relative_error"] = rel.mean().item()
+    row["mean_relative_error"] = _msit_mean(rel.numpy())
     row["max_absolute_error"] = ab.max().item()
-    row["mean_absolute_error"] = ab.mean().item()
+    row["mean_absolute_error"] = _msit_mean(ab.numpy())
     row["kl_divergence"] = max(F.kl_div(F.log_softmax(m, dim=-1), F.softmax(g, dim=-1), reduction="sum").item(), 0)
-    gsq = (g ** 2).sum()
-    if gsq ** 0.5 <= eps:
+    g32, d32 = g.numpy(), (m - g).numpy()
+    gsq = _msit_sum(g32 * g32)
+    if float(np.sqrt(gsq)) <= eps:  # msit: gsq ** 0.5 in float32
         row["relative_euclidean_distance"] = 0.0
     else:
-        row["relative_euclidean_distance"] = torch.sqrt(((m - g) ** 2).sum() / gsq).item()
+        row["relative_euclidean_distance"] = float(np.sqrt(_msit_sum(d32 * d32) / gsq))
     row["cmp_fail_reason"] = ""
     return row
 
