@@ -108,3 +108,71 @@ def test_the_leftover_check_sees_each_form(line):
     "an issue with the bounds", "the 0.7 release", "H100's tensor core", "(H100)"])
 def test_the_leftover_check_passes_ordinary_text(line):
     assert not _leftovers(line)
+
+
+# --------------------------------------------------------------------------
+# docs/glossary.md: one heading per term, every link to a term resolves
+# --------------------------------------------------------------------------
+GLOSSARY = ROOT / "docs" / "glossary.md"
+_GLOSSARY_LINK = re.compile(r"glossary\.md#([^)\s\"'>\]`]+)")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading: lower case, punctuation other
+    than ``-`` and ``_`` dropped (backticks too), each space a hyphen."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _glossary_headings() -> list:
+    return [m.group(1) for m in re.finditer(r"^#{1,6}\s+(.+?)\s*#*\s*$", GLOSSARY.read_text(), re.M)]
+
+
+def _glossary_links(text: str) -> list:
+    return _GLOSSARY_LINK.findall(text)
+
+
+def _linking_texts():
+    for p in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        yield p, "\n".join("".join(c["source"]) for c in json.loads(p.read_text())["cells"])
+    for p in sorted((ROOT / "docs").rglob("*.md")):
+        yield p, p.read_text()
+    yield ROOT / "README.md", (ROOT / "README.md").read_text()
+
+
+def test_glossary_headings_are_unique_terms():
+    heads = _glossary_headings()
+    slugs = [_slug(h) for h in heads]
+    dup = sorted({s for s in slugs if slugs.count(s) > 1})
+    assert not dup, f"docs/glossary.md: headings with the same anchor {dup}"
+    # every term heading has a definition under it
+    text = GLOSSARY.read_text()
+    empty = [h for h in heads[1:] if not re.search(rf"^##\s+{re.escape(h)}\s*\n+[^#\s]", text, re.M)]
+    assert not empty, f"docs/glossary.md: terms without a definition {empty}"
+    assert len(heads) > 30
+
+
+def test_every_glossary_link_resolves():
+    anchors = {_slug(h) for h in _glossary_headings()}
+    broken = {}
+    for p, text in _linking_texts():
+        links = _glossary_links(text)
+        if p == GLOSSARY:  # the glossary's own links to its terms: ](#anchor)
+            links += re.findall(r"\]\(#([^)\s]+)\)", text)
+        bad = sorted({a for a in links if a not in anchors})
+        if bad:
+            broken[str(p.relative_to(ROOT))] = bad
+    assert not broken, f"links to docs/glossary.md anchors that are no heading of it: {broken}"
+
+
+@pytest.mark.parametrize("heading, slug", [
+    ("unit roundoff u", "unit-roundoff-u"), ("a-priori bound", "a-priori-bound"), ("gamma_n", "gamma_n"),
+    ("split-K", "split-k"), ("muls vs broadcast", "muls-vs-broadcast"), ("S", "s"),
+    ("`fl(x)` and u.", "flx-and-u")])
+def test_slug_is_githubs(heading, slug):
+    assert _slug(heading) == slug
+
+
+def test_the_glossary_check_sees_a_link():
+    text = "[u](../docs/glossary.md#unit-roundoff-u), [x](glossary.md#no-such-term) and glossary.md alone"
+    assert _glossary_links(text) == ["unit-roundoff-u", "no-such-term"]
+    assert "no-such-term" not in {_slug(h) for h in _glossary_headings()}
