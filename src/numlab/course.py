@@ -515,8 +515,8 @@ class _Site:
             if href != "index.html":
                 items.append(f"<li><a href='{href}'{cur}>{html.escape(label)}{needs}</a></li>")
         home_cur = " nl-current" if current == "index.html" else ""
-        return (f"<nav class='nl-sidebar' aria-label='course contents'><a class='nl-home{home_cur}' "
-                f"href='index.html'>numlab course</a><ol>{''.join(items)}</ol></nav>")
+        return (f"<nav class='nl-sidebar' aria-label='course contents'><a href='index.html' "
+                f"class='nl-home{home_cur}'>numlab course</a><ol>{''.join(items)}</ol></nav>")
 
     def prevnext(self, current: str, where: str = "top") -> str:
         order = self.order()
