@@ -118,6 +118,21 @@ HREF_RE = re.compile(r"<link\b[^>]*\bhref\s*=\s*['\"]([^'\"]*)['\"]", re.I)
 IMPORT_RE = re.compile(r"(?:@import\s+(?:url\()?|\bimport\s*\(\s*)['\"]?(https?://[^'\")\s]+)")
 
 
+def _dangling_links(out: Path) -> list[str]:
+    """Links between the course's pages (``page.html#anchor``) whose page or
+    anchor does not exist."""
+    ids = {p.name: set(re.findall(r"\bid=[\"']([^\"']+)[\"']", p.read_text(encoding="utf-8")))
+           for p in out.glob("*.html")}
+    bad = []
+    for name in sorted(ids):
+        for _nav, a, _t in _Links((out / name).read_text(encoding="utf-8")).links:
+            href = a.get("href") or ""
+            m = re.fullmatch(r"([\w.-]+\.html)(?:#(.+))?", href)
+            if m and (m.group(1) not in ids or (m.group(2) and m.group(2) not in ids[m.group(1)])):
+                bad.append(f"{name}: link to {href}, which is not in the course")
+    return bad
+
+
 def _offline_problems(out: Path, html: str) -> list[str]:
     """What a page would fetch from the network, or load from a file that
     is not in the course folder."""
@@ -149,6 +164,7 @@ def test_course_builds_and_reads_statically(tmp_path):
         if f"{stem}.html" not in listed or f"numlab[{', '.join(info.extras)}]" not in index:
             bad.append(f"{stem}: not listed in index.html with its extras {info.extras}")
         bad += _check_page(out, stem)
+    bad += _dangling_links(out)
     assert bad == []
 
 
@@ -340,6 +356,9 @@ def test_course_synthetic_reads_offline_and_navigates(tmp_path, capsys, fake_ext
     glossary = pages["glossary.html"]
     assert re.findall(r"<h2 id=.([\w-]+).>", glossary) == ["s", "unit-roundoff-u"]
     assert "01_ex.html" in [a.get("href") for nav, a, _t in _Links(glossary).links if not nav]
+    assert _dangling_links(out) == []
+    (out / "glossary.html").write_text(glossary.replace("id='s'", "id='x'").replace('id="s"', 'id="x"'))
+    assert _dangling_links(out) == ["00_start.html: link to glossary.html#s, which is not in the course"]
     meta = json.loads((out / "course.json").read_text())
     assert [(n["stem"], n["ran"], n["needs"]) for n in meta["notebooks"]] == [
         ("00_start", True, []), ("01_ex", True, []), ("02_fake", False, ["fake"])]
