@@ -371,8 +371,11 @@ def _between(html: str, start: str, end: str) -> list[str]:
 def test_course_solutions_collapsed_and_missing_extra_page(tmp_path, fake_extra):
     nbs = _synthetic_course(tmp_path)
     out = tmp_path / "site"
-    res = course.build(out, notebooks=[nbs / "01_ex.ipynb", nbs / "02_fake.ipynb"], jobs=1, echo=lambda *a: None)
-    assert res["skipped"] == {"02_fake": ("fake",)}
+    # 03 imports the module where the import scan does not see it: the run stops there, the page says why
+    late = _write(nbs, "03_late", [M("# 03: Late"), C(f"mod = __import__({FAKE_MODULE!r})"), C("mod.go()")])
+    res = course.build(out, notebooks=[nbs / "01_ex.ipynb", nbs / "02_fake.ipynb", late], jobs=2,
+                       echo=lambda *a: None)
+    assert res["skipped"] == {"02_fake": ("fake",), "03_late": ("fake",)}
     html = (out / "01_ex.html").read_text(encoding="utf-8")
     # the solution cell, closed, under "Solution"; the answer cell outside it
     folded = _between(html, '<details class="nl-solution"><summary>Solution</summary>', "</details>")
@@ -389,6 +392,9 @@ def test_course_solutions_collapsed_and_missing_extra_page(tmp_path, fake_extra)
     assert FAKE_MODULE in fake and "go" in fake
     assert not re.search(r"NameError|ModuleNotFoundError|Traceback", fake)
     assert course.find_errors(nbformat.read(out / "notebooks" / "02_fake.ipynb", as_version=4)) == []
+    late_page = (out / "03_late.html").read_text(encoding="utf-8")
+    assert "needs: <code>pip install numlab[fake]</code>" in late_page
+    assert not re.search(r"NameError|ModuleNotFoundError|Traceback", late_page)
 
 
 def test_course_out_and_force_rules(tmp_path, capsys):

@@ -38,7 +38,10 @@ pages are written so they can be inspected.
 A notebook that imports a module of an extra that is not installed here
 (:data:`EXTRA_OF_IMPORT`) is not run: its page shows the notebook's text
 and code without outputs under a note saying what to install, and the
-index and sidebar mark it "needs: pip install numlab[EXTRA]".
+index and sidebar mark it "needs: pip install numlab[EXTRA]".  So is a
+notebook whose run stops first at a ``ModuleNotFoundError`` for such a
+module (the kernel's environment lacks it): never a page of knock-on
+``NameError`` pages.
 
 An existing course is never overwritten and a course is never built
 inside another: a folder that holds a course (``index.html`` or
@@ -646,6 +649,20 @@ def _run_all(infos: list[NotebookInfo], jobs: int, timeout: int) -> tuple[dict, 
     return executed, failed
 
 
+def _missing_in_run(nb, extra_of_import: dict[str, str] | None) -> tuple[str, ...]:
+    """The extras a run found missing: its first error is a
+    ``ModuleNotFoundError`` for a module ``extra_of_import`` maps to an
+    extra (the kernel's environment lacks it although the build's has it,
+    or the notebook imports it in a way the import scan does not see)."""
+    mapping = EXTRA_OF_IMPORT if extra_of_import is None else extra_of_import
+    first = next((out for _i, _w, out in _iter_outputs(nb) if out.get("output_type") == "error"), None)
+    if first is None or first.get("ename") != "ModuleNotFoundError":
+        return ()
+    m = re.search(r"No module named '([\w.]+)'", str(first.get("evalue", "")))
+    top = m.group(1).split(".")[0] if m else ""
+    return tuple(sorted({e for mod, e in mapping.items() if not mod.startswith("numlab") and mod.split(".")[0] == top}))
+
+
 def _remove_stale(outdir: Path, infos: list[NotebookInfo], glossary: bool) -> None:
     """With ``--force``: the pages of the course being replaced whose
     notebooks are not in this build (so its sidebar is the whole course)."""
@@ -695,14 +712,20 @@ def build(out, *, notebooks=None, force: bool = False, jobs: int | None = None, 
         echo(note)
     infos = [notebook_info(p, extra_of_import) for p in paths]
     missing = {i.stem: m for i in infos if (m := missing_extras(i, extra_of_import))}
-    glossary_md = _glossary_source(paths)
-    site = _Site(tuple(infos), glossary_md is not None, missing)
     for stem, extras in missing.items():
         echo(f"{stem}: not run (needs: pip install numlab[{','.join(extras)}]); its page shows the notebook "
              "without outputs")
     to_run = [i for i in infos if i.stem not in missing]
     echo(f"running {len(to_run)} notebooks, {max(1, min(jobs, len(to_run)))} at a time ...")
     executed, failed = _run_all(to_run, jobs, timeout)
+    for stem in list(executed):
+        if late := _missing_in_run(executed[stem], extra_of_import):
+            missing[stem] = late
+            del executed[stem]
+            echo(f"{stem}: stopped at an import of numlab[{','.join(late)}], which the kernel lacks; its page "
+                 "shows the notebook without outputs")
+    glossary_md = _glossary_source(paths)
+    site = _Site(tuple(infos), glossary_md is not None, missing)
     outdir.mkdir(parents=True, exist_ok=True)
     if force:
         _remove_stale(outdir, infos, site.glossary)
