@@ -41,7 +41,7 @@ and code without outputs under a note saying what to install, and the
 index and sidebar mark it "needs: pip install numlab[EXTRA]".  So is a
 notebook whose run stops first at a ``ModuleNotFoundError`` for such a
 module (the kernel's environment lacks it): never a page of knock-on
-``NameError`` pages.
+NameErrors.
 
 An existing course is never overwritten and a course is never built
 inside another: a folder that holds a course (``index.html`` or
