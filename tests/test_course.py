@@ -127,8 +127,9 @@ def _dangling_links(out: Path) -> list[str]:
     for name in sorted(ids):
         for _nav, a, _t in _Links((out / name).read_text(encoding="utf-8")).links:
             href = a.get("href") or ""
-            m = re.fullmatch(r"([\w.-]+\.html)(?:#(.+))?", href)
-            if m and (m.group(1) not in ids or (m.group(2) and m.group(2) not in ids[m.group(1)])):
+            m = re.fullmatch(r"([\w.-]+\.html)?(?:#(.+))?", href)
+            target = (m.group(1) or name) if m else None
+            if m and (target not in ids or (m.group(2) and m.group(2) not in ids[target])):
                 bad.append(f"{name}: link to {href}, which is not in the course")
     return bad
 
@@ -358,7 +359,8 @@ def test_course_synthetic_reads_offline_and_navigates(tmp_path, capsys, fake_ext
     assert "01_ex.html" in [a.get("href") for nav, a, _t in _Links(glossary).links if not nav]
     assert _dangling_links(out) == []
     (out / "glossary.html").write_text(glossary.replace("id='s'", "id='x'").replace('id="s"', 'id="x"'))
-    assert _dangling_links(out) == ["00_start.html: link to glossary.html#s, which is not in the course"]
+    assert _dangling_links(out) == ["00_start.html: link to glossary.html#s, which is not in the course",
+                                    "glossary.html: link to #s, which is not in the course"]
     meta = json.loads((out / "course.json").read_text())
     assert [(n["stem"], n["ran"], n["needs"]) for n in meta["notebooks"]] == [
         ("00_start", True, []), ("01_ex", True, []), ("02_fake", False, ["fake"])]

@@ -603,9 +603,10 @@ def _glossary(site: _Site, md_path: Path) -> str:
     body = _lab("nbconvert.filters").markdown2html(text)
 
     def anchor(m):
-        inner = re.sub(r"<[^>]+>", "", m.group(3))
-        slug = github_slug(html.unescape(inner))
-        return f"<h{m.group(1)} id='{html.escape(slug)}'>{m.group(3)}</h{m.group(1)}>"
+        inner = re.sub(r"<a class=.anchor-link.[^>]*>.*?</a>", "", m.group(3), flags=re.S)
+        slug = html.escape(github_slug(html.unescape(re.sub(r"<[^>]+>", "", inner))))
+        return (f"<h{m.group(1)} id='{slug}'>{inner}<a class='anchor-link' href='#{slug}'>&#182;</a>"
+                f"</h{m.group(1)}>")
 
     body = re.sub(r"<h([1-6])([^>]*)>(.*?)</h\1>", anchor, body, flags=re.S)
     return site.shell("glossary.html", "numlab course · glossary", body)
