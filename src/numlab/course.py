@@ -436,6 +436,10 @@ details.nl-solution>summary,.jp-RenderedMarkdown details>summary{cursor:pointer;
 details.nl-solution>summary{padding-left:calc(var(--jp-cell-prompt-width, 64px) + 8px)}
 .jp-RenderedMarkdown details{border:1px solid #cfdcec;border-radius:4px;padding:0.2rem 0.6rem;margin:0.4rem 0}
 .nl-content{max-width:52rem;padding:1rem 2rem;font:16px/1.55 system-ui,sans-serif}
+.nl-content code{font:0.9em ui-monospace,SFMono-Regular,Menlo,monospace;background:#f2f3f5;padding:0 0.2em;
+ border-radius:3px}
+.nl-content a.anchor-link{visibility:hidden;text-decoration:none;margin-left:0.3em;font-size:70%;color:#999}
+.nl-content :is(h1,h2,h3,h4):hover a.anchor-link{visibility:visible}
 .nl-content td,.nl-content th{padding:0.3rem 0.8rem;text-align:left;border-bottom:1px solid #eee;vertical-align:top}
 @media (max-width:60rem){.nl-sidebar{position:static;width:auto;border-right:0;border-bottom:1px solid #dde}
  body.nl-page{margin-left:0 !important}}
