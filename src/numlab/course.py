@@ -618,9 +618,9 @@ def _glossary(site: _Site, md_path: Path) -> str:
 
 def _needs_banner(missing: tuple[str, ...]) -> str:
     cmds = " and ".join(f"<code>pip install numlab[{html.escape(e)}]</code>" for e in missing)
-    return (f"<div class='nl-banner' role='note'><strong>needs: {cmds}</strong>. This notebook was not run "
-            "when the course was built, because that extra is not installed; the page shows its text and code "
-            "without outputs. Install it and run the notebook in JupyterLab (or rebuild the course).</div>")
+    return (f"<div class='nl-banner' role='note'><strong>needs: {cmds}</strong>. The course was built "
+            "without that extra, so this page shows the notebook's text and code without outputs. Install it "
+            "and run the notebook in JupyterLab (or rebuild the course).</div>")
 
 
 def _failed_banner(problem: str) -> str:
