@@ -24,6 +24,7 @@ bullet lines.  The checker itself is tested on synthetic notebooks.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -36,12 +37,14 @@ import pytest
 nbformat = pytest.importorskip("nbformat", reason="the course needs the lab extra (nbformat)")
 pytest.importorskip("nbclient", reason="the course needs the lab extra (nbclient)")
 pytest.importorskip("nbconvert", reason="the course needs the lab extra (nbconvert)")
-pytest.importorskip("jupyter_server_mathjax", reason="the course needs the lab extra (jupyter-server-mathjax)")
 
 from numlab import course  # noqa: E402
 from numlab.cli import main  # noqa: E402
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+# building a course bundles MathJax from jupyter-server-mathjax (the lab extra); the structure tests need only nbformat
+builds = pytest.mark.skipif(importlib.util.find_spec("jupyter_server_mathjax") is None,
+                            reason="building the course needs the lab extra (jupyter-server-mathjax)")
 STDERR_BLOCK = re.compile(r'data-mime-type="application/vnd\.jupyter\.stderr"[^>]*>(.*?)</div>', re.S)
 
 
@@ -147,6 +150,7 @@ def _offline_problems(out: Path, html: str) -> list[str]:
     return bad
 
 
+@builds
 def test_course_builds_and_reads_statically(tmp_path):
     """The real course, built as CI builds it (one test: under pytest-xdist a
     shared fixture would build it once per worker)."""
@@ -198,6 +202,7 @@ WIDGET_CELL = (
 )
 
 
+@builds
 def test_course_error_exit_names_notebook_and_cell(tmp_path, capsys):
     src = tmp_path / "nbs"
     _tiny(src, "00_fine", "x = 1")
@@ -211,6 +216,7 @@ def test_course_error_exit_names_notebook_and_cell(tmp_path, capsys):
     assert (out / "01_broken.html").is_file()  # written, so the failure can be read
 
 
+@builds
 def test_course_error_inside_widget_is_caught(tmp_path):
     src = tmp_path / "nbs"
     _tiny(src, "00_w", "import ipywidgets as W\nW.interact(lambda n=1: 1 / (n - 1), n=(1, 3));")
@@ -219,6 +225,7 @@ def test_course_error_inside_widget_is_caught(tmp_path):
         course.build(tmp_path / "site", notebooks=src, jobs=1, echo=lambda *a: None)
 
 
+@builds
 def test_course_static_widgets(tmp_path):
     src = tmp_path / "nbs"
     _tiny(src, "00_w", WIDGET_CELL, "plt.plot([1, 2]); plt.show()")
@@ -308,6 +315,7 @@ def fake_extra(monkeypatch):
     monkeypatch.setitem(course.EXTRA_OF_IMPORT, FAKE_MODULE, "fake")
 
 
+@builds
 def test_course_synthetic_reads_offline_and_navigates(tmp_path, capsys, fake_extra):
     nbs = _synthetic_course(tmp_path)
     out = tmp_path / "site"
@@ -370,6 +378,7 @@ def _between(html: str, start: str, end: str) -> list[str]:
     return re.findall(re.escape(start) + r"(.*?)" + re.escape(end), html, re.S)
 
 
+@builds
 def test_course_solutions_collapsed_and_missing_extra_page(tmp_path, fake_extra):
     nbs = _synthetic_course(tmp_path)
     out = tmp_path / "site"
@@ -399,6 +408,7 @@ def test_course_solutions_collapsed_and_missing_extra_page(tmp_path, fake_extra)
     assert not re.search(r"NameError|ModuleNotFoundError|Traceback", late_page)
 
 
+@builds
 def test_course_out_and_force_rules(tmp_path, capsys):
     src = tmp_path / "nbs"
     _tiny(src, "00_a", "x = 1")
@@ -453,6 +463,7 @@ def test_extra_of_import_names_the_extras():
     assert course.EXTRA_OF_IMPORT["jax"] == "jax" and course.EXTRA_OF_IMPORT["torch"] == "torch"
 
 
+@builds
 @pytest.mark.browser
 def test_course_math_renders_offline_in_chromium(tmp_path, fake_extra):
     """The synthetic course's pages in headless Chromium with every network
