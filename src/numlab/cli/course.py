@@ -2,9 +2,13 @@
 
 One HTML page per notebook with its outputs (widgets in their initial
 state), an index page listing the notebooks, their titles and the extra
-each needs (:mod:`numlab.course`).  Exit 1, naming the notebook and the
-cell, when any output is an error.  An existing course is never
-overwritten: a fresh ``run-NNN`` subfolder is used unless ``--force``.
+each needs, a glossary page, a sidebar and previous/next links on every
+page, math rendered offline (:mod:`numlab.course`).  Exit 1, naming the
+notebook and the cell, when any output is an error.  A notebook whose
+optional extra is not installed is not run: its page says what to install
+(exit 0).  An existing course is never overwritten and never nested in:
+``--out`` holding a course is refused (exit 2, before running anything)
+unless ``--force``, which replaces it.
 """
 
 from __future__ import annotations
@@ -28,11 +32,12 @@ def add_parser(sub) -> None:
         help="execute the notebooks and write the static HTML course to DIR",
         description="Execute the notebooks (each in its own kernel, --jobs at a time) and write "
         "DIR/index.html, one DIR/NN_name.html per notebook and the executed notebooks in "
-        "DIR/notebooks/.  Exit 1, naming the notebook and the cell, on any error output.  An existing "
-        "course is never overwritten: a fresh run-NNN subfolder is used unless --force.  Needs the "
-        "lab extra (and torch for the PyTorch notebook).",
+        "DIR/notebooks/.  Exit 1, naming the notebook and the cell, on any error output.  A notebook "
+        "needing an extra that is not installed (torch, dask, jax) is not run; its page says what to "
+        "install.  A DIR that holds a course is refused (exit 2) unless --force, which replaces it; a "
+        "course is never built inside another.  Needs the lab extra.",
     )
-    add_shared(b, out="course", force="(default: a fresh run-NNN subfolder)")
+    add_shared(b, out="course", force="(replace the course in DIR; without it a DIR holding one is refused)")
     b.add_argument("--notebooks", default=None, metavar="DIR",
                    help="folder of NN_*.ipynb notebooks (default: the repository's notebooks/)")
     b.add_argument("--jobs", type=int, default=None, metavar="N",
