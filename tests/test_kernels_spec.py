@@ -9,7 +9,7 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
-from _oracles import assert_same_bits, same_bits
+from _oracles import assert_same_bits, round_exact, same_bits
 
 from numlab import kernels as K
 from numlab import ops, round_to
@@ -114,8 +114,8 @@ def test_inductor_cpu_preset_differs_from_codegen_in_exactly_the_documented_fiel
     rng = np.random.default_rng(3)
     a, b, c = (rng.standard_normal(64).astype(np.float32) for _ in range(3))
     assert_same_bits(ind.multiply_add(a, b, c, storage="fp32"), a * b + c)
-    one = np.array([np.float32(float(Fraction(float(p)) * Fraction(float(q)) + Fraction(float(r))))
-                    for p, q, r in zip(a, b, c)], dtype=np.float32)
+    one = np.array([round_exact(Fraction(float(p)) * Fraction(float(q)) + Fraction(float(r)), FP32)
+                    for p, q, r in zip(a, b, c, strict=True)], dtype=np.float32)
     assert_same_bits(cg.multiply_add(a, b, c, storage="fp32"), one)
     assert np.any(one != a * b + c)
     # rsqrt as 1 / sqrt(x): two correctly rounded fp32 operations
