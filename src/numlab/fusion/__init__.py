@@ -17,8 +17,9 @@ operator may join a neighbouring kernel.  numlab models two such compilers:
   not Inductor (it rounds broadcast scalars to S and contracts FMAs);
   ``KernelSpec.inductor_cpu()`` has Inductor CPU's conventions.  Not
   modelled: Inductor's per-pair fusion score, ``max_fusion_size`` (64
-  nodes), ``realize_reads_threshold`` (a buffer read by more than 4
-  consumers is materialised), ``split_reductions`` (GPU), epilogue fusion of
+  nodes), ``realize_reads_threshold`` (a pointwise value read more than 4
+  times is stored to a buffer), ``max_pointwise_cat_inputs`` (8),
+  ``split_reductions`` (GPU), epilogue fusion of
   ``max_autotune`` matmul templates, and the rounding of a reduction's result
   to its dtype inside a fused C++ kernel (``docs/design.md``, "Fusion presets").
 
