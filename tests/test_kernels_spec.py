@@ -9,7 +9,7 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
-from _oracles import assert_same_bits, same_bits
+from _oracles import assert_same_bits, round_exact, same_bits
 
 from numlab import kernels as K
 from numlab import ops, round_to
@@ -89,6 +89,38 @@ def test_presets_are_data_and_differ_on_every_source():
         h.fma = True
     assert K.KernelSpec.handwritten(fma=True).fma is True
     assert h.replace(scalar_mul="broadcast").scalar_mul == "broadcast"
+
+
+def test_inductor_cpu_preset_differs_from_codegen_in_exactly_the_documented_fields():
+    from fractions import Fraction
+
+    from numlab.kernels.grammar import spec_diff
+
+    ind, cg = K.KernelSpec.inductor_cpu(), K.KernelSpec.codegen()
+    assert ind == K.INDUCTOR_CPU and K.KernelSpec.parse("inductor_cpu") == ind
+    assert {f for f, _ in spec_diff(ind, cg)} == {
+        "name", "reduce_order", "scalar_mul", "fma", "rsqrt", "exp", "tanh", "erf", "gelu", "gelu_tanh"}
+    assert (ind.scalar_mul, ind.fma, ind.rsqrt) == ("muls", False, "sqrt_then_div")
+    assert ind.reduce_order == K.InductorLanes(16, 1, 1)
+    # x * 0.1 on fp16: Inductor keeps the scalar fp32 (static_cast<float>), codegen rounds it to fp16
+    x = (np.arange(-4096, 4096) / 64).astype(np.float16)
+    ind_ref = (x.astype(np.float32) * np.float32(0.1)).astype(np.float16)
+    cg_ref = (x.astype(np.float32) * np.float32(np.float16(0.1))).astype(np.float16)
+    got_ind, got_cg = ind.mul_scalar(x, 0.1, storage="fp16"), cg.mul_scalar(x, 0.1, storage="fp16")
+    assert_same_bits(got_ind, ind_ref)
+    assert_same_bits(got_cg, cg_ref)
+    assert 0.05 < np.mean(got_ind != got_cg) < 0.95
+    # a*b + c in fp32: two roundings (-ffp-contract=off) against codegen's one (Fractions)
+    rng = np.random.default_rng(3)
+    a, b, c = (rng.standard_normal(64).astype(np.float32) for _ in range(3))
+    assert_same_bits(ind.multiply_add(a, b, c, storage="fp32"), a * b + c)
+    one = np.array([round_exact(Fraction(float(p)) * Fraction(float(q)) + Fraction(float(r)), FP32)
+                    for p, q, r in zip(a, b, c, strict=True)], dtype=np.float32)
+    assert_same_bits(cg.multiply_add(a, b, c, storage="fp32"), one)
+    assert np.any(one != a * b + c)
+    # rsqrt as 1 / sqrt(x): two correctly rounded fp32 operations
+    y = rng.uniform(0.01, 100, 4096).astype(np.float32)
+    assert_same_bits(ind.unary("rsqrt", y, storage="fp32"), np.float32(1) / np.sqrt(y))
 
 
 def test_formats_per_promotion():

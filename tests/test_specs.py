@@ -62,6 +62,8 @@ BAD_FUSION = [
 GOOD_KERNELS = [
     ("handwritten", KernelSpec.handwritten()),
     ("codegen", KernelSpec.codegen()),
+    ("inductor_cpu", KernelSpec.inductor_cpu()),
+    ("inductor_cpu:fma=true", KernelSpec.inductor_cpu(fma=True)),
     ("codegen:fma=false", KernelSpec.codegen(fma=False)),
     ("handwritten:reduce_inner=blocked(512,lanes(64),sequential),k_tile=64",
      KernelSpec.handwritten(reduce_inner=Blocked(512, Lanes(64), Sequential()), k_tile=64)),
@@ -72,7 +74,7 @@ GOOD_KERNELS = [
                                                         double_buffer=False))),
 ]
 BAD_KERNELS = [
-    ("fast", ["handwritten", "codegen"]),
+    ("fast", ["handwritten", "codegen", "inductor_cpu"]),
     ("codegen:warp=1", ["'warp'", "fma", "hardware.ub_bytes"]),
     ("codegen:fma=maybe", ["fma", "true", "false"]),
     ("codegen:k_tile=big", ["k_tile", "int"]),
@@ -168,7 +170,7 @@ _CHANGES = {
 
 
 @settings(max_examples=60, deadline=None)
-@given(preset=st.sampled_from(["handwritten", "codegen"]),
+@given(preset=st.sampled_from(["handwritten", "codegen", "inductor_cpu"]),
        changes=st.fixed_dictionaries({}, optional={k: v for k, v in _CHANGES.items()
                                                    if k in {f.name for f in dataclasses.fields(KernelSpec)}}),
        ub=st.one_of(st.none(), st.sampled_from([16384, 65536])))
@@ -413,7 +415,7 @@ def test_cli_help_shows_the_grammars_once(capsys):
         cli.main(["--help"])
     out = capsys.readouterr().out
     assert out.count('preset   := "autofuse" | "inductor" | "off"') == 1
-    assert out.count('preset   := "handwritten" | "codegen"') == 1
+    assert out.count('preset   := "handwritten" | "codegen" | "inductor_cpu"') == 1
     with pytest.raises(SystemExit):
         cli.main(["run", "--help"])
     out = capsys.readouterr().out

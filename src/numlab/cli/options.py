@@ -83,7 +83,7 @@ SPEC_OPTIONS = ("--fusion", "--kernels", "--library")
 
 FUSION_HELP = (f"fusion spec (default {DEFAULT_SPEC!r}): autofuse | inductor | off, optionally "
                "autofuse:FLAGS and +decompose/+nodecompose; grammar in `numlab --help`")
-KERNELS_HELP = ("kernel spec: handwritten | codegen, optionally :field=value,...; grammar in "
+KERNELS_HELP = ("kernel spec: handwritten | codegen | inductor_cpu, optionally :field=value,...; grammar in "
                 "`numlab --help`")
 MODEL_HELP = ("a zoo model (numlab.zoo.MODELS), a claims model (numlab.claims.EXTRA_MODELS), or "
               "module:function returning a numlab Graph, called with the --size values")

@@ -9,9 +9,19 @@ operator may join a neighbouring kernel.  numlab models two such compilers:
   enabled with ``--autofuse_enable_pass=...`` (source: the graph-autofusion
   precision note's section 6.2, table "融合类型 / 默认状态"; see
   ``docs/design.md``, section "Fusion presets").
-* **PyTorch Inductor** (``FusionOptions.inductor()``): pointwise operators,
-  reductions and views are fused; matmul is left to a library call
-  (Inductor's default ``max_autotune=False`` path calls aten.mm/cuBLAS).
+* **PyTorch Inductor** (``FusionOptions.inductor()``): Inductor's fusion
+  *decisions* only -- pointwise operators, reductions and views are fused;
+  matmul is left to a library call (Inductor's default ``max_autotune=False``
+  path calls aten.mm/cuBLAS).  The numerics inside a block are the kernel
+  spec's: the default ``KernelSpec.codegen()`` is a generic code generator,
+  not Inductor (it rounds broadcast scalars to S and contracts FMAs);
+  ``KernelSpec.inductor_cpu()`` has Inductor CPU's conventions.  Not
+  modelled: Inductor's per-pair fusion score, ``max_fusion_size`` (64
+  nodes), ``realize_reads_threshold`` (a pointwise value read more than 4
+  times is stored to a buffer), ``max_pointwise_cat_inputs`` (8),
+  ``split_reductions`` (GPU), epilogue fusion of
+  ``max_autotune`` matmul templates, and the rounding of a reduction's result
+  to its dtype inside a fused C++ kernel (``docs/design.md``, "Fusion presets").
 
 Rules of the planner (:func:`plan`)
 
@@ -101,8 +111,8 @@ note's section 6.2; ``docs/design.md``, section "Fusion presets")."""
 INDUCTOR_DEFAULT = frozenset(
     {"elementwise", "broadcast", "reshape", "reduce", "concat", "slice", "gather", "transpose"}
 )
-"""Kinds fused by the Inductor-like preset: pointwise, reductions and views;
-matmul left to a library call."""
+"""Kinds fused by the ``inductor`` preset (Inductor's fusion decisions): pointwise,
+reductions and views; matmul left to a library call."""
 
 FUSION_PRESETS = ("autofuse", "inductor", "off")
 """Fusion presets of the spec grammar (:meth:`FusionOptions.parse`)."""
@@ -275,8 +285,10 @@ class FusionOptions:
 
     @classmethod
     def inductor(cls, decompose: bool = True) -> FusionOptions:
-        """Inductor-like: pointwise, reductions and views fused; matmul left
-        to a library call; composites decomposed."""
+        """Inductor's fusion decisions: pointwise, reductions and views fused;
+        matmul left to a library call; composites decomposed.  Only the plan:
+        pair it with ``kernels="inductor_cpu"`` for Inductor CPU's kernel
+        numerics (the default ``codegen`` kernels are not Inductor's)."""
         return cls(enabled=INDUCTOR_DEFAULT, decompose=decompose, name="inductor")
 
     @classmethod

@@ -128,6 +128,7 @@ from .spec import (
     CODEGEN,
     DEFAULT_FUSED_LIVE_BUFFERS,
     HANDWRITTEN,
+    INDUCTOR_CPU,
     PROMOTIONS,
     UNARY_OPS,
     KernelSpec,
@@ -144,5 +145,5 @@ __all__ = [
     "steps_needed", "steps_table", "RSQRT_ALGOS", "RECIP_ALGOS", "DIV_ALGOS", "EXP_ALGOS",
     "TANH_ALGOS", "ERF_ALGOS", "GELU_ALGOS", "GELU_APPROXIMATE", "AtenCascade", "InductorLanes", "Tree", "parse_tree",
     "matmul", "MATMUL_ALGOS", "engine", "Ctx",
-    "KernelSpec", "HANDWRITTEN", "CODEGEN", "PROMOTIONS", "UNARY_OPS", "DEFAULT_FUSED_LIVE_BUFFERS",
+    "KernelSpec", "HANDWRITTEN", "CODEGEN", "INDUCTOR_CPU", "PROMOTIONS", "UNARY_OPS", "DEFAULT_FUSED_LIVE_BUFFERS",
 ]

@@ -5,7 +5,7 @@ inverse (:func:`kernel_spec_string`) for :class:`numlab.kernels.KernelSpec`.
 CLI command that takes a kernel spec coerces through them.  Grammar::
 
     spec     := preset [":" field "=" value ("," field "=" value)*]
-    preset   := "handwritten" | "codegen"
+    preset   := "handwritten" | "codegen" | "inductor_cpu"
     field    := a KernelSpec field name, or "hardware.<field>" for a field
                 of its Hardware
     value    := the field's own string form: orders
@@ -40,12 +40,13 @@ from .mma import preset as unit_preset
 __all__ = ["SPEC_PRESETS", "GRAMMAR", "parse_kernel_spec", "kernel_spec_string", "split_top_level",
            "parse_unit", "unit_string", "spec_diff"]
 
-SPEC_PRESETS = ("handwritten", "codegen")
-"""Kernel presets of the grammar (``KernelSpec.handwritten()`` / ``.codegen()``)."""
+SPEC_PRESETS = ("handwritten", "codegen", "inductor_cpu")
+"""Kernel presets of the grammar (``KernelSpec.handwritten()`` / ``.codegen()`` /
+``.inductor_cpu()``)."""
 
 GRAMMAR = """\
 spec     := preset [":" field "=" value ("," field "=" value)*]
-preset   := "handwritten" | "codegen"
+preset   := "handwritten" | "codegen" | "inductor_cpu"
 field    := a KernelSpec field, or "hardware.<field>" for a Hardware field
 value    := the field's own string form: orders
             "blocked(512,lanes(64),sequential)", algorithms

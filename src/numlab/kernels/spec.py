@@ -1,7 +1,9 @@
 """``KernelSpec``: every knob of the four sources of difference in one frozen dataclass.
 
-Two presets are data: :meth:`KernelSpec.handwritten` (the eager library) and
-:meth:`KernelSpec.codegen` (a code generator's fused kernels).  The methods
+Three presets are data: :meth:`KernelSpec.handwritten` (the eager library),
+:meth:`KernelSpec.codegen` (a generic code generator's fused kernels, named
+after no real compiler) and :meth:`KernelSpec.inductor_cpu` (the kernel
+conventions of PyTorch Inductor's generated C++ on CPU).  The methods
 ``reduce``, ``mul_scalar``, ``unary``, ``div``, ``multiply_add`` and ``matmul``
 apply the spec to a storage format ``S``: each is a thin call into the engine
 (:mod:`numlab.kernels.engine`), the same code :func:`numlab.execute.run`
@@ -22,13 +24,13 @@ from . import engine as _E
 from . import grammar as _grammar
 from ._common import check_choice
 from .hardware import Hardware, kernel_tile
-from .orders import Blocked, Lanes, Order, Pairwise, Sequential, as_order
+from .orders import Blocked, InductorLanes, Lanes, Order, Pairwise, Sequential, as_order
 from .reduction import OPS, VARIANCE_ALGORITHMS
 from .scalar import SCALAR_MUL_CHOICES
 from .tiled_matmul import MATMUL_ALGOS
 
 __all__ = ["KernelSpec", "PROMOTIONS", "UNARY_OPS", "DEFAULT_FUSED_LIVE_BUFFERS", "HANDWRITTEN", "CODEGEN",
-           "mode_specs"]
+           "INDUCTOR_CPU", "mode_specs"]
 
 PROMOTIONS = ("native", "fp32_internal", "accumulator_only")
 UNARY_OPS = ("rsqrt", "reciprocal", "sqrt", "exp", "log", "tanh", "erf", "sigmoid", "gelu")
@@ -211,7 +213,18 @@ class KernelSpec:
 
     @classmethod
     def codegen(cls, **changes) -> "KernelSpec":
-        """A code generator's fused kernels (Inductor/AutoFuse-like)."""
+        """A generic code generator's fused kernels (numlab's own model, named
+        after no real compiler).
+
+        Its conventions are choices a code generator *may* make, and two of
+        them are not PyTorch Inductor's on CPU: a Python scalar is
+        materialised as a broadcast tensor in S (``scalar_mul="broadcast"``:
+        ``x * 0.1`` multiplies by ``fl16(0.1)`` for fp16 ``x``) and ``a*b + c``
+        is contracted to one FMA (``fma=True``); Inductor's C++ keeps
+        scalars in fp32 and compiles with ``-ffp-contract=off``.  Its rsqrt
+        (8-bit estimate + 2 Newton steps) and exp (degree-6 polynomial) are
+        generic too.  :meth:`inductor_cpu` is the preset with Inductor CPU's
+        conventions."""
         spec = cls(
             name="codegen",
             # fused blocks promote to fp32 and stay there until the block's outputs
@@ -239,6 +252,57 @@ class KernelSpec:
             variance="two_pass",
             matmul_algo="block_fma",
             # a smaller K tile: the fused matmul epilogue takes buffer space
+            k_tile=128,
+        )
+        return replace(spec, **changes) if changes else spec
+
+    @classmethod
+    def inductor_cpu(cls, **changes) -> "KernelSpec":
+        """PyTorch Inductor's generated C++ on CPU (torch 2.13, AVX-512 build,
+        fp32 tensors, one thread): the kernel conventions only; the fusion
+        decisions are ``FusionOptions.inductor()``.
+
+        Read in Inductor's sources and measured by :mod:`numlab.torch`
+        (``numlab.torch.inductor_cpu()``, whose :meth:`kernel_spec` starts
+        from this preset and adds the detected lanes, threads and 16-bit
+        loads): loads widened to fp32, every op in fp32, one rounding at each
+        store; Python scalars as ``static_cast<float>(s)`` (``scalar_mul=
+        "muls"``: fp32 scalars); ``-ffp-contract=off`` (``fma=False``);
+        ``Vectorized<float>::rsqrt`` is ``1 / sqrt(x)`` (``"sqrt_then_div"``);
+        SLEEF ``exp``/``tanh``, ATen's vectorised erf and gelu; reductions
+        over 16 fp32 lanes (``InductorLanes(16, 1, 1)``); ``var_mean`` in two
+        passes.  Not covered by the preset: 16-bit storage loads two vectors
+        per step (``reduce_order=InductorLanes(16, 2, 1)``), AVX2 machines
+        have 8 lanes, threads split long rows, and Inductor replaces
+        ``x / c`` by ``x * fl32(1/c)`` for a constant ``c``."""
+        spec = cls(
+            name="inductor_cpu",
+            # loads converted to fp32 once; one rounding at each store
+            promotion="fp32_internal",
+            acc=FP32,
+            # Inductor's lane-vector row reduction: 16 fp32 lanes (avx512),
+            # one vector per load (fp32 storage), one thread
+            reduce_order=InductorLanes(16, 1, 1),
+            live_buffers=None,
+            hardware=Hardware(),
+            # a Python scalar is static_cast<float>(s): it stays fp32
+            scalar_mul="muls",
+            # cpp_builder passes -ffp-contract=off: no FMA contraction
+            fma=False,
+            # Vectorized<float>::rsqrt is _mm512_div_ps(1, _mm512_sqrt_ps(x))
+            rsqrt="sqrt_then_div",
+            reciprocal="exact",
+            divide="exact",
+            # Vectorized<float> math: SLEEF expf_u10 and tanhf, ATen's erf and gelu
+            exp="sleef_u10",
+            tanh="sleef",
+            erf="aten_vec",
+            gelu="aten_vec",
+            gelu_tanh="aten_vec",
+            # the generated var_mean: sum(x)/n, then sum((x - mean)^2)
+            variance="two_pass",
+            # matmul is an extern library call (aten.mm), not generated code
+            matmul_algo="block_fma",
             k_tile=128,
         )
         return replace(spec, **changes) if changes else spec
@@ -363,6 +427,7 @@ class KernelSpec:
 
 HANDWRITTEN = KernelSpec.handwritten()
 CODEGEN = KernelSpec.codegen()
+INDUCTOR_CPU = KernelSpec.inductor_cpu()
 
 
 def mode_specs(mode: str, kernels=None, library=None) -> tuple:

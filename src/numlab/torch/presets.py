@@ -398,19 +398,17 @@ class InductorCpu:
                 "gelu_tanh": self.vec_gelu}
 
     def kernel_spec(self, storage: str = "fp32", threads: int | None = None) -> KernelSpec:
-        """This preset as a :class:`numlab.kernels.KernelSpec`: fp32 inside, scalars fp32,
-        no FMA (``-ffp-contract=off``), ``reduce_order=InductorLanes(lanes, n_vec,
-        threads)`` (``n_vec`` 2 for 16-bit ``storage``) and the algorithms of
-        :meth:`algorithms`.  Not a KernelSpec
+        """This preset as a :class:`numlab.kernels.KernelSpec`: ``KernelSpec.inductor_cpu()``
+        (fp32 inside, scalars fp32, no FMA (``-ffp-contract=off``), rsqrt as ``1/sqrt``)
+        with ``reduce_order=InductorLanes(lanes, n_vec, threads)`` (``n_vec`` 2 for
+        16-bit ``storage``) and the algorithms of :meth:`algorithms`.  Not a KernelSpec
         field: ``emulate_precision_casts`` (a rounding of every 16-bit value, which
-        :func:`numlab.torch.predict` applies), rsqrt as ``1/sqrt`` (two roundings).
+        :func:`numlab.torch.predict` applies).
         ``threads`` None: the preset's ``threads``, 1 when that is 0 (the spec does not
         ask torch; pass ``torch.get_num_threads()`` to model a threaded run)."""
         if threads is None:
             threads = self.threads or 1
-        return KernelSpec(name="inductor_cpu", promotion="fp32_internal", scalar_mul="muls",
-                          fma=False, reduce_order=self.reduce_order(storage, threads),
-                          **self.algorithms())
+        return KernelSpec.inductor_cpu(reduce_order=self.reduce_order(storage, threads), **self.algorithms())
 
     def fusion_options(self):
         return FusionOptions.inductor()
