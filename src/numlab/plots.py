@@ -58,6 +58,8 @@ __all__ = [
     "style",
     "legend_outside",
     "exact_floor",
+    "mark_infinite",
+    "ulp_hist",
     "Table",
     "table",
     "plan_table",
@@ -133,6 +135,43 @@ def exact_floor(ax, *series, label: str = "exact (error 0)"):
     ax.text(0.005, floor * 2.4, label, transform=blended_transform_factory(ax.transAxes, ax.transData),
             va="top", ha="left", fontsize=9, color="#555555")
     return floor
+
+
+def mark_infinite(ax, xs, values, *, color="k", label: str = "bound = inf"):
+    """Draw the infinite entries of ``values`` (one per ``xs``) as ``^`` markers
+    at the top edge of ``ax``, each with the text "inf", and return how many
+    there are.  An infinite bound is never drawn as a finite line (clipped at 1,
+    say): plot the finite entries (``np.where(np.isinf(v), np.nan, v)``) and mark
+    the rest with this.  ``label`` goes into the legend once."""
+    xs = np.asarray(xs, dtype=float).ravel()
+    v = np.asarray(values, dtype=float).ravel()
+    if xs.shape != v.shape:
+        raise ValueError(f"mark_infinite: xs has {xs.size} entries and values {v.size}; they must match")
+    at = xs[np.isinf(v)]
+    if at.size:
+        top = blended_transform_factory(ax.transData, ax.transAxes)
+        ax.plot(at, np.full(at.size, 0.97), "^", ms=8, color=color, transform=top, clip_on=False, label=label)
+        for x in at:
+            ax.text(x, 0.92, "inf", transform=top, ha="center", va="top", fontsize=9, color=color)
+    return int(at.size)
+
+
+def ulp_hist(ax, d, title: str, *, xlabel: str = "ULP difference (choice B - choice A)"):
+    """Histogram of signed ULP differences ``d`` (integers) with one bin per
+    integer.  Long tails (rows that nearly cancel have tiny ulps) are clipped
+    into the two edge bins, and the title says how many were, so the bulk stays
+    readable.  Returns the number of clipped values."""
+    d = np.asarray(d).ravel()
+    lim = int(max(np.percentile(np.abs(d), 99), 1)) if d.size else 1
+    lim = min(lim, 30) if np.abs(d).max(initial=0) > 60 else max(lim, int(np.abs(d).max(initial=1)))
+    n_out = int(np.sum(np.abs(d) > lim))
+    ax.hist(np.clip(d, -lim, lim), bins=np.arange(-lim - 0.5, lim + 1.5), color="tab:blue", edgecolor="k")
+    if n_out:
+        title += f"\n({n_out} beyond ±{lim} ulp, counted in the edge bins)"
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("count")
+    ax.set_title(title)
+    return n_out
 
 
 class Table:
