@@ -121,11 +121,23 @@ HREF_RE = re.compile(r"<link\b[^>]*\bhref\s*=\s*['\"]([^'\"]*)['\"]", re.I)
 IMPORT_RE = re.compile(r"(?:@import\s+(?:url\()?|\bimport\s*\(\s*)['\"]?(https?://[^'\")\s]+)")
 
 
+def _ids(page: str) -> set[str]:
+    """Every ``id`` attribute of a page, unescaped as a browser reads it (a
+    heading's id may hold quotes: ``fp32's``)."""
+    found: set[str] = set()
+
+    class _P(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            found.update(v for k, v in attrs if k == "id" and v)
+
+    _P().feed(page)
+    return found
+
+
 def _dangling_links(out: Path) -> list[str]:
     """Links between the course's pages (``page.html#anchor``) whose page or
     anchor does not exist."""
-    ids = {p.name: set(re.findall(r"\bid=[\"']([^\"']+)[\"']", p.read_text(encoding="utf-8")))
-           for p in out.glob("*.html")}
+    ids = {p.name: _ids(p.read_text(encoding="utf-8")) for p in out.glob("*.html")}
     bad = []
     for name in sorted(ids):
         for _nav, a, _t in _Links((out / name).read_text(encoding="utf-8")).links:
