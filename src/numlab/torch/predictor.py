@@ -14,7 +14,7 @@
     fp32 (except a comparison's, in the compared tensor's dtype as in eager:
     measured), no FMA, roundings only where a buffer is stored (graph outputs and
     reduction results), or at every fp16/bf16 value with
-    ``emulate_precision_casts``; reductions in Inductor's lane order.
+    ``emulated_casts`` (Inductor's ``emulate_precision_casts``); reductions in Inductor's lane order.
 ``mode="fp64"``
     the eager ATen graph in float64 with no rounding (the reference).
 
@@ -164,7 +164,7 @@ class _Interp:
         if dt == "bool":
             return v
         v = np.asarray(v, np.float32)
-        if self.pi.emulate_precision_casts and dt in _LOW:
+        if self.pi.emulated_casts and dt in _LOW:
             return _rnd(v, dt)
         return v
 
@@ -410,7 +410,7 @@ class _Interp:
             return np.asarray(x, np.float64) + sgn * float(alpha) * np.asarray(y, np.float64)
         if self.sw.scalars == "inductor":
             # Inductor lowers it as x + y*alpha: fp32, no FMA; the product is a value of
-            # the node dtype, so emulate_precision_casts rounds it (measured)
+            # the node dtype, so emulated_casts rounds it (measured)
             prod = self.out(np.asarray(y, np.float32) * np.float32(sgn * alpha), dt)
             return self.out(np.asarray(x, np.float32) + prod, dt)
         why = self.pe.not_modelled("alpha", dt)
@@ -847,7 +847,7 @@ def _resolve(x, env):
     return x
 
 
-def run_torch(trace_or_fn, inputs, *, mode: str = "eager", emulate_precision_casts: bool = False,
+def run_torch(trace_or_fn, inputs, *, mode: str = "eager", emulated_casts: bool = False,
               compiled=None):
     """Run the real torch function: eager, or compiled by Inductor (returns float32 arrays).
 
@@ -861,7 +861,7 @@ def run_torch(trace_or_fn, inputs, *, mode: str = "eager", emulate_precision_cas
         if mode == "eager":
             out = fn(*inputs)
         elif mode == "compiled":
-            cf = compiled if compiled is not None else compile_fn(fn, emulate_precision_casts)
+            cf = compiled if compiled is not None else compile_fn(fn, emulated_casts)
             out = cf(*inputs)
         else:
             raise ValueError(f"mode={mode!r} is not valid; choose 'eager' or 'compiled'")
@@ -888,9 +888,9 @@ def _recompile_limits():
         yield
 
 
-def _compile(fn, emulate_precision_casts: bool):
+def _compile(fn, emulated_casts: bool):
     torch = import_torch()
-    call = torch.compile(fn, dynamic=False, options={"emulate_precision_casts": emulate_precision_casts})
+    call = torch.compile(fn, dynamic=False, options={"emulate_precision_casts": emulated_casts})
 
     def compiled(*args, **kwargs):
         # Dynamo compiles (and recompiles) at the call, so the limits hold around it
@@ -904,14 +904,14 @@ def _compile(fn, emulate_precision_casts: bool):
 _compile_cached = functools.lru_cache(maxsize=COMPILE_CACHE_SIZE)(_compile)
 
 
-def compile_fn(fn, emulate_precision_casts: bool = False):
+def compile_fn(fn, emulated_casts: bool = False):
     """``torch.compile(fn, options={"emulate_precision_casts": flag})``, cached
     per (function, flag) so tests and notebooks reuse generated code (the
     :data:`COMPILE_CACHE_SIZE` most recent; a callable that cannot be hashed
     is compiled afresh).  Its calls run with Dynamo's recompile limits raised
     (:data:`_RECOMPILE_LIMITS`) and leave the process's Dynamo configuration
     as it was."""
-    flag = bool(emulate_precision_casts)
+    flag = bool(emulated_casts)
     try:
         hash(fn)
     except TypeError:
