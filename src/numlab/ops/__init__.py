@@ -326,9 +326,10 @@ for _name, _fn, _kernel, _slack, _prop, _local, _aten, _doc in (
      ("mul.Tensor", "pow.Tensor_Scalar"), "a * b"),
     ("div", np.divide, E.div, R.slack_correct_underflow, R.propagate_div, CR.local_div, ("div.Tensor",), "a / b"),
     ("maximum", np.maximum, E.maximum, R.slack_exact, R.propagate_maximum, CR.local_exact,
-     ("maximum.default", "clamp_min.default"), "IEEE 754-2019 maximum (NaN propagates)"),
+     ("maximum.default", "clamp_min.default", "clamp_min.Tensor"), "IEEE 754-2019 maximum (NaN propagates)"),
     ("minimum", np.minimum, E.minimum, R.slack_exact, R.propagate_maximum, CR.local_exact,
-     ("minimum.default", "clamp_max.default", "clamp.default", "hardtanh.default"),
+     ("minimum.default", "clamp_max.default", "clamp_max.Tensor", "clamp.default", "clamp.Tensor",
+      "hardtanh.default"),
      "IEEE 754-2019 minimum (NaN propagates)"),
 ):
     _register(_name, "elementwise", (2, 2), {}, _infer_bcast,

@@ -64,11 +64,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from .._repr import Compact, brief
+from ..execute import run as execute_run
 from ..formats import FP32
 from ..kernels.algorithms import gelu as k_gelu
 from ..kernels.libm import fma32
@@ -99,6 +100,7 @@ __all__ = ["predict", "Prediction", "NotModelled", "TORCH_MODES", "run_torch", "
            "EAGER", "COMPILED", "TORCH_SOURCES"]
 
 TORCH_MODES = ("eager", "compiled", "fp64")
+TAIL_LIBM = "glibc"  # libm expf/tanhf of ATen's scalar loops, as numlab.kernels algo= (mish measured bit for bit)
 LOCAL_BUFFER_MIN = 0  # row length from which the local-buffer rule applies (0: measured for n = 16..2000)
 @dataclass(repr=False)
 class Prediction(Compact):
@@ -120,7 +122,7 @@ class Prediction(Compact):
 
 
 _MATH = ("exp", "log", "tanh", "erf", "sqrt", "rsqrt", "reciprocal", "sigmoid", "silu", "gelu",
-         "log1p", "softplus", "hardswish")
+         "log1p", "softplus", "hardswish", "mish")
 _CLAMP = ("clamp", "clamp_min", "clamp_max", "hardtanh")
 _FLOATS = ("fp32", "fp16", "bf16")
 _LOGIC = ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
@@ -326,6 +328,8 @@ class _Interp:
                 return self.softplus(node, np.asarray(a[0], ft), beta, threshold, dt)
             if base == "hardswish":
                 return self.hardswish(np.asarray(a[0], ft), dt)
+            if base == "mish":
+                return self.mish(np.asarray(a[0], ft), dt)
         raise NotModelled(f"aten.{node.op} is not modelled ({self.sw})")
 
     def promote(self, node, a):
@@ -546,6 +550,25 @@ class _Interp:
             tail = _unary32("log1p", _unary32("exp", xb, self.pe.tail_algo), TAIL_LOG1P) / b
         r = self.eager_tail(vec, tail)
         return self.out(np.where(xb > t, x, r), dt)
+
+    def mish(self, x, dt):
+        """Eager ATen ``mish_kernel`` (Activation.cpp): ``x * tanh(log1p(exp(x)))`` in fp32
+        (16-bit inputs converted), one rounding to the tensor dtype.  The vector loop
+        (``cpu_kernel_vec``, two ``Vectorized<scalar_t>`` per step: 32 fp32 or 64
+        fp16/bf16 elements with 16 fp32 lanes) calls ``Vectorized<float>::exp/log1p/tanh``
+        (SLEEF: ``vec_exp``, :data:`VEC_LOG1P`, ``"sleef"``); the scalar loop of the last
+        ``numel mod step`` elements of each chunk libm ``expf``/``log1pf``/``tanhf``
+        (glibc, :data:`TAIL_LIBM`).  Inductor decomposes mish (exp/log1p/gt/where/tanh/mul,
+        op by op)."""
+        if self.sw.algorithm != "aten":
+            raise NotModelled("aten.mish inside Inductor's graph (it is decomposed)")
+        self._default_capability("mish")
+        with np.errstate(all="ignore"):
+            vec = x * _unary32("tanh", _unary32("log1p", _unary32("exp", x, self.vec_exp()), VEC_LOG1P), "sleef")
+            tail = x * _unary32("tanh", _unary32("log1p", _unary32("exp", x, TAIL_LIBM), TAIL_LOG1P), TAIL_LIBM)
+        step = self.pe.elementwise_step * (2 if dt in _LOW else 1)  # Vectorized<Half/BFloat16>: twice the lanes
+        mask = _scalar_tail_mask(x.size, replace(self.pe, elementwise_step=step), self.threads)
+        return self.out(np.where(mask.reshape(x.shape), tail, vec), dt)
 
     def hardswish(self, x, dt):
         """ATen ``hardswish_kernel``: ``x * min(max(x + 3, 0), 6) / 6`` in fp32 with a true
@@ -794,6 +817,8 @@ def predict(trace: TorchTrace, inputs=None, *, mode: str = "eager", preset=None,
             raise TypeError(f"mode='eager' needs a TorchCpuEager preset, got {type(preset).__name__}")
         if mode == "eager":
             eager_preset, preset = preset, None
+    if switches.fp64:
+        return _reference(trace, _inputs_as_arrays(trace, inputs), keep_values)
     pe = eager_preset if eager_preset is not None else torch_cpu_eager()
     pi = preset if preset is not None else inductor_cpu()
     if not switches.fp64 and COMPILED.algorithm in (switches.algorithm, switches.order) and pi.not_modelled():
@@ -837,6 +862,26 @@ def predict(trace: TorchTrace, inputs=None, *, mode: str = "eager", preset=None,
         outputs.append(np.asarray(v))
         odt.append(d)
     return Prediction(mode, outputs, odt, env if keep_values else {})
+
+
+def _reference(trace: TorchTrace, arrays, keep_values: bool) -> Prediction:
+    """``mode="fp64"``: the ATen graph lowered to the catalogue (:meth:`TorchTrace.to_graph`)
+    and run by :func:`numlab.execute.run` in ``mode="reference"`` (every operator's
+    float64 reference, no rounding).  The inputs and module constants are values of
+    fp32/fp16/bf16, exact in fp32, so ``fmt="fp32"`` leaves them as they are."""
+    try:
+        g = trace.to_graph()
+    except ValueError as exc:
+        raise NotModelled(f"the fp64 reference runs the lowered graph: {exc}") from None
+    ins = {p.name: a for p, a in zip(trace.inputs, arrays, strict=True)}
+    for name in g.inputs:
+        if name not in ins:  # a module parameter or buffer
+            ins[name] = as_numpy(trace.constants[name])
+    res = execute_run(g, ins, mode="reference", fmt="fp32")
+    dtypes = [trace.node(o).dtype for o in trace.outputs]
+    outputs = [res.outputs[o] != 0 if d == "bool" else res.outputs[o] for o, d in zip(g.outputs, dtypes, strict=True)]
+    values = {**{k: np.asarray(v, np.float64) for k, v in ins.items()}, **res.values} if keep_values else {}
+    return Prediction("fp64", outputs, dtypes, values)
 
 
 def _resolve(x, env):
