@@ -464,3 +464,61 @@ def test_mish_eager_scalar_tail_is_libm(torch):
     vec_only = a * _unary32("tanh", _unary32("log1p", _unary32("exp", a, "sleef_u10"), "sleef_u10"), "sleef")
     wrong = ~_bitwise(vec_only, te)
     assert wrong.any() and wrong.reshape(-1)[:-28].sum() == 0  # only the tail differs
+
+
+_MISH_SCRIPT = r'''
+import json
+import numpy as np, torch, torch.nn.functional as F
+from numlab.torch import NotModelled, compile_fn, from_torch, predict, run_torch
+
+def mish(x):
+    return F.mish(x)
+
+rng = np.random.default_rng(44)
+rows = {}
+for n in (37, 3100):
+    for dt in (torch.float32, torch.bfloat16, torch.float16):
+        x = torch.from_numpy((rng.standard_normal(n) * 6).astype(np.float32)).to(dt)
+        tr = from_torch(mish, (x,))
+        for mode in ("eager", "compiled"):
+            try:
+                p = np.asarray(predict(tr, (x,), mode=mode).outputs[0], np.float32)
+            except NotModelled as e:
+                rows[f"{n}/{dt}/{mode}"] = str(e)
+                continue
+            t = run_torch(tr, (x,), mode=mode, compiled=compile_fn(mish) if mode == "compiled" else None)[0]
+            rows[f"{n}/{dt}/{mode}"] = float(np.mean((p.view(np.uint32) == t.view(np.uint32))
+                                                     | (np.isnan(p) & np.isnan(t))))
+print("RESULT " + json.dumps({"capability": torch.backends.cpu.get_cpu_capability(), "rows": rows}))
+'''
+
+
+@pytest.mark.parametrize("cap", ["avx2", "default"])
+def test_mish_under_other_aten_capabilities(torch, cap, tmp_path):
+    """Under ATEN_CPU_CAPABILITY=avx2 (an AVX2-only CPU's kernels: a 16-element fp32
+    vector step) and =default (ATen's scalar build), in a subprocess with its own
+    Inductor cache: each mish case is 100% bitwise or NotModelled naming the path."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from numlab.torch.presets import detect_onednn_isa
+
+    if cap == "avx2" and detect_onednn_isa(limit="ALL") not in ("avx2", "avx512_core"):
+        pytest.skip("this CPU has no AVX2+FMA: ATen cannot dispatch avx2")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": cap, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path),
+           "PYTHONPATH": os.path.join(root, "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-c", _MISH_SCRIPT], env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and line, proc.stderr[-2000:]
+    out = json.loads(line[-1][len("RESULT "):])
+    assert out["capability"] == cap.upper()
+    for case, r in out["rows"].items():
+        if isinstance(r, str):
+            assert cap == "default" and case.endswith("/eager") and "aten.mish" in r and "DEFAULT" in r, (case, r)
+        else:
+            assert r == 1.0, (cap, case, r)
+    assert sum(isinstance(r, float) for r in out["rows"].values()) >= 6
