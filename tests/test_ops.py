@@ -20,6 +20,7 @@ from numlab import bound_rules as R
 from numlab import contract_rules as CR
 from numlab import ops
 from numlab.execute import run
+from numlab.formats import get_format
 from numlab.graph import Graph, Node, decompose, evaluate, trace
 from numlab.rounding import round_to
 from numlab.torch import bridge
@@ -809,3 +810,74 @@ def test_softplus_hardswish_kernels_match_torch_bit_for_bit(fmt, torch):
             y = np.asarray(run(g, {"x": xs}, mode=mode, fmt=fmt).outputs[g.outputs[0]], dtype=np.float64)
             same = (y == t) & (np.signbit(y) == np.signbit(t)) | (np.isnan(y) & np.isnan(t))
             assert same.all(), (op, fmt, mode, xs[~same][:5], y[~same][:5], t[~same][:5])
+
+
+# ---------------------------------------------------------------------------
+# log1p and mish: references against mpmath, the Lipschitz constant, kernels
+# ---------------------------------------------------------------------------
+MISH_EDGES = [-800.0, -745.5, -100.0, -20.0, -1.1924, -1e-300, -0.0, 0.0, 5e-324, 1e-8, 1.4906, 20.0, 36.0,
+              89.0, 1e10, 1e308]
+
+
+def _mish_mp(t):
+    with mpmath.workdps(60):
+        t = mpmath.mpf(t)
+        return t * mpmath.tanh(mpmath.log1p(mpmath.exp(t)))
+
+
+@needs_mpmath
+def test_log1p_and_mish_references_against_mpmath():
+    rng = np.random.default_rng(13)
+    xs = np.array(POINTS + MISH_EDGES + list(rng.standard_normal(300) * 15))
+    got = ops.mish(xs)
+    assert got.dtype == np.float64
+    with np.errstate(over="ignore"):  # |v| + |x| overflows at 1e308: an infinite slack there
+        slack = R.slack_transcendental_x(got, [xs], {})
+    for x, g, sl in zip(xs, got, slack, strict=True):
+        want = _mish_mp(x)
+        assert abs(mpmath.mpf(g) - want) <= sl, (x, g, want)
+        if abs(want) > 1e-300:
+            assert _rel(g, float(want)) < 4e-15, (x, g, want)
+    m = ops.mish(np.array([np.inf, -np.inf, np.nan]))
+    assert m[0] == np.inf and np.isnan(m[1]) and np.isnan(m[2])  # -inf * tanh(0) = NaN, as torch
+    ys = np.concatenate([np.array([-1.0, -0.999999, -1e-300, 0.0, 1e-20, 1e300]), np.abs(xs) + -0.5])
+    got = ops.log1p(ys)
+    slack = R.slack_transcendental(got, [ys], {})
+    for y, g, sl in zip(ys, got, slack, strict=True):
+        with mpmath.workdps(60):
+            want = mpmath.log1p(mpmath.mpf(y)) if y > -1 else -mpmath.inf
+        if y == -1:
+            assert g == -np.inf
+            continue
+        assert abs(mpmath.mpf(g) - want) <= sl, (y, g, want)
+    assert np.isnan(ops.log1p(np.array([-1.5]))[0])
+
+
+@needs_mpmath
+def test_mish_lipschitz_constant_holds():
+    # max |mish'| by mpmath on a grid: 1.0885 near x = 1.49 (mish'' = 0 there, so the grid's
+    # 5e-4 spacing misses the peak by ~1e-7); elsewhere on [-30, 30] no larger slope
+    with mpmath.workdps(30):
+        d = lambda t: abs(mpmath.diff(_mish_mp, mpmath.mpf(t)))  # noqa: E731
+        top = max(d(1.4 + k * 5e-4) for k in range(401))
+        grid = max(d(t / 8) for t in range(-240, 241, 3))
+    assert 1.0884 < top < ops.MISH_LIPSCHITZ and grid <= top + 1e-6
+
+
+def test_log1p_and_mish_trace_evaluate_and_round_the_reference_closely():
+    g = trace(lambda x: {"a": ops.mish(x), "b": ops.log1p(ops.abs_(x))}, x=(2, 4000))
+    assert [n.op for n in g.nodes] == ["mish", "abs", "log1p"]
+    rng = np.random.default_rng(14)
+    x = np.concatenate([rng.standard_normal(4000) * 8, np.linspace(-12, 30, 4000)]).reshape(2, 4000)
+    out = evaluate(g, {"x": x})
+    assert np.array_equal(out["a"], ops.mish(x)) and np.array_equal(out["b"], np.log1p(np.abs(x)))
+    for fmt in ("fp16", "bf16"):
+        xs = np.asarray(round_to(x, fmt), dtype=np.float64)
+        for mode in ("eager", "fused"):
+            res = run(g, {"x": xs}, mode=mode, fmt=fmt).outputs
+            for name, want in (("a", ops.mish(xs)), ("b", np.log1p(np.abs(xs)))):
+                want = np.asarray(round_to(want, fmt), dtype=np.float64)
+                y = np.asarray(res[name], dtype=np.float64)
+                assert np.mean(y == want) > 0.99, (name, fmt, mode)
+                S = get_format(fmt)  # and every element within one S ulp of it
+                assert np.all(np.abs(y - want) <= np.abs(want) * 2.0 ** (1 - S.p) + S.smallest_subnormal), name
