@@ -654,6 +654,12 @@ def test_torch_lists_are_derived_from_the_registry():
     for name, info in ops.CATALOGUE.items():
         for a in info.aten:
             assert owners.setdefault(a, name) == name, (a, owners[a], name)
+    # the bridge's and the predictor's groups of ATen base names are registry queries too
+    from numlab.torch import predictor
+    assert bridge._CLAMP == ("clamp", "clamp_max", "clamp_min", "hardtanh") == predictor._CLAMP
+    assert bridge._LOGIC == predictor._LOGIC == tuple(sorted(
+        f"{k}_{op}" for k in ("bitwise", "logical") for op in ("and", "not", "or", "xor")))
+    assert predictor._CMP == {k: f for k, (f, _) in ops.COMPARISONS.items()}
 
 
 def test_kernels_unary_ops_agree_with_the_registry():

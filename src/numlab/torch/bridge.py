@@ -64,6 +64,17 @@ ATen operator of the registry's lowering table, and ``getitem`` (Python's, picki
 one output of a tuple-valued operator)."""
 
 
+def _bases_of(*ops: str) -> tuple:
+    """ATen base names lowered to ``ops`` (the registrations), other than the ops' own."""
+    return tuple(sorted({a.split(".")[0] for a, op in CATALOGUE_MAP.items() if op in ops} - set(ops)))
+
+
+#: ATen operators lowered to maximum/minimum (clamp, clamp_min, clamp_max, hardtanh) and to
+#: comparisons of truth values (logical_*, bitwise_* of masks), from the registry
+_CLAMP = _bases_of("maximum", "minimum")
+_LOGIC = _bases_of("ne", "eq")
+
+
 def import_torch():
     """Import the real PyTorch (absolute import), or raise ImportError saying how to get it."""
     try:
@@ -420,7 +431,7 @@ def _map_node(n: ANode, alias: dict, tr: TorchTrace):
             raise _Unmapped(f"aten.{n.op} of Python scalars only")
         pre, names = _tensorise(nm, r)
         return pre + [(nm, base, tuple(names), {})]
-    if base in ("clamp", "clamp_min", "clamp_max", "hardtanh"):
+    if base in _CLAMP:
         return _map_clamp(n, base, r, alias)
     if base in _LOGIC:
         return _map_logic(n, base, r, tr)
@@ -522,10 +533,6 @@ def _map_clamp(n: ANode, base: str, r: list, alias: dict):
         out += pre + [(name, op, (src, b_name), {})]
         src = name
     return out
-
-
-_LOGIC = ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
-          "logical_and", "logical_or", "logical_xor", "logical_not")
 
 
 def _map_logic(n: ANode, base: str, r: list, tr: "TorchTrace"):

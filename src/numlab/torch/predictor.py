@@ -75,6 +75,7 @@ from ..execute import run as execute_run
 from ..formats import FP32
 from ..kernels.algorithms import gelu as k_gelu
 from ..kernels.libm import fma32
+from ..ops import COMPARISONS
 from ._aten import (
     _UNARY,
     TAIL_LOG1P,
@@ -94,7 +95,7 @@ from ._aten import (
     _unary32,
     _welford_rows,
 )
-from .bridge import Ref, TorchTrace, _is_num, as_numpy, import_torch
+from .bridge import _CLAMP, _LOGIC, Ref, TorchTrace, _is_num, as_numpy, import_torch
 from .presets import _LOW, InductorCpu, TorchCpuEager, inductor_cpu, torch_cpu_eager
 
 __all__ = ["predict", "Prediction", "NotModelled", "TORCH_MODES", "run_torch", "compile_fn", "Switches",
@@ -124,15 +125,11 @@ class Prediction(Compact):
 
 _MATH = ("exp", "log", "tanh", "erf", "sqrt", "rsqrt", "reciprocal", "sigmoid", "silu", "gelu",
          "log1p", "softplus", "hardswish", "mish")
-_CLAMP = ("clamp", "clamp_min", "clamp_max", "hardtanh")
 _FLOATS = ("fp32", "fp16", "bf16")
-_LOGIC = ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
-          "logical_and", "logical_or", "logical_xor", "logical_not")
 # binary ATen ops whose tensor operands TensorIterator converts to the common dtype
 _PROMOTING = ("add", "sub", "mul", "div", "where", "maximum", "minimum",
               "gt", "lt", "ge", "le", "eq", "ne")
-_CMP = {"gt": np.greater, "lt": np.less, "ge": np.greater_equal, "le": np.less_equal,
-        "eq": np.equal, "ne": np.not_equal}
+_CMP = {k: f for k, (f, _) in COMPARISONS.items()}
 
 
 class _Interp:
