@@ -974,6 +974,9 @@ def test_lowered_mish_and_log1p_are_one_catalogue_node_each(torch):
     assert [n.op for n in g.nodes] == ["mish", "abs", "log1p", "add"]
     with pytest.raises(ValueError, match=r"missing: \['aten.sin.default'\]"):
         from_torch(lambda v: torch.sin(v), (x,), check=False).to_graph()
+    # overloads the registry does not list are refused, never lowered by their base name
+    with pytest.raises(ValueError, match=r"missing: \['aten.exp_.default', 'aten.sum.default'\]$"):
+        from_torch(lambda v: v.sum() + v.exp_().sum(-1), (x,), check=False).to_graph()
 
 
 def test_fp64_prediction_is_the_catalogue_reference(torch):

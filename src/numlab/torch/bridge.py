@@ -493,6 +493,8 @@ def _map_reduction(n: ANode, base: str, r: list):
             raise _Unmapped(f"aten.{n.op} with correction={corr!r}")
         return [(f"{nm}.var", "var", (r[0],), {"axis": axis, "keepdims": keep, "correction": int(corr)}),
                 (f"{nm}.mean", "mean", (r[0],), {"axis": axis, "keepdims": keep})]
+    if n.op not in CATALOGUE_MAP:  # e.g. sum.default (every dim): not a registered lowering
+        raise _Unmapped(f"aten.{n.op}")
     return [(nm, CATALOGUE_MAP[n.op], (r[0],), {"axis": axis, "keepdims": keep})]
 
 
