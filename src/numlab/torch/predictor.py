@@ -33,8 +33,10 @@ The numerics are :mod:`numlab.kernels`' (one engine): sums are
 oneDNN avx512_core, ``"onednn_avx2"`` on avx2: eager ``F.gelu``) bit for bit; eager unary ``exp``/``tanh``/``erf`` (MKL VML) and
 the libm calls of scalar tail loops are modelled as correctly rounded fp32
 (``"exact"``): they may differ by an ulp -- the faithfulness table reports it.
-softplus (eager: ATen's ``softplus_kernel``; compiled: exp/log1p/where), ``log1p``
-and hardswish (a true division by 6, eager and compiled) are bit for bit:
+softplus (eager: ATen's ``softplus_kernel``; compiled: exp/log1p/where), ``log1p``,
+mish (eager: ATen's ``mish_kernel``, its scalar tail by glibc ``expf``/``log1pf``/``tanhf``;
+compiled: Inductor's decomposition) and hardswish (a true division by 6, eager and
+compiled) are bit for bit:
 ``Vectorized<float>::log1p()`` is SLEEF ``log1pf_u10`` (``numlab.kernels.algorithms.log1p``
 ``algo="sleef_u10"``), ``std::log1p`` of the scalar loops glibc's ``log1pf``
 (``algo="glibc"``); Inductor runs a kernel's tail in such a scalar loop when its
