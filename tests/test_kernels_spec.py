@@ -246,7 +246,7 @@ def _eager(spec, fn, S, **inputs):
 _ERF = np.frompyfunc(math.erf, 1, 1)
 _UNARY_F64 = {
     "rsqrt": lambda v: 1 / np.sqrt(v), "reciprocal": lambda v: 1 / v, "sqrt": np.sqrt, "exp": np.exp,
-    "log": np.log, "tanh": np.tanh, "erf": lambda v: _ERF(v).astype(np.float64),
+    "log": np.log, "log1p": np.log1p, "tanh": np.tanh, "erf": lambda v: _ERF(v).astype(np.float64),
     "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
     "gelu": lambda v: 0.5 * v * (1 + _ERF(v / math.sqrt(2)).astype(np.float64)),
 }
@@ -324,7 +324,7 @@ def test_spec_methods_against_float64(S, spec):
           "mean")
     _near(spec.reduce(x, "var", axis=-1, storage=S), x64.var(-1), 4 * (n + 3) * ua * mean_sq, S, spec, "var")
     for op in K.UNARY_OPS:
-        arg = y if op in ("rsqrt", "sqrt", "log", "reciprocal") else x
+        arg = y if op in ("rsqrt", "sqrt", "log", "log1p", "reciprocal") else x
         want = _UNARY_F64[op](arg.astype(np.float64))
         _near(spec.unary(op, arg, storage=S), want, 4 * uc * np.abs(want), S, spec, op)
     want = 0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64**3)))

@@ -20,6 +20,7 @@ from numlab import bound_rules as R
 from numlab import contract_rules as CR
 from numlab import ops
 from numlab.execute import run
+from numlab.formats import get_format
 from numlab.graph import Graph, Node, decompose, evaluate, trace
 from numlab.rounding import round_to
 from numlab.torch import bridge
@@ -36,7 +37,7 @@ EXPECTED = {
         "add", "sub", "mul", "div", "add_scalar", "sub_scalar", "rsub_scalar", "mul_scalar",
         "div_scalar", "rdiv_scalar", "neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal",
         "tanh", "sigmoid", "erf", "gelu", "silu", "relu", "maximum", "minimum", "where", "cast",
-        "softplus", "hardswish", "gt", "ge", "lt", "le", "eq", "ne", "constant",
+        "softplus", "hardswish", "log1p", "mish", "gt", "ge", "lt", "le", "eq", "ne", "constant",
         "quantize", "block_scale", "dequantize",  # block-scaled operators
     },
     "reduction": {"sum", "mean", "max", "min", "var"},
@@ -59,6 +60,21 @@ OLD_CATALOGUE_MAP = {
     # comparisons, registered once numpy-written functions were traced (the predictor already modelled the ATen ops)
     "gt": "gt", "ge": "ge", "lt": "lt", "le": "le", "eq": "eq", "ne": "ne",
 }
+# the bridge's literal PREDICTABLE list before it was derived from the registrations
+OLD_PREDICTABLE = frozenset("""
+    add.Tensor add.Scalar add_.Scalar add_.Tensor sub.Tensor sub.Scalar rsub.Scalar mul.Tensor mul.Scalar
+    div.Tensor div.Scalar neg.default abs.default exp.default log.default sqrt.default rsqrt.default
+    reciprocal.default tanh.default sigmoid.default erf.default relu.default silu.default gelu.default
+    pow.Tensor_Scalar where.self maximum.default minimum.default gt.Scalar lt.Scalar ge.Scalar le.Scalar
+    eq.Scalar ne.Scalar gt.Tensor lt.Tensor ge.Tensor le.Tensor eq.Tensor ne.Tensor _to_copy.default
+    clone.default alias.default detach.default convert_element_type.default scalar_tensor.default
+    softplus.default hardswish.default log1p.default clamp.default clamp_min.default clamp_max.default
+    hardtanh.default lift_fresh_copy.default masked_fill.Scalar bitwise_and.Tensor bitwise_or.Tensor
+    bitwise_xor.Tensor bitwise_not.default logical_and.default logical_or.default logical_xor.default
+    logical_not.default sum.dim_IntList mean.dim amax.default amin.default var_mean.correction
+    _softmax.default native_layer_norm.default view.default _unsafe_view.default reshape.default
+    permute.default transpose.int t.default expand.default unsqueeze.default squeeze.dim squeeze.default
+    getitem""".split())
 # operators with no ATen counterpart (torch computes s / x as reciprocal then mul)
 NO_ATEN = {"rdiv_scalar"}
 
@@ -555,10 +571,14 @@ def test_every_registration_is_complete():
         if R.is_decomposed((info.slack, info.propagate)):
             assert info.category == "composite" and info.decompose is not None, name
     # what the registry says for the two operators added in one place each
-    sp, hs = ops.CATALOGUE["softplus"], ops.CATALOGUE["hardswish"]
-    assert (sp.slack, sp.propagate, sp.aten) == (R.slack_transcendental, R.propagate_softplus, ("softplus",))
-    assert (hs.slack, hs.propagate, hs.aten) == (R.slack_three_roundings, R.propagate_hardswish, ("hardswish",))
-    assert sp.category == hs.category == "elementwise" and sp.decompose is None and hs.decompose is None
+    sp, hs, mi = ops.CATALOGUE["softplus"], ops.CATALOGUE["hardswish"], ops.CATALOGUE["mish"]
+    assert (sp.slack, sp.propagate, sp.aten) == (R.slack_transcendental, R.propagate_softplus, ("softplus.default",))
+    assert (hs.slack, hs.propagate, hs.aten) == (R.slack_three_roundings, R.propagate_hardswish,
+                                                 ("hardswish.default",))
+    assert (mi.slack, mi.local, mi.aten) == (R.slack_transcendental_x, CR.local_libm_x, ("mish.default",))
+    assert mi.propagate.__name__ == f"propagate_lipschitz_{ops.MISH_LIPSCHITZ:g}"
+    assert sp.category == hs.category == mi.category == "elementwise"
+    assert sp.decompose is None and hs.decompose is None and mi.decompose is None
 
 
 def _reg(name="test_only_op", category="elementwise", **kw):
@@ -608,23 +628,76 @@ def test_truth_valued_operators_are_exactly_the_comparisons():
     assert all(v.value_kind == "float" for k, v in ops.CATALOGUE.items() if k not in bools)
     for op in bools:
         info = ops.CATALOGUE[op]
-        assert (info.slack, info.propagate, info.aten) == (R.slack_exact, R.propagate_compare, (op,))
+        logical = {"ne": ("logical_and.default", "logical_or.default", "logical_xor.default",
+                          "bitwise_and.Tensor", "bitwise_or.Tensor", "bitwise_xor.Tensor"),
+                   "eq": ("logical_not.default", "bitwise_not.default")}.get(op, ())
+        assert (info.slack, info.propagate, info.aten) == (R.slack_exact, R.propagate_compare,
+                                                           (f"{op}.Tensor", f"{op}.Scalar") + logical)
     c = ops.CATALOGUE["constant"]
     assert c.arity == (0, 0) and (c.slack, c.propagate) == (R.slack_exact, R.propagate_constant)
     assert c.check([], {"value": [[1, 2, 3]]})[1] == (1, 3)
 
 
-def test_bridge_catalogue_map_is_derived_from_the_registry_and_unchanged():
-    bases = {p.split(".")[0] for p in bridge.PREDICTABLE}
-    derived = {a: name for name, info in ops.CATALOGUE.items() for a in info.aten if a in bases}
-    assert bridge.CATALOGUE_MAP == derived
-    for base in sorted(bases | set(OLD_CATALOGUE_MAP)):
-        assert bridge.CATALOGUE_MAP.get(base) == OLD_CATALOGUE_MAP.get(base), base
-    # every ATen name of a registration names one catalogue op (no base claimed twice)
+def test_torch_lists_are_derived_from_the_registry():
+    """PREDICTABLE and CATALOGUE_MAP are a query of the registrations' ``aten``
+    names; the literal lists they replaced lost nothing (mish and clamp with
+    tensor bounds are the additions); every ATen name has one owner."""
+    dotted = {a: name for name, info in ops.CATALOGUE.items() for a in info.aten if "." in a}
+    assert bridge.CATALOGUE_MAP == dotted == ops.aten_lowered()
+    assert bridge.PREDICTABLE == frozenset(dotted) | {"getitem"}
+    assert bridge.PREDICTABLE - OLD_PREDICTABLE == {"mish.default", "clamp.Tensor", "clamp_min.Tensor",
+                                                    "clamp_max.Tensor"}
+    assert OLD_PREDICTABLE <= bridge.PREDICTABLE
+    for base, op in OLD_CATALOGUE_MAP.items():  # the old base-name table, now one entry per overload
+        assert op in {dotted[a] for a in dotted if a.split(".")[0] == base}, base
     owners = {}
     for name, info in ops.CATALOGUE.items():
         for a in info.aten:
             assert owners.setdefault(a, name) == name, (a, owners[a], name)
+    # the bridge's and the predictor's groups of ATen base names are registry queries too
+    from numlab.torch import predictor
+    assert bridge._CLAMP == ("clamp", "clamp_max", "clamp_min", "hardtanh") == predictor._CLAMP
+    assert bridge._LOGIC == predictor._LOGIC == tuple(sorted(
+        f"{k}_{op}" for k in ("bitwise", "logical") for op in ("and", "not", "or", "xor")))
+    assert predictor._CMP == {k: f for k, (f, _) in ops.COMPARISONS.items()}
+
+
+def test_kernels_unary_ops_agree_with_the_registry():
+    """kernels sits below ops (the layer rule), so UNARY_OPS is written there;
+    it equals the registry query it stands for: the one-input elementwise
+    operators (no attribute but gelu's ``approximate``) whose kernel is the
+    engine function of their name, computed by the engine context's function
+    of that name."""
+    from numlab import kernels as K
+    from numlab.kernels import engine as E
+    query = {name for name, info in ops.CATALOGUE.items()
+             if info.category == "elementwise" and info.arity == (1, 1) and set(info.attrs) <= {"approximate"}
+             and info.kernel is getattr(E, name, None) and callable(getattr(E.Ctx, name, None))}
+    assert set(K.UNARY_OPS) == query and len(K.UNARY_OPS) == len(query)
+    assert {"log1p", "exp", "gelu"} <= query and "mish" not in query  # mish: a kernel of Ctx calls
+
+
+def _string_constants(path):
+    import ast
+    tree = ast.parse(path.read_text())
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+
+def test_no_second_table_of_aten_names():
+    """Outside numlab.ops no module spells a registered ATen operator name
+    (``"gelu.default"``, ``"add.Scalar"``) as a string: the registry is the one
+    table; the bridge and the predictor read it or match on base names."""
+    from pathlib import Path
+    src = Path(ops.__file__).resolve().parents[1]
+    names = set(ops.aten_lowered())
+    found = {}
+    for path in sorted(src.rglob("*.py")):
+        if path.parent.name == "ops":
+            continue
+        hits = sorted(_string_constants(path) & names)
+        if hits:
+            found[str(path.relative_to(src))] = hits
+    assert found == {}
 
 
 def test_aten_names_are_real_torch_operators(torch):
@@ -743,3 +816,74 @@ def test_softplus_hardswish_kernels_match_torch_bit_for_bit(fmt, torch):
             y = np.asarray(run(g, {"x": xs}, mode=mode, fmt=fmt).outputs[g.outputs[0]], dtype=np.float64)
             same = (y == t) & (np.signbit(y) == np.signbit(t)) | (np.isnan(y) & np.isnan(t))
             assert same.all(), (op, fmt, mode, xs[~same][:5], y[~same][:5], t[~same][:5])
+
+
+# ---------------------------------------------------------------------------
+# log1p and mish: references against mpmath, the Lipschitz constant, kernels
+# ---------------------------------------------------------------------------
+MISH_EDGES = [-800.0, -745.5, -100.0, -20.0, -1.1924, -1e-300, -0.0, 0.0, 5e-324, 1e-8, 1.4906, 20.0, 36.0,
+              89.0, 1e10, 1e308]
+
+
+def _mish_mp(t):
+    with mpmath.workdps(60):
+        t = mpmath.mpf(t)
+        return t * mpmath.tanh(mpmath.log1p(mpmath.exp(t)))
+
+
+@needs_mpmath
+def test_log1p_and_mish_references_against_mpmath():
+    rng = np.random.default_rng(13)
+    xs = np.array(POINTS + MISH_EDGES + list(rng.standard_normal(300) * 15))
+    got = ops.mish(xs)
+    assert got.dtype == np.float64
+    with np.errstate(over="ignore"):  # |v| + |x| overflows at 1e308: an infinite slack there
+        slack = R.slack_transcendental_x(got, [xs], {})
+    for x, g, sl in zip(xs, got, slack, strict=True):
+        want = _mish_mp(x)
+        assert abs(mpmath.mpf(g) - want) <= sl, (x, g, want)
+        if abs(want) > 1e-300:
+            assert _rel(g, float(want)) < 4e-15, (x, g, want)
+    m = ops.mish(np.array([np.inf, -np.inf, np.nan]))
+    assert m[0] == np.inf and np.isnan(m[1]) and np.isnan(m[2])  # -inf * tanh(0) = NaN, as torch
+    ys = np.concatenate([np.array([-1.0, -0.999999, -1e-300, 0.0, 1e-20, 1e300]), np.abs(xs) + -0.5])
+    got = ops.log1p(ys)
+    slack = R.slack_transcendental(got, [ys], {})
+    for y, g, sl in zip(ys, got, slack, strict=True):
+        with mpmath.workdps(60):
+            want = mpmath.log1p(mpmath.mpf(y)) if y > -1 else -mpmath.inf
+        if y == -1:
+            assert g == -np.inf
+            continue
+        assert abs(mpmath.mpf(g) - want) <= sl, (y, g, want)
+    assert np.isnan(ops.log1p(np.array([-1.5]))[0])
+
+
+@needs_mpmath
+def test_mish_lipschitz_constant_holds():
+    # max |mish'| by mpmath on a grid: 1.0885 near x = 1.49 (mish'' = 0 there, so the grid's
+    # 5e-4 spacing misses the peak by ~1e-7); elsewhere on [-30, 30] no larger slope
+    with mpmath.workdps(30):
+        d = lambda t: abs(mpmath.diff(_mish_mp, mpmath.mpf(t)))  # noqa: E731
+        top = max(d(1.4 + k * 5e-4) for k in range(401))
+        grid = max(d(t / 8) for t in range(-240, 241, 3))
+    assert 1.0884 < top < ops.MISH_LIPSCHITZ and grid <= top + 1e-6
+
+
+def test_log1p_and_mish_trace_evaluate_and_round_the_reference_closely():
+    g = trace(lambda x: {"a": ops.mish(x), "b": ops.log1p(ops.abs_(x))}, x=(2, 4000))
+    assert [n.op for n in g.nodes] == ["mish", "abs", "log1p"]
+    rng = np.random.default_rng(14)
+    x = np.concatenate([rng.standard_normal(4000) * 8, np.linspace(-12, 30, 4000)]).reshape(2, 4000)
+    out = evaluate(g, {"x": x})
+    assert np.array_equal(out["a"], ops.mish(x)) and np.array_equal(out["b"], np.log1p(np.abs(x)))
+    for fmt in ("fp16", "bf16"):
+        xs = np.asarray(round_to(x, fmt), dtype=np.float64)
+        for mode in ("eager", "fused"):
+            res = run(g, {"x": xs}, mode=mode, fmt=fmt).outputs
+            for name, want in (("a", ops.mish(xs)), ("b", np.log1p(np.abs(xs)))):
+                want = np.asarray(round_to(want, fmt), dtype=np.float64)
+                y = np.asarray(res[name], dtype=np.float64)
+                assert np.mean(y == want) > 0.99, (name, fmt, mode)
+                S = get_format(fmt)  # and every element within one S ulp of it
+                assert np.all(np.abs(y - want) <= np.abs(want) * 2.0 ** (1 - S.p) + S.smallest_subnormal), name

@@ -442,7 +442,7 @@ OP_CASES = {
     "rsub_scalar": (("x",), {"scalar": 1.5}), "mul_scalar": (("x",), {"scalar": 0.7}),
     "div_scalar": (("x",), {"scalar": 3.0}), "rdiv_scalar": (("+x",), {"scalar": 2.0}),
     "where": (("c", "x", "y"), {}),
-    "log": (("+x",), {}), "sqrt": (("+x",), {}), "rsqrt": (("+x",), {}), "reciprocal": (("+x",), {}),
+    "log": (("+x",), {}), "log1p": (("+x",), {}), "sqrt": (("+x",), {}), "rsqrt": (("+x",), {}), "reciprocal": (("+x",), {}),
     "sum": (("x",), {"axis": -1}), "mean": (("x",), {"axis": -1}), "max": (("x",), {"axis": -1}),
     "min": (("x",), {"axis": -1}), "var": (("x",), {"axis": -1}),
     "reshape": (("x",), {"shape": (8, 4)}), "transpose": (("x",), {}),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import zlib
 from fractions import Fraction
 
 import numpy as np
@@ -865,3 +866,134 @@ def test_softplus_hardswish_map_to_catalogue_ops(torch):
     # softplus with a beta/threshold other than the catalogue's (1, 20) has no catalogue op
     with pytest.raises(ValueError, match="softplus"):
         from_torch(lambda v: F.softplus(v, beta=2.0), (x,)).to_graph()
+
+
+# --------------------------------------------------------------------------------------
+# the lowering: ATen graphs -> catalogue graphs, run by numlab.execute against torch in float64
+def _lowered_vs_torch64(torch, fn, args):
+    """(numlab's reference of the lowered graph, torch's float64 result) for ``fn``:
+    the fp32 trace lowered by ``to_graph`` and run by ``execute(mode="reference")``;
+    torch runs the same function on the inputs widened to float64."""
+    from numlab.execute import run
+    from numlab.torch import from_torch
+
+    tr = from_torch(fn, args)
+    g = tr.to_graph()
+    ins = {p: a.double().numpy() for p, a in zip(tr.input_names, args, strict=True)}
+    got = run(g, ins, mode="reference", fmt="fp32").outputs[g.outputs[0]]
+    want = fn(*(a.double() for a in args))
+    want = want.double().numpy() if want.dtype != torch.bool else want.numpy().astype(np.float64)
+    return g, np.asarray(got, np.float64), want
+
+
+def _same64(a, b):
+    return bool(np.all((a == b) & (np.signbit(a) == np.signbit(b)) | (np.isnan(a) & np.isnan(b))))
+
+
+_EXACT_LOWERINGS = {
+    # clamp: a number or a tensor bound, min, max or both; clamp_min/clamp_max; hardtanh
+    "clamp_min_number": (lambda x, y: x.clamp(min=-0.5), {"maximum"}),
+    "clamp_max_number": (lambda x, y: x.clamp(max=0.7), {"minimum"}),
+    "clamp_both_numbers": (lambda x, y: x.clamp(-0.5, 0.7), {"maximum", "minimum"}),
+    "clamp_tensor_min": (lambda x, y: x.clamp(min=y), {"maximum"}),
+    "clamp_tensors": (lambda x, y: x.clamp(y - 1.0, y + 1.0), {"maximum", "minimum"}),
+    "clamp_min_max_tensor": (lambda x, y: x.clamp_min(y) - x.clamp_max(y), {"maximum", "minimum"}),
+    "hardtanh": (lambda x, y: __import__("torch").nn.functional.hardtanh(x, -2.0, 0.5), {"maximum", "minimum"}),
+    # masked_fill with a number, from a comparison with a Python scalar
+    "masked_fill": (lambda x, y: x.masked_fill(y > 0.5, -1.25), {"gt", "where"}),
+    # logical and bitwise operators of masks, logical operators of floats (their truth)
+    "logic_masks": (lambda x, y: ((x > 0) & (y < 0.5)) | ~(x <= -0.25) ^ (y != 0.0), {"ne", "eq"}),
+    "logical_floats": (lambda x, y: __import__("torch").logical_and(x, y).float()
+                       + __import__("torch").logical_not(x).float() + __import__("torch").logical_xor(x, y).float(),
+                       {"ne", "eq"}),
+    # comparisons with Python scalars, where with a scalar branch
+    "compare_scalars": (lambda x, y: (x >= 0.3).float() + (x < -0.25).float() + (x == 0.5).float()
+                        + (x != 0.0).float() + __import__("torch").where(y > 0.3, x, 0.5), {"ge", "lt", "eq", "ne"}),
+    # add/sub with alpha (powers of two: the float64 product is exact), rsub
+    "add_sub_alpha": (lambda x, y: __import__("torch").add(x, y, alpha=0.5) - __import__("torch").sub(x, y, alpha=-2)
+                      + __import__("torch").add(x, 0.75, alpha=2), {"mul_scalar", "add", "sub", "add_scalar"}),
+    "rsub": (lambda x, y: __import__("torch").rsub(x, 1.5) + __import__("torch").rsub(x, 1.5, alpha=0.5),
+             {"rsub_scalar", "mul_scalar"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_EXACT_LOWERINGS))
+def test_lowering_of_exact_ops_equals_torch_float64(torch, case):
+    """clamp, masked_fill, logical ops, comparisons with Python scalars and add/sub
+    with alpha lower to catalogue ops whose reference equals torch's float64 bit
+    for bit (they are exact: no rounding, or one rounding of an exact product)."""
+    fn, want_ops = _EXACT_LOWERINGS[case]
+    rng = np.random.default_rng(zlib.crc32(case.encode()))
+    a = normal(rng, (6, 40), "fp32")
+    b = normal(rng, (6, 40), "fp32")
+    a[0, :4] = (0.5, 0.0, -0.0, 0.3)
+    a[1, 0] = b[1, 1] = np.nan
+    b[2, :3] = (0.0, 0.5, -1.0)
+    x, y = torch.from_numpy(a), torch.from_numpy(b)
+    g, got, want = _lowered_vs_torch64(torch, fn, (x, y))
+    assert want_ops <= {n.op for n in g.nodes}, (case, [n.op for n in g.nodes])
+    assert _same64(got, want), (case, got[got != want][:5], want[got != want][:5])
+
+
+@pytest.mark.parametrize("case", ["log1p", "mish", "sub_alpha_3", "var_mean", "layer_norm_plain"])
+def test_lowering_of_rounded_ops_within_a_few_ulps_of_torch_float64(torch, case):
+    """log1p, mish, sub with alpha 3 (torch's double kernel fuses the multiply-add), var_mean
+    and layer_norm without weight and bias: the lowered graph's reference is within a few
+    float64 ulps of torch's float64 result (of its magnitude for the norms)."""
+    import torch.nn.functional as F
+
+    fns = {"log1p": (lambda x, y: torch.log1p(x.abs() - 0.75), {"log1p"}, 4),
+           "mish": (lambda x, y: F.mish(x * 8.0), {"mish"}, 4),
+           "sub_alpha_3": (lambda x, y: torch.sub(x, y, alpha=3), {"mul_scalar", "sub"}, 1),
+           "var_mean": (lambda x, y: torch.var_mean(x, -1)[0] + torch.var_mean(y, -1, keepdim=True)[1].squeeze(-1),
+                        {"var", "mean"}, 64),
+           "layer_norm_plain": (lambda x, y: F.layer_norm(x, (40,)) + F.layer_norm(y.reshape(3, 2, 40), (2, 40),
+                                                                                      bias=None).reshape(6, 40)
+                                + F.layer_norm(x, (40,), None, y.mean(0)),
+                                {"layer_norm"}, 64)}
+    fn, want_ops, ulps = fns[case]
+    rng = np.random.default_rng(31)
+    x, y = (torch.from_numpy(normal(rng, (6, 40), "fp32")) for _ in range(2))
+    g, got, want = _lowered_vs_torch64(torch, fn, (x, y))
+    assert want_ops <= {n.op for n in g.nodes}, (case, [n.op for n in g.nodes])
+    assert case != "layer_norm_plain" or [n.op for n in g.nodes].count("layer_norm") == 3
+    scale = np.abs(want) if case in ("log1p", "mish", "sub_alpha_3") else np.max(np.abs(want))
+    assert np.all(np.abs(got - want) <= ulps * np.spacing(scale) + 1e-300), (case, np.max(np.abs(got - want)))
+    assert not np.array_equal(got, np.zeros_like(got))
+
+
+def test_lowered_mish_and_log1p_are_one_catalogue_node_each(torch):
+    """aten.mish.default and aten.log1p.default lower to the registry's one operator each;
+    the to_graph error names an ATen operator the lowering does not take."""
+    import torch.nn.functional as F
+
+    from numlab.torch import from_torch
+
+    x = torch.randn(3, 5)
+    g = from_torch(lambda v: F.mish(v) + torch.log1p(v.abs()), (x,)).to_graph()
+    assert [n.op for n in g.nodes] == ["mish", "abs", "log1p", "add"]
+    with pytest.raises(ValueError, match=r"missing: \['aten.sin.default'\]"):
+        from_torch(lambda v: torch.sin(v), (x,), check=False).to_graph()
+    # overloads the registry does not list are refused, never lowered by their base name
+    with pytest.raises(ValueError, match=r"missing: \['aten.exp_.default', 'aten.sum.default'\]$"):
+        from_torch(lambda v: v.sum() + v.exp_().sum(-1), (x,), check=False).to_graph()
+
+
+def test_fp64_prediction_is_the_catalogue_reference(torch):
+    """predict(mode="fp64") runs the lowered graph in mode="reference": gelu at -10 is the
+    catalogue's -7.6e-23 (not a separate fp64 formula), and a module constant, a
+    comparison and a bool output come through."""
+    import torch.nn.functional as F
+
+    from numlab import ops
+    from numlab.torch import from_torch, predict
+
+    x = torch.tensor([-10.0, -3.0, -0.0, 0.5, 2.0, 6.0])
+    got = predict(from_torch(lambda v: F.gelu(v), (x,)), mode="fp64").outputs[0]
+    want = ops.gelu(x.double().numpy())
+    assert got.dtype == np.float64 and np.array_equal(got, want) and got[0] == want[0] < 0
+    assert abs(got[0] - (-7.619853024160527e-23)) < 1e-36
+    p = predict(from_torch(lambda v: (v > 0.3, v.clamp(min=0.25) * 3.0), (x,)), mode="fp64")
+    assert p.dtypes == ["bool", "fp32"] and p.outputs[0].dtype == bool
+    assert p.outputs[0].tolist() == [False, False, False, True, True, True]
+    assert np.array_equal(p.outputs[1], np.maximum(x.double().numpy(), 0.25) * 3.0)

@@ -405,3 +405,120 @@ def test_compile_fn_cache_is_bounded_and_per_function(torch):
         compile_fn(f)
     assert compile_fn(fns[-1]) is compile_fn(fns[-1])
     assert compile_fn(first) is not a                            # evicted, compiled again
+
+
+# ---------------------------------------------------------------- mish: one registration, predicted bit for bit
+def mish(x):
+    import torch.nn.functional as F
+
+    return F.mish(x)
+
+
+def _bitwise(a, b):
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    return (a.view(np.uint32) == b.view(np.uint32)) | (np.isnan(a) & np.isnan(b))
+
+
+@pytest.mark.parametrize("dt", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("n", [37, 3100, 40003])
+def test_mish_eager_and_compiled_bitwise_or_not_modelled(torch, dt, n):
+    """F.mish, eager (ATen's mish_kernel: SLEEF vector loop, glibc scalar tail) and
+    compiled (Inductor's exp/log1p/where/tanh/mul decomposition, with and without
+    emulated casts): 100% bitwise, or NotModelled naming the path -- never a share
+    below 100%.  The inputs cover the overflow of exp (x >= 89), -inf, inf, NaN
+    and signed zeros; 40003 elements are split over threads when torch runs several."""
+    from numlab.torch import NotModelled, compile_fn, from_torch, inductor_cpu, predict, run_torch
+
+    rng = np.random.default_rng([41, n])
+    edges = np.array([-np.inf, np.inf, np.nan, -0.0, 0.0, 89.0, -90.0, 20.0, -20.0, 1e-30], np.float32)
+    a = np.concatenate([(rng.standard_normal(n - edges.size) * 6).astype(np.float32), edges])
+    x = _t(torch, a, dt)
+    tr = from_torch(mish, (x,))
+    runs = [("eager", None, lambda: run_torch(tr, (x,), mode="eager")[0])]
+    runs += [("compiled", emu, lambda emu=emu: run_torch(tr, (x,), mode="compiled", compiled=compile_fn(mish, emu))[0])
+             for emu in (False, True)]
+    checked = 0
+    for mode, emu, real in runs:
+        try:
+            p = predict(tr, (x,), mode=mode, preset=None if emu is None else inductor_cpu(emu)).outputs[0]
+        except NotModelled as exc:
+            assert "mish" in str(exc) or "log1p" in str(exc) or "exp" in str(exc), str(exc)
+            continue
+        same = _bitwise(p, real())
+        assert same.all(), (dt, n, mode, emu, float(same.mean()), a[~same][:6])
+        checked += 1
+    assert checked == len(runs) or torch.backends.cpu.get_cpu_capability() == "DEFAULT"
+
+
+def test_mish_eager_scalar_tail_is_libm(torch):
+    """The eager model's scalar tail is live: the SLEEF formula on every element
+    mispredicts fp32 tail elements that glibc's expf/log1pf/tanhf get right."""
+    from numlab.torch import from_torch, predict, run_torch
+    from numlab.torch._aten import _unary32
+
+    a = (np.random.default_rng(43).standard_normal((100, 31)) * 4).astype(np.float32)  # 3100: a 28-element tail
+    x = _t(torch, a, "fp32")
+    tr = from_torch(mish, (x,))
+    te = run_torch(tr, (x,), mode="eager")[0]
+    assert _bitwise(predict(tr, (x,), mode="eager").outputs[0], te).all()
+    vec_only = a * _unary32("tanh", _unary32("log1p", _unary32("exp", a, "sleef_u10"), "sleef_u10"), "sleef")
+    wrong = ~_bitwise(vec_only, te)
+    assert wrong.any() and wrong.reshape(-1)[:-28].sum() == 0  # only the tail differs
+
+
+_MISH_SCRIPT = r'''
+import json
+import numpy as np, torch, torch.nn.functional as F
+from numlab.torch import NotModelled, compile_fn, from_torch, predict, run_torch
+
+def mish(x):
+    return F.mish(x)
+
+rng = np.random.default_rng(44)
+rows = {}
+for n in (37, 3100):
+    for dt in (torch.float32, torch.bfloat16, torch.float16):
+        x = torch.from_numpy((rng.standard_normal(n) * 6).astype(np.float32)).to(dt)
+        tr = from_torch(mish, (x,))
+        for mode in ("eager", "compiled"):
+            try:
+                p = np.asarray(predict(tr, (x,), mode=mode).outputs[0], np.float32)
+            except NotModelled as e:
+                rows[f"{n}/{dt}/{mode}"] = str(e)
+                continue
+            t = run_torch(tr, (x,), mode=mode, compiled=compile_fn(mish) if mode == "compiled" else None)[0]
+            rows[f"{n}/{dt}/{mode}"] = float(np.mean((p.view(np.uint32) == t.view(np.uint32))
+                                                     | (np.isnan(p) & np.isnan(t))))
+print("RESULT " + json.dumps({"capability": torch.backends.cpu.get_cpu_capability(), "rows": rows}))
+'''
+
+
+@pytest.mark.parametrize("cap", ["avx2", "default"])
+def test_mish_under_other_aten_capabilities(torch, cap, tmp_path):
+    """Under ATEN_CPU_CAPABILITY=avx2 (an AVX2-only CPU's kernels: a 16-element fp32
+    vector step) and =default (ATen's scalar build), in a subprocess with its own
+    Inductor cache: each mish case is 100% bitwise or NotModelled naming the path."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from numlab.torch.presets import detect_onednn_isa
+
+    if cap == "avx2" and detect_onednn_isa(limit="ALL") not in ("avx2", "avx512_core"):
+        pytest.skip("this CPU has no AVX2+FMA: ATen cannot dispatch avx2")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": cap, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path),
+           "PYTHONPATH": os.path.join(root, "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-c", _MISH_SCRIPT], env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and line, proc.stderr[-2000:]
+    out = json.loads(line[-1][len("RESULT "):])
+    assert out["capability"] == cap.upper()
+    for case, r in out["rows"].items():
+        if isinstance(r, str):
+            assert cap == "default" and case.endswith("/eager") and "aten.mish" in r and "DEFAULT" in r, (case, r)
+        else:
+            assert r == 1.0, (cap, case, r)
+    assert sum(isinstance(r, float) for r in out["rows"].values()) >= 6

@@ -503,6 +503,10 @@ def log(ctx, x):
     return ctx.log(x)
 
 
+def log1p(ctx, x):
+    return ctx.log1p(x)
+
+
 def sqrt(ctx, x):
     return ctx.sqrt(x)
 

@@ -33,7 +33,11 @@ __all__ = ["KernelSpec", "PROMOTIONS", "UNARY_OPS", "DEFAULT_FUSED_LIVE_BUFFERS"
            "INDUCTOR_CPU", "mode_specs"]
 
 PROMOTIONS = ("native", "fp32_internal", "accumulator_only")
-UNARY_OPS = ("rsqrt", "reciprocal", "sqrt", "exp", "log", "tanh", "erf", "sigmoid", "gelu")
+UNARY_OPS = ("rsqrt", "reciprocal", "sqrt", "exp", "log", "log1p", "tanh", "erf", "sigmoid", "gelu")
+"""The one-input operators :meth:`KernelSpec.unary` computes: those whose engine
+kernel (:mod:`numlab.kernels.engine`) is the ``Ctx`` function of the same name.
+The operator registry sits above this layer, so the tuple is written here;
+``tests/test_ops.py`` checks it equals that query of ``numlab.ops.CATALOGUE``."""
 KERNEL_ROUNDINGS = ("rne", "rtz", "up", "down", "odd")
 """Rounding modes of ``scalar_rounding`` and ``vector_rounding``."""
 DEFAULT_FUSED_LIVE_BUFFERS = 4

@@ -46,17 +46,22 @@ Each operator has an :class:`OpInfo` in :data:`CATALOGUE` with
   as a real fp8 tensor) and ``block_scale`` its scales in fp32 (as DeepSeek-V3's
   ``act_quant`` and torchao keep them), so a bf16/fp16 run never rounds a
   scale to S between kernels;
-* ``aten`` -- the PyTorch ATen operators this op stands for: a base name
-  (``"add"``, ``"amax"``, ``"_softmax"``) when the ATen operator maps to it
-  directly (:data:`numlab.torch.bridge.CATALOGUE_MAP` is derived from these
-  entries), or ``"name.overload"`` (``"add.Scalar"``, ``"view.default"``,
-  ``"_to_copy.default"``) when the bridge reaches it through an argument
-  rewrite (a Python-scalar operand, a view, a dtype conversion).  ``()``
-  only for :data:`NO_ATEN` (no ATen counterpart).
+* ``aten`` -- the PyTorch ATen operators of this op, the one table of them:
+  ``"name.overload"`` (namespace dropped: ``"gelu.default"``, ``"add.Tensor"``,
+  ``"add.Scalar"``) for each ATen operator :meth:`numlab.torch.TorchTrace.to_graph`
+  lowers to this op (directly, or through an argument rewrite: a Python-scalar
+  operand, a view, a dtype conversion) and :mod:`numlab.torch` predicts; an ATen
+  operator lowered to a few catalogue ops is registered with the op its result
+  is (``clamp.default`` with ``minimum``, ``logical_not.default`` with ``eq``,
+  ``masked_fill.Scalar`` with ``where``).  :data:`numlab.torch.bridge.PREDICTABLE`
+  and :data:`numlab.torch.bridge.CATALOGUE_MAP` are derived from these names
+  (:func:`aten_lowered`).  A bare base name (``"cat"``, ``"mm"``) is the
+  op's ATen counterpart that the bridge does not lower yet.  ``()`` only for
+  :data:`NO_ATEN` (no ATen counterpart).
 
 :func:`_register` takes every field as a required keyword (a missing rule,
 kernel or ATen list is a registration error, never a silent default), so an
-operator lives in one registration (see ``softplus`` and ``hardswish`` at
+operator lives in one registration (see ``softplus``, ``hardswish`` and ``mish`` at
 the end of the elementwise section, and ``docs/design.md``, "Adding an
 operator, order, format or fusion preset").  Adding one takes its
 registration here (reference, kernel, ``slack``/``propagate`` bound rules,
@@ -107,6 +112,7 @@ from ._refs import (
     _hardswish_ref,
     _layer_norm_ref,
     _log_softmax_ref,
+    _mish_ref,
     _reshape_ref,
     _rms_norm_ref,
     _sigmoid,
@@ -154,6 +160,7 @@ __all__ = [
     "erf_ref",
     "erfc_ref",
     "ops_in",
+    "aten_lowered",
     "describe",
     "NO_ATEN",
     "VALUE_KINDS",
@@ -225,6 +232,13 @@ def get_op(name: str) -> OpInfo:
         raise ValueError(f"unknown op {name!r}; valid ops: {sorted(CATALOGUE)}") from None
 
 
+def aten_lowered() -> dict[str, str]:
+    """ATen operator (``"name.overload"``) -> the catalogue op it is registered
+    with, for every ATen operator the torch bridge lowers (the dotted entries
+    of ``OpInfo.aten``; module docstring)."""
+    return {a: name for name, info in CATALOGUE.items() for a in info.aten if "." in a}
+
+
 def ops_in(category: str) -> list[str]:
     """Names of the ops of one category, sorted."""
     if category not in CATEGORIES:
@@ -253,9 +267,10 @@ def describe(category: str | None = None) -> str:
 # elementwise
 # ---------------------------------------------------------------------------
 def _unary(name, fn, kernel, slack, propagate, local, doc):
-    """Register a one-input elementwise op whose ATen counterpart has its name."""
+    """Register a one-input elementwise op whose ATen counterpart has its name
+    (``aten.<name>.default``)."""
     _register(name, "elementwise", (1, 1), {}, _infer_same, lambda x: fn(_f64(x)), kernel=kernel,
-              slack=slack, propagate=propagate, local=local, aten=(name,), doc=doc)
+              slack=slack, propagate=propagate, local=local, aten=(f"{name}.default",), doc=doc)
 
 
 _unary("neg", np.negative, E.neg, R.slack_exact, R.propagate_identity, CR.local_exact, "-x")
@@ -276,12 +291,15 @@ _unary("silu", lambda x: x * _sigmoid(x), E.silu, R.slack_transcendental_x, R.pr
        "x * sigmoid(x); silu(-inf) = NaN (-inf * 0, as torch)")
 _unary("relu", lambda x: np.where(x < 0, 0.0, x), E.relu, R.slack_exact, R.propagate_identity, CR.local_exact,
        "0 where x < 0, else x (NaN and -0.0 pass through, as torch.relu)")
+# log1p: increasing; an interval reaching below -1 gives NaN ends, hence an infinite bound
+_unary("log1p", np.log1p, E.log1p, R.slack_transcendental, R.propagate_monotone_ref, CR.local_libm,
+       "log(1 + x) without rounding 1 + x (log1p(-1) = -inf, log1p x<-1 = NaN)")
 
 
 _register(
     "gelu", "elementwise", (1, 1), {"approximate": "none"}, _infer_gelu,
     lambda x, approximate: _gelu(_f64(x), approximate), kernel=E.gelu,
-    slack=R.slack_transcendental_x, propagate=R.propagate_gelu, local=CR.local_libm_x, aten=("gelu",),
+    slack=R.slack_transcendental_x, propagate=R.propagate_gelu, local=CR.local_libm_x, aten=("gelu.default",),
     doc="GELU: approximate='none' 0.5x(1+erf(x/sqrt2)); 'tanh' 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))); "
         "gelu(-inf) = NaN (-inf * 0, as torch)",
 )
@@ -291,23 +309,32 @@ _register(
     "cast", "elementwise", (1, 1), {"to": REQUIRED}, _infer_cast,
     lambda x, to: _f64(round_to(_f64(x), to)), kernel=E.cast,
     slack=R.slack_exact, propagate=R.propagate_cast, local=CR.local_cast,
-    aten=("_to_copy.default", "convert_element_type.default"),
+    # a copy (clone, alias, detach) is a cast to its own dtype: the identity, lowered to no node
+    aten=("_to_copy.default", "convert_element_type.default", "clone.default", "alias.default",
+          "detach.default"),
     doc="round to format `to` (round-to-nearest-even); the reference keeps the rounding",
 )
 
-for _name, _fn, _kernel, _slack, _prop, _local, _doc in (
-    ("add", np.add, E.add, R.slack_correct, R.propagate_add, CR.local_add, "a + b"),
-    ("sub", np.subtract, E.sub, R.slack_correct, R.propagate_add, CR.local_add, "a - b"),
-    ("mul", np.multiply, E.mul, R.slack_correct_underflow, R.propagate_mul, CR.local_mul, "a * b"),
-    ("div", np.divide, E.div, R.slack_correct_underflow, R.propagate_div, CR.local_div, "a / b"),
+# ATen: add/sub with alpha lower to a mul_scalar then add/sub; pow(x, 2) to mul(x, x);
+# clamp_min to maximum; clamp, clamp_max and hardtanh to maximum then minimum (a
+# number bound a 0-d constant), registered with the operator their result is
+for _name, _fn, _kernel, _slack, _prop, _local, _aten, _doc in (
+    ("add", np.add, E.add, R.slack_correct, R.propagate_add, CR.local_add, ("add.Tensor", "add_.Tensor"),
+     "a + b"),
+    ("sub", np.subtract, E.sub, R.slack_correct, R.propagate_add, CR.local_add, ("sub.Tensor",), "a - b"),
+    ("mul", np.multiply, E.mul, R.slack_correct_underflow, R.propagate_mul, CR.local_mul,
+     ("mul.Tensor", "pow.Tensor_Scalar"), "a * b"),
+    ("div", np.divide, E.div, R.slack_correct_underflow, R.propagate_div, CR.local_div, ("div.Tensor",), "a / b"),
     ("maximum", np.maximum, E.maximum, R.slack_exact, R.propagate_maximum, CR.local_exact,
-     "IEEE 754-2019 maximum (NaN propagates)"),
+     ("maximum.default", "clamp_min.default", "clamp_min.Tensor"), "IEEE 754-2019 maximum (NaN propagates)"),
     ("minimum", np.minimum, E.minimum, R.slack_exact, R.propagate_maximum, CR.local_exact,
+     ("minimum.default", "clamp_max.default", "clamp_max.Tensor", "clamp.default", "clamp.Tensor",
+      "hardtanh.default"),
      "IEEE 754-2019 minimum (NaN propagates)"),
 ):
     _register(_name, "elementwise", (2, 2), {}, _infer_bcast,
               (lambda f: lambda a, b: f(_f64(a), _f64(b)))(_fn), kernel=_kernel,
-              slack=_slack, propagate=_prop, local=_local, aten=(_name,), doc=_doc)
+              slack=_slack, propagate=_prop, local=_local, aten=_aten, doc=_doc)
 
 
 #: scalar forms: op -> (function of (x, s), expression)
@@ -322,7 +349,7 @@ SCALAR_OPS = {
 # running-bound rules and ATen operators of the scalar forms (the bridge rewrites
 # aten.add.Tensor(x, 0.5) and aten.add.Scalar to add_scalar, ...)
 _SCALAR_RULES = {
-    "add_scalar": (R.slack_correct, R.propagate_identity, CR.local_add_scalar, ("add.Scalar",)),
+    "add_scalar": (R.slack_correct, R.propagate_identity, CR.local_add_scalar, ("add.Scalar", "add_.Scalar")),
     "sub_scalar": (R.slack_correct, R.propagate_identity, CR.local_add_scalar, ("sub.Scalar",)),
     "rsub_scalar": (R.slack_correct, R.propagate_identity, CR.local_add_scalar, ("rsub.Scalar",)),
     "mul_scalar": (R.slack_correct_underflow, R.propagate_mul_scalar, CR.local_mul_scalar, ("mul.Scalar",)),
@@ -338,14 +365,21 @@ for _name, (_fn, _doc) in SCALAR_OPS.items():
 
 _register("where", "elementwise", (3, 3), {}, _infer_bcast,
           lambda c, a, b: np.where(np.asarray(c) != 0, _f64(a), _f64(b)), kernel=E.where,
-          slack=R.slack_exact, propagate=R.propagate_where, local=CR.local_exact, aten=("where",),
+          slack=R.slack_exact, propagate=R.propagate_where, local=CR.local_exact,
+          aten=("where.self", "masked_fill.Scalar"),  # x.masked_fill(mask, v) = where(mask, v, x)
           doc="where(cond, a, b): a where cond != 0 else b (broadcast)")
 
 # -- comparisons: exact selections giving truth values (value_kind "bool") ----------------------
+# ATen's logical operators lower to comparisons of truth values 0.0 / 1.0: and/or/xor to
+# ne (of minimum/maximum for and/or), not to eq with 0
+_LOGICAL_ATEN = {"ne": ("logical_and.default", "logical_or.default", "logical_xor.default",
+                        "bitwise_and.Tensor", "bitwise_or.Tensor", "bitwise_xor.Tensor"),
+                 "eq": ("logical_not.default", "bitwise_not.default")}
 for _name, (_fn, _sym) in COMPARISONS.items():
     _register(_name, "elementwise", (2, 2), {}, _infer_bcast,
               (lambda f: lambda a, b: f(_f64(a), _f64(b)))(_fn), kernel=getattr(E, _name),
-              slack=R.slack_exact, propagate=R.propagate_compare, local=CR.local_exact, aten=(_name,),
+              slack=R.slack_exact, propagate=R.propagate_compare, local=CR.local_exact,
+              aten=(f"{_name}.Tensor", f"{_name}.Scalar") + _LOGICAL_ATEN.get(_name, ()),
               value_kind="bool",
               doc=f"a {_sym} b (bool; IEEE: false with a NaN{', except !=' if _name == 'ne' else ''}; broadcast)")
 
@@ -375,7 +409,7 @@ def _softplus_kernel(ctx, x):
 
 
 _register("softplus", "elementwise", (1, 1), {}, _infer_same, _softplus_ref, kernel=_softplus_kernel,
-          slack=R.slack_transcendental, propagate=R.propagate_softplus, local=CR.local_libm_x, aten=("softplus",),
+          slack=R.slack_transcendental, propagate=R.propagate_softplus, local=CR.local_libm_x, aten=("softplus.default",),
           doc="log(1 + e**x), x itself for x > 20 (torch's beta=1, threshold=20)")
 
 
@@ -391,8 +425,28 @@ def _hardswish_kernel(ctx, x):
 
 _register("hardswish", "elementwise", (1, 1), {}, _infer_same, _hardswish_ref, kernel=_hardswish_kernel,
           slack=R.slack_three_roundings, propagate=R.propagate_hardswish, local=CR.local_libm_x,
-          aten=("hardswish",),
+          aten=("hardswish.default",),
           doc="x * relu6(x + 3) / 6 (0 below -3, x above 3)")
+
+
+#: a Lipschitz constant of mish: max |mish'| = 1.08850 (at x = 1.4906; tests/test_ops.py checks it)
+MISH_LIPSCHITZ = 1.09
+
+
+def _mish_kernel(ctx, x):
+    """mish ``x * tanh(log1p(exp(x)))`` as torch's CPU kernel writes it (no
+    threshold): ``exp`` by ``spec.exp``, ``log1p`` (``ctx.log1p``) and ``tanh``
+    (``spec.tanh``) each rounded to ``ctx.inner``, the product rounded to
+    ``ctx.inner``.  ``exp`` overflowing to inf gives ``tanh(inf) = 1``, so
+    ``x`` itself; ``mish(-inf) = -inf * 0 = NaN``, as torch."""
+    x = np.asarray(x, dtype=np.float32)
+    return ctx.mul(x, ctx.tanh(ctx.log1p(ctx.exp(x))))
+
+
+_register("mish", "elementwise", (1, 1), {}, _infer_same, _mish_ref, kernel=_mish_kernel,
+          slack=R.slack_transcendental_x, propagate=R.propagate_lipschitz(MISH_LIPSCHITZ),
+          local=CR.local_libm_x, aten=("mish.default",),
+          doc="x * tanh(softplus(x)) (Misra 2019; torch.nn.functional.mish); mish(-inf) = NaN")
 
 
 # ---------------------------------------------------------------------------
@@ -400,13 +454,13 @@ _register("hardswish", "elementwise", (1, 1), {}, _infer_same, _hardswish_ref, k
 # ---------------------------------------------------------------------------
 _register("sum", "reduction", (1, 1), {"axis": None, "keepdims": False}, _infer_reduce,
           lambda x, axis, keepdims: np.sum(_f64(x), axis=axis, keepdims=keepdims), kernel=E.sum_,
-          slack=R.slack_sum, propagate=R.propagate_sum, local=CR.local_sum, aten=("sum",),
+          slack=R.slack_sum, propagate=R.propagate_sum, local=CR.local_sum, aten=("sum.dim_IntList",),
           accumulator="float64", doc="sum over axis (numpy pairwise float64)")
 _register("mean", "reduction", (1, 1), {"axis": None, "keepdims": False}, _infer_reduce,
           lambda x, axis, keepdims: np.mean(_f64(x), axis=axis, keepdims=keepdims), kernel=E.mean,
-          slack=R.slack_mean, propagate=R.propagate_mean, local=CR.local_mean, aten=("mean",),
+          slack=R.slack_mean, propagate=R.propagate_mean, local=CR.local_mean, aten=("mean.dim",),
           accumulator="float64", doc="sum / n (numpy pairwise float64)")
-for _name, _fn, _kernel, _aten in (("max", np.max, E.max_, "amax"), ("min", np.min, E.min_, "amin")):
+for _name, _fn, _kernel, _aten in (("max", np.max, E.max_, "amax.default"), ("min", np.min, E.min_, "amin.default")):
     def _inf(shapes, attrs, _n=_name):
         (shape,) = shapes
         axes = _axes(attrs["axis"], len(shape))
@@ -421,7 +475,8 @@ for _name, _fn, _kernel, _aten in (("max", np.max, E.max_, "amax"), ("min", np.m
 _register("var", "reduction", (1, 1), {"axis": None, "keepdims": False, "correction": 0},
           _infer_reduce, _var_ref, kernel=E.var, slack=R.slack_var, propagate=R.propagate_var,
           local=CR.local_var,
-          aten=("var",), accumulator="float64",
+          # var_mean (Inductor's decomposition of layer_norm) lowers to var and mean
+          aten=("var", "var_mean.correction"), accumulator="float64",
           doc="variance sum((x-mean)^2)/(n-correction), two-pass in float64")
 
 
@@ -502,7 +557,7 @@ def _rms_norm_dec(x, weight=None, *, axis, eps):
 
 _register("softmax", "composite", (1, 1), {"axis": -1}, _infer_softmax, _softmax_ref,
           kernel=E.softmax, slack=R.slack_softmax, propagate=R.propagate_softmax,
-          local=CR.local_composite, aten=("_softmax",),
+          local=CR.local_composite, aten=("_softmax.default",),
           decompose=_softmax_dec, accumulator="float64",
           doc="exp(x - max) / sum(exp(x - max)); decomposes to max, sub, exp, sum, div")
 _register("log_softmax", "composite", (1, 1), {"axis": -1}, _infer_softmax, _log_softmax_ref,
@@ -513,7 +568,7 @@ _register("log_softmax", "composite", (1, 1), {"axis": -1}, _infer_softmax, _log
 _register("layer_norm", "composite", (1, 3), {"axis": -1, "eps": 1e-5}, _infer_norm, _layer_norm_ref,
           kernel=E.layer_norm, slack=R.slack_decomposed, propagate=R.propagate_decomposed,
           local=CR.local_composite,
-          aten=("native_layer_norm",), decompose=_layer_norm_dec, accumulator="float64",
+          aten=("native_layer_norm.default",), decompose=_layer_norm_dec, accumulator="float64",
           doc="(x - mean) / sqrt(var + eps) * gamma + beta (biased var, two-pass); inputs x[, gamma[, beta]]")
 _register("rms_norm", "composite", (1, 2), {"axis": -1, "eps": 1e-6}, _infer_norm, _rms_norm_ref,
           kernel=E.rms_norm, slack=R.slack_decomposed, propagate=R.propagate_decomposed,
@@ -622,6 +677,8 @@ silu = _unary_fn("silu")
 relu = _unary_fn("relu")
 softplus = _unary_fn("softplus")
 hardswish = _unary_fn("hardswish")
+log1p = _unary_fn("log1p")
+mish = _unary_fn("mish")
 
 
 def gelu(x, approximate: str = "none"):

@@ -109,6 +109,15 @@ def _softplus_ref(x):
     return np.where(x > t, x, np.log1p(np.exp(np.minimum(x, t))))
 
 
+def _mish_ref(x):
+    """mish ``x * tanh(softplus(x))`` in float64 (softplus with torch's
+    threshold 20: above it ``tanh`` of either form is 1.0 in float64, so this
+    is torch's ``x * tanh(log1p(exp(x)))`` without overflow); NaN at ``-inf``
+    (``-inf * 0``), as torch."""
+    x = _f64(x)
+    return x * np.tanh(_softplus_ref(x))
+
+
 def _hardswish_ref(x):
     """``x * min(max(x + 3, 0), 6) / 6`` in float64; exactly ``x`` for
     ``x >= 3`` and ``x * 0 = -0.0`` for ``x <= -3`` (NaN at ``-inf``, as torch)."""

@@ -52,36 +52,27 @@ DTYPES = {
     "int32": "int32",
 }
 
-# ATen ops numlab.torch.predict can model (eager level and Inductor's decomposition)
-_ELEMENTWISE = (
-    "add.Tensor", "add.Scalar", "add_.Scalar", "add_.Tensor", "sub.Tensor", "sub.Scalar", "rsub.Scalar",
-    "mul.Tensor", "mul.Scalar", "div.Tensor", "div.Scalar", "neg.default", "abs.default",
-    "exp.default", "log.default", "sqrt.default", "rsqrt.default", "reciprocal.default",
-    "tanh.default", "sigmoid.default", "erf.default", "relu.default", "silu.default",
-    "gelu.default", "pow.Tensor_Scalar", "where.self", "maximum.default", "minimum.default",
-    "gt.Scalar", "lt.Scalar", "ge.Scalar", "le.Scalar", "eq.Scalar", "ne.Scalar",
-    "gt.Tensor", "lt.Tensor", "ge.Tensor", "le.Tensor", "eq.Tensor", "ne.Tensor",
-    "_to_copy.default", "clone.default", "alias.default", "detach.default",
-    "convert_element_type.default", "scalar_tensor.default",
-    "softplus.default", "hardswish.default", "log1p.default", "clamp.default", "clamp_min.default",
-    "clamp_max.default", "hardtanh.default", "lift_fresh_copy.default", "masked_fill.Scalar",
-    "bitwise_and.Tensor", "bitwise_or.Tensor", "bitwise_xor.Tensor", "bitwise_not.default",
-    "logical_and.default", "logical_or.default", "logical_xor.default", "logical_not.default",
-)
-_REDUCTION = ("sum.dim_IntList", "mean.dim", "amax.default", "amin.default", "var_mean.correction")
-_COMPOSITE = ("_softmax.default", "native_layer_norm.default")
-_MOVEMENT = (
-    "view.default", "_unsafe_view.default", "reshape.default", "permute.default",
-    "transpose.int", "t.default", "expand.default", "unsqueeze.default", "squeeze.dim",
-    "squeeze.default",
-)
-PREDICTABLE = frozenset(_ELEMENTWISE + _REDUCTION + _COMPOSITE + _MOVEMENT + ("getitem",))
-"""ATen operators (``name.overload``, namespace dropped) numlab can predict."""
+CATALOGUE_MAP = _ops.aten_lowered()
+"""ATen operator (``name.overload``, namespace dropped) -> the catalogue op it is
+registered with (:func:`numlab.ops.aten_lowered`, from the ``OpInfo.aten``
+entries): what :meth:`TorchTrace.to_graph` lowers it to (``add.Scalar`` ->
+``add_scalar``; ``clamp.default`` -> maximum then ``minimum``)."""
 
-# ATen base name -> numlab catalogue op, derived from the registrations' ``aten``
-# names (numlab.ops) for the predictable bases (scalar variants resolved in _map_node)
-_PREDICTABLE_BASES = frozenset(p.split(".")[0] for p in PREDICTABLE)
-CATALOGUE_MAP = {a: name for name, info in _ops.CATALOGUE.items() for a in info.aten if a in _PREDICTABLE_BASES}
+PREDICTABLE = frozenset(CATALOGUE_MAP) | {"getitem"}
+"""ATen operators (``name.overload``, namespace dropped) numlab can predict: every
+ATen operator of the registry's lowering table, and ``getitem`` (Python's, picking
+one output of a tuple-valued operator)."""
+
+
+def _bases_of(*ops: str) -> tuple:
+    """ATen base names lowered to ``ops`` (the registrations), other than the ops' own."""
+    return tuple(sorted({a.split(".")[0] for a, op in CATALOGUE_MAP.items() if op in ops} - set(ops)))
+
+
+#: ATen operators lowered to maximum/minimum (clamp, clamp_min, clamp_max, hardtanh) and to
+#: comparisons of truth values (logical_*, bitwise_* of masks), from the registry
+_CLAMP = _bases_of("maximum", "minimum")
+_LOGIC = _bases_of("ne", "eq")
 
 
 def import_torch():
@@ -401,50 +392,26 @@ def _map_node(n: ANode, alias: dict, tr: TorchTrace):
         return r[0]
     if base in ("_to_copy", "convert_element_type"):
         return [(nm, "cast", (r[0],), {"to": n.dtype})]
-    if base in ("add", "sub", "mul", "div"):
-        alpha = n.kwargs.get("alpha", 1)
-        # a 0-d tensor literal is read by ATen's kernel as its scalar, like a Python number
-        a, b = (v if (lit := _literal(tr, x)) is None else lit for x, v in zip(n.args[:2], r[:2], strict=True))
-        if _is_num(a) and _is_num(b):
-            raise _Unmapped(f"aten.{n.op} of two scalars")
-        if alpha != 1:
-            if _is_num(b):
-                b = float(b) * float(alpha)
-            else:
-                return [(nm + ".alpha", "mul_scalar", (b,), {"scalar": float(alpha)}),
-                        (nm, base, (a, nm + ".alpha"), {})]
-        if _is_num(b):
-            return [(nm, f"{base}_scalar", (a,), {"scalar": float(b)})]
-        if _is_num(a):
-            op = {"add": "add_scalar", "mul": "mul_scalar", "sub": "rsub_scalar", "div": "rdiv_scalar"}[base]
-            return [(nm, op, (b,), {"scalar": float(a)})]
-        return [(nm, base, (a, b), {})]
-    if base == "rsub":
-        return [(nm, "rsub_scalar", (r[0],), {"scalar": float(r[1])})]
+    if base in ("add", "sub", "mul", "div", "rsub"):
+        return _map_arith(n, base, r, tr)
     if base == "pow":
         if r[1] == 2:
             return [(nm, "mul", (r[0], r[0]), {})]
         raise _Unmapped(f"aten.{n.op} with exponent {r[1]!r} (only 2 maps to mul)")
     if base == "gelu":
         return [(nm, "gelu", (r[0],), {"approximate": n.kwargs.get("approximate", "none")})]
-    if base in ("sum", "mean", "amax", "amin"):
-        dims = r[1] if len(r) > 1 else n.kwargs.get("dim")
-        keep = r[2] if len(r) > 2 else n.kwargs.get("keepdim", False)
-        if n.kwargs.get("dtype") not in (None, n.dtype):
-            raise _Unmapped(f"aten.{n.op} with dtype=")
-        axis = None if dims in (None, []) else tuple(int(d) for d in dims)
-        return [(nm, CATALOGUE_MAP[base], (r[0],), {"axis": axis, "keepdims": bool(keep)})]
+    if base in ("sum", "mean", "amax", "amin", "var_mean"):
+        return _map_reduction(n, base, r)
     if base == "_softmax":
         return [(nm, "softmax", (r[0],), {"axis": int(r[1])})]
     if base == "native_layer_norm":
-        x, shape, w, b, eps = r[:5]
-        if len(shape) != 1 or w is None or b is None:
-            raise _Unmapped("aten.native_layer_norm over several dims or without weight and bias")
-        return [(nm, "layer_norm", (x, w, b), {"axis": -1, "eps": float(eps)})]
+        return _map_layer_norm(n, r, tr)
     if base == "getitem":
         src = tr.node(n.args[0].name)
         if src.op.startswith("native_layer_norm") and r[1] == 0:
             return r[0]
+        if src.op.startswith("var_mean") and r[1] in (0, 1):
+            return f"{r[0]}.{('var', 'mean')[r[1]]}"
         raise _Unmapped(f"output {r[1]} of aten.{src.op}")
     if base in ("view", "_unsafe_view", "reshape", "unsqueeze", "squeeze"):
         return [(nm, "reshape", (r[0],), {"shape": tuple(n.shape)})]
@@ -464,9 +431,7 @@ def _map_node(n: ANode, alias: dict, tr: TorchTrace):
             raise _Unmapped(f"aten.{n.op} of Python scalars only")
         pre, names = _tensorise(nm, r)
         return pre + [(nm, base, tuple(names), {})]
-    if base in CATALOGUE_MAP and len(n.args) == 1:
-        return [(nm, CATALOGUE_MAP[base], (r[0],), {})]
-    if base in ("clamp", "clamp_min", "clamp_max", "hardtanh"):
+    if base in _CLAMP:
         return _map_clamp(n, base, r, alias)
     if base in _LOGIC:
         return _map_logic(n, base, r, tr)
@@ -475,7 +440,75 @@ def _map_node(n: ANode, alias: dict, tr: TorchTrace):
         return pre + [(nm, "where", (r[1], v, r[0]), {})]
     if base in ("scalar_tensor", "lift_fresh_copy"):
         return _map_literal(n, base, r, tr)
-    raise _Unmapped(f"aten.{n.op}")
+    op = CATALOGUE_MAP.get(n.op)
+    if op is not None and len(n.args) == 1 and not n.kwargs and _ops.CATALOGUE[op].arity == (1, 1) \
+            and not _ops.CATALOGUE[op].attrs:
+        return [(nm, op, (r[0],), {})]  # a one-input operator without attributes (exp, log1p, mish, ...)
+    raise _Unmapped(f"aten.{n.op}" + (f" with arguments {n.args[1:]} {n.kwargs}" if op is not None else ""))
+
+
+def _map_arith(n: ANode, base: str, r: list, tr: "TorchTrace"):
+    """add/sub/mul/div (``.Tensor``/``.Scalar``, in place or not) and rsub: a Python
+    number (or 0-d tensor literal) operand gives the scalar form; ``alpha`` scales
+    the second operand first (a number: folded into it; a tensor: a ``mul_scalar``)."""
+    nm = n.name
+    alpha = n.kwargs.get("alpha", r[2] if len(r) > 2 else 1)
+    if base == "rsub":  # rsub(x, s, alpha) = s - alpha * x
+        a, b = r[1], r[0]
+        base = "sub"
+    else:
+        # a 0-d tensor literal is read by ATen's kernel as its scalar, like a Python number
+        a, b = (v if (lit := _literal(tr, x)) is None else lit for x, v in zip(n.args[:2], r[:2], strict=True))
+    if _is_num(a) and _is_num(b):
+        raise _Unmapped(f"aten.{n.op} of two scalars")
+    pre = []
+    if alpha != 1:
+        if base not in ("add", "sub"):
+            raise _Unmapped(f"aten.{n.op} with alpha")
+        if _is_num(b):
+            b = float(b) * float(alpha)
+        else:
+            pre = [(nm + ".alpha", "mul_scalar", (b,), {"scalar": float(alpha)})]
+            b = nm + ".alpha"
+    if _is_num(b):
+        return pre + [(nm, f"{base}_scalar", (a,), {"scalar": float(b)})]
+    if _is_num(a):
+        op = {"add": "add_scalar", "mul": "mul_scalar", "sub": "rsub_scalar", "div": "rdiv_scalar"}[base]
+        return pre + [(nm, op, (b,), {"scalar": float(a)})]
+    return pre + [(nm, base, (a, b), {})]
+
+
+def _map_reduction(n: ANode, base: str, r: list):
+    """sum/mean/amax/amin over ``dim`` (None or [] = all) and var_mean (two nodes,
+    ``<name>.var`` and ``<name>.mean``, picked by its getitems)."""
+    nm = n.name
+    dims = r[1] if len(r) > 1 else n.kwargs.get("dim")
+    keep = bool(r[2] if len(r) > 2 and base != "var_mean" else n.kwargs.get("keepdim", False))
+    if n.kwargs.get("dtype") not in (None, n.dtype):
+        raise _Unmapped(f"aten.{n.op} with dtype=")
+    axis = None if dims in (None, []) else tuple(int(d) for d in dims)
+    if base == "var_mean":
+        corr = n.kwargs.get("correction", 1)
+        if not _is_num(corr) or int(corr) != corr:
+            raise _Unmapped(f"aten.{n.op} with correction={corr!r}")
+        return [(f"{nm}.var", "var", (r[0],), {"axis": axis, "keepdims": keep, "correction": int(corr)}),
+                (f"{nm}.mean", "mean", (r[0],), {"axis": axis, "keepdims": keep})]
+    if n.op not in CATALOGUE_MAP:  # e.g. sum.default (every dim): not a registered lowering
+        raise _Unmapped(f"aten.{n.op}")
+    return [(nm, CATALOGUE_MAP[n.op], (r[0],), {"axis": axis, "keepdims": keep})]
+
+
+def _map_layer_norm(n: ANode, r: list, tr: "TorchTrace"):
+    """native_layer_norm over the last ``len(normalized_shape)`` dims, with or
+    without weight and bias (a bias alone: layer_norm, then add)."""
+    nm = n.name
+    x, shape, w, b, eps = r[:5]
+    nd = len(tr.node(n.args[0].name).shape)
+    axis = -1 if len(shape) == 1 else tuple(range(nd - len(shape), nd))
+    attrs = {"axis": axis, "eps": float(eps)}
+    if w is None and b is not None:
+        return [(nm + ".norm", "layer_norm", (x,), attrs), (nm, "add", (nm + ".norm", b), {})]
+    return [(nm, "layer_norm", tuple(v for v in (x, w, b) if v is not None), attrs)]
 
 
 def _map_clamp(n: ANode, base: str, r: list, alias: dict):
@@ -502,10 +535,6 @@ def _map_clamp(n: ANode, base: str, r: list, alias: dict):
         out += pre + [(name, op, (src, b_name), {})]
         src = name
     return out
-
-
-_LOGIC = ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
-          "logical_and", "logical_or", "logical_xor", "logical_not")
 
 
 def _map_logic(n: ANode, base: str, r: list, tr: "TorchTrace"):

@@ -160,7 +160,7 @@ class Explanation(Compact):
         return f"Explanation: {self.name}, output {self.dtype}{list(self.shape)}", rows
 
 
-def explain(fn, inputs, *, emulate_precision_casts: bool = False, output: int = 0,
+def explain(fn, inputs, *, emulated_casts: bool = False, output: int = 0,
             compiled=None, eager_preset=None, inductor_preset=None) -> Explanation:
     """Run ``fn`` eager and compiled, numlab's predictions and fp64, and attribute
     the eager/compiled difference to the four sources (module docstring).
@@ -170,12 +170,12 @@ def explain(fn, inputs, *, emulate_precision_casts: bool = False, output: int = 
     fn : callable
         A torch function of tensors (see :func:`numlab.torch.from_torch`).
     inputs : tuple of torch.Tensor
-    emulate_precision_casts : bool
-        Inductor's knob for the compiled run and prediction.
+    emulated_casts : bool
+        Inductor's ``emulate_precision_casts`` for the compiled run and prediction.
     output : int
         Which output to report when ``fn`` returns several.
     compiled : callable, optional
-        An already compiled ``fn`` (reused; must match ``emulate_precision_casts``).
+        An already compiled ``fn`` (reused; must match ``emulated_casts``).
     """
     torch = import_torch()
     if isinstance(inputs, torch.Tensor):
@@ -185,8 +185,8 @@ def explain(fn, inputs, *, emulate_precision_casts: bool = False, output: int = 
         raise ValueError(f"output={output!r} is not valid; the function returns {len(tr.outputs)} "
                          f"tensor(s): choose one of {list(range(len(tr.outputs)))}")
     pe = eager_preset or torch_cpu_eager()
-    pi = inductor_preset or inductor_cpu(emulate_precision_casts)
-    cf = compiled if compiled is not None else compile_fn(fn, emulate_precision_casts)
+    pi = inductor_preset or inductor_cpu(emulated_casts)
+    cf = compiled if compiled is not None else compile_fn(fn, emulated_casts)
     te = run_torch(tr, inputs, mode="eager")[output]
     tc = run_torch(tr, inputs, mode="compiled", compiled=cf)[output]
 

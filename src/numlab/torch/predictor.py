@@ -14,9 +14,12 @@
     fp32 (except a comparison's, in the compared tensor's dtype as in eager:
     measured), no FMA, roundings only where a buffer is stored (graph outputs and
     reduction results), or at every fp16/bf16 value with
-    ``emulate_precision_casts``; reductions in Inductor's lane order.
+    ``emulated_casts`` (Inductor's ``emulate_precision_casts``); reductions in Inductor's lane order.
 ``mode="fp64"``
-    the eager ATen graph in float64 with no rounding (the reference).
+    the reference: the eager ATen graph lowered to catalogue operators
+    (:meth:`~numlab.torch.bridge.TorchTrace.to_graph`) and run by
+    :func:`numlab.execute.run` in ``mode="reference"`` (each operator's float64
+    reference, no rounding; the predictor has no float64 formulas of its own).
 
 Values are float32 arrays holding values of their dtype (bool for masks).
 The numerics are :mod:`numlab.kernels`' (one engine): sums are
@@ -30,8 +33,10 @@ The numerics are :mod:`numlab.kernels`' (one engine): sums are
 oneDNN avx512_core, ``"onednn_avx2"`` on avx2: eager ``F.gelu``) bit for bit; eager unary ``exp``/``tanh``/``erf`` (MKL VML) and
 the libm calls of scalar tail loops are modelled as correctly rounded fp32
 (``"exact"``): they may differ by an ulp -- the faithfulness table reports it.
-softplus (eager: ATen's ``softplus_kernel``; compiled: exp/log1p/where), ``log1p``
-and hardswish (a true division by 6, eager and compiled) are bit for bit:
+softplus (eager: ATen's ``softplus_kernel``; compiled: exp/log1p/where), ``log1p``,
+mish (eager: ATen's ``mish_kernel``, its scalar tail by glibc ``expf``/``log1pf``/``tanhf``;
+compiled: Inductor's decomposition) and hardswish (a true division by 6, eager and
+compiled) are bit for bit:
 ``Vectorized<float>::log1p()`` is SLEEF ``log1pf_u10`` (``numlab.kernels.algorithms.log1p``
 ``algo="sleef_u10"``), ``std::log1p`` of the scalar loops glibc's ``log1pf``
 (``algo="glibc"``); Inductor runs a kernel's tail in such a scalar loop when its
@@ -45,7 +50,7 @@ the same fp32 expressions, reductions as one sequential fp32 sum from ``+0``
 bit for bit), gelu tanh as its decomposition without FMA; no scalar tail.
 What stays here is what a KernelSpec does not express: the ATen graph walk,
 per-op scalar conversion rules, the scalar tails of vectorised loops, ATen's
-``RowwiseMoments`` (layer norm) and the fp64 reference mode.
+``RowwiseMoments`` (layer norm).
 
 Not modelled (raise :class:`NotModelled` rather than guess): the paths the
 presets flag (``TorchCpuEager.not_modelled``: exp/tanh/erf/silu, ATen's gelu,
@@ -63,16 +68,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from .._repr import Compact, brief
+from ..execute import run as execute_run
 from ..formats import FP32
 from ..kernels.algorithms import gelu as k_gelu
 from ..kernels.libm import fma32
-from ..ops import erf_ref
+from ..ops import COMPARISONS
 from ._aten import (
     _UNARY,
     TAIL_LOG1P,
@@ -92,13 +97,14 @@ from ._aten import (
     _unary32,
     _welford_rows,
 )
-from .bridge import Ref, TorchTrace, _is_num, as_numpy, import_torch
+from .bridge import _CLAMP, _LOGIC, Ref, TorchTrace, _is_num, as_numpy, import_torch
 from .presets import _LOW, InductorCpu, TorchCpuEager, inductor_cpu, torch_cpu_eager
 
 __all__ = ["predict", "Prediction", "NotModelled", "TORCH_MODES", "run_torch", "compile_fn", "Switches",
            "EAGER", "COMPILED", "TORCH_SOURCES"]
 
 TORCH_MODES = ("eager", "compiled", "fp64")
+TAIL_LIBM = "glibc"  # libm expf/tanhf of ATen's scalar loops, as numlab.kernels algo= (mish measured bit for bit)
 LOCAL_BUFFER_MIN = 0  # row length from which the local-buffer rule applies (0: measured for n = 16..2000)
 @dataclass(repr=False)
 class Prediction(Compact):
@@ -120,21 +126,16 @@ class Prediction(Compact):
 
 
 _MATH = ("exp", "log", "tanh", "erf", "sqrt", "rsqrt", "reciprocal", "sigmoid", "silu", "gelu",
-         "log1p", "softplus", "hardswish")
-_CLAMP = ("clamp", "clamp_min", "clamp_max", "hardtanh")
+         "log1p", "softplus", "hardswish", "mish")
 _FLOATS = ("fp32", "fp16", "bf16")
-_LOGIC = ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
-          "logical_and", "logical_or", "logical_xor", "logical_not")
 # binary ATen ops whose tensor operands TensorIterator converts to the common dtype
 _PROMOTING = ("add", "sub", "mul", "div", "where", "maximum", "minimum",
               "gt", "lt", "ge", "le", "eq", "ne")
-_CMP = {"gt": np.greater, "lt": np.less, "ge": np.greater_equal, "le": np.less_equal,
-        "eq": np.equal, "ne": np.not_equal}
+_CMP = {k: f for k, (f, _) in COMPARISONS.items()}
 
 
 class _Interp:
     def __init__(self, sw: "Switches", eager: TorchCpuEager, ind: InductorCpu, dtypes, n_vec=1, threads=1):
-        self.mode = "fp64" if sw.fp64 else "sim"
         self.sw = sw
         self.pe = eager
         self.pi = ind
@@ -148,29 +149,25 @@ class _Interp:
 
     # scalar conversion
     def sc(self, s, rule_op, dt):
-        if self.mode == "fp64":
-            return np.float64(s)
         if self.sw.scalars == "inductor" or dt == "fp32" or dt not in _LOW:
             return np.float32(s)
         rule = self.pe.scalar_rule(rule_op)
         return _scalar(s, dt) if rule == "storage" else np.float32(s)
 
     def out(self, v, dt):
-        """Eager: every kernel rounds its output; compiled: only with emulate casts."""
-        if self.mode == "fp64":
-            return np.asarray(v, np.float64) if dt != "bool" else v
+        """Eager: every kernel rounds its output; compiled: only with emulated casts."""
         if self.sw.promotion == "eager":
             return _rnd(v, dt)
         if dt == "bool":
             return v
         v = np.asarray(v, np.float32)
-        if self.pi.emulate_precision_casts and dt in _LOW:
+        if self.pi.emulated_casts and dt in _LOW:
             return _rnd(v, dt)
         return v
 
     def store(self, v, dt):
         """A buffer store (reduction result / graph output)."""
-        if self.mode == "fp64" or dt == "bool":
+        if dt == "bool":
             return v
         return _rnd(v, dt)
 
@@ -182,13 +179,13 @@ class _Interp:
         base = op.split(".")[0]
         base_ = base.rstrip("_")
         dt = node.dtype
-        if self.mode != "fp64" and self.sw.algorithm == "aten":
+        if self.sw.algorithm == "aten":
             why = self.pe.not_modelled(base_, self.dt_of(node, 0) if node.args else dt,
                                        kw.get("approximate", "none"))
             if why:
                 raise NotModelled(f"aten.{op}: {why}")
-        ft = np.float64 if self.mode == "fp64" else np.float32
-        if self.mode != "fp64" and self.sw.promotion == "eager" and base_ in _PROMOTING:
+        ft = np.float32
+        if self.sw.promotion == "eager" and base_ in _PROMOTING:
             a = self.promote(node, a)
         with np.errstate(all="ignore"):
             if base_ in ("add", "sub", "mul", "div"):
@@ -254,8 +251,6 @@ class _Interp:
                     return x.T
                 return np.swapaxes(x, int(a[1]), int(a[2]))
             if base == "scalar_tensor":  # a 0-d tensor of the node dtype: its value is stored
-                if self.mode == "fp64":
-                    return np.float64(a[0])
                 return _rnd(np.float32(a[0]), dt)
             if base == "getitem":
                 return a[0][a[1]]
@@ -273,13 +268,11 @@ class _Interp:
         """Transcendental and math pointwise ops: exp, log, tanh, erf, sqrt, rsqrt,
         reciprocal, sigmoid, silu, gelu."""
         dt = node.dtype
-        ft = np.float64 if self.mode == "fp64" else np.float32
+        ft = np.float32
         with np.errstate(all="ignore"):
             if base in ("exp", "log", "tanh", "erf", "sqrt"):
-                fn = {"exp": np.exp, "log": np.log, "tanh": np.tanh, "erf": erf_ref, "sqrt": np.sqrt}[base]
+                fn = {"log": np.log, "sqrt": np.sqrt}.get(base)
                 x = np.asarray(a[0])
-                if self.mode == "fp64":
-                    return fn(x.astype(np.float64))
                 if self.sw.algorithm == "inductor" and base in ("exp", "erf", "tanh"):
                     # Inductor's Vectorized<float>: exp() = SLEEF expf_u10, tanh() = SLEEF
                     # tanhf_u10, erf() = ATen's A&S 7.1.26
@@ -295,15 +288,11 @@ class _Interp:
                 return self.out(r, dt)
             if base == "rsqrt":
                 x = np.asarray(a[0], ft)
-                if self.mode == "fp64":
-                    return 1.0 / np.sqrt(x)
                 return self.out(np.float32(1) / np.sqrt(x), dt)  # 1/sqrt: two fp32 roundings
             if base == "reciprocal":
                 return self.out(ft(1) / np.asarray(a[0], ft), dt)
             if base == "sigmoid":  # ATen and Inductor: 1 / (1 + exp(-x)), exp by SLEEF
                 x = np.asarray(a[0], ft)
-                if self.mode == "fp64":
-                    return 1.0 / (1.0 + np.exp(-x))
                 r = np.float32(1) / (np.float32(1) + _unary32("exp", -x, self.vec_exp()))
                 if self.sw.algorithm == "aten" and self.pe.capability != "DEFAULT":
                     # eager's scalar tail loop calls libm expf (DEFAULT: every element does)
@@ -312,8 +301,6 @@ class _Interp:
                 return self.out(r, dt)
             if base == "silu":
                 x = np.asarray(a[0], ft)
-                if self.mode == "fp64":
-                    return x / (1.0 + np.exp(-x))
                 e = _unary32("exp", -x, self.vec_exp())
                 return self.out(x / (np.float32(1) + e), dt)
             if base == "gelu":
@@ -326,6 +313,8 @@ class _Interp:
                 return self.softplus(node, np.asarray(a[0], ft), beta, threshold, dt)
             if base == "hardswish":
                 return self.hardswish(np.asarray(a[0], ft), dt)
+            if base == "mish":
+                return self.mish(np.asarray(a[0], ft), dt)
         raise NotModelled(f"aten.{node.op} is not modelled ({self.sw})")
 
     def promote(self, node, a):
@@ -374,7 +363,7 @@ class _Interp:
         x, y = a[0], a[1]
         if _is_num(y):
             dti = self.dt_of(node, 0)
-            if self.mode != "fp64" and self.sw.scalars == "inductor" and dti in _LOW:
+            if self.sw.scalars == "inductor" and dti in _LOW:
                 # Inductor too compares with the scalar in the compared tensor's dtype,
                 # double -> float -> dtype (ops.constant(s, dtype); measured torch 2.13:
                 # an fp16 x == fp16(0.3) is not > 0.3, compiled as in eager)
@@ -406,11 +395,9 @@ class _Interp:
         sgn = -1.0 if base == "sub" else 1.0
         if base not in ("add", "sub"):
             raise NotModelled(f"{base} with alpha")
-        if self.mode == "fp64":
-            return np.asarray(x, np.float64) + sgn * float(alpha) * np.asarray(y, np.float64)
         if self.sw.scalars == "inductor":
             # Inductor lowers it as x + y*alpha: fp32, no FMA; the product is a value of
-            # the node dtype, so emulate_precision_casts rounds it (measured)
+            # the node dtype, so emulated_casts rounds it (measured)
             prod = self.out(np.asarray(y, np.float32) * np.float32(sgn * alpha), dt)
             return self.out(np.asarray(x, np.float32) + prod, dt)
         why = self.pe.not_modelled("alpha", dt)
@@ -444,11 +431,6 @@ class _Interp:
         return np.where(mask, scalar, vec)
 
     def gelu(self, x, approximate, dt):
-        if self.mode == "fp64":
-            if approximate == "tanh":
-                c = math.sqrt(2 / math.pi)
-                return 0.5 * x * (1 + np.tanh(c * (x + 0.044715 * x ** 3)))
-            return 0.5 * x * (1 + erf_ref(x / math.sqrt(2)))
         if approximate not in ("none", "tanh"):
             raise NotModelled(f"gelu with approximate={approximate!r}")
         if self.sw.algorithm == "aten":
@@ -492,8 +474,6 @@ class _Interp:
         measured 100% of fp32 sizes 24..100003, no libm tail) and in Inductor's vector
         loop; Inductor's scalar tail loop (:func:`_inductor_scalar_tail`) calls glibc
         ``log1pf`` (:data:`TAIL_LOG1P`)."""
-        if self.mode == "fp64":
-            return np.log1p(x)
         self._default_capability("log1p")
         if self.sw.algorithm != "aten" and self.pi.scalar:  # Inductor's scalar C++: std::log1p
             return self.out(_unary32("log1p", x, TAIL_LOG1P), dt)
@@ -532,10 +512,6 @@ class _Interp:
         softplus into mul/exp/log1p/div/gt/where (handled op by op)."""
         if not (_is_num(beta) and _is_num(threshold)):
             raise NotModelled("softplus with tensor beta/threshold")
-        if self.mode == "fp64":
-            xb = x * float(beta)
-            with np.errstate(all="ignore"):
-                return np.where(xb > float(threshold), x, np.log1p(np.exp(xb)) / float(beta))
         if self.sw.algorithm != "aten":  # a softplus node left in Inductor's graph
             raise NotModelled("aten.softplus inside Inductor's graph (it is decomposed)")
         self._default_capability("softplus")
@@ -547,12 +523,31 @@ class _Interp:
         r = self.eager_tail(vec, tail)
         return self.out(np.where(xb > t, x, r), dt)
 
+    def mish(self, x, dt):
+        """Eager ATen ``mish_kernel`` (Activation.cpp): ``x * tanh(log1p(exp(x)))`` in fp32
+        (16-bit inputs converted), one rounding to the tensor dtype.  The vector loop
+        (``cpu_kernel_vec``, two ``Vectorized<scalar_t>`` per step: 32 fp32 or 64
+        fp16/bf16 elements under AVX512, half that under AVX2) calls ``Vectorized<float>::exp/log1p/tanh``
+        (SLEEF: ``vec_exp``, :data:`VEC_LOG1P`, ``"sleef"``); the scalar loop of the last
+        ``numel mod step`` elements of each chunk libm ``expf``/``log1pf``/``tanhf``
+        (glibc, :data:`TAIL_LIBM`).  Inductor decomposes mish (exp/log1p/gt/where/tanh/mul,
+        op by op)."""
+        if self.sw.algorithm != "aten":
+            raise NotModelled("aten.mish inside Inductor's graph (it is decomposed)")
+        self._default_capability("mish")
+        with np.errstate(all="ignore"):
+            vec = x * _unary32("tanh", _unary32("log1p", _unary32("exp", x, self.vec_exp()), VEC_LOG1P), "sleef")
+            tail = x * _unary32("tanh", _unary32("log1p", _unary32("exp", x, TAIL_LIBM), TAIL_LOG1P), TAIL_LIBM)
+        # two Vectorized<scalar_t> per step: 64 bytes each under AVX512, 32 under AVX2 (measured:
+        # fp32 3100 elements under ATEN_CPU_CAPABILITY=avx2 needs a 16-element step)
+        step = 2 * (64 if self.pe.capability == "AVX512" else 32) // (2 if dt in _LOW else 4)
+        mask = _scalar_tail_mask(x.size, replace(self.pe, elementwise_step=step), self.threads)
+        return self.out(np.where(mask.reshape(x.shape), tail, vec), dt)
+
     def hardswish(self, x, dt):
         """ATen ``hardswish_kernel``: ``x * min(max(x + 3, 0), 6) / 6`` in fp32 with a true
         division by 6 (vector and scalar loops alike; multiplying by fl(1/6) instead
         differs on ~21% of fp32 inputs), one rounding to the tensor dtype (measured 100%)."""
-        if self.mode == "fp64":
-            return x * np.clip(x + 3.0, 0.0, 6.0) / 6.0
         f = np.float32
         with np.errstate(all="ignore"):
             c = np.minimum(np.maximum(x + f(3), f(0)), f(6))
@@ -572,7 +567,7 @@ class _Interp:
             dflt = (-1.0, 1.0) if base == "hardtanh" else (None, None)
             lo = a[1] if len(a) > 1 else kw.get("min", kw.get("min_val", dflt[0]))
             hi = a[2] if len(a) > 2 else kw.get("max", kw.get("max_val", dflt[1]))
-        ft = np.float64 if self.mode == "fp64" else np.float32
+        ft = np.float32
         r = np.asarray(x, ft)
         for bound, fn in ((lo, np.maximum), (hi, np.minimum)):
             if bound is None:
@@ -603,10 +598,7 @@ class _Interp:
         n = x.shape[-1]
         if base in ("amax", "amin"):
             r = np.max(x, axis=-1) if base == "amax" else np.min(x, axis=-1)
-            return _keep(r if self.mode == "fp64" else self.store(r, node.dtype), keep)
-        if self.mode == "fp64":
-            r = np.sum(x.astype(np.float64), axis=-1)
-            return _keep(r / n if base == "mean" else r, keep)
+            return _keep(self.store(r, node.dtype), keep)
         if self.sw.order == "aten":
             if base == "sum":
                 return _keep(_aten_sum(x, dt_in, node.dtype, self.pe, x.size), keep)
@@ -631,10 +623,6 @@ class _Interp:
         corr = kw.get("correction", 1)
         keep = bool(kw.get("keepdim", False))
         n = x.shape[-1]
-        if self.mode == "fp64":
-            m = np.mean(x.astype(np.float64), axis=-1)
-            v = np.sum((x - m[..., None]) ** 2, axis=-1) / (n - corr)
-            return (_keep(v, keep), _keep(m, keep))
         if self.sw.algorithm == "aten":
             raise NotModelled("aten.var_mean called eagerly (ATen's WelfordOps reduction is not "
                               "modelled; it appears in Inductor's decomposition of layer_norm)")
@@ -658,9 +646,6 @@ class _Interp:
         x, dim = np.asarray(a[0]), int(a[1])
         if dim % x.ndim != x.ndim - 1:
             raise NotModelled("softmax over a dim other than the last")
-        if self.mode == "fp64":
-            e = np.exp(x - np.max(x, axis=-1, keepdims=True))
-            return e / np.sum(e, axis=-1, keepdims=True)
         return _aten_softmax(x, node.dtype, self.pe)
 
     def layer_norm(self, node, a):
@@ -668,16 +653,6 @@ class _Interp:
         x = np.asarray(x)
         if len(shape) != 1:
             raise NotModelled("layer_norm over several dims")
-        if self.mode == "fp64":
-            m = np.mean(x, axis=-1, keepdims=True)
-            v = np.mean((x - m) ** 2, axis=-1, keepdims=True)
-            r = 1 / np.sqrt(v + eps)
-            y = (x - m) * r
-            if w is not None:
-                y = y * w
-            if b is not None:
-                y = y + b
-            return (y, m, r)
         return _aten_layer_norm(np.asarray(x, np.float32), None if w is None else np.asarray(w, np.float32),
                                 None if b is None else np.asarray(b, np.float32), float(eps),
                                 self.dt_of(node, 0), self.pe,
@@ -735,7 +710,8 @@ class Switches:
     RowwiseMoments) or ``"inductor"`` (lane vectors, butterfly, thread split,
     Welford); ``algorithm``: ``"aten"`` (the eager ATen graph with its fused
     softmax/layer-norm/gelu kernels) or ``"inductor"`` (Inductor's
-    decomposition).  ``fp64``: the reference (no rounding at all).
+    decomposition).  ``fp64``: the reference (the lowered graph run by
+    ``numlab.execute`` in ``mode="reference"``; the other switches are then unused).
     """
 
     promotion: str = "eager"
@@ -794,24 +770,26 @@ def predict(trace: TorchTrace, inputs=None, *, mode: str = "eager", preset=None,
             raise TypeError(f"mode='eager' needs a TorchCpuEager preset, got {type(preset).__name__}")
         if mode == "eager":
             eager_preset, preset = preset, None
+    if switches.fp64:
+        return _reference(trace, _inputs_as_arrays(trace, inputs), keep_values)
     pe = eager_preset if eager_preset is not None else torch_cpu_eager()
     pi = preset if preset is not None else inductor_cpu()
-    if not switches.fp64 and COMPILED.algorithm in (switches.algorithm, switches.order) and pi.not_modelled():
+    if COMPILED.algorithm in (switches.algorithm, switches.order) and pi.not_modelled():
         raise NotModelled(pi.not_modelled())
     arrays = _inputs_as_arrays(trace, inputs)
-    if switches.algorithm == "inductor" and not switches.fp64:
+    if switches.algorithm == "inductor":
         ph, consts, nodes, outs = trace.inductor_nodes()
     else:
         ph, consts, nodes, outs = trace.inputs, trace.constants, trace.nodes, trace.outputs
     env = {}
     dts = {}
     for p, a in zip(ph, arrays, strict=True):
-        env[p.name] = a.astype(np.float64) if switches.fp64 else a
+        env[p.name] = a
         dts[p.name] = p.dtype
     low = any(p.dtype in _LOW for p in ph)
-    threads = 1 if switches.fp64 else _threads(pi)
+    threads = _threads(pi)
     it = _Interp(switches, pe, pi, dts, n_vec=2 if low else 1, threads=threads)
-    if switches.algorithm == "inductor" and not switches.fp64:
+    if switches.algorithm == "inductor":
         # scalar C++ (no vector ISA) has no vector loop: every element is the scalar code's
         it.scalar_tail = 0 if pi.scalar else _inductor_scalar_tail(nodes, ph, outs, pi.lanes * it.n_vec)
         it.has_where = any(n.op.startswith("where") for n in nodes)
@@ -823,7 +801,7 @@ def predict(trace: TorchTrace, inputs=None, *, mode: str = "eager", preset=None,
         dts[n.name] = n.dtype
         if n.op == "constant":
             v = as_numpy(consts[n.name])
-            env[n.name] = v.astype(np.float64) if switches.fp64 else v
+            env[n.name] = v
             continue
         args = tuple(_resolve(x, env) for x in n.args)
         kw = {k: _resolve(v, env) for k, v in n.kwargs.items()}
@@ -832,11 +810,30 @@ def predict(trace: TorchTrace, inputs=None, *, mode: str = "eager", preset=None,
     for o in outs:
         v = env[o]
         d = dts[o]
-        if not switches.fp64:
-            v = it.store(v, d)
+        v = it.store(v, d)
         outputs.append(np.asarray(v))
         odt.append(d)
     return Prediction(mode, outputs, odt, env if keep_values else {})
+
+
+def _reference(trace: TorchTrace, arrays, keep_values: bool) -> Prediction:
+    """``mode="fp64"``: the ATen graph lowered to the catalogue (:meth:`TorchTrace.to_graph`)
+    and run by :func:`numlab.execute.run` in ``mode="reference"`` (every operator's
+    float64 reference, no rounding).  The inputs and module constants are values of
+    fp32/fp16/bf16, exact in fp32, so ``fmt="fp32"`` leaves them as they are."""
+    try:
+        g = trace.to_graph()
+    except ValueError as exc:
+        raise NotModelled(f"the fp64 reference runs the lowered graph: {exc}") from None
+    ins = {p.name: a for p, a in zip(trace.inputs, arrays, strict=True)}
+    for name in g.inputs:
+        if name not in ins:  # a module parameter or buffer
+            ins[name] = as_numpy(trace.constants[name])
+    res = execute_run(g, ins, mode="reference", fmt="fp32")
+    dtypes = [trace.node(o).dtype for o in trace.outputs]
+    outputs = [res.outputs[o] != 0 if d == "bool" else res.outputs[o] for o, d in zip(g.outputs, dtypes, strict=True)]
+    values = {**{k: np.asarray(v, np.float64) for k, v in ins.items()}, **res.values} if keep_values else {}
+    return Prediction("fp64", outputs, dtypes, values)
 
 
 def _resolve(x, env):
@@ -847,7 +844,7 @@ def _resolve(x, env):
     return x
 
 
-def run_torch(trace_or_fn, inputs, *, mode: str = "eager", emulate_precision_casts: bool = False,
+def run_torch(trace_or_fn, inputs, *, mode: str = "eager", emulated_casts: bool = False,
               compiled=None):
     """Run the real torch function: eager, or compiled by Inductor (returns float32 arrays).
 
@@ -861,7 +858,7 @@ def run_torch(trace_or_fn, inputs, *, mode: str = "eager", emulate_precision_cas
         if mode == "eager":
             out = fn(*inputs)
         elif mode == "compiled":
-            cf = compiled if compiled is not None else compile_fn(fn, emulate_precision_casts)
+            cf = compiled if compiled is not None else compile_fn(fn, emulated_casts)
             out = cf(*inputs)
         else:
             raise ValueError(f"mode={mode!r} is not valid; choose 'eager' or 'compiled'")
@@ -888,9 +885,9 @@ def _recompile_limits():
         yield
 
 
-def _compile(fn, emulate_precision_casts: bool):
+def _compile(fn, emulated_casts: bool):
     torch = import_torch()
-    call = torch.compile(fn, dynamic=False, options={"emulate_precision_casts": emulate_precision_casts})
+    call = torch.compile(fn, dynamic=False, options={"emulate_precision_casts": emulated_casts})
 
     def compiled(*args, **kwargs):
         # Dynamo compiles (and recompiles) at the call, so the limits hold around it
@@ -904,14 +901,14 @@ def _compile(fn, emulate_precision_casts: bool):
 _compile_cached = functools.lru_cache(maxsize=COMPILE_CACHE_SIZE)(_compile)
 
 
-def compile_fn(fn, emulate_precision_casts: bool = False):
+def compile_fn(fn, emulated_casts: bool = False):
     """``torch.compile(fn, options={"emulate_precision_casts": flag})``, cached
     per (function, flag) so tests and notebooks reuse generated code (the
     :data:`COMPILE_CACHE_SIZE` most recent; a callable that cannot be hashed
     is compiled afresh).  Its calls run with Dynamo's recompile limits raised
     (:data:`_RECOMPILE_LIMITS`) and leave the process's Dynamo configuration
     as it was."""
-    flag = bool(emulate_precision_casts)
+    flag = bool(emulated_casts)
     try:
         hash(fn)
     except TypeError:

@@ -86,7 +86,7 @@ Inductor C++ (``InductorCpu``)
   eager rounding of the scalar to fp16/bf16 is not reproduced), one rounding
   at each store.  ``-ffp-contract=off``: no FMA (``add(x, y, alpha=a)``
   compiles to ``x + y*a``, two fp32 roundings, unlike eager's FMA).
-* ``emulate_precision_casts=True``: every value whose dtype is fp16/bf16 is
+* ``emulated_casts=True`` (Inductor's ``emulate_precision_casts``): every value whose dtype is fp16/bf16 is
   rounded to it where eager would store it; scalars stay fp32.
 * Reductions in the order :class:`numlab.kernels.orders.cpu.InductorLanes`;
   ``Vectorized<float>`` math: ``exp``/``tanh`` by SLEEF (``algo="sleef_u10"``,
@@ -322,7 +322,7 @@ class InductorCpu:
         Inductor's vector ISA name (``str(pick_vec_isa())``, e.g. ``"avx512"``,
         ``"avx2"``); ``"none"``: no vector ISA (``ATEN_CPU_CAPABILITY=default``),
         scalar C++ that numlab does not model (predicting raises ``NotModelled``).
-    emulate_precision_casts : bool
+    emulated_casts : bool
         ``torch._inductor.config.emulate_precision_casts``.
     threads : int
         OpenMP threads; 0 = ``torch.get_num_threads()`` when predicting.
@@ -340,7 +340,7 @@ class InductorCpu:
     name: str = "inductor_cpu"
     lanes: int = 16
     vec_isa: str = "avx512"
-    emulate_precision_casts: bool = False
+    emulated_casts: bool = False
     threads: int = 0
     min_chunk_size: int = 512
 
@@ -402,7 +402,7 @@ class InductorCpu:
         (fp32 inside, scalars fp32, no FMA (``-ffp-contract=off``), rsqrt as ``1/sqrt``)
         with ``reduce_order=InductorLanes(lanes, n_vec, threads)`` (``n_vec`` 2 for
         16-bit ``storage``) and the algorithms of :meth:`algorithms`.  Not a KernelSpec
-        field: ``emulate_precision_casts`` (a rounding of every 16-bit value, which
+        field: ``emulated_casts`` (a rounding of every 16-bit value, which
         :func:`numlab.torch.predict` applies).
         ``threads`` None: the preset's ``threads``, 1 when that is 0 (the spec does not
         ask torch; pass ``torch.get_num_threads()`` to model a threaded run)."""
@@ -506,7 +506,7 @@ def torch_cpu_eager(**overrides) -> TorchCpuEager:
     return TorchCpuEager(**overrides)
 
 
-def inductor_cpu(emulate_precision_casts: bool = False, **overrides) -> InductorCpu:
+def inductor_cpu(emulated_casts: bool = False, **overrides) -> InductorCpu:
     """The measured Inductor preset for the running process: ``vec_isa`` and ``lanes``
     from Inductor's ``pick_vec_isa()`` and ``min_chunk_size`` from
     ``torch._inductor.config.cpp`` (when torch is importable and they are not given)."""
@@ -527,7 +527,7 @@ def inductor_cpu(emulate_precision_casts: bool = False, **overrides) -> Inductor
             from torch._inductor import config as icfg  # torch is optional: imported when called
 
             overrides["min_chunk_size"] = int(icfg.cpp.min_chunk_size)
-    return InductorCpu(emulate_precision_casts=emulate_precision_casts, **overrides)
+    return InductorCpu(emulated_casts=emulated_casts, **overrides)
 
 
 def detect_cpu_capability() -> str:
