@@ -81,6 +81,7 @@ from ._aten import (
     _aten_layer_norm,
     _aten_softmax,
     _aten_sum,
+    _inductor_realized_low,
     _inductor_scalar_tail,
     _keep,
     _last_dim,
@@ -142,6 +143,7 @@ class _Interp:
         self.n_vec = n_vec
         self.threads = threads
         self.users = {}
+        self.inputs = set()  # graph inputs: loaded from memory, never an fp32 local buffer
         self.local_buffer_min = LOCAL_BUFFER_MIN
         self.scalar_tail = 0  # Inductor: elements of the scalar tail loop (None: undecided)
         self.has_where = False
@@ -287,9 +289,13 @@ class _Interp:
                     if base == "exp" and self.scalar_tail:  # the scalar tail's std::exp (libm expf)
                         r = self.inductor_tail(node, r, lambda: _unary32("exp", x, self.pe.tail_algo))
                 elif base in _UNARY:
-                    # eager unary kernels go through MKL VML (vsExp, vsErf, ...) when MKL is
-                    # present: modelled as correctly rounded fp32 (the residual is MKL's)
-                    r = _unary32(base, x, self.pe.unary_algo)
+                    # eager unary kernels: ATen's vml maps Vectorized<float> over every element
+                    # (16-bit tensors; fp32 without MKL); fp32 with MKL calls MKL VML, refused
+                    # by the preset's not_modelled unless a what-if algo is given
+                    algo = self.pe.unary_algo
+                    if algo in ("mkl_vml", "vec") or self.dt_of(node, 0) in _LOW:
+                        algo = self.pe.algorithms()[base]
+                    r = _unary32(base, x, algo)
                 else:  # log, sqrt: correctly rounded fp32
                     r = fn(x.astype(np.float64)).astype(np.float32)
                 return self.out(r, dt)
@@ -308,7 +314,8 @@ class _Interp:
                 if self.sw.algorithm == "aten" and self.pe.capability != "DEFAULT":
                     # eager's scalar tail loop calls libm expf (DEFAULT: every element does)
                     r = self.eager_tail(r, np.float32(1) / (np.float32(1)
-                                                            + _unary32("exp", -x, self.pe.tail_algo)))
+                                                            + _unary32("exp", -x, self.pe.tail_algo)),
+                                        self.dt_of(node, 0))
                 return self.out(r, dt)
             if base == "silu":
                 x = np.asarray(a[0], ft)
@@ -433,14 +440,16 @@ class _Interp:
             # 100% of bf16/fp16 rows of 100..100003 elements, 1 and 2 threads)
             return tail
         r = _rnd(body, dt)
-        mask = _scalar_tail_mask(int(np.prod(shape)), self.pe, self.threads).reshape(shape)
+        mask = _scalar_tail_mask(int(np.prod(shape)), self.pe, self.threads,
+                                 self.pe.alpha_step).reshape(shape)
         return np.where(mask, tail, r)
 
-    def eager_tail(self, vec, scalar):
+    def eager_tail(self, vec, scalar, fmt):
         """ATen's vectorised loop leaves the last ``numel mod step`` elements of each
-        parallel chunk to a scalar loop (measured step: 32 elements)."""
+        parallel chunk to a scalar loop (``TorchCpuEager.loop_step(fmt)``: 32 fp32 and
+        64 bf16/fp16 elements under AVX512, 16 and 32 under AVX2, measured)."""
         vec = np.asarray(vec)
-        mask = _scalar_tail_mask(vec.size, self.pe, self.threads).reshape(vec.shape)
+        mask = _scalar_tail_mask(vec.size, self.pe, self.threads, self.pe.loop_step(fmt)).reshape(vec.shape)
         return np.where(mask, scalar, vec)
 
     def gelu(self, x, approximate, dt):
@@ -461,13 +470,18 @@ class _Interp:
                 f = np.float32
                 inner = f(0.7978845608028654) * (x + f(0.044715) * ((x * x) * x))
                 return self.out((f(0.5) * x) * (f(1) + _unary32("tanh", inner, "glibc")), dt)
-            algo = self.pe.algorithms()["gelu" if approximate == "none" else "gelu_tanh"]
+            algo = self.pe.gelu_algo_for(dt) if approximate == "none" else "aten_vec"
             if algo is None:
                 raise NotModelled(f"eager gelu on oneDNN ISA {self.pe.onednn_isa!r}")
+            tail = "glibc" if self.pe.tail_algo == "glibc" else "aten_scalar"
+            if algo == "aten_vec" and approximate == "none" and self.pe.capability == "DEFAULT":
+                # ATen's scalar build: the generic Vectorized<float>::erf() calls std::erf on
+                # every element, the formula of the scalar loop (glibc erff, no FMA)
+                algo = tail
             r = np.asarray(k_gelu(x, fmt=FP32, approximate=approximate, algo=algo), np.float32)
             if algo == "aten_vec":
                 r = self.eager_tail(r, np.asarray(k_gelu(x, fmt=FP32, approximate=approximate,
-                                                         algo="aten_scalar"), np.float32))
+                                                         algo=tail), np.float32), dt)
         elif self.pi.scalar and approximate == "tanh":
             # Inductor's scalar C++ (generated code read): its decomposition without FMA
             # (-ffp-contract=off), (0.5x) * (tanhf(((x*x)*x*0.044715 + x) * 0.7978845608) + 1),
@@ -544,7 +558,7 @@ class _Interp:
         with np.errstate(all="ignore"):
             vec = _unary32("log1p", _unary32("exp", xb, self.vec_exp()), VEC_LOG1P) / b
             tail = _unary32("log1p", _unary32("exp", xb, self.pe.tail_algo), TAIL_LOG1P) / b
-        r = self.eager_tail(vec, tail)
+        r = self.eager_tail(vec, tail, dt)
         return self.out(np.where(xb > t, x, r), dt)
 
     def hardswish(self, x, dt):
@@ -615,14 +629,19 @@ class _Interp:
             return _keep(_rnd(s / np.float32(n), node.dtype), keep)
         n_vec = self.n_vec
         src = node.args[0]
-        if isinstance(src, Ref) and self.users.get(src.name, 0) > 1 and n >= self.local_buffer_min:
+        if (isinstance(src, Ref) and src.name not in self.inputs and self.users.get(src.name, 0) > 1
+                and n >= self.local_buffer_min):
             # the reduced value is also used later: Inductor keeps it in an fp32 local
             # buffer and that loop is tiled by fp32 (16 lanes), measured for softmax
             n_vec = 1
         s = _sum32(x, self.pi.reduce_order(n_vec=n_vec, threads=self.threads))
         if base == "sum":
             return _keep(self.store(s, node.dtype), keep)
-        return _keep(self.store(s / np.float32(n), node.dtype), keep)
+        # Inductor lowers mean as an fp32 sum buffer; the division and the conversion to
+        # the node dtype are pointwise, inlined at each use (generated code read: a 16-bit
+        # mean feeding a broadcast op is never rounded unless emulate_precision_casts;
+        # a graph output is rounded at its store)
+        return _keep(self.out(s / np.float32(n), node.dtype), keep)
 
     def var_mean(self, node, a, kw):
         x = np.asarray(a[0])
@@ -685,9 +704,9 @@ class _Interp:
                                 widen=self.dt_of(node, 0) in _LOW)
 
 
-def _scalar_tail_mask(numel: int, preset: TorchCpuEager, threads: int) -> np.ndarray:
-    """Elements of a flat contiguous 16-bit binary op that ATen computes in the scalar loop:
-    the last ``len mod elementwise_step`` of every ``at::parallel_for`` chunk."""
+def _scalar_tail_mask(numel: int, preset: TorchCpuEager, threads: int, step: int) -> np.ndarray:
+    """Elements of a flat contiguous elementwise op that ATen computes in the scalar loop:
+    the last ``len mod step`` of every ``at::parallel_for`` chunk."""
     mask = np.zeros(numel, dtype=bool)
     if numel < preset.grain_size or threads <= 1:
         bounds = [(0, numel)]
@@ -696,7 +715,7 @@ def _scalar_tail_mask(numel: int, preset: TorchCpuEager, threads: int) -> np.nda
         cs = -(-numel // nt)
         bounds = [(s, min(s + cs, numel)) for s in range(0, numel, cs)]
     for lo, hi in bounds:
-        t = (hi - lo) % preset.elementwise_step
+        t = (hi - lo) % step
         mask[hi - t:hi] = True
     return mask
 
@@ -812,10 +831,16 @@ def predict(trace: TorchTrace, inputs=None, *, mode: str = "eager", preset=None,
     threads = 1 if switches.fp64 else _threads(pi)
     it = _Interp(switches, pe, pi, dts, n_vec=2 if low else 1, threads=threads)
     if switches.algorithm == "inductor" and not switches.fp64:
+        if switches.promotion == "fused" and not pi.emulate_precision_casts:
+            why = _inductor_realized_low(nodes, ph, outs, {**{p.name: p.dtype for p in ph},
+                                                           **{n.name: n.dtype for n in nodes}})
+            if why:
+                raise NotModelled(why)
         # scalar C++ (no vector ISA) has no vector loop: every element is the scalar code's
         it.scalar_tail = 0 if pi.scalar else _inductor_scalar_tail(nodes, ph, outs, pi.lanes * it.n_vec)
         it.has_where = any(n.op.startswith("where") for n in nodes)
     it.users = {}
+    it.inputs = {p.name for p in ph}
     for n in nodes:
         for r in n.refs():
             it.users[r] = it.users.get(r, 0) + 1
