@@ -270,3 +270,37 @@ def test_onednn_avx2_gelu_accuracy_and_exp():
     want = 0.5 * g64 * (1 + erf_ref(g64 / np.sqrt(2)))
     assert np.all(np.abs(got - want) <= np.abs(g64) * 0.5 * (1.5e-7 + 8 * 2.0**-23) + 1e-45)
     assert onednn_gelu_erf_avx2(np.array([10.0, -10.0], np.float32)).tolist() == [10.0, -0.0]
+
+
+def test_detect_onednn_dtypes_rule():
+    """Which dtypes ATen hands to oneDNN for F.gelu, on given flags and caps (measured on
+    Sapphire Rapids under ONEDNN_MAX_CPU_ISA: fp16 from AVX512_CORE_FP16, bf16 from
+    AVX512_CORE; tests/test_torch_machines.py checks the predictions under each)."""
+    from numlab.torch.presets import detect_onednn_dtypes
+
+    spr = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "avx512_fp16"}
+    zen5 = spr - {"avx512_fp16"}
+    assert detect_onednn_dtypes(spr, "ALL", mkldnn=True) == ("fp32", "bf16", "fp16")
+    assert detect_onednn_dtypes(spr, "AVX512_CORE_FP16", mkldnn=True) == ("fp32", "bf16", "fp16")
+    assert detect_onednn_dtypes(spr, "AVX512_CORE_BF16", mkldnn=True) == ("fp32", "bf16")
+    assert detect_onednn_dtypes(spr, "AVX512_CORE", mkldnn=True) == ("fp32", "bf16")
+    assert detect_onednn_dtypes(spr, "AVX2", mkldnn=True) == ("fp32",)
+    assert detect_onednn_dtypes(zen5, "ALL", mkldnn=True) == ("fp32", "bf16")  # AMD Zen 5
+    assert detect_onednn_dtypes({"avx2", "fma"}, "ALL", mkldnn=True) == ("fp32",)  # AMD Zen 3
+    assert detect_onednn_dtypes(spr, "ALL", mkldnn=False) == ()
+
+
+def test_describe_machine_names_every_deciding_path(torch):
+    """The header printed by reports names ATen's capability, Inductor's ISA and lanes,
+    oneDNN's ISA and the kernel per dtype, the BLAS and the unary math library."""
+    from numlab.torch.presets import describe_machine, detect_blas, detect_onednn_dtypes
+
+    m = describe_machine()
+    h = m.header()
+    assert f"ATen capability {m.capability}" in h and f"Inductor {m.inductor_isa} ({m.inductor_lanes}" in h
+    assert m.onednn_dtypes == detect_onednn_dtypes()
+    if m.mkldnn:
+        for d in ("fp32", "bf16", "fp16"):
+            assert f"{d} {'oneDNN' if d in m.onednn_dtypes else 'ATen'}" in h
+    assert f"BLAS {detect_blas()['detail']}" in h and "fp32 unary exp/tanh/erf: " in h
+    assert detect_blas()["library"] in torch.__config__.show().lower() or detect_blas()["library"] == "openblas"

@@ -27,17 +27,16 @@ The numerics are :mod:`numlab.kernels`' (one engine): sums are
 ``expf`` (``"sleef_u10"``: sigmoid, softmax, compiled ``exp``), SLEEF ``tanhf``
 (``"sleef"``: compiled ``tanh``), ATen's vectorised A&S ``erf``
 (``"aten_vec"``: compiled gelu/erf) and oneDNN's gelu_erf (``"onednn"`` on
-oneDNN avx512_core, ``"onednn_avx2"`` on avx2: eager ``F.gelu``) bit for bit; eager unary ``exp``/``tanh``/``erf`` (MKL VML) and
-the libm calls of scalar tail loops are modelled as correctly rounded fp32
-(``"exact"``): they may differ by an ulp -- the faithfulness table reports it.
+oneDNN avx512_core, ``"onednn_avx2"`` on avx2: eager ``F.gelu`` of the dtypes oneDNN
+takes) bit for bit, and glibc's ``expf``/``erff``/``log1pf`` in the scalar tail loops
+(``"glibc"``); eager unary fp32 ``exp``/``tanh``/``erf`` call MKL VML and are refused.
 softplus (eager: ATen's ``softplus_kernel``; compiled: exp/log1p/where), ``log1p``
 and hardswish (a true division by 6, eager and compiled) are bit for bit:
 ``Vectorized<float>::log1p()`` is SLEEF ``log1pf_u10`` (``numlab.kernels.algorithms.log1p``
 ``algo="sleef_u10"``), ``std::log1p`` of the scalar loops glibc's ``log1pf``
 (``algo="glibc"``); Inductor runs a kernel's tail in such a scalar loop when its
 ``where`` share exceeds 0.12 and the tail is at most half a vector
-(:func:`_inductor_scalar_tail`).  libm ``expf`` in those loops is modelled as
-correctly rounded (measured 99.92% of tail elements).
+(:func:`_inductor_scalar_tail`), with glibc ``expf`` there.
 Inductor without a vector ISA (``InductorCpu.scalar``, e.g. under
 ``ATEN_CPU_CAPABILITY=default``) generates scalar C++ (read in the generated code):
 the same fp32 expressions, reductions as one sequential fp32 sum from ``+0``
@@ -47,9 +46,16 @@ What stays here is what a KernelSpec does not express: the ATen graph walk,
 per-op scalar conversion rules, the scalar tails of vectorised loops, ATen's
 ``RowwiseMoments`` (layer norm) and the fp64 reference mode.
 
+Inductor keeps a 16-bit ``mean`` inside a kernel as its fp32 sum divided in fp32 (the
+conversion to the dtype is a pointwise op of its users, generated code read).
+
 Not modelled (raise :class:`NotModelled` rather than guess): the paths the
-presets flag (``TorchCpuEager.not_modelled``: exp/tanh/erf/silu, ATen's gelu,
-softmax and layer norm under ATen's ``DEFAULT`` capability, oneDNN ISAs below avx2),
+presets flag (``TorchCpuEager.not_modelled``: eager fp32 exp/tanh/erf through MKL VML,
+exp/tanh/erf/silu under ATen's ``DEFAULT`` capability, oneDNN ISAs below avx2,
+libm tails on a C library other than glibc 2.27-2.40), a 16-bit value Inductor
+stores to a buffer that other nodes read (a graph output, or a heavy value with
+several users: :func:`~numlab.torch._aten._inductor_realized_low`; whether a user
+reads the rounded buffer or the fp32 register follows the loop fusion),
 reductions over
 a dim other than the last, ATen's two-pass split of a single row longer than
 ``GRAIN_SIZE`` (32768) over threads, Inductor's ``var_mean`` split over

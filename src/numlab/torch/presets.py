@@ -21,13 +21,20 @@ What decides the bits (detected)
   (fp32 ``add(alpha)`` without FMA, 16-bit ``add(alpha)`` as ``fl16(x + fl16(a' y))``
   on every element), and sigmoid with glibc ``expf`` (``vec_exp="glibc"``, bit for
   bit), softmax (8-lane generic ``reduce_all``, glibc ``expf``) and
-  ``F.gelu(approximate="tanh")``, layer norm (``RowwiseMoments`` without FMA);
-  exp/tanh/erf/silu and ATen's gelu (mkldnn off) are not (``NotModelled``).
-* oneDNN's ISA, which eager ``F.gelu`` (``approximate="none"``) runs on:
+  ATen's gelu in both approximations (the scalar formulas without FMA, glibc
+  ``erff``/``tanhf`` on every element), layer norm (``RowwiseMoments`` without FMA);
+  exp/tanh/erf/silu are not (``NotModelled``).
+* oneDNN's ISA, which eager ``F.gelu`` (``approximate="none"``) runs on, per dtype:
   oneDNN picks it from the CPU and ``ONEDNN_MAX_CPU_ISA`` (measured: it ignores
   ``ATEN_CPU_CAPABILITY``).  ``avx512_core`` and up: the minimax kernel
   (``algo="onednn"``); ``avx2``: Abramowitz & Stegun with oneDNN's own exp
-  (``algo="onednn_avx2"``); both bit for bit in fp32, bf16 and fp16.
+  (``algo="onednn_avx2"``).  ATen hands fp32 to oneDNN always, bf16 from
+  ``avx512_core``, fp16 only from ``avx512_core_fp16`` (:func:`detect_onednn_dtypes`;
+  an AMD Zen 5 or ``ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16`` keeps fp16 in ATen's own
+  kernel, an AVX2 oneDNN bf16 and fp16); each path bit for bit.
+* The BLAS (:func:`detect_blas`: MKL here; OpenBLAS's ``OPENBLAS_CORETYPE`` where
+  torch uses it) and the fp32 unary math library (MKL VML): reported; no predicted
+  torch op calls the BLAS, and eager fp32 exp/tanh/erf through MKL VML are refused.
 * Inductor's vector ISA ``torch._inductor.cpu_vec_isa.pick_vec_isa()``
   (follows ``ATEN_CPU_CAPABILITY``): its fp32 lanes (16 avx512, 8 avx2); no
   vector ISA (``default``) means scalar C++ (:attr:`InductorCpu.scalar`): one
@@ -66,11 +73,14 @@ ATen eager (``TorchCpuEager``)
   ``fl32(sum / n)`` (a true division).  ``amax``/``amin``: exact.
 * Transcendental functions: vectorised code calls SLEEF's ``expf_u10``
   (sigmoid, softmax, erf's exp; ``numlab.kernels.exp(algo="sleef_u10")``,
-  bit for bit) with libm in the scalar tails; the unary
-  ``exp``/``tanh`` kernels are not SLEEF (measured: 90%/99% agreement) but
-  ATen's VML path (MKL VML in this build, per ATen's sources), modelled as
-  correctly rounded fp32 (98.9% agreement: the residual in the faithfulness
-  table); ``F.gelu`` runs oneDNN's minimax gelu_erf (modelled bit for bit);
+  bit for bit) with glibc's libm in the scalar tails (the last ``numel mod step``
+  elements of each chunk, ``step`` two ``Vectorized<scalar_t>``: 32 fp32 / 64 16-bit
+  elements under AVX512, 16 / 32 under AVX2; bit for bit); the unary fp32
+  ``exp``/``tanh``/``erf`` kernels are MKL VML (measured 96.7-99.2% against correctly
+  rounded fp32, 90.6% against SLEEF): refused; their 16-bit kernels map SLEEF
+  ``expf``/``tanhf`` and ATen's A&S ``erf`` over every element (100% of 2^20);
+  ``F.gelu`` runs oneDNN's gelu_erf where oneDNN takes the dtype, else ATen's
+  kernel (A&S erf, glibc ``erff`` in the tail; bit for bit);
   ``F.gelu(approximate="tanh")`` runs ATen's kernel with
   ``x + kappa*x^3`` contracted to an FMA and SLEEF ``tanhf`` (bit for bit).
 * Softmax: 16-lane sum (its AVX512 build: 100% vs 61-79% with 8 lanes;
