@@ -100,7 +100,14 @@ from ._aten import (
     _welford_rows,
 )
 from .bridge import Ref, TorchTrace, _is_num, as_numpy, import_torch
-from .presets import _LOW, InductorCpu, TorchCpuEager, inductor_cpu, torch_cpu_eager
+from .presets import (
+    _LOW,
+    InductorCpu,
+    TorchCpuEager,
+    glibc_math_unmodelled,
+    inductor_cpu,
+    torch_cpu_eager,
+)
 
 __all__ = ["predict", "Prediction", "NotModelled", "TORCH_MODES", "run_torch", "compile_fn", "Switches",
            "EAGER", "COMPILED", "TORCH_SOURCES"]
@@ -536,6 +543,9 @@ class _Interp:
             return vec
         if tail == 0:
             return vec
+        why = glibc_math_unmodelled()
+        if why is not None:
+            raise NotModelled(f"Inductor aten.{node.op}: its scalar tail loop calls libm: {why}")
         vec = np.array(vec, copy=True)
         flat = vec.reshape(-1)
         flat[flat.size - tail:] = np.asarray(scalar(), np.float32).reshape(-1)[flat.size - tail:]
