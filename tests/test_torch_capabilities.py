@@ -185,10 +185,10 @@ def _get(cap, tmp_path_factory):
 def _unmodelled(cap: str, op: str, dt: str, mkl_vml: bool) -> str | None:
     """The words the ``NotModelled`` message of a knowingly refused (capability, op,
     dtype) eager path contains, or None when the path is modelled: fp32 exp/tanh/erf in
-    a build with MKL (MKL VML), and exp/tanh/erf of any dtype on ATen's scalar build."""
+    a build with MKL (MKL VML), and fp32 exp/tanh/erf on ATen's scalar build without it."""
     if op in VML and dt == "fp32" and mkl_vml:
         return "MKL VML"
-    if cap == "default" and op in VML:
+    if cap == "default" and op in VML and dt == "fp32":
         return "DEFAULT"
     return None
 

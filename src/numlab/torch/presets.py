@@ -22,8 +22,9 @@ What decides the bits (detected)
   on every element), and sigmoid with glibc ``expf`` (``vec_exp="glibc"``, bit for
   bit), softmax (8-lane generic ``reduce_all``, glibc ``expf``) and
   ATen's gelu in both approximations (the scalar formulas without FMA, glibc
-  ``erff``/``tanhf`` on every element), layer norm (``RowwiseMoments`` without FMA);
-  exp/tanh/erf/silu are not (``NotModelled``).
+  ``erff``/``tanhf`` on every element), layer norm (``RowwiseMoments`` without FMA),
+  bf16/fp16 exp/tanh/erf (glibc on every element); fp32 exp/tanh/erf and silu are not
+  (``NotModelled``).
 * oneDNN's ISA, which eager ``F.gelu`` (``approximate="none"``) runs on, per dtype:
   oneDNN picks it from the CPU and ``ONEDNN_MAX_CPU_ISA`` (measured: it ignores
   ``ATEN_CPU_CAPABILITY``).  ``avx512_core`` and up: the minimax kernel
@@ -328,8 +329,12 @@ class TorchCpuEager:
                 return f"eager {op}'s scalar tail loop calls libm: {why}"
         if self.capability == "DEFAULT":
             why = glibc_math_unmodelled()
-            if why is not None and op in ("sigmoid", "softmax", "gelu"):
+            if why is not None and op in ("sigmoid", "softmax", "gelu", "exp", "tanh", "erf"):
                 return f"eager {op} on {path} calls libm: {why}"
+            if op in ("exp", "tanh", "erf") and fmt in _LOW:
+                # the 16-bit kernels map the generic Vectorized<float>, std::exp/tanh/erf on
+                # every element: glibc (measured on every bf16 and fp16 input)
+                return None
             if op == "gelu":
                 # ATen's scalar formulas, no FMA, glibc tanhf / erff on every element (the
                 # generic Vectorized<float> maps std::tanh / std::erf; measured 100%)
@@ -342,6 +347,9 @@ class TorchCpuEager:
     def algorithms(self) -> dict:
         """The math routines of the vectorised kernels, as ``numlab.kernels`` ``algo=`` names
         (``gelu``: ``approximate="none"``; ``gelu_tanh``: ``approximate="tanh"``)."""
+        if self.capability == "DEFAULT":  # the generic Vectorized<float> calls libm per element
+            return {"exp": self.vec_exp, "tanh": "glibc", "erf": "glibc", "gelu": self.gelu_algo,
+                    "gelu_tanh": "aten_vec"}
         return {"exp": self.vec_exp, "tanh": "sleef", "erf": "aten_vec", "gelu": self.gelu_algo,
                 "gelu_tanh": "aten_vec"}
 
@@ -517,7 +525,8 @@ def glibc_math_unmodelled(version="detect") -> str | None:
 
 DEFAULT_NOT_MODELLED = ("exp", "tanh", "erf", "silu", "log")
 """Eager ops not modelled under ATen's ``DEFAULT`` capability (measured 40-99% with the
-vector-build models, 87-99% with glibc's).  ATen's own gelu is modelled there in both
+vector-build models, 87-99% with glibc's), except exp/tanh/erf of bf16/fp16 tensors: glibc's
+``expf``/``tanhf``/``erff`` on every element, bit for bit on every 16-bit input.  ATen's own gelu is modelled there in both
 approximations: the scalar formulas without FMA, glibc ``erff``/``tanhf``."""
 _SOFTMAX_LANES = {"AVX512": 16, "AVX2": 8, "DEFAULT": 8}
 _LOOP_STEP = {"AVX512": 32, "AVX2": 16, "DEFAULT": 16}  # two Vectorized<float> (generic: 32 bytes)
