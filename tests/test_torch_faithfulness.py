@@ -454,3 +454,18 @@ def test_compile_fn_cache_is_bounded_and_per_function(torch):
         compile_fn(f)
     assert compile_fn(fns[-1]) is compile_fn(fns[-1])
     assert compile_fn(first) is not a                            # evicted, compiled again
+
+
+@pytest.mark.parametrize("dt", ["bf16", "fp16"])
+def test_16bit_unary_exp_tanh_erf_on_every_input(torch, dt):
+    """Eager bf16/fp16 exp/tanh/erf (ATen's vml maps Vectorized<float> over every element,
+    partial vectors included): every 16-bit input, plus a 37-element tail, bit for bit."""
+    from numlab.torch import from_torch, predict
+
+    bits = np.arange(65536, dtype=np.uint16)
+    xs = bits.view(np.float16).astype(np.float32) if dt == "fp16" else (bits.astype(np.uint32) << 16).view(np.float32)
+    x = _t(torch, np.concatenate([xs, xs[:37]]), dt)
+    for fn in (torch.exp, torch.tanh, torch.erf):
+        got = fn(x).float().numpy()
+        p = predict(from_torch(fn, (x,)), (x,), mode="eager").outputs[0]
+        assert np.array_equal(p, got, equal_nan=True), (fn.__name__, int(np.sum(p != got)))
