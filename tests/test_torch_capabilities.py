@@ -15,11 +15,10 @@ shared cache would hand one capability's kernels to another):
   ``expf``/``tanhf``/``erff``, all modelled bit for bit).
 
 The subprocess reports, per case, the path the presets detected and the bitwise
-share against real torch; the tests assert each share against that path (never
-against fixed words).  Paths numlab knowingly does not model are
-``xfail(strict=True)``: they compare torch with the nearest modelled path (the AVX2
-preset) and turn red when it starts to match.  A capability the CPU cannot run is
-skipped with the reason printed.
+share against real torch, or the ``NotModelled`` message; every case is 100% bitwise
+or refused, and the refused ones are exactly those :func:`_unmodelled` lists.  A
+capability the CPU cannot run is skipped with the reason printed
+(``tests/test_torch_machines.py`` simulates oneDNN's ISAs as well).
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ except ImportError:  # pragma: no cover - Windows
 import numpy as np
 import pytest
 
-from numlab.torch.presets import DEFAULT_NOT_MODELLED, detect_onednn_isa
+from numlab.torch.presets import detect_onednn_isa
 
 pytestmark = pytest.mark.torch
 
@@ -55,6 +54,7 @@ from numlab.torch.presets import describe_machine
 compiled_wanted = sys.argv[1] == "1"
 pe, pi = torch_cpu_eager(), inductor_cpu()
 out = {"capability": pe.capability, "onednn_isa": pe.onednn_isa, "gelu": pe.gelu_algo,
+       "mkl_vml": pe.unary_algo == "mkl_vml",
        "softmax_lanes": pe.softmax_lanes, "lanes": pi.lanes, "vec_isa": pi.vec_isa,
        "machine": describe_machine().header(), "rows": {}}
 TD = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -79,7 +79,6 @@ def score(p, t, dt):
     return [float(np.mean(same)), float(np.max(ulp_gap(p, t, dt)))]
 
 rng = np.random.default_rng(12)
-near = torch_cpu_eager(capability="AVX2", onednn_isa="avx2", fma_alpha=True)
 for dt in ("fp32", "bf16", "fp16"):
     t = lambda a: torch.from_numpy(a).to(TD[dt])
     x = t(normal(rng, (8, 100), dt, 3.0))
@@ -96,8 +95,6 @@ for dt in ("fp32", "bf16", "fp16"):
             row["eager"] = score(predict(tr, args[name], mode="eager").outputs[0], want, dt)
         except NotModelled as e:
             row["eager"] = str(e)
-            # the nearest modelled path: the AVX2 preset (what the xfail tests compare)
-            row["nearest"] = score(predict(tr, args[name], mode="eager", preset=near).outputs[0], want, dt)
         out["rows"][f"{name}/{dt}"] = row
     for fn, gargs, names in ((pointwise, (x,), POINTWISE), (reductions, (a, b, c, d, w, bias),
                                                               ("sum", "mean", "softmax", "layer_norm"))):
@@ -125,8 +122,7 @@ CAPS = {
 }
 OPS = ("gelu", "gelu_tanh", "sigmoid", "exp", "tanh", "erf", "sum", "mean", "softmax", "layer_norm", "alpha")
 DTYPES = ("fp32", "bf16", "fp16")
-# eager unary exp/tanh/erf go through MKL VML, modelled as correctly rounded fp32: the
-# residual (a few percent of fp32 elements, <= 1 ulp) is stated, as in the faithfulness table
+# eager unary exp/tanh/erf: fp32 goes through MKL VML in a build with MKL (refused)
 VML = ("exp", "tanh", "erf")
 _RUNS: dict = {}
 
@@ -186,32 +182,22 @@ def _get(cap, tmp_path_factory):
     return res
 
 
-def _unmodelled(cap: str, op: str, dt: str) -> str | None:
-    """The reason a (capability, op, dtype) eager path is knowingly not modelled."""
-    if cap != "default":
-        return None
-    if op == "gelu_tanh":  # F.gelu(approximate="tanh"): modelled on DEFAULT too
-        return None
-    key = {"softmax": "_softmax", "layer_norm": "native_layer_norm"}.get(op, op)
-    if key in DEFAULT_NOT_MODELLED:
-        return f"ATen DEFAULT (scalar build) eager {op} {dt}: not modelled (NotModelled raised)"
+def _unmodelled(cap: str, op: str, dt: str, mkl_vml: bool) -> str | None:
+    """The words the ``NotModelled`` message of a knowingly refused (capability, op,
+    dtype) eager path contains, or None when the path is modelled: fp32 exp/tanh/erf in
+    a build with MKL (MKL VML), and fp32 exp/tanh/erf on ATen's scalar build without it."""
+    if op in VML and dt == "fp32" and mkl_vml:
+        return "MKL VML"
+    if cap == "default" and op in VML and dt == "fp32":
+        return "DEFAULT"
     return None
-
-
-# unmodelled DEFAULT paths on which the nearest model (AVX2's) is measured to differ from
-# torch on the test data (the others match it there -- 16-bit rounding hides the fp32
-# differences -- but are not claimed: their tests only check that NotModelled is raised)
-DEFAULT_DIFFERS = {(op, "fp32") for op in ("exp", "tanh", "erf")}
 
 
 def _cases():
     for cap in CAPS:
         for op in OPS:
             for dt in DTYPES:
-                why = _unmodelled(cap, op, dt)
-                marks = ([pytest.mark.xfail(strict=True, reason=why + "; the AVX2 model differs")]
-                         if why and (op, dt) in DEFAULT_DIFFERS else [])
-                yield pytest.param(cap, op, dt, id=f"{cap}-{op}-{dt}", marks=marks)
+                yield pytest.param(cap, op, dt, id=f"{cap}-{op}-{dt}")
 
 
 def test_capability_detection(torch, tmp_path_factory):
@@ -228,26 +214,13 @@ def test_capability_detection(torch, tmp_path_factory):
 def test_capability_case(torch, tmp_path_factory, cap, op, dt):
     res = _get(cap, tmp_path_factory)
     row = res["rows"][f"{op}/{dt}"]
-    if _unmodelled(cap, op, dt):
-        assert isinstance(row["eager"], str) and "DEFAULT" in row["eager"], row  # NotModelled raised
-        print(f"{cap} {op} {dt}: NotModelled; the AVX2 model matches {row['nearest'][0]:.2%}")
-        if (op, dt) in DEFAULT_DIFFERS:
-            # the nearest modelled path does not match torch (measured): this assert fails,
-            # and the strict xfail turns red when it starts to pass
-            assert row["nearest"][0] == 1.0, (cap, op, dt, row)
-        return
-    if isinstance(row["eager"], str) and "oneDNN avx2 under ATen capability" in row["eager"]:
-        # the preset detected oneDNN's avx2 kernel under another ATen capability (an AVX2-only
-        # CPU, or ONEDNN_MAX_CPU_ISA=AVX2, running the DEFAULT subprocess): it declares fp16
-        # gelu there not modelled and predict raised NotModelled naming it -- never a guess
+    words = _unmodelled(cap, op, dt, res["mkl_vml"])
+    if words:
+        assert isinstance(row["eager"], str) and words in row["eager"], row  # NotModelled raised
         print(f"{cap} {op} {dt}: NotModelled ({row['eager']})")
-        return
-    assert not isinstance(row["eager"], str), row["eager"]
-    share, max_ulp = row["eager"]
-    if op in VML and dt == "fp32":
-        assert share >= 0.97 and max_ulp <= 1.0, (cap, op, dt, row)
     else:
-        assert share == 1.0, (cap, op, dt, row)
+        assert not isinstance(row["eager"], str), row["eager"]  # modelled: not refused
+        assert row["eager"][0] == 1.0, (cap, op, dt, row)
     if "compiled" in row:
         assert row["compiled"][0] == 1.0, (cap, op, dt, row)
 
@@ -297,3 +270,37 @@ def test_onednn_avx2_gelu_accuracy_and_exp():
     want = 0.5 * g64 * (1 + erf_ref(g64 / np.sqrt(2)))
     assert np.all(np.abs(got - want) <= np.abs(g64) * 0.5 * (1.5e-7 + 8 * 2.0**-23) + 1e-45)
     assert onednn_gelu_erf_avx2(np.array([10.0, -10.0], np.float32)).tolist() == [10.0, -0.0]
+
+
+def test_detect_onednn_dtypes_rule():
+    """Which dtypes ATen hands to oneDNN for F.gelu, on given flags and caps (measured on
+    Sapphire Rapids under ONEDNN_MAX_CPU_ISA: fp16 from AVX512_CORE_FP16, bf16 from
+    AVX512_CORE; tests/test_torch_machines.py checks the predictions under each)."""
+    from numlab.torch.presets import detect_onednn_dtypes
+
+    spr = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "avx512_fp16"}
+    zen5 = spr - {"avx512_fp16"}
+    assert detect_onednn_dtypes(spr, "ALL", mkldnn=True) == ("fp32", "bf16", "fp16")
+    assert detect_onednn_dtypes(spr, "AVX512_CORE_FP16", mkldnn=True) == ("fp32", "bf16", "fp16")
+    assert detect_onednn_dtypes(spr, "AVX512_CORE_BF16", mkldnn=True) == ("fp32", "bf16")
+    assert detect_onednn_dtypes(spr, "AVX512_CORE", mkldnn=True) == ("fp32", "bf16")
+    assert detect_onednn_dtypes(spr, "AVX2", mkldnn=True) == ("fp32",)
+    assert detect_onednn_dtypes(zen5, "ALL", mkldnn=True) == ("fp32", "bf16")  # AMD Zen 5
+    assert detect_onednn_dtypes({"avx2", "fma"}, "ALL", mkldnn=True) == ("fp32",)  # AMD Zen 3
+    assert detect_onednn_dtypes(spr, "ALL", mkldnn=False) == ()
+
+
+def test_describe_machine_names_every_deciding_path(torch):
+    """The header printed by reports names ATen's capability, Inductor's ISA and lanes,
+    oneDNN's ISA and the kernel per dtype, the BLAS and the unary math library."""
+    from numlab.torch.presets import describe_machine, detect_blas, detect_onednn_dtypes
+
+    m = describe_machine()
+    h = m.header()
+    assert f"ATen capability {m.capability}" in h and f"Inductor {m.inductor_isa} ({m.inductor_lanes}" in h
+    assert m.onednn_dtypes == detect_onednn_dtypes()
+    if m.mkldnn:
+        for d in ("fp32", "bf16", "fp16"):
+            assert f"{d} {'oneDNN' if d in m.onednn_dtypes else 'ATen'}" in h
+    assert f"BLAS {detect_blas()['detail']}" in h and "fp32 unary exp/tanh/erf: " in h
+    assert detect_blas()["library"] in torch.__config__.show().lower() or detect_blas()["library"] == "openblas"

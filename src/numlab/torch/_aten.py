@@ -119,6 +119,73 @@ def _inductor_scalar_tail(nodes, inputs, outs, lanes: int):
     return 0
 
 
+INDUCTOR_HEAVY_OPS = ("exp", "log", "log10", "log1p", "log2", "sigmoid", "tanh")
+"""``StorageBox.should_realize_on_reuse`` (torch 2.13, CPU): a pointwise value with more
+than one user is stored to a buffer when its inlined expression uses one of these ops,
+reads more than ``realize_reads_threshold`` (4) buffers or is a large inner function."""
+INDUCTOR_REALIZE_READS = 4
+INDUCTOR_LARGE_INNER_FN = 30  # torch._inductor.config._realize_opcount_threshold_default
+
+
+def _inductor_realized_low(nodes, inputs, outs, dtypes) -> str | None:
+    """A 16-bit pointwise value Inductor stores to a buffer that other nodes of the graph
+    read, or None.  Inductor realizes a graph output, and a value with several users
+    whose expression is heavy (:data:`INDUCTOR_HEAVY_OPS`, more than
+    :data:`INDUCTOR_REALIZE_READS` reads, a large inner function); a consumer fused in
+    the loop that stores it uses the fp32 register, one in a later loop loads the value
+    rounded to fp16/bf16 (generated code read: ``e = exp(x - amax(x)); e / e.sum()``
+    sums the fp32 ``e`` and divides the stored bf16 ``e``).  Which consumer is which
+    follows Inductor's loop fusion, not modelled: named here so that predicting
+    refuses (without ``emulate_precision_casts``, which rounds every such value)."""
+    by_name = {n.name: n for n in nodes}
+    names_in = {p.name for p in inputs}
+    users = {}
+    for n in nodes:
+        for r in set(n.refs()):
+            users.setdefault(r, set()).add(n.name)
+
+    def expr(name, seen):
+        """(ops, reads, heavy) of the inlined expression of ``name``."""
+        n = by_name.get(name)
+        if name in names_in or n is None or n.op == "constant":
+            return 0, 1, False
+        base = n.op.split(".")[0].rstrip("_")
+        if base in _REDUCING:
+            return 0, 1, False  # a reduction is its own buffer: one read
+        ops, reads, heavy = (0 if base in _POINTWISE_MOVES else 1), 0, base in INDUCTOR_HEAVY_OPS
+        for r in n.refs():
+            if r in seen:
+                continue
+            seen.add(r)
+            o, rd, h = expr(r, seen)
+            ops, reads, heavy = ops + o, reads + rd, heavy or h
+        return ops, reads, heavy
+
+    out_set = set(outs)
+    for n in nodes:
+        base = n.op.split(".")[0].rstrip("_")
+        if dtypes.get(n.name) not in _LOW or not users.get(n.name):
+            continue
+        if base == "mean" and n.name in out_set:
+            # the mean's buffer is the fp32 sum; the division and the 16-bit conversion are a
+            # pointwise output buffer that users load rounded or recompute in fp32 (measured:
+            # both, by the vector ISA)
+            return (f"Inductor's {dtypes[n.name]} mean {n.name} is a graph output that other nodes read: "
+                    "they load its rounded buffer or recompute it in fp32, as its loop fusion decides "
+                    "(not modelled; emulate_precision_casts=True is)")
+        if n.op == "constant" or base in _REDUCING or base in _POINTWISE_MOVES:
+            continue
+        ops, reads, heavy = expr(n.name, set())
+        many = len(users[n.name]) > 1
+        if n.name in out_set or (many and (heavy or reads > INDUCTOR_REALIZE_READS
+                                           or ops > INDUCTOR_LARGE_INNER_FN)):
+            why = "a graph output" if n.name in out_set else "used by several nodes, with a heavy expression"
+            return (f"Inductor stores the {dtypes[n.name]} value aten.{n.op} ({n.name}: {why}) to a buffer "
+                    "and its consumers read either the fp32 register or the rounded buffer, as its loop "
+                    "fusion decides (not modelled; emulate_precision_casts=True is)")
+    return None
+
+
 def _unary32(name: str, x, algo: str) -> np.ndarray:
     """``numlab.kernels.<name>(x, fmt=FP32, algo=algo)`` as a float32 array."""
     return np.asarray(_UNARY[name](np.asarray(x, np.float32), fmt=FP32, algo=algo), np.float32)

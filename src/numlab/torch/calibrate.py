@@ -107,6 +107,10 @@ def _suite():
     def rmsnorm(x, w):
         return F.rms_norm(x, (x.shape[-1],), w)
 
+    def centre_tanh(x):  # a row reduction feeding broadcast pointwise ops
+        y = torch.tanh((x - x.mean(-1, keepdim=True)) * 0.7)
+        return y * x.amax(-1, keepdim=True)
+
     # name -> (fn, number of inputs, data kind, transcendental?)
     return {
         "chain +-*/ scalars": (chain, 2, "normal", False),
@@ -122,12 +126,14 @@ def _suite():
         "softmax": (softmax, 1, "normal", True),
         "layernorm": (layernorm, 3, "normal", False),
         "rmsnorm": (rmsnorm, 2, "normal", False),
+        "mean/amax + broadcast tanh": (centre_tanh, 1, "normal", True),
     }
 
 
 SUITE = (
     "chain +-*/ scalars", "where, rsub, s/x, alpha", "tanh", "exp", "sigmoid", "gelu (erf)",
     "gelu (tanh)", "row sum", "row mean", "row amax", "softmax", "layernorm", "rmsnorm",
+    "mean/amax + broadcast tanh",
 )
 """The suite's cases, in table order."""
 
@@ -135,19 +141,19 @@ CASES = {
     "chain": "chain +-*/ scalars", "where": "where, rsub, s/x, alpha", "tanh": "tanh", "exp": "exp",
     "sigmoid": "sigmoid", "gelu": "gelu (erf)", "gelu_tanh": "gelu (tanh)", "sum": "row sum",
     "mean": "row mean", "amax": "row amax", "softmax": "softmax", "layernorm": "layernorm",
-    "rmsnorm": "rmsnorm",
+    "rmsnorm": "rmsnorm", "centre": "mean/amax + broadcast tanh",
 }
 """Short names of the suite's cases (``numlab calibrate --cases sum,gelu``)."""
 
 CAUSES = {
-    "tanh": "eager: MKL VML tanhf modelled as correctly rounded",
-    "exp": "eager: MKL VML vsExp modelled as correctly rounded",
+    "tanh": "eager fp32: MKL VML vsTanh, refused (NotModelled)",
+    "exp": "eager fp32: MKL VML vsExp, refused (NotModelled)",
     "softmax": "Inductor tiling of the exp-sum loop",
     "layernorm": "ATen RowwiseMoments FMA contraction (rstd)",
 }
 """Why a row may be below 100% (the residual's known source), by case."""
 
-_REDUCING = ("row sum", "row mean", "row amax", "softmax", "layernorm", "rmsnorm")
+_REDUCING = ("row sum", "row mean", "row amax", "softmax", "layernorm", "rmsnorm", "mean/amax + broadcast tanh")
 _CALIBRATION_MODES = ("eager", "compiled", "compiled+emulate")
 
 
@@ -220,7 +226,8 @@ def header() -> str:
     m = describe_machine()
     return (f"{m.header()}\n"
             f"presets: eager softmax lanes {pe.softmax_lanes}, ATen sum lanes {measure_aten_sum_lanes()} "
-            f"(measured), F.gelu {pe.gelu_algo or 'not modelled'}; compiled {pi.vec_isa} "
+            f"(measured), F.gelu {'/'.join(str(pe.gelu_algo_for(d)) for d in ('fp32', 'bf16', 'fp16'))} "
+            f"(fp32/bf16/fp16); compiled {pi.vec_isa} "
             f"{pi.lanes} lanes{' (scalar C++)' if pi.scalar else ''}"
             f"{' (not modelled)' if pi.not_modelled() else ''}")
 
@@ -242,11 +249,10 @@ def modelled_paths(name: str, dtype: str, shape, threads: int | None = None) -> 
         "where, rsub, s/x, alpha": (f"ATen {cap} elementwise; add(alpha) "
                                     f"{'FMA' if pe.fma_alpha else 'mul then add'}, scalar tail of "
                                     f"{pe.elementwise_step}"),
-        "tanh": f"ATen VML tanh ({pe.unary_algo}), libm tail ({pe.tail_algo})",
-        "exp": f"ATen VML exp ({pe.unary_algo}), libm tail ({pe.tail_algo})",
+        "tanh": f"ATen vml tanh ({'MKL VML' if dtype == 'fp32' and pe.unary_algo == 'mkl_vml' else 'SLEEF'})",
+        "exp": f"ATen vml exp ({'MKL VML' if dtype == 'fp32' and pe.unary_algo == 'mkl_vml' else pe.vec_exp})",
         "sigmoid": f"ATen {cap} Vectorized exp {pe.vec_exp}",
-        "gelu (erf)": (f"oneDNN {pe.onednn_isa} gelu_erf (algo {pe.gelu_algo})" if pe.onednn_gelu
-                       else "ATen gelu (algo aten_vec)"),
+        "gelu (erf)": f"{pe.gelu_path(dtype)} (algo {pe.gelu_algo_for(dtype)})",
         "gelu (tanh)": "ATen gelu tanh (algo aten_vec: FMA, SLEEF tanhf)",
         "row sum": f"ATen cascade_sum {order_e}",
         "row mean": f"ATen cascade_sum {order_e}, then / n",
@@ -254,13 +260,14 @@ def modelled_paths(name: str, dtype: str, shape, threads: int | None = None) -> 
         "softmax": f"ATen {cap} softmax: {pe.softmax_lanes}-lane sum, exp {pe.vec_exp}",
         "layernorm": f"ATen RowwiseMoments {pe.layernorm_lanes} lanes",
         "rmsnorm": f"pow, mean by {order_e}, rsqrt, mul",
+        "mean/amax + broadcast tanh": f"mean by {order_e}, amax, ATen vml tanh",
     }[name]
     red = name in _REDUCING
     isa = "scalar C++ (no vector ISA)" if pi.scalar else f"{pi.vec_isa} {pi.lanes} lanes"
     compiled = (f"Inductor {isa}"
                 + (f", {order_c}" if red and name != "row amax" else "")
                 + (f", exp {pi.vec_exp}" if name in ("sigmoid", "softmax", "exp") else "")
-                + (f", tanh {pi.vec_tanh}" if name in ("tanh", "gelu (tanh)") else "")
+                + (f", tanh {pi.vec_tanh}" if name in ("tanh", "gelu (tanh)", "mean/amax + broadcast tanh") else "")
                 + (f", gelu {pi.vec_gelu}" if name == "gelu (erf)" else ""))
     return {"eager": eager, "compiled": compiled}
 
@@ -269,18 +276,21 @@ def modelled_paths(name: str, dtype: str, shape, threads: int | None = None) -> 
 # capabilities and the measurement of one of them (in its own process)
 # ---------------------------------------------------------------------------
 
-CAPABILITIES = ("native", "avx512", "avx2", "default")
+CAPABILITIES = ("native", "avx512", "zen5", "avx2", "default")
 """What ``numlab calibrate --capabilities`` accepts: ``native`` (the process as it
-starts) and the ATen capabilities set through the environment."""
+starts), the ATen capabilities set through the environment, and ``zen5``: ATen
+avx512 with oneDNN capped at ``AVX512_CORE_BF16`` (an AMD Zen 5: no avx512_fp16, so
+fp16 gelu runs ATen's kernel)."""
 CAPABILITY_ENV = {
     "native": {},
     "avx512": {"ATEN_CPU_CAPABILITY": "avx512"},
+    "zen5": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"},
     "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
     "default": {"ATEN_CPU_CAPABILITY": "default"},
 }
 """The environment of each capability's subprocess (oneDNN ignores
 ``ATEN_CPU_CAPABILITY``: ``avx2`` also caps it with ``ONEDNN_MAX_CPU_ISA``)."""
-_REPORTED = {"avx512": "AVX512", "avx2": "AVX2", "default": "DEFAULT"}
+_REPORTED = {"avx512": "AVX512", "zen5": "AVX512", "avx2": "AVX2", "default": "DEFAULT"}
 
 REVEALED = ("torch.sum", "torch.compile(torch.sum)")
 """The reductions whose order is revealed per capability and dtype."""

@@ -30,19 +30,17 @@ The numerics are :mod:`numlab.kernels`' (one engine): sums are
 ``expf`` (``"sleef_u10"``: sigmoid, softmax, compiled ``exp``), SLEEF ``tanhf``
 (``"sleef"``: compiled ``tanh``), ATen's vectorised A&S ``erf``
 (``"aten_vec"``: compiled gelu/erf) and oneDNN's gelu_erf (``"onednn"`` on
-oneDNN avx512_core, ``"onednn_avx2"`` on avx2: eager ``F.gelu``) bit for bit; eager unary ``exp``/``tanh``/``erf`` (MKL VML) and
-the libm calls of scalar tail loops are modelled as correctly rounded fp32
-(``"exact"``): they may differ by an ulp -- the faithfulness table reports it.
+oneDNN avx512_core, ``"onednn_avx2"`` on avx2: eager ``F.gelu`` of the dtypes oneDNN
+takes) bit for bit, and glibc's ``expf``/``erff``/``log1pf`` in the scalar tail loops
+(``"glibc"``); eager unary fp32 ``exp``/``tanh``/``erf`` call MKL VML and are refused.
 softplus (eager: ATen's ``softplus_kernel``; compiled: exp/log1p/where), ``log1p``,
 mish (eager: ATen's ``mish_kernel``, its scalar tail by glibc ``expf``/``log1pf``/``tanhf``;
-compiled: Inductor's decomposition) and hardswish (a true division by 6, eager and
-compiled) are bit for bit:
+compiled: Inductor's decomposition) and hardswish (a true division by 6, eager and compiled) are bit for bit:
 ``Vectorized<float>::log1p()`` is SLEEF ``log1pf_u10`` (``numlab.kernels.algorithms.log1p``
 ``algo="sleef_u10"``), ``std::log1p`` of the scalar loops glibc's ``log1pf``
 (``algo="glibc"``); Inductor runs a kernel's tail in such a scalar loop when its
 ``where`` share exceeds 0.12 and the tail is at most half a vector
-(:func:`_inductor_scalar_tail`).  libm ``expf`` in those loops is modelled as
-correctly rounded (measured 99.92% of tail elements).
+(:func:`_inductor_scalar_tail`), with glibc ``expf`` there.
 Inductor without a vector ISA (``InductorCpu.scalar``, e.g. under
 ``ATEN_CPU_CAPABILITY=default``) generates scalar C++ (read in the generated code):
 the same fp32 expressions, reductions as one sequential fp32 sum from ``+0``
@@ -52,9 +50,16 @@ What stays here is what a KernelSpec does not express: the ATen graph walk,
 per-op scalar conversion rules, the scalar tails of vectorised loops, ATen's
 ``RowwiseMoments`` (layer norm).
 
+Inductor keeps a 16-bit ``mean`` inside a kernel as its fp32 sum divided in fp32 (the
+conversion to the dtype is a pointwise op of its users, generated code read).
+
 Not modelled (raise :class:`NotModelled` rather than guess): the paths the
-presets flag (``TorchCpuEager.not_modelled``: exp/tanh/erf/silu, ATen's gelu,
-softmax and layer norm under ATen's ``DEFAULT`` capability, oneDNN ISAs below avx2),
+presets flag (``TorchCpuEager.not_modelled``: eager fp32 exp/tanh/erf through MKL VML,
+exp/tanh/erf/silu under ATen's ``DEFAULT`` capability, oneDNN ISAs below avx2,
+libm tails on a C library other than glibc 2.27-2.40), a 16-bit value Inductor
+stores to a buffer that other nodes read (a graph output, or a heavy value with
+several users: :func:`~numlab.torch._aten._inductor_realized_low`; whether a user
+reads the rounded buffer or the fp32 register follows the loop fusion),
 reductions over
 a dim other than the last, ATen's two-pass split of a single row longer than
 ``GRAIN_SIZE`` (32768) over threads, Inductor's ``var_mean`` split over
@@ -86,6 +91,7 @@ from ._aten import (
     _aten_layer_norm,
     _aten_softmax,
     _aten_sum,
+    _inductor_realized_low,
     _inductor_scalar_tail,
     _keep,
     _last_dim,
@@ -98,7 +104,14 @@ from ._aten import (
     _welford_rows,
 )
 from .bridge import _CLAMP, _LOGIC, Ref, TorchTrace, _is_num, as_numpy, import_torch
-from .presets import _LOW, InductorCpu, TorchCpuEager, inductor_cpu, torch_cpu_eager
+from .presets import (
+    _LOW,
+    InductorCpu,
+    TorchCpuEager,
+    glibc_math_unmodelled,
+    inductor_cpu,
+    torch_cpu_eager,
+)
 
 __all__ = ["predict", "Prediction", "NotModelled", "TORCH_MODES", "run_torch", "compile_fn", "Switches",
            "EAGER", "COMPILED", "TORCH_SOURCES"]
@@ -143,6 +156,7 @@ class _Interp:
         self.n_vec = n_vec
         self.threads = threads
         self.users = {}
+        self.inputs = set()  # graph inputs: loaded from memory, never an fp32 local buffer
         self.local_buffer_min = LOCAL_BUFFER_MIN
         self.scalar_tail = 0  # Inductor: elements of the scalar tail loop (None: undecided)
         self.has_where = False
@@ -280,9 +294,13 @@ class _Interp:
                     if base == "exp" and self.scalar_tail:  # the scalar tail's std::exp (libm expf)
                         r = self.inductor_tail(node, r, lambda: _unary32("exp", x, self.pe.tail_algo))
                 elif base in _UNARY:
-                    # eager unary kernels go through MKL VML (vsExp, vsErf, ...) when MKL is
-                    # present: modelled as correctly rounded fp32 (the residual is MKL's)
-                    r = _unary32(base, x, self.pe.unary_algo)
+                    # eager unary kernels: ATen's vml maps Vectorized<float> over every element
+                    # (16-bit tensors; fp32 without MKL); fp32 with MKL calls MKL VML, refused
+                    # by the preset's not_modelled unless a what-if algo is given
+                    algo = self.pe.unary_algo
+                    if algo in ("mkl_vml", "vec") or self.dt_of(node, 0) in _LOW:
+                        algo = self.pe.algorithms()[base]
+                    r = _unary32(base, x, algo)
                 else:  # log, sqrt: correctly rounded fp32
                     r = fn(x.astype(np.float64)).astype(np.float32)
                 return self.out(r, dt)
@@ -297,7 +315,8 @@ class _Interp:
                 if self.sw.algorithm == "aten" and self.pe.capability != "DEFAULT":
                     # eager's scalar tail loop calls libm expf (DEFAULT: every element does)
                     r = self.eager_tail(r, np.float32(1) / (np.float32(1)
-                                                            + _unary32("exp", -x, self.pe.tail_algo)))
+                                                            + _unary32("exp", -x, self.pe.tail_algo)),
+                                        self.dt_of(node, 0))
                 return self.out(r, dt)
             if base == "silu":
                 x = np.asarray(a[0], ft)
@@ -420,14 +439,16 @@ class _Interp:
             # 100% of bf16/fp16 rows of 100..100003 elements, 1 and 2 threads)
             return tail
         r = _rnd(body, dt)
-        mask = _scalar_tail_mask(int(np.prod(shape)), self.pe, self.threads).reshape(shape)
+        mask = _scalar_tail_mask(int(np.prod(shape)), self.pe, self.threads,
+                                 self.pe.alpha_step).reshape(shape)
         return np.where(mask, tail, r)
 
-    def eager_tail(self, vec, scalar):
+    def eager_tail(self, vec, scalar, fmt):
         """ATen's vectorised loop leaves the last ``numel mod step`` elements of each
-        parallel chunk to a scalar loop (measured step: 32 elements)."""
+        parallel chunk to a scalar loop (``TorchCpuEager.loop_step(fmt)``: 32 fp32 and
+        64 bf16/fp16 elements under AVX512, 16 and 32 under AVX2, measured)."""
         vec = np.asarray(vec)
-        mask = _scalar_tail_mask(vec.size, self.pe, self.threads).reshape(vec.shape)
+        mask = _scalar_tail_mask(vec.size, self.pe, self.threads, self.pe.loop_step(fmt)).reshape(vec.shape)
         return np.where(mask, scalar, vec)
 
     def gelu(self, x, approximate, dt):
@@ -443,13 +464,18 @@ class _Interp:
                 f = np.float32
                 inner = f(0.7978845608028654) * (x + f(0.044715) * ((x * x) * x))
                 return self.out((f(0.5) * x) * (f(1) + _unary32("tanh", inner, "glibc")), dt)
-            algo = self.pe.algorithms()["gelu" if approximate == "none" else "gelu_tanh"]
+            algo = self.pe.gelu_algo_for(dt) if approximate == "none" else "aten_vec"
             if algo is None:
                 raise NotModelled(f"eager gelu on oneDNN ISA {self.pe.onednn_isa!r}")
+            tail = "glibc" if self.pe.tail_algo == "glibc" else "aten_scalar"
+            if algo == "aten_vec" and approximate == "none" and self.pe.capability == "DEFAULT":
+                # ATen's scalar build: the generic Vectorized<float>::erf() calls std::erf on
+                # every element, the formula of the scalar loop (glibc erff, no FMA)
+                algo = tail
             r = np.asarray(k_gelu(x, fmt=FP32, approximate=approximate, algo=algo), np.float32)
             if algo == "aten_vec":
                 r = self.eager_tail(r, np.asarray(k_gelu(x, fmt=FP32, approximate=approximate,
-                                                         algo="aten_scalar"), np.float32))
+                                                         algo=tail), np.float32), dt)
         elif self.pi.scalar and approximate == "tanh":
             # Inductor's scalar C++ (generated code read): its decomposition without FMA
             # (-ffp-contract=off), (0.5x) * (tanhf(((x*x)*x*0.044715 + x) * 0.7978845608) + 1),
@@ -496,6 +522,9 @@ class _Interp:
             return vec
         if tail == 0:
             return vec
+        why = glibc_math_unmodelled()
+        if why is not None:
+            raise NotModelled(f"Inductor aten.{node.op}: its scalar tail loop calls libm: {why}")
         vec = np.array(vec, copy=True)
         flat = vec.reshape(-1)
         flat[flat.size - tail:] = np.asarray(scalar(), np.float32).reshape(-1)[flat.size - tail:]
@@ -520,7 +549,7 @@ class _Interp:
         with np.errstate(all="ignore"):
             vec = _unary32("log1p", _unary32("exp", xb, self.vec_exp()), VEC_LOG1P) / b
             tail = _unary32("log1p", _unary32("exp", xb, self.pe.tail_algo), TAIL_LOG1P) / b
-        r = self.eager_tail(vec, tail)
+        r = self.eager_tail(vec, tail, dt)
         return self.out(np.where(xb > t, x, r), dt)
 
     def mish(self, x, dt):
@@ -607,14 +636,19 @@ class _Interp:
             return _keep(_rnd(s / np.float32(n), node.dtype), keep)
         n_vec = self.n_vec
         src = node.args[0]
-        if isinstance(src, Ref) and self.users.get(src.name, 0) > 1 and n >= self.local_buffer_min:
+        if (isinstance(src, Ref) and src.name not in self.inputs and self.users.get(src.name, 0) > 1
+                and n >= self.local_buffer_min):
             # the reduced value is also used later: Inductor keeps it in an fp32 local
             # buffer and that loop is tiled by fp32 (16 lanes), measured for softmax
             n_vec = 1
         s = _sum32(x, self.pi.reduce_order(n_vec=n_vec, threads=self.threads))
         if base == "sum":
             return _keep(self.store(s, node.dtype), keep)
-        return _keep(self.store(s / np.float32(n), node.dtype), keep)
+        # Inductor lowers mean as an fp32 sum buffer; the division and the conversion to
+        # the node dtype are pointwise, inlined at each use (generated code read: a 16-bit
+        # mean feeding a broadcast op is never rounded unless emulated_casts;
+        # a graph output is rounded at its store)
+        return _keep(self.out(s / np.float32(n), node.dtype), keep)
 
     def var_mean(self, node, a, kw):
         x = np.asarray(a[0])
@@ -660,9 +694,9 @@ class _Interp:
                                 widen=self.dt_of(node, 0) in _LOW)
 
 
-def _scalar_tail_mask(numel: int, preset: TorchCpuEager, threads: int) -> np.ndarray:
-    """Elements of a flat contiguous 16-bit binary op that ATen computes in the scalar loop:
-    the last ``len mod elementwise_step`` of every ``at::parallel_for`` chunk."""
+def _scalar_tail_mask(numel: int, preset: TorchCpuEager, threads: int, step: int) -> np.ndarray:
+    """Elements of a flat contiguous elementwise op that ATen computes in the scalar loop:
+    the last ``len mod step`` of every ``at::parallel_for`` chunk."""
     mask = np.zeros(numel, dtype=bool)
     if numel < preset.grain_size or threads <= 1:
         bounds = [(0, numel)]
@@ -671,7 +705,7 @@ def _scalar_tail_mask(numel: int, preset: TorchCpuEager, threads: int) -> np.nda
         cs = -(-numel // nt)
         bounds = [(s, min(s + cs, numel)) for s in range(0, numel, cs)]
     for lo, hi in bounds:
-        t = (hi - lo) % preset.elementwise_step
+        t = (hi - lo) % step
         mask[hi - t:hi] = True
     return mask
 
@@ -789,11 +823,17 @@ def predict(trace: TorchTrace, inputs=None, *, mode: str = "eager", preset=None,
     low = any(p.dtype in _LOW for p in ph)
     threads = _threads(pi)
     it = _Interp(switches, pe, pi, dts, n_vec=2 if low else 1, threads=threads)
-    if switches.algorithm == "inductor":
+    if switches.algorithm == "inductor" and not switches.fp64:
+        if switches.promotion == "fused" and not pi.emulated_casts:
+            why = _inductor_realized_low(nodes, ph, outs, {**{p.name: p.dtype for p in ph},
+                                                           **{n.name: n.dtype for n in nodes}})
+            if why:
+                raise NotModelled(why)
         # scalar C++ (no vector ISA) has no vector loop: every element is the scalar code's
         it.scalar_tail = 0 if pi.scalar else _inductor_scalar_tail(nodes, ph, outs, pi.lanes * it.n_vec)
         it.has_where = any(n.op.startswith("where") for n in nodes)
     it.users = {}
+    it.inputs = {p.name for p in ph}
     for n in nodes:
         for r in n.refs():
             it.users[r] = it.users.get(r, 0) + 1

@@ -21,13 +21,21 @@ What decides the bits (detected)
   (fp32 ``add(alpha)`` without FMA, 16-bit ``add(alpha)`` as ``fl16(x + fl16(a' y))``
   on every element), and sigmoid with glibc ``expf`` (``vec_exp="glibc"``, bit for
   bit), softmax (8-lane generic ``reduce_all``, glibc ``expf``) and
-  ``F.gelu(approximate="tanh")``, layer norm (``RowwiseMoments`` without FMA);
-  exp/tanh/erf/silu and ATen's gelu (mkldnn off) are not (``NotModelled``).
-* oneDNN's ISA, which eager ``F.gelu`` (``approximate="none"``) runs on:
+  ATen's gelu in both approximations (the scalar formulas without FMA, glibc
+  ``erff``/``tanhf`` on every element), layer norm (``RowwiseMoments`` without FMA),
+  bf16/fp16 exp/tanh/erf (glibc on every element); fp32 exp/tanh/erf and silu are not
+  (``NotModelled``).
+* oneDNN's ISA, which eager ``F.gelu`` (``approximate="none"``) runs on, per dtype:
   oneDNN picks it from the CPU and ``ONEDNN_MAX_CPU_ISA`` (measured: it ignores
   ``ATEN_CPU_CAPABILITY``).  ``avx512_core`` and up: the minimax kernel
   (``algo="onednn"``); ``avx2``: Abramowitz & Stegun with oneDNN's own exp
-  (``algo="onednn_avx2"``); both bit for bit in fp32, bf16 and fp16.
+  (``algo="onednn_avx2"``).  ATen hands fp32 to oneDNN always, bf16 from
+  ``avx512_core``, fp16 only from ``avx512_core_fp16`` (:func:`detect_onednn_dtypes`;
+  an AMD Zen 5 or ``ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16`` keeps fp16 in ATen's own
+  kernel, an AVX2 oneDNN bf16 and fp16); each path bit for bit.
+* The BLAS (:func:`detect_blas`: MKL here; OpenBLAS's ``OPENBLAS_CORETYPE`` where
+  torch uses it) and the fp32 unary math library (MKL VML): reported; no predicted
+  torch op calls the BLAS, and eager fp32 exp/tanh/erf through MKL VML are refused.
 * Inductor's vector ISA ``torch._inductor.cpu_vec_isa.pick_vec_isa()``
   (follows ``ATEN_CPU_CAPABILITY``): its fp32 lanes (16 avx512, 8 avx2); no
   vector ISA (``default``) means scalar C++ (:attr:`InductorCpu.scalar`): one
@@ -66,11 +74,14 @@ ATen eager (``TorchCpuEager``)
   ``fl32(sum / n)`` (a true division).  ``amax``/``amin``: exact.
 * Transcendental functions: vectorised code calls SLEEF's ``expf_u10``
   (sigmoid, softmax, erf's exp; ``numlab.kernels.exp(algo="sleef_u10")``,
-  bit for bit) with libm in the scalar tails; the unary
-  ``exp``/``tanh`` kernels are not SLEEF (measured: 90%/99% agreement) but
-  ATen's VML path (MKL VML in this build, per ATen's sources), modelled as
-  correctly rounded fp32 (98.9% agreement: the residual in the faithfulness
-  table); ``F.gelu`` runs oneDNN's minimax gelu_erf (modelled bit for bit);
+  bit for bit) with glibc's libm in the scalar tails (the last ``numel mod step``
+  elements of each chunk, ``step`` two ``Vectorized<scalar_t>``: 32 fp32 / 64 16-bit
+  elements under AVX512, 16 / 32 under AVX2; bit for bit); the unary fp32
+  ``exp``/``tanh``/``erf`` kernels are MKL VML (measured 96.7-99.2% against correctly
+  rounded fp32, 90.6% against SLEEF): refused; their 16-bit kernels map SLEEF
+  ``expf``/``tanhf`` and ATen's A&S ``erf`` over every element (100% of 2^20);
+  ``F.gelu`` runs oneDNN's gelu_erf where oneDNN takes the dtype, else ATen's
+  kernel (A&S erf, glibc ``erff`` in the tail; bit for bit);
   ``F.gelu(approximate="tanh")`` runs ATen's kernel with
   ``x + kappa*x^3`` contracted to an FMA and SLEEF ``tanhf`` (bit for bit).
 * Softmax: 16-lane sum (its AVX512 build: 100% vs 61-79% with 8 lanes;
@@ -126,6 +137,8 @@ __all__ = [
     "detect_cpu_capability",
     "measure_aten_sum_lanes",
     "detect_onednn_isa",
+    "detect_onednn_dtypes",
+    "detect_blas",
     "measure_onednn_isa",
     "detect_inductor_isa",
     "describe_machine",
@@ -152,10 +165,16 @@ class TorchCpuEager:
     sum_lanes : int
         fp32 lanes of the ``cascade_sum`` kernel's ``Vectorized<float>`` (8).
     elementwise_step : int
-        Elements per vectorised-loop step of elementwise kernels (32, measured
-        for fp16 ``add`` with alpha and fp32 ``sigmoid``); the last ``len mod
-        32`` elements of each parallel chunk run the scalar loop (libm
-        ``expf``/``erff`` instead of SLEEF, two roundings in ``add(alpha)``).
+        fp32 elements per vectorised-loop step of ``cpu_kernel_vec`` (two
+        ``Vectorized<float>``: 32 under AVX512, 16 under AVX2; :func:`torch_cpu_eager`
+        sets it from ``capability``); a 16-bit kernel steps over two
+        ``Vectorized<Half/BFloat16>``, twice as many elements (:meth:`loop_step`;
+        measured for sigmoid and gelu, fp32/bf16/fp16, both capabilities).  The last
+        ``len mod step`` elements of each parallel chunk run the scalar loop (libm
+        ``expf``/``erff`` instead of SLEEF).
+    alpha_step : int
+        The step of the 16-bit ``add(x, y, alpha)`` kernel (32 under AVX512 and AVX2,
+        measured): its scalar tail rounds twice.
     softmax_lanes : int
         fp32 lanes of the softmax kernel's sum vector: 16 where ATen
         dispatches its AVX512 build, 8 for AVX2 (both measured, the latter
@@ -175,8 +194,13 @@ class TorchCpuEager:
     onednn_gelu : bool
         ``F.gelu(x)`` (erf form) runs oneDNN's kernel (measured True when
         ``torch.backends.mkldnn`` is enabled, the default); False models
-        ATen's own kernel (``algo="aten_vec"``, ``"aten_scalar"`` in the
+        ATen's own kernel (``algo="aten_vec"``, glibc's ``erff`` in the
         scalar tail), what runs with mkldnn off.
+    onednn_dtypes : tuple
+        The dtypes whose eager ``F.gelu`` ATen hands to oneDNN
+        (:func:`detect_onednn_dtypes`): fp32 always, bf16 where oneDNN runs at least
+        ``avx512_core``, fp16 where it runs ``avx512_core_fp16`` (measured with
+        ``ONEDNN_MAX_CPU_ISA``); the others run ATen's own kernel.
     onednn_isa : {"avx512_core", "avx2", "other"}
         oneDNN's dispatch ISA (:func:`detect_onednn_isa`): ``avx512_core`` runs
         the minimax gelu_erf (``algo="onednn"``), ``avx2`` Abramowitz & Stegun
@@ -186,12 +210,18 @@ class TorchCpuEager:
         ``Vectorized<float>::exp()`` of the fused kernels (sigmoid, silu,
         softmax): ``"sleef_u10"`` (SLEEF ``expf_u10``, measured bit for bit).
     unary_algo : str
-        The unary ``exp``/``tanh``/``erf`` kernels (ATen's VML path, MKL VML
-        in this build): ``"exact"``, correctly rounded fp32 (measured 90-99%
-        agreement; the residual is MKL's).
+        The unary ``exp``/``tanh``/``erf`` kernels (ATen's ``vml`` path):
+        ``"mkl_vml"`` (a build with MKL: fp32 calls MKL's ``vsExp``/``vsTanh``/``vsErf``,
+        not modelled -- 96.7-99.2% agreement with correctly rounded fp32 --, so
+        predicting fp32 raises ``NotModelled``; bf16/fp16 map ``Vectorized<float>``
+        over every element: SLEEF exp/tanh, ATen's A&S erf, measured 100% of 2^20
+        elements); ``"vec"`` (no MKL: every dtype maps ``Vectorized<float>``);
+        ``"exact"``/``"glibc"``: what-if models of fp32.
     tail_algo : str
         ``exp``/``tanh``/``erf`` of the scalar tail loops (libm ``expf``,
-        ``tanhf``, ``erff``): ``"exact"`` (correctly rounded model).
+        ``tanhf``, ``erff``): ``"glibc"`` (bit for bit on the glibc versions of
+        :data:`GLIBC_MODELLED`; other C libraries are not modelled), or ``"exact"``
+        (correctly rounded, a what-if).
     capability : {"AVX512", "AVX2", "DEFAULT"}
         ATen's CPU dispatch level the preset describes
         (``torch.backends.cpu.get_cpu_capability()``; :func:`torch_cpu_eager`
@@ -203,6 +233,7 @@ class TorchCpuEager:
     name: str = "torch_cpu_eager"
     sum_lanes: int = 8
     elementwise_step: int = 32
+    alpha_step: int = 32
     softmax_lanes: int = 16
     layernorm_lanes: int = 8
     grain_size: int = 32768
@@ -211,17 +242,18 @@ class TorchCpuEager:
     fma_alpha: bool = True
     onednn_gelu: bool = True
     onednn_isa: str = "avx512_core"
+    onednn_dtypes: tuple = ("fp32", "bf16", "fp16")
     capability: str = "AVX512"
     vec_exp: str = "sleef_u10"
-    unary_algo: str = "exact"
-    tail_algo: str = "exact"
+    unary_algo: str = "mkl_vml"
+    tail_algo: str = "glibc"
 
     def __post_init__(self):
         if self.capability not in CAPABILITIES:
             raise ValueError(f"capability={self.capability!r} is not modelled; choose one of {CAPABILITIES}")
         if self.onednn_isa not in ONEDNN_ISAS:
             raise ValueError(f"onednn_isa={self.onednn_isa!r} is not valid; choose one of {ONEDNN_ISAS}")
-        for k in ("sum_lanes", "softmax_lanes", "layernorm_lanes", "elementwise_step"):
+        for k in ("sum_lanes", "softmax_lanes", "layernorm_lanes", "elementwise_step", "alpha_step"):
             v = getattr(self, k)
             if not isinstance(v, int) or v < 1 or v & (v - 1):
                 raise ValueError(f"{k}={v!r} is not valid; choose a power of two >= 1 (measured: "
@@ -231,10 +263,14 @@ class TorchCpuEager:
         if not isinstance(self.threads, int) or self.threads < 0:
             raise ValueError(f"threads={self.threads!r} is not valid; choose an int >= 0 (0 = torch's)")
         parse_algo(self.vec_exp, EXP_ALGOS, "vec_exp")
-        for k in ("unary_algo", "tail_algo"):  # one name for exp, tanh and erf alike
-            v = getattr(self, k)
-            if v not in set(EXP_ALGOS) & set(TANH_ALGOS) & set(ERF_ALGOS):
-                raise ValueError(f"{k}={v!r} is not valid; valid choices: ['exact']")
+        common = sorted(set(EXP_ALGOS) & set(TANH_ALGOS) & set(ERF_ALGOS))  # exp, tanh and erf alike
+        if self.tail_algo not in common:
+            raise ValueError(f"tail_algo={self.tail_algo!r} is not valid; valid choices: {common}")
+        if self.unary_algo not in ("mkl_vml", "vec", *common):
+            raise ValueError(f"unary_algo={self.unary_algo!r} is not valid; valid choices: "
+                             f"{['mkl_vml', 'vec', *common]}")
+        if not set(self.onednn_dtypes) <= set(_FLOATS):
+            raise ValueError(f"onednn_dtypes={self.onednn_dtypes!r} is not valid; choose a subset of {_FLOATS}")
         rules = dict(self.scalar_rules)
         if set(rules) != set(dict(SCALAR_RULES)) or not set(rules.values()) <= {"storage", "opmath"}:
             raise ValueError(f"scalar_rules={self.scalar_rules!r} is not valid; give each of "
@@ -247,37 +283,63 @@ class TorchCpuEager:
         """ATen's ``sum`` order for a tensor of dtype ``storage`` (16-bit loads widen)."""
         return AtenCascade(self.sum_lanes, storage in _LOW)
 
+    def loop_step(self, fmt: str = "fp32") -> int:
+        """Elements per step of ``cpu_kernel_vec``'s vector loop for ``fmt`` tensors
+        (two ``Vectorized<scalar_t>``): ``elementwise_step``, doubled for bf16/fp16."""
+        return self.elementwise_step * (2 if fmt in _LOW else 1)
+
     @property
     def gelu_algo(self) -> str | None:
-        """``F.gelu`` (``approximate="none"``): ``"onednn"`` (oneDNN avx512_core),
+        """``F.gelu`` (``approximate="none"``) of fp32: ``"onednn"`` (oneDNN avx512_core),
         ``"onednn_avx2"`` (oneDNN avx2) or ATen's ``"aten_vec"`` (mkldnn off); None
         when oneDNN runs an ISA numlab does not model.  ``approximate="tanh"`` always
-        runs ATen's kernel (``"aten_vec"``)."""
-        if not self.onednn_gelu:
+        runs ATen's kernel (``"aten_vec"``).  Other dtypes: :meth:`gelu_algo_for`."""
+        return self.gelu_algo_for("fp32")
+
+    def gelu_algo_for(self, fmt: str) -> str | None:
+        """``F.gelu`` (``approximate="none"``) of a ``fmt`` tensor: oneDNN's kernel where
+        ATen hands ``fmt`` to oneDNN (``onednn_dtypes``), else ATen's ``"aten_vec"``."""
+        if not self.onednn_gelu or fmt not in self.onednn_dtypes:
             return "aten_vec"
         return _ONEDNN_GELU.get(self.onednn_isa)
+
+    def gelu_path(self, fmt: str) -> str:
+        """Words for the kernel eager ``F.gelu`` runs on ``fmt`` (reports)."""
+        if self.gelu_algo_for(fmt) == "aten_vec":
+            why = "mkldnn off" if not self.onednn_gelu else f"oneDNN does not take {fmt} here"
+            return f"ATen gelu ({why})"
+        return f"oneDNN {self.onednn_isa} gelu_erf"
 
     def not_modelled(self, op: str, fmt: str = "fp32", approximate: str = "none") -> str | None:
         """Why eager ``aten.<op>`` on a ``fmt`` tensor is not modelled on this preset's
         path, or None when it is (``approximate``: gelu's; ``op="alpha"``: add/sub
         with ``alpha``)."""
         path = f"ATen capability {self.capability}"
-        if op == "gelu" and approximate == "none" and self.onednn_gelu:
-            if self.gelu_algo is None:
+        if op == "gelu" and approximate == "none" and self.gelu_algo_for(fmt) != "aten_vec":
+            if self.gelu_algo_for(fmt) is None:
                 return (f"eager gelu runs oneDNN's {self.onednn_isa!r} kernel (oneDNN ISA "
                         f"{self.onednn_isa}); numlab models oneDNN avx512_core and avx2")
-            if self.onednn_isa == "avx2" and self.capability != "AVX2" and fmt == "fp16":
-                return (f"eager fp16 gelu with oneDNN avx2 under ATen capability {self.capability} "
-                        "(a mixed setting: measured 98.6-99.998% with the avx2 model)")
             return None
+        if op in ("exp", "tanh", "erf") and fmt == "fp32" and self.unary_algo == "mkl_vml":
+            return (f"eager fp32 {op} runs MKL VML (vs{op.capitalize()}), whose bits numlab does not "
+                    "model (96.7-99.2% agree with correctly rounded fp32)")
+        if self.tail_algo == "glibc" and op in ("sigmoid", "gelu", "softplus") and self.capability != "DEFAULT":
+            why = glibc_math_unmodelled()
+            if why is not None:
+                return f"eager {op}'s scalar tail loop calls libm: {why}"
         if self.capability == "DEFAULT":
             why = glibc_math_unmodelled()
-            if why is not None and op in ("sigmoid", "softmax", "gelu"):
+            if why is not None and op in ("sigmoid", "softmax", "gelu", "exp", "tanh", "erf"):
                 return f"eager {op} on {path} calls libm: {why}"
-            if op == "gelu" and approximate == "tanh":
-                return None  # ATen's scalar formula, no FMA, glibc tanhf (measured 100%)
-            key = "gelu_tanh" if op == "gelu" else op
-            if key in DEFAULT_NOT_MODELLED:
+            if op in ("exp", "tanh", "erf") and fmt in _LOW:
+                # the 16-bit kernels map the generic Vectorized<float>, std::exp/tanh/erf on
+                # every element: glibc (measured on every bf16 and fp16 input)
+                return None
+            if op == "gelu":
+                # ATen's scalar formulas, no FMA, glibc tanhf / erff on every element (the
+                # generic Vectorized<float> maps std::tanh / std::erf; measured 100%)
+                return None
+            if op in DEFAULT_NOT_MODELLED:
                 return (f"eager {op} on {path} (ATen's scalar build: libm calls and "
                         "the generic Vectorized loops are not modelled)")
         return None
@@ -285,6 +347,9 @@ class TorchCpuEager:
     def algorithms(self) -> dict:
         """The math routines of the vectorised kernels, as ``numlab.kernels`` ``algo=`` names
         (``gelu``: ``approximate="none"``; ``gelu_tanh``: ``approximate="tanh"``)."""
+        if self.capability == "DEFAULT":  # the generic Vectorized<float> calls libm per element
+            return {"exp": self.vec_exp, "tanh": "glibc", "erf": "glibc", "gelu": self.gelu_algo,
+                    "gelu_tanh": "aten_vec"}
         return {"exp": self.vec_exp, "tanh": "sleef", "erf": "aten_vec", "gelu": self.gelu_algo,
                 "gelu_tanh": "aten_vec"}
 
@@ -456,19 +521,21 @@ def glibc_math_unmodelled(version="detect") -> str | None:
     return None
 
 
-DEFAULT_NOT_MODELLED = ("exp", "tanh", "erf", "silu", "gelu_tanh", "log")
+DEFAULT_NOT_MODELLED = ("exp", "tanh", "erf", "silu", "log")
 """Eager ops not modelled under ATen's ``DEFAULT`` capability (measured 40-99% with the
-vector-build models, 87-99% with glibc's; ``gelu_tanh``: ATen's gelu with
-``approximate="none"`` and mkldnn off -- ``approximate="tanh"`` is modelled: ATen's
-scalar formula without FMA and glibc ``tanhf``)."""
+vector-build models, 87-99% with glibc's), except exp/tanh/erf of bf16/fp16 tensors: glibc's
+``expf``/``tanhf``/``erff`` on every element, bit for bit on every 16-bit input.  ATen's own gelu is modelled there in both
+approximations: the scalar formulas without FMA, glibc ``erff``/``tanhf``."""
 _SOFTMAX_LANES = {"AVX512": 16, "AVX2": 8, "DEFAULT": 8}
+_LOOP_STEP = {"AVX512": 32, "AVX2": 16, "DEFAULT": 16}  # two Vectorized<float> (generic: 32 bytes)
+_FLOATS = ("fp32", "bf16", "fp16")
 _ONEDNN_GELU = {"avx512_core": "onednn", "avx2": "onednn_avx2"}
 # oneDNN's ONEDNN_MAX_CPU_ISA values in increasing order (oneDNN's dnnl_cpu_isa_t names)
 _ONEDNN_ORDER = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI",
                  "AVX512_CORE_BF16", "AVX10_1_512", "AVX512_CORE_FP16", "AVX10_1_512_AMX",
                  "AVX512_CORE_AMX", "AVX10_1_512_AMX_FP16", "AVX512_CORE_AMX_FP16", "ALL", "DEFAULT")
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "avx512_fp16",
-             "amx_bf16", "amx_tile")
+             "amx_bf16", "amx_fp16", "amx_tile")
 """The /proc/cpuinfo flags :func:`describe_machine` reports (those that change a kernel)."""
 
 
@@ -479,6 +546,8 @@ def torch_cpu_eager(**overrides) -> TorchCpuEager:
     ``ATEN_CPU_CAPABILITY`` lowers), ``softmax_lanes`` from it (16 AVX512, 8 AVX2),
     ``onednn_isa`` (:func:`detect_onednn_isa`; oneDNN ignores
     ``ATEN_CPU_CAPABILITY``), ``onednn_gelu`` (mkldnn available and enabled),
+    ``onednn_dtypes`` (:func:`detect_onednn_dtypes`), ``unary_algo`` (``"mkl_vml"`` in a
+    build with MKL), ``elementwise_step`` (32 AVX512, 16 AVX2),
     ``fma_alpha`` (False under ``DEFAULT``: the scalar build has no FMA), ``vec_exp``
     (``"glibc"`` under ``DEFAULT``: the generic ``Vectorized<float>::exp()`` calls
     ``std::exp`` on every element).
@@ -495,7 +564,11 @@ def torch_cpu_eager(**overrides) -> TorchCpuEager:
         if "onednn_gelu" not in overrides:
             mk = torch.backends.mkldnn
             overrides["onednn_gelu"] = bool(mk.is_available() and mk.enabled)
+        overrides.setdefault("onednn_dtypes", detect_onednn_dtypes())
+        overrides.setdefault("unary_algo", "mkl_vml" if torch.backends.mkl.is_available() else "vec")
     cap = overrides.get("capability", TorchCpuEager.capability)
+    if "elementwise_step" not in overrides and cap in _LOOP_STEP:
+        overrides["elementwise_step"] = _LOOP_STEP[cap]
     if "softmax_lanes" not in overrides and cap in _SOFTMAX_LANES:
         overrides["softmax_lanes"] = _SOFTMAX_LANES[cap]
     if "fma_alpha" not in overrides and cap == "DEFAULT":
@@ -598,12 +671,65 @@ def detect_onednn_isa(flags: set | None = None, limit: str | None = None) -> str
     limit = _onednn_limit() if limit is None else limit.upper()
     if not flags:
         return "other"
-    rank = _ONEDNN_ORDER.index(limit) if limit in _ONEDNN_ORDER else len(_ONEDNN_ORDER)
+    rank = _onednn_rank(limit)
     if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags and rank >= _ONEDNN_ORDER.index("AVX512_CORE"):
         return "avx512_core"
     if {"avx2", "fma"} <= flags and rank >= _ONEDNN_ORDER.index("AVX2"):
         return "avx2"
     return "other"
+
+
+def _onednn_rank(limit: str | None) -> int:
+    return _ONEDNN_ORDER.index(limit) if limit in _ONEDNN_ORDER else len(_ONEDNN_ORDER)
+
+
+def detect_onednn_dtypes(flags: set | None = None, limit: str | None = None,
+                         mkldnn: bool | None = None) -> tuple:
+    """The dtypes whose eager ``F.gelu`` ATen hands to oneDNN in this process (ATen's
+    ``use_mkldnn``): fp32 whenever mkldnn is enabled; bf16 where oneDNN runs at least
+    ``avx512_core`` (``mkldnn_bf16_device_check``); fp16 where it runs
+    ``avx512_core_fp16`` (``mkldnn_fp16_device_check``: the CPU's avx512_fp16 and
+    ``ONEDNN_MAX_CPU_ISA`` at least ``AVX512_CORE_FP16``; measured: under
+    ``AVX512_CORE_BF16`` fp16 gelu is ATen's kernel bit for bit).  ``mkldnn`` None:
+    ``torch.backends.mkldnn`` when torch is importable, else True."""
+    flags = _cpu_flags() if flags is None else set(flags)
+    limit = _onednn_limit() if limit is None else limit.upper()
+    if mkldnn is None:
+        try:
+            mk = import_torch().backends.mkldnn
+            mkldnn = bool(mk.is_available() and mk.enabled)
+        except ImportError:
+            mkldnn = True
+    if not mkldnn:
+        return ()
+    out = ["fp32"]
+    if detect_onednn_isa(flags, limit) == "avx512_core":
+        out.append("bf16")
+        if "avx512_fp16" in (flags or set()) and _onednn_rank(limit) >= _ONEDNN_ORDER.index("AVX512_CORE_FP16"):
+            out.append("fp16")
+    return tuple(out)
+
+
+def detect_blas() -> dict:
+    """The BLAS torch was built with and what selects its kernels: ``{"library":
+    "mkl"|"openblas"|..., "detail": str}`` -- MKL's version and its
+    ``MKL_ENABLE_INSTRUCTIONS``/``MKL_CBWR`` settings, or OpenBLAS's
+    ``OPENBLAS_CORETYPE`` and threads (from ``torch.__config__.show()``)."""
+    torch = import_torch()
+    cfg = torch.__config__.show()
+    m = re.search(r"BLAS_INFO=([a-z0-9_]+)", cfg)
+    lib = m.group(1) if m else "unknown"
+    if lib == "mkl" or "Math Kernel Library" in cfg:
+        v = re.search(r"Math Kernel Library Version ([0-9.]+)", cfg)
+        env = {k: os.environ[k] for k in ("MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR") if os.environ.get(k)}
+        detail = f"MKL {v.group(1) if v else '?'}" + "".join(f", {k}={v}" for k, v in env.items())
+        return {"library": "mkl", "detail": detail, "coretype": ""}
+    if lib == "open":
+        lib = "openblas"
+    core = os.environ.get("OPENBLAS_CORETYPE", "")
+    th = os.environ.get("OPENBLAS_NUM_THREADS", "")
+    detail = f"{lib}, OPENBLAS_CORETYPE={core or '(CPU default)'}" + (f", {th} threads" if th else "")
+    return {"library": lib, "detail": detail, "coretype": core}
 
 
 def measure_onednn_isa(env: dict | None = None, timeout: float = 120) -> tuple[str, str]:
@@ -637,14 +763,26 @@ class Machine:
     onednn_isa: str
     onednn_limit: str
     mkldnn: bool
+    onednn_dtypes: tuple = ()
+    blas: str = ""
+    vml: str = ""
+    aten_limit: str = ""
 
     def header(self) -> str:
-        """Two lines: the machine, then what torch dispatches on it."""
+        """Three lines: the machine; what torch dispatches on it (ATen, Inductor,
+        oneDNN per dtype); the BLAS and the unary math library."""
+        lim = f" (ATEN_CPU_CAPABILITY={self.aten_limit})" if self.aten_limit else ""
+        if self.mkldnn:
+            per = ", ".join(f"{d} {'oneDNN' if d in self.onednn_dtypes else 'ATen'}"
+                            for d in ("fp32", "bf16", "fp16"))
+            dnn = f"{self.onednn_isa} (F.gelu: {per})"
+        else:
+            dnn = "off"
         return (f"machine: {self.cpu} | flags {' '.join(self.flags) or '(none of ' + ','.join(CPU_FLAGS) + ')'}\n"
-                f"torch {self.torch_version}, {self.threads} threads | ATen capability {self.capability} | "
-                f"Inductor {self.inductor_isa} ({self.inductor_lanes} fp32 lanes) | oneDNN "
-                f"{self.onednn_isa if self.mkldnn else 'off'}"
-                f"{' (ONEDNN_MAX_CPU_ISA=' + self.onednn_limit + ')' if self.onednn_limit else ''}")
+                f"torch {self.torch_version}, {self.threads} threads | ATen capability {self.capability}{lim} | "
+                f"Inductor {self.inductor_isa} ({self.inductor_lanes} fp32 lanes) | oneDNN {dnn}"
+                f"{' (ONEDNN_MAX_CPU_ISA=' + self.onednn_limit + ')' if self.onednn_limit else ''}\n"
+                f"BLAS {self.blas or 'unknown'} | fp32 unary exp/tanh/erf: {self.vml or 'unknown'}")
 
     def __str__(self) -> str:
         return self.header()
@@ -652,17 +790,22 @@ class Machine:
 
 def describe_machine() -> Machine:
     """The CPU model, the flags that change a kernel (:data:`CPU_FLAGS`), torch's
-    version and threads, ATen's capability, Inductor's vector ISA and lanes and
-    oneDNN's ISA (detected as the presets do).  Needs torch."""
+    version and threads, ATen's capability (and ``ATEN_CPU_CAPABILITY``), Inductor's
+    vector ISA and lanes, oneDNN's ISA and the dtypes it takes (``ONEDNN_MAX_CPU_ISA``
+    honoured), the BLAS (:func:`detect_blas`) and the fp32 unary math library
+    (detected as the presets do).  Needs torch."""
     torch = import_torch()
     flags = _cpu_flags() or set()
     isa, lanes = detect_inductor_isa()
     mk = torch.backends.mkldnn
+    vml = "MKL VML (not modelled)" if torch.backends.mkl.is_available() else "Vectorized<float> (SLEEF)"
     return Machine(cpu=_cpu_model(), flags=tuple(f for f in CPU_FLAGS if f in flags),
                    torch_version=str(torch.__version__), threads=int(torch.get_num_threads()),
                    capability=detect_cpu_capability(), inductor_isa=isa, inductor_lanes=lanes,
                    onednn_isa=detect_onednn_isa(), onednn_limit=_onednn_limit() or "",
-                   mkldnn=bool(mk.is_available() and mk.enabled))
+                   mkldnn=bool(mk.is_available() and mk.enabled), onednn_dtypes=detect_onednn_dtypes(),
+                   blas=detect_blas()["detail"], vml=vml,
+                   aten_limit=os.environ.get("ATEN_CPU_CAPABILITY", ""))
 
 
 def measure_aten_sum_lanes(candidates=(4, 8, 16), seed: int = 0) -> int:
