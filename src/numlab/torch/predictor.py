@@ -73,7 +73,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -117,7 +117,6 @@ __all__ = ["predict", "Prediction", "NotModelled", "TORCH_MODES", "run_torch", "
            "EAGER", "COMPILED", "TORCH_SOURCES"]
 
 TORCH_MODES = ("eager", "compiled", "fp64")
-TAIL_LIBM = "glibc"  # libm expf/tanhf of ATen's scalar loops, as numlab.kernels algo= (mish measured bit for bit)
 LOCAL_BUFFER_MIN = 0  # row length from which the local-buffer rule applies (0: measured for n = 16..2000)
 @dataclass(repr=False)
 class Prediction(Compact):
@@ -559,19 +558,16 @@ class _Interp:
         fp16/bf16 elements under AVX512, half that under AVX2) calls ``Vectorized<float>::exp/log1p/tanh``
         (SLEEF: ``vec_exp``, :data:`VEC_LOG1P`, ``"sleef"``); the scalar loop of the last
         ``numel mod step`` elements of each chunk libm ``expf``/``log1pf``/``tanhf``
-        (glibc, :data:`TAIL_LIBM`).  Inductor decomposes mish (exp/log1p/gt/where/tanh/mul,
+        (glibc, ``TorchCpuEager.tail_algo``).  Inductor decomposes mish (exp/log1p/gt/where/tanh/mul,
         op by op)."""
         if self.sw.algorithm != "aten":
             raise NotModelled("aten.mish inside Inductor's graph (it is decomposed)")
         self._default_capability("mish")
         with np.errstate(all="ignore"):
             vec = x * _unary32("tanh", _unary32("log1p", _unary32("exp", x, self.vec_exp()), VEC_LOG1P), "sleef")
-            tail = x * _unary32("tanh", _unary32("log1p", _unary32("exp", x, TAIL_LIBM), TAIL_LOG1P), TAIL_LIBM)
-        # two Vectorized<scalar_t> per step: 64 bytes each under AVX512, 32 under AVX2 (measured:
-        # fp32 3100 elements under ATEN_CPU_CAPABILITY=avx2 needs a 16-element step)
-        step = 2 * (64 if self.pe.capability == "AVX512" else 32) // (2 if dt in _LOW else 4)
-        mask = _scalar_tail_mask(x.size, replace(self.pe, elementwise_step=step), self.threads)
-        return self.out(np.where(mask.reshape(x.shape), tail, vec), dt)
+            lib = self.pe.tail_algo
+            tail = x * _unary32("tanh", _unary32("log1p", _unary32("exp", x, lib), TAIL_LOG1P), lib)
+        return self.out(self.eager_tail(vec, tail, dt), dt)
 
     def hardswish(self, x, dt):
         """ATen ``hardswish_kernel``: ``x * min(max(x + 3, 0), 6) / 6`` in fp32 with a true
