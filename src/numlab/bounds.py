@@ -12,7 +12,7 @@ included below where products are rounded.
 ``gamma_k = k u / (1 - k u)`` (ASNA Lemma 3.1) bounds ``|prod (1+d_i)^{+-1} - 1|``
 over ``k`` factors.  A summation tree in which every summand passes through at
 most ``h`` rounded additions satisfies ``|s_hat - s| <= gamma_h sum|x_i|``
-(ASNA eq. (4.3)); ``h`` is the *depth* of the order:
+(ASNA section 4.2); ``h`` is the *depth* of the order:
 
 ==========================  ==================================  ==============
 order                       depth h(n)                          source
@@ -35,8 +35,9 @@ Blanchard, Higham, Lopez, Mary and Pranesh, "Mixed precision block fused
 multiply-add: error analysis and application to GPU tensor cores", SIAM J.
 Sci. Comput. 42(3), 2020 (section 3): one rounding per block of ``b``
 products.  The probabilistic bound is Higham and Mary, "A new approach to
-probabilistic rounding error analysis", SIAM J. Sci. Comput. 41(5), 2019,
-Theorems 3.1 and 4.2.
+probabilistic rounding error analysis", SIAM J. Sci. Comput. 41(5), 2019:
+Theorem 2.4 (``gamma~_n(lam)``, probability ``P(lam)``) and Theorem 3.1 (inner
+products and sums, probability ``Q(lam, n)``).
 
 Every bound here returns ``inf`` when an intermediate could overflow the
 accumulator (a bound that pretends overflow cannot happen would be wrong) and
@@ -133,7 +134,7 @@ def depth(order, n: int) -> int:
 
 def order_bound(order, n: int, u) -> float:
     """``|s_hat - s| / sum|x_i|`` bound of summing ``n`` numbers in ``order``
-    with unit roundoff ``u``: ``gamma_depth`` (ASNA eq. (4.3)), or for Kahan
+    with unit roundoff ``u``: ``gamma_depth`` (ASNA section 4.2), or for Kahan
     ``2u + 4 n u^2`` (ASNA eq. (4.9) with Goldberg's explicit constant, valid
     for ``n u < 0.1``, else inf)."""
     o = as_order(order)
@@ -186,7 +187,7 @@ def sum_bound(abs_sum, n: int, order="sequential", acc=FP32, out=None, *,
     Returns
     -------
     float or ndarray
-        ``gamma_h(u_acc) sum|x_i|`` (ASNA eq. (4.3)), plus
+        ``gamma_h(u_acc) sum|x_i|`` (ASNA section 4.2), plus
         ``u_out |s| + u_out * that`` when ``out`` is given; ``inf`` where a
         partial sum could overflow ``acc`` or the output could overflow ``out``.
     """
@@ -358,7 +359,7 @@ def block_fma_bound(abs_dot, n: int, b: int, fmt, acc=FP32, out=None, *,
 # --------------------------------------------------------------------------
 def prob_gamma(n: int, u, lam: float) -> float:
     """``gamma~_n(lam) = exp(lam sqrt(n) u + n u^2 / (1 - u)) - 1``
-    (= ``lam sqrt(n) u + O(u^2)``; Higham & Mary 2019, Theorem 3.1)."""
+    (= ``lam sqrt(n) u + O(u^2)``; Higham & Mary 2019, Theorem 2.4)."""
     u = unit_roundoff(u)
     if lam <= 0:
         raise ValueError(f"lam={lam!r} must be > 0")
@@ -369,7 +370,7 @@ def prob_probability(n: int, lam: float, u=FP32) -> float:
     """Probability with which the inner-product / summation bound of
     :func:`prob_sum_bound` holds: ``Q(lam, n) = 1 - n (1 - P(lam))`` with
     ``P(lam) = 1 - 2 exp(-lam^2 (1 - u)^2 / 2)`` (Higham & Mary 2019,
-    Theorems 3.1 and 4.2), clipped at 0."""
+    Theorem 3.1, with ``P(lam)`` from Theorem 2.4), clipped at 0."""
     u = unit_roundoff(u)
     p_fail = 2 * math.exp(-(lam**2) * (1 - u) ** 2 / 2)
     return max(0.0, 1.0 - n * p_fail)
@@ -385,7 +386,7 @@ def prob_lambda(n: int, prob: float, u=FP32) -> float:
 
 def prob_sum_bound(abs_sum, n: int, u=FP32, *, lam: float | None = None, prob: float = 0.99):
     """Probabilistic bound ``gamma~_n(lam) sum|x_i|`` for recursive summation /
-    inner products of length ``n`` (Higham & Mary 2019, Theorem 4.2).
+    inner products of length ``n`` (Higham & Mary 2019, Theorem 3.1).
 
     Holds with probability at least :func:`prob_probability` ``(n, lam)``
     under their model: the rounding errors are independent, mean-zero random
