@@ -39,7 +39,7 @@ class Order:
         raise NotImplementedError
 
     def bound(self, n: int, u: float) -> float:
-        """Relative-to-``sum|x_i|`` error bound ``gamma_depth(n)`` (Higham eq. 4.3)."""
+        """Relative-to-``sum|x_i|`` error bound ``gamma_depth(n)`` (Higham, ASNA section 4.2)."""
         return gamma(self.depth(n), u)
 
     def _sum(self, x: np.ndarray, ar: Arith) -> np.ndarray:
