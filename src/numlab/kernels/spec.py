@@ -198,7 +198,7 @@ class KernelSpec:
             scalar_mul="muls",
             # separate vector multiply and add instructions (two roundings)
             fma=False,
-            # a 12-bit table seed (about 13.3 correct bits; RSQRTPS guarantees
+            # a 12-bit table seed (about 13.25 correct bits; RSQRTPS guarantees
             # about 11.4) plus one Newton step in fp32
             rsqrt=_alg.Newton("table12", 1, FP32),
             # the vector unit's IEEE divide / reciprocal instructions
