@@ -936,18 +936,26 @@ def _check_flavor_against(flavor, report_text, tool_csv, kind, loose=()):
     assert names == [_flavor_key(flavor, r) for r in theirs], kind
     assert len(names) >= 5
     cells = [c for c in FLAVOR_HEADERS[flavor] if c != "data_id"]
-    bad = []
+    bad, noise = [], []
     for a, b in zip(ours, theirs, strict=True):
         for c in cells:
             x, y = a[c], b[c]
             if c.endswith("_data_path"):  # the dump's own part of the path
                 x, y = (v.replace("\\", "/").split("compare_tools/")[-1] for v in (x, y))
             if c in loose and x and y and not _same_cell(x, y):
-                if abs(float(x) - float(y)) <= _msit_digits(c, b):
+                tol = _msit_digits(c, b)
+                if tol >= abs(float(y)):  # the whole cell is rounding noise: no digit is machine-independent
+                    noise.append((_flavor_key(flavor, a), c))
+                if c == "kl_divergence" and tol >= abs(float(y)) and 0 <= float(x) <= tol:
+                    continue  # KL is clamped at 0: any value in [0, tol] is one a correct float32 run can print
+                if abs(float(x) - float(y)) <= tol:
                     continue
             if not _same_cell(x, y):
                 bad.append((_flavor_key(flavor, a), c, x[:60], y[:60]))
     assert not bad, bad
+    if noise:
+        print(f"{len(noise)} machine-dependent cells below their own rounding noise (only their range "
+              f"checked): {noise}")
     return names
 
 

@@ -620,3 +620,18 @@ def _variant(change) -> list[str]:
 def test_structure_checker_names_what_is_missing(change, words):
     bad, words = _variant(change), (words,) if isinstance(words, str) else words
     assert len(bad) == len(words) and all(w in b for w, b in zip(words, bad, strict=True)), bad
+
+
+@pytest.mark.parametrize("evalue,extras", [("No module named 'jax'", ("jax",)),
+                                           ("No module named 'jax.experimental.foo'", ()),
+                                           ("No module named 'numpy'", ())])
+def test_only_a_missing_top_level_package_of_an_extra_counts_as_missing(evalue, extras):
+    """A run stopped by ``import jax`` without jax needs the extra; one stopped by a
+    missing submodule of an installed package (renamed, moved) is the notebook's own
+    error: ``build`` must fail on it, not turn it into a "needs" page."""
+    nbformat = pytest.importorskip("nbformat")
+    from numlab.course import _missing_in_run
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import jax", outputs=[
+        nbformat.v4.new_output("error", ename="ModuleNotFoundError", evalue=evalue, traceback=[])])])
+    assert _missing_in_run(nb, {"jax": "jax"}) == extras

@@ -999,3 +999,18 @@ def test_fp64_prediction_is_the_catalogue_reference(torch):
     assert p.dtypes == ["bool", "fp32"] and p.outputs[0].dtype == bool
     assert p.outputs[0].tolist() == [False, False, False, True, True, True]
     assert np.array_equal(p.outputs[1], np.maximum(x.double().numpy(), 0.25) * 3.0)
+
+
+def test_fp64_prediction_does_not_round_at_the_functions_own_casts(torch):
+    """The exact reference has no rounding, not even the user's ``.half()``: the fp64
+    prediction of ``exp(x).half().float() * 3`` is float64 ``exp(x) * 3``, while the lowered
+    graph itself (``to_graph()``, what the engine runs) keeps the cast to fp16."""
+    from numlab.torch import from_torch, predict
+
+    x = torch.linspace(-3, 3, 101)
+    tr = from_torch(lambda v: torch.exp(v).half().float() * 3.0, (x,))
+    got = predict(tr, mode="fp64").outputs[0]
+    want = np.exp(x.double().numpy()) * 3.0
+    assert np.max(np.abs(got - want) / want) < 4e-16  # fp64 exp: not fp16's 2**-11
+    assert "cast" in [n.op for n in tr.to_graph().nodes]
+    assert "cast" not in [n.op for n in tr.to_graph(casts=False).nodes]

@@ -98,3 +98,18 @@ def test_glibc_models_apply_only_to_the_glibc_versions_they_reproduce(monkeypatc
     eager = P.TorchCpuEager(capability="DEFAULT", softmax_lanes=8)
     assert "glibc 2.41" in eager.not_modelled("softmax")
     assert eager.not_modelled("sum") is None
+
+
+@pytest.mark.parametrize("op", ["sigmoid", "gelu", "softplus", "mish"])
+def test_every_eager_libm_tail_is_refused_without_a_modelled_glibc(monkeypatch, op):
+    """The ops whose eager kernel runs a libm scalar tail (sigmoid, gelu with ATen's
+    kernel, softplus, mish) are refused when the C library is not a modelled glibc."""
+    from numlab.torch import presets as P
+
+    eager = P.TorchCpuEager(capability="AVX512")
+    kw = {"approximate": "tanh"} if op == "gelu" else {}  # tanh gelu is always ATen's kernel
+    monkeypatch.setattr(P, "detect_glibc", lambda: (2, 36))
+    assert eager.not_modelled(op, "bf16", **kw) is None
+    monkeypatch.setattr(P, "detect_glibc", lambda: None)  # musl, macOS, ...
+    why = eager.not_modelled(op, "bf16", **kw)
+    assert "libm" in why and "not glibc" in why

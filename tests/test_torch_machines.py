@@ -231,14 +231,19 @@ def test_simulated_machine_exact_or_refused(torch, tmp_path_factory, name):
     assert {k.split("/")[1] for k in res["rows"] if k.endswith("/compiled")} == set(MACHINES[name][1])
 
 
-def test_blas_core_types(torch):
+def test_blas_core_types(torch, monkeypatch):
     """OPENBLAS_CORETYPE selects OpenBLAS's kernels; no torch path numlab predicts calls the
-    BLAS (no matmul in the torch predictor), and this torch build's BLAS is reported."""
+    BLAS (no matmul in the torch predictor), and this torch build's BLAS is reported with
+    the settings that select its kernels (read from the environment it runs in)."""
     from numlab.torch.presets import detect_blas
 
     blas = detect_blas()
     print(f"torch BLAS: {blas['detail']}")
-    if blas["library"] != "openblas":
+    if blas["library"] == "mkl":
+        monkeypatch.setenv("MKL_CBWR", "AVX2")
+        assert detect_blas()["detail"].endswith(", MKL_CBWR=AVX2")
         pytest.skip(f"torch uses {blas['library']} here, not OpenBLAS: OPENBLAS_CORETYPE selects nothing "
                     "(MKL picks its kernels itself; MKL_ENABLE_INSTRUCTIONS/MKL_CBWR are reported)")
-    assert blas["detail"].startswith("openblas, OPENBLAS_CORETYPE=")
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    got = detect_blas()
+    assert got["coretype"] == "Haswell" and "OPENBLAS_CORETYPE=Haswell" in got["detail"]

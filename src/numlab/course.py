@@ -656,7 +656,7 @@ def _run_all(infos: list[NotebookInfo], jobs: int, timeout: int) -> tuple[dict, 
 
 def _missing_in_run(nb, extra_of_import: dict[str, str] | None) -> tuple[str, ...]:
     """The extras a run found missing: its first error is a
-    ``ModuleNotFoundError`` for a module ``extra_of_import`` maps to an
+    ``ModuleNotFoundError`` for a top-level package ``extra_of_import`` maps to an
     extra (the kernel's environment lacks it although the build's has it,
     or the notebook imports it in a way the import scan does not see)."""
     mapping = EXTRA_OF_IMPORT if extra_of_import is None else extra_of_import
@@ -664,7 +664,11 @@ def _missing_in_run(nb, extra_of_import: dict[str, str] | None) -> tuple[str, ..
     if first is None or first.get("ename") != "ModuleNotFoundError":
         return ()
     m = re.search(r"No module named '([\w.]+)'", str(first.get("evalue", "")))
-    top = m.group(1).split(".")[0] if m else ""
+    if m is None or "." in m.group(1):
+        # a missing submodule (``jax.experimental.foo``) of an installed package is the
+        # notebook's own error, never an extra to install: the run fails
+        return ()
+    top = m.group(1)
     return tuple(sorted({e for mod, e in mapping.items() if not mod.startswith("numlab") and mod.split(".")[0] == top}))
 
 

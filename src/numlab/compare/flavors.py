@@ -182,20 +182,23 @@ def _msit_sum(x: np.ndarray) -> np.float32:
 def _msit_mean(x: np.ndarray) -> float:
     """``torch.mean`` of a flat float32 array: the sum, then one float32 division by the count."""
     x = np.asarray(x, dtype=np.float32).reshape(-1)
+    if x.size == 0:
+        return math.nan  # torch.mean of an empty tensor
     return float(_msit_sum(x) / np.float32(x.size))
 
 
 def msit_columns(golden, mine) -> dict:
     """msit 8.2.0's metric cells for one pair (``compare_data`` then
-    ``set_tensor_basic_info_in_row_data``), computed with torch exactly as
-    msit does.  Keys: the metric columns of :data:`MSIT_HEADER`,
+    ``set_tensor_basic_info_in_row_data``): msit's formulas, its float32 sums
+    in :data:`MSIT_SUM_ORDER` (numpy, the same bits on every CPU), the KL
+    divergence and the cosine with torch as msit computes them (module
+    docstring).  Keys: the metric columns of :data:`MSIT_HEADER`,
     ``cmp_fail_reason`` and the dtype/shape/max/min/mean columns.
 
     Raises
     ------
     ImportError
-        torch is not installed (msit computes in torch float32; the same
-        operations in numpy could differ in the last bits of the sums).
+        torch is not installed (msit's KL goes through ATen's softmax kernels).
     """
     try:
         import torch  # optional heavy dependency: only the msit flavour needs it

@@ -269,8 +269,12 @@ class TorchTrace(Compact):
         return self._inductor
 
     # -- numlab IR ----------------------------------------------------------------
-    def to_graph(self):
+    def to_graph(self, *, casts: bool = True):
         """The function as a :class:`numlab.graph.Graph` over the op catalogue.
+
+        ``casts=False`` lowers a float-to-float dtype conversion (``.half()``,
+        ``.to(torch.bfloat16)``) as the identity: the exact reference of a function
+        (``predict(mode="fp64")``) has no rounding at all, not even the user's own casts.
 
         Raises ValueError listing every ATen operator without a catalogue
         equivalent (never a partial graph).
@@ -286,7 +290,7 @@ class TorchTrace(Compact):
             if n.name not in live:
                 continue
             try:
-                out = _map_node(n, alias, self)
+                out = _map_node(n, alias, self, casts)
             except _Unmapped as exc:
                 missing.append(str(exc))
                 continue
@@ -380,15 +384,16 @@ def _tensorise(nm: str, vals) -> tuple[list, list]:
     return pre, names
 
 
-def _map_node(n: ANode, alias: dict, tr: TorchTrace):
+def _map_node(n: ANode, alias: dict, tr: TorchTrace, casts: bool = True):
     """ANode -> list of graph node tuples, an alias name (str), or None (skip)."""
     base = n.op.split(".")[0].rstrip("_")
     r = [alias.get(x.name, x.name) if isinstance(x, Ref) else x for x in n.args]
     nm = n.name
     if n.op == "constant":
         return None
-    if base in ("clone", "alias", "detach") or (base in ("_to_copy", "convert_element_type")
-                                                 and tr.node(n.args[0].name).dtype == n.dtype):
+    if base in ("clone", "alias", "detach") or (base in ("_to_copy", "convert_element_type") and (
+            tr.node(n.args[0].name).dtype == n.dtype
+            or (not casts and "bool" not in (tr.node(n.args[0].name).dtype, n.dtype)))):
         return r[0]
     if base in ("_to_copy", "convert_element_type"):
         return [(nm, "cast", (r[0],), {"to": n.dtype})]

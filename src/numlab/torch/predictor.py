@@ -855,10 +855,11 @@ def predict(trace: TorchTrace, inputs=None, *, mode: str = "eager", preset=None,
 def _reference(trace: TorchTrace, arrays, keep_values: bool) -> Prediction:
     """``mode="fp64"``: the ATen graph lowered to the catalogue (:meth:`TorchTrace.to_graph`)
     and run by :func:`numlab.execute.run` in ``mode="reference"`` (every operator's
-    float64 reference, no rounding).  The inputs and module constants are values of
+    float64 reference, no rounding: the function's own float casts are lowered as the
+    identity, ``to_graph(casts=False)``).  The inputs and module constants are values of
     fp32/fp16/bf16, exact in fp32, so ``fmt="fp32"`` leaves them as they are."""
     try:
-        g = trace.to_graph()
+        g = trace.to_graph(casts=False)
     except ValueError as exc:
         raise NotModelled(f"the fp64 reference runs the lowered graph: {exc}") from None
     ins = {p.name: a for p, a in zip(trace.inputs, arrays, strict=True)}

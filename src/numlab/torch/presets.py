@@ -156,6 +156,11 @@ SCALAR_RULES = (
 rounded to the tensor dtype (through fp32), ``opmath`` = kept in fp32."""
 
 
+LIBM_TAIL_OPS = ("sigmoid", "gelu", "softplus", "mish")
+"""Eager ops whose ATen kernel leaves a scalar tail loop calling libm (the predictor's
+``eager_tail``): modelled with glibc's routines, refused on another C library."""
+
+
 @dataclass(frozen=True)
 class TorchCpuEager:
     """How ATen's CPU kernels compute (module docstring; all measured).
@@ -323,7 +328,7 @@ class TorchCpuEager:
         if op in ("exp", "tanh", "erf") and fmt == "fp32" and self.unary_algo == "mkl_vml":
             return (f"eager fp32 {op} runs MKL VML (vs{op.capitalize()}), whose bits numlab does not "
                     "model (96.7-99.2% agree with correctly rounded fp32)")
-        if self.tail_algo == "glibc" and op in ("sigmoid", "gelu", "softplus") and self.capability != "DEFAULT":
+        if self.tail_algo == "glibc" and op in LIBM_TAIL_OPS and self.capability != "DEFAULT":
             why = glibc_math_unmodelled()
             if why is not None:
                 return f"eager {op}'s scalar tail loop calls libm: {why}"
