@@ -36,6 +36,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from _browser import playwright_and_chromium
 
 try:
     from playwright.sync_api import Error as PlaywrightError
@@ -53,12 +54,6 @@ UNRENDERED = ("interactive(children=", "HBox(children=", "VBox(children=", "Erro
               "Loading widget")
 
 
-def _require(reason: str):
-    if os.environ.get("NUMLAB_REQUIRE_BROWSER") == "1":
-        pytest.fail(f"NUMLAB_REQUIRE_BROWSER=1 but {reason}")
-    pytest.skip(reason)
-
-
 def _free_port() -> int:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -70,13 +65,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """(browser, base URL with token) of a JupyterLab serving a copy of the notebooks."""
-    try:
-        from playwright.sync_api import sync_playwright  # optional: only the browser check needs it
-    except ImportError as exc:
-        _require(f"playwright is not installed ({exc}); pip install playwright")
-    chromium = os.environ.get("LABCHECK_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    if not chromium:
-        _require("no chromium on PATH (apt-get install chromium, or set LABCHECK_CHROMIUM)")
+    sync_playwright, chromium = playwright_and_chromium()
     root = tmp_path_factory.mktemp("lab")
     for name in NOTEBOOKS:
         shutil.copy(REPO / "notebooks" / name, root / name)

@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
-import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from _browser import playwright_and_chromium
 
 nbformat = pytest.importorskip("nbformat", reason="the course needs the lab extra (nbformat)")
 pytest.importorskip("nbclient", reason="the course needs the lab extra (nbclient)")
@@ -480,13 +479,7 @@ def test_extra_of_import_names_the_extras():
 def test_course_math_renders_offline_in_chromium(tmp_path, fake_extra):
     """The synthetic course's pages in headless Chromium with every network
     request refused: MathJax typesets the math, no request leaves."""
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError as exc:
-        _require_browser(f"playwright is not installed ({exc}); pip install playwright")
-    chromium = os.environ.get("LABCHECK_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    if not chromium:
-        _require_browser("no chromium on PATH (apt-get install chromium, or set LABCHECK_CHROMIUM)")
+    sync_playwright, chromium = playwright_and_chromium()
     nbs = _synthetic_course(tmp_path)
     out = tmp_path / "site"
     course.build(out, notebooks=nbs, jobs=2, echo=lambda *a: None)
@@ -515,12 +508,6 @@ def test_course_math_renders_offline_in_chromium(tmp_path, fake_extra):
             assert page.evaluate("() => document.querySelectorAll('.MathJax_Error, merror').length") == 0
         browser.close()
     assert sent == []
-
-
-def _require_browser(reason: str):
-    if os.environ.get("NUMLAB_REQUIRE_BROWSER") == "1":
-        pytest.fail(f"NUMLAB_REQUIRE_BROWSER=1 but {reason}")
-    pytest.skip(reason)
 
 
 # ---------------------------------------------------------------------------
