@@ -39,6 +39,11 @@ _KERNELS = {
     "rsqrt": ({}, "exact"), "reciprocal": ({}, "newton(table8,1)"), "divide": ({}, "recip_mul"), "exp": ({}, "exact"),
     "tanh": ({}, "sleef"), "erf": ({}, "aten_vec"), "gelu": ({}, "onednn"), "gelu_tanh": ({}, "aten_vec"),
     "variance": ({}, "welford"), "matmul_algo": ({}, "sequential"), "k_tile": ({}, 64), "mma": ({}, "H100"),
+    "log1p": ({}, "sleef_u10"), "silu": ({}, "divide"), "softmax": ({}, "reciprocal"),
+    "softmax_order": ({}, "pairwise"), "reduce_order_low": ({}, "pairwise"), "layer_norm": ({}, "aten"),
+    "moments_lanes": ({}, 4), "storage_scalars": ({}, ("add_scalar",)), "loop_step": ({}, 32),
+    "tail_ops": ({}, ("exp",)), "alpha_step": ({}, 32), "tail_math": ({}, "exact"), "grain_size": ({}, 1024),
+    "threads": ({}, 2),
 }
 _HARDWARE = {
     "ub_bytes": ({}, 64 * 1024), "align_bytes": ({}, 64), "double_buffer": ({}, False), "name": ({}, "other"),

@@ -35,7 +35,7 @@ needs_mpmath = pytest.mark.skipif(mpmath is None, reason="mpmath is not installe
 EXPECTED = {
     "elementwise": {
         "add", "sub", "mul", "div", "add_scalar", "sub_scalar", "rsub_scalar", "mul_scalar",
-        "div_scalar", "rdiv_scalar", "neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal",
+        "div_scalar", "rdiv_scalar", "add_alpha", "neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal",
         "tanh", "sigmoid", "erf", "gelu", "silu", "relu", "maximum", "minimum", "where", "cast",
         "softplus", "hardswish", "log1p", "mish", "gt", "ge", "lt", "le", "eq", "ne", "constant",
         "quantize", "block_scale", "dequantize",  # block-scaled operators
@@ -75,8 +75,9 @@ OLD_PREDICTABLE = frozenset("""
     _softmax.default native_layer_norm.default view.default _unsafe_view.default reshape.default
     permute.default transpose.int t.default expand.default unsqueeze.default squeeze.dim squeeze.default
     getitem""".split())
-# operators with no ATen counterpart (torch computes s / x as reciprocal then mul)
-NO_ATEN = {"rdiv_scalar"}
+# operators with no ATen counterpart of their own (torch computes s / x as reciprocal
+# then mul; add_alpha is add.Tensor/sub.Tensor with an alpha, which the bridge maps)
+NO_ATEN = {"rdiv_scalar", "add_alpha"}
 
 
 def test_catalogue_has_exactly_the_issue_ops_with_their_categories():
@@ -423,7 +424,7 @@ def test_errors_name_node_value_and_choices():
         ops.get_op("softmaxx")
     with pytest.raises(TypeError, match=r"node 'n' \(op 'add'\): takes 2 inputs, got 3"):
         ops.CATALOGUE["add"].check([(2,), (2,), (2,)], node="n")
-    with pytest.raises(TypeError, match=r"unknown attribute\(s\) \['axes'\]; valid attributes: \['axis', 'keepdims', 'origin'\]"):
+    with pytest.raises(TypeError, match=r"unknown attribute\(s\) \['axes'\]; valid attributes: \['axis', 'keepdims', 'origin', 'storage', 'loads'\]"):
         ops.CATALOGUE["sum"].check([(2, 3)], {"axes": 1})
     with pytest.raises(ValueError, match=r"axis=2 is out of range for rank 2 \(valid: -2..1\)"):
         ops.CATALOGUE["sum"].check([(2, 3)], {"axis": 2}, node="s")
@@ -579,6 +580,14 @@ def test_every_registration_is_complete():
     assert mi.propagate.__name__ == f"propagate_lipschitz_{ops.MISH_LIPSCHITZ:g}"
     assert sp.category == hs.category == mi.category == "elementwise"
     assert sp.decompose is None and hs.decompose is None and mi.decompose is None
+    # softplus's attributes are torch's, with torch's defaults
+    assert sp.attrs == {"beta": 1.0, "threshold": 20.0}
+    # x + alpha*y: two inputs, a required alpha, its own rules, reached from add/sub's ATen names
+    aa = ops.CATALOGUE["add_alpha"]
+    assert (aa.category, aa.arity, aa.attrs) == ("elementwise", (2, 2), {"alpha": ops.REQUIRED})
+    assert (aa.slack, aa.propagate, aa.local) == (R.slack_add_alpha, R.propagate_add_alpha, CR.local_add_alpha)
+    # the operators whose CPU kernel (cpu_kernel_vec) has a libm scalar loop
+    assert {k for k, v in ops.CATALOGUE.items() if v.scalar_tail} == {"sigmoid", "gelu", "softplus", "mish"}
 
 
 def _reg(name="test_only_op", category="elementwise", **kw):
@@ -654,12 +663,10 @@ def test_torch_lists_are_derived_from_the_registry():
     for name, info in ops.CATALOGUE.items():
         for a in info.aten:
             assert owners.setdefault(a, name) == name, (a, owners[a], name)
-    # the bridge's and the predictor's groups of ATen base names are registry queries too
-    from numlab.torch import predictor
-    assert bridge._CLAMP == ("clamp", "clamp_max", "clamp_min", "hardtanh") == predictor._CLAMP
-    assert bridge._LOGIC == predictor._LOGIC == tuple(sorted(
+    # the bridge's groups of ATen base names are registry queries too
+    assert bridge._CLAMP == ("clamp", "clamp_max", "clamp_min", "hardtanh")
+    assert bridge._LOGIC == tuple(sorted(
         f"{k}_{op}" for k in ("bitwise", "logical") for op in ("and", "not", "or", "xor")))
-    assert predictor._CMP == {k: f for k, (f, _) in ops.COMPARISONS.items()}
 
 
 def test_kernels_unary_ops_agree_with_the_registry():
@@ -746,6 +753,41 @@ def test_softplus_reference_against_mpmath():
     assert ops.softplus(np.array([20.5]))[0] == 20.5 and ops.softplus(np.array([20.0]))[0] > 20.0
     sp = ops.softplus(np.array([np.inf, -np.inf, np.nan]))
     assert sp[0] == np.inf and sp[1] == 0.0 and np.isnan(sp[2])
+
+
+@needs_mpmath
+@pytest.mark.parametrize("beta,threshold", [(2.0, 5.0), (0.5, 3.0), (1.0, 20.0)])
+def test_softplus_reference_with_beta_and_threshold(beta, threshold):
+    """torch's softplus: x itself where beta*x > threshold, else log1p(exp(beta x)) / beta."""
+    rng = np.random.default_rng(13)
+    x0 = threshold / beta
+    xs = np.array(POINTS + [x0, np.nextafter(x0, np.inf), np.nextafter(x0, -np.inf), -x0, 0.0]
+                  + list(rng.standard_normal(200) * 3 * x0))
+    got = ops.CATALOGUE["softplus"].ref(xs, beta=beta, threshold=threshold)
+    for x, g in zip(xs, got, strict=True):
+        with mpmath.workdps(60):
+            t = mpmath.mpf(x)
+            want = t if beta * t > threshold else mpmath.log1p(mpmath.exp(beta * t)) / beta
+        if want > 1e-300:
+            assert _rel(g, float(want)) < 4e-15, (x, g, want)
+    with pytest.raises(TypeError, match="unknown attribute"):
+        ops.CATALOGUE["softplus"].check([(2,)], {"alpha": 1.0})
+
+
+def test_add_alpha_reference_and_trace():
+    rng = np.random.default_rng(14)
+    x, y = rng.standard_normal(50), rng.standard_normal(50)
+    for alpha in (0.7, -1.0, 3.0):
+        got = ops.CATALOGUE["add_alpha"].ref(x, y, alpha=alpha)
+        for a, b, g in zip(x, y, got, strict=True):
+            p = Fraction(alpha) * Fraction(b)
+            w = Fraction(a) + p
+            # two float64 roundings: the product's and the sum's
+            assert abs(Fraction(g) - w) <= (abs(w) + abs(p)) * Fraction(2) ** -52, (a, b, alpha, g)
+    with pytest.raises(TypeError, match="missing required attribute 'alpha'"):
+        ops.CATALOGUE["add_alpha"].check([(2,), (2,)])
+    g = Graph({"x": (3,), "y": (3,)}, [Node("o", "add_alpha", ("x", "y"), {"alpha": -0.5})], ["o"])
+    assert np.array_equal(evaluate(g, {"x": x[:3], "y": y[:3]})["o"], x[:3] - 0.5 * y[:3])
 
 
 def test_hardswish_reference_against_fractions():

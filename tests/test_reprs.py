@@ -254,7 +254,7 @@ def test_torch_results():
     p = predict(tr, (x, w), mode="eager")
     assert_compact(p, "eager", "fp32: float32[32, 256]")
     te = run_torch(tr, (x, w), mode="eager")[0]
-    f64 = predict(tr, (x, w), mode="fp64").outputs[0]
+    f64 = predict(tr, (x, w), mode="reference").outputs[0]
     e = Explanation("fn", "fp32", (32, 256), te, te, p.outputs[0], p.outputs[0], f64, 0.0, 1.0, 1.0, 0.0, 0.0,
                     sources={"order": {"explains": 0.0, "needed": 0.0}}, errors={"eager": (1e-7, 1.0)})
     assert_compact(e, "fn", "fp32[32, 256]", "float32[32, 256]", e.verdict())

@@ -437,6 +437,7 @@ _V = (4, 8)
 OP_CASES = {
     "cast": (("x",), {"to": "bf16"}),
     "add": (("x", "y"), {}), "sub": (("x", "y"), {}), "mul": (("x", "y"), {}), "div": (("x", "+y"), {}),
+    "add_alpha": (("x", "y"), {"alpha": 0.7}),
     "maximum": (("x", "y"), {}), "minimum": (("x", "y"), {}),
     "add_scalar": (("x",), {"scalar": 1.5}), "sub_scalar": (("x",), {"scalar": 1.5}),
     "rsub_scalar": (("x",), {"scalar": 1.5}), "mul_scalar": (("x",), {"scalar": 0.7}),
@@ -545,6 +546,102 @@ def test_softplus_rule_covers_the_jump_at_the_threshold():
     for xv in (0.5, -4.0, 25.0):
         a = info.propagate([np.array([xv])], [np.array([1e-3])], {}, info.ref)[0]
         c = R.propagate_monotone_ref([np.array([xv])], [np.array([1e-3])], {}, info.ref)[0]
+        assert a == c, xv
+
+
+# ---------------------------------------------------------------- add_alpha and softplus's beta/threshold
+_SP_ATTRS = {"beta": 2.0, "threshold": 5.0}  # the switch at x = threshold / beta = 2.5
+_SP_EDGE = [2.5, 2.498046875, 2.501953125, 2.4921875, 2.5078125, 0.0, -2.5, 10.0, -10.0, 2.0, 3.0]
+
+
+def _sp_exact(t, beta=2.0, threshold=5.0):
+    beta, threshold = M(beta), M(threshold)
+    return t if beta * t > threshold else mpmath.log1p(mpmath.exp(beta * t)) / beta
+
+
+def _check_nodes(nodes, xs, dtype, mode, exact):
+    """A graph of ``nodes`` (inputs x, y; output ``out``) run with bounds: every finite
+    element's error against ``exact`` (mpmath values) is within its bound."""
+    g = Graph({"x": SHAPE, "y": SHAPE}, nodes, ["out"])
+    kw = {"fusion": FusionOptions()} if mode == "fused" else {}
+    br = RB.run_with_bounds(g, xs, mode=mode, fmt=dtype, reference=False, **kw)
+    got = br.result.outputs["out"].astype(np.float64)
+    b = br.bounds["out"]
+    n = 0
+    for idx in np.ndindex(got.shape):
+        c, yv, bb = exact[idx], got[idx], b[idx]
+        assert not math.isnan(yv), (idx, yv)
+        if not mpmath.isfinite(c) or math.isinf(bb):
+            assert math.isinf(bb), (idx, c, yv, bb)
+            continue
+        assert abs(M(yv) - c) <= M(bb), (nodes, mode, dtype, idx, float(c), yv, bb)
+        n += 1
+    return n, br
+
+
+def _mp(a):
+    return np.array([[M(float(v)) for v in r] for r in a], dtype=object)
+
+
+@settings(max_examples=300, phases=[Phase.explicit, Phase.generate])
+@given(st.sampled_from([0.7, -1.0, -0.3, 2.5, 1e-3, -1.5]), st.booleans(),
+       st.sampled_from(["normal", "wide", "shifted"]),
+       st.sampled_from(["fp16", "bf16"]), st.sampled_from(["eager", "fused"]), st.integers(0, 2**31 - 1))
+def test_add_alpha_bound_covers_the_exact_value(alpha, pre, kind, dtype, mode, seed):
+    # x + alpha*y alone and behind x*y (an input with a non-zero bound), against mpmath
+    S = get_format(dtype)
+    xs = _inputs(seed, kind, S)
+    xs = {"x": xs["x"], "y": xs["y"]}
+    nodes = [Node("out", "add_alpha", ("x", "y"), {"alpha": alpha})]
+    X, Y = _mp(xs["x"]), _mp(xs["y"])
+    if pre:
+        nodes = [Node("p", "mul", ("x", "y"), {}), Node("out", "add_alpha", ("p", "y"), {"alpha": alpha})]
+        X = X * Y
+    n, _ = _check_nodes(nodes, xs, dtype, mode, X + M(alpha) * Y)
+    assert n == 8 or kind == "wide"  # wide inputs may overflow S
+
+
+@settings(max_examples=300, phases=[Phase.explicit, Phase.generate])
+@given(st.lists(st.one_of(st.floats(-12, 12, allow_nan=False, width=16), st.sampled_from(_SP_EDGE)),
+                min_size=8, max_size=8),
+       st.booleans(), st.sampled_from(["fp16", "bf16"]), st.sampled_from(["eager", "fused"]),
+       st.integers(0, 2**31 - 1))
+def test_softplus_beta_threshold_bound_covers_the_exact_value(vals, pre, dtype, mode, seed):
+    # softplus(beta=2, threshold=5) around its switch at 2.5, alone and behind x*0.7
+    S = get_format(dtype)
+    xs = _inputs(seed, "normal", S)
+    xs = {"x": np.asarray(round_to(np.array(vals, dtype=np.float64).reshape(SHAPE), S), dtype=np.float64),
+          "y": xs["y"]}
+    X = _mp(xs["x"])
+    if pre:
+        nodes = [Node("p", "mul_scalar", ("x",), {"scalar": 0.7}), Node("out", "softplus", ("p",), _SP_ATTRS)]
+        X = X * M(0.7)
+    else:
+        nodes = [Node("out", "softplus", ("x",), _SP_ATTRS)]
+    n, _ = _check_nodes(nodes, xs, dtype, mode, _v(_sp_exact)(X))
+    assert n == 8
+
+
+def test_softplus_rule_covers_the_jump_with_beta_and_threshold():
+    # softplus(beta=2, threshold=5) drops by log1p(exp(-5)) / 2 just above x = 2.5 (about 3.4e-3,
+    # larger than torch's defaults' jump): with x = 2.5 and a bound below the jump the sup over
+    # [2.5 - b, 2.5 + b] is the jump itself, which the interval ends alone miss
+    info = ops.CATALOGUE["softplus"]
+    attrs = dict(_SP_ATTRS)
+    jump = mpmath.log1p(mpmath.exp(-5)) / 2
+    x, b = np.array([2.5]), np.array([1e-9])
+    p, dom = info.propagate([x], [b], attrs, info.ref)
+    assert dom is None or not dom.any()
+    assert M(float(p[0])) >= jump
+    # the jump of the exact function, seen from both sides of the switch
+    lo, hi = M(2.5) - M(1e-9), M(2.5) + M(1e-9)
+    assert _sp_exact(lo) - _sp_exact(hi) > jump - M(1e-8)
+    p_ends, _ = R.propagate_monotone_ref([x], [b], attrs, info.ref)
+    assert M(float(p_ends[0])) < jump
+    # the switch is at threshold / beta, not at torch's 20: no jump term around 20 here
+    for xv in (0.5, -4.0, 20.0, 25.0):
+        a = info.propagate([np.array([xv])], [np.array([1e-3])], attrs, info.ref)[0]
+        c = R.propagate_monotone_ref([np.array([xv])], [np.array([1e-3])], attrs, info.ref)[0]
         assert a == c, xv
 
 

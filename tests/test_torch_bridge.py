@@ -525,7 +525,7 @@ def test_fp64_prediction_matches_torch_double(torch):
     rng = np.random.default_rng(23)
     x, y = (torch.from_numpy(normal(rng, (4, 50), "fp32")) for _ in range(2))
     tr = from_torch(f, (x, y))
-    got = predict(tr, (x, y), mode="fp64").outputs[0]
+    got = predict(tr, (x, y), mode="reference").outputs[0]
     assert np.allclose(got, f(x.double(), y.double()).numpy(), rtol=1e-13, atol=0)
 
 
@@ -624,7 +624,8 @@ def test_switches_and_preset_specs():
     pe = TorchCpuEager()
     assert pe.scalar_rule("add") == "storage" and pe.scalar_rule("mul") == "opmath"
     es = pe.kernel_spec("fp16")
-    assert es.promotion == "fp32_internal" and es.reduce_order == AtenCascade(8, widen=True)
+    assert es.promotion == "fp32_internal" and es.reduce_order_low == AtenCascade(8, widen=True)
+    assert es.storage_scalars == ("add_alpha", "add_scalar", "rsub_scalar", "sub_scalar")
     assert pe.kernel_spec().reduce_order == AtenCascade(8)
     assert np.array_equal(pe.kernel_spec().reduce(x, "sum", storage="fp32"), aten_sum(x))
     assert pe.algorithms() == {"exp": "sleef_u10", "tanh": "sleef", "erf": "aten_vec", "gelu": "onednn",
@@ -841,11 +842,11 @@ def test_inductor_scalar_tail_rule_on_traced_graphs(torch):
     import torch.nn.functional as F
 
     from numlab.torch import from_torch
-    from numlab.torch._aten import _inductor_scalar_tail
+    from numlab.torch._aten import inductor_scalar_tail
 
     def tail(fn, x, lanes=16):
         ph, _, nodes, outs = from_torch(fn, (x,)).inductor_nodes()
-        return _inductor_scalar_tail(nodes, ph, outs, lanes)
+        return inductor_scalar_tail(nodes, ph, outs, lanes)
 
     sp = lambda v: F.softplus(v)  # noqa: E731  load, gt, exp, log1p, where, 2 more loads, store: 1/8
     assert tail(sp, torch.randn(1000)) == 8
@@ -865,9 +866,12 @@ def test_softplus_hardswish_map_to_catalogue_ops(torch):
     x = torch.randn(4, 8)
     g = from_torch(lambda v: F.softplus(v) + F.hardswish(v), (x,)).to_graph()
     assert {n.op for n in g.nodes} == {"softplus", "hardswish", "add"}
-    # softplus with a beta/threshold other than the catalogue's (1, 20) has no catalogue op
+    # softplus's beta and threshold are the catalogue op's attributes (torch's defaults 1, 20)
+    (n,) = from_torch(lambda v: F.softplus(v, beta=2.0, threshold=5.0), (x,)).to_graph().nodes
+    assert (n.op, n.attrs["beta"], n.attrs["threshold"]) == ("softplus", 2.0, 5.0)
+    # a tensor beta has no catalogue equivalent
     with pytest.raises(ValueError, match="softplus"):
-        from_torch(lambda v: F.softplus(v, beta=2.0), (x,)).to_graph()
+        from_torch(lambda v: F.softplus(v, beta=-1.0), (x,)).to_graph()
 
 
 # --------------------------------------------------------------------------------------
@@ -982,7 +986,7 @@ def test_lowered_mish_and_log1p_are_one_catalogue_node_each(torch):
 
 
 def test_fp64_prediction_is_the_catalogue_reference(torch):
-    """predict(mode="fp64") runs the lowered graph in mode="reference": gelu at -10 is the
+    """predict(mode="reference") runs the lowered graph in mode="reference": gelu at -10 is the
     catalogue's -7.6e-23 (not a separate fp64 formula), and a module constant, a
     comparison and a bool output come through."""
     import torch.nn.functional as F
@@ -991,11 +995,11 @@ def test_fp64_prediction_is_the_catalogue_reference(torch):
     from numlab.torch import from_torch, predict
 
     x = torch.tensor([-10.0, -3.0, -0.0, 0.5, 2.0, 6.0])
-    got = predict(from_torch(lambda v: F.gelu(v), (x,)), mode="fp64").outputs[0]
+    got = predict(from_torch(lambda v: F.gelu(v), (x,)), mode="reference").outputs[0]
     want = ops.gelu(x.double().numpy())
     assert got.dtype == np.float64 and np.array_equal(got, want) and got[0] == want[0] < 0
     assert abs(got[0] - (-7.619853024160527e-23)) < 1e-36
-    p = predict(from_torch(lambda v: (v > 0.3, v.clamp(min=0.25) * 3.0), (x,)), mode="fp64")
+    p = predict(from_torch(lambda v: (v > 0.3, v.clamp(min=0.25) * 3.0), (x,)), mode="reference")
     assert p.dtypes == ["bool", "fp32"] and p.outputs[0].dtype == bool
     assert p.outputs[0].tolist() == [False, False, False, True, True, True]
     assert np.array_equal(p.outputs[1], np.maximum(x.double().numpy(), 0.25) * 3.0)
@@ -1009,7 +1013,7 @@ def test_fp64_prediction_does_not_round_at_the_functions_own_casts(torch):
 
     x = torch.linspace(-3, 3, 101)
     tr = from_torch(lambda v: torch.exp(v).half().float() * 3.0, (x,))
-    got = predict(tr, mode="fp64").outputs[0]
+    got = predict(tr, mode="reference").outputs[0]
     want = np.exp(x.double().numpy()) * 3.0
     assert np.max(np.abs(got - want) / want) < 4e-16  # fp64 exp: not fp16's 2**-11
     assert "cast" in [n.op for n in tr.to_graph().nodes]

@@ -44,7 +44,7 @@ from .rounding import round_to
 from .scaled_formats import GRAPH_FORMATS
 
 __all__ = [
-    "GELU_LIPSCHITZ", "SILU_LIPSCHITZ", "HARDSWISH_LIPSCHITZ", "SOFTPLUS_THRESHOLD", "SOFTPLUS_JUMP",
+    "GELU_LIPSCHITZ", "SILU_LIPSCHITZ", "HARDSWISH_LIPSCHITZ", "SOFTPLUS_THRESHOLD", "SOFTPLUS_JUMP", "softplus_jump", "slack_add_alpha", "propagate_add_alpha",
     "DECOMPOSED", "is_decomposed",
     "slack_exact", "slack_correct", "slack_correct_underflow", "slack_two_roundings",
     "slack_three_roundings", "slack_sum",
@@ -190,6 +190,17 @@ def propagate_gathered(xs, bs, attrs, ref):
 def propagate_add(xs, bs, attrs, ref):
     """``a +- b``: ``b_a + b_b``."""
     return bs[0] + bs[1], None
+
+
+def slack_add_alpha(v, ins, attrs):
+    """``x + alpha*y`` in float64: the product's rounding and the sum's,
+    ``2**-52 (|v| + |alpha y|) + 2**-1074``."""
+    return 2 * U64 * (_absfinite(v) + np.abs(attrs["alpha"] * _f(ins[1]))) * INFL + _DENORM
+
+
+def propagate_add_alpha(xs, bs, attrs, ref):
+    """``x + alpha*y``: ``b_x + |alpha| b_y``."""
+    return (bs[0] + abs(attrs["alpha"]) * bs[1]) * INFL, None
 
 
 def propagate_maximum(xs, bs, attrs, ref):
@@ -343,19 +354,29 @@ def propagate_monotone_ref(xs, bs, attrs, ref):
     return _monotone(lambda t: _f(ref(t, **attrs)), xs[0], bs[0])
 
 
+def softplus_jump(beta: float = 1.0, threshold: float = SOFTPLUS_THRESHOLD) -> float:
+    """softplus's downward jump at ``x = threshold / beta``: ``log1p(exp(-threshold)) / beta``
+    (:data:`SOFTPLUS_JUMP` for torch's defaults), with a float64 margin."""
+    if beta == 1.0 and threshold == SOFTPLUS_THRESHOLD:
+        return SOFTPLUS_JUMP
+    return float(np.log1p(np.exp(-threshold)) / beta) * (1 + 2.0**-40)
+
+
 def propagate_softplus(xs, bs, attrs, ref):
-    """softplus with torch's threshold (``x`` for ``x > 20``, else
-    ``log1p(exp(x))``): increasing on each side of 20 with a downward jump
-    of :data:`SOFTPLUS_JUMP` at 20, so the reference at the interval ends
-    (:func:`propagate_monotone_ref`) plus twice the jump where the interval
-    contains 20 and a point above it (a value on either side of the jump
-    may sit up to one jump outside the ends' range)."""
+    """softplus (``x`` for ``beta x > threshold``, else ``log1p(exp(beta x)) / beta``;
+    torch's defaults ``beta=1``, ``threshold=20``): increasing on each side of
+    ``threshold / beta`` with a downward jump of :func:`softplus_jump` there, so the
+    reference at the interval ends (:func:`propagate_monotone_ref`) plus twice the
+    jump where the interval contains the switch point and a point above it (a value
+    on either side of the jump may sit up to one jump outside the ends' range)."""
     x, b = xs[0], bs[0]
-    d, dom = _monotone(lambda t: _f(ref(t, **attrs)), x, b)
+    beta, t = float(attrs.get("beta", 1.0)), float(attrs.get("threshold", SOFTPLUS_THRESHOLD))
+    d, dom = _monotone(lambda v: _f(ref(v, **attrs)), x, b)
     lo = np.nextafter(x - b, -np.inf)
     hi = np.nextafter(x + b, np.inf)
-    straddle = (lo <= SOFTPLUS_THRESHOLD) & (hi > SOFTPLUS_THRESHOLD) & (b > 0)
-    return d + np.where(straddle, 2 * SOFTPLUS_JUMP, 0.0), dom
+    x0 = t / beta
+    straddle = (lo <= x0) & (hi > x0) & (b > 0)
+    return d + np.where(straddle, 2 * softplus_jump(beta, t), 0.0), dom
 
 
 def propagate_log(xs, bs, attrs, ref):

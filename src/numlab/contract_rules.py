@@ -39,7 +39,7 @@ from .formats import get_format
 
 __all__ = [
     "gamma_u", "prob_gamma_u", "contains", "local_exact", "local_add", "local_mul", "local_div", "local_reciprocal", "local_sqrt",
-    "local_rsqrt", "local_libm", "local_libm_x", "local_add_scalar", "local_mul_scalar",
+    "local_rsqrt", "local_libm", "local_libm_x", "local_add_scalar", "local_add_alpha", "local_mul_scalar",
     "local_div_scalar", "local_rdiv_scalar", "local_constant", "local_cast", "local_sum", "local_mean",
     "local_var", "local_matmul", "local_quantize", "local_block_scale", "local_dequantize",
     "local_scaled_matmul", "local_composite", "softmax_error", "is_composite", "welford_mean_error", "welford_var_error", "two_pass_var_error",
@@ -172,6 +172,18 @@ def local_add_scalar(k, xs, bs, M, attrs):
     ``scalar_fmt``: its rounding ``|s_held - s|`` plus the sum's rounding."""
     _, e = _scalar_err(k, attrs["scalar"])
     return (e + k.u(k.w) * (M + e) + k.eta(k.w)) * INFL, k.w
+
+
+def local_add_alpha(k, xs, bs, M, attrs):
+    """``x + alpha*y`` (one kernel, with or without FMA): ``|y| |alpha_held - alpha|``
+    plus the product's rounding (none with FMA, which this covers) and the sum's."""
+    a = attrs["alpha"]
+    h, e = _scalar_err(k, a)
+    Y = _mag(xs, bs, 1)
+    d = Y * e
+    p = Y * abs(h)
+    u = k.u(k.w)
+    return (d + u * p + u * (M + d + u * p + k.eta(k.w)) + 2 * k.eta(k.w)) * INFL, k.w
 
 
 def local_mul_scalar(k, xs, bs, M, attrs):

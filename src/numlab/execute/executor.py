@@ -22,7 +22,15 @@ from .fingerprint import fingerprint
 from .liveness import FUSED_MODES, NoEffectWarning, no_effect, runs_codegen
 from .result import RunResult
 from .validate import SOURCE_FIELDS, aligned_spec, check_align, check_run_args
-from .values import container, count, count_stored, node_seed, stored_formats, to_storage
+from .values import (
+    container,
+    count,
+    count_stored,
+    node_format,
+    node_seed,
+    stored_formats,
+    to_storage,
+)
 
 __all__ = ["run"]
 
@@ -177,13 +185,12 @@ def _run_reference(g, vals):
 
 
 def compute(node, ins, ctx) -> np.ndarray:
-    """The value of ``node`` under ``ctx``: its operator's engine kernel."""
-    kernel = get_op(node.op).kernel
-    if kernel is None:
+    """The value of ``node`` under ``ctx``: its operator's engine kernel
+    (:func:`numlab.kernels.engine.compute`, with the operator's scalar tail)."""
+    info = get_op(node.op)
+    if info.kernel is None:
         raise ValueError(f"node {node.name!r}: op {node.op!r} has no kernel in the operator registry")
-    with np.errstate(all="ignore"):
-        v = kernel(ctx, *ins, **node.op_attrs)
-    v = np.asarray(v)
+    v = E.compute(info.kernel, ctx, ins, node.op_attrs, info.scalar_tail, node.op)
     return v if v.dtype.kind in "iu" or v.dtype == np.float32 else v.astype(np.float32)
 
 
@@ -224,7 +231,7 @@ def _run_blocks(plan, vals, S, gen, lib, *, mode, align, seed, keep_internals):
                     values[m] = np.asarray(v, dtype=np.float32)
                     internals.append(m)
             else:
-                out = stored.get(m, S)
+                out = stored.get(m, S)  # S, the operator's stored format or the node's storage
                 c = E.store(v, out, bspec.vector_rounding)  # written to memory in S (or its stored format)
                 values[m] = c
                 # consumers read it back, exactly, as fp32 values of S (or of its stored format)
@@ -264,5 +271,8 @@ def _node_ctx(plan, block, m, S, bspec, *, codegen, align, seed):
     else:
         tile = plan.op_tile(m)
         in_kernel = fused_ctx = False
-    ctx = E.Ctx(S, bspec, fused=fused_ctx, tile=tile, seed=node_seed(seed, m), name=m)
+    # a node's own format (its storage attribute) is its kernel's S; the tile is the plan's
+    node = plan.graph.node(m)
+    ctx = E.Ctx(node_format(node, S), bspec, fused=fused_ctx, tile=tile, seed=node_seed(seed, m), name=m,
+                loads=node.attrs.get("loads"))
     return ctx, in_kernel

@@ -17,7 +17,7 @@ from .values import stored_formats
 
 __all__ = ["SCHEMA", "canonical", "fingerprint"]
 
-SCHEMA = 2
+SCHEMA = 3
 """Version of the fingerprint's contents, part of every fingerprint: raised when
 what enters changes, so a fingerprint of one schema never equals one of another
 (fingerprints saved under an earlier schema are recomputed, not compared)."""

@@ -47,6 +47,20 @@ FIELD_READERS = {
     "gelu": ("gelu",),
     "gelu_tanh": ("gelu",),
     "variance": ("var", "layer_norm"),
+    "log1p": ("log1p", "softplus", "mish"),
+    "silu": ("silu",),
+    "softmax": ("softmax",),
+    "softmax_order": ("softmax", "log_softmax"),
+    "layer_norm": ("layer_norm",),
+    "moments_lanes": ("layer_norm",),
+    "storage_scalars": ("add_scalar", "sub_scalar", "rsub_scalar", "mul_scalar", "div_scalar", "rdiv_scalar",
+                        "add_alpha"),
+    "loop_step": ("sigmoid", "gelu", "softplus", "mish", "add_alpha", "exp", "log1p", "tanh", "erf", "silu"),
+    "alpha_step": ("add_alpha",),
+    "tail_ops": ("sigmoid", "gelu", "softplus", "mish", "exp", "log1p", "tanh", "erf", "silu"),
+    "tail_math": ("sigmoid", "gelu", "softplus", "mish", "exp", "log1p", "tanh", "erf", "silu"),
+    "grain_size": ("sigmoid", "gelu", "softplus", "mish", "add_alpha", "exp", "log1p", "tanh", "erf", "silu"),
+    "threads": ("sigmoid", "gelu", "softplus", "mish", "add_alpha", "exp", "log1p", "tanh", "erf", "silu"),
 }
 """KernelSpec field -> the operators whose engine kernel reads it
 (:mod:`numlab.kernels.engine`; ``gelu`` for ``approximate="none"``,
@@ -54,7 +68,7 @@ FIELD_READERS = {
 every node."""
 
 KNOWN_OPS = frozenset({
-    "abs", "add", "add_scalar", "block_scale", "broadcast_to", "cast", "concat", "constant",
+    "abs", "add", "add_alpha", "add_scalar", "block_scale", "broadcast_to", "cast", "concat", "constant",
     "dequantize", "div", "div_scalar", "eq", "erf", "exp", "gather", "ge", "gelu", "gt", "hardswish",
     "layer_norm", "le", "log", "log1p", "log_softmax", "lt", "matmul", "max", "maximum", "mean", "min",
     "minimum", "mish", "mul", "mul_scalar", "ne", "neg", "quantize", "rdiv_scalar", "reciprocal", "relu",

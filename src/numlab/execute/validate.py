@@ -21,10 +21,12 @@ SOURCES = ("promotion", "instruction", "tiling", "algorithm")
 
 SOURCE_FIELDS = {
     "promotion": ("promotion", "acc"),
-    "instruction": ("scalar_mul", "scalar_rounding", "vector_rounding", "fma", "mma"),
-    "tiling": ("reduce_inner", "reduce_outer", "reduce_order", "live_buffers", "hardware", "k_tile"),
+    "instruction": ("scalar_mul", "storage_scalars", "scalar_rounding", "vector_rounding", "fma", "mma"),
+    "tiling": ("reduce_inner", "reduce_outer", "reduce_order", "reduce_order_low", "softmax_order",
+               "moments_lanes", "live_buffers", "hardware", "k_tile", "loop_step", "tail_ops", "alpha_step",
+               "grain_size", "threads"),
     "algorithm": ("rsqrt", "reciprocal", "divide", "exp", "tanh", "erf", "gelu", "gelu_tanh", "variance",
-                  "matmul_algo"),
+                  "log1p", "silu", "softmax", "layer_norm", "tail_math", "matmul_algo"),
 }
 """KernelSpec fields of each source of difference (``docs/design.md``, "The
 four sources of difference").  ``name`` is the only field in none of them (tests check the

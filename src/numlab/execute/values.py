@@ -12,7 +12,7 @@ from ..formats import FP32, FP64, Format, get_format
 from ..ops import get_op
 from ..rounding import round_to
 
-__all__ = ["to_storage", "container", "count", "count_stored", "node_seed", "stored_formats"]
+__all__ = ["to_storage", "container", "count", "count_stored", "node_seed", "stored_formats", "node_format"]
 
 
 def _f32(x) -> np.ndarray:
@@ -98,15 +98,27 @@ def node_seed(seed, name: str):
     return int(np.random.default_rng([int(seed), zlib.crc32(name.encode("utf-8"))]).integers(2**31))
 
 
+def node_format(node, S: Format) -> Format:
+    """The storage format node ``node`` computes in (its kernel's S: the format its
+    scalars and constants are held in, the tile's element size) and is written in:
+    its ``storage`` meta attribute (a graph of several dtypes, such as a traced torch
+    function mixing bf16 and fp32 tensors), else the run's ``S``."""
+    f = node.attrs.get("storage")
+    return S if f is None else get_format(f, f"attribute storage of node {node.name!r}")
+
+
 def stored_formats(graph) -> dict:
     """Node name -> the :class:`Format` its output is written in between
     kernels, for the nodes whose operator declares one
     (``OpInfo.stored_fmt``: ``quantize`` -> its element format,
-    ``block_scale`` -> fp32); every other node is written in S.  The one
+    ``block_scale`` -> fp32) or that carry a ``storage`` attribute
+    (:func:`node_format`); every other node is written in S.  The one
     place the executor and the fingerprint read the placement from."""
     out = {}
     for node in graph.nodes:
         info = get_op(node.op)
         if info.stored_fmt is not None:
             out[node.name] = get_format(info.stored_fmt(node.op_attrs), f"stored_fmt of op {node.op!r}")
+        elif node.attrs.get("storage") is not None:
+            out[node.name] = node_format(node, None)
     return out

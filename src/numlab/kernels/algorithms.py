@@ -108,7 +108,7 @@ EXP_ALGOS = ("exact", "exp_poly(<degree>[,<step_fmt>])", "sleef_u10", "glibc")
 TANH_ALGOS = ("exact", "sleef", "glibc")
 LOG1P_ALGOS = ("exact", "sleef_u10", "glibc")
 ERF_ALGOS = ("exact", "aten_vec", "glibc")
-GELU_ALGOS = ("exact", "onednn", "onednn_avx2", "aten_vec", "aten_scalar", "glibc")
+GELU_ALGOS = ("exact", "onednn", "onednn_avx2", "aten_vec", "aten_scalar", "glibc", "glibc_nofma")
 GELU_APPROXIMATE = ("none", "tanh")
 FUNCS = ("rsqrt", "reciprocal")
 
@@ -527,15 +527,20 @@ _KBETA = np.float32(math.sqrt(2) * (2 / math.sqrt(math.pi)) * 0.5)
 _SQRT1_2 = np.float32(1 / math.sqrt(2))
 
 
-def _aten_gelu(x32: np.ndarray, approximate: str, libm_vec: bool, glibc: bool = False) -> np.ndarray:
+def _aten_gelu(x32: np.ndarray, approximate: str, libm_vec: bool, glibc: bool = False,
+               fma: bool = True) -> np.ndarray:
     """ATen's GeluKernel formulas in fp32 (``libm_vec``: SLEEF tanhf / A&S erf as the
     vectorised loop calls them; else libm: glibc's ``tanhf``/``erff`` bit for bit with
-    ``glibc``, or modelled as correctly rounded fp32)."""
+    ``glibc``, or modelled as correctly rounded fp32).  ``fma=False`` (glibc only):
+    ``x + kKappa x^3`` in two roundings, as a build without FMA contraction computes it
+    (ATen's scalar DEFAULT build, Inductor's scalar C++ under ``-ffp-contract=off``)."""
     f = np.float32
     if glibc and not libm_vec:
         with np.errstate(all="ignore"):
             if approximate == "tanh":
                 x3 = (x32 * x32) * x32
+                if not fma:
+                    return (f(0.5) * x32) * (f(1) + libm.glibc_tanhf(_KBETA * (x32 + _KAPPA * x3)))
                 inner = _KBETA * libm.fma32(np.full_like(x3, _KAPPA), x3, x32)
                 return (f(0.5) * x32) * (f(1) + libm.glibc_tanhf(inner))
             return (x32 * f(0.5)) * (f(1) + libm.glibc_erff(x32 * _SQRT1_2))
@@ -564,7 +569,9 @@ def gelu(x, *, fmt, approximate: str = "none", algo="exact", rounding: str = "rn
         ``(0.5x)*(1 + tanhf_SLEEF(kBeta*fma(kKappa, x^3, x)))``); ``"aten_scalar"``
         (the same formulas in ATen's scalar loop, libm ``erff``/``tanhf`` modelled
         as correctly rounded fp32); ``"glibc"`` (the scalar formulas with glibc's
-        ``erff``/``tanhf``, bit for bit: Inductor's scalar C++ for ``"none"``).  The fp32
+        ``erff``/``tanhf``, bit for bit: Inductor's scalar C++ for ``"none"``); ``"glibc_nofma"``
+        (``"glibc"`` without the FMA in ``x + kKappa x^3``: ATen's DEFAULT build and
+        Inductor's scalar C++ for ``"tanh"``; ``"none"`` has no FMA to drop).  The fp32
         algorithms' results are rounded to ``fmt``.
     """
     fmt = get_format(fmt)
@@ -580,8 +587,9 @@ def gelu(x, *, fmt, approximate: str = "none", algo="exact", rounding: str = "rn
             raise ValueError(f"algo='onednn_avx2' models oneDNN's gelu_erf only; approximate={approximate!r} "
                              "is not valid with it; valid: ['none']")
         return _finish(libm.onednn_gelu_erf_avx2(_fp32_in(x)), fmt, rounding)
-    if algo in ("aten_vec", "aten_scalar", "glibc"):
-        return _finish(_aten_gelu(_fp32_in(x), approximate, algo == "aten_vec", algo == "glibc"), fmt, rounding)
+    if algo in ("aten_vec", "aten_scalar", "glibc", "glibc_nofma"):
+        return _finish(_aten_gelu(_fp32_in(x), approximate, algo == "aten_vec", algo.startswith("glibc"),
+                                  fma=algo != "glibc_nofma"), fmt, rounding)
     x64 = as_values(x).astype(np.float64)
     with np.errstate(all="ignore"):
         if approximate == "none":

@@ -53,6 +53,7 @@ from .mma.lab import unit_matmul as _unit_matmul
 from .orders import Blocked, Shuffled
 from .reduction import OPS as _REDUCE_OPS
 from .reduction import reduce as _kreduce
+from .reduction import rowwise_moments as _rowwise_moments
 from .reduction import welford as _welford
 from .scalar import fma_f32 as _fma_f32
 from .scalar import multiply_add as _kmultiply_add
@@ -64,8 +65,8 @@ from .scaled import scaled_matmul_kernel as scaled_matmul
 from .tiled_matmul import matmul as _kmatmul
 
 __all__ = [
-    "Ctx", "store", "data_movement", "contract", "folded_muls",
-    "add", "sub", "mul", "div", "maximum", "minimum",
+    "Ctx", "store", "data_movement", "contract", "folded_muls", "compute", "tail_mask",
+    "add", "sub", "add_alpha", "mul", "div", "maximum", "minimum",
     "add_scalar", "sub_scalar", "rsub_scalar", "mul_scalar", "div_scalar", "rdiv_scalar",
     "neg", "abs_", "relu", "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid",
     "erf", "silu", "gelu", "where", "cast", "gt", "ge", "lt", "le", "eq", "ne", "constant",
@@ -138,14 +139,19 @@ class Ctx:
     live_buffers : int, optional
         Only used for the default ``tile``.
 
-    Attributes: ``S``, ``spec``, ``fused``, ``tile``, ``seed``, ``name``,
+    loads : Format or str, optional
+        The element format the node's loop loads (default S): a 16-bit one
+        fills two fp32 vectors per load (:attr:`narrow`).
+
+    Attributes: ``S``, ``spec``, ``fused``, ``tile``, ``seed``, ``name``, ``loads``,
     ``inner`` (format of a kernel's primitives), ``acc`` (accumulator),
     ``out`` (format of :meth:`store`), ``ar`` (``Arith(inner)``).
     """
 
     def __init__(self, storage, spec, *, fused: bool = False, tile: int | None = None, seed=None,
-                 name: str = "", live_buffers: int | None = None):
+                 name: str = "", live_buffers: int | None = None, loads=None):
         S = get_format(storage, "storage")
+        self.loads = None if loads is None else get_format(loads, "loads")
         if S.p > 24:
             raise ValueError(f"storage={S.name!r} does not fit in fp32; the engine computes in fp32 "
                              "(valid: fp32, tf32, bf16, fp16, fp8_e4m3, fp8_e5m2)")
@@ -171,19 +177,29 @@ class Ctx:
         return store(v, self.out, self.spec.vector_rounding)
 
     # -- scalars (instruction choice) ----------------------------------------
-    def scalar(self, s: float) -> np.float32:
-        """The scalar operand as the instruction holds it: ``broadcast``
-        materialises it in S (nearest even), ``muls`` (a scalar register)
-        holds it in fp32 rounded with ``spec.scalar_rounding``."""
-        if self.spec.scalar_mul == "broadcast":
+    def scalar_how(self, op: str) -> str:
+        """How operator ``op`` holds its scalar: ``spec.scalar_mul``, or with
+        ``spec.storage_scalars`` set ``"broadcast"`` (in S) for the operators it
+        names and ``"muls"`` (fp32) for the others."""
+        if self.spec.storage_scalars is None:
+            return self.spec.scalar_mul
+        return "broadcast" if op in self.spec.storage_scalars else "muls"
+
+    def scalar(self, s: float, op: str = "mul_scalar") -> np.float32:
+        """The scalar operand of operator ``op`` as the instruction holds it
+        (:meth:`scalar_how`): ``broadcast`` materialises it in S (nearest even),
+        ``muls`` (a scalar register) holds it in fp32 rounded with
+        ``spec.scalar_rounding``."""
+        if self.scalar_how(op) == "broadcast":
             return np.float32(_round_to(float(s), self.S))
         return np.float32(_round_to(float(s), FP32, self.spec.scalar_rounding))
 
     def mul_scalar(self, x, s) -> np.ndarray:
-        """``x * s`` by ``spec.scalar_mul`` (:func:`numlab.kernels.scalar_mul`),
-        the product rounded to ``inner`` with ``spec.vector_rounding``."""
+        """``x * s`` by ``spec.scalar_mul`` (:func:`numlab.kernels.scalar_mul`; the
+        scalar's holding by :meth:`scalar_how`), the product rounded to ``inner``
+        with ``spec.vector_rounding``."""
         return _f32(_kscalar_mul(
-            x, float(s), fmt=self.inner, how=self.spec.scalar_mul, storage=self.S,
+            x, float(s), fmt=self.inner, how=self.scalar_how("mul_scalar"), storage=self.S,
             rounding=self.spec.vector_rounding, scalar_rounding=self.spec.scalar_rounding,
         ))
 
@@ -252,10 +268,10 @@ class Ctx:
             return self.r(np.log(np.asarray(x, dtype=np.float64)))
 
     def log1p(self, x):
-        """float64 ``log(1 + x)`` rounded once to inner (correctly rounded
-        model, as :meth:`log`; no rounding of ``1 + x``)."""
-        with np.errstate(all="ignore"):
-            return self.r(np.log1p(np.asarray(x, dtype=np.float64)))
+        """``log(1 + x)`` by ``spec.log1p`` (``"exact"``: float64 ``log1p``
+        rounded once to inner, no rounding of ``1 + x``; ``"sleef_u10"``,
+        ``"glibc"``: the libraries' fp32 routines)."""
+        return _f32(_alg.log1p(x, fmt=self.inner, algo=self.spec.log1p))
 
     def tanh(self, x):
         return _f32(_alg.tanh(x, fmt=self.inner, algo=self.spec.tanh))
@@ -277,20 +293,55 @@ class Ctx:
         algo = self.spec.gelu if approximate == "none" else self.spec.gelu_tanh
         return _f32(_alg.gelu(x, fmt=self.inner, approximate=approximate, algo=algo))
 
+    # -- the scalar loop of a CPU elementwise kernel --------------------------------
+    @property
+    def narrow(self) -> bool:
+        """The loaded elements (``loads``, default S) have 16 bits or fewer: a CPU
+        vector load fills two fp32 vectors."""
+        return np.dtype((self.loads or self.S).container).itemsize <= 2
+
+    def tail_mask(self, shape, step: int | None = None):
+        """Where the elements of an output of ``shape`` run the kernel's scalar loop
+        (:func:`tail_mask` with ``spec.loop_step``, doubled for a 16-bit S, or
+        ``step``), or None when no element does."""
+        if step is None:
+            step = self.spec.loop_step * (2 if self.narrow else 1)
+        if not step:
+            return None
+        mask = tail_mask(int(np.prod(shape, dtype=np.int64)), step, self.spec.grain_size, self.spec.threads)
+        return mask.reshape(shape) if mask.any() else None
+
+    def scalar_loop(self) -> "Ctx":
+        """This node's context in the kernel's scalar loop: the spec's math routines
+        replaced by ``spec.tail_math`` (exp, tanh, erf, log1p; gelu's vectorised
+        formula by its scalar one), no further tail."""
+        sp = self.spec
+        t = sp.tail_math
+        gelu_tail = "glibc" if t == "glibc" else "aten_scalar"
+        tail = dataclasses.replace(
+            sp, exp=t, tanh=t, erf=t, log1p=t, loop_step=0,
+            gelu=gelu_tail if sp.gelu == "aten_vec" else sp.gelu,
+            gelu_tanh=gelu_tail if sp.gelu_tanh == "aten_vec" else sp.gelu_tanh)
+        return Ctx(self.S, tail, fused=self.fused, tile=self.tile, seed=self.seed, name=self.name, loads=self.loads)
+
     # -- reductions ------------------------------------------------------------
     def order(self):
-        """``spec.reduce_order`` if set, else ``Blocked(tile, reduce_inner,
+        """``spec.reduce_order_low`` for a 16-bit S when set, else
+        ``spec.reduce_order`` if set, else ``Blocked(tile, reduce_inner,
         reduce_outer)``; a Shuffled (atomic-add-like) order takes the
         schedule seed when one was given."""
-        o = self.spec.order_at(self.tile)
+        if self.spec.reduce_order_low is not None and self.narrow:
+            o = self.spec.reduce_order_low
+        else:
+            o = self.spec.order_at(self.tile)
         if self.seed is not None:
             o = _reseed(o, self.seed)
         return o
 
-    def reduce(self, x, op, axes, keepdims=False, correction=0):
+    def reduce(self, x, op, axes, keepdims=False, correction=0, order=None):
         """``op`` (sum, mean, max, min, sumsq, var) over ``axes`` (a tuple of
         non-negative axes) by :func:`numlab.kernels.reduce` with this node's
-        order, accumulator and variance algorithm, rounded to inner."""
+        order (or ``order``), accumulator and variance algorithm, rounded to inner."""
         check_choice("op", op, _REDUCE_OPS)
         x = _f32(x)
         axes = tuple(int(a) for a in axes)
@@ -305,7 +356,7 @@ class Ctx:
               and self.inner == FP32):
             r = _welford(flat, self.ar, int(correction))[1]
         else:
-            r = _kreduce(flat, op, -1, order=self.order(), acc=self.acc, out=self.inner,
+            r = _kreduce(flat, op, -1, order=self.order() if order is None else order, acc=self.acc, out=self.inner,
                          variance=self.spec.variance, correction=int(correction))
         r = _f32(r)
         if keepdims:
@@ -349,6 +400,40 @@ def _axes_last(x: np.ndarray, axes: tuple) -> np.ndarray:
     rest = [i for i in range(x.ndim) if i not in axes]
     n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
     return np.transpose(x, rest + list(axes)).reshape(tuple(x.shape[i] for i in rest) + (n,))
+
+
+def tail_mask(numel: int, step: int, grain_size: int, threads: int) -> np.ndarray:
+    """Elements of a flat contiguous elementwise kernel of ``numel`` elements that
+    its scalar loop computes: the last ``len mod step`` of every
+    ``at::parallel_for`` chunk (one chunk below ``grain_size`` or with one
+    thread; else ``min(threads, ceil(numel / grain_size))`` equal chunks)."""
+    mask = np.zeros(numel, dtype=bool)
+    if numel < grain_size or threads <= 1:
+        bounds = [(0, numel)]
+    else:
+        nt = min(threads, -(-numel // grain_size))
+        cs = -(-numel // nt)
+        bounds = [(lo, min(lo + cs, numel)) for lo in range(0, numel, cs)]
+    for lo, hi in bounds:
+        t = (hi - lo) % step
+        mask[hi - t:hi] = True
+    return mask
+
+
+def compute(kernel, ctx: "Ctx", ins, attrs, scalar_tail: bool = False, op: str = "") -> np.ndarray:
+    """``kernel(ctx, *ins, **attrs)``; for an operator whose CPU kernel has a scalar
+    loop (``spec.tail_ops`` names ``op``, or with ``tail_ops`` None the operator is
+    registered with ``scalar_tail``) and a spec with ``loop_step``, the elements of
+    :meth:`Ctx.tail_mask` computed by :meth:`Ctx.scalar_loop`."""
+    tails = ctx.spec.tail_ops
+    scalar_tail = scalar_tail if tails is None else op in tails
+    with np.errstate(all="ignore"):
+        v = np.asarray(kernel(ctx, *ins, **attrs))
+        if scalar_tail and ctx.spec.loop_step:
+            mask = ctx.tail_mask(v.shape)
+            if mask is not None:
+                v = np.where(mask, np.asarray(kernel(ctx.scalar_loop(), *ins, **attrs), v.dtype), v)
+    return v
 
 
 def _reseed(o, seed):
@@ -456,16 +541,37 @@ def minimum(ctx, a, b):
     return np.minimum(_f32(a), _f32(b))
 
 
+def add_alpha(ctx, x, y, *, alpha):
+    """``x + alpha*y`` as one kernel (torch's ``add(x, y, alpha=)``): ``alpha`` held
+    as ``spec.storage_scalars`` says for ``add_alpha``, ``muladd`` (one rounding with
+    ``spec.fma``).  With ``spec.alpha_step`` on a 16-bit S the elements of the
+    kernel's scalar loop compute in S, ``fl(x + fl(alpha*y))`` (ATen's
+    reduced-float kernel; every element with ``alpha_step=0``)."""
+    x, y = np.broadcast_arrays(_f32(x), _f32(y))
+    a = np.float32(ctx.scalar(alpha, "add_alpha"))
+    v = ctx.muladd(y, np.full_like(y, a), x)
+    step = ctx.spec.alpha_step
+    if step is None or not ctx.narrow:
+        return v
+    # the scalar loop computes in S: the product (exact in float64) rounded once to S, then the sum
+    p = _f32(_round_to(y.astype(np.float64) * np.float64(a), ctx.S))
+    t = _f32(_round_to(x.astype(np.float64) + p.astype(np.float64), ctx.S))
+    if step == 0:
+        return t
+    mask = ctx.tail_mask(v.shape, step)
+    return v if mask is None else np.where(mask, t, v)
+
+
 def add_scalar(ctx, x, *, scalar):
-    return ctx.add(x, np.float32(ctx.scalar(scalar)))
+    return ctx.add(x, np.float32(ctx.scalar(scalar, "add_scalar")))
 
 
 def sub_scalar(ctx, x, *, scalar):
-    return ctx.sub(x, np.float32(ctx.scalar(scalar)))
+    return ctx.sub(x, np.float32(ctx.scalar(scalar, "sub_scalar")))
 
 
 def rsub_scalar(ctx, x, *, scalar):
-    return ctx.sub(np.float32(ctx.scalar(scalar)), x)
+    return ctx.sub(np.float32(ctx.scalar(scalar, "rsub_scalar")), x)
 
 
 def mul_scalar(ctx, x, *, scalar):
@@ -473,11 +579,11 @@ def mul_scalar(ctx, x, *, scalar):
 
 
 def div_scalar(ctx, x, *, scalar):
-    return ctx.div(x, np.full_like(_f32(x), ctx.scalar(scalar)))
+    return ctx.div(x, np.full_like(_f32(x), ctx.scalar(scalar, "div_scalar")))
 
 
 def rdiv_scalar(ctx, x, *, scalar):
-    return ctx.div(np.full_like(_f32(x), ctx.scalar(scalar)), x)
+    return ctx.div(np.full_like(_f32(x), ctx.scalar(scalar, "rdiv_scalar")), x)
 
 
 def neg(ctx, x):
@@ -532,6 +638,9 @@ def erf(ctx, x):
 
 
 def silu(ctx, x):
+    """``spec.silu``: ``x * sigmoid(x)``, or ``x / (1 + exp(-x))`` (``"divide"``)."""
+    if ctx.spec.silu == "divide":
+        return ctx.div(x, ctx.add(np.float32(1.0), ctx.exp(-_f32(x))))
     return ctx.mul(x, ctx.sigmoid(x))
 
 
@@ -608,12 +717,40 @@ def matmul(ctx, a, b):
     return ctx.matmul(a, b)
 
 
+def _aten_layer_norm(ctx, x, gamma, beta, axis, eps):
+    """``spec.layer_norm="aten"``: ATen's LayerNormKernel over the last axis.
+    ``RowwiseMoments`` (:func:`numlab.kernels.reduction.rowwise_moments`) over
+    ``spec.moments_lanes`` lanes, FMA where GCC contracted (``spec.fma``; none
+    without it), a 16-bit S widening each load to two fp32 vectors; ``rstd =
+    rsqrt(var + eps)`` by ``spec.rsqrt``; ``y = fma((x - mean) * rstd, gamma, beta)``
+    for fp32 and ``fma(fma(x, rstd, -rstd*mean), gamma, beta)`` for a 16-bit S
+    (measured: 100% given ATen's mean and rstd)."""
+    x = _f32(x)
+    if axis != (x.ndim - 1,):
+        raise ValueError(f"layer_norm='aten' normalises the last axis only, got axis={axis}")
+    fma = (True, True, False, True) if ctx.spec.fma else (False, False, False, False)
+    mean, var_ = _rowwise_moments(x, ctx.spec.moments_lanes, fma=fma, widen=ctx.narrow)
+    mean, var_ = mean[..., None], var_[..., None]
+    rstd = ctx.rsqrt(ctx.add(var_, np.float32(ctx.scalar(eps))))
+    if ctx.narrow and gamma is not None and beta is not None:
+        bias = -ctx.mul(rstd, mean)
+        y = ctx.muladd(x, np.broadcast_to(rstd, x.shape), np.broadcast_to(bias, x.shape))
+        return ctx.muladd(y, gamma, beta)
+    y = ctx.mul(ctx.sub(x, mean), rstd)
+    if gamma is not None and beta is not None:
+        return ctx.muladd(y, gamma, beta)
+    return ctx.mul(y, gamma) if gamma is not None else y
+
+
 def layer_norm(ctx, x, gamma=None, beta=None, *, axis, eps):
     """One kernel: mean and variance by ``spec.variance`` (welford: one
     pass giving both, as hand-written kernels do; two_pass: mean, then the
     mean of squared deviations; textbook: kernels.reduce "var"), centre,
-    rsqrt by ``spec.rsqrt``, scale, then ``y*gamma + beta`` (FMA per spec)."""
+    rsqrt by ``spec.rsqrt``, scale, then ``y*gamma + beta`` (FMA per spec);
+    ``spec.layer_norm="aten"``: ATen's kernel (:func:`_aten_layer_norm`)."""
     axis = _axes_of(x, axis)
+    if ctx.spec.layer_norm == "aten":
+        return _aten_layer_norm(ctx, x, gamma, beta, axis, eps)
     if ctx.spec.variance == "welford":
         mu, var_ = ctx.welford(x, axis)
         d = ctx.sub(x, mu)
@@ -645,17 +782,21 @@ def rms_norm(ctx, x, weight=None, *, axis, eps):
 
 
 def softmax(ctx, x, *, axis=-1):
-    """One kernel: max, exp of the difference, sum, divide."""
+    """One kernel: max, exp of the difference, sum (``spec.softmax_order`` when
+    set), divide (``spec.softmax="reciprocal"``: multiply by ``1/sum``)."""
     axis = _axes_of(x, axis)
     m = ctx.reduce(x, "max", axis, True)
     e = ctx.exp(ctx.sub(x, m))
-    s = ctx.reduce(e, "sum", axis, True)
+    s = ctx.reduce(e, "sum", axis, True, order=ctx.spec.softmax_order)
+    if ctx.spec.softmax == "reciprocal":
+        return ctx.mul(e, ctx.reciprocal(s))
     return ctx.div(e, s)
 
 
 def log_softmax(ctx, x, *, axis=-1):
-    """One kernel: ``(x - max) - log(sum(exp(x - max)))``."""
+    """One kernel: ``(x - max) - log(sum(exp(x - max)))`` (the sum in
+    ``spec.softmax_order`` when set)."""
     axis = _axes_of(x, axis)
     d = ctx.sub(x, ctx.reduce(x, "max", axis, True))
-    s = ctx.reduce(ctx.exp(d), "sum", axis, True)
+    s = ctx.reduce(ctx.exp(d), "sum", axis, True, order=ctx.spec.softmax_order)
     return ctx.sub(d, ctx.log(s))

@@ -29,11 +29,21 @@ from .reduction import OPS, VARIANCE_ALGORITHMS
 from .scalar import SCALAR_MUL_CHOICES
 from .tiled_matmul import MATMUL_ALGOS
 
-__all__ = ["KernelSpec", "PROMOTIONS", "UNARY_OPS", "DEFAULT_FUSED_LIVE_BUFFERS", "HANDWRITTEN", "CODEGEN",
+__all__ = ["KernelSpec", "PROMOTIONS", "UNARY_OPS", "SILU_ALGOS", "SOFTMAX_ALGOS", "SCALAR_FORM_OPS", "LAYER_NORM_ALGOS", "DEFAULT_FUSED_LIVE_BUFFERS", "HANDWRITTEN", "CODEGEN",
            "INDUCTOR_CPU", "mode_specs"]
 
 PROMOTIONS = ("native", "fp32_internal", "accumulator_only")
 UNARY_OPS = ("rsqrt", "reciprocal", "sqrt", "exp", "log", "log1p", "tanh", "erf", "sigmoid", "gelu")
+SCALAR_FORM_OPS = ("add_scalar", "sub_scalar", "rsub_scalar", "mul_scalar", "div_scalar", "rdiv_scalar",
+                   "add_alpha")
+"""The operators with a scalar operand (``KernelSpec.storage_scalars``)."""
+SILU_ALGOS = ("sigmoid", "divide")
+"""``KernelSpec.silu``: ``x * sigmoid(x)`` or ``x / (1 + exp(-x))`` (ATen's and Inductor's)."""
+SOFTMAX_ALGOS = ("divide", "reciprocal")
+"""``KernelSpec.softmax``: ``e / sum`` or ``e * (1 / sum)`` (ATen's ``_vec_softmax_lastdim``)."""
+LAYER_NORM_ALGOS = ("generic", "aten")
+"""``KernelSpec.layer_norm``: the ``variance`` knob's moments, or ATen's LayerNorm kernel
+(``RowwiseMoments`` over ``moments_lanes`` lanes, its FMA forms)."""
 """The one-input operators :meth:`KernelSpec.unary` computes: those whose engine
 kernel (:mod:`numlab.kernels.engine`) is the ``Ctx`` function of the same name.
 The operator registry sits above this layer, so the tuple is written here;
@@ -98,6 +108,66 @@ class KernelSpec:
         chooses the formula; these fields choose how it is evaluated.
     variance : {"two_pass", "welford", "textbook"}
         Source 4, variance algorithm.
+    log1p : str
+        Source 4: ``"exact"`` (correctly rounded model), ``"sleef_u10"``
+        (``Vectorized<float>::log1p``), ``"glibc"`` (``log1pf``).
+    silu : {"sigmoid", "divide"}
+        Source 4: ``x * sigmoid(x)``, or ``x / (1 + exp(-x))`` (ATen's and
+        Inductor's CPU kernels: one division instead of a reciprocal and a product).
+    softmax : {"divide", "reciprocal"}
+        Source 4: softmax's last step, ``e / sum`` or ``e * (1/sum)`` (ATen's
+        ``_vec_softmax_lastdim``).
+    softmax_order : Order, str or None
+        Source 3: the order of softmax's (and log_softmax's) sum; None: the
+        reduction order.  ATen's softmax kernel sums one lane vector
+        (``inductor_lanes(16,1,1,false,false,16)`` under AVX512), not its
+        ``sum`` kernel's cascade.
+    reduce_order_low : Order, str or None
+        Source 3: the reduction order of a kernel whose S has 16 bits or fewer
+        (None: ``reduce_order``): CPU kernels load a 16-bit vector into two fp32
+        vectors (``aten_cascade(8,widen)``, ``inductor_lanes(16,2)``).
+    layer_norm : {"generic", "aten"}
+        Source 4: layer norm's moments and formula.  ``generic``: the
+        ``variance`` knob, ``rsqrt``, ``y*gamma + beta``; ``aten``: ATen's
+        LayerNorm kernel (``RowwiseMoments`` Welford chunks over
+        ``moments_lanes`` lanes with FMA where ``fma`` is set, ``rstd`` by
+        ``rsqrt`` of ``var + eps``, ``fma((x - mean) * rstd, gamma, beta)``, and
+        for a 16-bit S ``fma(fma(x, rstd, -rstd*mean), gamma, beta)``).
+    moments_lanes : int
+        Source 3: fp32 lanes of ``layer_norm="aten"``'s ``RowwiseMoments`` (8:
+        ATen's kernel runs its AVX2 build, measured).
+    storage_scalars : tuple of str or None
+        Source 2: per operator, where a scalar operand is held.  None (default):
+        every scalar as ``scalar_mul`` says.  A tuple of scalar-form operators
+        (:data:`SCALAR_FORM_OPS`): those hold their scalar in S (as
+        ``"broadcast"``), every other in fp32 (as ``"muls"``).  Eager ATen rounds
+        an add's or subtract's scalar to the tensor dtype but keeps a multiply's
+        or divide's in fp32: ``("add_scalar", "sub_scalar", "rsub_scalar",
+        "add_alpha")``.
+    loop_step : int
+        Source 3: elements (of 4 bytes; twice as many for a 16-bit S) per step
+        of a CPU elementwise kernel's vector loop (ATen's ``cpu_kernel_vec``:
+        two vectors, 32 under AVX512); the last ``n mod step`` elements of each
+        parallel chunk (``grain_size``, ``threads``) run the scalar loop, whose
+        math is ``tail_math``.  Read by the operators of ``tail_ops``.  0: no
+        scalar loop.
+    tail_ops : tuple of str or None
+        Source 3: the operators whose kernels have that scalar loop; None: those
+        registered with ``scalar_tail=True`` (ATen's: sigmoid, gelu, softplus,
+        mish).  Inductor's C++ falls back to a scalar loop for a masked tail
+        (``("exp", "log1p")`` are the ones whose scalar code differs).
+    alpha_step : int or None
+        Source 3: elements per vector step of ``add_alpha`` on a 16-bit S
+        (ATen's reduced-float add: 32 under AVX512 and AVX2, measured); its
+        scalar tail computes in S, ``fl(x + fl(alpha*y))``.  0: no vector loop
+        (ATen's DEFAULT build: every element in that form); None: no scalar loop.
+    tail_math : str
+        Source 4: exp/tanh/erf/log1p (and gelu's formula) of the scalar loops:
+        ``"glibc"`` (``expf``, ``tanhf``, ``erff``, ``log1pf``) or ``"exact"``.
+    grain_size, threads : int
+        Source 3: an elementwise kernel of at least ``grain_size`` elements is
+        split in ``threads`` chunks (``at::parallel_for``), each with its own
+        scalar tail.
     matmul_algo : {"sequential", "block_fma", "split_k"}
         Matmul algorithm (:func:`numlab.kernels.matmul` ``algo=``).
     k_tile : int
@@ -137,6 +207,20 @@ class KernelSpec:
     gelu: str = "exact"
     gelu_tanh: str = "exact"
     variance: str = "two_pass"
+    log1p: str = "exact"
+    silu: str = "sigmoid"
+    softmax: str = "divide"
+    softmax_order: object = None
+    reduce_order_low: object = None
+    layer_norm: str = "generic"
+    moments_lanes: int = 8
+    storage_scalars: tuple | None = None
+    loop_step: int = 0
+    tail_ops: tuple | None = None
+    alpha_step: int | None = None
+    tail_math: str = "glibc"
+    grain_size: int = 32768
+    threads: int = 1
     matmul_algo: str = "block_fma"
     k_tile: int = 128
     mma: object = None
@@ -146,8 +230,9 @@ class KernelSpec:
         object.__setattr__(self, "acc", get_format(self.acc, "acc"))
         object.__setattr__(self, "reduce_inner", as_order(self.reduce_inner, "reduce_inner"))
         object.__setattr__(self, "reduce_outer", as_order(self.reduce_outer, "reduce_outer"))
-        if self.reduce_order is not None:
-            object.__setattr__(self, "reduce_order", as_order(self.reduce_order, "reduce_order"))
+        for knob in ("reduce_order", "softmax_order", "reduce_order_low"):
+            if getattr(self, knob) is not None:
+                object.__setattr__(self, knob, as_order(getattr(self, knob), knob))
         if self.live_buffers is not None and (
             not isinstance(self.live_buffers, int) or isinstance(self.live_buffers, bool) or self.live_buffers < 1
         ):
@@ -170,6 +255,29 @@ class KernelSpec:
         check_choice("gelu", self.gelu, _alg.GELU_ALGOS)
         check_choice("gelu_tanh", self.gelu_tanh, tuple(a for a in _alg.GELU_ALGOS if not a.startswith("onednn")))
         check_choice("variance", self.variance, VARIANCE_ALGORITHMS)
+        check_choice("log1p", self.log1p, _alg.LOG1P_ALGOS)
+        check_choice("silu", self.silu, SILU_ALGOS)
+        check_choice("softmax", self.softmax, SOFTMAX_ALGOS)
+        check_choice("layer_norm", self.layer_norm, LAYER_NORM_ALGOS)
+        if self.storage_scalars is not None:
+            if isinstance(self.storage_scalars, str):
+                object.__setattr__(self, "storage_scalars", tuple(
+                    t.strip() for t in self.storage_scalars.replace("+", ",").split(",") if t.strip()))
+            object.__setattr__(self, "storage_scalars", tuple(sorted(set(self.storage_scalars))))
+            for op in self.storage_scalars:
+                check_choice("storage_scalars", op, SCALAR_FORM_OPS)
+        if self.tail_ops is not None:
+            ops = self.tail_ops.replace("+", ",").split(",") if isinstance(self.tail_ops, str) else self.tail_ops
+            object.__setattr__(self, "tail_ops", tuple(sorted({str(o).strip() for o in ops if str(o).strip()})))
+        tails = sorted(set(_alg.EXP_ALGOS) & set(_alg.TANH_ALGOS) & set(_alg.ERF_ALGOS) & set(_alg.LOG1P_ALGOS))
+        check_choice("tail_math", self.tail_math, tuple(tails))
+        for knob, lo in (("moments_lanes", 1), ("loop_step", 0), ("grain_size", 1), ("threads", 1)):
+            v = getattr(self, knob)
+            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+                raise ValueError(f"{knob}={v!r} is not valid; it must be an int >= {lo}")
+        if self.alpha_step is not None and (not isinstance(self.alpha_step, int) or isinstance(self.alpha_step, bool)
+                                            or self.alpha_step < 0):
+            raise ValueError(f"alpha_step={self.alpha_step!r} is not valid; it must be None or an int >= 0")
         check_choice("matmul_algo", self.matmul_algo, MATMUL_ALGOS)
         if not isinstance(self.k_tile, int) or isinstance(self.k_tile, bool) or self.k_tile <= 0:
             raise ValueError(f"k_tile={self.k_tile!r} is not valid; it must be an int > 0")

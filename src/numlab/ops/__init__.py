@@ -46,6 +46,11 @@ Each operator has an :class:`OpInfo` in :data:`CATALOGUE` with
   as a real fp8 tensor) and ``block_scale`` its scales in fp32 (as DeepSeek-V3's
   ``act_quant`` and torchao keep them), so a bf16/fp16 run never rounds a
   scale to S between kernels;
+* ``scalar_tail`` -- True for the operators whose CPU kernel (ATen's
+  ``cpu_kernel_vec``) runs the last elements of each parallel chunk in a scalar
+  loop that calls libm (sigmoid, gelu, softplus, mish): with a spec's
+  ``loop_step`` those elements are computed by the spec's ``tail_math``
+  (:func:`numlab.kernels.engine.compute`);
 * ``aten`` -- the PyTorch ATen operators of this op, the one table of them:
   ``"name.overload"`` (namespace dropped: ``"gelu.default"``, ``"add.Tensor"``,
   ``"add.Scalar"``) for each ATen operator :meth:`numlab.torch.TorchTrace.to_graph`
@@ -128,6 +133,7 @@ from ._refs import (
 from ._shapes import (
     _axes,
     _axis1,
+    _infer_alpha,
     _infer_bcast,
     _infer_broadcast,
     _infer_cast,
@@ -143,6 +149,7 @@ from ._shapes import (
     _infer_scalar,
     _infer_slice,
     _infer_softmax,
+    _infer_softplus,
     _infer_split,
     _infer_transpose,
     _shape_tuple,
@@ -175,11 +182,14 @@ CATALOGUE: dict[str, OpInfo] = {}
 #: torch computes ``s / x`` as ``reciprocal`` then ``mul`` (there is no
 #: reversed-division ATen operator; the bridge maps ``div`` with a number
 #: first to ``rdiv_scalar``).
-NO_ATEN = ("rdiv_scalar",)
+NO_ATEN = ("rdiv_scalar", "add_alpha")
+"""``add_alpha`` is reached by ``add.Tensor``/``sub.Tensor`` with ``alpha`` (registered
+with ``add``/``sub``; the bridge rewrites the call)."""
 
 
 def _register(name, category, arity, attrs, infer, ref, *, kernel, slack, propagate, aten, local,
-              decompose=None, accumulator="none", doc="", value_kind="float", stored_fmt=None):
+              decompose=None, accumulator="none", doc="", value_kind="float", stored_fmt=None,
+              scalar_tail=False):
     """Add one operator to :data:`CATALOGUE`.  ``kernel``, ``slack``,
     ``propagate`` and ``aten`` are required (module docstring); errors name
     the operator and the missing or invalid field."""
@@ -219,7 +229,7 @@ def _register(name, category, arity, attrs, infer, ref, *, kernel, slack, propag
                         f"them (category {category!r})")
     CATALOGUE[name] = OpInfo(name, category, arity, dict(attrs), infer, ref, decompose, accumulator, doc,
                              kernel=kernel, slack=slack, propagate=propagate, aten=aten, value_kind=value_kind,
-                             stored_fmt=stored_fmt, local=local)
+                             stored_fmt=stored_fmt, local=local, scalar_tail=bool(scalar_tail))
 
 
 def get_op(name: str) -> OpInfo:
@@ -266,11 +276,12 @@ def describe(category: str | None = None) -> str:
 # ---------------------------------------------------------------------------
 # elementwise
 # ---------------------------------------------------------------------------
-def _unary(name, fn, kernel, slack, propagate, local, doc):
+def _unary(name, fn, kernel, slack, propagate, local, doc, scalar_tail=False):
     """Register a one-input elementwise op whose ATen counterpart has its name
     (``aten.<name>.default``)."""
     _register(name, "elementwise", (1, 1), {}, _infer_same, lambda x: fn(_f64(x)), kernel=kernel,
-              slack=slack, propagate=propagate, local=local, aten=(f"{name}.default",), doc=doc)
+              slack=slack, propagate=propagate, local=local, aten=(f"{name}.default",), doc=doc,
+              scalar_tail=scalar_tail)
 
 
 _unary("neg", np.negative, E.neg, R.slack_exact, R.propagate_identity, CR.local_exact, "-x")
@@ -284,7 +295,7 @@ _unary("rsqrt", lambda x: 1.0 / np.sqrt(x), E.rsqrt, R.slack_two_roundings, R.pr
 _unary("reciprocal", lambda x: 1.0 / x, E.reciprocal, R.slack_two_roundings, R.propagate_reciprocal, CR.local_reciprocal, "1/x")
 _unary("tanh", np.tanh, E.tanh, R.slack_transcendental, R.propagate_monotone_ref, CR.local_libm, "tanh x")
 _unary("sigmoid", _sigmoid, E.sigmoid, R.slack_transcendental, R.propagate_monotone_ref, CR.local_libm,
-       "1/(1+e**-x), evaluated without overflow")
+       "1/(1+e**-x), evaluated without overflow", scalar_tail=True)
 _unary("erf", erf_ref, E.erf, R.slack_transcendental, R.propagate_monotone_ref, CR.local_libm,
        "error function (kernels.libm.erf64, vectorised, rel err < 2^-44)")
 _unary("silu", lambda x: x * _sigmoid(x), E.silu, R.slack_transcendental_x, R.propagate_silu, CR.local_libm_x,
@@ -300,6 +311,7 @@ _register(
     "gelu", "elementwise", (1, 1), {"approximate": "none"}, _infer_gelu,
     lambda x, approximate: _gelu(_f64(x), approximate), kernel=E.gelu,
     slack=R.slack_transcendental_x, propagate=R.propagate_gelu, local=CR.local_libm_x, aten=("gelu.default",),
+    scalar_tail=True,
     doc="GELU: approximate='none' 0.5x(1+erf(x/sqrt2)); 'tanh' 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))); "
         "gelu(-inf) = NaN (-inf * 0, as torch)",
 )
@@ -335,6 +347,12 @@ for _name, _fn, _kernel, _slack, _prop, _local, _aten, _doc in (
     _register(_name, "elementwise", (2, 2), {}, _infer_bcast,
               (lambda f: lambda a, b: f(_f64(a), _f64(b)))(_fn), kernel=_kernel,
               slack=_slack, propagate=_prop, local=_local, aten=_aten, doc=_doc)
+
+
+_register("add_alpha", "elementwise", (2, 2), {"alpha": REQUIRED}, _infer_alpha,
+          lambda x, y, alpha: _f64(x) + alpha * _f64(y), kernel=E.add_alpha,
+          slack=R.slack_add_alpha, propagate=R.propagate_add_alpha, local=CR.local_add_alpha, aten=(),
+          doc="x + alpha*y as one kernel (torch.add(x, y, alpha=...); sub: alpha negated)")
 
 
 #: scalar forms: op -> (function of (x, s), expression)
@@ -397,20 +415,25 @@ _register("constant", "elementwise", (0, 0), {"value": REQUIRED}, _infer_constan
 # -- softplus and hardswish: each operator in one place (reference, kernel, rules, ATen) -------
 
 
-def _softplus_kernel(ctx, x):
-    """softplus as torch's CPU kernel computes it (beta 1, threshold 20):
-    ``x`` itself where ``x > 20`` (no rounding), else ``log1p(exp(x))`` with
-    ``exp`` by ``spec.exp`` rounded to ``ctx.inner`` and ``log1p`` of that
-    rounded once to ``ctx.inner`` (the engine's correctly rounded model; no
-    separate rounding of ``1 + e``).  NaN propagates."""
+def _softplus_kernel(ctx, x, *, beta=1.0, threshold=R.SOFTPLUS_THRESHOLD):
+    """softplus as torch's CPU kernel computes it (``softplus_kernel``): ``xb =
+    x*fl32(beta)`` rounded to ``ctx.inner`` (``x`` itself for beta 1); ``x`` itself
+    where ``xb > fl32(threshold)`` (no rounding), else ``log1p(exp(xb)) / beta``
+    with ``exp`` by ``spec.exp`` and ``log1p`` by ``spec.log1p``, each rounded to
+    ``ctx.inner``, the division by ``spec.divide``.  NaN propagates."""
     x = np.asarray(x, dtype=np.float32)
-    t = np.float32(R.SOFTPLUS_THRESHOLD)
-    return np.where(x > t, x, ctx.log1p(ctx.exp(np.minimum(x, t))))
+    b, t = np.float32(beta), np.float32(threshold)
+    xb = x if beta == 1.0 else ctx.mul(x, b)
+    v = ctx.log1p(ctx.exp(np.minimum(xb, t)))
+    if beta != 1.0:
+        v = ctx.div(v, np.full(v.shape, b, dtype=np.float32))
+    return np.where(xb > t, x, v)
 
 
-_register("softplus", "elementwise", (1, 1), {}, _infer_same, _softplus_ref, kernel=_softplus_kernel,
+_register("softplus", "elementwise", (1, 1), {"beta": 1.0, "threshold": R.SOFTPLUS_THRESHOLD}, _infer_softplus,
+          _softplus_ref, kernel=_softplus_kernel, scalar_tail=True,
           slack=R.slack_transcendental, propagate=R.propagate_softplus, local=CR.local_libm_x, aten=("softplus.default",),
-          doc="log(1 + e**x), x itself for x > 20 (torch's beta=1, threshold=20)")
+          doc="log(1 + e**(beta x)) / beta, x itself for beta x > threshold (torch's defaults beta=1, threshold=20)")
 
 
 def _hardswish_kernel(ctx, x):
@@ -443,7 +466,7 @@ def _mish_kernel(ctx, x):
     return ctx.mul(x, ctx.tanh(ctx.log1p(ctx.exp(x))))
 
 
-_register("mish", "elementwise", (1, 1), {}, _infer_same, _mish_ref, kernel=_mish_kernel,
+_register("mish", "elementwise", (1, 1), {}, _infer_same, _mish_ref, kernel=_mish_kernel, scalar_tail=True,
           slack=R.slack_transcendental_x, propagate=R.propagate_lipschitz(MISH_LIPSCHITZ),
           local=CR.local_libm_x, aten=("mish.default",),
           doc="x * tanh(softplus(x)) (Misra 2019; torch.nn.functional.mish); mish(-inf) = NaN")

@@ -22,9 +22,15 @@ COMPARISONS = {"gt": (np.greater, ">"), "ge": (np.greater_equal, ">="), "lt": (n
                "le": (np.less_equal, "<="), "eq": (np.equal, "=="), "ne": (np.not_equal, "!=")}
 
 
-#: attributes any node may carry that do not change its value
-#: (``origin``: the composite node a decomposed primitive came from).
-META_ATTRS = ("origin",)
+#: attributes any node may carry that are not the operator's own: ``origin``
+#: (the composite node a decomposed primitive came from; changes no value) and
+#: ``storage`` (the storage format this node computes in and is written in, in place of
+#: the run's S: a graph of several dtypes, such as a traced torch function that
+#: mixes bf16 and fp32 tensors; :func:`numlab.execute.values.node_format`) and
+#: ``loads`` (the element format the node's loop loads from memory when it differs
+#: from its storage: a CPU kernel fills two fp32 vectors per 16-bit load, which sets
+#: its reduction's lane order (``KernelSpec.reduce_order_low``) and its scalar tail)
+META_ATTRS = ("origin", "storage", "loads")
 
 
 class _Required:
@@ -61,6 +67,7 @@ class OpInfo:
     value_kind: str = "float"
     stored_fmt: Callable | None = field(default=None, repr=False)
     local: Callable | None = field(default=None, repr=False)
+    scalar_tail: bool = False
 
     def ref(self, *arrays, **attrs):
         """float64 reference (data movement: dtype-preserving).  Meta

@@ -101,12 +101,14 @@ class ConstValue:
         return cls(a.astype(np.float64))
 
 
-def _softplus_ref(x):
-    """torch's softplus (beta 1, threshold 20) in float64: ``x`` for ``x > 20``,
-    else ``log1p(exp(x))`` (exp of at most 20: no overflow; NaN propagates)."""
+def _softplus_ref(x, beta=1.0, threshold=R.SOFTPLUS_THRESHOLD):
+    """torch's softplus in float64: ``x`` for ``beta x > threshold``, else
+    ``log1p(exp(beta x)) / beta`` (exp of at most ``threshold``: no overflow; NaN
+    propagates); torch's defaults beta 1, threshold 20."""
     x = _f64(x)
-    t = R.SOFTPLUS_THRESHOLD
-    return np.where(x > t, x, np.log1p(np.exp(np.minimum(x, t))))
+    xb = x * beta
+    with np.errstate(all="ignore"):
+        return np.where(xb > threshold, x, np.log1p(np.exp(np.minimum(xb, threshold))) / beta)
 
 
 def _mish_ref(x):

@@ -110,6 +110,19 @@ def _infer_scalar(shapes, attrs):
     return attrs, shapes[0]
 
 
+def _infer_alpha(shapes, attrs):
+    attrs["alpha"] = _float(attrs["alpha"], "alpha")
+    return attrs, broadcast_shapes(*shapes)
+
+
+def _infer_softplus(shapes, attrs):
+    attrs["beta"] = _float(attrs["beta"], "beta")
+    attrs["threshold"] = _float(attrs["threshold"], "threshold")
+    if not attrs["beta"] > 0:
+        raise ValueError(f"beta={attrs['beta']!r} is not valid; it must be > 0")
+    return attrs, shapes[0]
+
+
 def _infer_constant(shapes, attrs):
     v = attrs["value"]
     attrs["value"] = v if isinstance(v, ConstValue) else ConstValue(v)

@@ -274,7 +274,7 @@ class TorchTrace(Compact):
 
         ``casts=False`` lowers a float-to-float dtype conversion (``.half()``,
         ``.to(torch.bfloat16)``) as the identity: the exact reference of a function
-        (``predict(mode="fp64")``) has no rounding at all, not even the user's own casts.
+        (``predict(mode="reference")``) has no rounding at all, not even the user's own casts.
 
         Raises ValueError listing every ATen operator without a catalogue
         equivalent (never a partial graph).
@@ -405,6 +405,12 @@ def _map_node(n: ANode, alias: dict, tr: TorchTrace, casts: bool = True):
         raise _Unmapped(f"aten.{n.op} with exponent {r[1]!r} (only 2 maps to mul)")
     if base == "gelu":
         return [(nm, "gelu", (r[0],), {"approximate": n.kwargs.get("approximate", "none")})]
+    if base == "softplus":
+        beta = r[1] if len(r) > 1 else n.kwargs.get("beta", 1.0)
+        threshold = r[2] if len(r) > 2 else n.kwargs.get("threshold", 20.0)
+        if not (_is_num(beta) and _is_num(threshold)) or not beta > 0:
+            raise _Unmapped(f"aten.{n.op} with beta={beta!r}, threshold={threshold!r} (numbers, beta > 0, map)")
+        return [(nm, "softplus", (r[0],), {"beta": float(beta), "threshold": float(threshold)})]
     if base in ("sum", "mean", "amax", "amin", "var_mean"):
         return _map_reduction(n, base, r)
     if base == "_softmax":

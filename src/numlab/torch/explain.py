@@ -195,7 +195,7 @@ def explain(fn, inputs, *, emulated_casts: bool = False, output: int = 0,
 
     pe_out = pred(EAGER)
     pc_out = pred(COMPILED)
-    ref = predict(tr, inputs, mode="fp64").outputs[output]
+    ref = predict(tr, inputs, mode="reference").outputs[output]
     dt = tr.node(tr.outputs[output]).dtype
     def same(a, b):  # bitwise agreement: NaN pairs agree; bool outputs compare as truth values
         a, b = np.asarray(a), np.asarray(b)

@@ -119,6 +119,7 @@ import numpy as np
 from ..fusion import FusionOptions
 from ..kernels import KernelSpec
 from ..kernels.algorithms import ERF_ALGOS, EXP_ALGOS, GELU_ALGOS, TANH_ALGOS, parse_algo
+from ..kernels.orders import Lanes
 from ..kernels.orders.cpu import AtenCascade, InductorLanes
 from ..kernels.reduction import reduce
 from .bridge import import_torch
@@ -155,6 +156,12 @@ SCALAR_RULES = (
 """How eager ATen converts a Python scalar operand, per op: ``storage`` =
 rounded to the tensor dtype (through fp32), ``opmath`` = kept in fp32."""
 
+
+VEC_LOG1P = "sleef_u10"
+"""``Vectorized<float>::log1p()`` of ATen's and Inductor's C++: SLEEF ``log1pf_u10`` on AVX2
+and AVX-512 (measured 100% of 1.3e6 fp32 inputs)."""
+TAIL_LOG1P = "glibc"
+"""``std::log1p(float)`` of the scalar loops: glibc's ``log1pf`` (fdlibm's; glibc 2.36 measured)."""
 
 LIBM_TAIL_OPS = ("sigmoid", "gelu", "softplus", "mish")
 """Eager ops whose ATen kernel leaves a scalar tail loop calling libm (the predictor's
@@ -284,6 +291,14 @@ class TorchCpuEager:
     def scalar_rule(self, op: str) -> str:
         return dict(self.scalar_rules)[op]
 
+    def storage_scalars(self) -> tuple:
+        """The scalar-form operators whose scalar ATen rounds to the tensor dtype
+        (``KernelSpec.storage_scalars``), from :attr:`scalar_rules` (``div``'s rule is
+        also ``rdiv``'s, ``alpha``'s ``add_alpha``'s)."""
+        of = {"add": ("add_scalar",), "sub": ("sub_scalar",), "rsub": ("rsub_scalar",), "mul": ("mul_scalar",),
+              "div": ("div_scalar", "rdiv_scalar"), "alpha": ("add_alpha",)}
+        return tuple(sorted(op for rule, ops in of.items() if self.scalar_rule(rule) == "storage" for op in ops))
+
     def sum_order(self, storage: str = "fp32") -> AtenCascade:
         """ATen's ``sum`` order for a tensor of dtype ``storage`` (16-bit loads widen)."""
         return AtenCascade(self.sum_lanes, storage in _LOW)
@@ -358,22 +373,45 @@ class TorchCpuEager:
         return {"exp": self.vec_exp, "tanh": "sleef", "erf": "aten_vec", "gelu": self.gelu_algo,
                 "gelu_tanh": "aten_vec"}
 
-    def kernel_spec(self, storage: str = "fp32") -> KernelSpec:
-        """This preset as a :class:`numlab.kernels.KernelSpec` for tensors of ``storage``:
-        fp32 inside (``fp32_internal``), scalars kept fp32 (``muls``), no FMA,
-        ``reduce_order=AtenCascade(sum_lanes, widen)`` and the algorithms of
-        :meth:`algorithms`.
-
-        Not expressible as KernelSpec fields (preset fields, used by
-        :func:`numlab.torch.predict`): the per-op scalar conversion rule
-        (``scalar_rules``), the FMA of ``add(alpha)`` only (``fma_alpha``), the
-        scalar tail loops (``elementwise_step``, ``tail_algo``), the unary VML
-        kernels (``unary_algo``), softmax's and layer norm's own loops
-        (``softmax_lanes``, ``layernorm_lanes``: RowwiseMoments).
-        """
-        return KernelSpec(name="torch_cpu_eager", promotion="fp32_internal", scalar_mul="muls",
-                          fma=False, reduce_order=self.sum_order(storage),
-                          **self.algorithms())
+    def kernel_spec(self, gelu_dtype: str = "fp32") -> KernelSpec:
+        """This preset as the :class:`numlab.kernels.KernelSpec` :func:`numlab.torch.predict`
+        runs the ATen graph with (``numlab.execute.run(mode="eager")``): fp32 inside
+        (``fp32_internal``); a multiply's or divide's scalar kept fp32 (``scalar_mul="muls"``)
+        and an add's rounded to the tensor dtype (``scalar_add="broadcast"``,
+        :data:`SCALAR_RULES`); FMA where ATen's build contracts (``add(alpha)``, layer
+        norm; none under ``DEFAULT``); ``AtenCascade(sum_lanes)`` sums, widened for 16-bit
+        tensors (``reduce_order_low``); rsqrt as ``1/sqrt``; the math of
+        :meth:`algorithms` (gelu's for tensors of ``gelu_dtype``: :meth:`gelu_algo_for`),
+        SLEEF ``log1pf``, silu as ``x / (1 + exp(-x))``; softmax's kernel (one lane
+        vector, ``e * (1/sum)``); LayerNorm's ``RowwiseMoments``; the scalar tail loops
+        (``loop_step``, ``alpha_step``, ``tail_math``, ``grain_size``, ``threads``).
+        ``threads`` 0 is taken as 1 (pass the preset with ``torch.get_num_threads()``).
+        A ``unary_algo`` what-if (``"exact"``, ``"glibc"``) sets ``exp``/``tanh``/``erf``
+        of every kernel of the graph."""
+        alg = self.algorithms()
+        if self.unary_algo not in ("mkl_vml", "vec"):
+            alg.update(exp=self.unary_algo, tanh=self.unary_algo, erf=self.unary_algo)
+        gelu = self.gelu_algo_for(gelu_dtype)
+        default = self.capability == "DEFAULT"
+        if default:
+            # ATen's scalar build: the generic Vectorized<float> maps std::erf/tanh (glibc) over
+            # every element, and gelu's formulas are compiled without FMA (measured 100%)
+            gelu = "glibc" if gelu == "aten_vec" else gelu
+            alg["gelu_tanh"] = "glibc_nofma"
+        L = self.softmax_lanes
+        return KernelSpec(
+            name="torch_cpu_eager", promotion="fp32_internal", scalar_mul="muls",
+            storage_scalars=self.storage_scalars(),
+            fma=self.fma_alpha and not default,
+            reduce_order=self.sum_order("fp32"), reduce_order_low=self.sum_order("fp16"),
+            rsqrt="sqrt_then_div", exp=alg["exp"], tanh=alg["tanh"], erf=alg["erf"],
+            gelu=gelu or "exact", gelu_tanh=alg["gelu_tanh"], log1p=VEC_LOG1P, silu="divide",
+            softmax="reciprocal",
+            # ATen's DEFAULT build: vec::reduce_all over the generic 8-lane Vectorized<float>
+            softmax_order=Lanes(8, "sequential", "masked") if default else InductorLanes(L, 1, 1, "false", False, L),
+            layer_norm="aten", moments_lanes=self.layernorm_lanes,
+            loop_step=0 if default else self.elementwise_step, alpha_step=0 if default else self.alpha_step,
+            tail_math=self.tail_algo, grain_size=self.grain_size, threads=max(int(self.threads), 1))
 
 
 @dataclass(frozen=True)
@@ -467,18 +505,29 @@ class InductorCpu:
         return {"exp": self.vec_exp, "tanh": self.vec_tanh, "erf": self.vec_erf, "gelu": self.vec_gelu,
                 "gelu_tanh": self.vec_gelu}
 
-    def kernel_spec(self, storage: str = "fp32", threads: int | None = None) -> KernelSpec:
+    def kernel_spec(self, storage: str = "fp32", threads: int | None = None, tail: bool = False) -> KernelSpec:
         """This preset as a :class:`numlab.kernels.KernelSpec`: ``KernelSpec.inductor_cpu()``
-        (fp32 inside, scalars fp32, no FMA (``-ffp-contract=off``), rsqrt as ``1/sqrt``)
-        with ``reduce_order=InductorLanes(lanes, n_vec, threads)`` (``n_vec`` 2 for
-        16-bit ``storage``) and the algorithms of :meth:`algorithms`.  Not a KernelSpec
-        field: ``emulated_casts`` (a rounding of every 16-bit value, which
-        :func:`numlab.torch.predict` applies).
+        (fp32 inside, scalars fp32, no FMA (``-ffp-contract=off``), rsqrt as ``1/sqrt``,
+        silu as ``x / (1 + exp(-x))``) with ``reduce_order=InductorLanes(lanes, n_vec,
+        threads)`` (``n_vec`` 2 for 16-bit ``storage``), ``reduce_order_low`` the
+        16-bit loads' order (``n_vec`` 2), the algorithms of :meth:`algorithms` and
+        SLEEF ``log1pf`` (glibc's in scalar C++).  ``tail``: the kernel runs its
+        masked tail as a scalar loop (:func:`numlab.torch.predictor.inductor_scalar_tail`),
+        whose ``exp``/``log1p`` are glibc's (``loop_step`` one vector of fp32 lanes,
+        twice that for 16-bit loads).  ``emulated_casts`` is the lowering's
+        (:func:`numlab.torch.lowering.lower`), not a spec field.
         ``threads`` None: the preset's ``threads``, 1 when that is 0 (the spec does not
         ask torch; pass ``torch.get_num_threads()`` to model a threaded run)."""
         if threads is None:
             threads = self.threads or 1
-        return KernelSpec.inductor_cpu(reduce_order=self.reduce_order(storage, threads), **self.algorithms())
+        alg = self.algorithms()
+        if self.scalar:  # -ffp-contract=off scalar C++: gelu tanh's formula without FMA
+            alg["gelu_tanh"] = "glibc_nofma"
+        return KernelSpec.inductor_cpu(
+            reduce_order=self.reduce_order(storage, threads), reduce_order_low=self.reduce_order("fp16", threads),
+            silu="divide", log1p=TAIL_LOG1P if self.scalar else VEC_LOG1P,
+            loop_step=self.lanes if tail and not self.scalar else 0, tail_ops=("exp", "log1p"),
+            tail_math="glibc", **alg)
 
     def fusion_options(self):
         return FusionOptions.inductor()
