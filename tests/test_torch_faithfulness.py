@@ -590,3 +590,33 @@ def test_16bit_unary_exp_tanh_erf_on_every_input(torch, dt):
         got = fn(x).float().numpy()
         p = predict(from_torch(fn, (x,)), (x,), mode="eager").outputs[0]
         assert np.array_equal(p, got, equal_nan=True), (fn.__name__, int(np.sum(p != got)))
+
+
+def test_eager_scalar_tails_of_threaded_chunks(torch):
+    """Above ATen's GRAIN_SIZE (32768) an elementwise kernel runs in one chunk per thread,
+    each with its own scalar tail (``KernelSpec.grain_size``, ``threads``): predicted bit for
+    bit with 2 threads on a 1-D tensor whose chunks end inside a vector step; modelling one
+    chunk instead (``threads=1``) mispredicts the first chunk's tail, so the rule is live."""
+    import torch.nn.functional as F
+
+    from numlab.torch import from_torch, predict, run_torch, torch_cpu_eager
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        rng = np.random.default_rng(65)
+        a = (rng.standard_normal(70001) * 4).astype(np.float32)
+        for dt in ("fp32", "bf16"):
+            x = _t(torch, a, dt)
+            for fn in (torch.sigmoid, lambda v: F.gelu(v, approximate="tanh"), lambda v: F.mish(v)):
+                tr = from_torch(fn, (x,))
+                want = run_torch(tr, (x,), mode="eager")[0]
+                assert _bitwise(predict(tr, (x,), mode="eager", preset=torch_cpu_eager(threads=2)).outputs[0],
+                                want).all()
+            if dt == "fp32":  # (bf16 rounds the libm/SLEEF differences of mish away)
+                one = predict(tr, (x,), mode="eager", preset=torch_cpu_eager(threads=1)).outputs[0]
+                wrong = ~_bitwise(one, want)
+                # the first chunk's tail (34976..35000) is the scalar loop's only with two chunks
+                assert (wrong.nonzero()[0] < 35001).any()
+    finally:
+        torch.set_num_threads(old)

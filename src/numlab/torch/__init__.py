@@ -3,7 +3,9 @@ torch eager and ``torch.compile`` (Inductor C++) outputs bit for bit.
 
 * :func:`from_torch` -- trace to ATen ops (:class:`~numlab.torch.bridge.TorchTrace`),
   ``.to_graph()`` maps onto numlab's operator catalogue;
-* :func:`predict` -- ``mode="eager" | "compiled" | "fp64"``;
+* :func:`predict` -- ``mode="eager" | "compiled" | "reference"``: the function lowered to a
+  numlab Graph (:func:`lower`, per-node dtypes) and run by :func:`numlab.execute.run`
+  under the presets' ``KernelSpec``;
 * :func:`torch_cpu_eager`, :func:`inductor_cpu` -- the measured presets;
 * :func:`explain` -- eager vs compiled attributed to the four sources.
 
@@ -22,6 +24,7 @@ _LAZY = {
     "data": "numlab.torch.data",
     "libm": "numlab.torch.libm",
     "bridge": "numlab.torch.bridge",
+    "lowering": "numlab.torch.lowering",
     "predictor": "numlab.torch.predictor",
     "presets": "numlab.torch.presets",
     "reveal": "numlab.torch.reveal",
@@ -30,6 +33,7 @@ _ATTRS = {
     "from_torch": ("numlab.torch.bridge", "from_torch"),
     "TorchTrace": ("numlab.torch.bridge", "TorchTrace"),
     "predict": ("numlab.torch.predictor", "predict"),
+    "lower": ("numlab.torch.lowering", "lower"),
     "run_torch": ("numlab.torch.predictor", "run_torch"),
     "compile_fn": ("numlab.torch.predictor", "compile_fn"),
     "Switches": ("numlab.torch.predictor", "Switches"),

@@ -4,8 +4,9 @@
 example inputs, which records the ATen operators eager PyTorch dispatches
 (``aten.mul.Tensor(x, 0.1)``, ``aten._softmax``, ``aten.native_layer_norm``,
 ...) with their Python-scalar operands and the dtype and shape of every value.
-That ATen graph is what :mod:`numlab.torch.predict` interprets to predict
-torch eager; :meth:`TorchTrace.inductor_nodes` re-traces with Inductor's
+That ATen graph is what :func:`numlab.torch.predict` lowers
+(:func:`numlab.torch.lowering.lower`) and runs with :func:`numlab.execute.run` to
+predict torch eager; :meth:`TorchTrace.inductor_nodes` re-traces with Inductor's
 decomposition table (what ``torch.compile`` lowers) to predict the compiled
 function.  :meth:`TorchTrace.to_graph` maps the ATen graph onto
 :data:`numlab.ops.CATALOGUE` (``mul_scalar``, ``softmax``, ``layer_norm``...)

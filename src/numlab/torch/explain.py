@@ -4,7 +4,9 @@
 numlab's two predictions and the fp64 reference, then attributes the
 eager/compiled difference to the four sources of difference (``docs/design.md``,
 "The four sources of difference") by
-switching each one on its own (:class:`~numlab.torch.predictor.Switches`):
+switching each one on its own (:class:`~numlab.torch.predictor.Switches`; each switch
+is a choice of the lowering, :func:`numlab.torch.lowering.lower`, and of the engine's
+``KernelSpec`` fields, the same knobs the predictions run with):
 
 * **promotion** -- every ATen kernel rounds to fp16/bf16 vs one fused fp32
   kernel rounding at its stores;
