@@ -70,6 +70,9 @@ CASES = {
     "softmax": (lambda x: F.softmax(x, -1), "n"),
     "layer_norm": (lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b), "nww"),
     "centre_tanh": (centre_tanh, "n"), "softmax_by_hand": (softmax_by_hand, "n"),
+    # scalar tails: rsqrt's 16-bit kernel computes in the tensor's type (32-element steps),
+    # silu's scalar loop calls glibc expf
+    "rsqrt": (lambda x: torch.rsqrt(x.abs() + 0.01), "n"), "silu": (lambda x: F.silu(x), "n"),
 }
 # softmax_by_hand is eager only: compiled 16-bit it is refused (a realized bf16 buffer read
 # across loops), which would refuse the whole combined graph
@@ -149,8 +152,16 @@ _RUNS: dict = {}
 
 def _refused(machine: dict, case: str, dt: str, mode: str) -> bool:
     """The paths numlab knowingly refuses (the test's own list, not the presets'):
-    eager fp32 exp/tanh in a build with MKL (MKL VML), or on ATen's scalar build."""
-    if mode != "eager" or case not in ("exp", "tanh", "centre_tanh", "softmax_by_hand"):
+    eager fp32 exp/tanh in a build with MKL (MKL VML), or on ATen's scalar build; eager
+    silu on ATen's scalar build; eager 16-bit rsqrt on ATen's scalar build (1/sqrt in the
+    16-bit type on every element)."""
+    if mode != "eager":
+        return False
+    if case == "silu":
+        return machine["capability"] == "DEFAULT"
+    if case == "rsqrt":
+        return dt != "fp32" and machine["capability"] == "DEFAULT"
+    if case not in ("exp", "tanh", "centre_tanh", "softmax_by_hand"):
         return False
     return dt == "fp32" and (machine["mkl_vml"] or machine["capability"] == "DEFAULT")
 

@@ -55,12 +55,12 @@ FIELD_READERS = {
     "moments_lanes": ("layer_norm",),
     "storage_scalars": ("add_scalar", "sub_scalar", "rsub_scalar", "mul_scalar", "div_scalar", "rdiv_scalar",
                         "add_alpha"),
-    "loop_step": ("sigmoid", "gelu", "softplus", "mish", "add_alpha", "exp", "log1p", "tanh", "erf", "silu"),
-    "alpha_step": ("add_alpha",),
+    "loop_step": ("sigmoid", "gelu", "softplus", "mish", "add_alpha", "exp", "log1p", "tanh", "erf", "silu", "rsqrt"),
+    "alpha_step": ("add_alpha", "rsqrt"),
     "tail_ops": ("sigmoid", "gelu", "softplus", "mish", "exp", "log1p", "tanh", "erf", "silu"),
     "tail_math": ("sigmoid", "gelu", "softplus", "mish", "exp", "log1p", "tanh", "erf", "silu"),
-    "grain_size": ("sigmoid", "gelu", "softplus", "mish", "add_alpha", "exp", "log1p", "tanh", "erf", "silu"),
-    "threads": ("sigmoid", "gelu", "softplus", "mish", "add_alpha", "exp", "log1p", "tanh", "erf", "silu"),
+    "grain_size": ("sigmoid", "gelu", "softplus", "mish", "add_alpha", "exp", "log1p", "tanh", "erf", "silu", "rsqrt"),
+    "threads": ("sigmoid", "gelu", "softplus", "mish", "add_alpha", "exp", "log1p", "tanh", "erf", "silu", "rsqrt"),
 }
 """KernelSpec field -> the operators whose engine kernel reads it
 (:mod:`numlab.kernels.engine`; ``gelu`` for ``approximate="none"``,

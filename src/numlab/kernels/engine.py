@@ -311,18 +311,23 @@ class Ctx:
         mask = tail_mask(int(np.prod(shape, dtype=np.int64)), step, self.spec.grain_size, self.spec.threads)
         return mask.reshape(shape) if mask.any() else None
 
-    def scalar_loop(self) -> "Ctx":
+    def scalar_loop(self, in_storage: bool = False) -> "Ctx":
         """This node's context in the kernel's scalar loop: the spec's math routines
         replaced by ``spec.tail_math`` (exp, tanh, erf, log1p; gelu's vectorised
-        formula by its scalar one), no further tail."""
+        formula by its scalar one), no further tail; ``in_storage``: the scalar code
+        computes in the tensor's type, each operation rounded to S (ATen's scalar
+        lambda of ``scalar_t``, e.g. rsqrt's ``1 / std::sqrt(a)`` on ``c10::Half``)."""
         sp = self.spec
+        if in_storage:
+            sp = dataclasses.replace(sp, promotion="native", fma=False)
         t = sp.tail_math
         gelu_tail = "glibc" if t == "glibc" else "aten_scalar"
         tail = dataclasses.replace(
             sp, exp=t, tanh=t, erf=t, log1p=t, loop_step=0,
             gelu=gelu_tail if sp.gelu == "aten_vec" else sp.gelu,
             gelu_tanh=gelu_tail if sp.gelu_tanh == "aten_vec" else sp.gelu_tanh)
-        return Ctx(self.S, tail, fused=self.fused, tile=self.tile, seed=self.seed, name=self.name, loads=self.loads)
+        return Ctx(self.S, tail, fused=self.fused and not in_storage, tile=self.tile, seed=self.seed, name=self.name,
+                   loads=self.loads)
 
     # -- reductions ------------------------------------------------------------
     def order(self):
@@ -420,19 +425,27 @@ def tail_mask(numel: int, step: int, grain_size: int, threads: int) -> np.ndarra
     return mask
 
 
-def compute(kernel, ctx: "Ctx", ins, attrs, scalar_tail: bool = False, op: str = "") -> np.ndarray:
+def compute(kernel, ctx: "Ctx", ins, attrs, scalar_tail=False, op: str = "") -> np.ndarray:
     """``kernel(ctx, *ins, **attrs)``; for an operator whose CPU kernel has a scalar
     loop (``spec.tail_ops`` names ``op``, or with ``tail_ops`` None the operator is
-    registered with ``scalar_tail``) and a spec with ``loop_step``, the elements of
+    registered with ``scalar_tail``: ``"opmath"`` computing in fp32, ``"storage"`` in
+    the tensor's type) and a spec with ``loop_step``, the elements of
     :meth:`Ctx.tail_mask` computed by :meth:`Ctx.scalar_loop`."""
     tails = ctx.spec.tail_ops
-    scalar_tail = scalar_tail if tails is None else op in tails
+    if tails is not None:
+        scalar_tail = "opmath" if op in tails else False
     with np.errstate(all="ignore"):
         v = np.asarray(kernel(ctx, *ins, **attrs))
         if scalar_tail and ctx.spec.loop_step:
-            mask = ctx.tail_mask(v.shape)
+            # a 16-bit kernel computing in the tensor's type steps over alpha_step elements
+            # (measured: rsqrt of fp16/bf16 steps 32 under AVX512 and AVX2, as add with alpha)
+            storage = scalar_tail == "storage"
+            if storage and ctx.narrow and not ctx.spec.alpha_step:
+                return v  # no such step (None), or no vector loop at all (0): not a tail
+            mask = ctx.tail_mask(v.shape, ctx.spec.alpha_step if storage and ctx.narrow else None)
             if mask is not None:
-                v = np.where(mask, np.asarray(kernel(ctx.scalar_loop(), *ins, **attrs), v.dtype), v)
+                tail = ctx.scalar_loop(in_storage=storage)
+                v = np.where(mask, np.asarray(kernel(tail, *ins, **attrs), v.dtype), v)
     return v
 
 
@@ -496,7 +509,7 @@ def contract(node, g, block, vals, ctx: Ctx):
     if op == "sub":
         c = _f32(vals[node.inputs[1 - i]])
         return ctx.muladd(a, b, -c) if i == 0 else ctx.muladd(-a, b, c)
-    s = ctx.scalar(node.op_attrs["scalar"])
+    s = ctx.scalar(node.op_attrs["scalar"], op)
     if op == "add_scalar":
         return ctx.muladd(a, b, np.float32(s))
     if op == "sub_scalar":
@@ -547,12 +560,17 @@ def add_alpha(ctx, x, y, *, alpha):
     ``spec.fma``).  With ``spec.alpha_step`` on a 16-bit S the elements of the
     kernel's scalar loop compute in S, ``fl(x + fl(alpha*y))`` (ATen's
     reduced-float kernel; every element with ``alpha_step=0``)."""
+    wrapped = np.ndim(y) == 0  # a number as the second operand (ATen's scalar specialisation)
     x, y = np.broadcast_arrays(_f32(x), _f32(y))
     a = np.float32(ctx.scalar(alpha, "add_alpha"))
     v = ctx.muladd(y, np.full_like(y, a), x)
     step = ctx.spec.alpha_step
-    if step is None or not ctx.narrow:
+    if step is None:
         return v
+    if not ctx.narrow:
+        # fp32: the scalar loop after the last vector step (``loop_step``) is fl(x + fl(alpha*y)), no FMA
+        mask = ctx.tail_mask(v.shape, ctx.spec.loop_step) if step and ctx.spec.loop_step and wrapped else None
+        return v if mask is None else np.where(mask, ctx.add(x, ctx.mul(y, np.full_like(y, a))), v)
     # the scalar loop computes in S: the product (exact in float64) rounded once to S, then the sum
     p = _f32(_round_to(y.astype(np.float64) * np.float64(a), ctx.S))
     t = _f32(_round_to(x.astype(np.float64) + p.astype(np.float64), ctx.S))

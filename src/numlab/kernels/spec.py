@@ -34,6 +34,10 @@ __all__ = ["KernelSpec", "PROMOTIONS", "UNARY_OPS", "SILU_ALGOS", "SOFTMAX_ALGOS
 
 PROMOTIONS = ("native", "fp32_internal", "accumulator_only")
 UNARY_OPS = ("rsqrt", "reciprocal", "sqrt", "exp", "log", "log1p", "tanh", "erf", "sigmoid", "gelu")
+"""The one-input operators :meth:`KernelSpec.unary` computes: those whose engine
+kernel (:mod:`numlab.kernels.engine`) is the ``Ctx`` function of the same name.
+The operator registry sits above this layer, so the tuple is written here;
+``tests/test_ops.py`` checks it equals that query of ``numlab.ops.CATALOGUE``."""
 SCALAR_FORM_OPS = ("add_scalar", "sub_scalar", "rsub_scalar", "mul_scalar", "div_scalar", "rdiv_scalar",
                    "add_alpha")
 """The operators with a scalar operand (``KernelSpec.storage_scalars``)."""
@@ -44,10 +48,6 @@ SOFTMAX_ALGOS = ("divide", "reciprocal")
 LAYER_NORM_ALGOS = ("generic", "aten")
 """``KernelSpec.layer_norm``: the ``variance`` knob's moments, or ATen's LayerNorm kernel
 (``RowwiseMoments`` over ``moments_lanes`` lanes, its FMA forms)."""
-"""The one-input operators :meth:`KernelSpec.unary` computes: those whose engine
-kernel (:mod:`numlab.kernels.engine`) is the ``Ctx`` function of the same name.
-The operator registry sits above this layer, so the tuple is written here;
-``tests/test_ops.py`` checks it equals that query of ``numlab.ops.CATALOGUE``."""
 KERNEL_ROUNDINGS = ("rne", "rtz", "up", "down", "odd")
 """Rounding modes of ``scalar_rounding`` and ``vector_rounding``."""
 DEFAULT_FUSED_LIVE_BUFFERS = 4
@@ -157,10 +157,13 @@ class KernelSpec:
         mish).  Inductor's C++ falls back to a scalar loop for a masked tail
         (``("exp", "log1p")`` are the ones whose scalar code differs).
     alpha_step : int or None
-        Source 3: elements per vector step of ``add_alpha`` on a 16-bit S
-        (ATen's reduced-float add: 32 under AVX512 and AVX2, measured); its
-        scalar tail computes in S, ``fl(x + fl(alpha*y))``.  0: no vector loop
-        (ATen's DEFAULT build: every element in that form); None: no scalar loop.
+        Source 3: elements (not of 4 bytes: of S itself) per vector step of a
+        16-bit kernel that computes in the tensor's type -- ``add_alpha`` and the
+        operators registered with ``scalar_tail="storage"`` (rsqrt): ATen's
+        reduced-float kernels, 32 under AVX512 and AVX2, measured; their scalar
+        tail computes in S (``fl(x + fl(alpha*y))``, ``fl(1 / fl(sqrt(x)))``).
+        0: no vector loop (ATen's DEFAULT build: ``add_alpha`` in that form on every
+        element); None: no scalar loop.
     tail_math : str
         Source 4: exp/tanh/erf/log1p (and gelu's formula) of the scalar loops:
         ``"glibc"`` (``expf``, ``tanhf``, ``erff``, ``log1pf``) or ``"exact"``.

@@ -46,11 +46,13 @@ Each operator has an :class:`OpInfo` in :data:`CATALOGUE` with
   as a real fp8 tensor) and ``block_scale`` its scales in fp32 (as DeepSeek-V3's
   ``act_quant`` and torchao keep them), so a bf16/fp16 run never rounds a
   scale to S between kernels;
-* ``scalar_tail`` -- True for the operators whose CPU kernel (ATen's
+* ``scalar_tail`` -- for the operators whose CPU kernel (ATen's
   ``cpu_kernel_vec``) runs the last elements of each parallel chunk in a scalar
-  loop that calls libm (sigmoid, gelu, softplus, mish): with a spec's
+  loop whose result differs: ``"opmath"`` (it computes in fp32 and calls libm:
+  sigmoid, silu, gelu, softplus, mish) or ``"storage"`` (it computes in the tensor's
+  type, each operation rounded: rsqrt's ``1 / std::sqrt(a)``); with a spec's
   ``loop_step`` those elements are computed by the spec's ``tail_math``
-  (:func:`numlab.kernels.engine.compute`);
+  (:func:`numlab.kernels.engine.compute`); False for the others;
 * ``aten`` -- the PyTorch ATen operators of this op, the one table of them:
   ``"name.overload"`` (namespace dropped: ``"gelu.default"``, ``"add.Tensor"``,
   ``"add.Scalar"``) for each ATen operator :meth:`numlab.torch.TorchTrace.to_graph`
@@ -219,6 +221,8 @@ def _register(name, category, arity, attrs, infer, ref, *, kernel, slack, propag
     if not aten and name not in NO_ATEN:
         raise TypeError(f"op {name!r}: aten=() is only for operators without an ATen counterpart "
                         f"({list(NO_ATEN)}); give the ATen names it maps from")
+    if scalar_tail not in (False, True, "opmath", "storage"):
+        raise ValueError(f"op {name!r}: scalar_tail={scalar_tail!r} is not valid; choose False, 'opmath' or 'storage'")
     if value_kind not in VALUE_KINDS:
         raise ValueError(f"op {name!r}: value_kind={value_kind!r} is not valid; choose one of {VALUE_KINDS}")
     if stored_fmt is not None and not callable(stored_fmt):
@@ -229,7 +233,8 @@ def _register(name, category, arity, attrs, infer, ref, *, kernel, slack, propag
                         f"them (category {category!r})")
     CATALOGUE[name] = OpInfo(name, category, arity, dict(attrs), infer, ref, decompose, accumulator, doc,
                              kernel=kernel, slack=slack, propagate=propagate, aten=aten, value_kind=value_kind,
-                             stored_fmt=stored_fmt, local=local, scalar_tail=bool(scalar_tail))
+                             stored_fmt=stored_fmt, local=local,
+                             scalar_tail="opmath" if scalar_tail is True else scalar_tail)
 
 
 def get_op(name: str) -> OpInfo:
@@ -291,7 +296,7 @@ _unary("log", np.log, E.log, R.slack_transcendental, R.propagate_log, CR.local_l
        "natural log (log 0 = -inf, log x<0 = NaN)")
 _unary("sqrt", np.sqrt, E.sqrt, R.slack_correct, R.propagate_sqrt, CR.local_sqrt, "square root (sqrt x<0 = NaN)")
 _unary("rsqrt", lambda x: 1.0 / np.sqrt(x), E.rsqrt, R.slack_two_roundings, R.propagate_rsqrt, CR.local_rsqrt,
-       "1/sqrt(x) (float64: two roundings)")
+       "1/sqrt(x) (float64: two roundings)", scalar_tail="storage")
 _unary("reciprocal", lambda x: 1.0 / x, E.reciprocal, R.slack_two_roundings, R.propagate_reciprocal, CR.local_reciprocal, "1/x")
 _unary("tanh", np.tanh, E.tanh, R.slack_transcendental, R.propagate_monotone_ref, CR.local_libm, "tanh x")
 _unary("sigmoid", _sigmoid, E.sigmoid, R.slack_transcendental, R.propagate_monotone_ref, CR.local_libm,
@@ -299,7 +304,7 @@ _unary("sigmoid", _sigmoid, E.sigmoid, R.slack_transcendental, R.propagate_monot
 _unary("erf", erf_ref, E.erf, R.slack_transcendental, R.propagate_monotone_ref, CR.local_libm,
        "error function (kernels.libm.erf64, vectorised, rel err < 2^-44)")
 _unary("silu", lambda x: x * _sigmoid(x), E.silu, R.slack_transcendental_x, R.propagate_silu, CR.local_libm_x,
-       "x * sigmoid(x); silu(-inf) = NaN (-inf * 0, as torch)")
+       "x * sigmoid(x); silu(-inf) = NaN (-inf * 0, as torch)", scalar_tail=True)
 _unary("relu", lambda x: np.where(x < 0, 0.0, x), E.relu, R.slack_exact, R.propagate_identity, CR.local_exact,
        "0 where x < 0, else x (NaN and -0.0 pass through, as torch.relu)")
 # log1p: increasing; an interval reaching below -1 gives NaN ends, hence an infinite bound

@@ -67,7 +67,7 @@ class OpInfo:
     value_kind: str = "float"
     stored_fmt: Callable | None = field(default=None, repr=False)
     local: Callable | None = field(default=None, repr=False)
-    scalar_tail: bool = False
+    scalar_tail: bool | str = False
 
     def ref(self, *arrays, **attrs):
         """float64 reference (data movement: dtype-preserving).  Meta

@@ -385,8 +385,11 @@ def _tensorise(nm: str, vals) -> tuple[list, list]:
     return pre, names
 
 
-def _map_node(n: ANode, alias: dict, tr: TorchTrace, casts: bool = True):
-    """ANode -> list of graph node tuples, an alias name (str), or None (skip)."""
+def _map_node(n: ANode, alias: dict, tr: TorchTrace, casts: bool = True, per_node: bool = False):
+    """ANode -> list of graph node tuples, an alias name (str), or None (skip).
+    ``per_node``: the graph gives every node its own storage format
+    (:func:`numlab.torch.lowering.lower`), so a literal of another dtype than the
+    function's is no obstacle."""
     base = n.op.split(".")[0].rstrip("_")
     r = [alias.get(x.name, x.name) if isinstance(x, Ref) else x for x in n.args]
     nm = n.name
@@ -451,7 +454,7 @@ def _map_node(n: ANode, alias: dict, tr: TorchTrace, casts: bool = True):
         pre, (v,) = _tensorise(nm, [r[2]])
         return pre + [(nm, "where", (r[1], v, r[0]), {})]
     if base in ("scalar_tensor", "lift_fresh_copy"):
-        return _map_literal(n, base, r, tr)
+        return _map_literal(n, base, r, tr, per_node)
     op = CATALOGUE_MAP.get(n.op)
     if op is not None and len(n.args) == 1 and not n.kwargs and _ops.CATALOGUE[op].arity == (1, 1) \
             and not _ops.CATALOGUE[op].attrs:
@@ -575,12 +578,13 @@ def _map_logic(n: ANode, base: str, r: list, tr: "TorchTrace"):
                   (nm, "ne", (f"{nm}.{sel}", f"{nm}.z"), {})]
 
 
-def _map_literal(n: ANode, base: str, r: list, tr: "TorchTrace"):
+def _map_literal(n: ANode, base: str, r: list, tr: "TorchTrace", per_node: bool = False):
     """scalar_tensor (a number as a 0-d tensor) and lift_fresh_copy (a tensor literal
-    made in the function) -> a ``constant`` node."""
+    made in the function) -> a ``constant`` node (of another dtype than the function's
+    only with ``per_node`` storage formats)."""
     nm = n.name
     if base == "scalar_tensor":
-        if n.dtype != tr.storage:
+        if n.dtype != tr.storage and not per_node:
             raise _Unmapped(f"aten.{n.op} of dtype {n.dtype} in a {tr.storage} function (numlab holds "
                             "every value in one storage format)")
         return [_const(nm, r[0])]
@@ -590,7 +594,7 @@ def _map_literal(n: ANode, base: str, r: list, tr: "TorchTrace"):
             raise _Unmapped(f"aten.{n.op} of a computed tensor")
         t = tr.constants[src]
         dt = _dtype_name(t.dtype)
-        if t.dim() and dt != tr.storage:
+        if t.dim() and dt != tr.storage and not per_node:
             raise _Unmapped(f"aten.{n.op} of a {dt} tensor of shape {tuple(t.shape)} in a {tr.storage} "
                             "function (numlab holds every value in one storage format)")
         vals = t.numpy() if str(t.dtype) == "torch.bool" else t.double().numpy()

@@ -106,7 +106,12 @@ def lower(trace: TorchTrace, *, graph: str = "aten", promotion: str = "eager", s
     # the fused kernels' loops load the graph's inputs: 16-bit ones fill two fp32 vectors
     if loads is None:
         loads = fused and graph == "inductor"
-    load_fmt = next((p.dtype for p in tr.inputs if p.dtype in LOW), "fp32")
+    # the 16-bit format of the graph inputs each node's loop reads (through its producers)
+    load_fmt = {p.name: p.dtype for p in tr.inputs if p.dtype in LOW}
+    for n in tr.nodes:
+        low_in = sorted({load_fmt[r] for r in n.refs() if r in load_fmt})
+        if low_in:
+            load_fmt[n.name] = low_in[0]
     users: dict[str, int] = {}
     for n in tr.nodes:
         for r in n.refs():
@@ -128,11 +133,11 @@ def lower(trace: TorchTrace, *, graph: str = "aten", promotion: str = "eager", s
                 storage = _fused_storage(op, storage, n, emulated)
             if loads:
                 src = n.args[0] if n.args else None
-                local = (op in ("sum", "mean") and isinstance(src, Ref) and src.name not in inputs_in
-                         and users.get(src.name, 0) > 1)
+                local = (op in ("sum", "mean") and not n.op.startswith("var_mean") and isinstance(src, Ref)
+                         and src.name not in inputs_in and users.get(src.name, 0) > 1)
                 # a reduced value that is also used later sits in an fp32 local buffer, which
                 # its reduction loop reads as fp32 (generated code read; measured for softmax)
-                attrs = {**attrs, "loads": "fp32" if local else load_fmt}
+                attrs = {**attrs, "loads": "fp32" if local else load_fmt.get(n.name, "fp32")}
             if storage in FLOATS:
                 attrs = {**attrs, "storage": storage}
             gnodes.append(Node(name, op, tuple(ins), attrs))
@@ -203,16 +208,16 @@ def _lower_node(n: ANode, alias, tr, dtype, graph, promotion, scalars, emulated,
             pre, (x, y) = _promote(nm, [name_of(n.args[0]), name_of(y)], n, ref_dt, dt, eager, scalars, tr)
             return pre + [(nm, "add_alpha", (x, y), {"alpha": scalar_value(a)}, dt)]
     if base == "mean" and dtype.get(n.args[0].name) in LOW and dt in LOW:
-        out = _map_node(n, alias, tr, casts)
+        out = _map_node(n, alias, tr, casts, per_node=True)
         ((name, op, ins, attrs),) = out
         if eager:
             # ATen: an fp32 sum of the widened values divided in fp32, one rounding
             return [(f"{nm}.fp32", op, ins, attrs, "fp32"), (nm, "cast", (f"{nm}.fp32",), {"to": dt}, dt)]
         return [(name, op, ins, attrs, dt if emulated else "fp32")]
     if base == "var_mean":
-        out = _map_node(n, alias, tr, casts)
+        out = _map_node(n, alias, tr, casts, per_node=True)
         return [(*item, "fp32") for item in out]
-    out = _map_node(n, alias, tr, casts)
+    out = _map_node(n, alias, tr, casts, per_node=True)
     if out is None or isinstance(out, str):
         return out
     items = []

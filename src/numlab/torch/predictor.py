@@ -24,7 +24,7 @@ promotion, the 16-bit ``mean``, what Inductor keeps in fp32) and runs it with
     :meth:`InductorCpu.kernel_spec() <numlab.torch.presets.InductorCpu.kernel_spec>`:
     fp32 scalars, no FMA, Inductor's lane order, SLEEF math, and the scalar tail of
     a kernel whose masked tail Inductor runs as a scalar loop
-    (:func:`inductor_scalar_tail`: ``loop_step``, ``tail_ops=("exp", "log1p")``).
+    (:func:`inductor_scalar_tail`: ``loop_step``, ``tail_ops``: exp, log1p, tanh, erf).
 ``mode="reference"``
     the float64 reference (``numlab.execute``'s mode of that name): the ATen graph lowered to catalogue operators
     (:meth:`~numlab.torch.bridge.TorchTrace.to_graph` with ``casts=False``) and run in
@@ -77,6 +77,7 @@ from ._aten import (
 from .bridge import Ref, TorchTrace, _is_num, as_numpy, import_torch
 from .lowering import LOW, lower
 from .presets import (
+    INDUCTOR_TAIL_OPS,
     InductorCpu,
     TorchCpuEager,
     glibc_math_unmodelled,
@@ -210,6 +211,24 @@ def predict(trace: TorchTrace, inputs=None, *, mode: str = "eager", preset=None,
     return _predict_lowered(trace, _inputs_as_arrays(trace, inputs), switches, pe, pi, mode, keep_values)
 
 
+_VIEWS = ("view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "expand", "alias", "detach", "clone",
+          "permute", "t", "transpose")
+
+
+def _moves_last_dim(n, shape) -> bool:
+    """A permute/transpose that changes which dim is innermost (the others keep rows contiguous)."""
+    base = n.op.split(".")[0].rstrip("_")
+    nd = len(shape[n.args[0].name])
+    if nd < 2:
+        return False
+    if base == "t":
+        return True
+    if base == "permute":
+        return int(n.args[1][-1]) % nd != nd - 1
+    d0, d1 = (int(n.args[1]) % nd, int(n.args[2]) % nd)
+    return nd - 1 in (d0, d1) and d0 != d1
+
+
 def _refuse_aten(trace: TorchTrace, pe: TorchCpuEager, threads: int) -> str:
     """Why the ATen graph of ``trace`` is not predicted on ``pe``'s path (raises
     :class:`NotModelled`), else the dtype whose eager gelu path the spec takes."""
@@ -218,10 +237,18 @@ def _refuse_aten(trace: TorchTrace, pe: TorchCpuEager, threads: int) -> str:
     shape = {p.name: p.shape for p in trace.inputs}
     shape.update({n.name: n.shape for n in trace.nodes})
     gelu = set()
+    strided = set()  # values that are a transposed view (not contiguous)
     for n in trace.nodes:
         base = n.op.split(".")[0].rstrip("_")
         a0 = n.args[0] if n.args else None
         d0 = dtype.get(a0.name) if isinstance(a0, Ref) else n.dtype
+        if base in ("permute", "t", "transpose") or (base in _VIEWS and isinstance(a0, Ref) and a0.name in strided):
+            if base not in ("permute", "t", "transpose") or _moves_last_dim(n, shape):
+                strided.add(n.name)
+        elif base not in _VIEWS and any(r in strided for r in n.refs()):
+            raise NotModelled(f"aten.{n.op} of a transposed (non-contiguous) tensor: ATen's TensorIterator "
+                              "walks it in memory order (its vector loop, scalar tails and reduction order "
+                              "follow the strides); not modelled")
         why = pe.not_modelled(base, d0, n.kwargs.get("approximate", "none"))
         if why:
             raise NotModelled(f"aten.{n.op}: {why}")
@@ -230,6 +257,10 @@ def _refuse_aten(trace: TorchTrace, pe: TorchCpuEager, threads: int) -> str:
             why = pe.not_modelled("alpha", n.dtype)
             if why:
                 raise NotModelled(f"aten.{base} with alpha: {why}")
+            shapes = {tuple(shape[a.name]) for a in n.args[:2] if isinstance(a, Ref) and shape[a.name] != ()}
+            if len(shapes) > 1 and pe.capability != "DEFAULT":
+                raise NotModelled(f"aten.{base} with alpha of broadcast operands {sorted(shapes)}: ATen's loop "
+                                  "is two-dimensional, with a scalar tail per row (not modelled)")
         if base == "rsub" and alpha != 1:
             raise NotModelled("rsub with alpha")
         if base in ("mul", "div") and alpha != 1:
@@ -268,6 +299,9 @@ def _refuse_aten(trace: TorchTrace, pe: TorchCpuEager, threads: int) -> str:
                               "Vectorized<float>::exp/log1p call libm; numlab models AVX2/AVX512)")
         if base == "pow" and n.args[1] != 2:
             raise NotModelled(f"pow with exponent {n.args[1]!r} (2 is modelled)")
+        if base == "rsqrt" and d0 in LOW and pe.capability == "DEFAULT":
+            raise NotModelled("eager 16-bit rsqrt on ATen capability DEFAULT (the generic Vectorized "
+                              "computes 1/sqrt in the 16-bit type; not modelled)")
     paths = {pe.gelu_algo_for(d) for d in gelu}
     if len(paths) > 1:
         raise NotModelled(f"eager gelu of {sorted(gelu)} tensors runs two kernels ({sorted(paths)}); "
@@ -299,6 +333,9 @@ def _refuse_inductor(trace: TorchTrace, pi: InductorCpu, sw: "Switches", threads
         a0 = n.args[0] if n.args else None
         if base in ("softplus", "mish"):
             raise NotModelled(f"aten.{base} inside Inductor's graph (it is decomposed)")
+        if base == "log":
+            raise NotModelled("Inductor's log is Vectorized<float>::log (SLEEF logf_u10), whose bits numlab "
+                              "does not model (the engine's log is correctly rounded)")
         if base in ("sum", "mean", "amax", "amin", "var_mean"):
             xs = shape[a0.name]
             dims = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim")
@@ -320,7 +357,7 @@ def _refuse_inductor(trace: TorchTrace, pi: InductorCpu, sw: "Switches", threads
     if pi.scalar:  # scalar C++ has no vector loop: every element is the scalar code's
         return 0
     tail = inductor_scalar_tail(nodes, ph, outs, pi.lanes * n_vec)
-    libm = sorted(bases & {"exp", "log1p"})
+    libm = sorted(bases & set(INDUCTOR_TAIL_OPS))
     if tail is None and libm and "where" in bases:
         raise NotModelled(
             f"Inductor aten.{libm[0]} in a kernel that is not one contiguous pointwise loop and holds a where: "

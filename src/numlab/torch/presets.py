@@ -163,7 +163,12 @@ and AVX-512 (measured 100% of 1.3e6 fp32 inputs)."""
 TAIL_LOG1P = "glibc"
 """``std::log1p(float)`` of the scalar loops: glibc's ``log1pf`` (fdlibm's; glibc 2.36 measured)."""
 
-LIBM_TAIL_OPS = ("sigmoid", "gelu", "softplus", "mish")
+INDUCTOR_TAIL_OPS = ("exp", "log1p", "tanh", "erf")
+"""The operators whose scalar code (``std::exp``, ``std::log1p``, ``std::tanh``, ``std::erf``:
+glibc) differs from Inductor's ``Vectorized<float>`` one (SLEEF, ATen's A&S erf): in a
+kernel whose masked tail Inductor runs as a scalar loop their last elements are libm's."""
+
+LIBM_TAIL_OPS = ("sigmoid", "silu", "gelu", "softplus", "mish")
 """Eager ops whose ATen kernel leaves a scalar tail loop calling libm (the predictor's
 ``eager_tail``): modelled with glibc's routines, refused on another C library."""
 
@@ -340,9 +345,12 @@ class TorchCpuEager:
                 return (f"eager gelu runs oneDNN's {self.onednn_isa!r} kernel (oneDNN ISA "
                         f"{self.onednn_isa}); numlab models oneDNN avx512_core and avx2")
             return None
-        if op in ("exp", "tanh", "erf") and fmt == "fp32" and self.unary_algo == "mkl_vml":
+        if op in ("exp", "tanh", "erf", "sqrt", "log") and fmt == "fp32" and self.unary_algo == "mkl_vml":
             return (f"eager fp32 {op} runs MKL VML (vs{op.capitalize()}), whose bits numlab does not "
-                    "model (96.7-99.2% agree with correctly rounded fp32)")
+                    "model (96.7-99.9% agree with correctly rounded fp32)")
+        if op == "log":
+            return ("eager log maps Vectorized<float>::log (SLEEF logf_u10) or MKL VML, whose bits numlab "
+                    "does not model (the engine's log is correctly rounded)")
         if self.tail_algo == "glibc" and op in LIBM_TAIL_OPS and self.capability != "DEFAULT":
             why = glibc_math_unmodelled()
             if why is not None:
@@ -377,7 +385,7 @@ class TorchCpuEager:
         """This preset as the :class:`numlab.kernels.KernelSpec` :func:`numlab.torch.predict`
         runs the ATen graph with (``numlab.execute.run(mode="eager")``): fp32 inside
         (``fp32_internal``); a multiply's or divide's scalar kept fp32 (``scalar_mul="muls"``)
-        and an add's rounded to the tensor dtype (``scalar_add="broadcast"``,
+        and an add's rounded to the tensor dtype (``storage_scalars``, from
         :data:`SCALAR_RULES`); FMA where ATen's build contracts (``add(alpha)``, layer
         norm; none under ``DEFAULT``); ``AtenCascade(sum_lanes)`` sums, widened for 16-bit
         tensors (``reduce_order_low``); rsqrt as ``1/sqrt``; the math of
@@ -512,8 +520,8 @@ class InductorCpu:
         threads)`` (``n_vec`` 2 for 16-bit ``storage``), ``reduce_order_low`` the
         16-bit loads' order (``n_vec`` 2), the algorithms of :meth:`algorithms` and
         SLEEF ``log1pf`` (glibc's in scalar C++).  ``tail``: the kernel runs its
-        masked tail as a scalar loop (:func:`numlab.torch.predictor.inductor_scalar_tail`),
-        whose ``exp``/``log1p`` are glibc's (``loop_step`` one vector of fp32 lanes,
+        masked tail as a scalar loop (:func:`numlab.torch._aten.inductor_scalar_tail`),
+        whose :data:`INDUCTOR_TAIL_OPS` are glibc's (``loop_step`` one vector of fp32 lanes,
         twice that for 16-bit loads).  ``emulated_casts`` is the lowering's
         (:func:`numlab.torch.lowering.lower`), not a spec field.
         ``threads`` None: the preset's ``threads``, 1 when that is 0 (the spec does not
@@ -526,8 +534,8 @@ class InductorCpu:
         return KernelSpec.inductor_cpu(
             reduce_order=self.reduce_order(storage, threads), reduce_order_low=self.reduce_order("fp16", threads),
             silu="divide", log1p=TAIL_LOG1P if self.scalar else VEC_LOG1P,
-            loop_step=self.lanes if tail and not self.scalar else 0, tail_ops=("exp", "log1p"),
-            tail_math="glibc", **alg)
+            loop_step=self.lanes if tail and not self.scalar else 0,
+            tail_ops=INDUCTOR_TAIL_OPS if tail and not self.scalar else None, tail_math="glibc", **alg)
 
     def fusion_options(self):
         return FusionOptions.inductor()
