@@ -181,3 +181,20 @@ def test_storage_attribute_makes_a_node_compute_and_store_in_its_format(scalar_m
     plain = run(g32, {"x": x}, mode="eager", fmt="fp32", kernels=sp).output
     assert_same_bits(plain, (x * np.float32(0.1)) + np.float32(1.0))
     assert not same_bits(plain, res.output)
+
+
+@pytest.mark.parametrize("fn, algos", [
+    ("exp", ("exact", "sleef_u10", "glibc")), ("tanh", ("exact", "sleef", "glibc")),
+    ("erf", ("exact", "aten_vec", "glibc")), ("log1p", ("exact", "sleef_u10", "glibc")),
+    ("gelu", ("exact", "onednn", "onednn_avx2", "aten_vec", "aten_scalar", "glibc", "glibc_nofma"))])
+def test_every_math_algorithm_keeps_a_0d_shape(fn, algos):
+    """A 0-d value (a row sum fed to mish) stays 0-d through every routine (the libm
+    models once returned shape (1,)), with the value of the 1-element array."""
+    from numlab.kernels import algorithms as A
+
+    f = getattr(A, fn)
+    for algo in algos:
+        x0 = np.full((), 0.7, np.float32)
+        got = np.asarray(f(x0, fmt="fp32", algo=algo))
+        assert got.shape == (), (fn, algo, got.shape)
+        assert np.array_equal(got.reshape(1), np.asarray(f(x0.reshape(1), fmt="fp32", algo=algo))), (fn, algo)

@@ -23,8 +23,11 @@ def _share(torch, fn, args, mode="eager", emulated=False):
     kw = {"preset": inductor_cpu(emulated_casts=True)} if emulated else {}
     got = predict(tr, args, mode=mode, **kw).outputs
     want = run_torch(tr, args, mode=mode, emulated_casts=emulated)
-    return min(float(np.mean((np.asarray(p, np.float32) == w) | (np.isnan(p) & np.isnan(w))))
-               for p, w in zip(got, want, strict=True))
+    def same(p, w):  # bit for bit: signed zeros distinguished, NaN equal to NaN
+        p, w = np.asarray(p, np.float32), np.asarray(w, np.float32)
+        return (p.view(np.uint32) == w.view(np.uint32)) | (np.isnan(p) & np.isnan(w))
+
+    return min(float(np.mean(same(p, w))) for p, w in zip(got, want, strict=True))
 
 
 def test_compiled_layer_norm_of_a_computed_16bit_value(torch):
@@ -137,3 +140,36 @@ def test_compiled_inputs_of_two_dtypes(torch):
         assert _share(torch, fn, (x, y), "compiled") == 1.0
     m = (_t(torch, rng.standard_normal((8, 1000)), "fp16"), _t(torch, rng.standard_normal(1000), "fp16"))
     assert _share(torch, lambda a, b: (a * b) - (a * b).mean(-1, keepdim=True), m, "compiled") == 1.0
+
+
+def test_0d_values_through_scalar_tail_ops(torch):
+    """A 0-d row sum fed to mish/sigmoid/softplus keeps its shape and bits."""
+    import torch.nn.functional as F
+
+    from numlab.torch import from_torch, predict
+
+    x = _t(torch, np.random.default_rng(80).standard_normal(63), "bf16")
+    for fn in (lambda a: F.mish(a.float().sum(-1)), lambda a: torch.sigmoid(a.float().sum(-1)),
+               lambda a: F.softplus(a.float().sum(-1) * 0.1)):
+        assert predict(from_torch(fn, (x,)), (x,)).outputs[0].shape == ()
+        assert _share(torch, fn, (x,)) == 1.0
+
+
+def test_compiled_single_row_var_mean_refused(torch):
+    """Inductor's var_mean (layer norm) of one row is not the two-pass model: refused;
+    several rows, and eager, are predicted; a 0-d reduction is refused, not a crash."""
+    import torch.nn.functional as F
+
+    from numlab.torch import NotModelled
+
+    rng = np.random.default_rng(81)
+    for shape in ((31,), (1, 300)):
+        x = _t(torch, rng.standard_normal(shape), "fp32")
+        with pytest.raises(NotModelled, match="single row"):
+            _share(torch, lambda a: F.layer_norm(a, (a.shape[-1],)), (x,), "compiled")
+        assert _share(torch, lambda a: F.layer_norm(a, (a.shape[-1],)), (x,)) == 1.0
+    x = _t(torch, rng.standard_normal((4, 31)), "fp32")
+    assert _share(torch, lambda a: F.layer_norm(a, (31,)), (x,), "compiled") == 1.0
+    with pytest.raises(NotModelled, match="0-d"):
+        _share(torch, lambda a: a.sum(-1).amin(-1, keepdim=True), (_t(torch, rng.standard_normal(257), "fp32"),),
+               "compiled")

@@ -479,7 +479,7 @@ def exp(x, *, fmt, algo="exact", rounding: str = "rne"):
     if algo == "sleef_u10":
         return _finish(libm.sleef_expf(_fp32_in(x)), fmt, rounding)
     if algo == "glibc":
-        return _finish(libm.glibc_expf(_fp32_in(x)), fmt, rounding)
+        return _finish(_shaped(libm.glibc_expf, x), fmt, rounding)
     x64 = as_values(x).astype(np.float64)
     with np.errstate(all="ignore"):
         v = np.exp(x64) if algo == "exact" else _exp_poly(x64, algo)
@@ -499,7 +499,7 @@ def tanh(x, *, fmt, algo="exact", rounding: str = "rne"):
     if algo == "sleef":
         return _finish(libm.sleef_tanhf(_fp32_in(x)), fmt, rounding)
     if algo == "glibc":
-        return _finish(libm.glibc_tanhf(_fp32_in(x)), fmt, rounding)
+        return _finish(_shaped(libm.glibc_tanhf, x), fmt, rounding)
     return _finish(np.tanh(as_values(x).astype(np.float64)), fmt, rounding)
 
 
@@ -518,13 +518,19 @@ def erf(x, *, fmt, algo="exact", rounding: str = "rne"):
     if algo == "aten_vec":
         return _finish(libm.aten_vec_erf(_fp32_in(x)), fmt, rounding)
     if algo == "glibc":
-        return _finish(libm.glibc_erff(_fp32_in(x)), fmt, rounding)
+        return _finish(_shaped(libm.glibc_erff, x), fmt, rounding)
     return to_container(np.asarray(libm.erf_rounded(as_values(x), fmt, rounding)), fmt)
 
 
 _KAPPA = np.float32(0.044715)
 _KBETA = np.float32(math.sqrt(2) * (2 / math.sqrt(math.pi)) * 0.5)
 _SQRT1_2 = np.float32(1 / math.sqrt(2))
+
+
+def _shaped(routine, x):
+    """``routine`` (a libm model) on ``x`` in fp32, in ``x``'s shape (a 0-d input too)."""
+    x32 = _fp32_in(x)
+    return np.asarray(routine(x32)).reshape(np.shape(x32))
 
 
 def _aten_gelu(x32: np.ndarray, approximate: str, libm_vec: bool, glibc: bool = False,
@@ -540,10 +546,10 @@ def _aten_gelu(x32: np.ndarray, approximate: str, libm_vec: bool, glibc: bool = 
             if approximate == "tanh":
                 x3 = (x32 * x32) * x32
                 if not fma:
-                    return (f(0.5) * x32) * (f(1) + libm.glibc_tanhf(_KBETA * (x32 + _KAPPA * x3)))
+                    return (f(0.5) * x32) * (f(1) + _shaped(libm.glibc_tanhf, _KBETA * (x32 + _KAPPA * x3)))
                 inner = _KBETA * libm.fma32(np.full_like(x3, _KAPPA), x3, x32)
-                return (f(0.5) * x32) * (f(1) + libm.glibc_tanhf(inner))
-            return (x32 * f(0.5)) * (f(1) + libm.glibc_erff(x32 * _SQRT1_2))
+                return (f(0.5) * x32) * (f(1) + _shaped(libm.glibc_tanhf, inner))
+            return (x32 * f(0.5)) * (f(1) + _shaped(libm.glibc_erff, x32 * _SQRT1_2))
     with np.errstate(all="ignore"):
         if approximate == "tanh":
             # kBeta * (x + kKappa * x^3), the add contracted to an FMA by GCC (measured)
@@ -615,6 +621,6 @@ def log1p(x, *, fmt, algo="exact", rounding: str = "rne"):
     if algo == "sleef_u10":
         return _finish(libm.sleef_log1pf(_fp32_in(x)), fmt, rounding)
     if algo == "glibc":
-        return _finish(libm.glibc_log1pf(_fp32_in(x)), fmt, rounding)
+        return _finish(_shaped(libm.glibc_log1pf, x), fmt, rounding)
     with np.errstate(all="ignore"):
         return _finish(np.log1p(as_values(x).astype(np.float64)), fmt, rounding)

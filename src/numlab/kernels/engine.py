@@ -741,8 +741,9 @@ def _aten_layer_norm(ctx, x, gamma, beta, axis, eps):
     ``spec.moments_lanes`` lanes, FMA where GCC contracted (``spec.fma``; none
     without it), a 16-bit S widening each load to two fp32 vectors; ``rstd =
     rsqrt(var + eps)`` by ``spec.rsqrt``; ``y = fma((x - mean) * rstd, gamma, beta)``
-    for fp32 and ``fma(fma(x, rstd, -rstd*mean), gamma, beta)`` for a 16-bit S
-    (measured: 100% given ATen's mean and rstd)."""
+    for fp32 and ``fma(fma(x, rstd, -rstd*mean), gamma, beta)`` for a 16-bit S, a
+    missing ``gamma`` taken as 1 and ``beta`` as 0 (measured bit for bit, signed zeros
+    included: ``-0.0`` comes out ``+0.0``)."""
     x = _f32(x)
     if axis != (x.ndim - 1,):
         raise ValueError(f"layer_norm='aten' normalises the last axis only, got axis={axis}")
@@ -750,14 +751,15 @@ def _aten_layer_norm(ctx, x, gamma, beta, axis, eps):
     mean, var_ = _rowwise_moments(x, ctx.spec.moments_lanes, fma=fma, widen=ctx.narrow)
     mean, var_ = mean[..., None], var_[..., None]
     rstd = ctx.rsqrt(ctx.add(var_, np.float32(ctx.scalar(eps))))
-    if ctx.narrow and gamma is not None and beta is not None:
+    # a missing weight is 1 and a missing bias 0, computed as given (-0.0 + 0 is +0.0)
+    gamma = np.float32(1.0) if gamma is None else gamma
+    beta = np.float32(0.0) if beta is None else beta
+    if ctx.narrow:
         bias = -ctx.mul(rstd, mean)
         y = ctx.muladd(x, np.broadcast_to(rstd, x.shape), np.broadcast_to(bias, x.shape))
-        return ctx.muladd(y, gamma, beta)
-    y = ctx.mul(ctx.sub(x, mean), rstd)
-    if gamma is not None and beta is not None:
-        return ctx.muladd(y, gamma, beta)
-    return ctx.mul(y, gamma) if gamma is not None else y
+    else:
+        y = ctx.mul(ctx.sub(x, mean), rstd)
+    return ctx.muladd(y, np.broadcast_to(gamma, y.shape), np.broadcast_to(beta, y.shape))
 
 
 def layer_norm(ctx, x, gamma=None, beta=None, *, axis, eps):

@@ -167,6 +167,8 @@ def inductor_realized_low(nodes, inputs, outs, dtypes) -> str | None:
 
 
 def _last_dim(node, dims, ndim):
+    if ndim == 0:
+        raise NotModelled(f"{node.op} of a 0-d tensor (numlab models reductions of the last dim)")
     if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
         if ndim == 1:
             return

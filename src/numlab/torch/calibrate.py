@@ -64,6 +64,16 @@ __all__ = [
 # ---------------------------------------------------------------------------
 
 
+
+def _same_bits(p, t) -> np.ndarray:
+    """Elementwise bit for bit (signed zeros distinguished; NaN equal to NaN), float32
+    values or truth values."""
+    p, t = np.asarray(p), np.asarray(t)
+    if p.dtype == bool or t.dtype == bool:
+        return p.astype(bool) == t.astype(bool)
+    p, t = p.astype(np.float32), t.astype(np.float32)
+    return (p.view(np.uint32) == t.view(np.uint32)) | (np.isnan(p) & np.isnan(t))
+
 def _suite():
     import torch  # optional dependency: imported when the suite runs
     import torch.nn.functional as F
@@ -181,7 +191,7 @@ def measure_case(name, dtype, shape, seed=0, emulate=(False, True)):
     row = {}
 
     def score(p, t):
-        same = (p == t) | (np.isnan(p) & np.isnan(t))
+        same = _same_bits(p, t)
         return float(np.mean(same)), float(np.max(ulp_gap(p, t, dtype))) if p.size else 0.0
 
     te = run_torch(tr, xs, mode="eager")[0]

@@ -199,11 +199,12 @@ def explain(fn, inputs, *, emulated_casts: bool = False, output: int = 0,
     pc_out = pred(COMPILED)
     ref = predict(tr, inputs, mode="reference").outputs[output]
     dt = tr.node(tr.outputs[output]).dtype
-    def same(a, b):  # bitwise agreement: NaN pairs agree; bool outputs compare as truth values
+    def same(a, b):  # bitwise agreement (signed zeros too): NaN pairs agree; bool outputs as truth values
         a, b = np.asarray(a), np.asarray(b)
         if a.dtype == bool or b.dtype == bool:
             return a.astype(bool) == b.astype(bool)
-        return (a == b) | (np.isnan(a) & np.isnan(b))
+        a, b = a.astype(np.float32), b.astype(np.float32)
+        return (a.view(np.uint32) == b.view(np.uint32)) | (np.isnan(a) & np.isnan(b))
 
     diff = ~same(pe_out, pc_out)
     ndiff = int(diff.sum())
