@@ -173,3 +173,19 @@ def test_compiled_single_row_var_mean_refused(torch):
     with pytest.raises(NotModelled, match="0-d"):
         _share(torch, lambda a: a.sum(-1).amin(-1, keepdim=True), (_t(torch, rng.standard_normal(257), "fp32"),),
                "compiled")
+
+
+def test_compiled_paths_the_fuzzer_found_are_refused(torch):
+    """A narrowing conversion used inside Inductor's kernel, and a reduction over a loop
+    loading both bf16 and fp32 inputs: refused (found mispredicted, 80-92%)."""
+    import torch.nn.functional as F
+
+    from numlab.torch import NotModelled
+
+    rng = np.random.default_rng(82)
+    x = _t(torch, rng.standard_normal((5, 1003)), "fp16")
+    with pytest.raises(NotModelled, match="conversion from fp16 to bf16"):
+        _share(torch, lambda a: F.hardtanh(a.to(torch.bfloat16).float(), 0.0, 6.0), (x,), "compiled")
+    a, y = _t(torch, rng.standard_normal((5, 65)), "fp32"), _t(torch, rng.standard_normal((5, 1)), "bf16")
+    with pytest.raises(NotModelled, match="both 16-bit and fp32"):
+        _share(torch, lambda u, v: torch.where(v > 0.3, u, 1e4).mean(-1), (a, y), "compiled")

@@ -327,10 +327,23 @@ def _refuse_inductor(trace: TorchTrace, pi: InductorCpu, sw: "Switches", threads
         if why:
             raise NotModelled(why)
     bases = set()
+    reads = {p.name: {p.dtype} for p in ph}  # the graph inputs' dtypes each value is computed from
+    consumed = {r for n in nodes for r in n.refs()}
     for n in nodes:
         base = n.op.split(".")[0].rstrip("_")
         bases.add(base)
         a0 = n.args[0] if n.args else None
+        reads[n.name] = set().union(*(reads.get(r, set()) for r in n.refs())) if n.refs() else set()
+        if base in ("sum", "mean", "var_mean") and reads[n.name] & set(LOW) and "fp32" in reads[n.name]:
+            raise NotModelled(f"Inductor aten.{n.op} over a loop that loads both 16-bit and fp32 inputs "
+                              "(its lane layout is not modelled)")
+        if (base in ("_to_copy", "convert_element_type") and n.dtype in LOW and isinstance(a0, Ref)
+                and dtype.get(a0.name) in LOW and dtype.get(a0.name) != n.dtype and n.name in consumed
+                and sw.promotion == "fused"
+                and not pi.emulated_casts):
+            raise NotModelled(f"Inductor conversion from {dtype.get(a0.name)} to {n.dtype} (aten.{n.op}) used "
+                              "inside the kernel: whether "
+                              "it rounds there is not modelled (emulate_precision_casts=True is)")
         if base in ("softplus", "mish"):
             raise NotModelled(f"aten.{base} inside Inductor's graph (it is decomposed)")
         if base == "log":
