@@ -371,6 +371,18 @@ def _refuse_inductor(trace: TorchTrace, pi: InductorCpu, sw: "Switches", threads
             raise NotModelled(f"pow with exponent {n.args[1]!r} (2 is modelled)")
         if base == "gelu" and n.kwargs.get("approximate", "none") not in ("none", "tanh"):
             raise NotModelled(f"gelu with approximate={n.kwargs.get('approximate')!r}")
+    W = pi.lanes * n_vec
+    for n in nodes:
+        base = n.op.split(".")[0].rstrip("_")
+        if base in ("erf", "gelu", "tanh") and n.shape is not None and int(np.prod(n.shape, dtype=np.int64)) < 4 \
+                and not pi.scalar:
+            raise NotModelled(f"Inductor aten.{n.op} of fewer than 4 elements: its scalar loop calls libm "
+                              "(not modelled)")
+        if base in ("sum", "mean", "var_mean") and "where" in bases | {"masked_fill"} & bases and not pi.scalar:
+            m = shape[n.args[0].name][-1] if shape[n.args[0].name] else 1
+            if m > W and m % W:
+                raise NotModelled(f"Inductor aten.{n.op} of rows of {m} in a kernel holding a where: its tail "
+                                  "is a scalar loop into a separate accumulator (not modelled)")
     if pi.scalar:  # scalar C++ has no vector loop: every element is the scalar code's
         return 0
     tail = inductor_scalar_tail(nodes, ph, outs, pi.lanes * n_vec)
