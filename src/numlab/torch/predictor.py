@@ -229,6 +229,16 @@ def _moves_last_dim(n, shape) -> bool:
     return nd - 1 in (d0, d1) and d0 != d1
 
 
+def _reduced_shape(n, shape) -> tuple:
+    """The input shape of reduction ``n`` after the checks both sides share: the last dim
+    only (:func:`_last_dim`), no ``dtype=`` conversion."""
+    xs = shape[n.args[0].name]
+    _last_dim(n, n.args[1] if len(n.args) > 1 else n.kwargs.get("dim"), len(xs))
+    if n.kwargs.get("dtype") not in (None, n.dtype):
+        raise NotModelled(f"{n.op} with dtype={n.kwargs.get('dtype')}")
+    return xs
+
+
 def _refuse_aten(trace: TorchTrace, pe: TorchCpuEager, threads: int) -> str:
     """Why the ATen graph of ``trace`` is not predicted on ``pe``'s path (raises
     :class:`NotModelled`), else the dtype whose eager gelu path the spec takes."""
@@ -268,11 +278,7 @@ def _refuse_aten(trace: TorchTrace, pe: TorchCpuEager, threads: int) -> str:
         if base in ("add", "sub", "mul", "div") and len(n.args) > 1 and _is_num(n.args[0]) and _is_num(n.args[1]):
             raise NotModelled(f"{n.op} of two Python scalars")
         if base in ("sum", "mean", "amax", "amin", "var_mean"):
-            xs = shape[a0.name]
-            dims = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim")
-            _last_dim(n, dims, len(xs))
-            if n.kwargs.get("dtype") not in (None, n.dtype):
-                raise NotModelled(f"{n.op} with dtype={n.kwargs.get('dtype')}")
+            xs = _reduced_shape(n, shape)
             numel = int(np.prod(xs, dtype=np.int64))
             if base in ("sum", "mean") and _rows(xs) == 1 and numel >= pe.grain_size and threads > 1:
                 raise NotModelled(
@@ -350,11 +356,7 @@ def _refuse_inductor(trace: TorchTrace, pi: InductorCpu, sw: "Switches", threads
             raise NotModelled("Inductor's log is Vectorized<float>::log (SLEEF logf_u10), whose bits numlab "
                               "does not model (the engine's log is correctly rounded)")
         if base in ("sum", "mean", "amax", "amin", "var_mean"):
-            xs = shape[a0.name]
-            dims = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim")
-            _last_dim(n, dims, len(xs))
-            if n.kwargs.get("dtype") not in (None, n.dtype):
-                raise NotModelled(f"{n.op} with dtype={n.kwargs.get('dtype')}")
+            xs = _reduced_shape(n, shape)
             if base == "var_mean" and _rows(xs) == 1:
                 raise NotModelled(
                     f"Inductor var_mean of a single row of {xs[-1]} (layer norm of one row): its generated "
