@@ -235,3 +235,18 @@ def same_bits(a, b, *, nan_equal: bool = False) -> bool:
     except AssertionError:
         return False
     return True
+
+
+def bits_equal(a, b, equal_nan: bool = True) -> bool:
+    """Bit for bit (signed zeros distinguished, NaN equal to NaN) after widening to float32
+    (bool arrays: equal truth values); shapes must agree."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+        return False
+    if a.dtype == bool or b.dtype == bool:
+        return bool(np.array_equal(a.astype(bool), b.astype(bool)))
+    if a.dtype == np.float64 or b.dtype == np.float64:
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        return bool(np.all((a64.view(np.uint64) == b64.view(np.uint64)) | (np.isnan(a64) & np.isnan(b64))))
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    return bool(np.all((a32.view(np.uint32) == b32.view(np.uint32)) | (np.isnan(a32) & np.isnan(b32))))

@@ -17,7 +17,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from _oracles import same_bits_mask
+from _oracles import bits_equal, same_bits_mask
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -36,20 +36,6 @@ F32 = np.float32
 
 # --------------------------------------------------------------------------------------
 # scalar references (plain loops, transliterated from SumKernel.cpp / cpp_prefix.h)
-
-def _bits_equal(a, b, equal_nan: bool = True) -> bool:
-    """Bit for bit (signed zeros distinguished, NaN equal to NaN) after widening to float32
-    (bool arrays: equal truth values); shapes must agree."""
-    a, b = np.asarray(a), np.asarray(b)
-    if a.shape != b.shape:
-        return False
-    if a.dtype == bool or b.dtype == bool:
-        return bool(np.array_equal(a.astype(bool), b.astype(bool)))
-    if a.dtype == np.float64 or b.dtype == np.float64:
-        a64, b64 = a.astype(np.float64), b.astype(np.float64)
-        return bool(np.all((a64.view(np.uint64) == b64.view(np.uint64)) | (np.isnan(a64) & np.isnan(b64))))
-    a32, b32 = a.astype(np.float32), b.astype(np.float32)
-    return bool(np.all((a32.view(np.uint32) == b32.view(np.uint32)) | (np.isnan(a32) & np.isnan(b32))))
 
 def _ref_multi_row_sum(load, size, nrows):
     """load(i, k) -> np.float32 scalar; returns nrows partial sums (scalar loop)."""
@@ -264,7 +250,7 @@ def test_inductor_sum_is_numlab_lanes_tree_masked(n, seed):
     x = cancelling_rows(rng, (3, n), "fp32")
     got = inductor_sum(x, lanes=16, threads=1)
     want = np.asarray(reduce(x, "sum", order=Lanes(16, "tree", "masked"), acc="fp32"), np.float32) + F32(0)
-    assert _bits_equal(got, want)
+    assert bits_equal(got, want)
 
 
 def test_inductor_split_rule_and_split_sum():
@@ -345,7 +331,7 @@ def test_aten_sum_matches_torch_eager_all_lengths(torch, dt):
             from numlab.rounding import round_to
 
             pred = np.asarray(round_to(pred, dt), F32)
-        assert _bits_equal(got, pred), (dt, n)
+        assert bits_equal(got, pred), (dt, n)
 
 
 def test_measured_sum_lanes_and_wrong_lanes_fail(torch):
@@ -356,7 +342,7 @@ def test_measured_sum_lanes_and_wrong_lanes_fail(torch):
     rng = np.random.default_rng(0)
     x = cancelling_rows(rng, (8, 100), "fp32")
     got = torch.from_numpy(x).sum(-1).numpy()
-    assert not _bits_equal(aten_sum(x, vec=16), got)  # the capability string's width is wrong
+    assert not bits_equal(aten_sum(x, vec=16), got)  # the capability string's width is wrong
 
 
 SCALAR_CASES = [
@@ -383,13 +369,13 @@ def test_eager_scalar_rules_per_op(torch, name, fn, dt):
     want = fn(x).float().numpy()
     pe = torch_cpu_eager()
     got = predict(tr, (x,), mode="eager", preset=pe).outputs[0]
-    assert _bits_equal(got, want)
+    assert bits_equal(got, want)
     rule = {"rdiv": "mul"}.get(name, name)
     if rule != "where":  # where's scalar is a scalar_tensor of the output dtype either way
         flipped = tuple((k, ("opmath" if v == "storage" else "storage") if k == rule else v)
                         for k, v in pe.scalar_rules)
         other = predict(tr, (x,), mode="eager", preset=replace(pe, scalar_rules=flipped)).outputs[0]
-        assert not _bits_equal(other, want), name
+        assert not bits_equal(other, want), name
 
 
 def test_eager_comparison_uses_rounded_scalar(torch):
@@ -401,7 +387,7 @@ def test_eager_comparison_uses_rounded_scalar(torch):
         return torch.where(x > 0.3, x, x * 0)
 
     tr = from_torch(f, (x,))
-    assert _bits_equal(predict(tr, (x,), mode="eager").outputs[0], f(x).float().numpy())
+    assert bits_equal(predict(tr, (x,), mode="eager").outputs[0], f(x).float().numpy())
     # fp16(0.3) = 0.30005: x > 0.3 is False for x == fp16(0.3) in eager
     assert f(x).float().numpy()[2] == 0
 
@@ -418,7 +404,7 @@ def test_eager_add_alpha_fma_and_scalar_tail(torch):
             return torch.add(x, y, alpha=0.3)
 
         tr = from_torch(f, (x, y))
-        assert _bits_equal(predict(tr, (x, y), mode="eager").outputs[0], f(x, y).float().numpy()), dt
+        assert bits_equal(predict(tr, (x, y), mode="eager").outputs[0], f(x, y).float().numpy()), dt
 
 
 @pytest.mark.parametrize("dt", ["fp32", "bf16"])
@@ -438,7 +424,7 @@ def test_eager_mean_softmax_layernorm_rmsnorm(torch, dt):
                          (lambda x, w: F.rms_norm(x, (x.shape[-1],), w), (x, w))):
             tr = from_torch(fn, args)
             got = predict(tr, args, mode="eager").outputs[0]
-            assert _bits_equal(got, fn(*args).float().numpy()), (dt, n, tr.ops())
+            assert bits_equal(got, fn(*args).float().numpy()), (dt, n, tr.ops())
 
 
 # --------------------------------------------------------------------------------------
@@ -585,19 +571,19 @@ def test_eager_gelu_onednn_and_aten_kernels(torch, dt):
     assert pe.gelu_algo_for(dt) == want
     tr = from_torch(g, (x,))
     on = predict(tr, (x,), mode="eager").outputs[0]
-    assert _bits_equal(on, g(x).float().numpy()), want
+    assert bits_equal(on, g(x).float().numpy()), want
 
     def gt(x):
         return F.gelu(x, approximate="tanh")
 
     trt = from_torch(gt, (x,))  # ATen's kernel: FMA in x + kappa x^3, SLEEF tanhf, libm tail
-    assert _bits_equal(predict(trt, (x,), mode="eager").outputs[0], gt(x).float().numpy())
+    assert bits_equal(predict(trt, (x,), mode="eager").outputs[0], gt(x).float().numpy())
     with torch.backends.mkldnn.flags(enabled=False):
         want_off = g(x).float().numpy()
     off = predict(tr, (x,), mode="eager", preset=torch_cpu_eager(onednn_gelu=False)).outputs[0]
-    assert _bits_equal(off, want_off)  # ATen's kernel, its scalar tail (800 mod 64) included
+    assert bits_equal(off, want_off)  # ATen's kernel, its scalar tail (800 mod 64) included
     if want != "aten_vec":
-        assert not _bits_equal(on, off)  # the two kernels differ
+        assert not bits_equal(on, off)  # the two kernels differ
 
 
 def test_eager_preset_validates_knobs():
@@ -634,7 +620,7 @@ def test_switches_and_preset_specs():
     assert InductorCpu(lanes=16).kernel_spec("fp32", threads=2).reduce_order == InductorLanes(16, 1, 2)
     # one thread, rows of 8 .. 4096: Inductor's lanes are numlab's Lanes(W, tree, masked)
     x = cancelling_rows(np.random.default_rng(5), (16, 1000), "bf16").astype(np.float32)
-    assert _bits_equal(ks.reduce(x, "sum", storage="fp32"),
+    assert bits_equal(ks.reduce(x, "sum", storage="fp32"),
                           reduce(x, "sum", order=Lanes(32, "tree", "masked"), acc="fp32"))
     pe = TorchCpuEager()
     assert pe.scalar_rule("add") == "storage" and pe.scalar_rule("mul") == "opmath"
@@ -642,7 +628,7 @@ def test_switches_and_preset_specs():
     assert es.promotion == "fp32_internal" and es.reduce_order_low == AtenCascade(8, widen=True)
     assert es.storage_scalars == ("add_alpha", "add_scalar", "rsub_scalar", "sub_scalar")
     assert pe.kernel_spec().reduce_order == AtenCascade(8)
-    assert _bits_equal(pe.kernel_spec().reduce(x, "sum", storage="fp32"), aten_sum(x))
+    assert bits_equal(pe.kernel_spec().reduce(x, "sum", storage="fp32"), aten_sum(x))
     assert pe.algorithms() == {"exp": "sleef_u10", "tanh": "sleef", "erf": "aten_vec", "gelu": "onednn",
                                "gelu_tanh": "aten_vec"}
     assert TorchCpuEager(onednn_gelu=False).gelu_algo == "aten_vec"
@@ -708,9 +694,9 @@ def test_softmax_lanes_follow_capability_sum_uses_8(torch):
 
     tr = from_torch(sm, (x,))
     want = sm(x).numpy()
-    assert _bits_equal(predict(tr, (x,), mode="eager").outputs[0], want)
+    assert bits_equal(predict(tr, (x,), mode="eager").outputs[0], want)
     other = 8 if pe.softmax_lanes == 16 else 16
-    assert not _bits_equal(predict(tr, (x,), mode="eager", preset=torch_cpu_eager(softmax_lanes=other)).outputs[0],
+    assert not bits_equal(predict(tr, (x,), mode="eager", preset=torch_cpu_eager(softmax_lanes=other)).outputs[0],
                               want)
 
 
@@ -723,13 +709,13 @@ def test_preset_algorithm_fields_are_live(torch):
     x = torch.from_numpy(normal(rng, (4, 256), "fp32", 3.0))
     tr = from_torch(torch.sigmoid, (x,))
     want = torch.sigmoid(x).numpy()
-    assert _bits_equal(predict(tr, (x,), mode="eager").outputs[0], want)
+    assert bits_equal(predict(tr, (x,), mode="eager").outputs[0], want)
     other = predict(tr, (x,), mode="eager", preset=torch_cpu_eager(vec_exp="exact")).outputs[0]
-    assert not _bits_equal(other, want)
+    assert not bits_equal(other, want)
     tt = from_torch(torch.tanh, (x,))
     base = predict(tt, (x,), mode="compiled").outputs[0]
     alt = predict(tt, (x,), mode="compiled", preset=inductor_cpu(vec_tanh="exact")).outputs[0]
-    assert not _bits_equal(base, alt)
+    assert not bits_equal(base, alt)
 
 
 # --------------------------------------------------------------------------------------
@@ -781,12 +767,12 @@ def test_kernels_log1p_algorithms():
 
     x = np.abs(np.random.default_rng(42).standard_normal(4000) * 8).astype(F32)
     assert set(LOG1P_ALGOS) == {"exact", "sleef_u10", "glibc"}
-    assert _bits_equal(log1p(x, fmt="fp32", algo="sleef_u10"), sleef_log1pf(x))
-    assert _bits_equal(log1p(x, fmt="fp32", algo="glibc"), glibc_log1pf(x))
-    assert _bits_equal(log1p(x, fmt="fp32"), np.log1p(x.astype(np.float64)).astype(F32))
-    assert not _bits_equal(log1p(x, fmt="fp32", algo="sleef_u10"), log1p(x, fmt="fp32"))
+    assert bits_equal(log1p(x, fmt="fp32", algo="sleef_u10"), sleef_log1pf(x))
+    assert bits_equal(log1p(x, fmt="fp32", algo="glibc"), glibc_log1pf(x))
+    assert bits_equal(log1p(x, fmt="fp32"), np.log1p(x.astype(np.float64)).astype(F32))
+    assert not bits_equal(log1p(x, fmt="fp32", algo="sleef_u10"), log1p(x, fmt="fp32"))
     bf = np.asarray(log1p(x, fmt="bf16"), F32)
-    assert _bits_equal(bf, (bf.view(np.uint32) & 0xFFFF0000).view(F32))  # bf16 values
+    assert bits_equal(bf, (bf.view(np.uint32) & 0xFFFF0000).view(F32))  # bf16 values
     with pytest.raises(ValueError, match="algo='nope'.*exact"):
         log1p(x, fmt="fp32", algo="nope")
 
@@ -809,12 +795,12 @@ def test_eager_softplus_hardswish_log1p_match_torch(torch, dt):
             tr = from_torch(fn, (x,))
             pe = predict(tr, mode="eager").outputs[0]
             te = run_torch(tr, (x,), mode="eager")[0]
-            assert _bits_equal(pe, te), (dt, n)
+            assert bits_equal(pe, te), (dt, n)
     # hardswish divides by 6: multiplying by fl32(1/6) would differ on many fp32 values
     x = (rng.standard_normal(4096) * 4).astype(F32)
     te = F.hardswish(torch.from_numpy(x)).numpy()
     c = np.clip(x + F32(3), F32(0), F32(6))
-    assert _bits_equal((x * c) / F32(6), te)
+    assert bits_equal((x * c) / F32(6), te)
     assert np.mean((x * c) * F32(F32(1) / F32(6)) != te) > 0.1
 
 
@@ -833,8 +819,8 @@ def test_eager_softplus_scalar_tail_uses_glibc_log1pf(torch):
     x = np.concatenate([cand[:32], diff[:8]]).astype(F32)  # 40 = 32 (vector) + 8 (scalar tail)
     tr = from_torch(lambda v: F.softplus(v), (torch.from_numpy(x),))
     te = run_torch(tr, (torch.from_numpy(x),), mode="eager")[0]
-    assert _bits_equal(predict(tr, mode="eager").outputs[0], te)
-    assert not _bits_equal(sleef_log1pf(sleef_expf(x))[32:], te[32:])
+    assert bits_equal(predict(tr, mode="eager").outputs[0], te)
+    assert not bits_equal(sleef_log1pf(sleef_expf(x))[32:], te[32:])
 
 
 def test_softplus_log1p_not_modelled_on_default_capability(torch):
@@ -980,7 +966,7 @@ def test_lowering_of_rounded_ops_within_a_few_ulps_of_torch_float64(torch, case)
     assert case != "layer_norm_plain" or [n.op for n in g.nodes].count("layer_norm") == 3
     scale = np.abs(want) if case in ("log1p", "mish", "sub_alpha_3") else np.max(np.abs(want))
     assert np.all(np.abs(got - want) <= ulps * np.spacing(scale) + 1e-300), (case, np.max(np.abs(got - want)))
-    assert not _bits_equal(got, np.zeros_like(got))
+    assert not bits_equal(got, np.zeros_like(got))
 
 
 def test_lowered_mish_and_log1p_are_one_catalogue_node_each(torch):
@@ -1012,12 +998,12 @@ def test_fp64_prediction_is_the_catalogue_reference(torch):
     x = torch.tensor([-10.0, -3.0, -0.0, 0.5, 2.0, 6.0])
     got = predict(from_torch(lambda v: F.gelu(v), (x,)), mode="reference").outputs[0]
     want = ops.gelu(x.double().numpy())
-    assert got.dtype == np.float64 and _bits_equal(got, want) and got[0] == want[0] < 0
+    assert got.dtype == np.float64 and bits_equal(got, want) and got[0] == want[0] < 0
     assert abs(got[0] - (-7.619853024160527e-23)) < 1e-36
     p = predict(from_torch(lambda v: (v > 0.3, v.clamp(min=0.25) * 3.0), (x,)), mode="reference")
     assert p.dtypes == ["bool", "fp32"] and p.outputs[0].dtype == bool
     assert p.outputs[0].tolist() == [False, False, False, True, True, True]
-    assert _bits_equal(p.outputs[1], np.maximum(x.double().numpy(), 0.25) * 3.0)
+    assert bits_equal(p.outputs[1], np.maximum(x.double().numpy(), 0.25) * 3.0)
 
 
 def test_fp64_prediction_does_not_round_at_the_functions_own_casts(torch):

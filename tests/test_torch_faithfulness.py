@@ -11,23 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _oracles import bits_equal
 
 from numlab.torch.data import cancelling_rows, normal
-
-
-def _bits_equal(a, b, equal_nan: bool = True) -> bool:
-    """Bit for bit (signed zeros distinguished, NaN equal to NaN) after widening to float32
-    (bool arrays: equal truth values); shapes must agree."""
-    a, b = np.asarray(a), np.asarray(b)
-    if a.shape != b.shape:
-        return False
-    if a.dtype == bool or b.dtype == bool:
-        return bool(np.array_equal(a.astype(bool), b.astype(bool)))
-    if a.dtype == np.float64 or b.dtype == np.float64:
-        a64, b64 = a.astype(np.float64), b.astype(np.float64)
-        return bool(np.all((a64.view(np.uint64) == b64.view(np.uint64)) | (np.isnan(a64) & np.isnan(b64))))
-    a32, b32 = a.astype(np.float32), b.astype(np.float32)
-    return bool(np.all((a32.view(np.uint32) == b32.view(np.uint32)) | (np.isnan(a32) & np.isnan(b32))))
 
 pytestmark = pytest.mark.torch
 
@@ -128,7 +114,7 @@ def test_pointwise_chain_fp16_eager_compiled_and_emulated(torch):
     _, te, tc, _, _ = r[False]
     assert np.mean(te != tc) > 0.2  # eager and compiled really differ
     # with emulate_precision_casts the compiled chain rounds where eager does: identical
-    assert _bits_equal(r[True][2], te)
+    assert bits_equal(r[True][2], te)
 
 
 def test_scalars_where_alpha_bf16(torch):
@@ -145,7 +131,7 @@ def test_emulate_casts_do_not_reproduce_eager_scalar_add(torch):
     r = _check(torch, add_scalar, (x,), emulate=(True,))
     _, te, tc, pe, pc = r[True]
     assert np.mean(te != tc) > 0.05
-    assert _bits_equal(pe, te) and _bits_equal(pc, tc)
+    assert bits_equal(pe, te) and bits_equal(pc, tc)
 
 
 @pytest.mark.parametrize("n", [64, 100])
@@ -306,7 +292,7 @@ def test_numlab_executor_with_preset_kernel_specs_reproduces_torch(torch):
     ind = inductor_cpu()
     r = nl.run(g, {tr.input_names[0]: x}, mode="fused", fmt="fp32", kernels=ind.kernel_spec("fp32"),
                fusion=ind.fusion_options())
-    assert _bits_equal(np.asarray(r.outputs[g.outputs[0]], np.float32), tc)
+    assert bits_equal(np.asarray(r.outputs[g.outputs[0]], np.float32), tc)
 
     rng = np.random.default_rng(0)
     a, b = normal(rng, (8, 100), "fp16"), normal(rng, (8, 100), "fp16")
@@ -316,10 +302,10 @@ def test_numlab_executor_with_preset_kernel_specs_reproduces_torch(torch):
     ins = dict(zip(tr.input_names, (a, b), strict=True))
     tc = run_torch(tr, (ta, tb), mode="compiled", compiled=compile_fn(chain))[0]
     r = nl.run(g, ins, mode="fused", fmt="fp16", kernels=ind.kernel_spec("fp16"), fusion=ind.fusion_options())
-    assert _bits_equal(np.asarray(r.outputs[g.outputs[0]], np.float32), tc)
+    assert bits_equal(np.asarray(r.outputs[g.outputs[0]], np.float32), tc)
     with nl.execute.quiet():  # the preset's softmax/layer-norm/tail knobs read by no node of chain
         r = nl.run(g, ins, mode="eager", fmt="fp16", kernels=torch_cpu_eager().kernel_spec())
-    assert _bits_equal(np.asarray(r.outputs[g.outputs[0]], np.float32), chain(ta, tb).float().numpy())
+    assert bits_equal(np.asarray(r.outputs[g.outputs[0]], np.float32), chain(ta, tb).float().numpy())
 
 
 def test_explanation_verdict_cases():
@@ -414,9 +400,9 @@ def test_softplus_compiled_scalar_tail_runs_libm(torch):
     xs = np.concatenate([cand[:body], diff[:tail]]).astype(np.float32)
     r = _check(torch, softplus, (_t(torch, xs, "fp32"),))
     _, _, tc, _, pc = r[False]
-    assert _bits_equal(pc, tc)
-    assert not _bits_equal(sleef_log1pf(sleef_expf(xs))[body:], tc[body:])  # the tail is not SLEEF
-    assert _bits_equal(sleef_log1pf(sleef_expf(xs))[:body], tc[:body])  # the vector loop is
+    assert bits_equal(pc, tc)
+    assert not bits_equal(sleef_log1pf(sleef_expf(xs))[body:], tc[body:])  # the tail is not SLEEF
+    assert bits_equal(sleef_log1pf(sleef_expf(xs))[:body], tc[:body])  # the vector loop is
 
 
 def test_softplus_fp32_tails_run_glibc_expf(torch):
@@ -446,7 +432,7 @@ def test_compile_fn_leaves_the_dynamo_config_as_it_was(torch):
     cf = compile_fn(plus_half)
     assert {k: getattr(dcfg, k) for k in names} == before        # compiling changes nothing
     got = run_torch(plus_half, (x,), mode="compiled", compiled=cf)[0]
-    assert _bits_equal(got, np.arange(4, dtype=np.float32) + 0.5)
+    assert bits_equal(got, np.arange(4, dtype=np.float32) + 0.5)
     assert {k: getattr(dcfg, k) for k in names} == before        # nor does calling
     with _recompile_limits():
         assert all(getattr(dcfg, k) >= v for k, v in _RECOMPILE_LIMITS.items())
@@ -604,7 +590,7 @@ def test_16bit_unary_exp_tanh_erf_on_every_input(torch, dt):
     for fn in (torch.exp, torch.tanh, torch.erf):
         got = fn(x).float().numpy()
         p = predict(from_torch(fn, (x,)), (x,), mode="eager").outputs[0]
-        assert _bits_equal(p, got, equal_nan=True), (fn.__name__, int(np.sum(p != got)))
+        assert bits_equal(p, got, equal_nan=True), (fn.__name__, int(np.sum(p != got)))
 
 
 def test_eager_scalar_tails_of_threaded_chunks(torch):

@@ -17,27 +17,12 @@ import platform
 
 import numpy as np
 import pytest
-from _oracles import same_bits_mask
+from _oracles import bits_equal, same_bits_mask
 
 from numlab.formats import ulp
 from numlab.kernels.algorithms import erf, exp, tanh
 from numlab.kernels.libm import glibc_erff, glibc_expf, glibc_expm1f, glibc_tanhf
 from numlab.ops import erf_ref
-
-
-def _bits_equal(a, b, equal_nan: bool = True) -> bool:
-    """Bit for bit (signed zeros distinguished, NaN equal to NaN) after widening to float32
-    (bool arrays: equal truth values); shapes must agree."""
-    a, b = np.asarray(a), np.asarray(b)
-    if a.shape != b.shape:
-        return False
-    if a.dtype == bool or b.dtype == bool:
-        return bool(np.array_equal(a.astype(bool), b.astype(bool)))
-    if a.dtype == np.float64 or b.dtype == np.float64:
-        a64, b64 = a.astype(np.float64), b.astype(np.float64)
-        return bool(np.all((a64.view(np.uint64) == b64.view(np.uint64)) | (np.isnan(a64) & np.isnan(b64))))
-    a32, b32 = a.astype(np.float32), b.astype(np.float32)
-    return bool(np.all((a32.view(np.uint32) == b32.view(np.uint32)) | (np.isnan(a32) & np.isnan(b32))))
 
 MODELS = {"expf": glibc_expf, "erff": glibc_erff, "tanhf": glibc_tanhf, "expm1f": glibc_expm1f}
 REF64 = {"expf": np.exp, "erff": erf_ref, "tanhf": np.tanh, "expm1f": np.expm1}
@@ -75,7 +60,7 @@ def test_glibc_model_within_stated_accuracy(fn):
     err = np.abs(got[fin] - ref[fin]) / u
     assert np.max(err) <= BOUND_ULP[fn], (fn, float(np.max(err)))
     assert np.mean(err > 0.5) > 0 or fn == "expf"  # fdlibm's are not correctly rounded
-    assert _bits_equal(np.isnan(got), np.isnan(ref))
+    assert bits_equal(np.isnan(got), np.isnan(ref))
 
 
 @pytest.mark.parametrize("fn", sorted(MODELS))
@@ -94,9 +79,9 @@ def test_glibc_model_bit_for_bit(fn):
 
 def test_algo_glibc_routes_to_the_models():
     x = _inputs(3)[:2000]
-    assert _bits_equal(np.asarray(exp(x, fmt="fp32", algo="glibc"), np.float32), glibc_expf(x), equal_nan=True)
-    assert _bits_equal(np.asarray(tanh(x, fmt="fp32", algo="glibc"), np.float32), glibc_tanhf(x), equal_nan=True)
-    assert _bits_equal(np.asarray(erf(x, fmt="fp32", algo="glibc"), np.float32), glibc_erff(x), equal_nan=True)
+    assert bits_equal(np.asarray(exp(x, fmt="fp32", algo="glibc"), np.float32), glibc_expf(x), equal_nan=True)
+    assert bits_equal(np.asarray(tanh(x, fmt="fp32", algo="glibc"), np.float32), glibc_tanhf(x), equal_nan=True)
+    assert bits_equal(np.asarray(erf(x, fmt="fp32", algo="glibc"), np.float32), glibc_erff(x), equal_nan=True)
 
 
 def test_glibc_models_apply_only_to_the_glibc_versions_they_reproduce(monkeypatch):

@@ -14,24 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _oracles import same_bits
+from _oracles import bits_equal, same_bits
 
 from numlab.torch.data import normal
-
-
-def _bits_equal(a, b, equal_nan: bool = True) -> bool:
-    """Bit for bit (signed zeros distinguished, NaN equal to NaN) after widening to float32
-    (bool arrays: equal truth values); shapes must agree."""
-    a, b = np.asarray(a), np.asarray(b)
-    if a.shape != b.shape:
-        return False
-    if a.dtype == bool or b.dtype == bool:
-        return bool(np.array_equal(a.astype(bool), b.astype(bool)))
-    if a.dtype == np.float64 or b.dtype == np.float64:
-        a64, b64 = a.astype(np.float64), b.astype(np.float64)
-        return bool(np.all((a64.view(np.uint64) == b64.view(np.uint64)) | (np.isnan(a64) & np.isnan(b64))))
-    a32, b32 = a.astype(np.float32), b.astype(np.float32)
-    return bool(np.all((a32.view(np.uint32) == b32.view(np.uint32)) | (np.isnan(a32) & np.isnan(b32))))
 
 pytestmark = pytest.mark.torch
 
@@ -176,9 +161,9 @@ def test_bool_output_of_a_function(torch):
     g = tr.to_graph()
     assert [n.op for n in g.nodes] == ["constant", "gt"] and g.value_kind(g.outputs[0]) == "bool"
     want = above(x).numpy()
-    assert _bits_equal(predict(tr, (x,)).outputs[0], want)
+    assert bits_equal(predict(tr, (x,)).outputs[0], want)
     _, (got,) = _graph_eager(tr, (x,), "fp16")
-    assert _bits_equal(got, want.astype(np.float32))
+    assert bits_equal(got, want.astype(np.float32))
 
 
 def selections(x):
@@ -268,7 +253,7 @@ def test_scalar_value_matches_torch_conversion(torch):
     for dt in DTS:
         want = torch.stack([torch.full((), v, dtype=_tdt(torch, dt)) for v in vals]).float().numpy()
         got = round_to(np.array([scalar_value(v) for v in vals]), get_format(dt)).astype(np.float32)
-        assert _bits_equal(got, want), dt
+        assert bits_equal(got, want), dt
     assert scalar_value(0.3) == 0.3 and scalar_value(7) == 7.0  # the user's number when it rounds alike
     assert np.isnan(scalar_value(float("nan"))) and scalar_value(float("-inf")) == -np.inf
 
@@ -390,7 +375,7 @@ def test_logical_ops_and_masked_fill(torch, dt):
     xs = x.float().numpy()
     nan = np.isnan(xs)
     assert nan.any() and not te[8][nan].any()  # logical_not(NaN) is False: NaN is true
-    assert _bits_equal(te[0], (xs > 0) & (xs < 1))  # independent numpy truth values
+    assert bits_equal(te[0], (xs > 0) & (xs < 1))  # independent numpy truth values
     # filled where x > dtype(0.3) (torch's mask), with dtype(0.1)
     assert np.all(te[9][xs > np.float32(t)] == np.float32(torch.tensor(0.1, dtype=x.dtype).float().item()))
     assert np.all(te[9][xs == np.float32(t)] == np.float32(t))
